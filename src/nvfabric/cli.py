@@ -1,0 +1,49 @@
+"""The ``nvfabric`` command line: parse arguments, call the core, print, exit.
+
+Commands live in :mod:`nvfabric.commands` and are imported only when invoked, so that
+``nvfabric plan --json`` does not pay for the imports of ``run`` or ``fetch``.
+
+Exit codes (all commands): 0 success; 1 the checked thing is bad (blocked, unhealthy,
+failed); 2 usage or unreadable input; 3 internal error (a bug: please report it).
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+import click
+
+#: command name -> "module:attribute" of its click command, in help order.
+COMMANDS: dict[str, str] = {
+    "detect": "nvfabric.commands.detect:detect",
+    "plan": "nvfabric.commands.plan:plan_cmd",
+    "simulate": "nvfabric.commands.simulate:simulate",
+}
+
+
+class LazyGroup(click.Group):
+    """A click group whose subcommands are imported on first use."""
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return list(COMMANDS)
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        target = COMMANDS.get(cmd_name)
+        if target is None:
+            return None
+        module, _, attr = target.partition(":")
+        command: Any = getattr(importlib.import_module(module), attr)
+        assert isinstance(command, click.Command)
+        return command
+
+
+@click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(package_name="nvfabric")
+def main() -> None:
+    """Bring up the NVLink fabric of an NVIDIA GPU node and say whether it is usable.
+
+    \b
+    Exit codes: 0 ok; 1 the checked thing is bad (blocked, unhealthy, failed);
+    2 usage or unreadable input; 3 internal error.
+    """

@@ -1,0 +1,1 @@
+"""One module per ``nvfabric`` subcommand; each is thin: options, call the core, print."""

@@ -1,0 +1,102 @@
+"""``nvfabric detect``: what the node is, as read from sysfs/procfs."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import click
+
+from ..inventory import Inventory, collect
+from ..inventory.products import name_of
+from ..output import arch_option, console, guarded, json_option, print_json, root_option
+
+
+def detect_json(inv: Inventory) -> dict[str, Any]:
+    """The JSON of the public contract (../shared/DESIGN.md, ``nvfabric detect``)."""
+    infiniband = []
+    for fn in inv.pci:
+        if fn.vendor != 0x15B3:
+            continue
+        dev = inv.ib_device_for(fn.address)
+        infiniband.append(
+            {
+                "device": dev.name if dev else None,
+                "pci": fn.address,
+                "device_id": f"{fn.device:04x}",
+                "sw_mng": fn.sw_mng,
+                "vpd_id_string": fn.vpd.id_string if fn.vpd else None,
+                "vpd_checksum_ok": fn.vpd.checksum_ok if fn.vpd else None,
+                "vpd_problems": list(fn.vpd.problems) if fn.vpd else [],
+                "ports": [
+                    {
+                        "port": p.port,
+                        "guid": p.guid,
+                        "cap_mask": f"0x{p.cap_mask:08x}",
+                        "sm_disabled": p.sm_disabled,
+                        "state": p.state,
+                        "phys_state": p.phys_state,
+                        "link_layer": p.link_layer,
+                        "umad": p.umad,
+                    }
+                    for p in (dev.ports if dev else ())
+                ],
+            }
+        )
+    return {
+        "arch": inv.arch,
+        "driver_version": inv.driver_version,
+        "modules": sorted(inv.modules),
+        "gpus": [
+            {"pci": g.address, "device_id": f"{g.device:04x}", "name": name_of(g.vendor, g.device),
+             "numa_node": g.numa_node, "driver": g.driver}
+            for g in inv.gpus
+        ],
+        "nvswitches": [
+            {"pci": s.address, "device_id": f"{s.device:04x}", "name": name_of(s.vendor, s.device)}
+            for s in inv.nvswitches
+        ],
+        "nvswitch_proc_devices": list(inv.nvswitch_proc_devices),
+        "infiniband": infiniband,
+        "imex": {"major": inv.imex_major, "channels": list(inv.imex_channels)},
+    }
+
+
+@click.command()
+@root_option
+@arch_option
+@json_option
+@guarded
+def detect(root: str, arch: str | None, as_json: bool) -> None:
+    """Show what this node is: GPUs, NVSwitches, ConnectX LPFs and ports, driver, IMEX."""
+    inv = collect(root, arch)
+    data = detect_json(inv)
+    if as_json:
+        print_json(data)
+        return
+    from rich.table import Table
+
+    con = console()
+    con.print(f"arch {data['arch']}, driver {data['driver_version'] or 'not loaded'}, "
+              f"modules: {', '.join(data['modules']) or 'none'}")
+    if data["gpus"]:
+        names: dict[str, int] = {}
+        for g in data["gpus"]:
+            names[g["name"]] = names.get(g["name"], 0) + 1
+        con.print("GPUs: " + ", ".join(f"{n} x{c}" for n, c in names.items()))
+    else:
+        con.print("GPUs: none")
+    if data["nvswitches"]:
+        con.print(f"NVSwitches: {len(data['nvswitches'])} ({data['nvswitches'][0]['name']})")
+    if data["infiniband"]:
+        table = Table("PCI", "IB device", "SW_MNG", "port", "GUID", "cap mask", "SM", "state")
+        for dev in data["infiniband"]:
+            ports = dev["ports"] or [None]
+            for p in ports:
+                table.add_row(
+                    dev["pci"], dev["device"] or "-", "yes" if dev["sw_mng"] else "no",
+                    str(p["port"]) if p else "-", p["guid"] if p else "-",
+                    p["cap_mask"] if p else "-",
+                    ("disabled" if p["sm_disabled"] else "enabled") if p else "-",
+                    p["state"] if p else "-",
+                )
+        con.print(table)

@@ -1,0 +1,88 @@
+"""Findings: the one shape in which nvfabric reports a problem or a fact to the operator.
+
+A finding has a stable ``code`` from the catalogue below (codes are extended, never renamed;
+the list is the contract of ../shared/DESIGN.md), a ``severity``, a one-line ``message`` and a
+``hint`` saying what to do. Extra fields (``fm_version``, ``driver_version``, ``count`` ...)
+ride along in ``fields`` and are flattened into the JSON object.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+Severity = Literal["info", "warning", "error"]
+
+#: Every finding code nvfabric may emit. Adding is fine; renaming breaks operators' alerting.
+CODES: frozenset[str] = frozenset(
+    {
+        "fm_not_applicable",
+        "nvlsm_missing",
+        "version_mismatch",
+        "missing_kernel_module",
+        "ib_stack_missing",
+        "management_port_not_found",
+        "launcher_cli_mismatch",
+        "config_invalid_value",
+        "topology_file_missing",
+        "nvswitch_topology_mismatch",
+        "nvswitch_fatal_error",
+        "multicast_team_failure",
+        "sm_already_running",
+        "registration_stuck",
+        "registration_error",
+        "fabric_unhealthy",
+        "partial_registration",
+        "gpu_missing_from_driver",
+        "fm_inactive",
+        "imex_no_local_interface",
+        "imex_session_in_use",
+        "imex_channel_missing",
+        "imex_owner_conflict",
+        "driver_not_loaded",
+        "artifact_not_available",
+        "checksum_mismatch",
+        # Added by nvfabric beyond the founding catalogue (see README "Finding codes").
+        "binary_missing",
+        "socket_timeout",
+        "service_exited",
+        "restart_needs_gpu_reset",
+        "nvml_unavailable",
+        "input_unreadable",
+    }
+)
+
+
+@dataclass(frozen=True)
+class Finding:
+    """One diagnosed fact.
+
+    ``code`` must be in :data:`CODES` (checked at construction, ValueError otherwise);
+    ``fields`` holds extra JSON-serialisable values (strings, numbers, lists) specific to the
+    code, e.g. ``{"fm_version": "550.54.15", "driver_version": "550.90.07"}``.
+    """
+
+    code: str
+    severity: Severity
+    message: str
+    hint: str = ""
+    fields: Mapping[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if self.code not in CODES:
+            raise ValueError(f"unknown finding code {self.code!r}")
+        if self.severity not in ("info", "warning", "error"):
+            raise ValueError(f"unknown severity {self.severity!r}")
+
+    def to_json(self) -> dict[str, Any]:
+        """The JSON object of the public contract: code, severity, message, hint + fields."""
+        out: dict[str, Any] = {
+            "code": self.code,
+            "severity": self.severity,
+            "message": self.message,
+            "hint": self.hint,
+        }
+        for key, value in self.fields.items():
+            out.setdefault(key, value)
+        return out

@@ -1,0 +1,88 @@
+"""InfiniBand devices and ports from ``sys/class/infiniband`` and ``sys/class/infiniband_mad``
+(Linux sysfs ABI, Documentation/ABI/stable/sysfs-class-infiniband).
+
+Per port: capability mask (``cap_mask``, ``0x...``), port GUID (last 64 bits of ``gids/0``,
+``fe80:0000:0000:0000:e09d:7303:00e4:00e8``), ``state`` (``4: ACTIVE``), ``phys_state``
+(``5: LinkUp``), ``link_layer``; and which ``umadN`` node serves the port (its ``ibdev`` and
+``port`` files).
+"""
+
+from __future__ import annotations
+
+import os
+
+from .fs import listdir, read_hex, read_text, under
+from .model import IbDevice, IbPort
+
+SYSFS_IB = "/sys/class/infiniband"
+SYSFS_MAD = "/sys/class/infiniband_mad"
+
+
+def guid_from_gid(gid: str | None) -> str:
+    """``fe80:0000:0000:0000:e09d:7303:00e4:00e8`` -> ``0xe09d730300e400e8``; zero GUID when
+    the GID is missing or malformed."""
+    if gid:
+        digits = gid.replace(":", "")
+        if len(digits) == 32:
+            try:
+                return f"0x{int(digits[16:], 16):016x}"
+            except ValueError:
+                pass
+    return "0x0000000000000000"
+
+
+def format_guid(text: str | None) -> str:
+    """sysfs ``node_guid`` (``e09d:7303:00e4:00e8``) -> ``0xe09d730300e400e8``."""
+    digits = (text or "").replace(":", "")
+    try:
+        return f"0x{int(digits, 16):016x}"
+    except ValueError:
+        return "0x0000000000000000"
+
+
+def umad_ports(root: str) -> dict[tuple[str, int], str]:
+    """``(ibdev, port) -> umadN`` from ``sys/class/infiniband_mad/umad*``."""
+    out: dict[tuple[str, int], str] = {}
+    base = under(root, SYSFS_MAD)
+    for name in listdir(base):
+        if not name.startswith("umad"):
+            continue
+        ibdev = read_text(f"{base}/{name}/ibdev")
+        port = read_text(f"{base}/{name}/port")
+        if ibdev and port and port.isdigit():
+            out[(ibdev, int(port))] = name
+    return out
+
+
+def read_device(root: str, name: str, umads: dict[tuple[str, int], str]) -> IbDevice:
+    """One IB device with its ports in number order."""
+    base = under(root, f"{SYSFS_IB}/{name}")
+    pci = None
+    try:
+        pci = os.path.basename(os.path.realpath(f"{base}/device"))
+    except OSError:
+        pci = None
+    if pci is not None and not os.path.exists(f"{base}/device"):
+        pci = None
+    ports = []
+    port_names = [p for p in listdir(f"{base}/ports") if p.isdigit()]
+    for pname in sorted(port_names, key=int):
+        pbase = f"{base}/ports/{pname}"
+        ports.append(
+            IbPort(
+                port=int(pname),
+                guid=guid_from_gid(read_text(f"{pbase}/gids/0")),
+                cap_mask=read_hex(f"{pbase}/cap_mask") or 0,
+                state=read_text(f"{pbase}/state") or "",
+                phys_state=read_text(f"{pbase}/phys_state") or "",
+                link_layer=read_text(f"{pbase}/link_layer") or "",
+                umad=umads.get((name, int(pname))),
+            )
+        )
+    return IbDevice(name, pci, format_guid(read_text(f"{base}/node_guid")), tuple(ports))
+
+
+def read_all(root: str) -> tuple[IbDevice, ...]:
+    """Every IB device, in plain string order of names (the order of ``ibstat -l``)."""
+    umads = umad_ports(root)
+    return tuple(read_device(root, n, umads) for n in listdir(under(root, SYSFS_IB)))

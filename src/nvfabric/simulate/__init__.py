@@ -1,0 +1,23 @@
+"""Simulated nodes: node specs, real-shaped trees, built-in profiles (and fake daemons).
+
+Used by ``nvfabric simulate``, the demo and the tests; never touches anything outside the
+directory it is given.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .profiles import PROFILES
+from .spec import NodeSpec, SpecError, parse
+from .tree import build
+
+__all__ = ["PROFILES", "NodeSpec", "SpecError", "build", "parse", "profile_spec"]
+
+
+def profile_spec(name: str) -> NodeSpec:
+    """The spec of a built-in profile; KeyError with the known names when unknown."""
+    raw: dict[str, Any] | None = PROFILES.get(name)
+    if raw is None:
+        raise KeyError(f"unknown profile {name!r}; known: {', '.join(sorted(PROFILES))}")
+    return parse(raw)
