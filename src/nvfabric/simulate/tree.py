@@ -47,6 +47,7 @@ def config_space(vendor: int, device: int, class_code: int, sub_vendor: int, sub
     cfg[0x0A] = (class_code >> 8) & 0xFF
     cfg[0x0B] = (class_code >> 16) & 0xFF
     cfg[0x0E] = 0x00
+    cfg[0x3D] = 0x01  # interrupt pin A
     struct.pack_into("<HH", cfg, 0x2C, sub_vendor, sub_device)
     if vpd_capability:
         cfg[0x34] = VPD_CAP_OFFSET
@@ -166,7 +167,7 @@ def build(spec: NodeSpec, root: str) -> None:
         _write(f"{ibreal}/node_guid", _colon_guid(first_guid) + "\n")
         _write(f"{ibreal}/sys_image_guid", _colon_guid(first_guid) + "\n")
         _write(f"{ibreal}/fw_ver", "28.42.1274\n")
-        _write(f"{ibreal}/hw_rev", "0x0\n")
+        _write(f"{ibreal}/hw_rev", "0\n")
         _write(f"{ibreal}/hca_type", "MT4129\n")
         _write(f"{ibreal}/board_id", "NVD0000000033\n")
         _symlink("../../../" + addr, f"{ibreal}/device")
@@ -174,6 +175,7 @@ def build(spec: NodeSpec, root: str) -> None:
             pb = f"{ibreal}/ports/{p.port}"
             _write(f"{pb}/cap_mask", f"0x{p.cap_mask:08x}\n")
             _write(f"{pb}/gids/0", _gid(p.guid) + "\n")
+            _write(f"{pb}/pkeys/0", "0xffff\n")
             _write(f"{pb}/state", p.state + "\n")
             _write(f"{pb}/phys_state", p.phys_state + "\n")
             _write(f"{pb}/link_layer", p.link_layer + "\n")

@@ -1,0 +1,77 @@
+"""Load the field cases of ../shared/cases and check a command's JSON against their `expect`.
+
+The `expect` semantics are those of ../shared/cases/README.md: plain keys must be equal,
+`<key>_endswith` matches the end of a field, `verdict_in` lists acceptable verdicts, `codes`
+lists finding codes that must all be present (in `blockers` for plan, `findings` for status and
+doctor, the error finding for fetch), `exit_code` is the exit status, and a list of objects must
+each match some element of the output list by the fields given.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+SHARED = Path(__file__).resolve().parents[1].parent / "shared"
+CASES = SHARED / "cases"
+CORPUS = SHARED / "corpus"
+
+
+def load_cases(prefix: str) -> list[dict[str, Any]]:
+    """Every case whose file name starts with ``prefix`` (``P``, ``S``, ``D``, ``F``)."""
+    out = []
+    for path in sorted(CASES.glob(f"{prefix}*.yaml")):
+        with open(path, encoding="utf-8") as fh:
+            case = yaml.safe_load(fh)
+        case["_file"] = path.name
+        out.append(case)
+    assert out, f"no {prefix} cases under {CASES}"
+    return out
+
+
+def _codes(output: dict[str, Any]) -> set[str]:
+    found: set[str] = set()
+    for key in ("blockers", "findings"):
+        for item in output.get(key) or []:
+            found.add(item["code"])
+    if isinstance(output.get("error"), dict):
+        found.add(output["error"]["code"])
+    return found
+
+
+def _matches(expected: Any, actual: Any) -> bool:
+    if isinstance(expected, dict):
+        return isinstance(actual, dict) and all(
+            _matches(v, actual.get(k)) for k, v in expected.items()
+        )
+    if isinstance(expected, list) and expected and isinstance(expected[0], dict):
+        return isinstance(actual, list) and all(
+            any(_matches(e, a) for a in actual) for e in expected
+        )
+    return bool(expected == actual)
+
+
+def check_expect(expect: dict[str, Any], output: dict[str, Any], exit_code: int) -> list[str]:
+    """Return the list of mismatches (empty when the output satisfies ``expect``)."""
+    problems = []
+    for key, want in expect.items():
+        if key == "exit_code":
+            if exit_code != want:
+                problems.append(f"exit code {exit_code}, expected {want}")
+        elif key == "codes":
+            missing = set(want) - _codes(output)
+            if missing:
+                problems.append(f"missing codes {sorted(missing)}; have {sorted(_codes(output))}")
+        elif key == "verdict_in":
+            if output.get("verdict") not in want:
+                problems.append(f"verdict {output.get('verdict')!r} not in {want}")
+        elif key.endswith("_endswith"):
+            field = key[: -len("_endswith")]
+            value = str(output.get(field, ""))
+            if not value.endswith(str(want)):
+                problems.append(f"{field}={value!r} does not end with {want!r}")
+        elif not _matches(want, output.get(key)):
+            problems.append(f"{key}: expected {want!r}, got {output.get(key)!r}")
+    return problems

@@ -1,0 +1,55 @@
+"""Shared fixtures: run the real CLI as a process, build simulated nodes."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from nvfabric.simulate import build, parse, profile_spec
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def run_cli(*args: str, stdin: str | None = None, timeout: float = 60,
+            env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    """Run ``python -m nvfabric ARGS`` as a real process; text output."""
+    full_env = dict(os.environ)
+    full_env.pop("NVFABRIC_DEBUG", None)
+    if env:
+        full_env.update(env)
+    return subprocess.run(
+        [sys.executable, "-m", "nvfabric", *args], input=stdin, capture_output=True, text=True,
+        timeout=timeout, env=full_env, check=False,
+    )
+
+
+def run_json(*args: str, **kw: Any) -> tuple[dict[str, Any], int]:
+    """Run with ``--json``; return (parsed stdout, exit code). Fails the test on bad JSON."""
+    proc = run_cli(*args, "--json", **kw)
+    try:
+        data = json.loads(proc.stdout)
+    except json.JSONDecodeError:
+        pytest.fail(f"not JSON (rc={proc.returncode}): {proc.stdout!r} {proc.stderr!r}")
+    assert isinstance(data, dict)
+    return data, proc.returncode
+
+
+@pytest.fixture
+def node(tmp_path: Path) -> Callable[..., Path]:
+    """``node(spec_dict)`` or ``node("dgx-b200")``: build a simulated node, return its root."""
+    counter = [0]
+
+    def make(spec: dict[str, Any] | str) -> Path:
+        counter[0] += 1
+        root = tmp_path / f"node{counter[0]}"
+        build(profile_spec(spec) if isinstance(spec, str) else parse(spec), str(root))
+        return root
+
+    return make

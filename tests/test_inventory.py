@@ -1,0 +1,197 @@
+"""The host readers on simulated trees, corpus captures, ibstat as oracle, and fuzzed trees."""
+
+from __future__ import annotations
+
+import os
+import shutil
+from collections.abc import Callable
+from pathlib import Path
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from nvfabric.inventory import collect, normalise_arch
+from nvfabric.inventory.infiniband import guid_from_gid
+from nvfabric.inventory.nvidia import parse_proc_devices, parse_proc_version
+from tests.cases import CORPUS
+from tests.conftest import run_cli, run_json
+from tests.oracles import ibstat
+
+
+def _ibstat_fields(text: str) -> dict[str, str]:
+    out = {}
+    for line in text.splitlines():
+        key, sep, value = line.strip().partition(": ")
+        if sep:
+            out[key] = value
+    return out
+
+
+def test_dgx_b200_ibstat_prints_the_port_as_the_real_capture(node: Callable[..., Path]) -> None:
+    root = node("dgx-b200")
+    proc = ibstat(str(root), "mlx5_0")
+    assert proc.returncode == 0, proc.stderr
+    ours = _ibstat_fields(proc.stdout)
+    real = _ibstat_fields((CORPUS / "ibstat" / "dgxb200-ibstat-mlx5_0.txt").read_text())
+    assert ours == real
+
+
+def test_ibstat_lists_devices_in_the_order_the_plan_walks_them(node: Callable[..., Path]) -> None:
+    root = node("hgx-b200-4lpf")
+    proc = ibstat(str(root), "-l")
+    assert proc.returncode == 0, proc.stderr
+    listed = proc.stdout.split()
+    assert listed == ["mlx5_0", "mlx5_10", "mlx5_11", "mlx5_8", "mlx5_9"]
+    assert [d.name for d in collect(str(root)).infiniband] == listed
+
+
+def test_ibstat_and_inventory_agree_on_every_port(node: Callable[..., Path]) -> None:
+    root = node("hgx-b200-4lpf")
+    inv = collect(str(root))
+    for dev in inv.infiniband:
+        fields = _ibstat_fields(ibstat(str(root), dev.name).stdout)
+        (port,) = dev.ports
+        assert fields["Port GUID"] == port.guid
+        assert fields["Capability mask"] == f"0x{port.cap_mask:08x}"
+        assert fields["Node GUID"] == dev.node_guid
+
+
+def test_corpus_h100_sysfs_infiniband_reads_without_cap_mask_or_gids(tmp_path: Path) -> None:
+    shutil.copytree(CORPUS / "proc" / "gpud-h100-sys-class-infiniband",
+                    tmp_path / "sys" / "class" / "infiniband")
+    inv = collect(str(tmp_path))
+    names = [d.name for d in inv.infiniband]
+    assert names == sorted(names) and "mlx5_bond_0" in names and len(names) == 9
+    mlx5_0 = inv.infiniband[0]
+    assert mlx5_0.ports[0].state == "4: ACTIVE"
+    assert mlx5_0.ports[0].phys_state == "5: LinkUp"
+    assert mlx5_0.ports[0].link_layer == "InfiniBand"
+    assert mlx5_0.ports[0].guid_is_zero and mlx5_0.pci is None
+
+
+def test_proc_version_capture_gives_the_driver_version() -> None:
+    text = (CORPUS / "proc" / "driver-nvidia-version-590.48.01-open-x86_64.txt").read_text()
+    assert parse_proc_version(text) == "590.48.01"
+
+
+def test_proc_devices_captures_give_the_imex_major() -> None:
+    for name in ("proc-devices-imex-channels-excerpt-dra304.txt",
+                 "proc-devices-grep-nvidia-h20-nvmodprobe9.txt"):
+        text = (CORPUS / "proc" / name).read_text()
+        assert parse_proc_devices(text, "nvidia-caps-imex-channels") == 234
+
+
+def test_driver_version_falls_back_to_proc(tmp_path: Path) -> None:
+    (tmp_path / "proc/driver/nvidia").mkdir(parents=True)
+    (tmp_path / "proc/driver/nvidia/version").write_text(
+        (CORPUS / "proc" / "driver-nvidia-version-590.48.01-open-x86_64.txt").read_text())
+    assert collect(str(tmp_path)).driver_version == "590.48.01"
+
+
+def test_gid_to_guid() -> None:
+    assert guid_from_gid("fe80:0000:0000:0000:e09d:7303:00e4:00e8") == "0xe09d730300e400e8"
+    assert guid_from_gid("garbage") == "0x0000000000000000"
+
+
+def test_arch_spellings() -> None:
+    assert [normalise_arch(a) for a in ("amd64", "x86_64", "ARM64", "aarch64", "sbsa")] == [
+        "x86_64", "x86_64", "aarch64", "aarch64", "aarch64"]
+
+
+def test_detect_json_contract_on_dgx_b200(node: Callable[..., Path]) -> None:
+    data, rc = run_json("detect", "--root", str(node("dgx-b200")))
+    assert rc == 0
+    assert data["arch"] == "x86_64" and data["driver_version"] == "570.148.08"
+    assert len(data["gpus"]) == 8 and data["gpus"][0]["name"] == "B200"
+    assert {"pci", "device_id", "name"} <= set(data["gpus"][0])
+    first = data["infiniband"][0]
+    assert (first["device"], first["pci"], first["sw_mng"]) == ("mlx5_0", "0000:05:00.0", True)
+    assert first["ports"][0] == {
+        "port": 1, "guid": "0xe09d730300e400e8", "cap_mask": "0xa751e84a", "sm_disabled": False,
+        "state": "4: ACTIVE", "phys_state": "5: LinkUp", "link_layer": "InfiniBand",
+        "umad": "umad0"}
+
+
+def test_detect_and_plan_on_this_machine_real_root_without_root_privileges() -> None:
+    # This machine has no GPU: fabric none, exit 0, whoever runs it.
+    data, rc = run_json("plan")
+    assert (rc, data["fabric"], data["services"]) == (0, "none", [])
+    data, rc = run_json("detect")
+    assert rc == 0 and data["gpus"] == []
+    if os.geteuid() == 0 and shutil.which("setpriv"):
+        import subprocess
+        import sys
+        proc = subprocess.run(
+            ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", sys.executable,
+             "-m", "nvfabric", "plan", "--json"],
+            capture_output=True, text=True, timeout=60, check=False, cwd="/",
+            env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1] / "src")},
+        )
+        assert proc.returncode == 0, proc.stderr
+
+
+def test_unreadable_root_is_exit_2_with_one_line(tmp_path: Path) -> None:
+    proc = run_cli("plan", "--root", str(tmp_path / "missing"))
+    assert proc.returncode == 2
+    assert proc.stderr.count("\n") == 1 and "not a readable directory" in proc.stderr
+    assert "Traceback" not in proc.stderr
+
+
+def test_bad_node_spec_is_exit_2_naming_the_key(tmp_path: Path) -> None:
+    spec = tmp_path / "spec.yaml"
+    spec.write_text("arch: x86_64\nmellanox:\n  - {ib_device: mlx5_0, ports: [{guid: 12}]}\n")
+    proc = run_cli("simulate", "--spec", str(spec), str(tmp_path / "n"))
+    assert proc.returncode == 2
+    assert "mellanox[0].ports[0].guid" in proc.stderr and "Traceback" not in proc.stderr
+    spec.write_text("arch: [unclosed\n")
+    proc = run_cli("simulate", "--spec", str(spec), str(tmp_path / "n"))
+    assert proc.returncode == 2 and proc.stderr.startswith("nvfabric: input_unreadable")
+
+
+def test_simulate_accepts_a_case_file(tmp_path: Path) -> None:
+    from tests.cases import CASES
+
+    proc = run_cli("simulate", "--spec", str(CASES / "P07-four-lpf-three-sm-disabled.yaml"),
+                   str(tmp_path / "n"))
+    assert proc.returncode == 0, proc.stderr
+    assert [d.name for d in collect(str(tmp_path / "n")).infiniband][:2] == ["mlx5_0", "mlx5_10"]
+
+
+attr = st.one_of(st.binary(max_size=40), st.text(max_size=40).map(str.encode))
+
+
+@settings(max_examples=60, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(st.dictionaries(
+    st.sampled_from([
+        "sys/bus/pci/devices/0000:05:00.0/vendor", "sys/bus/pci/devices/0000:05:00.0/device",
+        "sys/bus/pci/devices/0000:05:00.0/class", "sys/bus/pci/devices/0000:05:00.0/vpd",
+        "sys/bus/pci/devices/0000:05:00.0/numa_node",
+        "sys/class/infiniband/mlx5_0/node_guid", "sys/class/infiniband/mlx5_0/ports/1/cap_mask",
+        "sys/class/infiniband/mlx5_0/ports/1/gids/0", "sys/class/infiniband/mlx5_0/ports/x/state",
+        "sys/class/infiniband_mad/umad0/port", "sys/class/infiniband_mad/umad0/ibdev",
+        "sys/module/nvidia/version", "proc/driver/nvidia/version", "proc/devices",
+        "proc/sys/kernel/arch", "dev/nvidia-caps-imex-channels/channelx",
+    ]),
+    attr, max_size=16))
+def test_readers_never_raise_on_garbage(tmp_path_factory: object, files: dict[str, bytes]) -> None:
+    import tempfile
+
+    from nvfabric.plan import plan
+
+    with tempfile.TemporaryDirectory() as root:
+        for rel, content in files.items():
+            path = os.path.join(root, rel)
+            os.makedirs(os.path.dirname(path), exist_ok=True)
+            with open(path, "wb") as fh:
+                fh.write(content)
+        # vendor 0x15b3 with garbage VPD must still decode to something
+        os.makedirs(os.path.join(root, "sys/bus/pci/devices/0000:06:00.0"), exist_ok=True)
+        with open(os.path.join(root, "sys/bus/pci/devices/0000:06:00.0/vendor"), "w") as fh:
+            fh.write("0x15b3\n")
+        with open(os.path.join(root, "sys/bus/pci/devices/0000:06:00.0/device"), "w") as fh:
+            fh.write("0x1021\n")
+        with open(os.path.join(root, "sys/bus/pci/devices/0000:06:00.0/vpd"), "wb") as fh:
+            fh.write(files.get("sys/bus/pci/devices/0000:05:00.0/vpd", b"\x82\xff"))
+        inv = collect(root)
+        plan(inv)

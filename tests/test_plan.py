@@ -1,0 +1,157 @@
+"""The pure plan on in-memory inventories: tables of variants around the P cases."""
+
+from __future__ import annotations
+
+import pytest
+
+from nvfabric.inventory.model import IbDevice, IbPort, Inventory, PciFunction
+from nvfabric.inventory.vpd import decode, encode
+from nvfabric.plan import plan
+
+LPF_FIELD = "MLX:MN=MLNX:CSKU=V2:UUID=V3:PCI=V0:SMDL=SW_MNG:MODL=C7010Z"
+NIC_FIELD = "MLX:MN=MLNX:CSKU=V2:UUID=V3:PCI=V0:MODL=CX713106A"
+FULL_IB = frozenset({"nvidia", "mlx5_core", "mlx5_ib", "ib_umad"})
+
+
+def gpu(device: int, n: int, start: int = 0x18) -> list[PciFunction]:
+    return [PciFunction(f"0000:{start + i:02x}:00.0", 0x10DE, device, 0x030200) for i in range(n)]
+
+
+def cx7(address: str, field: str = LPF_FIELD) -> PciFunction:
+    return PciFunction(address, 0x15B3, 0x1021, 0x020700,
+                       vpd=decode(encode("ConnectX-7", [("VA", field)])))
+
+
+def port(n: int, guid: str, cap: int = 0xA751E84A) -> IbPort:
+    return IbPort(n, guid, cap, "4: ACTIVE", "5: LinkUp", "InfiniBand", f"umad{n}")
+
+
+def inventory(pci: list[PciFunction], ib: list[IbDevice] = (),  # type: ignore[assignment]
+              modules: frozenset[str] = FULL_IB, driver: str | None = "570.148.08") -> Inventory:
+    return Inventory("/", "x86_64", driver, modules, tuple(pci), tuple(ib))
+
+
+def test_devices_are_walked_in_plain_string_order_like_ibstat_l() -> None:
+    # mlx5_10 sorts before mlx5_8 as a string; both eligible -> mlx5_10 wins.
+    inv = inventory(
+        gpu(0x2901, 8) + [cx7("0000:05:00.0"), cx7("0000:06:00.0")],
+        [IbDevice("mlx5_8", "0000:05:00.0", "0x1", (port(1, "0x0a0b0c0300d00008"),)),
+         IbDevice("mlx5_10", "0000:06:00.0", "0x2", (port(1, "0x0a0b0c0300d0000a"),))],
+    )
+    p = plan(inv)
+    assert p.management_port is not None
+    assert (p.management_port.device, p.management_port.guid) == ("mlx5_10", "0x0a0b0c0300d0000a")
+
+
+def test_sm_disabled_first_port_falls_to_second_port_of_same_device() -> None:
+    inv = inventory(
+        gpu(0x2901, 8) + [cx7("0000:05:00.0")],
+        [IbDevice("mlx5_0", "0000:05:00.0", "0x1",
+                  (port(1, "0x0a0b0c0300d00001", 0xA751EC4A), port(2, "0x0a0b0c0300d00002")))],
+    )
+    p = plan(inv)
+    assert p.management_port is not None and p.management_port.port == 2
+    assert any("SM disabled" in r and "port 1" in r for r in p.reasons)
+
+
+def test_zero_guid_port_is_skipped() -> None:
+    inv = inventory(
+        gpu(0x2901, 8) + [cx7("0000:05:00.0"), cx7("0000:06:00.0")],
+        [IbDevice("mlx5_0", "0000:05:00.0", "0x0", (port(1, "0x0000000000000000"),)),
+         IbDevice("mlx5_1", "0000:06:00.0", "0x1", (port(1, "0x0a0b0c0300d00011"),))],
+    )
+    p = plan(inv)
+    assert p.management_port is not None and p.management_port.device == "mlx5_1"
+    assert any("zero port GUID" in r for r in p.reasons)
+
+
+def test_all_candidates_listed_in_management_port_not_found() -> None:
+    inv = inventory(
+        gpu(0x2901, 8) + [cx7("0000:05:00.0"), cx7("0000:06:00.0")],
+        [IbDevice("mlx5_0", "0000:05:00.0", "0x1", (port(1, "0x0a0b0c0300d00010", 0xA751EC4A),)),
+         IbDevice("mlx5_1", "0000:06:00.0", "0x2", (port(1, "0x0a0b0c0300d00011", 0xA751EC4A),))],
+    )
+    p = plan(inv)
+    (blocker,) = p.blockers
+    assert blocker.code == "management_port_not_found"
+    assert "0x0a0b0c0300d00010" in blocker.message and "0x0a0b0c0300d00011" in blocker.message
+    assert "0xa751ec4a" in blocker.message
+    assert [c["device"] for c in blocker.fields["candidates"]] == ["mlx5_0", "mlx5_1"]
+
+
+def test_ordinary_nic_never_makes_a_node_nvlink5() -> None:
+    inv = inventory(
+        gpu(0x2330, 8) + [cx7("0000:05:00.0", NIC_FIELD)]
+        + [PciFunction(f"0000:{0xc0 + i:02x}:00.0", 0x10DE, 0x22A3, 0x068000) for i in range(4)],
+        [IbDevice("mlx5_0", "0000:05:00.0", "0x1", (port(1, "0x0a0b0c0300e00001", 0xA651E848),))],
+    )
+    p = plan(inv)
+    assert (p.fabric, p.services, p.management_port) == ("nvswitch", ("fabricmanager",), None)
+
+
+@pytest.mark.parametrize(
+    ("modules", "codes"),
+    [
+        (frozenset({"nvidia", "mlx5_core"}), ["ib_stack_missing"]),
+        (frozenset({"nvidia", "mlx5_core", "ib_umad"}), ["ib_stack_missing"]),
+        (frozenset({"nvidia", "mlx5_core", "mlx5_ib"}), ["missing_kernel_module"]),
+        (frozenset({"mlx5_core", "mlx5_ib", "ib_umad"}), ["driver_not_loaded"]),
+        (FULL_IB, []),
+    ],
+)
+def test_b200_module_variants_block_but_never_downgrade(modules: frozenset[str],
+                                                        codes: list[str]) -> None:
+    has_ib = "mlx5_ib" in modules
+    ib = [IbDevice("mlx5_0", "0000:05:00.0", "0x1", (port(1, "0x0a0b0c0300d00001"),))]
+    driver = "570.148.08" if "nvidia" in modules else None
+    p = plan(inventory(gpu(0x2901, 8) + [cx7("0000:05:00.0")], ib if has_ib else [], modules,
+                       driver))
+    assert p.fabric == "nvlink5"
+    assert p.services == ("nvlsm", "fabricmanager")
+    assert [b.code for b in p.blockers] == codes
+
+
+def test_lpf_without_ib_device_while_mlx5_ib_loaded_is_ib_stack_missing() -> None:
+    p = plan(inventory(gpu(0x2901, 8) + [cx7("0000:05:00.0")], []))
+    assert [b.code for b in p.blockers] == ["ib_stack_missing"]
+
+
+@pytest.mark.parametrize(
+    ("device", "count", "fabric"),
+    [
+        (0x2342, 1, "none"),   # GH200 is not H200
+        (0x2348, 1, "none"),
+        (0x2335, 8, "nvswitch"),  # H200 SXM on an NVSwitch baseboard (switches added below)
+        (0x2941, 4, "mnnvl"),
+        (0x31C2, 4, "mnnvl"),
+        (0x2684, 2, "none"),
+        (0x2235, 2, "none"),
+    ],
+)
+def test_products_by_exact_device_id(device: int, count: int, fabric: str) -> None:
+    pci = gpu(device, count)
+    if fabric == "nvswitch":
+        pci += [PciFunction(f"0000:{0xc0 + i:02x}:00.0", 0x10DE, 0x22A3, 0x068000)
+                for i in range(4)]
+    p = plan(inventory(pci, modules=frozenset({"nvidia"})))
+    assert p.fabric == fabric
+    assert "fabricmanager" not in p.services or fabric == "nvswitch"
+
+
+def test_gb200_tray_never_runs_fabric_manager_even_with_a_stray_nvswitch() -> None:
+    pci = gpu(0x2941, 4) + [PciFunction("0000:c0:00.0", 0x10DE, 0x22A3, 0x068000)]
+    p = plan(inventory(pci, modules=frozenset({"nvidia"})))
+    assert (p.fabric, p.services) == ("mnnvl", ("imex",))
+
+
+def test_no_gpu_no_driver_needs_nothing_and_is_not_blocked() -> None:
+    p = plan(inventory([], modules=frozenset(), driver=None))
+    assert (p.fabric, p.services, p.blockers) == ("none", (), ())
+
+
+def test_nvswitch_node_without_driver_is_blocked() -> None:
+    pci = gpu(0x20B2, 8) + [PciFunction(f"0000:{0xc0 + i:02x}:00.0", 0x10DE, 0x1AF1, 0x068000)
+                            for i in range(6)]
+    p = plan(inventory(pci, modules=frozenset(), driver=None))
+    assert p.fabric == "nvswitch"
+    assert [b.code for b in p.blockers] == ["driver_not_loaded"]
