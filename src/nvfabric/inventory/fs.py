@@ -11,26 +11,39 @@ import os
 
 def under(root: str, path: str) -> str:
     """``path`` (absolute, host view) resolved under ``root``."""
-    return os.path.join(root, path.lstrip("/"))
+    return root.rstrip("/") + "/" + path.lstrip("/")
 
 
 def read_text(path: str, limit: int = 65536) -> str | None:
-    """The stripped text of a file, or None when missing/unreadable/not UTF-8-ish."""
-    try:
-        with open(path, "rb") as fh:
-            data = fh.read(limit)
-    except OSError:
-        return None
-    return data.decode("utf-8", "replace").strip()
+    """The stripped text of a file, or None when missing/unreadable (bad UTF-8 is replaced)."""
+    data = read_bytes(path, limit)
+    return None if data is None else data.decode("utf-8", "replace").strip()
 
 
 def read_bytes(path: str, limit: int = 32768) -> bytes | None:
-    """Up to ``limit`` raw bytes of a file, or None when missing/unreadable."""
+    """Up to ``limit`` raw bytes of a file, or None when missing/unreadable.
+
+    Plain ``os.open``/``os.read`` (no buffered file object): sysfs attributes are read whole in
+    one call, and a node has hundreds of them.
+    """
     try:
-        with open(path, "rb") as fh:
-            return fh.read(limit)
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
     except OSError:
         return None
+    try:
+        chunks = []
+        left = limit
+        while left > 0:
+            chunk = os.read(fd, left)
+            if not chunk:
+                break
+            chunks.append(chunk)
+            left -= len(chunk)
+        return b"".join(chunks)
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
 
 
 def read_hex(path: str) -> int | None:

@@ -1,24 +1,53 @@
 """PCI functions from ``sys/bus/pci/devices/*`` (Linux sysfs ABI, Documentation/ABI/testing/
 sysfs-bus-pci): vendor, device, class, subsystem IDs, bound driver, NUMA node, and the VPD of
 Mellanox functions (the only ones that can carry the NVLink 5 LPF marker), read once.
+
+IDs come from the first 64 bytes of ``config`` (the type-0 header: vendor 0x00, device 0x02,
+class 0x09-0x0b, subsystem vendor/device 0x2c/0x2e; PCI Local Bus Specification 3.0, 6.1),
+readable without privileges: one open per function instead of five. When ``config`` is missing
+or short, the ``vendor``/``device``/``class``/``subsystem_*`` attribute files are read instead.
+Driver and NUMA node are read only for NVIDIA and Mellanox functions, the ones the plan uses.
 """
 
 from __future__ import annotations
 
+import struct
+
 from .fs import link_name, listdir, read_bytes, read_hex, read_text, under
-from .model import MELLANOX, PciFunction
+from .model import MELLANOX, NVIDIA, PciFunction
 from .vpd import decode
 
 SYSFS_PCI = "/sys/bus/pci/devices"
 
 
-def read_function(root: str, address: str) -> PciFunction | None:
-    """One function by address (``0000:05:00.0``); None when its vendor/device are unreadable."""
-    base = under(root, f"{SYSFS_PCI}/{address}")
-    vendor = read_hex(f"{base}/vendor")
-    device = read_hex(f"{base}/device")
-    if vendor is None or device is None:
+def parse_config_header(data: bytes) -> tuple[int, int, int, int, int] | None:
+    """(vendor, device, class_code, subsystem_vendor, subsystem_device) from config bytes,
+    or None when shorter than the 48 bytes that hold them or the vendor reads 0xffff."""
+    if len(data) < 0x30:
         return None
+    vendor, device = struct.unpack_from("<HH", data, 0)
+    if vendor in (0xFFFF, 0x0000):
+        return None
+    class_code = data[0x09] | (data[0x0A] << 8) | (data[0x0B] << 16)
+    sub_vendor, sub_device = struct.unpack_from("<HH", data, 0x2C)
+    return vendor, device, class_code, sub_vendor, sub_device
+
+
+def read_function(root: str, address: str) -> PciFunction | None:
+    """One function by address (``0000:05:00.0``); None when its IDs are unreadable."""
+    base = under(root, f"{SYSFS_PCI}/{address}")
+    ids = parse_config_header(read_bytes(f"{base}/config", 64) or b"")
+    if ids is None:
+        vendor = read_hex(f"{base}/vendor")
+        device = read_hex(f"{base}/device")
+        if vendor is None or device is None:
+            return None
+        ids = (vendor, device, read_hex(f"{base}/class") or 0,
+               read_hex(f"{base}/subsystem_vendor") or 0,
+               read_hex(f"{base}/subsystem_device") or 0)
+    vendor, device, class_code, sub_vendor, sub_device = ids
+    if vendor not in (NVIDIA, MELLANOX):
+        return PciFunction(address, vendor, device, class_code, sub_vendor, sub_device)
     numa_text = read_text(f"{base}/numa_node")
     numa: int | None = None
     if numa_text and numa_text.lstrip("-").isdigit():
@@ -34,9 +63,9 @@ def read_function(root: str, address: str) -> PciFunction | None:
         address=address,
         vendor=vendor,
         device=device,
-        class_code=read_hex(f"{base}/class") or 0,
-        subsystem_vendor=read_hex(f"{base}/subsystem_vendor") or 0,
-        subsystem_device=read_hex(f"{base}/subsystem_device") or 0,
+        class_code=class_code,
+        subsystem_vendor=sub_vendor,
+        subsystem_device=sub_device,
         driver=link_name(f"{base}/driver"),
         numa_node=numa,
         vpd=vpd,

@@ -55,8 +55,13 @@ def keyword_name(keyword: str) -> str:
     return "Unknown"
 
 
+_PLAIN = bytes(range(0x20, 0x7F)).replace(b"\\", b"")
+
+
 def printable(data: bytes) -> str:
     """A VPD value as lspci prints text: NULs dropped, control bytes as ``\\xNN``."""
+    if not data.translate(None, _PLAIN):
+        return data.decode("ascii")  # the common case: plain printable ASCII
     out = []
     for ch in data:
         if ch == 0:

@@ -1,0 +1,58 @@
+"""Helpers shared by the benchmarks: timing of whole processes, peak RSS, medians."""
+
+from __future__ import annotations
+
+import os
+import resource
+import statistics
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Sequence
+
+PY = sys.executable
+
+
+def median_ms(fn: Callable[[], object], runs: int) -> float:
+    """Median wall time of ``fn()`` in milliseconds over ``runs`` calls."""
+    samples = []
+    for _ in range(runs):
+        t0 = time.perf_counter()
+        fn()
+        samples.append((time.perf_counter() - t0) * 1000)
+    return statistics.median(samples)
+
+
+def process_ms(argv: Sequence[str], runs: int = 20, env: dict[str, str] | None = None) -> float:
+    """Median wall time of a whole process (stdout discarded), in milliseconds."""
+    def once() -> None:
+        subprocess.run(list(argv), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                       check=False, env=env)
+    once()  # warm the page cache and .pyc files
+    return median_ms(once, runs)
+
+
+def peak_rss_mb(argv: Sequence[str], env: dict[str, str] | None = None) -> float:
+    """Peak resident set size of one run of ``argv`` (its own process tree), in MiB."""
+    code = (
+        "import resource, subprocess, sys\n"
+        "subprocess.run(sys.argv[1:], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)\n"
+        "print(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)\n"
+    )
+    out = subprocess.run([PY, "-c", code, *argv], capture_output=True, text=True, check=True,
+                         env=env)
+    return int(out.stdout.strip()) / 1024
+
+
+def self_rss_mb() -> float:
+    """Peak RSS of this process so far, MiB."""
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def line(label: str, value: str) -> None:
+    """Print one figure as ``label: value``."""
+    print(f"{label:<58} {value}", flush=True)
+
+
+def cpu_count() -> int:
+    return os.cpu_count() or 1
