@@ -37,7 +37,9 @@ def console(stderr: bool = False) -> Any:
     """A rich Console (lazy import: rich costs ~50 ms to import)."""
     from rich.console import Console
 
-    return Console(stderr=stderr, highlight=False, soft_wrap=True)
+    stream = sys.stderr if stderr else sys.stdout
+    width = None if stream.isatty() else 132  # logs and pipes: do not squeeze tables to 80
+    return Console(stderr=stderr, highlight=False, soft_wrap=True, width=width)
 
 
 def severity_style(severity: str) -> str:
