@@ -50,6 +50,10 @@ CODES: frozenset[str] = frozenset(
         "restart_needs_gpu_reset",
         "nvml_unavailable",
         "input_unreadable",
+        # Artifacts (issue 5; README "Version-matched artifacts").
+        "download_failed",
+        "archive_unsafe",
+        "install_failed",
     }
 )
 
