@@ -54,6 +54,18 @@ CODES: frozenset[str] = frozenset(
         "download_failed",
         "archive_unsafe",
         "install_failed",
+        # IMEX and the fleet check (issue 6; README "IMEX on GB200/GB300 trays").
+        "imex_channel_permissions",
+        "imex_channel_stray",
+        "imex_ctl_timeout",
+        "imex_domain_degraded",
+        "imex_not_ready",
+        "domain_cluster_uuid_split",
+        "domain_clique_split",
+        "domain_gpus_not_attached",
+        "domain_not_nvlink_domain",
+        "domain_report_missing",
+        "domain_size_mismatch",
     }
 )
 

@@ -1,0 +1,154 @@
+"""IMEX config.cfg: nvfabric's changes to the shipped file, validated. Pure.
+
+The shipped ``/etc/nvidia-imex/config.cfg`` is patched with :mod:`nvfabric.configs.keyvalue`
+(comments and key order kept). Under ``nvfabric run`` the daemon runs in the foreground with
+its log on stderr, so that the supervisor sees every line: DAEMONIZE=0, LOG_FILE_NAME empty,
+LOG_USE_SYSLOG=0; the command service stays on for readiness (``nvidia-imex-ctl -q``).
+Key meanings and allowed values: the comment blocks of the shipped file
+(../shared/corpus/imex/k8s-dra-driver-gpu-imex-daemon-config-2025-01.tmpl.cfg,
+aws-parallelcluster-nvidia-imex-config.erb); NVIDIA IMEX guide, "IMEX Service Config Options".
+"""
+
+from __future__ import annotations
+
+import ipaddress
+from collections.abc import Callable, Mapping
+
+from ..configs import keyvalue
+from ..configs.keyvalue import ConfigValueError, KeyValueFile
+
+#: Command service port when the shipped file sets none (value of the shipped templates).
+DEFAULT_CMD_PORT = "50005"
+
+#: Used when no shipped config.cfg exists (IMEX installed without its config, simulated
+#: nodes): the keys whose defaults nvfabric relies on, with the documented default values.
+MINIMAL_CONFIG = """\
+# NVIDIA IMEX configuration written by nvfabric: no shipped config.cfg was found.
+# Keys and defaults: NVIDIA IMEX guide, "IMEX Service Config Options".
+LOG_LEVEL=4
+LOG_FILE_NAME=
+LOG_USE_SYSLOG=0
+DAEMONIZE=0
+BIND_INTERFACE_IP=
+SERVER_PORT=50000
+IMEX_NODE_CONFIG_FILE=/etc/nvidia-imex/nodes_config.cfg
+IMEX_WAIT_FOR_QUORUM=RECOVERY
+IMEX_CMD_ENABLED=1
+IMEX_CMD_PORT=50005
+"""
+
+
+def _flag(value: str) -> str | None:
+    return None if value in ("0", "1") else "must be 0 or 1"
+
+
+def _port(value: str) -> str | None:
+    if value == "":
+        return None
+    return None if value.isdigit() and 0 <= int(value) <= 65535 else "must be a port 0-65535"
+
+
+def _level(value: str) -> str | None:
+    return None if value in ("0", "1", "2", "3", "4") else "must be 0-4"
+
+
+def _path(value: str) -> str | None:
+    if value == "":
+        return None
+    if not value.startswith("/"):
+        return "must be an absolute path"
+    return None if len(value) <= 256 else "is longer than 256 characters"
+
+
+def _required_path(value: str) -> str | None:
+    return "must not be empty" if value == "" else _path(value)
+
+
+def _ip(value: str) -> str | None:
+    if value == "":
+        return None
+    try:
+        ipaddress.ip_address(value)
+    except ValueError:
+        return "must be an IPv4 or IPv6 address, or empty"
+    return None
+
+
+def _quorum(value: str) -> str | None:
+    return None if value in ("NONE", "RECOVERY") else "must be NONE or RECOVERY"
+
+
+#: Key -> validator (None = fine, else the reason). Source: the comment block of each key in
+#: the shipped config.cfg (captures above).
+VALIDATORS: dict[str, Callable[[str], str | None]] = {
+    "LOG_LEVEL": _level,
+    "LOG_FILE_NAME": _path,
+    "STATS_FILE_NAME": _path,
+    "LOG_APPEND_TO_LOG": _flag,
+    "LOG_USE_SYSLOG": _flag,
+    "DAEMONIZE": _flag,
+    "BIND_INTERFACE_IP": _ip,
+    "SERVER_PORT": _port,
+    "IMEX_NODE_CONFIG_FILE": _required_path,
+    "IMEX_WAIT_FOR_QUORUM": _quorum,
+    "IMEX_ENABLE_AUTH_ENCRYPTION": _flag,
+    "IMEX_CMD_ENABLED": _flag,
+    "IMEX_CMD_BIND_INTERFACE_IP": _ip,
+    "IMEX_CMD_PORT": _port,
+    "IMEX_CMD_UNIX_DOMAIN_PATH": _path,
+}
+
+
+def validate(changes: Mapping[str, str]) -> None:
+    """Raise ConfigValueError (naming the key) for a value the daemon would reject or that
+    could inject a line."""
+    for key, value in changes.items():
+        keyvalue.validate(key, value)
+        check = VALIDATORS.get(key)
+        problem = check(value) if check else None
+        if problem:
+            raise ConfigValueError(key, f"{value!r} {problem}")
+
+
+def run_overrides(shipped: KeyValueFile, nodes_config_path: str) -> dict[str, str]:
+    """What ``nvfabric run`` changes: foreground, stderr logging, the node list it checked,
+    and the command service on (a port when the shipped file sets neither port nor socket)."""
+    changes = {
+        "DAEMONIZE": "0",
+        "LOG_FILE_NAME": "",
+        "LOG_USE_SYSLOG": "0",
+        "IMEX_NODE_CONFIG_FILE": nodes_config_path,
+        "IMEX_CMD_ENABLED": "1",
+    }
+    items = shipped.items()
+    if not items.get("IMEX_CMD_PORT") and not items.get("IMEX_CMD_UNIX_DOMAIN_PATH"):
+        changes["IMEX_CMD_PORT"] = DEFAULT_CMD_PORT
+    return changes
+
+
+def effective(shipped_text: str | None, changes: Mapping[str, str]) -> str:
+    """The shipped text (or :data:`MINIMAL_CONFIG`) with ``changes`` applied, comments and
+    order kept; raises ConfigValueError."""
+    validate(changes)
+    cfg = keyvalue.parse(shipped_text if shipped_text is not None else MINIMAL_CONFIG)
+    return keyvalue.render(keyvalue.patch(cfg, changes))
+
+
+def node_config_path(cfg_text: str | None, default: str) -> str:
+    """IMEX_NODE_CONFIG_FILE of a config text, ``default`` when unset or not a plain path
+    (a template placeholder)."""
+    if cfg_text is None:
+        return default
+    value = keyvalue.parse(cfg_text).get("IMEX_NODE_CONFIG_FILE") or ""
+    return value if value.startswith("/") and _path(value) is None else default
+
+
+def parse_set(items: tuple[str, ...]) -> dict[str, str]:
+    """``KEY=VALUE`` option values as a dict; ConfigValueError for one without ``=``."""
+    out: dict[str, str] = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep:
+            raise ConfigValueError(item, "expected KEY=VALUE")
+        out[key.strip()] = value.strip()
+    return out

@@ -1,0 +1,211 @@
+"""``nvidia-imex-ctl`` output: the local query (``-q``) and the domain status (``-N``, ``-N -j``).
+Pure parsers; the calls themselves (always under a hard timeout) are in
+:mod:`nvfabric.imex.host`.
+
+- ``-q`` prints ``READY`` once the local daemon has its quorum and serves requests.
+- ``-N -j``: ``{"nodes": {"<id>": {"status", "host", "connections": {"<id>": {"host",
+  "status", "changed"}}, "version", "hostName"}}, "timestamp", "status": "UP|DEGRADED|DOWN"}``
+  (captures ../shared/corpus/imex/dcgm-test-imex-ctl-N-j-degraded-580.30.json and
+  dcgm-test-imex-ctl-N-j-up-oneline.json).
+- ``-N``: a legend, a timestamp, ``Node #N - <address> - <STATUS> - Version: <v>`` lines, a
+  From/To matrix of connection letters (C connected, I invalid/unreachable, N never connected,
+  R recovering, D disconnected, A authenticating, !V! version mismatch, !M! node map mismatch)
+  and ``Domain State: UP`` (capture ../shared/corpus/imex/
+  aws-pcluster-p6e-gb200-18node-imex-ctl-N-570.172.txt).
+
+Source of the flags: NVIDIA IMEX guide, "IMEX Service Command Service".
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+from typing import Any
+
+from ..findings import Finding
+
+STATES = ("UP", "DEGRADED", "DOWN")
+READY = "READY"
+#: Matrix letters meaning "no working connection" (legend of the -N output).
+BAD_LINKS = {"I", "N", "R", "D", "!V!", "!M!"}
+LINK_WORDS = {
+    "C": "connected", "I": "invalid (not reachable)", "N": "never connected",
+    "R": "recovering", "D": "disconnected", "A": "authenticating",
+    "!V!": "version mismatch", "!M!": "node map mismatch",
+}
+
+_NODE_LINE = re.compile(r"^\s*Node\s+#(\d+)\s+-\s+(.*)$")
+_STATE_LINE = re.compile(r"^\s*Domain State:\s*(\S+)")
+_MATRIX_ROW = re.compile(r"^\s*(\d+)\s+((?:(?:C|I|N|R|D|A|!V!|!M!)\s*)+)$")
+
+
+@dataclass(frozen=True)
+class CtlNode:
+    """One node of the domain as the daemon reports it. ``host`` is the node list entry."""
+
+    node_id: int
+    host: str
+    status: str
+    version: str | None = None
+    hostname: str | None = None
+
+    def label(self) -> str:
+        name = f" ({self.hostname})" if self.hostname else ""
+        return f"{self.host or '?'}{name} (node {self.node_id})"
+
+
+@dataclass(frozen=True)
+class DomainStatus:
+    """The domain as one daemon sees it. ``state`` UP, DEGRADED, DOWN (or what it printed);
+    ``unreachable`` labels of nodes that are not READY or that no one reaches; ``bad_links``
+    ``from -> to: meaning`` lines; ``source`` ``json`` or ``text``."""
+
+    state: str
+    nodes: tuple[CtlNode, ...]
+    unreachable: tuple[str, ...] = ()
+    bad_links: tuple[str, ...] = ()
+    timestamp: str | None = None
+    source: str = "json"
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "state": self.state,
+            "timestamp": self.timestamp,
+            "nodes": [
+                {"id": n.node_id, "host": n.host, "status": n.status, "version": n.version,
+                 "hostname": n.hostname}
+                for n in self.nodes
+            ],
+            "unreachable": list(self.unreachable),
+            "bad_links": list(self.bad_links),
+        }
+
+    def finding(self) -> Finding | None:
+        """``imex_domain_degraded`` (error) unless the domain is UP."""
+        if self.state == "UP" and not self.unreachable:
+            return None
+        who = ", ".join(self.unreachable) if self.unreachable else "none named"
+        return Finding(
+            "imex_domain_degraded", "error",
+            f"IMEX domain is {self.state}: unreachable {who}",
+            "on each unreachable node: is nvidia-imex running (nvfabric imex domain there), "
+            "is its address in the same node list, does the IMEX port (SERVER_PORT, 50000) "
+            "pass between the nodes",
+            {"state": self.state, "unreachable": list(self.unreachable),
+             "bad_links": list(self.bad_links[:20])},
+        )
+
+
+def parse_query(text: str) -> bool:
+    """True when ``nvidia-imex-ctl -q`` output says READY (a line that is exactly READY)."""
+    return any(line.strip() == READY for line in text.splitlines())
+
+
+def parse_domain(text: str) -> DomainStatus:
+    """``-N -j`` JSON or ``-N`` text, told apart by the first character; ValueError when it is
+    neither."""
+    stripped = text.lstrip()
+    if stripped.startswith("{"):
+        return parse_json(stripped)
+    return parse_text(text)
+
+
+def parse_json(text: str) -> DomainStatus:
+    """``nvidia-imex-ctl -N -j``; ValueError on malformed JSON or a missing status."""
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as err:
+        raise ValueError(f"nvidia-imex-ctl JSON: {err}") from None
+    if not isinstance(data, dict) or not isinstance(data.get("status"), str):
+        raise ValueError("nvidia-imex-ctl JSON has no top-level \"status\"")
+    raw_nodes = data.get("nodes") or {}
+    if not isinstance(raw_nodes, dict):
+        raise ValueError("nvidia-imex-ctl JSON: \"nodes\" is not an object")
+    nodes: list[CtlNode] = []
+    referenced: dict[int, str] = {}
+    bad: list[str] = []
+    for key, raw in raw_nodes.items():
+        if not isinstance(raw, dict) or not str(key).isdigit():
+            raise ValueError(f"nvidia-imex-ctl JSON: bad node entry {key!r}")
+        node = CtlNode(int(key), str(raw.get("host") or ""), str(raw.get("status") or ""),
+                       _opt(raw.get("version")), _opt(raw.get("hostName")))
+        nodes.append(node)
+        for peer_key, conn in (raw.get("connections") or {}).items():
+            if not isinstance(conn, dict) or not str(peer_key).isdigit():
+                continue
+            referenced.setdefault(int(peer_key), str(conn.get("host") or ""))
+            status = str(conn.get("status") or "")
+            if status != "CONNECTED":
+                bad.append(f"node {node.node_id} -> node {peer_key}: {status.lower() or '?'}")
+    nodes.sort(key=lambda n: n.node_id)
+    known = {n.node_id for n in nodes}
+    unreachable = [n.label() for n in nodes if n.status != READY]
+    unreachable += [
+        f"{host or '?'} (node {nid}, no status reported)"
+        for nid, host in sorted(referenced.items()) if nid not in known
+    ]
+    return DomainStatus(data["status"].upper(), tuple(nodes), tuple(unreachable), tuple(bad),
+                        _opt(data.get("timestamp")), "json")
+
+
+def _opt(value: object) -> str | None:
+    return str(value) if value not in (None, "") else None
+
+
+def parse_text(text: str) -> DomainStatus:
+    """``nvidia-imex-ctl -N`` text; ValueError when it has no ``Domain State:`` line."""
+    state: str | None = None
+    nodes: list[CtlNode] = []
+    matrix: dict[int, list[str]] = {}
+    timestamp = None
+    for line in text.splitlines():
+        m = _NODE_LINE.match(line)
+        if m:
+            nodes.append(_text_node(int(m.group(1)), m.group(2)))
+            continue
+        m = _STATE_LINE.match(line)
+        if m:
+            state = m.group(1).upper()
+            continue
+        m = _MATRIX_ROW.match(line)
+        if m:
+            matrix[int(m.group(1))] = m.group(2).split()
+            continue
+        if timestamp is None and re.match(r"^\d{1,2}/\d{1,2}/\d{4} \d", line.strip()):
+            timestamp = line.strip()
+    if state is None:
+        raise ValueError("nvidia-imex-ctl output has no 'Domain State:' line")
+    by_id = {n.node_id: n for n in nodes}
+    unreachable = [n.label() for n in nodes if n.status != READY]
+    bad: list[str] = []
+    cut_off: set[int] = set()
+    for src, cells in sorted(matrix.items()):
+        for dst, cell in enumerate(cells):
+            if cell in BAD_LINKS and src != dst:
+                bad.append(f"node {src} -> node {dst}: {LINK_WORDS[cell]}")
+                if by_id.get(src) is not None and by_id[src].status == READY:
+                    cut_off.add(dst)
+    for dst in sorted(cut_off):
+        node = by_id.get(dst)
+        if node is not None and node.status == READY:
+            unreachable.append(f"{node.label()}, not reached by every peer")
+        elif node is None:
+            unreachable.append(f"node {dst}, not reached by every peer")
+    return DomainStatus(state, tuple(nodes), tuple(unreachable), tuple(bad), timestamp, "text")
+
+
+def _text_node(node_id: int, rest: str) -> CtlNode:
+    """``198.51.100.1    - READY                - Version: 570.172`` (``-H`` adds a name)."""
+    parts = [p.strip() for p in rest.split(" - ")]
+    host = parts[0] if parts else ""
+    hostname = None
+    m = re.match(r"^(\S+)\s+\((.+)\)$", host)
+    if m:
+        host, hostname = m.group(1), m.group(2)
+    status = parts[1] if len(parts) > 1 else ""
+    version = None
+    for p in parts[2:]:
+        if p.startswith("Version:"):
+            version = p.split(":", 1)[1].strip() or None
+    return CtlNode(node_id, host, status, version, hostname)

@@ -1,0 +1,350 @@
+"""The fleet check: many nodes' ``nvfabric status --json`` reports, one NVLink domain per node
+list. Pure: takes parsed reports, returns findings.
+
+A node list (the IMEX nodes_config.cfg shared by its nodes) is usable only when its nodes are
+trays of one multi-node NVLink domain: their GPUs share one ClusterUUID and one CliqueId, every
+GPU has completed fabric registration, and the list is no larger than the domain (18 compute
+trays for GB200/GB300 NVL72). HGX/DGX baseboard nodes are each their own NVLink domain, so two
+of them in one list is an error, not a domain. Sources: NVIDIA IMEX guide, "Deployment
+Models"; NVML ``nvmlGpuFabricInfo_t`` (clusterUuid, cliqueId); DESIGN.md status contract.
+
+Report keys read: ``gpus[].{index, uuid, state, status, clique_id, cluster_uuid}`` (required
+shape of ``nvfabric status --json``) and, when present, ``hostname``, ``addresses``,
+``fabric`` (or ``plan.fabric``), ``imex.node_list`` / ``imex.node_list_id``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections import Counter
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..findings import Finding
+from .facts import DOMAIN_SIZE_NVL72, ZERO_UUID
+
+
+@dataclass(frozen=True)
+class Gpu:
+    """One GPU's fabric registration as a status report gives it."""
+
+    index: int | None
+    state: str | None
+    status: str | None
+    clique_id: int | None
+    cluster_uuid: str | None
+
+    @property
+    def attached(self) -> bool:
+        """Registered with a multi-node fabric: completed, success, a non-zero ClusterUUID."""
+        return (self.state == "completed" and self.status in ("success", None)
+                and self.cluster_uuid is not None and self.cluster_uuid != ZERO_UUID)
+
+    def why_not(self) -> str:
+        if self.state != "completed":
+            return f"state {self.state or 'unknown'}"
+        if self.status not in ("success", None):
+            return f"status {self.status}"
+        return "ClusterUUID " + ("missing" if self.cluster_uuid is None else "all zero")
+
+
+@dataclass(frozen=True)
+class NodeReport:
+    """One node's report. ``name``: its host name or, failing that, where it came from;
+    ``node_list``: the entries of its IMEX node list, when the report carries them."""
+
+    name: str
+    source: str
+    gpus: tuple[Gpu, ...]
+    fabric: str | None = None
+    addresses: tuple[str, ...] = ()
+    node_list: tuple[str, ...] = ()
+    node_list_id: str | None = None
+
+    @property
+    def identities(self) -> set[str]:
+        """What a node list entry may call this node: host name (and short name), addresses."""
+        out = {self.name.lower(), self.name.lower().split(".", 1)[0]}
+        out |= {a.lower() for a in self.addresses}
+        return out
+
+    def uuids(self) -> Counter[str]:
+        return Counter(g.cluster_uuid.lower() for g in self.gpus
+                       if g.cluster_uuid and g.cluster_uuid != ZERO_UUID)
+
+    def cliques(self) -> Counter[int]:
+        return Counter(g.clique_id for g in self.gpus
+                       if g.clique_id is not None and g.attached)
+
+
+def node_list_id(entries: Iterable[str]) -> str:
+    """Identity of a node list: ``sha256:`` + 16 hex digits of its entries, one per line, in
+    order (every daemon of a domain must read the same list in the same order)."""
+    text = "\n".join(e.strip().lower() for e in entries)
+    return "sha256:" + hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def _int(value: object) -> int | None:
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int):
+        return value
+    if isinstance(value, str) and value.strip().isdigit():
+        return int(value.strip())
+    return None
+
+
+def _str(value: object) -> str | None:
+    return value if isinstance(value, str) and value else None
+
+
+def node_from_status(data: Mapping[str, Any], source: str) -> NodeReport:
+    """A NodeReport from one ``nvfabric status --json`` object; ValueError when it is not one
+    (no ``gpus`` list)."""
+    gpus_raw = data.get("gpus")
+    if not isinstance(gpus_raw, list):
+        raise ValueError(f"{source}: not an nvfabric status report (no \"gpus\" list)")
+    gpus = []
+    for g in gpus_raw:
+        if not isinstance(g, dict):
+            raise ValueError(f"{source}: a \"gpus\" entry is not an object")
+        uuid = _str(g.get("cluster_uuid"))
+        gpus.append(Gpu(_int(g.get("index")), _str(g.get("state")), _str(g.get("status")),
+                        _int(g.get("clique_id")), uuid.lower() if uuid else None))
+    plan = data.get("plan")
+    fabric = _str(data.get("fabric")) or (_str(plan.get("fabric"))
+                                         if isinstance(plan, dict) else None)
+    imex = data.get("imex") if isinstance(data.get("imex"), dict) else {}
+    assert isinstance(imex, dict)
+    entries = tuple(str(e) for e in imex.get("node_list") or () if isinstance(e, str))
+    list_id = _str(imex.get("node_list_id")) or (node_list_id(entries) if entries else None)
+    addresses = tuple(str(a) for a in data.get("addresses") or () if isinstance(a, str))
+    name = _str(data.get("hostname")) or source
+    return NodeReport(name, source, tuple(gpus), fabric, addresses, entries, list_id)
+
+
+@dataclass(frozen=True)
+class Domain:
+    """One checked group of nodes. ``grouped_by``: ``node list`` (from the reports or a
+    ``--node-list`` file) or ``ClusterUUID`` (no node list known)."""
+
+    key: str
+    grouped_by: str
+    nodes: tuple[str, ...]
+    expected_size: int
+    entries: int | None = None
+    cluster_uuid: str | None = None
+    clique_id: int | None = None
+    missing: tuple[str, ...] = ()
+    findings: tuple[Finding, ...] = ()
+
+    @property
+    def ok(self) -> bool:
+        return not any(f.severity == "error" for f in self.findings)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "id": self.key, "grouped_by": self.grouped_by, "count": len(self.nodes),
+            "entries": self.entries, "expected_size": self.expected_size,
+            "cluster_uuid": self.cluster_uuid, "clique_id": self.clique_id,
+            "nodes": list(self.nodes), "missing_reports": list(self.missing), "ok": self.ok,
+            "findings": [f.to_json() for f in self.findings],
+        }
+
+
+@dataclass(frozen=True)
+class FleetResult:
+    domains: tuple[Domain, ...]
+    findings: tuple[Finding, ...] = field(default=())
+    reports: int = 0
+
+    @property
+    def ok(self) -> bool:
+        return all(d.ok for d in self.domains) and not any(
+            f.severity == "error" for f in self.findings)
+
+    def all_findings(self) -> tuple[Finding, ...]:
+        return self.findings + tuple(f for d in self.domains for f in d.findings)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "ok": self.ok,
+            "reports": self.reports,
+            "domains": [d.to_json() for d in self.domains],
+            "findings": [f.to_json() for f in self.all_findings()],
+        }
+
+
+def check(nodes: Sequence[NodeReport], domain_size: int = DOMAIN_SIZE_NVL72,
+          node_lists: Mapping[str, Sequence[str]] | None = None) -> FleetResult:
+    """Group the reports by node list and check each group.
+
+    ``node_lists``: name -> entries (``--node-list`` files); they win over the lists carried in
+    the reports. Without any node list, nodes are grouped by their ClusterUUID. Raises
+    ValueError when ``domain_size`` < 1.
+    """
+    if domain_size < 1:
+        raise ValueError("domain size must be at least 1")
+    fleet: list[Finding] = []
+    names = Counter(n.name for n in nodes)
+    dup = sorted(n for n, c in names.items() if c > 1)
+    if dup:
+        fleet.append(Finding(
+            "input_unreadable", "warning",
+            f"{len(dup)} node name(s) appear in more than one report: {', '.join(dup[:5])}",
+            "give each node's report once", {"nodes": dup[:50]}))
+    groups: list[tuple[str, str, list[NodeReport], tuple[str, ...] | None]] = []
+    if node_lists:
+        index: dict[str, NodeReport] = {}
+        for n in nodes:
+            for ident in n.identities:
+                index.setdefault(ident, n)
+        assigned: set[int] = set()
+        for list_name, entries in node_lists.items():
+            members: list[NodeReport] = []
+            missing: list[str] = []
+            for e in entries:
+                found = index.get(e.strip().lower())
+                if found is None:
+                    missing.append(e)
+                elif id(found) not in {id(m) for m in members}:
+                    members.append(found)
+                    assigned.add(id(found))
+            groups.append((list_name, "node list", members, tuple(missing)))
+        rest = [n for n in nodes if id(n) not in assigned]
+        if rest:
+            fleet.append(Finding(
+                "domain_report_missing", "warning",
+                f"{len(rest)} report(s) match no entry of the node lists given: "
+                + ", ".join(n.name for n in rest[:10]) + (", ..." if len(rest) > 10 else ""),
+                "check the host names/addresses in the node lists",
+                {"nodes": [n.name for n in rest[:200]]}))
+    else:
+        by_list: dict[str, list[NodeReport]] = {}
+        by_uuid: dict[str, list[NodeReport]] = {}
+        for n in nodes:
+            if n.node_list_id:
+                by_list.setdefault(n.node_list_id, []).append(n)
+            else:
+                common = n.uuids().most_common(1)
+                by_uuid.setdefault(common[0][0] if common else "unattached", []).append(n)
+        for key, members in by_list.items():
+            entries = members[0].node_list
+            absent: tuple[str, ...] | None = None
+            if entries:
+                present = set().union(*(m.identities for m in members))
+                absent = tuple(e for e in entries if e.lower() not in present)
+            groups.append((key, "node list", members, absent))
+        for key, members in by_uuid.items():
+            groups.append((key, "ClusterUUID", members, None))
+    domains = [
+        _check_group(key, how, members, missing, domain_size, node_lists)
+        for key, how, members, missing in groups
+    ]
+    return FleetResult(tuple(domains), tuple(fleet), len(nodes))
+
+
+def _check_group(key: str, how: str, members: list[NodeReport],
+                 missing: tuple[str, ...] | None, size: int,
+                 node_lists: Mapping[str, Sequence[str]] | None) -> Domain:
+    findings: list[Finding] = []
+    names = tuple(m.name for m in members)
+    where = f"{how} {key}"
+    entries: int | None = None
+    if node_lists and key in node_lists:
+        entries = len(node_lists[key])
+    elif members and members[0].node_list:
+        entries = len(members[0].node_list)
+
+    single = [m for m in members if m.fabric is not None and m.fabric != "mnnvl"]
+    if len(members) >= 2 and single:
+        kinds = Counter(m.fabric for m in single)
+        findings.append(Finding(
+            "domain_not_nvlink_domain", "error",
+            f"{where} holds {len(single)} node(s) whose NVLink domain is the node itself ("
+            + ", ".join(f"{k} x{c}" for k, c in kinds.items()) + "): "
+            + ", ".join(m.name for m in single[:8])
+            + "; IMEX cannot share memory between separate NVLink domains",
+            "put only trays of one multi-node NVLink domain (GB200/GB300 NVL) in a node list; "
+            "HGX/DGX baseboard nodes need no IMEX node list across nodes",
+            {"nodes": [m.name for m in single[:200]], "fabrics": dict(kinds)}))
+
+    uuid_votes: Counter[str] = Counter()
+    clique_votes: Counter[int] = Counter()
+    for m in members:
+        uuid_votes.update(m.uuids())
+        clique_votes.update(m.cliques())
+    main_uuid = uuid_votes.most_common(1)[0][0] if uuid_votes else None
+    main_clique = clique_votes.most_common(1)[0][0] if clique_votes else None
+    if len(uuid_votes) > 1 and not single:
+        odd = {m.name: sorted(m.uuids()) for m in members
+               if m.uuids() and set(m.uuids()) != {main_uuid}}
+        findings.append(Finding(
+            "domain_cluster_uuid_split", "error",
+            f"{where}: GPUs report {len(uuid_votes)} ClusterUUIDs; {len(odd)} node(s) differ "
+            f"from {main_uuid}: " + ", ".join(list(odd)[:8]) + (", ..." if len(odd) > 8 else ""),
+            "a node list must hold trays of one NVLink domain: move these nodes to the node "
+            "list of their own domain (or check the NVLink switch trays' fabric manager)",
+            {"cluster_uuid": main_uuid, "nodes": odd}))
+    if len(clique_votes) > 1 and not single:
+        odd_c = {m.name: sorted(m.cliques()) for m in members
+                 if m.cliques() and set(m.cliques()) != {main_clique}}
+        findings.append(Finding(
+            "domain_clique_split", "error",
+            f"{where}: GPUs report {len(clique_votes)} CliqueIds; {len(odd_c)} node(s) differ "
+            f"from {main_clique}: " + ", ".join(list(odd_c)[:8])
+            + (", ..." if len(odd_c) > 8 else ""),
+            "GPUs of one IMEX domain must share a clique (one NVLink partition): check the "
+            "partition the NVLink switch trays assigned",
+            {"clique_id": main_clique, "nodes": odd_c}))
+
+    unattached: dict[str, list[str]] = {}
+    for m in members:
+        if m.fabric is not None and m.fabric != "mnnvl":
+            continue
+        if not m.gpus:
+            unattached[m.name] = ["no GPU in the report"]
+            continue
+        bad = [f"GPU {g.index}: {g.why_not()}" for g in m.gpus if not g.attached]
+        if bad:
+            unattached[m.name] = bad
+    if unattached:
+        first = list(unattached.items())[:5]
+        findings.append(Finding(
+            "domain_gpus_not_attached", "error",
+            f"{where}: {len(unattached)} node(s) have GPUs not attached to the NVLink fabric: "
+            + "; ".join(f"{n} ({', '.join(v[:2])}{', ...' if len(v) > 2 else ''})"
+                        for n, v in first)
+            + ("; ..." if len(unattached) > 5 else ""),
+            "run `nvfabric status` on each: registration still in progress, an error status or "
+            "an all-zero ClusterUUID point at the NVLink switch trays or the tray's cabling",
+            {"nodes": unattached}))
+
+    count = entries if entries is not None else len(members)
+    if not single:
+        if count > size:
+            findings.append(Finding(
+                "domain_size_mismatch", "error",
+                f"{where} has {count} nodes; one NVLink domain has {size} compute trays",
+                f"split it: one node list per NVLink domain of {size} trays (group the nodes "
+                "by ClusterUUID)",
+                {"count": count, "expected_size": size}))
+        elif count < size:
+            findings.append(Finding(
+                "domain_size_mismatch", "warning" if how == "node list" else "info",
+                f"{where} has {count} of the {size} trays of an NVLink domain"
+                + (" (a partial list, as for one job)" if how == "node list" else
+                   " reporting"),
+                "fine for a per-job node list; for a whole-rack list add the missing trays",
+                {"count": count, "expected_size": size}))
+    if missing:
+        findings.append(Finding(
+            "domain_report_missing", "warning",
+            f"{where}: no report from {len(missing)} node list entr"
+            f"{'y' if len(missing) == 1 else 'ies'}: " + ", ".join(missing[:8])
+            + (", ..." if len(missing) > 8 else ""),
+            "collect `nvfabric status --json` from every node of the list",
+            {"entries": list(missing)}))
+    return Domain(key, how, names, size, entries, main_uuid, main_clique,
+                  tuple(missing or ()), tuple(findings))

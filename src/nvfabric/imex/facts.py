@@ -1,0 +1,98 @@
+"""Facts about IMEX on multi-node NVLink trays, one place each, with the source of every row.
+
+Paths are host paths (resolved under a root by the host layer); versions are driver versions
+as the kernel module prints them.
+"""
+
+from __future__ import annotations
+
+#: Default IMEX config and node list as the nvidia-imex package installs them.
+#: Source: NVIDIA IMEX guide, "IMEX Service Config Options" (IMEX_NODE_CONFIG_FILE default);
+#: ../shared/corpus/imex/k8s-dra-driver-gpu-imex-daemon-config-2025-01.tmpl.cfg.
+CONFIG_PATH = "/etc/nvidia-imex/config.cfg"
+NODES_CONFIG_PATH = "/etc/nvidia-imex/nodes_config.cfg"
+
+#: Binaries of the nvidia-imex package. Source: NVIDIA IMEX guide, "Getting Started with IMEX";
+#: ../shared/corpus/configs/aws-parallelcluster-nvidia-imex.service.erb (ExecStart).
+IMEX_BINARY = "/usr/bin/nvidia-imex"
+IMEX_CTL_BINARY = "/usr/bin/nvidia-imex-ctl"
+
+#: The host systemd unit. Source: NVIDIA IMEX guide, "Managing the IMEX Service"
+#: (`systemctl start nvidia-imex`).
+HOST_UNIT = "nvidia-imex.service"
+
+#: Where `systemctl enable` puts the wants/ symlinks, and where a mask link lives.
+#: Source: systemctl(1), "enable" and "mask" (units under /etc/systemd/system).
+SYSTEMD_DIRS = ("/etc/systemd/system",)
+
+#: The exact fix for a DRA node whose host unit is enabled. Source: NVIDIA GPU Operator,
+#: "NVIDIA DRA Driver for GPUs", ComputeDomain prerequisites (NVIDIA/cloud-native-docs#453).
+DRA_HOST_UNIT_FIX = (
+    "systemctl disable --now nvidia-imex.service && systemctl mask nvidia-imex.service"
+)
+
+#: State directories of NVIDIA's DRA driver kubelet plugin for ComputeDomains (one IMEX
+#: daemon per ComputeDomain, run by the driver). Source: NVIDIA/k8s-dra-driver-gpu,
+#: cmd/compute-domain-kubelet-plugin (``/var/lib/kubelet/plugins/compute-domain.nvidia.com``,
+#: its ``checkpoint.json`` and ``domains/<uid>``).
+DRA_PLUGIN_DIRS = ("/var/lib/kubelet/plugins/compute-domain.nvidia.com",)
+
+#: slurm.conf locations (Slurm packages for RHEL/SUSE and Debian/Ubuntu). Source: slurm.conf(5).
+SLURM_CONF_PATHS = ("/etc/slurm/slurm.conf", "/etc/slurm-llnl/slurm.conf")
+
+#: Slurm's own IMEX plugin (creates an IMEX channel per job). Source: Slurm 24.05 NEWS,
+#: "switch/nvidia_imex"; slurm.conf(5) SwitchType.
+SLURM_SWITCH_IMEX = "switch/nvidia_imex"
+
+#: Words in a Slurm prolog/epilog that mean it manages IMEX. Source: AWS ParallelCluster
+#: 91_nvidia_imex_prolog.sh (rewrites nodes_config.cfg, restarts nvidia-imex), docs/imex-slurm.md.
+SLURM_PROLOG_MARKERS = ("nvidia-imex", "nvfabric imex", "nodes_config.cfg")
+
+#: IMEX channel character device (its major in /proc/devices) and node directory.
+#: Source: NVIDIA IMEX guide, "IMEX Channels"; ../shared/corpus/proc/
+#: proc-devices-imex-channels-excerpt-dra304.txt.
+CHANNEL_DEVICE_NAME = "nvidia-caps-imex-channels"
+CHANNEL_DIR = "/dev/nvidia-caps-imex-channels"
+#: Other NVIDIA capability nodes (where a wrong IMEX major was once created).
+#: Source: ../shared/corpus/proc/ls-dev-nvidia-caps-dra304.txt.
+CAPS_DIR = "/dev/nvidia-caps"
+
+#: Mode NVIDIA documents for channel nodes (``crw-rw-rw-``). Source: NVIDIA IMEX guide,
+#: "IMEX Channels", default channel creation.
+CHANNEL_MODE = 0o666
+
+#: Module parameters as /proc/driver/nvidia/params prints them (``Name: value``).
+#: Source: open-gpu-kernel-modules kernel-open/nvidia/nv-reg.h (NVreg_ImexChannelCount,
+#: NVreg_CreateImexChannel0); CUDA Programming Guide, "IMEX channels" (the driver creates
+#: channel0 itself when NVreg_CreateImexChannel0 is set).
+PARAMS_PATH = "/proc/driver/nvidia/params"
+PARAM_CHANNEL_COUNT = "ImexChannelCount"
+PARAM_CREATE_CHANNEL0 = "CreateImexChannel0"
+
+#: Persistent fix for channel0: the module parameter, then rebuild the initramfs so it applies
+#: at the next module load. Source: CUDA Programming Guide, "IMEX channels".
+CHANNEL0_PERSISTENT_FIX = (
+    "echo 'options nvidia NVreg_CreateImexChannel0=1' > /etc/modprobe.d/nvidia-imex.conf, "
+    "then rebuild the initramfs (update-initramfs -u or dracut --force) and reload the driver"
+)
+
+#: First driver whose IMEX accepts host names (not only addresses) in nodes_config.cfg.
+#: Source: nvfabric issue 6 (the operators' statement of the rule); consistent with the captures
+#: ../shared/corpus/imex/imex-580.159.04-daemon-startup-hostnames-dra1465.log (580.159.04:
+#: "Treating node config entry ... as a host name") and
+#: imex-570.124.06-nodes-config-echo-and-startup-dra298.log (570.124.06: addresses only).
+HOSTNAMES_MIN_DRIVER = "570.158.01"
+
+#: Compute trays in one NVLink domain, by product. Source: NVIDIA GB200 NVL72 / GB300 NVL72
+#: product pages (72 GPUs in 18 compute trays of 4 GPUs); P6e-GB200 capture ../shared/corpus/
+#: imex/aws-pcluster-p6e-gb200-18node-imex-ctl-N-570.172.txt (18 nodes).
+DOMAIN_SIZE_NVL72 = 18
+
+#: Hard timeout for every nvidia-imex-ctl call: the tool is known to hang when the daemon
+#: does not answer (it has no timeout of its own for -q/-N). Source: NVIDIA IMEX guide,
+#: "The nvidia-imex-ctl Tool" (-t applies to -s only).
+CTL_TIMEOUT_S = 5.0
+
+#: The all-zero ClusterUUID: GPUs not attached to a multi-node fabric. Source: NVML
+#: nvmlGpuFabricInfo_t (clusterUuid zero until registration completes).
+ZERO_UUID = "00000000-0000-0000-0000-000000000000"

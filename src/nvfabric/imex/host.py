@@ -1,0 +1,280 @@
+"""Host access for IMEX: the only module of :mod:`nvfabric.imex` that reads or changes the node.
+
+Reads (all under a root directory, default ``/``): systemd wants/ links of the host unit,
+the DRA driver's kubelet plugin state, slurm.conf and its prolog/epilog scripts, the channel
+nodes and /proc/driver/nvidia/params. Changes: channel nodes (``mknod``, mode 0666) and config
+files (atomic writes through :func:`nvfabric.configs.atomic.write_atomic`). Runs
+``nvidia-imex-ctl`` with a hard timeout (argv only). Reads interface addresses with psutil.
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+import signal
+import socket
+import stat
+import subprocess
+from dataclasses import dataclass
+
+from ..configs.atomic import write_atomic
+from ..inventory.fs import listdir, read_text, under
+from ..inventory.nvidia import driver_version, imex_major, loaded_modules
+from .channels import ChannelFacts, DevNode, channel_path, parse_params
+from .facts import (
+    CAPS_DIR,
+    CHANNEL_DIR,
+    CHANNEL_MODE,
+    CTL_TIMEOUT_S,
+    DRA_PLUGIN_DIRS,
+    HOST_UNIT,
+    PARAMS_PATH,
+    SLURM_CONF_PATHS,
+    SLURM_PROLOG_MARKERS,
+    SLURM_SWITCH_IMEX,
+    SYSTEMD_DIRS,
+)
+from .owner import OwnerEvidence
+
+
+def gather_evidence(root: str) -> OwnerEvidence:
+    """Owner evidence of the node under ``root`` (host paths in the lines)."""
+    return OwnerEvidence(
+        dra=_dra_evidence(root),
+        unit_enabled=_unit_wants(root),
+        unit_masked=_unit_masked(root),
+        slurm=_slurm_evidence(root),
+    )
+
+
+def _dra_evidence(root: str) -> tuple[str, ...]:
+    out = []
+    for d in DRA_PLUGIN_DIRS:
+        path = under(root, d)
+        if not os.path.isdir(path):
+            continue
+        parts = []
+        if os.path.isfile(os.path.join(path, "checkpoint.json")):
+            parts.append("checkpoint.json")
+        domains = listdir(os.path.join(path, "domains"))
+        if domains:
+            parts.append(f"{len(domains)} ComputeDomain(s)")
+        out.append(f"kubelet plugin state {d}" + (f" ({', '.join(parts)})" if parts else ""))
+    return tuple(out)
+
+
+def _unit_wants(root: str) -> tuple[str, ...]:
+    out = []
+    for d in SYSTEMD_DIRS:
+        for wants in listdir(under(root, d)):
+            if not wants.endswith((".wants", ".requires")):
+                continue
+            link = f"{d}/{wants}/{HOST_UNIT}"
+            if os.path.lexists(under(root, link)):
+                out.append(link)
+    return tuple(out)
+
+
+def _unit_masked(root: str) -> str | None:
+    for d in SYSTEMD_DIRS:
+        link = f"{d}/{HOST_UNIT}"
+        path = under(root, link)
+        try:
+            target = os.readlink(path)
+        except OSError:
+            continue
+        if target == "/dev/null":
+            return f"{link} -> /dev/null"
+    return None
+
+
+def _slurm_evidence(root: str) -> tuple[str, ...]:
+    out: list[str] = []
+    for conf in SLURM_CONF_PATHS:
+        text = read_text(under(root, conf), limit=1 << 20)
+        if text is None:
+            continue
+        for key, value in _slurm_items(text):
+            low = key.lower()
+            if low == "switchtype" and value.strip() == SLURM_SWITCH_IMEX:
+                out.append(f"{conf}: SwitchType={value.strip()}")
+            elif low in ("prolog", "epilog"):
+                for script in _scripts(root, value):
+                    body = read_text(under(root, script), limit=1 << 20) or ""
+                    marks = [m for m in SLURM_PROLOG_MARKERS if m in body]
+                    if marks:
+                        out.append(f"{conf}: {key}={value} -> {script} mentions {marks[0]}")
+    return tuple(out)
+
+
+def _slurm_items(text: str) -> list[tuple[str, str]]:
+    """``Key=Value`` pairs of slurm.conf (case-insensitive keys, ``#`` comments)."""
+    out = []
+    for line in text.splitlines():
+        line = line.split("#", 1)[0].strip()
+        key, sep, value = line.partition("=")
+        if sep and key.strip() and " " not in key.strip():
+            out.append((key.strip(), value.strip()))
+    return out
+
+
+def _scripts(root: str, value: str) -> list[str]:
+    """Host paths of a Prolog/Epilog value: comma-separated paths, each may be a glob."""
+    out = []
+    for item in value.split(","):
+        item = item.strip()
+        if not item.startswith("/"):
+            continue
+        matches = sorted(glob.glob(under(root, item)))
+        rootlen = len(os.path.abspath(root).rstrip("/"))
+        out += [m[rootlen:] if root != "/" else m for m in matches if os.path.isfile(m)]
+    return out
+
+
+# -- channels ---------------------------------------------------------------------------------
+
+
+def stat_node(root: str, host_path: str) -> DevNode | None:
+    """The node at ``host_path`` (not following links), None when absent."""
+    try:
+        st = os.lstat(under(root, host_path))
+    except OSError:
+        return None
+    mode = st.st_mode
+    if stat.S_ISCHR(mode):
+        kind = "char"
+    elif stat.S_ISBLK(mode):
+        kind = "block"
+    elif stat.S_ISREG(mode):
+        kind = "file"
+    elif stat.S_ISDIR(mode):
+        kind = "dir"
+    else:
+        kind = "other"
+    dev = kind in ("char", "block")
+    return DevNode(
+        host_path, kind,
+        os.major(st.st_rdev) if dev else None, os.minor(st.st_rdev) if dev else None,
+        stat.S_IMODE(mode), st.st_uid, st.st_gid,
+    )
+
+
+def read_channels(root: str) -> ChannelFacts:
+    """Channel facts of the node under ``root``."""
+    nodes = [stat_node(root, f"{CHANNEL_DIR}/{n}") for n in listdir(under(root, CHANNEL_DIR))]
+    caps = [stat_node(root, f"{CAPS_DIR}/{n}") for n in listdir(under(root, CAPS_DIR))]
+    params = read_text(under(root, PARAMS_PATH))
+    return ChannelFacts(
+        major=imex_major(root),
+        nodes=tuple(n for n in nodes if n is not None),
+        caps=tuple(n for n in caps if n is not None),
+        params=parse_params(params) if params else {},
+        driver_loaded=driver_version(root) is not None and "nvidia" in loaded_modules(root),
+    )
+
+
+def create_channel(root: str, number: int, major: int) -> DevNode:
+    """Make ``channel<number>`` (c major:number, mode 0666, as NVIDIA documents) atomically:
+    mknod a temporary node beside it, chmod (the umask applies to mknod), rename over whatever
+    was there. The directory is created mode 0755. Raises OSError (EPERM without CAP_MKNOD)."""
+    host_path = channel_path(number)
+    path = under(root, host_path)
+    directory = os.path.dirname(path)
+    if not os.path.isdir(directory):
+        os.makedirs(directory, mode=0o755, exist_ok=True)
+    tmp = os.path.join(directory, f".channel{number}.nvfabric.{os.getpid()}")
+    if os.path.lexists(tmp):
+        os.unlink(tmp)
+    os.mknod(tmp, stat.S_IFCHR | CHANNEL_MODE, os.makedev(major, number))
+    try:
+        os.chmod(tmp, CHANNEL_MODE)
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
+    node = stat_node(root, host_path)
+    assert node is not None
+    return node
+
+
+# -- files and interfaces ---------------------------------------------------------------------
+
+
+def read_file(root: str, host_path: str) -> str | None:
+    """Text of a config file under ``root`` (not stripped), None when missing/unreadable."""
+    try:
+        with open(under(root, host_path), encoding="utf-8", errors="replace") as fh:
+            return fh.read(1 << 20)
+    except OSError:
+        return None
+
+
+def write_file(root: str, host_path: str, content: str, mode: int = 0o644) -> None:
+    """Atomic replace of a config file under ``root`` (a backup of different old content is
+    kept as ``.nvfabric.bak``). Raises OSError."""
+    write_atomic(under(root, host_path), content, mode=mode)
+
+
+def local_addresses() -> tuple[str, ...]:
+    """Every IPv4/IPv6 address of this host's interfaces (psutil), scopes stripped."""
+    import psutil
+
+    out = set()
+    for addrs in psutil.net_if_addrs().values():
+        for a in addrs:
+            if a.family in (socket.AF_INET, socket.AF_INET6):
+                out.add(a.address.split("%", 1)[0])
+    return tuple(sorted(out))
+
+
+def local_names(root: str) -> tuple[str, ...]:
+    """This node's host names: etc/hostname under a simulated root, else gethostname()
+    (no DNS lookup: it can hang)."""
+    if os.path.abspath(root) != "/":
+        text = read_text(under(root, "/etc/hostname"))
+        return (text,) if text else ()
+    return (socket.gethostname(),)
+
+
+# -- nvidia-imex-ctl --------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class CtlResult:
+    """One ctl call: ``rc`` None when it timed out (then killed with its process group)."""
+
+    argv: tuple[str, ...]
+    rc: int | None
+    stdout: str
+    stderr: str
+
+    @property
+    def timed_out(self) -> bool:
+        return self.rc is None
+
+
+def run_ctl(argv: tuple[str, ...], timeout_s: float = CTL_TIMEOUT_S) -> CtlResult:
+    """Run ``nvidia-imex-ctl`` (argv only) with a hard timeout: it is known to hang. On
+    timeout its whole process group gets SIGKILL. Raises OSError when it cannot be executed."""
+    proc = subprocess.Popen(
+        list(argv), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        start_new_session=True,
+    )
+    try:
+        out, err = proc.communicate(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        try:
+            out, err = proc.communicate(timeout=1.0)
+        except subprocess.TimeoutExpired:
+            out, err = b"", b""
+        return CtlResult(argv, None, out.decode("utf-8", "replace"),
+                         err.decode("utf-8", "replace"))
+    return CtlResult(argv, proc.returncode, out.decode("utf-8", "replace"),
+                     err.decode("utf-8", "replace"))
