@@ -50,6 +50,13 @@ CODES: frozenset[str] = frozenset(
         "restart_needs_gpu_reset",
         "nvml_unavailable",
         "input_unreadable",
+        # Added by the health and diagnosis module (README "Finding codes").
+        "nvml_function_not_found",
+        "fabric_info_not_supported",
+        "fabric_partition_inactive",
+        "nvswitch_nonfatal_error",
+        "nvswitch_not_visible",
+        "imex_memory_export_failed",
         # Artifacts (issue 5; README "Version-matched artifacts").
         "download_failed",
         "archive_unsafe",
