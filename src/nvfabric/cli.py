@@ -19,6 +19,8 @@ COMMANDS: dict[str, str] = {
     "detect": "nvfabric.commands.detect:detect",
     "plan": "nvfabric.commands.plan:plan_cmd",
     "simulate": "nvfabric.commands.simulate:simulate",
+    "imex": "nvfabric.commands.imex:imex",
+    "domain": "nvfabric.commands.domain:domain",
 }
 
 

@@ -1,0 +1,366 @@
+"""``nvfabric imex owner|channel|config|domain``: IMEX on GB200/GB300 compute trays.
+
+- ``owner``: who runs IMEX here (host, dra, slurm, none) and the evidence; exit 1 on a conflict.
+- ``channel``: the IMEX channel device and nodes; ``--create N`` makes channelN (mode 0666).
+- ``config``: patch config.cfg and write nodes_config.cfg from ``--peers FILE``,
+  ``--peers-slurm HOSTLIST`` or ``--peer ADDR``; refuses a node list without this host.
+- ``domain``: the domain as ``nvidia-imex-ctl -N`` sees it (UP, DEGRADED, DOWN), or a saved
+  output of it.
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+import click
+
+from ..configs.keyvalue import ConfigValueError
+from ..errors import NvfabricError, usage_error
+from ..findings import Finding
+from ..imex import channels, config, ctl, host, nodes, owner
+from ..imex.domain import node_list_id
+from ..imex.facts import CONFIG_PATH, CTL_TIMEOUT_S, IMEX_CTL_BINARY, NODES_CONFIG_PATH
+from ..inventory.fs import under
+from ..inventory.nvidia import driver_version
+from ..output import console, guarded, json_option, print_findings, print_json, root_option
+
+
+@click.group("imex")
+def imex() -> None:
+    """IMEX on multi-node NVLink trays: owner, channels, configuration, domain state."""
+
+
+def _exit_for(findings: tuple[Finding, ...] | list[Finding]) -> None:
+    if any(f.severity == "error" for f in findings):
+        sys.exit(1)
+
+
+owner_option = click.option(
+    "--imex-owner", type=click.Choice(owner.OWNERS), default=None,
+    help="Who runs IMEX on this node (default: detected).")
+
+
+@imex.command("owner")
+@root_option
+@owner_option
+@json_option
+@guarded
+def owner_cmd(root: str, imex_owner: str | None, as_json: bool) -> None:
+    """Who runs IMEX here (DRA driver, Slurm, the host unit, nobody), with the evidence;
+    exit 1 when two owners claim the node."""
+    decision = owner.decide(host.gather_evidence(root), imex_owner)
+    findings = [decision.conflict] if decision.conflict else []
+    if as_json:
+        print_json({**decision.to_json(), "findings": [f.to_json() for f in findings]})
+    else:
+        from rich.markup import escape
+
+        con = console()
+        runner = f" (run by {decision.runner})" if decision.runner else ""
+        con.print(f"[bold]IMEX owner[/bold] {decision.owner}{runner}, {decision.source}")
+        for r in decision.reasons:
+            con.print(f"  - {escape(r)}")
+        if decision.evidence:
+            con.print("[bold]evidence[/bold]")
+            for e in decision.evidence:
+                con.print(f"  - {escape(e)}")
+        print_findings(con, findings, "problems")
+    _exit_for(findings)
+
+
+@imex.command("channel")
+@root_option
+@click.option("--create", "create", type=click.IntRange(0, (1 << 20) - 1), default=None,
+              metavar="N", help="Make /dev/nvidia-caps-imex-channels/channelN (mode 0666).")
+@json_option
+@guarded
+def channel_cmd(root: str, create: int | None, as_json: bool) -> None:
+    """The IMEX channel device (major from /proc/devices), channel nodes, their mode and owner,
+    and the driver's NVreg_CreateImexChannel0 / ImexChannelCount; exit 1 when channel0 (or
+    the created one) is missing or unusable."""
+    facts = host.read_channels(root)
+    created: str | None = None
+    if create is not None:
+        created = _create(root, facts, create)
+        facts = host.read_channels(root)
+    required = (create,) if create is not None else (0,)
+    findings = channels.check(facts, required)
+    if as_json:
+        print_json({**facts.to_json(), "created": created,
+                    "findings": [f.to_json() for f in findings]})
+    else:
+        con = console()
+        con.print(f"[bold]nvidia-caps-imex-channels[/bold] major "
+                  f"{facts.major if facts.major is not None else 'not registered'}")
+        con.print(f"ImexChannelCount {facts.channel_count}, CreateImexChannel0 "
+                  f"{facts.create_channel0}")
+        for n in facts.nodes:
+            dev = f"c {n.major},{n.minor}" if n.kind == "char" else n.kind
+            con.print(f"  {n.path}  {dev}  mode 0{n.mode:03o}  owner {n.uid}:{n.gid}")
+        if not facts.nodes:
+            con.print("  no channel nodes")
+        if created:
+            con.print(f"created {created}")
+        print_findings(con, findings, "problems")
+    _exit_for(findings)
+
+
+def _create(root: str, facts: channels.ChannelFacts, number: int) -> str:
+    path = channels.channel_path(number)
+    if facts.major is None:
+        raise NvfabricError(channels.check(facts)[0])
+    count = facts.channel_count
+    if count is not None and number >= count:
+        raise usage_error(f"channel {number} is beyond ImexChannelCount={count}",
+                          f"use a channel below {count}")
+    try:
+        host.create_channel(root, number, facts.major)
+    except OSError as err:
+        raise NvfabricError(Finding(
+            "imex_channel_missing", "error",
+            f"cannot create {path}: {err.strerror or err}",
+            "run as root (mknod needs CAP_MKNOD; in a container, a privileged one with the "
+            "host's /dev); or " + channels.fixes(number, facts.major),
+            {"channel": number, "major": facts.major, "path": path},
+        )) from None
+    return path
+
+
+# -- config -----------------------------------------------------------------------------------
+
+
+def peers_from_options(root: str, peers_file: str | None, peers_slurm: str | None,
+                       peer: tuple[str, ...]) -> tuple[nodes.Peer, ...] | None:
+    """The node list from exactly one of --peers FILE, --peers-slurm HOSTLIST, --peer ADDR...
+    (None when none is given); usage error (exit 2) on bad input."""
+    given = [x for x in (peers_file, peers_slurm, peer or None) if x]
+    if len(given) > 1:
+        raise usage_error("give the node list one way: --peers, --peers-slurm or --peer")
+    try:
+        if peers_file is not None:
+            try:
+                with open(peers_file, encoding="utf-8") as fh:
+                    text = fh.read(1 << 20)
+            except OSError as err:
+                raise usage_error(f"cannot read --peers {peers_file}: {err.strerror or err}")\
+                    from None
+            return nodes.parse_nodes_config(text)
+        if peers_slurm is not None:
+            return nodes.expand_slurm(peers_slurm)
+        if peer:
+            return tuple(nodes.parse_entry(p) for p in peer)
+    except nodes.PeerError as err:
+        raise usage_error(f"IMEX node list: {err}",
+                          "one IP address or host name per entry") from None
+    return None
+
+
+def check_node_list(root: str, peers: tuple[nodes.Peer, ...], local: tuple[str, ...],
+                    skip_local: bool) -> list[Finding]:
+    """Validation and locality findings of a node list for the node under ``root``."""
+    findings = list(nodes.validate(peers, driver_version(root)))
+    if not skip_local:
+        addrs = local or host.local_addresses()
+        problem = nodes.check_local(peers, addrs, host.local_names(root))
+        if problem:
+            findings.append(problem)
+    return findings
+
+
+@imex.command("config")
+@root_option
+@click.option("--config", "config_path", default=CONFIG_PATH, show_default=True,
+              help="The IMEX config.cfg to patch (host path).")
+@click.option("--output", default=None, help="Write the patched config here instead of in place.")
+@click.option("--nodes-config", default=None,
+              help="Where to write the node list (default: IMEX_NODE_CONFIG_FILE of the config).")
+@click.option("--peers", "peers_file", default=None, metavar="FILE",
+              help="Node list file: one address or host name per line, # comments.")
+@click.option("--peers-slurm", default=None, metavar="HOSTLIST",
+              help="Slurm hostlist expression, e.g. \"$SLURM_JOB_NODELIST\" or gb-[01-18].")
+@click.option("--peer", multiple=True, metavar="ADDR", help="One node list entry (repeat).")
+@click.option("--set", "sets", multiple=True, metavar="KEY=VALUE",
+              help="Set a config.cfg key (repeat), e.g. --set DAEMONIZE=0.")
+@click.option("--local-address", multiple=True, metavar="ADDR",
+              help="This node's addresses, instead of its interfaces (other network namespace).")
+@click.option("--skip-local-check", is_flag=True,
+              help="Write a node list without this node (for a file shared by every node).")
+@click.option("--dry-run", is_flag=True, help="Print the files, write nothing.")
+@json_option
+@guarded
+def config_cmd(root: str, config_path: str, output: str | None, nodes_config: str | None,
+               peers_file: str | None, peers_slurm: str | None, peer: tuple[str, ...],
+               sets: tuple[str, ...], local_address: tuple[str, ...], skip_local_check: bool,
+               dry_run: bool, as_json: bool) -> None:
+    """Patch the shipped IMEX config.cfg (comments and order kept, atomic, backup) and write
+    nodes_config.cfg; refuse (exit 1, imex_no_local_interface) a node list in which this node
+    is not exactly one entry."""
+    for p in (config_path, output, nodes_config):
+        if p is not None and not p.startswith("/"):
+            raise usage_error(f"{p!r}: expected an absolute host path")
+    shipped = host.read_file(root, config_path)
+    if shipped is None:
+        raise NvfabricError(Finding(
+            "config_invalid_value", "error", f"no IMEX config at {config_path}",
+            "install the nvidia-imex package matching the driver, or give --config",
+            {"key": "config", "path": config_path}))
+    peers = peers_from_options(root, peers_file, peers_slurm, peer)
+    nodes_path = nodes_config or config.node_config_path(shipped, NODES_CONFIG_PATH)
+    try:
+        changes = config.parse_set(sets)
+        if nodes_config is not None or (peers is not None and
+                                        config.node_config_path(shipped, "") != nodes_path):
+            changes["IMEX_NODE_CONFIG_FILE"] = nodes_path
+        new_config = config.effective(shipped, changes)
+    except ConfigValueError as err:
+        raise NvfabricError(Finding(
+            "config_invalid_value", "error", f"IMEX config: {err}",
+            "fix the value; config.cfg keys take one line each", {"key": err.key}),
+            exit_code=2) from None
+    if peers is None:
+        text = host.read_file(root, nodes_path)
+        if text is None:
+            raise usage_error(f"no node list at {nodes_path} and none given",
+                              "give --peers FILE, --peers-slurm HOSTLIST or --peer ADDR")
+        try:
+            current = nodes.parse_nodes_config(text)
+        except nodes.PeerError as err:
+            raise NvfabricError(Finding(
+                "config_invalid_value", "error", f"{nodes_path}: {err}",
+                "one IP address or host name per line", {"key": "nodes", "path": nodes_path}))\
+                from None
+    else:
+        current = peers
+    findings = check_node_list(root, current, local_address, skip_local_check)
+    errors = [f for f in findings if f.severity == "error"]
+    files: list[dict[str, str]] = []
+    if peers is not None:
+        files.append({"path": nodes_path, "content": nodes.render(peers)})
+    target = output or config_path
+    if new_config != shipped or output is not None:
+        files.append({"path": target, "content": new_config})
+    written = False
+    if not errors and not dry_run:
+        try:
+            for f in files:
+                host.write_file(root, f["path"], f["content"])
+        except OSError as err:
+            raise NvfabricError(Finding(
+                "config_invalid_value", "error", f"cannot write {err.filename}: {err.strerror}",
+                "run as root, or give --output/--nodes-config in a writable place",
+                {"key": "path"})) from None
+        written = bool(files)
+    data: dict[str, Any] = {
+        "config": target,
+        "nodes_config": nodes_path,
+        "node_list": [p.text for p in current],
+        "node_list_id": node_list_id(p.text for p in current) if current else None,
+        "files": files,
+        "written": written,
+        "findings": [f.to_json() for f in findings],
+    }
+    if as_json:
+        print_json(data)
+    else:
+        con = console()
+        for f in files:
+            verb = "wrote" if written else "would write"
+            con.print(f"[bold]{verb} {f['path']}[/bold]")
+            if dry_run:
+                sys.stdout.write(f["content"])
+        if not files:
+            con.print("nothing to change")
+        con.print(f"node list: {len(current)} entries ({data['node_list_id']})")
+        print_findings(con, findings, "problems")
+    _exit_for(findings)
+
+
+# -- domain -----------------------------------------------------------------------------------
+
+
+@imex.command("domain")
+@root_option
+@click.option("--config", "config_path", default=CONFIG_PATH, show_default=True,
+              help="The config.cfg the daemon runs with (nvidia-imex-ctl -c).")
+@click.option("--ctl", "ctl_path", default=IMEX_CTL_BINARY, show_default=True,
+              help="nvidia-imex-ctl (host path, resolved under --root).")
+@click.option("--timeout", "timeout_s", type=click.FloatRange(0.1, 600), default=CTL_TIMEOUT_S,
+              show_default=True, help="Hard timeout for each nvidia-imex-ctl call, seconds.")
+@click.option("--from-file", "from_file", default=None, metavar="FILE",
+              help="Read a saved `nvidia-imex-ctl -N` or `-N -j` output instead.")
+@json_option
+@guarded
+def domain_cmd(root: str, config_path: str, ctl_path: str, timeout_s: float,
+               from_file: str | None, as_json: bool) -> None:
+    """The IMEX domain as this node's daemon sees it: UP, DEGRADED or DOWN, with the
+    unreachable nodes named; exit 1 unless UP."""
+    if from_file is not None:
+        try:
+            with open(from_file, encoding="utf-8", errors="replace") as fh:
+                text = fh.read(16 << 20)
+        except OSError as err:
+            raise usage_error(f"cannot read {from_file}: {err.strerror or err}") from None
+        status = _parse(text, from_file)
+    else:
+        status = query_domain(root, ctl_path, config_path, timeout_s)
+    finding = status.finding()
+    findings = [finding] if finding else []
+    if as_json:
+        print_json({**status.to_json(), "findings": [f.to_json() for f in findings]})
+    else:
+        con = console()
+        style = "green" if status.state == "UP" else "bold red"
+        when = f", {status.timestamp}" if status.timestamp else ""
+        con.print(f"[bold]IMEX domain[/bold] [{style}]{status.state}[/]"
+                  f" ({len(status.nodes)} nodes{when})")
+        for n in status.nodes:
+            con.print(f"  node {n.node_id:>2}  {n.host:<40} {n.status:<12} {n.version or ''}")
+        print_findings(con, findings, "problems")
+    _exit_for(findings)
+
+
+def _parse(text: str, where: str) -> ctl.DomainStatus:
+    try:
+        return ctl.parse_domain(text)
+    except ValueError as err:
+        raise usage_error(f"{where}: {err}",
+                          "give the output of `nvidia-imex-ctl -N` or `-N -j`") from None
+
+
+def query_domain(root: str, ctl_path: str, config_path: str,
+                 timeout_s: float) -> ctl.DomainStatus:
+    """Ask the daemon (``-N -j``, then ``-N`` for a ctl without JSON) under a hard timeout;
+    NvfabricError ``imex_ctl_timeout`` / ``imex_not_ready`` when it does not answer."""
+    binary = under(root, ctl_path) if root != "/" else ctl_path
+    cfg = under(root, config_path) if root != "/" else config_path
+    last: host.CtlResult | None = None
+    for as_json in (True, False):
+        argv = ctl.domain_argv(binary, cfg, as_json)
+        try:
+            result = host.run_ctl(argv, timeout_s)
+        except OSError as err:
+            raise NvfabricError(Finding(
+                "binary_missing", "error", f"cannot run {binary}: {err.strerror or err}",
+                "install the nvidia-imex package (it ships nvidia-imex-ctl), or give --ctl",
+                {"service": "imex"})) from None
+        if result.timed_out:
+            raise NvfabricError(Finding(
+                "imex_ctl_timeout", "error",
+                f"{' '.join(argv)} did not answer within {timeout_s:g} s (killed)",
+                "is nvidia-imex running with IMEX_CMD_ENABLED=1 and this config? "
+                "(nvidia-imex-ctl hangs when the daemon does not answer)",
+                {"argv": list(argv), "timeout_s": timeout_s}))
+        last = result
+        if result.rc == 0:
+            try:
+                return ctl.parse_domain(result.stdout)
+            except ValueError:
+                continue
+    assert last is not None
+    raise NvfabricError(Finding(
+        "imex_not_ready", "error",
+        f"nvidia-imex-ctl exited with code {last.rc}: "
+        + ((last.stderr or last.stdout).strip().splitlines() or ["no output"])[-1],
+        "is nvidia-imex running (nvfabric run, or its unit) with the command service on?",
+        {"argv": list(last.argv), "exit_code": last.rc}))
