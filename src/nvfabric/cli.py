@@ -21,6 +21,8 @@ COMMANDS: dict[str, str] = {
     "simulate": "nvfabric.commands.simulate:simulate",
     "imex": "nvfabric.commands.imex:imex",
     "domain": "nvfabric.commands.domain:domain",
+    "fetch": "nvfabric.commands.fetch:fetch",
+    "install": "nvfabric.commands.fetch:install",
 }
 
 

@@ -1,0 +1,223 @@
+"""CUDA APT repositories: find the exact package of a component in a ``Packages`` index.
+
+A CUDA repository is flat: ``<base>/<distro>/<x86_64|sbsa>/Packages[.gz|.xz]`` and the
+``Filename`` of each stanza is relative to that directory (``./nvidia-fabricmanager_…deb``).
+Rules (cases F04, F05; ../shared/corpus/apt):
+
+- The package name comes from the naming table by driver branch (:mod:`.tables`): R580 and
+  later unversioned (``nvidia-fabricmanager``), before R580 ``nvidia-fabricmanager-535``.
+- Only a stanza whose ``Package`` is that name counts; ``Provides`` never does (from R580
+  ``nvidia-fabricmanager-580`` is only a virtual package, and pinning it fails), and a
+  transitional package never does (``cuda-drivers-fabricmanager-460`` at 510.85.02).
+- Its upstream version must equal the driver version field by field; the Debian revision
+  (``-1``, ``-0ubuntu1``, ``-1ubuntu1``) and epoch are kept as published. Among several
+  revisions of the exact version the highest by Debian ordering wins (python-debian).
+
+Parsing: python-debian's deb822 parses the stanzas; a byte-level scan for
+``Package: <name>`` first picks the few stanzas worth parsing, so a 5 MB index resolves in
+milliseconds. Pure: bytes in, values out.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from functools import cmp_to_key
+
+from ..errors import NvfabricError
+from ..findings import Finding
+from .model import (
+    Artifact,
+    Request,
+    join_url,
+    normal_sha256,
+    not_available,
+    safe_relative_path,
+)
+from .naming import arch_name, package_name
+from .tables import OWN_VERSION
+from .versions import same
+
+
+@dataclass(frozen=True)
+class DebStanza:
+    """The fields of one ``Packages`` stanza that resolution reads (strings as published;
+    ``size`` in bytes or None)."""
+
+    package: str
+    version: str
+    architecture: str
+    filename: str
+    sha256: str
+    size: int | None
+    description: str
+    provides: str = ""
+
+
+def find_stanzas(index: bytes, names: Iterable[str]) -> list[DebStanza]:
+    """Every stanza of ``index`` whose ``Package`` field is one of ``names``, parsed with
+    python-debian, in index order. Other stanzas are not parsed."""
+    wanted = sorted({n for n in names if n})
+    if not wanted:
+        return []
+    from debian.deb822 import Packages
+
+    pattern = re.compile(
+        rb"^Package:[ \t]*(" + b"|".join(re.escape(n.encode()) for n in wanted) + rb")[ \t]*$",
+        re.MULTILINE,
+    )
+    out: list[DebStanza] = []
+    for match in pattern.finditer(index):
+        start = index.rfind(b"\n\n", 0, match.start())
+        start = 0 if start < 0 else start + 2
+        end = index.find(b"\n\n", match.end())
+        end = len(index) if end < 0 else end
+        para = Packages(index[start:end].decode("utf-8", "replace"))
+        size_text = para.get("Size", "")
+        out.append(
+            DebStanza(
+                package=para.get("Package", ""),
+                version=para.get("Version", ""),
+                architecture=para.get("Architecture", ""),
+                filename=para.get("Filename", ""),
+                sha256=para.get("SHA256", ""),
+                size=int(size_text) if size_text.isdigit() else None,
+                description=para.get("Description", ""),
+                provides=para.get("Provides", ""),
+            )
+        )
+    return out
+
+
+def upstream(version: str) -> str:
+    """The upstream part of a Debian version (epoch and revision removed), via python-debian:
+    ``1:580.126.09-1`` -> ``580.126.09``."""
+    from debian.debian_support import Version
+
+    try:
+        return str(Version(version).upstream_version or "")
+    except ValueError:
+        return ""
+
+
+def is_transitional(stanza: DebStanza) -> bool:
+    """A transitional or dummy package (its description says so): it carries no files of its
+    own and its version says nothing about what it pulls in."""
+    first = stanza.description.splitlines()[0].lower() if stanza.description else ""
+    return "transitional" in first or "dummy package" in first
+
+
+def pick(stanzas: Iterable[DebStanza], name: str, deb_arch: str, version: str) -> DebStanza | None:
+    """The stanza of package ``name`` for ``deb_arch`` (or ``all``) whose upstream version
+    equals ``version`` (numeric per field), highest Debian revision first; None if none."""
+    from debian.debian_support import version_compare
+
+    hits = [
+        s for s in stanzas
+        if s.package == name
+        and s.architecture in (deb_arch, "all")
+        and not is_transitional(s)
+        and same(upstream(s.version), version)
+    ]
+    if not hits:
+        return None
+    hits.sort(key=cmp_to_key(lambda a, b: version_compare(a.version, b.version)))
+    return hits[-1]
+
+
+def resolve(
+    index: bytes, searched: Sequence[str], base: str, request: Request
+) -> list[Artifact]:
+    """The ``.deb`` of each requested component for the exact driver version (nvlsm: its own
+    ``request.nvlsm_version``). Raises ``artifact_not_available`` naming the package, the
+    versions the index does have, the platform and ``searched`` (every URL read)."""
+    deb_arch = arch_name("deb", request.arch)
+    driver = request.driver_version
+    names: dict[str, str] = {}
+    for comp in request.components:
+        name = package_name("deb", comp, driver)
+        if name is None:
+            raise not_available(
+                comp, driver, deb_arch, searched,
+                f"no deb package carries {comp} for the R{driver.split('.')[0]} branch",
+            )
+        names[comp] = name
+    stanzas = find_stanzas(index, names.values())
+    out: list[Artifact] = []
+    for comp in request.components:
+        name = names[comp]
+        want = request.nvlsm_version if comp in OWN_VERSION else driver
+        if want is None:
+            raise not_available(comp, driver, deb_arch, searched, "its version is not known")
+        chosen = pick(stanzas, name, deb_arch, want)
+        if chosen is None:
+            have = sorted(
+                {s.version for s in stanzas if s.package == name and not is_transitional(s)}
+            )
+            detail = (
+                f"package {name} has {', '.join(have)} but not {want}" if have
+                else f"the index has no package {name}"
+            )
+            raise not_available(comp, want, deb_arch, searched, detail)
+        filename = chosen.filename[2:] if chosen.filename.startswith("./") else chosen.filename
+        sha = normal_sha256(chosen.sha256)
+        if not safe_relative_path(filename) or sha is None:
+            raise not_available(
+                comp, want, deb_arch, searched,
+                f"the stanza of {name} {chosen.version} has an unsafe Filename or no SHA256",
+            )
+        out.append(
+            Artifact(
+                component=comp,
+                version=chosen.version,
+                arch=deb_arch,
+                url=join_url(base, filename),
+                sha256=sha,
+                size=chosen.size,
+                source="apt",
+                package=name,
+            )
+        )
+    return out
+
+
+def pin_lines(artifacts: Iterable[Artifact]) -> list[str]:
+    """What an operator runs to install exactly these versions and keep them:
+    ``apt-get install -y --no-install-recommends name=version …`` then ``apt-mark hold …``."""
+    arts = [a for a in artifacts if a.package]
+    if not arts:
+        return []
+    return [" ".join(argv) for argv in commands(arts)]
+
+
+def commands(artifacts: Iterable[Artifact]) -> list[list[str]]:
+    """The argv lists behind :func:`pin_lines`; every name and version passes
+    :func:`validate_pin` first."""
+    arts = [a for a in artifacts if a.package]
+    if not arts:
+        return []
+    specs = [validate_pin(a.package or "", a.version) for a in arts]
+    return [
+        ["apt-get", "install", "-y", "--no-install-recommends", *(f"{n}={v}" for n, v in specs)],
+        ["apt-mark", "hold", *(n for n, _ in specs)],
+    ]
+
+
+_NAME_RE = re.compile(r"^[a-z0-9][a-z0-9+.-]+$")
+_VERSION_RE = re.compile(r"^([0-9]+:)?[0-9][A-Za-z0-9.+~-]*$")
+
+
+def validate_pin(name: str, version: str) -> tuple[str, str]:
+    """Check a Debian package name and version before they reach a command line (Debian
+    Policy 5.6.1 and 5.6.12 character sets). Raises NvfabricError ``input_unreadable`` (exit
+    1) when either is not plain."""
+    if not _NAME_RE.match(name) or not _VERSION_RE.match(version):
+        raise NvfabricError(
+            Finding(
+                "input_unreadable", "error",
+                f"refusing package spec {name!r}={version!r}: not a plain name/version",
+            ),
+            exit_code=1,
+        )
+    return name, version

@@ -1,0 +1,195 @@
+"""Resolution and download, the imperative shell around the pure resolvers: read the manifest
+or index through a :class:`~.transport.Transport`, resolve, download into a cache.
+
+Where each source looks (``base`` is ``--mirror`` when given, else NVIDIA's default):
+
+- redist: ``<base>/redistrib_<driver version>.json``; archives at ``<base>/<relative_path>``.
+- apt: ``<base>/Packages.xz``, ``Packages.gz``, ``Packages`` (first found); debs at
+  ``<base>/<Filename>``; default base ``…/cuda/repos/<distro>/<x86_64|sbsa>``.
+- rpm: ``<base>/repodata/repomd.xml`` -> primary; rpms at ``<base>/<location href>``.
+- nvlsm for apt/rpm: its calendar version is read from the redist manifest of the same driver
+  release (``<mirror or redist base>/redistrib_<driver>.json``) unless given.
+"""
+
+from __future__ import annotations
+
+import bz2
+import dataclasses
+import hashlib
+import lzma
+import os
+import zlib
+
+from . import apt, redist, rpm
+from .model import (
+    Artifact,
+    Request,
+    Resolution,
+    bad_source,
+    checksum_mismatch,
+    join_url,
+    not_available,
+)
+from .naming import arch_name
+from .tables import CUDA_REPO_BASE, OWN_VERSION, REDIST_BASE
+from .transport import NotPublished, Transport
+
+#: Largest decompressed index accepted (bytes): Debian's full main index is ~100 MB.
+MAX_INDEX = 1 << 30
+
+
+def repo_base(source: str, arch: str, mirror: str | None, distro: str | None) -> str:
+    """The base URL of a source (see module doc). ValueError when an apt/rpm base needs a
+    distro that is not known."""
+    if mirror:
+        return mirror.rstrip("/")
+    if source == "redist":
+        return REDIST_BASE.rstrip("/")
+    if not distro:
+        raise ValueError("the CUDA repository distro is unknown")
+    return f"{CUDA_REPO_BASE}{distro}/{arch_name('cuda_repo', arch)}"
+
+
+def resolve(
+    request: Request, transport: Transport, mirror: str | None = None, distro: str | None = None
+) -> Resolution:
+    """Resolve ``request`` against its source. Raises ``artifact_not_available``,
+    ``checksum_mismatch`` (RPM primary metadata), ``download_failed`` or ``input_unreadable``;
+    ValueError when the distro is needed and unknown."""
+    base = repo_base(request.source, request.arch, mirror, distro)
+    searched: list[str] = []
+    if request.source == "redist":
+        url = join_url(base, redist.manifest_name(request.driver_version))
+        searched.append(url)
+        data = transport.get(url)
+        if data is None:
+            first = request.components[0] if request.components else "manifest"
+            raise not_available(
+                first, request.driver_version, f"linux-{arch_name('redist', request.arch)}",
+                searched, f"no manifest {redist.manifest_name(request.driver_version)}",
+            )
+        arts = redist.resolve(redist.parse_manifest(data, url), url, base, request)
+        return Resolution(request, tuple(arts), tuple(searched))
+
+    if any(c in OWN_VERSION for c in request.components) and request.nvlsm_version is None:
+        request = dataclasses.replace(
+            request, nvlsm_version=_nvlsm_version(request, transport, mirror, searched)
+        )
+    if request.source == "apt":
+        index, _url = _first_index(transport, base, searched, request)
+        arts = apt.resolve(index, tuple(searched), base, request)
+    else:
+        primary, _url = _primary(transport, base, searched, request)
+        arts = rpm.resolve(primary, tuple(searched), base, request)
+    return Resolution(request, tuple(arts), tuple(searched))
+
+
+def _nvlsm_version(
+    request: Request, transport: Transport, mirror: str | None, searched: list[str]
+) -> str:
+    """nvlsm's calendar version from the redist manifest of the driver release."""
+    base = mirror.rstrip("/") if mirror else REDIST_BASE.rstrip("/")
+    url = join_url(base, redist.manifest_name(request.driver_version))
+    searched.append(url)
+    data = transport.get(url)
+    platform = arch_name("deb" if request.source == "apt" else "rpm", request.arch)
+    if data is None:
+        raise not_available(
+            "nvlsm", request.driver_version, platform, searched,
+            "its calendar version comes from the driver's redist manifest, which is not there",
+            "pass --nvlsm-version (as in the driver release's redistrib manifest) or put "
+            "the manifest on the mirror",
+        )
+    manifest = redist.parse_manifest(data, url)
+    entry = manifest.components.get("nvlsm")
+    if entry is None or not redist.belongs_to(manifest, request.driver_version):
+        raise not_available(
+            "nvlsm", request.driver_version, platform, searched,
+            "the driver's redist manifest names no nvlsm release",
+        )
+    return entry.version
+
+
+def _first_index(
+    transport: Transport, base: str, searched: list[str], request: Request
+) -> tuple[bytes, str]:
+    for name in ("Packages.xz", "Packages.gz", "Packages"):
+        url = join_url(base, name)
+        searched.append(url)
+        data = transport.get(url)
+        if data is not None:
+            return decompress(data, url), url
+    raise not_available(
+        request.components[0], request.driver_version, arch_name("deb", request.arch),
+        searched, "no Packages index",
+    )
+
+
+def _primary(
+    transport: Transport, base: str, searched: list[str], request: Request
+) -> tuple[bytes, str]:
+    url = join_url(base, "repodata/repomd.xml")
+    searched.append(url)
+    data = transport.get(url)
+    if data is None:
+        raise not_available(
+            request.components[0], request.driver_version, arch_name("rpm", request.arch),
+            searched, "no repodata/repomd.xml",
+        )
+    ref = rpm.parse_repomd(data, url)
+    primary_url = join_url(base, ref.href)
+    searched.append(primary_url)
+    raw = transport.get(primary_url)
+    if raw is None:
+        raise not_available(
+            request.components[0], request.driver_version, arch_name("rpm", request.arch),
+            searched, f"repomd.xml names {ref.href}, which is missing",
+        )
+    if ref.checksum_type == "sha256":
+        actual = hashlib.sha256(raw).hexdigest()
+        if actual != ref.checksum:
+            raise checksum_mismatch(primary_url, ref.checksum, actual)
+    return decompress(raw, primary_url), primary_url
+
+
+def decompress(data: bytes, url: str, limit: int = MAX_INDEX) -> bytes:
+    """Undo the compression named by the URL's suffix (.gz, .xz, .bz2; anything else is
+    returned as is), refusing output over ``limit`` bytes. Raises ``input_unreadable``."""
+    try:
+        if url.endswith(".gz"):
+            dec: zlib._Decompress | lzma.LZMADecompressor | bz2.BZ2Decompressor = (
+                zlib.decompressobj(16 + zlib.MAX_WBITS))
+        elif url.endswith(".xz"):
+            dec = lzma.LZMADecompressor()
+        elif url.endswith(".bz2"):
+            dec = bz2.BZ2Decompressor()
+        elif url.endswith(".zst"):
+            raise bad_source(url, "zstd-compressed metadata is not supported")
+        else:
+            return data
+        out = dec.decompress(data, limit + 1)
+    except (OSError, EOFError, lzma.LZMAError, zlib.error) as err:
+        raise bad_source(url, f"cannot decompress ({err})") from None
+    if len(out) > limit:
+        raise bad_source(url, f"decompresses to more than {limit} bytes")
+    return out
+
+
+def cache_path(dest: str, artifact: Artifact) -> str:
+    """Where an artifact lives in the download cache: ``<dest>/<file name from the URL>``."""
+    return os.path.join(dest, artifact.filename)
+
+
+def fetch(artifact: Artifact, transport: Transport, dest: str) -> tuple[str, bool]:
+    """Download ``artifact`` into ``dest`` (verified; see :meth:`Transport.download`).
+    Returns (path, downloaded). Raises ``artifact_not_available`` when the file the manifest
+    or index names is not there."""
+    path = cache_path(dest, artifact)
+    try:
+        downloaded = transport.download(artifact.url, path, artifact.sha256, artifact.size)
+    except NotPublished:
+        raise not_available(
+            artifact.component, artifact.version, artifact.arch, [artifact.url],
+            "the manifest/index names this file but the source answers 404",
+        ) from None
+    return path, downloaded

@@ -1,0 +1,234 @@
+"""CUDA RPM repositories: ``repodata/repomd.xml`` -> primary metadata -> the exact package.
+
+``repomd.xml`` names the primary metadata (``<data type="primary">`` with ``location href``
+and a ``checksum``); primary lists ``<package type="rpm">`` with ``name``, ``arch``,
+``version epoch= ver= rel=``, ``checksum type="sha256"`` and ``location href`` relative to the
+repository root (createrepo_c's schema, namespace ``http://linux.duke.edu/metadata/common``).
+Package names by branch come from :mod:`.tables` (``nvidia-fabric-manager`` for R470..R575,
+``nvidia-fabricmanager`` from R580). The ``ver`` must equal the driver version field by field;
+``rel`` (``1``, ``1.el9``) is kept as published. Pure: bytes in, values out.
+"""
+
+from __future__ import annotations
+
+import io
+import re
+import xml.etree.ElementTree as ET
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+from ..errors import NvfabricError
+from ..findings import Finding
+from .model import (
+    Artifact,
+    Request,
+    bad_source,
+    join_url,
+    normal_sha256,
+    not_available,
+    safe_relative_path,
+)
+from .naming import arch_name, package_name
+from .tables import OWN_VERSION
+from .versions import same
+
+REPO_NS = "{http://linux.duke.edu/metadata/repo}"
+COMMON_NS = "{http://linux.duke.edu/metadata/common}"
+
+
+@dataclass(frozen=True)
+class RpmPackage:
+    """One ``<package>`` of primary metadata (strings as published; ``size`` in bytes)."""
+
+    name: str
+    arch: str
+    epoch: str
+    ver: str
+    rel: str
+    checksum_type: str
+    checksum: str
+    href: str
+    size: int | None
+
+    @property
+    def evr(self) -> str:
+        """``ver-rel``, with ``epoch:`` in front when the epoch is not 0."""
+        head = f"{self.epoch}:" if self.epoch not in ("", "0") else ""
+        return f"{head}{self.ver}-{self.rel}"
+
+
+@dataclass(frozen=True)
+class PrimaryRef:
+    """Where ``repomd.xml`` says the primary metadata is, and its checksum."""
+
+    href: str
+    checksum_type: str
+    checksum: str
+
+
+def parse_repomd(data: bytes, url: str) -> PrimaryRef:
+    """The primary metadata reference of ``repomd.xml``. Raises ``input_unreadable`` when the
+    document is not repomd or has no safe primary location."""
+    try:
+        root = ET.fromstring(data)
+    except ET.ParseError as err:
+        raise bad_source(url, f"not XML ({err})") from None
+    for node in root.iter(f"{REPO_NS}data"):
+        if node.get("type") != "primary":
+            continue
+        loc = node.find(f"{REPO_NS}location")
+        chk = node.find(f"{REPO_NS}checksum")
+        href = loc.get("href", "") if loc is not None else ""
+        if not safe_relative_path(href):
+            raise bad_source(url, f"unsafe primary location {href!r}")
+        return PrimaryRef(
+            href=href,
+            checksum_type=(chk.get("type", "") if chk is not None else ""),
+            checksum=((chk.text or "").strip().lower() if chk is not None else ""),
+        )
+    raise bad_source(url, "no primary metadata in repomd.xml")
+
+
+def find_packages(primary: bytes, names: Iterable[str]) -> list[RpmPackage]:
+    """Every ``<package>`` of primary metadata whose name is one of ``names``, in order.
+    Streams the document (iterparse) and drops each element once read."""
+    wanted = set(names)
+    out: list[RpmPackage] = []
+    for _event, elem in ET.iterparse(io.BytesIO(primary), events=("end",)):
+        if elem.tag != f"{COMMON_NS}package":
+            continue
+        name = (elem.findtext(f"{COMMON_NS}name") or "").strip()
+        if name in wanted:
+            ver = elem.find(f"{COMMON_NS}version")
+            chk = elem.find(f"{COMMON_NS}checksum")
+            loc = elem.find(f"{COMMON_NS}location")
+            size = elem.find(f"{COMMON_NS}size")
+            size_text = size.get("package", "") if size is not None else ""
+            out.append(
+                RpmPackage(
+                    name=name,
+                    arch=(elem.findtext(f"{COMMON_NS}arch") or "").strip(),
+                    epoch=ver.get("epoch", "0") if ver is not None else "0",
+                    ver=ver.get("ver", "") if ver is not None else "",
+                    rel=ver.get("rel", "") if ver is not None else "",
+                    checksum_type=chk.get("type", "") if chk is not None else "",
+                    checksum=(chk.text or "").strip() if chk is not None else "",
+                    href=loc.get("href", "") if loc is not None else "",
+                    size=int(size_text) if size_text.isdigit() else None,
+                )
+            )
+        elem.clear()
+    return out
+
+
+def rpmvercmp(a: str, b: str) -> int:
+    """RPM's version segment comparison (rpmio/rpmvercmp.c semantics: alternating digit and
+    letter runs, digits beat letters, numeric runs compared as integers, ``~`` sorts before
+    anything). Returns -1, 0 or 1."""
+    if a == b:
+        return 0
+    seg = re.compile(r"~|[0-9]+|[A-Za-z]+")
+    sa, sb = seg.findall(a), seg.findall(b)
+    for x, y in zip(sa, sb, strict=False):
+        if x == y:
+            continue
+        if x == "~" or y == "~":
+            return -1 if x == "~" else 1
+        if x.isdigit() != y.isdigit():
+            return 1 if x.isdigit() else -1
+        if x.isdigit():
+            xi, yi = int(x), int(y)
+            if xi != yi:
+                return 1 if xi > yi else -1
+        elif x != y:
+            return 1 if x > y else -1
+    if len(sa) == len(sb):
+        return 0
+    longer, sign = (sa, 1) if len(sa) > len(sb) else (sb, -1)
+    return -sign if longer[min(len(sa), len(sb))] == "~" else sign
+
+
+def resolve(
+    primary: bytes, searched: Sequence[str], base: str, request: Request
+) -> list[Artifact]:
+    """The ``.rpm`` of each requested component whose ``ver`` equals the driver version
+    (nvlsm: ``request.nvlsm_version``), highest ``rel`` first. Raises
+    ``artifact_not_available`` naming package, versions present, platform and ``searched``."""
+    rpm_arch = arch_name("rpm", request.arch)
+    driver = request.driver_version
+    names: dict[str, str] = {}
+    for comp in request.components:
+        name = package_name("rpm", comp, driver)
+        if name is None:
+            raise not_available(
+                comp, driver, rpm_arch, searched,
+                f"no rpm package carries {comp} for the R{driver.split('.')[0]} branch",
+            )
+        names[comp] = name
+    packages = find_packages(primary, names.values())
+    out: list[Artifact] = []
+    for comp in request.components:
+        name = names[comp]
+        want = request.nvlsm_version if comp in OWN_VERSION else driver
+        if want is None:
+            raise not_available(comp, driver, rpm_arch, searched, "its version is not known")
+        hits = [
+            p for p in packages
+            if p.name == name and p.arch in (rpm_arch, "noarch") and same(p.ver, want)
+        ]
+        if not hits:
+            have = sorted({p.evr for p in packages if p.name == name})
+            detail = (
+                f"package {name} has {', '.join(have)} but not {want}" if have
+                else f"the repository has no package {name}"
+            )
+            raise not_available(comp, want, rpm_arch, searched, detail)
+        best = hits[0]
+        for p in hits[1:]:
+            if rpmvercmp(p.rel, best.rel) > 0:
+                best = p
+        sha = normal_sha256(best.checksum) if best.checksum_type == "sha256" else None
+        if sha is None or not safe_relative_path(best.href):
+            raise not_available(
+                comp, want, rpm_arch, searched,
+                f"{name} {best.evr} has no sha256 checksum or an unsafe location",
+            )
+        out.append(
+            Artifact(
+                component=comp, version=best.evr, arch=rpm_arch, url=join_url(base, best.href),
+                sha256=sha, size=best.size, source="rpm", package=name,
+            )
+        )
+    return out
+
+
+_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.+-]*$")
+_EVR_RE = re.compile(r"^([0-9]+:)?[0-9][A-Za-z0-9._+~]*-[A-Za-z0-9._+~]+$")
+
+
+def commands(artifacts: Iterable[Artifact]) -> list[list[str]]:
+    """``dnf install -y name-ver-rel …`` then ``dnf versionlock add name-ver-rel …`` (needs
+    the versionlock plugin: NVIDIA Driver Installation Guide, "Version locking")."""
+    specs = [_spec(a) for a in artifacts if a.package]
+    if not specs:
+        return []
+    return [["dnf", "install", "-y", *specs], ["dnf", "versionlock", "add", *specs]]
+
+
+def pin_lines(artifacts: Iterable[Artifact]) -> list[str]:
+    """The shell lines of :func:`commands`, for an operator to read or paste."""
+    return [" ".join(argv) for argv in commands(artifacts)]
+
+
+def _spec(art: Artifact) -> str:
+    name = art.package or ""
+    if not _NAME_RE.match(name) or not _EVR_RE.match(art.version):
+        raise NvfabricError(
+            Finding(
+                "input_unreadable", "error",
+                f"refusing package spec {name!r} {art.version!r}: not a plain name/version",
+            ),
+            exit_code=1,
+        )
+    evr = art.version.split(":", 1)[-1]
+    return f"{name}-{evr}"

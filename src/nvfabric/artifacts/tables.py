@@ -1,0 +1,149 @@
+"""Facts about where NVIDIA publishes fabric artifacts: architecture names per artifact kind,
+package names per driver branch, components per fabric kind, repository directory names.
+
+Data only, one table per fact, each row with its source. The sources are:
+
+- ``REDIST``: NVIDIA's redistrib manifests (platform keys ``linux-x86_64`` / ``linux-sbsa``),
+  ../shared/corpus/redist/cuda-redistrib_{12.8.2,13.0.2,13.1.1}-*.json.
+- ``CUDA_REPO``: the CUDA network repositories, ``repos/<distro>/<x86_64|sbsa>/`` (NVIDIA CUDA
+  Installation Guide for Linux, "Network Repository Installation"; NVIDIA Driver Installation
+  Guide, "Package manager installation").
+- ``DEB``: Debian architecture names (dpkg-architecture; Debian ports list): amd64, arm64.
+- ``RPM``: RPM architecture names (``rpm --eval %_arch``, as in ``*.x86_64.rpm`` /
+  ``*.aarch64.rpm`` file names in the CUDA RPM repositories).
+- ``RUN``: the driver installer ``NVIDIA-Linux-<x86_64|aarch64>-<version>.run``
+  (https://download.nvidia.com/XFree86/Linux-x86_64/ and Linux-aarch64/ trees).
+- ``GDC``: NVIDIA/gpu-driver-container install scripts (rhel9/install.sh, ubuntu22.04/install.sh,
+  sles15/Dockerfile): fabricmanager_install, nscq_install, nvsdm_install, imex_install,
+  nvlink5_pkgs_install, with their branch thresholds; and its issue #585 (RPM name
+  ``nvidia-fabric-manager`` up to R575, ``nvidia-fabricmanager`` from R580).
+- ``YUM_PR23``: NVIDIA/yum-packaging-precompiled-kmod PR #23 (2021): RPM rename from
+  ``nvidia-fabricmanager-<branch>`` to ``nvidia-fabric-manager``.
+- ``APT580``: ../shared/corpus/apt/apt-r580-virtual-package-version-not-found-gdc451.txt: from
+  R580 ``nvidia-fabricmanager-580`` is only a virtual package provided by
+  ``nvidia-fabricmanager``; ../shared/cases/F05 (``nvidia-fabricmanager-535`` before R580).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+#: Component keys, as the redistrib manifests spell them.
+COMPONENTS: tuple[str, ...] = ("fabricmanager", "libnvidia_nscq", "libnvsdm", "nvlsm", "imex")
+
+#: Artifact kinds that name architectures differently.
+KINDS: tuple[str, ...] = ("redist", "cuda_repo", "deb", "rpm", "run")
+
+#: (kind, canonical uname -m arch) -> the kind's name. Canonical arches: x86_64, aarch64.
+ARCH_NAMES: dict[tuple[str, str], tuple[str, str]] = {
+    # (kind, arch): (name, source)
+    ("redist", "x86_64"): ("x86_64", "REDIST"),
+    ("redist", "aarch64"): ("sbsa", "REDIST"),
+    ("cuda_repo", "x86_64"): ("x86_64", "CUDA_REPO"),
+    ("cuda_repo", "aarch64"): ("sbsa", "CUDA_REPO"),
+    ("deb", "x86_64"): ("amd64", "DEB"),
+    ("deb", "aarch64"): ("arm64", "DEB"),
+    ("rpm", "x86_64"): ("x86_64", "RPM"),
+    ("rpm", "aarch64"): ("aarch64", "RPM"),
+    ("run", "x86_64"): ("x86_64", "RUN"),
+    ("run", "aarch64"): ("aarch64", "RUN"),
+}
+
+#: Every spelling seen in the field -> canonical uname -m arch (uname -m, Docker/Go GOARCH,
+#: deb, NVIDIA's sbsa, Windows-style x64).
+ARCH_ALIASES: dict[str, str] = {
+    "x86_64": "x86_64",
+    "amd64": "x86_64",
+    "x64": "x86_64",
+    "x86-64": "x86_64",
+    "aarch64": "aarch64",
+    "arm64": "aarch64",
+    "sbsa": "aarch64",
+    "arm64-sbsa": "aarch64",
+}
+
+#: Components each fabric kind needs (DESIGN.md plan; NVIDIA Fabric Manager User Guide:
+#: NSCQ for NVSwitch systems, NVLSM and NVSDM for NVLink 5; IMEX guide for GB200 trays).
+COMPONENTS_BY_FABRIC: dict[str, tuple[str, ...]] = {
+    "none": (),
+    "nvswitch": ("fabricmanager", "libnvidia_nscq"),
+    "nvlink5": ("fabricmanager", "nvlsm", "libnvsdm", "libnvidia_nscq"),
+    "mnnvl": ("imex",),
+}
+
+#: Components published for x86_64 only (REDIST: libnvsdm has no linux-sbsa entry in 13.0.2
+#: and 13.1.1; GDC: "libnvsdm packages are not available for arm64").
+X86_ONLY: frozenset[str] = frozenset({"libnvsdm"})
+
+#: Components versioned on their own calendar, not the driver's (REDIST: nvlsm 2025.06.6 in
+#: the 580.95.05 release, 2025.06.10 in 590.48.01).
+OWN_VERSION: frozenset[str] = frozenset({"nvlsm"})
+
+
+@dataclass(frozen=True)
+class NameRule:
+    """From driver version ``since`` (inclusive, numeric fields) on, component ``component``
+    is packaged as ``pattern`` (``{branch}`` is the driver's first field) in ``kind``
+    (``deb`` or ``rpm``); ``pattern`` None means not packaged from there on."""
+
+    kind: str
+    component: str
+    since: tuple[int, ...]
+    pattern: str | None
+    source: str
+
+
+#: Package naming by branch. For a kind and component, the rule with the greatest ``since``
+#: not above the driver version applies.
+PACKAGE_NAMES: tuple[NameRule, ...] = (
+    # deb (CUDA APT repositories)
+    NameRule("deb", "fabricmanager", (0,), "nvidia-fabricmanager-{branch}", "APT580, GDC"),
+    NameRule("deb", "fabricmanager", (580,), "nvidia-fabricmanager", "APT580, GDC"),
+    NameRule("deb", "libnvidia_nscq", (0,), "libnvidia-nscq-{branch}", "GDC"),
+    NameRule("deb", "libnvidia_nscq", (580,), "libnvidia-nscq", "GDC"),
+    NameRule("deb", "libnvsdm", (0,), None, "GDC"),
+    NameRule("deb", "libnvsdm", (570,), "libnvsdm-{branch}", "GDC, APT580"),
+    NameRule("deb", "libnvsdm", (580,), "libnvsdm", "GDC, APT580"),
+    NameRule("deb", "imex", (0,), None, "GDC"),
+    NameRule("deb", "imex", (550,), "nvidia-imex-{branch}", "GDC"),
+    NameRule("deb", "imex", (580,), "nvidia-imex", "GDC"),
+    NameRule("deb", "nvlsm", (0,), "nvlsm", "GDC"),
+    # rpm (CUDA RPM repositories)
+    NameRule("rpm", "fabricmanager", (0,), "nvidia-fabricmanager-{branch}", "YUM_PR23"),
+    NameRule("rpm", "fabricmanager", (460, 91), "nvidia-fabric-manager", "YUM_PR23, GDC"),
+    NameRule("rpm", "fabricmanager", (580,), "nvidia-fabricmanager", "GDC"),
+    NameRule("rpm", "libnvidia_nscq", (0,), "libnvidia-nscq-{branch}", "GDC"),
+    NameRule("rpm", "libnvidia_nscq", (580,), "libnvidia-nscq", "GDC"),
+    NameRule("rpm", "libnvsdm", (0,), None, "GDC"),
+    NameRule("rpm", "libnvsdm", (570,), "libnvsdm-{branch}", "GDC"),
+    NameRule("rpm", "libnvsdm", (580,), "libnvsdm", "GDC"),
+    NameRule("rpm", "imex", (0,), None, "GDC"),
+    NameRule("rpm", "imex", (550,), "nvidia-imex-{branch}", "GDC"),
+    NameRule("rpm", "imex", (580,), "nvidia-imex", "GDC"),
+    NameRule("rpm", "nvlsm", (0,), "nvlsm", "GDC"),
+)
+
+#: Default base of the driver redist manifests ``redistrib_<driver version>.json``.
+REDIST_BASE = "https://developer.download.nvidia.com/compute/nvidia-driver/redist/"
+#: Default base of the CUDA repositories: ``<base><distro>/<cuda_repo arch>/``.
+CUDA_REPO_BASE = "https://developer.download.nvidia.com/compute/cuda/repos/"
+
+#: os-release ID -> (CUDA repository distro prefix, how VERSION_ID is used: "nodot" keeps
+#: every field without the dots (ubuntu 24.04 -> ubuntu2404), "major" the first field
+#: (rhel 9.4 -> rhel9)). Source: CUDA_REPO directory names (ubuntu2204, ubuntu2404, debian12,
+#: rhel8, rhel9, rhel10, sles15, opensuse15, amzn2023, fedora41, azl3, kylin10).
+DISTROS: dict[str, tuple[str, str]] = {
+    "ubuntu": ("ubuntu", "nodot"),
+    "debian": ("debian", "major"),
+    "rhel": ("rhel", "major"),
+    "rocky": ("rhel", "major"),
+    "almalinux": ("rhel", "major"),
+    "centos": ("rhel", "major"),
+    "ol": ("rhel", "major"),
+    "sles": ("sles", "major"),
+    "opensuse-leap": ("opensuse", "major"),
+    "amzn": ("amzn", "major"),
+    "fedora": ("fedora", "major"),
+    "azurelinux": ("azl", "major"),
+    "kylin": ("kylin", "major"),
+}

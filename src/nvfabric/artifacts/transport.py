@@ -1,0 +1,323 @@
+"""The network door of nvfabric: GET small documents and download artifacts, verified.
+
+HTTP goes through httpx (typed, streaming responses, per-phase timeouts). A download is
+streamed to a temporary file next to its destination while its SHA-256 is computed, checked
+against the published value, and only then renamed into place: a failed or mismatching
+download leaves nothing behind. Timeouts, connection errors, truncated bodies and 408/429/5xx
+answers are retried with exponential backoff; 404/410 mean "not published". ``https`` is
+always allowed; plain ``http`` only under an explicit mirror URL; ``file`` only under an
+explicit mirror directory. A progress bar is drawn on stderr only when it is a terminal.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import tempfile
+import time
+import urllib.parse
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import IO, Any
+
+from ..errors import usage_error
+from .model import checksum_mismatch, download_failed
+
+#: HTTP statuses worth retrying (RFC 9110 15.5.9, 15.6; RFC 6585 4 for 429).
+RETRY_STATUS = frozenset({408, 429, 500, 502, 503, 504})
+#: HTTP statuses meaning the file is not published there.
+MISSING_STATUS = frozenset({404, 410})
+CHUNK = 1 << 16
+
+
+@dataclass(frozen=True)
+class RetryPolicy:
+    """``attempts`` tries in all; before try n+1 wait ``backoff_s * 2**n`` seconds, at most
+    ``max_backoff_s``; ``timeout_s`` bounds connect and each read (seconds)."""
+
+    attempts: int = 4
+    backoff_s: float = 0.5
+    max_backoff_s: float = 8.0
+    timeout_s: float = 30.0
+
+    def delay(self, failed_attempt: int) -> float:
+        """Seconds to wait after the ``failed_attempt``-th failure (0-based)."""
+        return float(min(self.max_backoff_s, self.backoff_s * (2**failed_attempt)))
+
+
+class _Transient(Exception):
+    """One attempt failed in a way that may pass (timeout, 5xx, cut connection)."""
+
+
+class NotPublished(Exception):
+    """The source answered that the file does not exist (404/410, no such file)."""
+
+
+class Transport:
+    """Fetches URLs for one command run; keeps one HTTP connection pool (hence a class).
+
+    ``mirror`` is the explicit ``--mirror`` base (URL or ``file://`` URL of a directory) under
+    which plain http or file access is allowed. ``sleep`` is injectable for tests.
+    Use as a context manager, or call :meth:`close`.
+    """
+
+    def __init__(
+        self,
+        policy: RetryPolicy | None = None,
+        mirror: str | None = None,
+        progress: bool = False,
+        sleep: Callable[[float], None] = time.sleep,
+    ) -> None:
+        self.policy = policy or RetryPolicy()
+        self.mirror = mirror.rstrip("/") + "/" if mirror else None
+        self.progress = progress
+        self._sleep = sleep
+        self._client: Any = None
+
+    def __enter__(self) -> Transport:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        if self._client is not None:
+            self._client.close()
+            self._client = None
+
+    # -- public --------------------------------------------------------------------------
+
+    def get(self, url: str, limit: int = 512 << 20) -> bytes | None:
+        """The body of ``url`` (at most ``limit`` bytes), or None when it is not published
+        (404/410, missing file). Raises ``download_failed`` after the retries."""
+        self._check(url)
+        chunks: list[bytes] = []
+
+        def reset() -> Callable[[bytes], None]:
+            chunks.clear()
+            total = [0]
+
+            def sink(chunk: bytes) -> None:
+                total[0] += len(chunk)
+                if total[0] > limit:
+                    raise download_failed(url, f"larger than {limit} bytes", 1)
+                chunks.append(chunk)
+
+            return sink
+
+        try:
+            self._retrying(url, reset, None)
+        except NotPublished:
+            return None
+        return b"".join(chunks)
+
+    def download(self, url: str, dest: str, sha256: str, size: int | None = None) -> bool:
+        """Make ``dest`` hold the file at ``url`` whose SHA-256 is ``sha256``.
+
+        Returns False when ``dest`` already held exactly that file (nothing fetched), True
+        after a verified download. Raises :class:`NotPublished` (404/410, no such file),
+        ``download_failed`` (retries exhausted) or ``checksum_mismatch``; in every failure
+        no partial or unverified file is left at ``dest`` or next to it.
+        """
+        self._check(url)
+        if os.path.isfile(dest):
+            if sha256_file(dest) == sha256:
+                return False
+            os.unlink(dest)  # a stale or damaged cache entry: never kept
+        directory = os.path.dirname(os.path.abspath(dest))
+        os.makedirs(directory, mode=0o755, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix="." + os.path.basename(dest) + ".", suffix=".part",
+                                   dir=directory)
+        hasher = [hashlib.sha256()]
+        received = [0]
+        try:
+            with os.fdopen(fd, "wb") as fh:
+
+                def reset() -> Callable[[bytes], None]:
+                    fh.seek(0)
+                    fh.truncate()
+                    hasher[0] = hashlib.sha256()
+                    received[0] = 0
+
+                    def sink(chunk: bytes) -> None:
+                        fh.write(chunk)
+                        hasher[0].update(chunk)
+                        received[0] += len(chunk)
+
+                    return sink
+
+                self._retrying(url, reset, size)
+                fh.flush()
+                os.fsync(fh.fileno())
+            actual = hasher[0].hexdigest()
+            if actual != sha256:
+                raise checksum_mismatch(url, sha256, actual)
+            os.chmod(tmp, 0o644)
+            os.replace(tmp, dest)
+        except BaseException:
+            try:
+                os.unlink(tmp)
+            except OSError:
+                pass
+            raise
+        _fsync_dir(directory)
+        return True
+
+    # -- internals -----------------------------------------------------------------------
+
+    def _check(self, url: str) -> None:
+        scheme = urllib.parse.urlsplit(url).scheme
+        if scheme == "https":
+            return
+        if scheme in ("http", "file") and self.mirror and url.startswith(self.mirror):
+            return
+        raise usage_error(
+            f"refusing {url!r}: only https, or http/file under an explicit --mirror",
+            "pass --mirror URL|DIR for a plain-http or local mirror",
+        )
+
+    def _retrying(
+        self, url: str, reset: Callable[[], Callable[[bytes], None]], size: int | None
+    ) -> None:
+        last = ""
+        for attempt in range(self.policy.attempts):
+            sink = reset()
+            try:
+                self._attempt(url, sink, size)
+                return
+            except _Transient as err:
+                last = str(err)
+                if attempt + 1 < self.policy.attempts:
+                    self._sleep(self.policy.delay(attempt))
+        raise download_failed(url, last, self.policy.attempts)
+
+    def _attempt(self, url: str, sink: Callable[[bytes], None], size: int | None) -> None:
+        if url.startswith("file:"):
+            self._attempt_file(url, sink)
+            return
+        import httpx
+
+        if self._client is None:
+            self._client = httpx.Client(
+                timeout=httpx.Timeout(self.policy.timeout_s), follow_redirects=True,
+                headers={"User-Agent": "nvfabric"},
+            )
+        try:
+            with self._client.stream("GET", url) as resp:
+                final = str(resp.url)
+                if final != url:
+                    self._check(final)
+                if resp.status_code in MISSING_STATUS:
+                    raise NotPublished(url)
+                if resp.status_code in RETRY_STATUS:
+                    raise _Transient(f"HTTP {resp.status_code}")
+                if resp.status_code != 200:
+                    raise download_failed(url, f"HTTP {resp.status_code}", 1)
+                length = resp.headers.get("content-length")
+                expected = size if size is not None else (
+                    int(length) if length and length.isdigit() else None)
+                got = 0
+                with _bar(self.progress, url, expected) as advance:
+                    for chunk in resp.iter_bytes(CHUNK):
+                        sink(chunk)
+                        got += len(chunk)
+                        advance(len(chunk))
+                if expected is not None and got < expected:
+                    raise _Transient(f"truncated body: {got} of {expected} bytes")
+        except httpx.TimeoutException as err:
+            raise _Transient(
+                f"timed out ({type(err).__name__}, {self.policy.timeout_s} s)"
+            ) from None
+        except (httpx.NetworkError, httpx.RemoteProtocolError) as err:
+            raise _Transient(f"connection failed: {err}") from None
+
+    @staticmethod
+    def _attempt_file(url: str, sink: Callable[[bytes], None]) -> None:
+        path = urllib.parse.unquote(urllib.parse.urlsplit(url).path)
+        try:
+            with open(path, "rb") as fh:
+                while chunk := fh.read(CHUNK):
+                    sink(chunk)
+        except FileNotFoundError:
+            raise NotPublished(url) from None
+        except OSError as err:
+            raise _Transient(f"cannot read {path}: {err.strerror}") from None
+
+
+def sha256_file(path: str) -> str:
+    """Hex SHA-256 of a file, read in 64 KiB chunks."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as fh:
+        while chunk := fh.read(CHUNK):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def mirror_base(mirror: str) -> str:
+    """``--mirror`` as a base URL: an http(s) URL as given, a directory as a ``file://`` URL.
+    Raises usage_error (exit 2) for anything else."""
+    scheme = urllib.parse.urlsplit(mirror).scheme
+    if scheme in ("http", "https"):
+        if not urllib.parse.urlsplit(mirror).netloc:
+            raise usage_error(f"--mirror {mirror!r} has no host")
+        return mirror.rstrip("/")
+    if scheme == "file":
+        mirror = urllib.parse.unquote(urllib.parse.urlsplit(mirror).path)
+    elif scheme:
+        raise usage_error(f"--mirror {mirror!r}: only http(s) URLs or directories")
+    if not os.path.isdir(mirror):
+        raise usage_error(f"--mirror {mirror!r} is neither an http(s) URL nor a directory")
+    return "file://" + urllib.parse.quote(os.path.abspath(mirror))
+
+
+def _fsync_dir(directory: str) -> None:
+    dfd = os.open(directory, os.O_RDONLY)
+    try:
+        os.fsync(dfd)
+    finally:
+        os.close(dfd)
+
+
+class _bar:  # noqa: N801 - used like a function in a with statement
+    """A rich progress bar on stderr when ``enabled`` (stderr is a terminal), else nothing."""
+
+    def __init__(self, enabled: bool, url: str, total: int | None) -> None:
+        self.enabled = enabled
+        self.url = url
+        self.total = total
+        self._progress: Any = None
+        self._task: Any = None
+
+    def __enter__(self) -> Callable[[int], None]:
+        if not self.enabled:
+            return lambda _n: None
+        from rich.progress import (
+            BarColumn,
+            DownloadColumn,
+            Progress,
+            TextColumn,
+            TransferSpeedColumn,
+        )
+
+        from ..output import console
+
+        self._progress = Progress(
+            TextColumn("{task.description}"), BarColumn(), DownloadColumn(),
+            TransferSpeedColumn(), console=console(stderr=True), transient=True,
+        )
+        self._progress.start()
+        self._task = self._progress.add_task(self.url.rsplit("/", 1)[-1], total=self.total)
+        progress, task = self._progress, self._task
+        return lambda n: progress.advance(task, n)
+
+    def __exit__(self, *exc: object) -> None:
+        if self._progress is not None:
+            self._progress.stop()
+
+
+def stderr_is_tty(stream: IO[str] | None = None) -> bool:
+    """True when progress output would reach a person (stderr is a terminal)."""
+    import sys
+
+    s = stream or sys.stderr
+    return bool(getattr(s, "isatty", lambda: False)())
