@@ -1,0 +1,66 @@
+"""``nvfabric doctor --log FILE...``: classify fabric manager, start script, NVLSM/OpenSM, IMEX,
+NCCL and kernel log lines into findings with hints (catalogue: nvfabric/data/signatures.yaml).
+
+Files are read as streams (constant memory); ``-`` is stdin, so ``journalctl -u
+nvidia-fabricmanager -o cat | nvfabric doctor --log -`` works. The fabric kind that decides
+platform-dependent lines comes from ``--fabric`` or, with ``--root``, from the node's plan;
+without either it is unknown and such lines say both meanings.
+
+Exit codes: 0 no error-level finding; 1 at least one; 2 unreadable input.
+"""
+
+from __future__ import annotations
+
+import sys
+
+import click
+
+from ..errors import usage_error
+from ..output import console, guarded, json_option, print_findings, print_json, root_option
+
+
+def fabric_of_root(root: str) -> str:
+    """The plan's fabric kind of the node under ``root``."""
+    from ..inventory import collect
+    from ..plan import plan
+
+    return plan(collect(root)).fabric
+
+
+@click.command("doctor")
+@root_option
+@click.option("--fabric", type=click.Choice(("none", "nvswitch", "nvlink5", "mnnvl")),
+              default=None, help="The node's fabric kind (default: from --root when given).")
+@click.option("--log", "logs", multiple=True, required=True, metavar="FILE",
+              help="Log file to classify ('-': stdin); repeat for several.")
+@json_option
+@click.pass_context
+@guarded
+def doctor(ctx: click.Context, root: str, fabric: str | None, logs: tuple[str, ...],
+           as_json: bool) -> None:
+    """Explain fabric logs: each known failure line becomes a finding with a hint."""
+    from ..diagnose import Classifier, classify_stream
+
+    source = ctx.get_parameter_source("root")
+    if fabric is None and source is not None and source.name != "DEFAULT":
+        fabric = fabric_of_root(root)
+    classifier = Classifier(fabric)
+    for path in logs:
+        try:
+            if path == "-":
+                classify_stream(classifier, sys.stdin.buffer)
+            else:
+                with open(path, "rb") as fh:
+                    classify_stream(classifier, fh)
+        except OSError as err:
+            raise usage_error(f"cannot read {path}: {err.strerror or err}") from None
+    findings = classifier.findings()
+    if as_json:
+        print_json({"fabric": fabric, "lines": classifier.lines,
+                    "findings": [f.to_json() for f in findings]})
+    else:
+        con = console()
+        con.print(f"{classifier.lines} lines read, fabric kind {fabric or 'unknown'}: "
+                  f"{len(findings)} finding(s)")
+        print_findings(con, findings, "findings")
+    sys.exit(1 if any(f.severity == "error" for f in findings) else 0)

@@ -1,0 +1,242 @@
+"""``nvfabric status`` and ``nvfabric wait``: is this node's NVLink fabric usable by CUDA?
+
+``status`` reads the fabric state (NVML on the node, the node's nvidia-smi on a simulated root,
+or a saved capture with ``--from-nvidia-smi``), the plan and the services' liveness, and prints
+the verdict. ``wait`` repeats that until the verdict is healthy (or not applicable) or the
+timeout passes. Exit codes: 0 healthy / not_applicable; 1 degraded, unhealthy or pending (wait:
+timed out); 2 bad input.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import click
+
+from ..errors import usage_error
+from ..output import console, guarded, json_option, print_findings, print_json, root_option
+
+if TYPE_CHECKING:  # the health modules are imported lazily, inside the functions
+    from ..health.model import FabricHealth
+    from ..health.verdict import ServiceState, Verdict
+
+OK_VERDICTS = ("healthy", "not_applicable")
+FABRIC_CHOICES = ("none", "nvswitch", "nvlink5", "mnnvl")
+
+
+@dataclass(frozen=True)
+class Report:
+    """One evaluation: the verdict, what it was computed from, and where the fabric kind came
+    from (``option``, ``plan`` or ``inferred`` from a capture's product names)."""
+
+    verdict: Verdict
+    health: FabricHealth
+    fabric: str | None
+    fabric_source: str
+    services: tuple[ServiceState, ...] | None
+
+    @property
+    def exit_code(self) -> int:
+        return 0 if self.verdict.verdict in OK_VERDICTS else 1
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "verdict": self.verdict.verdict,
+            "fabric": self.fabric,
+            "fabric_source": self.fabric_source,
+            "source": self.health.source,
+            "driver_version": self.health.driver_version,
+            "gpus": [g.to_json() for g in self.health.gpus],
+            "services": None if self.services is None else [s.to_json() for s in self.services],
+            "findings": [f.to_json() for f in self.verdict.findings],
+            "reasons": list(self.verdict.reasons),
+        }
+
+
+def read_capture(path: str) -> FabricHealth:
+    """A saved nvidia-smi capture (``-`` for stdin). Unreadable or unrecognised -> exit 2."""
+    from ..health.smi import SmiFormatError, parse
+
+    try:
+        if path == "-":
+            data = sys.stdin.buffer.read()
+        else:
+            with open(path, "rb") as fh:
+                data = fh.read()
+    except OSError as err:
+        raise usage_error(f"cannot read {path}: {err.strerror or err}",
+                          "give a file saved from `nvidia-smi -q` (or -q -x)") from None
+    try:
+        return parse(data.decode("utf-8", "replace"))
+    except SmiFormatError as err:
+        raise usage_error(
+            f"{path}: {err}",
+            "save `nvidia-smi -q > FILE` (or `nvidia-smi -q -x`, or `--query-gpu=index,uuid,"
+            "fabric.state,fabric.status,fabric.cliqueId,fabric.clusterUuid --format=csv`)",
+        ) from None
+
+
+def evaluate(
+    root: str,
+    capture: str | None = None,
+    fabric_option: str | None = None,
+    root_given: bool = True,
+    grace_s: float | None = None,
+) -> Report:
+    """Read, then judge. With a capture, the node (``root``) is consulted only when it was
+    given explicitly, for its fabric kind; services are then unknown."""
+    from ..health.verdict import DEFAULT_GRACE_S, Inputs, infer_fabric, verdict
+
+    grace = DEFAULT_GRACE_S if grace_s is None else grace_s
+    services = None
+    pci_count = None
+    mode = None
+    plan_fabric = None
+    if capture is None or root_given:
+        from ..inventory import collect
+        from ..plan import plan
+
+        p = plan(collect(root))
+        plan_fabric = p.fabric
+        if capture is None:
+            from ..health import services as svc
+
+            pci_count = p.gpu_count
+            names = tuple(dict.fromkeys(("nvlsm", "fabricmanager") + p.services))
+            services = svc.read(root, names)
+            mode = svc.fabric_mode(root)
+    if capture is not None:
+        health = read_capture(capture)
+    else:
+        from ..health.live import read_health
+
+        health = read_health(root)
+    if fabric_option:
+        fabric, source = fabric_option, "option"
+    elif plan_fabric is not None:
+        fabric, source = plan_fabric, "plan"
+    else:
+        fabric, source = infer_fabric(health.gpus), "inferred"
+    result = verdict(Inputs(
+        gpus=health.gpus, fabric=fabric, services=services, pci_gpu_count=pci_count,
+        grace_s=grace, fabric_mode=mode, reader_findings=health.findings,
+    ))
+    if source == "inferred":
+        result = type(result)(result.verdict, result.findings, (
+            f"fabric kind {fabric} inferred from the capture's GPU names and states "
+            "(pass --root or --fabric to state it)",
+            *result.reasons,
+        ))
+    return Report(result, health, fabric, source, services)
+
+
+VERDICT_STYLE = {
+    "healthy": "bold green", "not_applicable": "bold cyan", "pending": "bold yellow",
+    "degraded": "bold yellow", "unhealthy": "bold red",
+}
+
+
+def print_report(report: Report) -> None:
+    """Human rendering: verdict line, per-GPU table, services, findings, reasons."""
+    from rich.markup import escape
+    from rich.table import Table
+
+    con = console()
+    v = report.verdict.verdict
+    con.print(f"[{VERDICT_STYLE[v]}]{v}[/]  fabric {report.fabric or 'unknown'} "
+              f"({report.fabric_source}), read from {report.health.source}"
+              + (f", driver {report.health.driver_version}" if report.health.driver_version
+                 else ""))
+    if report.health.gpus:
+        table = Table(box=None, pad_edge=False)
+        for col in ("GPU", "PCI", "state", "status", "clique", "ClusterUUID", "health"):
+            table.add_column(col)
+        for g in report.health.gpus:
+            bad = [f"{f.name}={f.value}" for f in g.health if f.impact]
+            table.add_row(
+                str(g.index), g.pci or "-", g.state, g.status or "N/A",
+                "N/A" if g.clique_id is None else str(g.clique_id), g.cluster_uuid or "N/A",
+                escape(", ".join([g.health_summary or "N/A", *bad])),
+            )
+        con.print(table)
+    for s in report.services or ():
+        state = "running" if s.running else "not running"
+        age = f", {s.age_s:.0f} s" if s.age_s is not None else ""
+        con.print(f"service {s.name}: {state}{age} ({escape(s.detail)})")
+    print_findings(con, list(report.verdict.findings), "findings")
+    for r in report.verdict.reasons:
+        con.print(f"  - {escape(r)}")
+
+
+def _root_given(ctx: click.Context) -> bool:
+    source = ctx.get_parameter_source("root")
+    return source is not None and source.name != "DEFAULT"
+
+
+fabric_option = click.option(
+    "--fabric", type=click.Choice(FABRIC_CHOICES), default=None,
+    help="The node's fabric kind (default: from --root's plan, or inferred from a capture).",
+)
+grace_option = click.option(
+    "--grace", type=click.FloatRange(min=0), default=None,
+    help="Seconds GPUs may take to register after the services started (default 300).",
+)
+
+
+@click.command("status")
+@root_option
+@click.option("--from-nvidia-smi", "capture", metavar="FILE", default=None,
+              help="Judge a saved `nvidia-smi -q` / `-q -x` / `--query-gpu` capture ('-': stdin).")
+@fabric_option
+@grace_option
+@json_option
+@click.pass_context
+@guarded
+def status(ctx: click.Context, root: str, capture: str | None, fabric: str | None,
+           grace: float | None, as_json: bool) -> None:
+    """Verdict on the NVLink fabric: healthy, degraded, unhealthy, pending or not_applicable.
+
+    \b
+    Exit codes: 0 healthy or not_applicable; 1 degraded, unhealthy or pending; 2 bad input.
+    """
+    report = evaluate(root, capture, fabric, _root_given(ctx), grace)
+    if as_json:
+        print_json(report.to_json())
+    else:
+        print_report(report)
+    sys.exit(report.exit_code)
+
+
+@click.command("wait")
+@root_option
+@fabric_option
+@grace_option
+@click.option("--timeout", type=click.FloatRange(min=0), default=300.0, show_default=True,
+              help="Seconds to wait for a healthy fabric.")
+@click.option("--interval", type=click.FloatRange(min=0.05), default=1.0, show_default=True,
+              help="Seconds between checks.")
+@json_option
+@guarded
+def wait(root: str, fabric: str | None, grace: float | None, timeout: float, interval: float,
+         as_json: bool) -> None:
+    """Block until the fabric is healthy (exit 0) or the timeout passes (exit 1, findings).
+
+    For init containers, ExecStartPost= and job prologs.
+    """
+    deadline = time.monotonic() + timeout
+    while True:
+        report = evaluate(root, None, fabric, True, grace)
+        if report.exit_code == 0 or time.monotonic() >= deadline:
+            break
+        time.sleep(min(interval, max(0.0, deadline - time.monotonic())))
+    if as_json:
+        print_json({**report.to_json(), "timed_out": report.exit_code != 0})
+    else:
+        if report.exit_code != 0:
+            console(stderr=True).print(f"timed out after {timeout:.0f} s")
+        print_report(report)
+    sys.exit(report.exit_code)
+

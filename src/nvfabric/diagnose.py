@@ -1,0 +1,326 @@
+"""Diagnosis: fabric manager, start script, NVLSM/OpenSM, IMEX, NCCL and kernel log lines ->
+Findings of the shared catalogue, each with a concrete hint.
+
+The signatures are data (``nvfabric/data/signatures.yaml``: code, severity, needle, pattern,
+extracted fields, hint, source, examples; format in that file's header). A signature matches a
+line when its literal ``needle`` is in the line and its ``pattern`` is found in it; every
+wording variant of one message is one signature. Line prefixes (journal ``Mon DD HH:MM:SS host
+ident[pid]:``, ``journalctl -o cat`` bare lines, fabric manager's ``[Mon DD YYYY HH:MM:SS]
+[LEVEL] [tid N]``, talosctl ``<ip>:``, dmesg ``[ secs]``) need no parsing: patterns are searched
+anywhere in the line; prefixes only give the timestamps.
+
+:class:`Classifier` keeps state bounded by the catalogue, not by the input: repeated lines are
+one finding with a ``count`` and ``first_seen``/``last_seen``; at most :data:`MAX_KEYS`
+distinct findings per signature, at most :data:`MAX_COLLECT` values per collected field.
+:func:`classify_stream` reads a binary stream in blocks and hands the classifier only the lines
+that contain a needle, so memory stays constant and throughput stays high on large logs.
+
+Platform awareness: the same line can mean different things on different fabric kinds
+(NV_WARN_NOTHING_TO_DO is information on a node without NVSwitch, NVLSM missing on an NVLink 5
+baseboard); signatures carry ``by_fabric`` overrides, chosen by the kind given to the
+classifier (``None``: unknown).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from functools import lru_cache
+from importlib import resources
+from typing import IO, Any
+
+from .findings import CODES, Finding, Severity
+
+MAX_KEYS = 64
+MAX_COLLECT = 32
+MAX_EXAMPLE = 300
+BLOCK = 1 << 20
+MAX_LINE = 1 << 20
+
+FABRIC_KINDS = ("none", "nvswitch", "nvlink5", "mnnvl")
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """What a matching line means on one fabric kind; ``code`` None means "no finding"."""
+
+    code: str | None
+    severity: Severity
+    message: str
+    hint: str
+
+
+@dataclass(frozen=True)
+class Signature:
+    """One row of the catalogue (see the data file's header for the keys)."""
+
+    id: str
+    needle: str
+    pattern: re.Pattern[str]
+    default: Outcome
+    by_fabric: Mapping[str, Outcome]
+    source: str
+    int_fields: frozenset[str] = frozenset()
+    collect: tuple[str, ...] = ()
+    set_fields: Mapping[str, Any] = field(default_factory=dict)
+    examples: tuple[str, ...] = ()
+
+    def outcome(self, fabric: str | None) -> Outcome:
+        return self.by_fabric.get(fabric or "unknown", self.default)
+
+
+class CatalogueError(ValueError):
+    """A catalogue row that is not well formed; the message names the row and the key."""
+
+
+def _outcome(row: Mapping[str, Any], base: Outcome | None, where: str) -> Outcome:
+    code = row.get("code", base.code if base else None)
+    severity = row.get("severity", base.severity if base else None)
+    if code is not None and code not in CODES:
+        raise CatalogueError(f"{where}: unknown finding code {code!r}")
+    if severity not in ("info", "warning", "error"):
+        raise CatalogueError(f"{where}: bad severity {severity!r}")
+    return Outcome(
+        code=code,
+        severity=severity,
+        message=str(row.get("message", base.message if base else "")),
+        hint=str(row.get("hint", base.hint if base else "")),
+    )
+
+
+def parse_catalogue(rows: Any) -> tuple[Signature, ...]:
+    """Validate rows (as loaded from YAML) into Signatures. Raises CatalogueError."""
+    if not isinstance(rows, list):
+        raise CatalogueError("the catalogue is a list of rows")
+    out: list[Signature] = []
+    seen: set[str] = set()
+    for n, row in enumerate(rows):
+        if not isinstance(row, Mapping):
+            raise CatalogueError(f"row {n}: expected a mapping")
+        sid = str(row.get("id") or f"row {n}")
+        if sid in seen:
+            raise CatalogueError(f"{sid}: id appears twice")
+        seen.add(sid)
+        needle = row.get("needle")
+        if not isinstance(needle, str) or not needle:
+            raise CatalogueError(f"{sid}: needle must be a non-empty string")
+        try:
+            pattern = re.compile(str(row.get("pattern")))
+        except re.error as err:
+            raise CatalogueError(f"{sid}: bad pattern: {err}") from None
+        default = _outcome(row, None, sid)
+        overrides = row.get("by_fabric") or {}
+        if not isinstance(overrides, Mapping):
+            raise CatalogueError(f"{sid}: by_fabric must be a mapping")
+        by_fabric = {}
+        for kind, over in overrides.items():
+            if kind not in (*FABRIC_KINDS, "unknown") or not isinstance(over, Mapping):
+                raise CatalogueError(f"{sid}: by_fabric.{kind}: unknown fabric kind or not a map")
+            by_fabric[str(kind)] = _outcome(over, default, f"{sid}.by_fabric.{kind}")
+        groups = set(pattern.groupindex)
+        ints = frozenset(row.get("int") or ())
+        collect = tuple(row.get("collect") or ())
+        if not ints <= groups or not set(collect) <= groups:
+            raise CatalogueError(f"{sid}: int/collect name fields the pattern does not capture")
+        out.append(Signature(
+            id=sid, needle=needle, pattern=pattern, default=default, by_fabric=by_fabric,
+            source=str(row.get("source") or ""), int_fields=ints, collect=collect,
+            set_fields=dict(row.get("set") or {}),
+            examples=tuple(str(e) for e in row.get("examples") or ()),
+        ))
+    return tuple(out)
+
+
+@lru_cache(maxsize=1)
+def catalogue() -> tuple[Signature, ...]:
+    """The shipped catalogue (nvfabric/data/signatures.yaml), parsed once."""
+    import yaml
+
+    text = resources.files("nvfabric").joinpath("data/signatures.yaml").read_text("utf-8")
+    loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+    return parse_catalogue(yaml.load(text, Loader=loader))  # noqa: S506 - safe loader
+
+
+#: Timestamp forms, most precise first (fabric manager/IMEX, ISO, talos, syslog/journal, dmesg).
+TIMESTAMPS: tuple[re.Pattern[str], ...] = (
+    re.compile(r"\[([A-Z][a-z]{2} \d{1,2} \d{4} \d\d:\d\d:\d\d)\]"),
+    re.compile(r"(\d{4}-\d\d-\d\d[T ]\d\d:\d\d:\d\d(?:[.,]\d+)?(?:Z|[+-]\d\d:?\d\d)?)"),
+    re.compile(r"(\d{4}/\d\d/\d\d \d\d:\d\d:\d\d)"),
+    re.compile(r"^(\S{1,5} {1,2}\d{1,2} \d\d:\d\d:\d\d)\b"),
+    re.compile(r"^\[\s*(\d+\.\d+)\]"),
+)
+
+
+def timestamp(line: str) -> str | None:
+    """The line's timestamp as printed, or None (``journalctl -o cat`` lines have none)."""
+    for pattern in TIMESTAMPS:
+        m = pattern.search(line)
+        if m:
+            return m.group(1)
+    return None
+
+
+class _Format(dict[str, Any]):
+    def __missing__(self, key: str) -> str:
+        return "?"
+
+
+@dataclass
+class _Entry:
+    outcome: Outcome
+    signature: str
+    fields: dict[str, Any]
+    collected: dict[str, list[Any]]
+    count: int = 0
+    first_seen: str | None = None
+    last_seen: str | None = None
+    line: str = ""
+
+    def finding(self) -> Finding:
+        values = {**self.fields, **{k: v[0] for k, v in self.collected.items() if v}}
+        extra: dict[str, Any] = dict(self.fields)
+        for key, vals in self.collected.items():
+            extra[key + "s"] = sorted(vals)
+        extra.update(count=self.count, signature=self.signature, line=self.line)
+        if self.first_seen is not None:
+            extra.update(first_seen=self.first_seen, last_seen=self.last_seen)
+        o = self.outcome
+        assert o.code is not None
+        return Finding(o.code, o.severity, o.message.format_map(_Format(values)),
+                       o.hint.format_map(_Format(values)), extra)
+
+
+class Classifier:
+    """Feed lines, get findings. ``fabric``: the node's fabric kind (none, nvswitch, nvlink5,
+    mnnvl) or None when unknown; ``signatures`` defaults to the shipped catalogue.
+
+    :meth:`feed` returns the findings a line causes for the first time (a repeat only updates
+    the count); :meth:`findings` returns everything so far, aggregated, in order of first
+    appearance.
+    """
+
+    def __init__(
+        self, fabric: str | None = None, signatures: tuple[Signature, ...] | None = None
+    ) -> None:
+        if fabric is not None and fabric not in FABRIC_KINDS:
+            raise ValueError(f"unknown fabric kind {fabric!r}")
+        self.fabric = fabric
+        self.signatures = catalogue() if signatures is None else signatures
+        self.needles = tuple({s.needle for s in self.signatures})
+        self._entries: dict[tuple[Any, ...], _Entry] = {}
+        self._per_signature: dict[str, int] = {}
+        self.lines = 0
+
+    def feed(self, line: str) -> list[Finding]:
+        """Classify one line (trailing newline optional)."""
+        self.lines += 1
+        new: list[_Entry] = []
+        codes: set[str] = set()
+        for sig in self.signatures:
+            if sig.needle not in line:
+                continue
+            m = sig.pattern.search(line)
+            if m is None:
+                continue
+            outcome = sig.outcome(self.fabric)
+            if outcome.code is None or outcome.code in codes:
+                continue
+            codes.add(outcome.code)
+            entry = self._record(sig, outcome, m, line)
+            if entry is not None:
+                new.append(entry)
+        return [e.finding() for e in new]
+
+    def _record(
+        self, sig: Signature, outcome: Outcome, m: re.Match[str], line: str
+    ) -> _Entry | None:
+        fields: dict[str, Any] = dict(sig.set_fields)
+        collected: dict[str, Any] = {}
+        for name, value in m.groupdict().items():
+            if value is None:
+                continue
+            typed: Any = int(value) if name in sig.int_fields else value
+            if name in sig.collect:
+                collected[name] = typed
+            else:
+                fields[name] = typed
+        key: tuple[Any, ...] = (outcome.code, tuple(sorted(fields.items())))
+        entry = self._entries.get(key)
+        created = entry is None
+        if entry is None:
+            if self._per_signature.get(sig.id, 0) >= MAX_KEYS:
+                key = (outcome.code, sig.id, "overflow")
+                entry = self._entries.get(key)
+                fields = {"overflow": True}
+                created = entry is None
+            if entry is None:
+                self._per_signature[sig.id] = self._per_signature.get(sig.id, 0) + 1
+                entry = _Entry(outcome, sig.id, fields, {c: [] for c in sig.collect},
+                               line=line.rstrip("\r\n")[:MAX_EXAMPLE])
+                self._entries[key] = entry
+        entry.count += 1
+        for name, value in collected.items():
+            vals = entry.collected.setdefault(name, [])
+            if value not in vals and len(vals) < MAX_COLLECT:
+                vals.append(value)
+        ts = timestamp(line)
+        if ts is not None:
+            if entry.first_seen is None:
+                entry.first_seen = ts
+            entry.last_seen = ts
+        return entry if created else None
+
+    def findings(self) -> list[Finding]:
+        """Every finding so far, one per distinct (code, fields), in order of appearance."""
+        return [e.finding() for e in self._entries.values()]
+
+
+def classify_stream(classifier: Classifier, stream: IO[bytes]) -> int:
+    """Feed a binary stream to ``classifier`` in blocks of :data:`BLOCK` bytes; only lines that
+    contain a needle are decoded and fed (the result is the same as feeding every line). Memory
+    is bounded by the block size and :data:`MAX_LINE` (longer lines are cut). Returns bytes read.
+    """
+    needles = [n.encode() for n in classifier.needles]
+    carry = b""
+    total = 0
+    while True:
+        block = stream.read(BLOCK)
+        total += len(block)
+        if not block:
+            if carry:
+                _scan(classifier, carry + b"\n", needles)
+            return total
+        data = carry + block
+        cut = data.rfind(b"\n")
+        if cut < 0:
+            carry = data if len(data) < MAX_LINE else data[:MAX_LINE]
+            continue
+        _scan(classifier, data[: cut + 1], needles)
+        carry = data[cut + 1:]
+        if len(carry) > MAX_LINE:
+            carry = carry[:MAX_LINE]
+
+
+def _scan(classifier: Classifier, data: bytes, needles: Iterable[bytes]) -> None:
+    """Feed the lines of ``data`` (ending in a newline) that contain a needle, in order."""
+    starts: dict[int, int] = {}
+    for needle in needles:
+        pos = data.find(needle)
+        while pos >= 0:
+            start = data.rfind(b"\n", 0, pos) + 1
+            end = data.find(b"\n", pos)
+            starts[start] = end
+            pos = data.find(needle, end)
+    lines_before = classifier.lines
+    for start in sorted(starts):
+        classifier.feed(data[start: starts[start]].decode("utf-8", "replace"))
+    classifier.lines = lines_before + data.count(b"\n")
+
+
+def classify_lines(lines: Iterable[str], fabric: str | None = None) -> list[Finding]:
+    """Convenience: classify an iterable of lines, return the aggregated findings."""
+    c = Classifier(fabric)
+    for line in lines:
+        c.feed(line)
+    return c.findings()

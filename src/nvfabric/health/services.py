@@ -1,0 +1,228 @@
+"""Liveness of the fabric services, read from a node (the host side of the verdict's input).
+
+Evidence, all resolved under the root: a pid file whose pid has a ``proc/<pid>`` entry; else a
+scan of ``proc/*/comm``; fabric manager's command port (``FM_CMD_PORT_NUMBER``, default 6666,
+listening in ``proc/net/tcp``/``tcp6``) or command socket (``FM_CMD_UNIX_SOCKET_PATH``); NVLSM's
+IPC socket (``FM_SM_IPC_INTERFACE`` when it names a path, default
+``/var/run/nvidia-fabricmanager/fm_sm_ipc.socket``). The age of a process is
+``proc/uptime`` minus its start time (``proc/<pid>/stat`` field 22, in clock ticks).
+
+A simulated root has no process table of its own: its daemons (the fakes) are processes of this
+host, so a pid read from a pid file under such a root is checked with ``kill(pid, 0)`` and its
+age taken from the pid file's modification time.
+
+Facts (``SERVICES``): process names as the kernel truncates them to 15 characters in ``comm``
+(``nv-fabricmanage``: ../shared/corpus/logs/fm-590.48.01-systemctl-status-pre-nvl5-node-01.txt
+"Main PID: 5183 (nv-fabricmanage)"); pid files: NVLSM ``/var/run/nvlsm.pid``
+(../shared/corpus/logs/talos-hgx-b200-wrapper-nvlsm-start-excerpt-ext893.txt), fabric manager
+``/var/run/nvidia-fabricmanager/nv-fabricmanager.pid`` (the start script's --fm-pid-file default),
+and nvfabric's own ``/run/nvfabric/<service>.pid``; FM command port and config keys from the
+stock fabricmanager.cfg (../shared/corpus/configs/fabricmanager-535.216.01.cfg).
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from ..configs.keyvalue import parse as parse_cfg
+from ..inventory.fs import listdir, read_text, under
+from .verdict import ServiceState
+
+
+@dataclass(frozen=True)
+class ServiceFacts:
+    """Where to look for one service: ``comm`` names, pid files, the socket it serves."""
+
+    comm: tuple[str, ...]
+    pidfiles: tuple[str, ...]
+    socket: str | None = None
+
+
+SERVICES: dict[str, ServiceFacts] = {
+    "fabricmanager": ServiceFacts(
+        comm=("nv-fabricmanage", "nv-fabricmanager"),
+        pidfiles=("/run/nvfabric/fabricmanager.pid",
+                  "/var/run/nvidia-fabricmanager/nv-fabricmanager.pid"),
+    ),
+    "nvlsm": ServiceFacts(
+        comm=("nvlsm", "opensm"),
+        pidfiles=("/run/nvfabric/nvlsm.pid", "/var/run/nvlsm.pid"),
+        socket="/var/run/nvidia-fabricmanager/fm_sm_ipc.socket",
+    ),
+    "imex": ServiceFacts(
+        comm=("nvidia-imex",),
+        pidfiles=("/run/nvfabric/imex.pid", "/var/run/nvidia-imex/nvidia-imex.pid"),
+    ),
+}
+
+#: Where fabric manager's config is looked for (first existing wins): nvfabric's effective
+#: config, the stock location, Bottlerocket's (../shared/corpus/configs/).
+FM_CONFIGS = (
+    "/run/nvfabric/fabricmanager.cfg",
+    "/usr/share/nvidia/nvswitch/fabricmanager.cfg",
+    "/etc/nvidia/fabricmanager.cfg",
+)
+FM_CMD_PORT_DEFAULT = 6666
+TCP_LISTEN = "0A"
+
+
+def fm_config(root: str) -> dict[str, str]:
+    """Effective key/values of the first fabric manager config found, {} when none."""
+    for path in FM_CONFIGS:
+        text = read_text(under(root, path), limit=1 << 20)
+        if text is not None:
+            return parse_cfg(text).items()
+    return {}
+
+
+def fabric_mode(root: str) -> int | None:
+    """FABRIC_MODE of fabric manager's config (0 bare metal, 1 shared NVSwitch, 2 vGPU)."""
+    value = fm_config(root).get("FABRIC_MODE")
+    try:
+        return int(value) if value is not None else None
+    except ValueError:
+        return None
+
+
+def _is_host(root: str) -> bool:
+    return os.path.realpath(root) == "/"
+
+
+def _has_process_table(root: str) -> bool:
+    return any(name.isdigit() for name in listdir(under(root, "/proc")))
+
+
+def _age_from_stat(root: str, pid: int) -> float | None:
+    stat_text = read_text(under(root, f"/proc/{pid}/stat"))
+    uptime = read_text(under(root, "/proc/uptime"))
+    if not stat_text or not uptime:
+        return None
+    try:
+        fields = stat_text.rsplit(")", 1)[1].split()
+        start_ticks = int(fields[19])  # field 22 overall; fields[0] is field 3 (state)
+        up = float(uptime.split()[0])
+        return max(0.0, up - start_ticks / os.sysconf("SC_CLK_TCK"))
+    except (IndexError, ValueError, OSError):
+        return None
+
+
+def _pid_alive_on_host(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except PermissionError:
+        return True
+    except (ProcessLookupError, OverflowError, ValueError):
+        return False
+    return True
+
+
+def _from_pidfile(root: str, path: str, table: bool) -> tuple[int, float | None] | None:
+    full = under(root, path)
+    text = read_text(full)
+    if not text or not text.split()[0].isdigit():
+        return None
+    pid = int(text.split()[0])
+    if pid <= 0:
+        return None
+    if table or _is_host(root):
+        if not os.path.isdir(under(root, f"/proc/{pid}")):
+            return None
+        return pid, _age_from_stat(root, pid)
+    if not _pid_alive_on_host(pid):
+        return None
+    try:
+        age = max(0.0, time.time() - os.stat(full).st_mtime)
+    except OSError:
+        age = None
+    return pid, age
+
+
+def _scan(root: str, names: tuple[str, ...]) -> tuple[int, float | None] | None:
+    proc = under(root, "/proc")
+    for entry in listdir(proc):
+        if not entry.isdigit():
+            continue
+        comm = read_text(os.path.join(proc, entry, "comm"))
+        if comm in names:
+            pid = int(entry)
+            return pid, _age_from_stat(root, pid)
+    return None
+
+
+def _listening_tcp(root: str, port: int) -> bool:
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        text = read_text(under(root, table), limit=1 << 22) or ""
+        for line in text.splitlines()[1:]:
+            cols = line.split()
+            if len(cols) > 3 and cols[3] == TCP_LISTEN:
+                try:
+                    if int(cols[1].rsplit(":", 1)[1], 16) == port:
+                        return True
+                except (IndexError, ValueError):
+                    continue
+    return False
+
+
+def _is_socket(root: str, path: str) -> bool:
+    try:
+        if stat.S_ISSOCK(os.stat(under(root, path)).st_mode):
+            return True
+    except OSError:
+        pass
+    text = read_text(under(root, "/proc/net/unix"), limit=1 << 22) or ""
+    return any(line.split()[-1] == path for line in text.splitlines()[1:] if line.split())
+
+
+def read(
+    root: str, services: tuple[str, ...], pidfiles: Mapping[str, str] | None = None
+) -> tuple[ServiceState, ...]:
+    """Liveness of each named service (``nvlsm``, ``fabricmanager``, ``imex``) under ``root``.
+
+    ``pidfiles`` adds a pid file per service (host path, resolved under root), looked at first.
+    """
+    table = _has_process_table(root)
+    cfg = fm_config(root) if "fabricmanager" in services or "nvlsm" in services else {}
+    out = []
+    for name in services:
+        facts = SERVICES.get(name, ServiceFacts((name,), ()))
+        paths = ((pidfiles[name],) if pidfiles and name in pidfiles else ()) + facts.pidfiles
+        found: tuple[int, float | None] | None = None
+        detail = ""
+        for path in paths:
+            found = _from_pidfile(root, path, table)
+            if found:
+                detail = f"pid file {path}"
+                break
+        if found is None and (table or _is_host(root)):
+            found = _scan(root, facts.comm)
+            if found:
+                detail = "process " + "/".join(facts.comm)
+        sock: bool | None = None
+        port: bool | None = None
+        if name == "nvlsm":
+            ipc = cfg.get("FM_SM_IPC_INTERFACE", "")
+            path = ipc if ipc.startswith("/") else facts.socket or ""
+            sock = _is_socket(root, path)
+        if name == "fabricmanager":
+            unix = cfg.get("FM_CMD_UNIX_SOCKET_PATH", "")
+            if unix:
+                port = _is_socket(root, unix)
+            else:
+                try:
+                    number = int(cfg.get("FM_CMD_PORT_NUMBER", FM_CMD_PORT_DEFAULT))
+                except ValueError:
+                    number = FM_CMD_PORT_DEFAULT
+                port = _listening_tcp(root, number)
+        running = found is not None or bool(port) or bool(sock)
+        if found is None and running:
+            detail = "socket or command port present, process not found"
+        out.append(ServiceState(
+            name=name, running=running, pid=found[0] if found else None,
+            age_s=found[1] if found else None, socket=sock, port=port,
+            detail=detail or "not found",
+        ))
+    return tuple(out)

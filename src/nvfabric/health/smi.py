@@ -1,0 +1,270 @@
+"""Offline fabric state from saved nvidia-smi output, format detected from the text:
+
+- ``nvidia-smi -q`` text: indentation-structured ``Key : Value`` rows; GPU blocks start with
+  ``GPU 00000000:18:00.0``; the key column is 34 characters wide up to driver 560 and wider
+  from 580 (../shared/corpus/nvidia-smi/fabric-in-progress-580-wide-columns-gpuop2511.txt), so
+  nothing here depends on columns. Excerpts without a GPU header (a bare ``Fabric`` block,
+  ``grep -C3`` output with ``--`` separators, dedented blocks pasted into an issue) still parse:
+  each ``Fabric`` block without its own GPU header becomes the next GPU.
+- ``nvidia-smi -q -x`` XML (DTD nvsmi_device_v13, ../shared/corpus/nvidia-smi/*.xml).
+- ``nvidia-smi --query-gpu=index,uuid,fabric.state,fabric.status,fabric.cliqueId,
+  fabric.clusterUuid --format=csv`` (with or without the header line; ``[N/A]`` allowed).
+
+N/A anywhere is a value (None / ``not_supported``), never an error. Other nvidia-smi outputs
+(``nvlink --status``, ``topo --matrix``, ``-L``, the default table) carry no fabric state:
+:func:`parse` raises :class:`SmiFormatError` naming what the text is. Pure: text in, values out.
+"""
+
+from __future__ import annotations
+
+import csv
+import re
+import xml.etree.ElementTree as ET
+from dataclasses import dataclass, field
+
+from .mask import HealthField, decode_smi, summary_from_smi
+from .model import FabricHealth, GpuFabric, Source, state_from_smi, status_from_smi
+
+
+class SmiFormatError(ValueError):
+    """Text that is not a readable nvidia-smi capture; the message says what it looks like."""
+
+
+GPU_HEADER = re.compile(r"^GPU\s+([0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.[0-7])\s*$")
+KEY_VALUE = re.compile(r"^(?P<key>[^:]*?)\s*:\s?(?P<value>.*?)\s*$")
+UUID_RE = re.compile(r"^[0-9A-Fa-f]{8}(?:-[0-9A-Fa-f]{4}){3}-[0-9A-Fa-f]{12}$")
+CSV_FIELDS = ("index", "uuid", "fabric.state", "fabric.status", "fabric.cliqueId",
+              "fabric.clusterUuid")
+
+#: Other nvidia-smi outputs, recognised only to say what they are (regex, what it is).
+OTHER_OUTPUTS: tuple[tuple[re.Pattern[str], str], ...] = (
+    (re.compile(r"(?m)^\s+Link \d+: "), "nvidia-smi nvlink --status"),
+    (re.compile(r"(?m)^\s+NVLE: "), "nvidia-smi nvlink -info"),
+    (re.compile(r"(?m)^GPU0\s.*\n.*\bX\b"), "nvidia-smi topo --matrix"),
+    (re.compile(r"(?m)^GPU \d+: .*\(UUID: GPU-"), "nvidia-smi --list-gpus"),
+    (re.compile(r"\| NVIDIA-SMI \d"), "nvidia-smi (the default table)"),
+)
+
+
+def detect(text: str) -> str:
+    """``"xml"``, ``"csv"`` or ``"text"``; SmiFormatError for anything else."""
+    head = text.lstrip("\ufeff \t\r\n")[:4096]
+    if head.startswith("<?xml") or "<nvidia_smi_log" in head:
+        return "xml"
+    first = next((ln for ln in head.splitlines() if ln.strip()), "")
+    low = first.lower()
+    if "," in first and ("fabric." in low or low.replace(" ", "").startswith("index,")):
+        return "csv"
+    if "NVSMI LOG" in head or re.search(r"(?m)^\s*Fabric\s*$", text) or any(
+        GPU_HEADER.match(ln) for ln in head.splitlines()
+    ):
+        return "text"
+    if _headerless_csv(text):
+        return "csv"
+    for pattern, what in OTHER_OUTPUTS:
+        if pattern.search(head):
+            raise SmiFormatError(
+                f"this is the output of `{what}`, which carries no fabric state"
+            )
+    raise SmiFormatError("not an nvidia-smi -q, -q -x or --query-gpu capture")
+
+
+def parse(text: str) -> FabricHealth:
+    """Parse a capture of any of the three formats (see the module docstring)."""
+    kind = detect(text)
+    if kind == "xml":
+        return parse_xml(text)
+    if kind == "csv":
+        return parse_csv(text)
+    return parse_text(text)
+
+
+@dataclass
+class _Gpu:
+    """Mutable builder while reading text."""
+
+    pci: str | None = None
+    values: dict[str, str] = field(default_factory=dict)
+    health: list[HealthField] = field(default_factory=list)
+    summary: str | None = None
+    has_fabric: bool = False
+
+    def build(self, index: int) -> GpuFabric:
+        v = self.values
+        return GpuFabric(
+            index=index,
+            uuid=_na(v.get("uuid")),
+            pci=self.pci,
+            name=_na(v.get("name")),
+            state=state_from_smi(v.get("state", "N/A")),
+            status=status_from_smi(v.get("status", "N/A")),
+            clique_id=_int(v.get("clique_id")),
+            cluster_uuid=_uuid(v.get("cluster_uuid")),
+            health_summary=self.summary,
+            health=tuple(self.health),
+        )
+
+
+def _na(value: str | None) -> str | None:
+    if value is None or value.strip().strip("[]").lower() in ("n/a", "", "not supported"):
+        return None
+    return value.strip()
+
+
+def _int(value: str | None) -> int | None:
+    text = _na(value)
+    if text is None:
+        return None
+    try:
+        return int(text, 0)
+    except ValueError:
+        return None
+
+
+def _uuid(value: str | None) -> str | None:
+    text = _na(value)
+    if text is None:
+        return None
+    return text.lower() if UUID_RE.match(text) else text
+
+
+_FABRIC_KEYS = {"state": "state", "status": "status", "cliqueid": "clique_id",
+                "clusteruuid": "cluster_uuid"}
+_GPU_KEYS = {"gpu uuid": "uuid", "product name": "name"}
+
+
+def parse_text(text: str) -> FabricHealth:
+    """``nvidia-smi -q`` text (whole, or excerpts of it)."""
+    gpus: list[_Gpu] = []
+    cur: _Gpu | None = None
+    stack: list[tuple[int, str]] = []
+    driver: str | None = None
+    for raw in text.splitlines():
+        line = raw.rstrip("\r")
+        stripped = line.strip()
+        if not stripped or stripped == "--" or stripped.startswith("#") or "NVSMI LOG" in line:
+            continue
+        header = GPU_HEADER.match(line)
+        if header:
+            cur = _Gpu(pci=header.group(1))
+            gpus.append(cur)
+            stack = []
+            continue
+        indent = len(line) - len(line.lstrip())
+        while stack and stack[-1][0] >= indent:
+            stack.pop()
+        kv = KEY_VALUE.match(stripped)
+        if kv is None:
+            name = stripped.lower()
+            stack.append((indent, name))
+            if name == "fabric" and len(stack) == 1:
+                if cur is None or cur.has_fabric:
+                    cur = _Gpu()
+                    gpus.append(cur)
+                cur.has_fabric = True
+            continue
+        key, value = kv.group("key").strip().lower(), kv.group("value")
+        path = [name for _, name in stack]
+        if cur is None:
+            if not path and key == "driver version":
+                driver = _na(value)
+            continue
+        if not path and key in _GPU_KEYS:
+            cur.values[_GPU_KEYS[key]] = value
+        elif path == ["fabric"] and key in _FABRIC_KEYS:
+            cur.values[_FABRIC_KEYS[key]] = value
+        elif path == ["fabric", "health"]:
+            if key == "summary":
+                cur.summary = summary_from_smi(value)
+            else:
+                decoded = decode_smi(key, value)
+                if decoded is not None:
+                    cur.health.append(decoded)
+    return FabricHealth(
+        "nvidia-smi-text", tuple(g.build(i) for i, g in enumerate(gpus)), driver
+    )
+
+
+def parse_xml(text: str) -> FabricHealth:
+    """``nvidia-smi -q -x``: ``<nvidia_smi_log><gpu id="..."><fabric>...``."""
+    try:
+        root = ET.fromstring(text)
+    except ET.ParseError as err:
+        raise SmiFormatError(f"malformed nvidia-smi XML: {err}") from None
+    if root.tag != "nvidia_smi_log":
+        raise SmiFormatError(f"XML root is <{root.tag}>, not <nvidia_smi_log>")
+    gpus: list[GpuFabric] = []
+    for index, gpu in enumerate(root.findall("gpu")):
+        fab = gpu.find("fabric")
+        values = {
+            "uuid": gpu.findtext("uuid") or "N/A",
+            "name": gpu.findtext("product_name") or "N/A",
+        }
+        health: list[HealthField] = []
+        summary: str | None = None
+        if fab is not None:
+            for tag, key in (("state", "state"), ("status", "status"),
+                             ("cliqueId", "clique_id"), ("clusterUuid", "cluster_uuid")):
+                values[key] = (fab.findtext(tag) or "N/A").strip()
+            hl = fab.find("health")
+            for child in hl if hl is not None else ():
+                word = (child.text or "").strip()
+                if child.tag == "summary":
+                    summary = summary_from_smi(word)
+                else:
+                    decoded = decode_smi(child.tag, word)
+                    if decoded is not None:
+                        health.append(decoded)
+        builder = _Gpu(pci=gpu.get("id"), values=values, health=health, summary=summary)
+        gpus.append(builder.build(index))
+    return FabricHealth("nvidia-smi-xml", tuple(gpus), _na(root.findtext("driver_version")))
+
+
+def _headerless_csv(text: str) -> bool:
+    rows = [r for r in csv.reader(text.splitlines(), skipinitialspace=True) if r]
+    return bool(rows) and all(len(r) == len(CSV_FIELDS) and r[0].strip().isdigit() for r in rows)
+
+
+_CSV_COLUMNS = {
+    "index": "index",
+    "uuid": "uuid",
+    "gpu_uuid": "uuid",
+    "name": "name",
+    "gpu_name": "name",
+    "pci.bus_id": "pci",
+    "gpu_bus_id": "pci",
+    "fabric.state": "state",
+    "fabric.status": "status",
+    "fabric.cliqueid": "clique_id",
+    "fabric.clusteruuid": "cluster_uuid",
+    "driver_version": "driver",
+}
+
+
+def parse_csv(text: str) -> FabricHealth:
+    """``--query-gpu=... --format=csv`` (header optional: without it, the column order of
+    :data:`CSV_FIELDS`). Unknown columns are ignored."""
+    rows = [[c.strip() for c in r]
+            for r in csv.reader(text.splitlines(), skipinitialspace=True) if any(r)]
+    if not rows:
+        raise SmiFormatError("empty CSV")
+    first = [c.lower() for c in rows[0]]
+    if first and not first[0].isdigit():
+        columns = [_CSV_COLUMNS.get(c.split(" [")[0].strip(), "") for c in first]
+        rows = rows[1:]
+    else:
+        columns = [_CSV_COLUMNS[c.lower()] for c in CSV_FIELDS]
+    if "state" not in columns:
+        raise SmiFormatError("CSV has no fabric.state column")
+    gpus: list[GpuFabric] = []
+    driver: str | None = None
+    for n, row in enumerate(rows):
+        values = {col: val for col, val in zip(columns, row, strict=False) if col}
+        index = _int(values.get("index"))
+        driver = driver or _na(values.get("driver"))
+        builder = _Gpu(pci=_na(values.get("pci")), values=values)
+        gpus.append(builder.build(index if index is not None else n))
+    return FabricHealth("nvidia-smi-csv", tuple(gpus), driver)
+
+
+SOURCES: tuple[Source, ...] = ("nvidia-smi-text", "nvidia-smi-xml", "nvidia-smi-csv")

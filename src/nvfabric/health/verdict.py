@@ -1,0 +1,449 @@
+"""The verdict: can CUDA use this node's NVLink fabric? Pure rules over the plan's fabric kind,
+the services' liveness and every GPU's fabric registration. No I/O, no clock: elapsed times
+come in as numbers.
+
+Rules (from the field cases ../shared/cases/S*.yaml and the NVIDIA Fabric Manager User Guide,
+"GPU fabric registration" / "NVLink 5"):
+
+- No fabric reported (state not_supported / N/A everywhere) where the fabric kind is ``none``
+  (or unknown) -> ``not_applicable`` (S01: PCIe cards are never "unhealthy").
+- ``in_progress`` / ``not_started`` -> ``pending`` while the services that register GPUs have
+  run for less than the grace period, or when that cannot be known (a saved capture, S02);
+  past the grace period, or with those services not running -> ``registration_stuck``
+  (unhealthy). CUDA returns error 802 (system not yet initialized) until registration ends.
+  FABRIC_MODE=1 (shared NVSwitch) with no partition assigned -> pending (information).
+- ``completed`` with a status other than success -> ``registration_error`` naming the GPU (S03).
+- Health summary unhealthy, route unhealthy or an incorrect configuration ->
+  ``fabric_unhealthy`` (unhealthy); limited capacity, degraded bandwidth or a recovery in
+  progress -> ``fabric_unhealthy`` as a warning (degraded) (S04).
+- GPUs of one node disagreeing on ClusterUUID or CliqueId -> unhealthy. A zero ClusterUUID is
+  normal on single-node NVSwitch platforms (S05) and an error on ``mnnvl`` trays.
+- GPUs fine but fabric manager not running on an nvswitch/nvlink5 node -> ``fm_inactive``
+  (degraded: fabric manager handles NVSwitch errors and GPU resets at run time).
+- A GPU on PCI that NVML does not list -> ``gpu_missing_from_driver`` (unhealthy).
+
+Severity order of the result: unhealthy > degraded > pending > healthy.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from ..findings import Finding
+from .model import ZERO_UUID, GpuFabric
+
+VerdictWord = Literal["healthy", "degraded", "unhealthy", "pending", "not_applicable"]
+Level = Literal["unhealthy", "degraded", "pending"]
+RANK: dict[str, int] = {"healthy": 0, "pending": 1, "degraded": 2, "unhealthy": 3}
+
+DEFAULT_GRACE_S = 300.0
+
+#: Services whose absence keeps GPUs from registering, per fabric kind (plan.py
+#: SERVICES_BY_FABRIC; on mnnvl trays the NVLink switch trays' fabric manager registers GPUs).
+REGISTERING_SERVICES: dict[str, tuple[str, ...]] = {
+    "none": (),
+    "nvswitch": ("fabricmanager",),
+    "nvlink5": ("nvlsm", "fabricmanager"),
+    "mnnvl": (),
+}
+
+#: What usually keeps registration from finishing, per fabric kind (hint of registration_stuck).
+STUCK_CAUSE: dict[str, str] = {
+    "nvswitch": (
+        "usually fabric manager is not running or failed to configure the NVSwitches: "
+        "`systemctl status nvidia-fabricmanager`, then `nvfabric doctor --log "
+        "/var/log/fabricmanager.log`"
+    ),
+    "nvlink5": (
+        "usually NVLSM is not running or fabric manager was started without the LPF port GUID "
+        "(-g): both must use the same management port; `nvfabric plan` shows it, "
+        "`nvfabric doctor` on the fabric manager log shows NV_WARN_NOTHING_TO_DO or "
+        "'Detected Pre-NVL5 system' when NVLSM is missing"
+    ),
+    "mnnvl": (
+        "a GB200/GB300 tray is registered by the NVLink switch trays' fabric manager: check the "
+        "rack's NVLink switch trays / NMX controller and that this tray is in an active partition"
+    ),
+    "unknown": (
+        "usually fabric manager (and NVLSM on B200/B300 baseboards) is not running; pass --root "
+        "or --fabric so nvfabric can say which"
+    ),
+}
+
+CUDA_802 = (
+    "CUDA returns error 802 (cudaErrorSystemNotReady, 'system not yet initialized') until "
+    "registration completes"
+)
+
+#: Product name patterns -> fabric kind, used only when no plan is available (an offline
+#: capture without --root). Source: NVIDIA product names as nvidia-smi prints them
+#: (../shared/corpus/nvidia-smi/*: "NVIDIA GB200", "NVIDIA B200", "NVIDIA H100 80GB HBM3").
+NAME_FABRIC: tuple[tuple[re.Pattern[str], str], ...] = (
+    (re.compile(r"\bGB[23]00\b"), "mnnvl"),
+    (re.compile(r"\bB[123]00\b"), "nvlink5"),
+)
+
+
+@dataclass(frozen=True)
+class ServiceState:
+    """Liveness of one fabric service, as read from the host (health.services).
+
+    ``age_s``: seconds since the process started (None unknown); ``socket``: NVLSM's IPC socket
+    exists; ``port``: fabric manager's command port is listening (None: not checked).
+    """
+
+    name: str
+    running: bool
+    age_s: float | None = None
+    pid: int | None = None
+    socket: bool | None = None
+    port: bool | None = None
+    detail: str = ""
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "name": self.name, "running": self.running, "pid": self.pid,
+            "age_s": None if self.age_s is None else round(self.age_s, 1),
+            "socket": self.socket, "port": self.port, "detail": self.detail,
+        }
+
+
+@dataclass(frozen=True)
+class Inputs:
+    """Everything the verdict looks at.
+
+    ``fabric``: the plan's kind (None unknown); ``services`` None when liveness is unknown
+    (a saved capture); ``pci_gpu_count`` GPUs on PCI (None unknown); ``grace_s`` seconds
+    registration may take after the services started; ``fabric_mode`` fabric manager's
+    FABRIC_MODE (None unknown); ``reader_findings`` the reader's own findings.
+    """
+
+    gpus: tuple[GpuFabric, ...]
+    fabric: str | None = None
+    services: tuple[ServiceState, ...] | None = None
+    pci_gpu_count: int | None = None
+    grace_s: float = DEFAULT_GRACE_S
+    fabric_mode: int | None = None
+    reader_findings: tuple[Finding, ...] = ()
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """The answer: ``verdict`` word, the findings behind it, and one line per reason."""
+
+    verdict: VerdictWord
+    findings: tuple[Finding, ...] = ()
+    reasons: tuple[str, ...] = field(default=())
+
+
+def infer_fabric(gpus: tuple[GpuFabric, ...]) -> str:
+    """The fabric kind a capture shows when no plan is at hand: GB200/GB300 -> mnnvl,
+    B100/B200/B300 -> nvlink5, any other GPU reporting a fabric state -> nvswitch, else none."""
+    for pattern, kind in NAME_FABRIC:
+        if any(g.name and pattern.search(g.name) for g in gpus):
+            return kind
+    if any(g.state != "not_supported" for g in gpus):
+        return "nvswitch"
+    return "none"
+
+
+class _Acc:
+    """Collects (level, finding) pairs and reasons."""
+
+    def __init__(self) -> None:
+        self.levels: list[Level] = []
+        self.findings: list[Finding] = []
+        self.reasons: list[str] = []
+
+    def add(self, level: Level | None, finding: Finding) -> None:
+        if level is not None:
+            self.levels.append(level)
+        self.findings.append(finding)
+
+    def result(self, default: VerdictWord = "healthy") -> Verdict:
+        word: VerdictWord = default
+        if self.levels:
+            word = max(self.levels, key=lambda lv: RANK[lv])
+        return Verdict(word, tuple(self.findings), tuple(self.reasons))
+
+
+def verdict(inp: Inputs) -> Verdict:
+    """Judge the fabric (rules in the module docstring). Pure."""
+    acc = _Acc()
+    fabric = inp.fabric
+    kind = fabric or "unknown"
+    gpus = inp.gpus
+    reader_failed = any(f.severity == "error" for f in inp.reader_findings)
+    fabric_needed = fabric not in (None, "none")
+
+    for f in inp.reader_findings:
+        if f.severity == "error":
+            acc.add("unhealthy" if fabric_needed else None, f)
+        elif f.severity == "warning":
+            acc.add("degraded" if fabric_needed else None, f)
+        else:
+            acc.add(None, f)
+
+    if inp.pci_gpu_count is not None and not reader_failed and len(gpus) < inp.pci_gpu_count:
+        missing = inp.pci_gpu_count - len(gpus)
+        acc.add("unhealthy", Finding(
+            "gpu_missing_from_driver", "error",
+            f"{missing} of {inp.pci_gpu_count} GPUs on PCI are not listed by the driver",
+            "check `dmesg` for Xid 79 / 'fallen off the bus' and RmInitAdapter errors; the GPU "
+            "needs a reset or a power cycle, and the fabric waits for every GPU",
+            {"pci_gpus": inp.pci_gpu_count, "driver_gpus": len(gpus)},
+        ))
+
+    if not gpus:
+        if reader_failed or acc.levels:
+            return acc.result()
+        acc.reasons.append("no GPU listed")
+        return acc.result("not_applicable" if not fabric_needed else "healthy")
+
+    reporting = [g for g in gpus if g.state != "not_supported"]
+    if not reporting:
+        return _no_fabric_reported(inp, acc)
+
+    acc.reasons.append(
+        f"fabric kind {kind}; {len(reporting)} of {len(gpus)} GPUs report a fabric state"
+    )
+    registering = [g for g in gpus if g.state in ("in_progress", "not_started")]
+    completed = [g for g in gpus if g.state == "completed"]
+    failed = [g for g in completed if g.status not in (None, "success")]
+    ok = [g for g in completed if g.status in (None, "success")]
+
+    for g in failed:
+        acc.add("unhealthy", Finding(
+            "registration_error", "error",
+            f"{g.label}: fabric registration completed with status {g.status}: the GPU is not "
+            "attached to the NVLink fabric",
+            _registration_error_hint(g.status, kind),
+            {"gpu": g.index, "uuid": g.uuid, "pci": g.pci, "status": g.status},
+        ))
+
+    if registering:
+        _registering(inp, acc, registering, completed, kind)
+
+    for g in ok:
+        _health(acc, g)
+
+    _consistency(acc, ok, fabric)
+    if not registering:
+        _services_when_fine(inp, acc, fabric)
+    return acc.result()
+
+
+def _no_fabric_reported(inp: Inputs, acc: _Acc) -> Verdict:
+    fabric = inp.fabric
+    if fabric in (None, "none"):
+        acc.reasons.append(
+            "no GPU reports an NVLink fabric (state N/A / not supported) and this platform has "
+            "none to manage: nothing to judge"
+        )
+        return acc.result("not_applicable")
+    if fabric == "nvswitch":
+        fm = _service(inp.services, "fabricmanager")
+        acc.reasons.append(
+            "these GPUs do not report fabric registration (before Hopper, or an old driver): "
+            "judged by fabric manager's liveness"
+        )
+        if fm is None:
+            acc.add("degraded", Finding(
+                "fabric_info_not_supported", "warning",
+                "the GPUs report no fabric state and fabric manager's liveness is unknown",
+                "run `nvfabric status` on the node itself (it checks the fabric manager process)",
+            ))
+        elif not fm.running:
+            acc.add("unhealthy", Finding(
+                "fm_inactive", "error",
+                "fabric manager is not running on an NVSwitch node whose GPUs do not report "
+                "fabric registration: CUDA cannot use NVLink peer access",
+                "start fabric manager (`nvfabric run`, or `systemctl start "
+                "nvidia-fabricmanager`) at exactly the driver's version",
+            ))
+        return acc.result()
+    acc.add("unhealthy", Finding(
+        "registration_error", "error",
+        f"no GPU reports a fabric state on a {fabric} platform, which needs one",
+        "the driver may be too old for this platform or not fully loaded: check `nvidia-smi -q` "
+        "Fabric section and `dmesg`",
+        {"fabric": fabric},
+    ))
+    return acc.result()
+
+
+def _registering(
+    inp: Inputs, acc: _Acc, registering: list[GpuFabric], completed: list[GpuFabric], kind: str
+) -> None:
+    labels = ", ".join(str(g.index) for g in registering)
+    count = len(registering)
+    fields: dict[str, Any] = {"gpus": [g.index for g in registering]}
+    if completed:
+        acc.add(None, Finding(
+            "partial_registration", "warning",
+            f"{len(completed)} GPUs completed registration, {count} did not (GPUs {labels})",
+            "a GPU that lags the others usually has NVLink or firmware trouble: check its "
+            "`nvidia-smi -q` Fabric section and `dmesg` for Xid errors",
+            fields,
+        ))
+    if inp.fabric_mode == 1 and not any(
+        (f := g.field("partition_assigned")) is not None and f.value == "true"
+        for g in inp.gpus
+    ):
+        acc.add("pending", Finding(
+            "fabric_partition_inactive", "info",
+            f"FABRIC_MODE=1 (shared NVSwitch): {count} GPUs wait for a fabric partition to be "
+            "activated",
+            "activate a partition through fabric manager's API (the hypervisor or "
+            "fmpm/`nv-partitioner` does this); registration then completes",
+            fields,
+        ))
+        return
+    cause = STUCK_CAUSE.get(kind, STUCK_CAUSE["unknown"])
+    hint = f"{CUDA_802}; {cause}"
+    if inp.services is None:
+        acc.add("pending", Finding(
+            "registration_stuck", "warning",
+            f"{count} GPUs have not finished fabric registration (GPUs {labels}); a saved "
+            "capture cannot tell for how long",
+            hint, fields,
+        ))
+        return
+    needed = REGISTERING_SERVICES.get(inp.fabric or "", ())
+    down = [n for n in needed if not ((s := _service(inp.services, n)) and s.running)]
+    if down:
+        acc.add("unhealthy", Finding(
+            "registration_stuck", "error",
+            f"{count} GPUs cannot finish fabric registration: {', '.join(down)} not running",
+            hint, {**fields, "services_down": down},
+        ))
+        return
+    ages = [s.age_s for n in needed if (s := _service(inp.services, n)) is not None]
+    if not needed or not ages or any(a is None for a in ages):
+        acc.add("pending", Finding(
+            "registration_stuck", "warning",
+            f"{count} GPUs are registering (GPUs {labels}); how long the services have run "
+            "is unknown",
+            hint, fields,
+        ))
+        return
+    age = min(a for a in ages if a is not None)
+    if age < inp.grace_s:
+        acc.add("pending", Finding(
+            "registration_stuck", "warning",
+            f"{count} GPUs are registering, {age:.0f} s after the services started (grace "
+            f"period {inp.grace_s:.0f} s)",
+            hint, {**fields, "elapsed_s": round(age, 1), "grace_s": inp.grace_s},
+        ))
+    else:
+        acc.add("unhealthy", Finding(
+            "registration_stuck", "error",
+            f"{count} GPUs are still registering {age:.0f} s after the services started "
+            f"(grace period {inp.grace_s:.0f} s)",
+            hint, {**fields, "elapsed_s": round(age, 1), "grace_s": inp.grace_s},
+        ))
+
+
+def _registration_error_hint(status: str | None, kind: str) -> str:
+    if status == "NVML_ERROR_INSUFFICIENT_RESOURCES":
+        return (
+            "the fabric could not give this GPU its resources (on GB200/GB300: the tray is not "
+            "in an active NVLink partition or the switch trays lack routes): check the NVLink "
+            "switch trays / NMX partition, then reset the GPU"
+        )
+    if kind == "nvlink5":
+        return ("check that NVLSM and fabric manager run on the same management port and "
+                "`nvfabric doctor` their logs; a GPU reset is needed after the fix")
+    return ("check fabric manager's log (`nvfabric doctor --log ...`); a GPU reset is needed "
+            "after the fix")
+
+
+def _health(acc: _Acc, g: GpuFabric) -> None:
+    problems: list[str] = []
+    level: Level | None = None
+    if g.health_summary == "unhealthy":
+        problems.append("health summary Unhealthy")
+        level = "unhealthy"
+    elif g.health_summary == "limited_capacity":
+        problems.append("health summary Limited Capacity")
+        level = "degraded"
+    for f in g.health:
+        if f.impact is not None:
+            problems.append(f"{f.name}={f.value}")
+            if f.impact == "unhealthy":
+                level = "unhealthy"
+            elif level is None:
+                level = "degraded"
+    if level is None:
+        return
+    acc.add(level, Finding(
+        "fabric_unhealthy", "error" if level == "unhealthy" else "warning",
+        f"{g.label}: registered but " + ", ".join(problems),
+        "the GPU is attached yet its NVLink routes are not all usable: check the health fields "
+        "in `nvidia-smi -q` (Fabric / Health), NVSwitch errors in fabric manager's log "
+        "(`nvfabric doctor`), then drain and reset the GPU if it persists",
+        {"gpu": g.index, "uuid": g.uuid, "pci": g.pci, "health_summary": g.health_summary,
+         "problems": problems},
+    ))
+
+
+def _consistency(acc: _Acc, ok: list[GpuFabric], fabric: str | None) -> None:
+    clusters = sorted({g.cluster_uuid for g in ok if g.cluster_uuid is not None})
+    cliques = sorted({g.clique_id for g in ok if g.clique_id is not None})
+    if len(clusters) > 1 or len(cliques) > 1:
+        acc.add("unhealthy", Finding(
+            "fabric_unhealthy", "error",
+            "GPUs of this node disagree on their NVLink domain: ClusterUUIDs "
+            f"{', '.join(clusters) or '-'}; CliqueIds {', '.join(map(str, cliques)) or '-'}",
+            "all GPUs of a node belong to one clique; a GPU in another partition or domain "
+            "needs the partition fixed (NVLink switch trays / fabric manager) and a GPU reset",
+            {"cluster_uuids": clusters, "clique_ids": cliques},
+        ))
+        return
+    zero = [g for g in ok if g.cluster_uuid == ZERO_UUID]
+    if not zero:
+        return
+    if fabric == "mnnvl":
+        acc.add("unhealthy", Finding(
+            "fabric_unhealthy", "error",
+            f"{len(zero)} GPUs have a zero ClusterUUID on a multi-node NVLink tray: they are "
+            "not part of any NVLink domain",
+            "the tray must be in an active NVLink partition (NVLink switch trays / NMX "
+            "controller); until then multi-node NVLink (IMEX, MNNVL NCCL) cannot work",
+            {"gpus": [g.index for g in zero]},
+        ))
+    else:
+        acc.reasons.append(
+            "zero ClusterUUID: NVLink within this node, no multi-node domain (normal here)"
+        )
+
+
+def _services_when_fine(inp: Inputs, acc: _Acc, fabric: str | None) -> None:
+    if inp.services is None or fabric not in ("nvswitch", "nvlink5"):
+        return
+    fm = _service(inp.services, "fabricmanager")
+    if fm is None or not fm.running:
+        acc.add("degraded", Finding(
+            "fm_inactive", "warning",
+            "the GPUs are registered but fabric manager is not running",
+            "fabric manager handles NVSwitch errors, GPU resets and NVLink recovery at run "
+            "time: start it again (`nvfabric run`); a restart after GPUs registered needs a GPU "
+            "reset on H100 and later",
+        ))
+    if fabric == "nvlink5":
+        sm = _service(inp.services, "nvlsm")
+        if sm is None or not sm.running:
+            acc.add("degraded", Finding(
+                "nvlsm_missing", "warning",
+                "the GPUs are registered but NVLSM is not running on the management port",
+                "NVLSM keeps the NVLink 5 routes; start it with fabric manager (`nvfabric run`)",
+            ))
+
+
+def _service(services: tuple[ServiceState, ...] | None, name: str) -> ServiceState | None:
+    for s in services or ():
+        if s.name == name:
+            return s
+    return None
