@@ -18,6 +18,7 @@ import click
 COMMANDS: dict[str, str] = {
     "detect": "nvfabric.commands.detect:detect",
     "plan": "nvfabric.commands.plan:plan_cmd",
+    "run": "nvfabric.commands.run:run_cmd",
     "simulate": "nvfabric.commands.simulate:simulate",
     "status": "nvfabric.commands.status:status",
     "wait": "nvfabric.commands.status:wait",

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 import click
 
 from ..errors import usage_error
@@ -54,7 +56,12 @@ def simulate(profile: str | None, directory: str | None, spec_file: str | None,
     except (SpecError, KeyError) as err:
         raise usage_error(str(err).strip("'\"")) from None
     build(spec, directory)
+    from ..simulate.fakes import install
+
+    fakes = install(directory)
     if as_json:
-        print_json({"root": directory, "source": source})
+        print_json({"root": directory, "source": source, "fakes": fakes})
     else:
         click.echo(f"simulated node ({source}) written to {directory}")
+        click.echo(f"fake daemons and tools in {directory}/bin "
+                   f"({', '.join(os.path.basename(f) for f in fakes)})")

@@ -9,16 +9,19 @@ import shutil
 import tempfile
 
 
-def write_atomic(path: str, content: str | bytes, mode: int = 0o644, backup: bool = True) -> None:
+def write_atomic(path: str, content: str | bytes, mode: int = 0o644, backup: bool = True,
+                 dir_mode: int = 0o755) -> None:
     """Replace ``path`` with ``content``.
 
-    The parent directory is created (mode 0o755) when missing. When ``backup`` is set and the
+    The parent directory is created (``dir_mode``, default 0o755) when missing; an existing
+    one keeps its mode (never widened, RUN.md R06). When ``backup`` is set and the
     file exists with different content, it is copied to ``path + ".nvfabric.bak"`` first.
     Raises OSError on failure; the previous file is then untouched.
     """
     data = content.encode() if isinstance(content, str) else content
     directory = os.path.dirname(os.path.abspath(path))
-    os.makedirs(directory, mode=0o755, exist_ok=True)
+    if not os.path.isdir(directory):
+        os.makedirs(directory, mode=dir_mode, exist_ok=True)
     if backup and os.path.isfile(path):
         with open(path, "rb") as fh:
             old = fh.read()

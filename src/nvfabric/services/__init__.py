@@ -1,0 +1,107 @@
+"""Fabric daemons as values: what to exec, with which environment, how to tell it is ready.
+
+A :class:`ServiceSpec` is everything :mod:`nvfabric.supervisor` needs to run one daemon; the
+supervisor runs a list of them as one unit, starting each once the one before it is ready and
+stopping them in reverse order. Each daemon has a module here that knows its vendor layout
+(default paths), builds its argv from validated values and names its readiness signal:
+
+- :mod:`.nvlsm`: NVLink Subnet Manager (NVLink 5 baseboards), ready when its IPC socket exists;
+- :mod:`.fabricmanager`: ``nv-fabricmanager``, ready when every GPU's fabric state is completed;
+- ``imex`` (added by the IMEX work): ``nvidia-imex``.
+
+Pure: no I/O here or in the per-daemon builders, except the version probes, which run the
+binary with ``--version`` (argv only) and are marked as such.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+#: A port GUID as NVLSM and fabric manager take it on their command line: ``0x`` + 16 hex
+#: digits (Fabric Manager User Guide, "NVLink 5": ``-g`` / ``FM_SM_MGMT_PORT_GUID``).
+GUID = re.compile(r"0x[0-9a-fA-F]{16}")
+
+
+@dataclass(frozen=True)
+class ServiceSpec:
+    """One daemon of a unit.
+
+    ``name``: the service word of the plan (``nvlsm``, ``fabricmanager``, ``imex``), also the
+    prefix of its output lines. ``argv``: the exact command, argv[0] an absolute path (no
+    shell, ever). ``env``: variables added to nvfabric's own environment.
+
+    Readiness (the next service starts, and the unit is reported ready, only once it holds):
+
+    - ``ready_socket``: a path where the daemon creates a Unix socket (NVLSM's IPC socket);
+      waited for with an event-driven watch bounded by the supervisor's socket timeout;
+    - ``ready_gpus``: every GPU's fabric state is ``completed`` (read through the health
+      module); bounded by the supervisor's readiness timeout, which yields a finding, not a
+      stop (the daemon may still finish);
+    - ``ready_line``: a regular expression; a matching output line means ready when
+      ``ready_gpus`` is off, and prompts an immediate GPU check when it is on;
+    - none of them: ready as soon as it is spawned.
+
+    ``grace_s``: seconds between SIGTERM and SIGKILL when stopping it. ``runtime_dirs``:
+    directories created before the start (mode 0700, never widened when they exist).
+    ``restart_needs_gpu_reset``: restarting it once GPUs registered requires a GPU reset first
+    (RUN.md R04; fabric manager on Hopper and later). ``pid_file``: where the daemon writes its
+    pid, removed by nvfabric when stale.
+    """
+
+    name: str
+    argv: tuple[str, ...]
+    env: tuple[tuple[str, str], ...] = ()
+    ready_socket: str | None = None
+    ready_gpus: bool = False
+    ready_line: str | None = None
+    grace_s: float = 10.0
+    runtime_dirs: tuple[str, ...] = ()
+    restart_needs_gpu_reset: bool = False
+    pid_file: str | None = None
+
+    def __post_init__(self) -> None:
+        if not self.argv or not self.argv[0].startswith("/"):
+            raise ValueError(f"{self.name}: argv[0] must be an absolute path, got {self.argv!r}")
+        for arg in self.argv:
+            if "\x00" in arg:
+                raise ValueError(f"{self.name}: NUL in argument {arg!r}")
+
+
+@dataclass(frozen=True)
+class PlannedFile:
+    """A file nvfabric writes before starting the unit (shown by ``run --dry-run``)."""
+
+    path: str
+    content: str
+    mode: int = 0o644
+
+
+@dataclass(frozen=True)
+class Unit:
+    """What ``nvfabric run`` brings up: the services in start order and the files written
+    first. ``fabric`` is the plan's fabric kind; ``notes`` are lines for the operator."""
+
+    fabric: str
+    services: tuple[ServiceSpec, ...]
+    files: tuple[PlannedFile, ...] = ()
+    notes: tuple[str, ...] = ()
+
+
+def check_guid(guid: str) -> str:
+    """``guid`` lower-cased when it is ``0x`` + 16 hex digits; ValueError otherwise."""
+    if not GUID.fullmatch(guid):
+        raise ValueError(f"port GUID must be 0x followed by 16 hex digits, got {guid!r}")
+    return guid.lower()
+
+
+def check_path(path: str, what: str) -> str:
+    """``path`` when it is absolute and has no newline, NUL or ``..`` component; ValueError
+    otherwise (``what`` names it in the message)."""
+    if not path.startswith("/"):
+        raise ValueError(f"{what}: expected an absolute path, got {path!r}")
+    if any(c in path for c in "\n\r\x00"):
+        raise ValueError(f"{what}: path may not contain a newline or NUL")
+    if ".." in path.split("/"):
+        raise ValueError(f"{what}: path may not contain '..'")
+    return path

@@ -1,0 +1,79 @@
+"""``nvidia-imex``: the IMEX daemon of a multi-node NVLink compute tray (GB200/GB300), which
+lets GPUs of different trays import and export memory over the NVLink fabric.
+
+Vendor layout (NVIDIA IMEX guide, "Getting Started with IMEX" and "IMEX Service Command
+Service"; ../shared/corpus/configs/aws-parallelcluster-nvidia-imex.service.erb):
+``/usr/bin/nvidia-imex -c /etc/nvidia-imex/config.cfg``, queried with ``/usr/bin/nvidia-imex-ctl``.
+
+Under nvfabric the daemon runs in the foreground (DAEMONIZE=0 in the effective config, see
+:mod:`nvfabric.imex.config`) with its log on stderr. It is ready when ``nvidia-imex-ctl -c <cfg>
+-q`` prints READY; every ctl call runs under a hard timeout (the tool is known to hang).
+``nvidia-imex --version`` prints ``IMEX version is: 570.172``; the daemon checks the loaded
+driver's version itself at start and aborts on a mismatch (IMEX guide, "Other NVIDIA Software
+Packages").
+"""
+
+from __future__ import annotations
+
+import re
+import subprocess
+from dataclasses import dataclass
+
+from ..imex.ctl import domain_argv, query_argv
+from ..imex.facts import CONFIG_PATH, IMEX_BINARY, IMEX_CTL_BINARY, NODES_CONFIG_PATH
+from . import ServiceSpec, check_path
+
+__all__ = ["ImexPaths", "argv", "domain_argv", "parse_version", "probe_version", "query_argv",
+           "spec"]
+
+BINARY = IMEX_BINARY
+CTL_BINARY = IMEX_CTL_BINARY
+CONFIG = CONFIG_PATH
+NODES_CONFIG = NODES_CONFIG_PATH
+
+#: ``nvidia-imex --version`` ("IMEX version is: X") and the startup banner ("IMEX version X is
+#: running"): capture ../shared/corpus/imex/imex-570.00-daemon-startup-dra289.log.
+_VERSION = re.compile(r"IMEX version(?: is)?:?\s+(\d+\.\d+(?:\.\d+)?)")
+
+
+@dataclass(frozen=True)
+class ImexPaths:
+    """Where IMEX lives, host view. ``shipped_config`` is read, never edited by ``run``; the
+    effective config and node list nvfabric writes live in its state directory."""
+
+    binary: str = BINARY
+    ctl: str = CTL_BINARY
+    shipped_config: str = CONFIG
+    nodes_config: str = NODES_CONFIG
+
+
+def argv(binary: str, config: str) -> tuple[str, ...]:
+    """``nvidia-imex -c <config>``; ValueError on a bad path."""
+    return (check_path(binary, "nvidia-imex binary"), "-c", check_path(config, "IMEX config"))
+
+
+def spec(binary: str, config: str, grace_s: float = 10.0) -> ServiceSpec:
+    """IMEX as a service of the unit. Readiness is the ctl query (:func:`query_argv`), which the
+    mnnvl bring-up polls under a hard timeout per call; the spec itself carries no socket or
+    GPU readiness (GPU fabric state on a tray is the switch trays' business)."""
+    return ServiceSpec(name="imex", argv=argv(binary, config), grace_s=grace_s)
+
+
+def parse_version(text: str) -> str | None:
+    """The version from ``nvidia-imex --version`` output or its startup banner, or None."""
+    match = _VERSION.search(text)
+    return match.group(1) if match else None
+
+
+def probe_version(binary: str, timeout_s: float = 10.0) -> tuple[str | None, str]:
+    """Run ``<binary> --version`` (argv only); (version or None, its output).
+
+    Host access: spawns the binary. Raises OSError when it cannot be executed;
+    subprocess.TimeoutExpired after ``timeout_s`` seconds.
+    """
+    done = subprocess.run(
+        [binary, "--version"], stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT, timeout=timeout_s, check=False,
+    )
+    text = done.stdout.decode("utf-8", "replace")
+    return parse_version(text), text

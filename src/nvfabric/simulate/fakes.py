@@ -1,0 +1,264 @@
+"""Install the fake daemons of :mod:`.fakebin` into a simulated node tree, with the shipped
+config files and the simulated GPU fabric state they share.
+
+``install(root)`` writes, under ``root``:
+
+- ``bin/_nvfabric_fakes.py`` (a copy of :mod:`.fakebin`) and one launcher per program in
+  ``bin/`` (``nvlsm``, ``nv-fabricmanager``, ``nvidia-smi``, ``nvidia-imex``,
+  ``nvidia-imex-ctl``), each a Python script whose shebang is this interpreter;
+- links at the vendor paths (``opt/nvidia/nvlsm/sbin/nvlsm``, ``usr/bin/nv-fabricmanager``,
+  ``usr/bin/nvidia-smi``, ``usr/bin/nvidia-imex``, ``usr/bin/nvidia-imex-ctl``), so that
+  ``nvfabric run --root DIR`` finds them where it looks on a real node;
+- the shipped configs when the tree has none: ``usr/share/nvidia/nvswitch/fabricmanager.cfg``,
+  ``usr/share/nvidia/nvlsm/nvlsm.conf``, ``etc/nvidia-imex/config.cfg`` and
+  ``nodes_config.cfg``;
+- ``var/lib/nvfabric-sim/node.json`` and ``gpus.json`` (see :mod:`.fakebin`).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import uuid
+from pathlib import Path
+from typing import Any
+
+from . import fakebin
+
+#: program name -> vendor path of the real binary (service modules' defaults; IMEX guide,
+#: "Installation": /usr/bin/nvidia-imex, /usr/bin/nvidia-imex-ctl).
+VENDOR_PATHS: dict[str, str] = {
+    "nvlsm": "/opt/nvidia/nvlsm/sbin/nvlsm",
+    "nv-fabricmanager": "/usr/bin/nv-fabricmanager",
+    "nvidia-smi": "/usr/bin/nvidia-smi",
+    "nvidia-imex": "/usr/bin/nvidia-imex",
+    "nvidia-imex-ctl": "/usr/bin/nvidia-imex-ctl",
+}
+
+#: CUDA version printed by nvidia-smi per driver branch (captures in
+#: ../shared/corpus/nvidia-smi: 535 -> 12.2, 560 -> 12.6, 570 -> 12.8, 580 -> 13.0).
+CUDA_BY_BRANCH: dict[str, str] = {
+    "515": "11.7", "520": "11.8", "525": "12.0", "530": "12.1", "535": "12.2", "545": "12.3",
+    "550": "12.4", "555": "12.5", "560": "12.6", "565": "12.7", "570": "12.8", "575": "12.9",
+    "580": "13.0", "590": "13.1",
+}
+
+#: GPU generations whose NVML fabric state is "not supported" even with fabric manager running
+#: (A100 capture: State N/A with FM up, bottlerocket PR 3873; V100 predates the API).
+NO_FABRIC_STATE = frozenset({"volta", "ampere", "ada"})
+
+#: The shipped fabricmanager.cfg of the simulated node: the keys and defaults of the 535/570
+#: packages (../shared/corpus/configs/fabricmanager-535.216.01.cfg), comments shortened.
+SHIPPED_FM_CFG = """\
+# NVIDIA Fabric Manager configuration file (simulated node; keys and defaults as shipped).
+# Read at fabric manager start-up; restart fabric manager for changes to take effect.
+
+# Logging level: 0 off, 1 critical, 2 error, 3 warning, 4 info
+LOG_LEVEL=4
+
+# Log file; empty (or not openable) means the console (stderr)
+LOG_FILE_NAME=/var/log/fabricmanager.log
+
+# Append to the log (1) or overwrite it (0)
+LOG_APPEND_TO_LOG=1
+
+# Log size limit (MB) and rotations kept
+LOG_FILE_MAX_SIZE=1024
+LOG_MAX_ROTATE_COUNT=3
+
+# Log to syslog instead of the file
+LOG_USE_SYSLOG=0
+
+# Run as a Unix daemon (1) or as a normal process (0)
+DAEMONIZE=1
+
+# Global/local fabric manager communication
+BIND_INTERFACE_IP=127.0.0.1
+STARTING_TCP_PORT=16000
+UNIX_SOCKET_PATH=
+
+# 0 bare metal or full passthrough, 1 shared NVSwitch, 2 vGPU multitenancy
+FABRIC_MODE=0
+FABRIC_MODE_RESTART=0
+
+# State file (shared NVSwitch and vGPU modes only)
+STATE_FILE_NAME=/tmp/fabricmanager.state
+
+# SDK/API command interface
+FM_CMD_BIND_INTERFACE=127.0.0.1
+FM_CMD_PORT_NUMBER=6666
+FM_CMD_UNIX_SOCKET_PATH=
+
+# Stay resident on NVSwitch/GPU configuration failures
+FM_STAY_RESIDENT_ON_FAILURES=0
+
+# Degraded modes
+ACCESS_LINK_FAILURE_MODE=0
+TRUNK_LINK_FAILURE_MODE=0
+NVSWITCH_FAILURE_MODE=0
+
+# Abort CUDA jobs when fabric manager exits
+ABORT_CUDA_JOBS_ON_FM_EXIT=1
+
+# Topology and database files
+TOPOLOGY_FILE_PATH=/usr/share/nvidia/nvswitch
+DATABASE_PATH=/usr/share/nvidia/nvswitch
+"""
+
+SHIPPED_NVLSM_CONF = """\
+# NVLSM configuration (simulated node)
+log_file /var/log/nvlsm.log
+"""
+
+#: IMEX config of the simulated tray (keys of
+#: ../shared/corpus/imex/k8s-dra-driver-gpu-imex-daemon-config-2025-01.tmpl.cfg).
+SHIPPED_IMEX_CFG = """\
+LOG_LEVEL=4
+LOG_FILE_NAME=/var/log/nvidia-imex.log
+LOG_APPEND_TO_LOG=0
+DAEMONIZE=1
+BIND_INTERFACE_IP=
+SERVER_PORT=50000
+IMEX_NODE_CONFIG_FILE=/etc/nvidia-imex/nodes_config.cfg
+IMEX_WAIT_FOR_QUORUM=RECOVERY
+IMEX_CMD_ENABLED=1
+IMEX_CMD_PORT=50005
+"""
+
+SIM_LOCAL_IP = "192.0.2.10"
+
+LAUNCHER = """\
+#!{python} -IS
+# nvfabric simulated node: fake {prog} (see _nvfabric_fakes.py)
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.realpath(__file__)))
+import _nvfabric_fakes  # noqa: E402
+
+sys.exit(_nvfabric_fakes.main({prog!r}, sys.argv[1:]))
+"""
+
+
+def _write(path: str, content: str, mode: int = 0o644, keep: bool = False) -> None:
+    if keep and os.path.exists(path):
+        return
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with open(path, "w", encoding="utf-8") as fh:
+        fh.write(content)
+    os.chmod(path, mode)
+
+
+def _link(root: str, vendor_path: str, target: str) -> None:
+    link = os.path.join(root, vendor_path.lstrip("/"))
+    os.makedirs(os.path.dirname(link), exist_ok=True)
+    if os.path.lexists(link):
+        os.unlink(link)
+    os.symlink(os.path.relpath(target, os.path.dirname(link)), link)
+
+
+def gpu_state(root: str) -> list[dict[str, Any]]:
+    """Initial simulated fabric state of the tree's GPUs: not_started where fabric manager
+    registers them, not_supported where NVML has no fabric state, completed on a multi-node
+    NVLink tray (its switch trays' fabric manager did it)."""
+    from ..inventory import collect
+    from ..inventory.products import lookup
+
+    inv = collect(root)
+    out = []
+    for minor, gpu in enumerate(inv.gpus):
+        product = lookup(gpu.vendor, gpu.device)
+        name = product.name if product else f"Device {gpu.device:04x}"
+        if not name.startswith(("NVIDIA", "Tesla")):
+            name = "NVIDIA " + name
+        generation = product.generation if product else "unknown"
+        role = product.role if product else "standalone"
+        domain, rest = gpu.address.split(":", 1)
+        pci = f"0000{domain}:{rest}".upper()
+        entry: dict[str, Any] = {
+            "pci": pci, "device_id": f"{gpu.device:04x}", "minor": minor, "name": name,
+            "architecture": generation.capitalize() if product else "N/A",
+            "uuid": f"GPU-{uuid.uuid5(uuid.NAMESPACE_OID, 'nvfabric-sim:' + pci)}",
+            "state": "not_started", "status": "N/A", "clique_id": None, "cluster_uuid": None,
+            "health": "N/A",
+        }
+        if role == "standalone" or generation in NO_FABRIC_STATE:
+            entry["state"] = "not_supported"
+        elif role == "mnnvl_gpu":
+            entry.update(state="completed", status="Success", clique_id=32766, health="Healthy",
+                         cluster_uuid=str(uuid.uuid5(uuid.NAMESPACE_OID, "nvfabric-sim-cluster")))
+        out.append(entry)
+    return out
+
+
+def install(root: str) -> list[str]:
+    """Install the fakes, shipped configs and simulated state under ``root`` (a tree written
+    by :func:`nvfabric.simulate.build`). Returns the fake programs' paths in ``bin/``."""
+    from ..inventory import collect
+    from ..plan import plan
+
+    bindir = os.path.join(root, "bin")
+    os.makedirs(bindir, exist_ok=True)
+    source = Path(fakebin.__file__).read_text(encoding="utf-8")
+    _write(os.path.join(bindir, "_nvfabric_fakes.py"), source)
+    installed = []
+    for prog, vendor in VENDOR_PATHS.items():
+        path = os.path.join(bindir, prog)
+        _write(path, LAUNCHER.format(python=sys.executable, prog=prog), mode=0o755)
+        _link(root, vendor, path)
+        installed.append(path)
+    _write(os.path.join(root, "usr/share/nvidia/nvswitch/fabricmanager.cfg"), SHIPPED_FM_CFG,
+           keep=True)
+    _write(os.path.join(root, "usr/share/nvidia/nvlsm/nvlsm.conf"), SHIPPED_NVLSM_CONF,
+           keep=True)
+    os.makedirs(os.path.join(root, "var/log"), exist_ok=True)
+    os.makedirs(os.path.join(root, "var/run"), exist_ok=True)
+    os.makedirs(os.path.join(root, "tmp"), exist_ok=True)
+    p = plan(collect(root))
+    if p.fabric == "mnnvl":
+        _write(os.path.join(root, "etc/nvidia-imex/config.cfg"), SHIPPED_IMEX_CFG, keep=True)
+        _write(os.path.join(root, "etc/nvidia-imex/nodes_config.cfg"), SIM_LOCAL_IP + "\n",
+               keep=True)
+    driver = p.driver_version or ""
+    state = os.path.join(root, fakebin.STATE_DIR)
+    os.makedirs(state, exist_ok=True)
+    node = {
+        "fabric": p.fabric,
+        "driver_version": driver or None,
+        "fm_version": driver or None,
+        "imex_version": driver or None,
+        "nvlsm_version": fakebin.NVLSM_VERSION,
+        "cuda_version": CUDA_BY_BRANCH.get(driver.split(".")[0], "12.8"),
+        "hostname": "node-01",
+        "local_ips": [SIM_LOCAL_IP],
+    }
+    fakebin.save(root, "node.json", node)
+    fakebin.save(root, "gpus.json", {"gpus": gpu_state(root)})
+    for stale in ("calls.jsonl", "nvlsm.json", "imex.json", "faults.json"):
+        path = os.path.join(state, stale)
+        if os.path.exists(path):
+            os.unlink(path)
+    return installed
+
+
+def set_faults(root: str, spec: dict[str, dict[str, Any]]) -> None:
+    """Inject faults: ``{"nvlsm": {"crash_after_s": 1}, "fabricmanager": {...}}`` (keys in
+    :mod:`.fakebin`)."""
+    fakebin.save(root, "faults.json", spec)
+
+
+def gpus(root: str) -> list[dict[str, Any]]:
+    """The simulated GPUs' fabric state (``gpus.json``)."""
+    data: dict[str, Any] = fakebin.load(root, "gpus.json", {"gpus": []})
+    return list(data.get("gpus", []))
+
+
+def calls(root: str) -> list[dict[str, Any]]:
+    """Events recorded by the fakes (``calls.jsonl``), in order."""
+    path = fakebin.state_path(root, "calls.jsonl")
+    try:
+        with open(path, encoding="utf-8") as fh:
+            return [json.loads(line) for line in fh if line.strip()]
+    except OSError:
+        return []

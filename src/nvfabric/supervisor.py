@@ -1,0 +1,1001 @@
+"""Runs the services of a unit (NVLSM then fabric manager, or any list of
+:class:`~nvfabric.services.ServiceSpec`) as one: the only place nvfabric spawns daemons.
+
+Behaviour (../shared/cases/RUN.md):
+
+- Start in order; each service starts once the one before it is ready. NVLSM's IPC socket is
+  waited for with inotify on its directory (ctypes; a 10 ms stat loop where inotify is not
+  available), bounded by ``socket_timeout_s`` (R01). Fabric manager is ready once every GPU's
+  fabric state is completed, read by a probe in a worker thread so that a slow ``nvidia-smi``
+  never delays the reaction to a dying daemon.
+- One unit: when a service exits, the others are stopped in reverse start order (SIGTERM to
+  its process group, SIGKILL after ``grace_s``) and the outcome names the service, its exit
+  status, its last lines and their diagnosis (R02, R03). ``restart="on-failure"`` restarts the
+  unit in-process after 1, 2, 4 ... s (capped), except when a service that needs a GPU reset
+  (R04) would be restarted after GPUs registered: then the operator's reset command runs
+  first, or, without one, the outcome is a ``restart_needs_gpu_reset`` finding.
+- SIGTERM/SIGINT: orderly stop in reverse order, exit 0; a second signal kills at once (R05).
+  As PID 1 every exited child is reaped, orphans included.
+- Child output (stdout and stderr, merged) is forwarded line by line with the service name as
+  prefix and fed to a classifier, so that a known failure line yields its finding at once.
+- Ready: ``READY=1`` on ``$NOTIFY_SOCKET`` (systemd Type=notify), a readiness file, a log line
+  with the time it took. Directories are created 0700 and never widened (R06).
+
+Processes are started with ``os.posix_spawn`` (argv only, stdin /dev/null, own process group,
+signal dispositions reset); nothing here runs a shell.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import errno
+import functools
+import json
+import os
+import queue
+import re
+import selectors
+import signal
+import socket
+import stat
+import subprocess
+import sys
+import threading
+import time
+from collections import deque
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import IO, Protocol
+
+from .configs.atomic import write_atomic
+from .findings import Finding
+from .services import ServiceSpec
+
+#: Signals whose disposition a child gets reset to the default (Python ignores SIGPIPE; a
+#: parent started under nohup ignores SIGHUP).
+_RESET_SIGNALS = (
+    signal.SIGPIPE, signal.SIGXFSZ, signal.SIGINT, signal.SIGTERM, signal.SIGHUP,
+    signal.SIGQUIT, signal.SIGUSR1, signal.SIGUSR2, signal.SIGCHLD, signal.SIGALRM,
+)
+_STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
+_POLL_FALLBACK_S = 0.01
+_MAX_LINE = 65536
+
+
+@dataclass(frozen=True)
+class GpuCheck:
+    """One readiness probe of the GPUs' fabric state.
+
+    ``ready``: every GPU's state is completed; ``registered``: at least one GPU is completed
+    (what makes a fabric manager restart need a GPU reset, R04); ``summary``: one line for the
+    log (``8 GPUs: completed x8``); ``error``: why the state could not be read, if so;
+    ``supported``: False when no GPU has a fabric state (NVML "not supported", e.g. A100), so
+    that the service's success line is the readiness signal; ``findings``: problems seen in
+    the state (a GPU completed with an error status), logged when the unit becomes ready.
+    """
+
+    ready: bool
+    registered: bool
+    summary: str
+    error: str | None = None
+    supported: bool = True
+    findings: tuple[Finding, ...] = ()
+
+
+class Classifier(Protocol):
+    """What :class:`nvfabric.diagnose.Classifier` offers: new findings per line, all so far."""
+
+    def feed(self, line: str) -> list[Finding]: ...
+
+    def findings(self) -> list[Finding]: ...
+
+
+@dataclass(frozen=True)
+class Policy:
+    """How the unit is run. Times in seconds.
+
+    ``restart``: ``never`` or ``on-failure``; backoff ``backoff_base_s * 2**n`` capped at
+    ``backoff_cap_s`` (n resets once the unit stayed ready for ``backoff_cap_s``).
+    ``gpu_reset_argv``: the operator's GPU reset command (argv), the opt-in of R04.
+    ``registered_at_start``: GPUs were already registered before the first start (a fabric
+    manager ran before), so the first start is a restart for R04.
+    """
+
+    restart: str = "never"
+    backoff_base_s: float = 1.0
+    backoff_cap_s: float = 30.0
+    socket_timeout_s: float = 60.0
+    ready_timeout_s: float = 300.0
+    probe_interval_s: float = 0.1
+    probe_max_interval_s: float = 2.0
+    gpu_reset_argv: tuple[str, ...] | None = None
+    gpu_reset_timeout_s: float = 600.0
+    registered_at_start: bool = False
+    last_lines: int = 20
+    reap_orphans: bool | None = None  # None: when running as PID 1
+
+    def __post_init__(self) -> None:
+        if self.restart not in ("never", "on-failure"):
+            raise ValueError(f"restart policy must be never or on-failure, not {self.restart!r}")
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """How a run ended: ``exit_code`` (0 orderly stop, 1 failure), ``reason`` (``stopped``,
+    ``failed``), the findings (the failure first), seconds to ready of the last start (None if
+    never ready), restarts done."""
+
+    exit_code: int
+    reason: str
+    findings: tuple[Finding, ...] = ()
+    ready_after_s: float | None = None
+    restarts: int = 0
+
+    def to_json(self) -> dict[str, object]:
+        return {
+            "result": self.reason,
+            "exit_code": self.exit_code,
+            "ready_after_s": self.ready_after_s,
+            "restarts": self.restarts,
+            "findings": [f.to_json() for f in self.findings],
+        }
+
+
+class Log:
+    """nvfabric's log: one line per event on ``stream`` (stderr by default), flushed at once.
+    nvfabric's own lines start with ``nvfabric: ``, a child's with its service name."""
+
+    def __init__(self, stream: IO[str] | None = None) -> None:
+        self.stream = stream if stream is not None else sys.stderr
+
+    def line(self, text: str) -> None:
+        with contextlib.suppress(OSError, ValueError):
+            self.stream.write(text + "\n")
+            self.stream.flush()
+
+    def say(self, text: str) -> None:
+        self.line("nvfabric: " + text)
+
+    def finding(self, f: Finding) -> None:
+        hint = f" (hint: {f.hint})" if f.hint else ""
+        self.say(f"{f.severity} {f.code}: {f.message}{hint}")
+
+
+# --------------------------------------------------------------------------- host helpers
+
+
+def ensure_dir(path: str, mode: int = 0o700) -> bool:
+    """Create ``path`` (and missing parents, 0755) with ``mode`` when it does not exist; an
+    existing directory is left exactly as it is (R06). Returns True when created."""
+    if os.path.isdir(path):
+        return False
+    parent = os.path.dirname(path.rstrip("/"))
+    if parent and not os.path.isdir(parent):
+        os.makedirs(parent, mode=0o755, exist_ok=True)
+    try:
+        os.mkdir(path, mode)
+    except FileExistsError:
+        return False
+    os.chmod(path, mode)  # mkdir's mode is cut by the umask; this is the mode we asked for
+    return True
+
+
+def sd_notify(message: str, environ: dict[str, str] | None = None) -> bool:
+    """Send ``message`` (``READY=1``) to ``$NOTIFY_SOCKET`` (sd_notify(3) protocol: one
+    datagram to a Unix socket, ``@`` for the abstract namespace). False when unset/failed."""
+    path = (environ if environ is not None else os.environ).get("NOTIFY_SOCKET")
+    if not path:
+        return False
+    address = "\0" + path[1:] if path.startswith("@") else path
+    try:
+        with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as sock:
+            sock.sendto(message.encode(), address)
+        return True
+    except OSError:
+        return False
+
+
+def socket_listening(path: str) -> bool:
+    """True when a process accepts connections on the Unix socket at ``path``."""
+    try:
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
+            sock.settimeout(0.5)
+            sock.connect(path)
+        return True
+    except OSError:
+        return False
+
+
+def is_socket(path: str) -> bool:
+    try:
+        return stat.S_ISSOCK(os.stat(path).st_mode)
+    except OSError:
+        return False
+
+
+def spawn(argv: Sequence[str], env: dict[str, str]) -> tuple[int, int]:
+    """Start ``argv`` (argv[0] an absolute path) in its own process group, stdin /dev/null,
+    stdout and stderr into one pipe. Returns (pid, read end of the pipe, non-blocking).
+    Raises OSError when it cannot be executed."""
+    r, w = os.pipe()
+    try:
+        pid = os.posix_spawn(
+            argv[0], list(argv), env,
+            file_actions=[
+                (os.POSIX_SPAWN_OPEN, 0, os.devnull, os.O_RDONLY, 0),
+                (os.POSIX_SPAWN_DUP2, w, 1),
+                (os.POSIX_SPAWN_DUP2, w, 2),
+            ],
+            setpgroup=0,
+            setsigdef=_RESET_SIGNALS,
+            setsigmask=(),
+        )
+    except BaseException:
+        os.close(r)
+        raise
+    finally:
+        os.close(w)
+    os.set_blocking(r, False)
+    return pid, r
+
+
+def describe_status(status: int) -> tuple[str, int | None, int | None]:
+    """A wait status as (text, exit code, signal number)."""
+    if os.WIFSIGNALED(status):
+        sig = os.WTERMSIG(status)
+        try:
+            name = signal.Signals(sig).name
+        except ValueError:
+            name = str(sig)
+        return f"killed by {name}", None, sig
+    code = os.waitstatus_to_exitcode(status) if os.WIFEXITED(status) else status
+    return f"exited with code {code}", code, None
+
+
+class _Inotify:
+    """Directory watch with inotify(7) through libc (ctypes): readable when an entry is
+    created, moved in or changed. Raises OSError when inotify is unavailable."""
+
+    IN_ATTRIB = 0x00000004
+    IN_MOVED_TO = 0x00000080
+    IN_CREATE = 0x00000100
+    IN_NONBLOCK = 0o4000
+    IN_CLOEXEC = 0o2000000
+
+    _libc: ctypes.CDLL | None = None
+
+    def __init__(self, directory: str) -> None:
+        if _Inotify._libc is None:
+            _Inotify._libc = ctypes.CDLL(None, use_errno=True)
+        libc = _Inotify._libc
+        fd = libc.inotify_init1(self.IN_NONBLOCK | self.IN_CLOEXEC)
+        if fd < 0:
+            err = ctypes.get_errno()
+            raise OSError(err, os.strerror(err))
+        mask = self.IN_CREATE | self.IN_MOVED_TO | self.IN_ATTRIB
+        if libc.inotify_add_watch(fd, os.fsencode(directory), mask) < 0:
+            err = ctypes.get_errno()
+            os.close(fd)
+            raise OSError(err, os.strerror(err), directory)
+        self.fd: int = fd
+
+    def drain(self) -> None:
+        with contextlib.suppress(BlockingIOError, InterruptedError):
+            while os.read(self.fd, 65536):
+                pass
+
+    def close(self) -> None:
+        with contextlib.suppress(OSError):
+            os.close(self.fd)
+
+
+# --------------------------------------------------------------------------- the supervisor
+
+
+@dataclass
+class _Proc:
+    spec: ServiceSpec
+    pid: int
+    fd: int | None
+    started: float
+    classifier: Classifier | None
+    last: deque[str]
+    buf: bytearray = field(default_factory=bytearray)
+    ready: bool = False
+    status: int | None = None
+    watch: _Inotify | None = None
+    line_seen: bool = False
+
+
+class Supervisor:
+    """Runs ``specs`` as one unit under ``policy``; :meth:`run` blocks until the unit ends
+    and returns its :class:`Outcome`. Must be called from the main thread (signals).
+
+    ``classifier(name)`` makes the live diagnosis of one service's lines; ``probe()`` reads
+    the GPUs' fabric state (needed when a spec has ``ready_gpus``); ``ready_file`` is written
+    when the unit is ready and removed when it stops.
+    """
+
+    def __init__(
+        self,
+        specs: Sequence[ServiceSpec],
+        policy: Policy | None = None,
+        *,
+        log: Log | None = None,
+        classifier: Callable[[str], Classifier] | None = None,
+        probe: Callable[[], GpuCheck] | None = None,
+        ready_file: str | None = None,
+        ready_info: dict[str, object] | None = None,
+    ) -> None:
+        if not specs:
+            raise ValueError("a unit needs at least one service")
+        self.specs = tuple(specs)
+        self.policy = policy or Policy()
+        self.log = log or Log()
+        self._make_classifier = classifier
+        self._probe_fn = probe
+        self.ready_file = ready_file
+        self.ready_info = dict(ready_info or {})
+        reap = self.policy.reap_orphans
+        self._reap_orphans = os.getpid() == 1 if reap is None else reap
+        self._env = {k: v for k, v in os.environ.items()
+                     if k not in ("NOTIFY_SOCKET", "LISTEN_FDS", "LISTEN_PID", "LISTEN_FDNAMES")}
+        # run state
+        self._procs: list[_Proc] = []
+        self._timers: dict[str, tuple[float, Callable[[], None]]] = {}
+        self._phase = "idle"  # starting | ready | stopping | waiting | done
+        self._stop_reason = ""
+        self._shutdown = False
+        self._failure: list[Finding] = []
+        self._notes: list[Finding] = []
+        self._registered = self.policy.registered_at_start
+        self._restarts = 0
+        self._backoff_n = 0
+        self._unit_started = 0.0
+        self._ready_at: float | None = None
+        self._ready_after: float | None = None
+        self._probe_interval = self.policy.probe_interval_s
+        self._probe_busy = False
+        self._gpus_unsupported = False
+        self._stuck_reported = False
+        self._probe_error_logged: str | None = None
+        self._reap_pending = False
+        self._outcome: Outcome | None = None
+        # machinery (set up in run)
+        self._sel: selectors.BaseSelector | None = None
+        self._sig_r = self._sig_w = -1
+        self._wake_r = self._wake_w = -1
+        self._old_handlers: dict[int, object] = {}
+        self._old_wakeup = -1
+        self._probe_lock = threading.Lock()
+        self._probe_requests: queue.Queue[bool] = queue.Queue()
+        self._probe_results: queue.Queue[GpuCheck] = queue.Queue()
+        self._probe_thread: threading.Thread | None = None
+
+    # ----------------------------------------------------------------- public
+
+    def run(self) -> Outcome:
+        """Start the unit and supervise it until it stops; see the module docstring."""
+        self._setup()
+        try:
+            self._start_unit()
+            while self._outcome is None:
+                timeout = self._next_timeout()
+                assert self._sel is not None
+                for key, _ in self._sel.select(timeout):
+                    callback: Callable[[], None] = key.data
+                    callback()
+                    if self._outcome is not None:
+                        break
+                self._fire_timers()
+            return self._outcome
+        finally:
+            self._teardown()
+
+    # ----------------------------------------------------------------- setup / teardown
+
+    def _setup(self) -> None:
+        self._sel = selectors.DefaultSelector()
+        self._sig_r, self._sig_w = os.pipe()
+        os.set_blocking(self._sig_r, False)
+        os.set_blocking(self._sig_w, False)
+        self._wake_r, self._wake_w = os.pipe()
+        os.set_blocking(self._wake_r, False)
+        os.set_blocking(self._wake_w, False)
+        self._old_wakeup = signal.set_wakeup_fd(self._sig_w, warn_on_full_buffer=False)
+        for sig in (*_STOP_SIGNALS, signal.SIGCHLD, signal.SIGHUP):
+            self._old_handlers[sig] = signal.signal(sig, _noop_handler)
+        self._sel.register(self._sig_r, selectors.EVENT_READ, self._on_signal)
+        self._sel.register(self._wake_r, selectors.EVENT_READ, self._on_wake)
+        if self._probe_fn is not None:
+            self._probe_thread = threading.Thread(
+                target=self._probe_worker, name="nvfabric-gpu-probe", daemon=True)
+            self._probe_thread.start()
+
+    def _teardown(self) -> None:
+        for proc in self._procs:
+            if proc.status is None:
+                self._kill(proc, signal.SIGKILL)
+                with contextlib.suppress(ChildProcessError):
+                    os.waitpid(proc.pid, 0)
+                proc.status = -1
+            self._close_proc(proc)
+        if self._probe_thread is not None:
+            self._probe_requests.put(False)
+            self._probe_thread.join(timeout=5)
+        signal.set_wakeup_fd(self._old_wakeup)
+        for sig, handler in self._old_handlers.items():
+            signal.signal(sig, handler)  # type: ignore[arg-type]
+        if self._sel is not None:
+            self._sel.close()
+        for fd in (self._sig_r, self._sig_w, self._wake_r, self._wake_w):
+            with contextlib.suppress(OSError):
+                os.close(fd)
+
+    # ----------------------------------------------------------------- timers
+
+    def _at(self, tag: str, delay: float, callback: Callable[[], None]) -> None:
+        self._timers[tag] = (time.monotonic() + delay, callback)
+
+    def _cancel(self, *tags: str) -> None:
+        for tag in tags:
+            self._timers.pop(tag, None)
+
+    def _next_timeout(self) -> float | None:
+        if not self._timers:
+            return None
+        return max(0.0, min(d for d, _ in self._timers.values()) - time.monotonic())
+
+    def _fire_timers(self) -> None:
+        now = time.monotonic()
+        due = sorted((d, tag) for tag, (d, _) in self._timers.items() if d <= now)
+        for deadline, tag in due:
+            if self._outcome is not None:
+                return
+            entry = self._timers.get(tag)
+            if entry is not None and entry[0] == deadline:  # not cancelled or replaced since
+                del self._timers[tag]
+                entry[1]()
+
+    # ----------------------------------------------------------------- start
+
+    def _start_unit(self) -> None:
+        self._phase = "starting"
+        self._procs = []
+        self._unit_started = time.monotonic()
+        self._ready_at = None
+        self._probe_interval = self.policy.probe_interval_s
+        self._stuck_reported = False
+        self._remove_ready_file()
+        if self._registered and any(s.restart_needs_gpu_reset for s in self.specs):
+            names = ", ".join(s.name for s in self.specs if s.restart_needs_gpu_reset)
+            if not self._gpu_reset(names):
+                return
+        self._spawn_next()
+
+    def _spawn_next(self) -> None:
+        spec = self.specs[len(self._procs)]
+        try:
+            for directory in spec.runtime_dirs:
+                if ensure_dir(directory):
+                    self.log.say(f"created {directory} (mode 0700)")
+            if spec.ready_socket and is_socket(spec.ready_socket):
+                if socket_listening(spec.ready_socket):
+                    self._fail(Finding(
+                        "sm_already_running", "error",
+                        f"something already listens on {spec.ready_socket}: another "
+                        f"{spec.name} owns the management port",
+                        "stop the other subnet manager (a hand-made nvlsm/opensm unit or the "
+                        "vendor start script); one owner per management port"))
+                    return
+                os.unlink(spec.ready_socket)
+                self.log.say(f"removed stale socket {spec.ready_socket}")
+            env = dict(self._env)
+            env.update(spec.env)
+            pid, fd = spawn(spec.argv, env)
+        except OSError as err:
+            self._fail(Finding(
+                "binary_missing" if err.errno in (errno.ENOENT, errno.EACCES, errno.ENOEXEC)
+                else "service_exited", "error",
+                f"cannot start {spec.name} ({spec.argv[0]}): {err.strerror or err}",
+                f"check that {spec.argv[0]} is installed and executable",
+                {"service": spec.name}))
+            return
+        proc = _Proc(spec, pid, fd, time.monotonic(),
+                     self._make_classifier(spec.name) if self._make_classifier else None,
+                     deque(maxlen=self.policy.last_lines))
+        self._procs.append(proc)
+        assert self._sel is not None
+        self._sel.register(fd, selectors.EVENT_READ, lambda: self._on_output(proc))
+        self.log.say(f"started {spec.name} (pid {pid}): {' '.join(spec.argv)}")
+        if spec.ready_socket:
+            self._watch_socket(proc)
+        elif spec.ready_gpus:
+            self._at("ready-timeout", self.policy.ready_timeout_s, self._on_ready_timeout)
+            self._at("probe", self._probe_interval, self._request_probe)
+        elif not spec.ready_line:
+            self._mark_ready(proc)
+
+    def _watch_socket(self, proc: _Proc) -> None:
+        path = proc.spec.ready_socket
+        assert path is not None
+        directory = os.path.dirname(path) or "/"
+        try:
+            proc.watch = _Inotify(directory)
+            assert self._sel is not None
+            self._sel.register(proc.watch.fd, selectors.EVENT_READ,
+                               lambda: self._on_socket_event(proc))
+        except OSError as err:
+            self.log.say(f"inotify unavailable ({err.strerror or err}); polling {path} every "
+                         f"{_POLL_FALLBACK_S * 1000:.0f} ms")
+            self._at("socket-poll", _POLL_FALLBACK_S, lambda: self._on_socket_event(proc))
+        self._at("socket-timeout", self.policy.socket_timeout_s,
+                 lambda: self._on_socket_timeout(proc))
+        self._on_socket_event(proc)  # it may exist already
+
+    def _on_socket_event(self, proc: _Proc) -> None:
+        if proc.watch is not None:
+            proc.watch.drain()
+        if proc.ready or proc.status is not None or self._phase != "starting":
+            return
+        path = proc.spec.ready_socket
+        assert path is not None
+        if is_socket(path):
+            self._unwatch(proc)
+            self.log.say(f"{proc.spec.name} IPC socket {path} is up after "
+                         f"{time.monotonic() - proc.started:.3f} s")
+            self._mark_ready(proc)
+        elif proc.watch is None:
+            self._at("socket-poll", _POLL_FALLBACK_S, lambda: self._on_socket_event(proc))
+
+    def _unwatch(self, proc: _Proc) -> None:
+        self._cancel("socket-timeout", "socket-poll")
+        if proc.watch is not None:
+            if self._sel is not None:
+                with contextlib.suppress(KeyError, ValueError):
+                    self._sel.unregister(proc.watch.fd)
+            proc.watch.close()
+            proc.watch = None
+
+    def _on_socket_timeout(self, proc: _Proc) -> None:
+        self._unwatch(proc)
+        path = proc.spec.ready_socket
+        self._fail(Finding(
+            "socket_timeout", "error",
+            f"{proc.spec.name} did not create its IPC socket {path} within "
+            f"{self.policy.socket_timeout_s:g} s; fabric manager was not started",
+            "look at the service's last lines below (is ib_umad loaded? is the GUID the one of "
+            "an LPF port with the SM enabled?), or raise --socket-timeout",
+            {"service": proc.spec.name, "socket": path,
+             "last_lines": list(proc.last)}), proc)
+
+    def _mark_ready(self, proc: _Proc) -> None:
+        proc.ready = True
+        if len(self._procs) < len(self.specs):
+            self._spawn_next()
+            return
+        self._cancel("probe", "ready-timeout")
+        self._phase = "ready"
+        self._ready_at = time.monotonic()
+        self._ready_after = self._ready_at - self._unit_started
+        pids = ", ".join(f"{p.spec.name} pid {p.pid}" for p in self._procs)
+        self.log.say(f"fabric ready in {self._ready_after:.3f} s ({pids})")
+        if self.ready_file:
+            info = dict(self.ready_info)
+            info.update({"ready_after_s": round(self._ready_after, 3), "restarts": self._restarts,
+                         "services": [{"service": p.spec.name, "pid": p.pid}
+                                      for p in self._procs]})
+            try:
+                write_atomic(self.ready_file, json.dumps(info) + "\n", mode=0o644,
+                             backup=False, dir_mode=0o700)
+            except OSError as err:
+                self.log.say(f"cannot write readiness file {self.ready_file}: {err}")
+        if sd_notify(f"READY=1\nSTATUS=fabric ready in {self._ready_after:.1f} s"):
+            self.log.say("notified systemd: READY=1")
+
+    def _remove_ready_file(self) -> None:
+        if self.ready_file:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(self.ready_file)
+
+    # ----------------------------------------------------------------- GPU probe
+
+    def _probe_worker(self) -> None:
+        assert self._probe_fn is not None
+        while self._probe_requests.get():
+            with self._probe_lock:
+                try:
+                    result = self._probe_fn()
+                except Exception as err:  # noqa: BLE001 - reported as a probe error
+                    result = GpuCheck(False, False, "unreadable", f"{type(err).__name__}: {err}")
+            self._probe_results.put(result)
+            with contextlib.suppress(OSError):
+                os.write(self._wake_w, b"p")
+
+    def _request_probe(self) -> None:
+        if self._probe_fn is None:
+            self.log.say("no GPU probe available; taking the success line as readiness")
+            proc = self._waiting_gpus()
+            if proc is not None:
+                self._mark_ready(proc)
+            return
+        if not self._probe_busy:
+            self._probe_busy = True
+            self._probe_requests.put(True)
+
+    def _waiting_gpus(self) -> _Proc | None:
+        if self._phase != "starting" or not self._procs:
+            return None
+        proc = self._procs[-1]
+        if proc.spec.ready_gpus and not proc.ready and proc.status is None:
+            return proc
+        return None
+
+    def _on_wake(self) -> None:
+        with contextlib.suppress(BlockingIOError):
+            os.read(self._wake_r, 4096)
+        while True:
+            try:
+                result = self._probe_results.get_nowait()
+            except queue.Empty:
+                break
+            self._probe_busy = False
+            self._on_probe(result)
+        if self._reap_pending:
+            self._reap()
+
+    def _on_probe(self, result: GpuCheck) -> None:
+        if result.registered or result.ready:
+            self._registered = True
+        proc = self._waiting_gpus()
+        if proc is None:
+            return
+        if result.error and result.error != self._probe_error_logged:
+            self.log.say(f"GPU fabric state not readable yet: {result.error}")
+            self._probe_error_logged = result.error
+        if result.ready:
+            self.log.say(f"GPU fabric state: {result.summary}")
+            for f in result.findings:
+                self._notes.append(f)
+                self.log.finding(f)
+            self._mark_ready(proc)
+            return
+        if not result.supported:
+            self._gpus_unsupported = True
+            if proc.line_seen:
+                self.log.say(f"GPU fabric state: {result.summary}; taking {proc.spec.name}'s "
+                             "success line as readiness")
+                self._mark_ready(proc)
+            return  # the success line decides from now on
+        self._probe_interval = min(self._probe_interval * 1.5, self.policy.probe_max_interval_s)
+        self._at("probe", self._probe_interval, self._request_probe)
+
+    def _on_ready_timeout(self) -> None:
+        if self._waiting_gpus() is None or self._stuck_reported:
+            return
+        self._stuck_reported = True
+        f = Finding(
+            "registration_stuck", "warning",
+            f"GPUs have not finished registering with the NVLink fabric "
+            f"{self.policy.ready_timeout_s:g} s after fabric manager started; CUDA returns "
+            "error 802 (system not yet initialized) until they do; not reporting ready",
+            "look for fabric manager errors above and run `nvfabric status`; a state stuck "
+            "in progress usually means fabric manager or NVLSM cannot reach the NVSwitches")
+        self._notes.append(f)
+        self.log.finding(f)
+
+    def _gpu_reset(self, names: str) -> bool:
+        """R04: run the operator's reset command before (re)starting ``names``; False (and the
+        outcome set) when that is not allowed or fails."""
+        argv = self.policy.gpu_reset_argv
+        if not argv:
+            self._finish(1, "failed", [Finding(
+                "restart_needs_gpu_reset", "error",
+                f"{names} would be restarted after GPUs registered with the NVLink fabric; on "
+                "H100 and later that breaks NVLink SHARP (NCCL 'invalid argument') until the "
+                "GPUs are reset, so nvfabric does not do it silently",
+                "stop CUDA clients, then rerun with --gpu-reset-command 'nvidia-smi -r' (or your "
+                "reset procedure), or reboot the node",
+                {"services": names})])
+            return False
+        self.log.say(f"resetting GPUs before starting {names}: {' '.join(argv)}")
+        try:
+            done = subprocess.run(list(argv), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                  stderr=subprocess.STDOUT,
+                                  timeout=self.policy.gpu_reset_timeout_s, check=False)
+        except (OSError, subprocess.TimeoutExpired) as err:
+            self._finish(1, "failed", [Finding(
+                "restart_needs_gpu_reset", "error", f"the GPU reset command failed: {err}",
+                "check --gpu-reset-command; the GPUs must be reset before fabric manager starts",
+                {"services": names})])
+            return False
+        for raw in done.stdout.decode("utf-8", "replace").splitlines():
+            self.log.line(f"gpu-reset: {raw}")
+        if done.returncode != 0:
+            self._finish(1, "failed", [Finding(
+                "restart_needs_gpu_reset", "error",
+                f"the GPU reset command exited with code {done.returncode}",
+                "stop every CUDA client first (a GPU in use cannot be reset), or reboot",
+                {"services": names})])
+            return False
+        self._registered = False
+        return True
+
+    # ----------------------------------------------------------------- output
+
+    def _on_output(self, proc: _Proc) -> None:
+        if proc.fd is None:
+            return
+        try:
+            data = os.read(proc.fd, 65536)
+        except BlockingIOError:
+            return
+        except OSError:
+            data = b""
+        if not data:
+            self._close_output(proc)
+            return
+        self._take(proc, data)
+
+    def _take(self, proc: _Proc, data: bytes) -> None:
+        proc.buf += data
+        while True:
+            cut = proc.buf.find(b"\n")
+            if cut < 0:
+                if len(proc.buf) > _MAX_LINE:
+                    cut = _MAX_LINE
+                else:
+                    break
+            raw = bytes(proc.buf[:cut])
+            del proc.buf[: cut + 1]
+            self._line(proc, raw.decode("utf-8", "replace").rstrip("\r"))
+
+    def _line(self, proc: _Proc, text: str) -> None:
+        self.log.line(f"{proc.spec.name}: {text}")
+        proc.last.append(text)
+        if proc.classifier is not None:
+            try:
+                new = proc.classifier.feed(text)
+            except Exception as err:  # noqa: BLE001 - diagnosis must never stop supervision
+                new = []
+                self.log.say(f"diagnosis failed on a line: {type(err).__name__}: {err}")
+            for f in new:
+                self.log.finding(f)
+        if (proc.spec.ready_line and not proc.ready and self._phase == "starting"
+                and re.search(proc.spec.ready_line, text)):
+            proc.line_seen = True
+            if proc.spec.ready_gpus and self._gpus_unsupported:
+                self.log.say("GPU fabric state is not supported on these GPUs; taking "
+                             f"{proc.spec.name}'s success line as readiness")
+                self._mark_ready(proc)
+            elif proc.spec.ready_gpus:
+                self._cancel("probe")
+                self._request_probe()
+            else:
+                self._mark_ready(proc)
+
+    def _drain(self, proc: _Proc) -> None:
+        if proc.fd is None:
+            return
+        while True:
+            try:
+                data = os.read(proc.fd, 65536)
+            except BlockingIOError:
+                break
+            except OSError:
+                data = b""
+            if not data:
+                self._close_output(proc)
+                break
+            self._take(proc, data)
+        if proc.buf:
+            text = bytes(proc.buf).decode("utf-8", "replace").rstrip("\r")
+            proc.buf.clear()
+            self._line(proc, text)
+
+    def _close_output(self, proc: _Proc) -> None:
+        if proc.fd is None:
+            return
+        if self._sel is not None:
+            with contextlib.suppress(KeyError, ValueError):
+                self._sel.unregister(proc.fd)
+        with contextlib.suppress(OSError):
+            os.close(proc.fd)
+        proc.fd = None
+
+    def _close_proc(self, proc: _Proc) -> None:
+        self._close_output(proc)
+        if proc.watch is not None:
+            proc.watch.close()
+            proc.watch = None
+
+    # ----------------------------------------------------------------- signals and exits
+
+    def _on_signal(self) -> None:
+        try:
+            data = os.read(self._sig_r, 512)
+        except BlockingIOError:
+            return
+        got_chld = False
+        for signum in data:
+            if signum == signal.SIGCHLD:
+                got_chld = True
+            elif signum in _STOP_SIGNALS:
+                self._on_stop_signal(signal.Signals(signum).name)
+        if got_chld:
+            self._reap()
+
+    def _reap(self) -> None:
+        for proc in list(self._procs):
+            if proc.status is not None:
+                continue
+            try:
+                pid, status = os.waitpid(proc.pid, os.WNOHANG)
+            except ChildProcessError:
+                pid, status = proc.pid, 0
+            if pid == proc.pid:
+                self._on_exit(proc, status)
+                if self._outcome is not None:
+                    return
+        if self._reap_orphans:
+            self._reap_others()
+
+    def _reap_others(self) -> None:
+        """As PID 1: reap every exited child (orphans re-parented to us). Skipped while the
+        GPU probe runs, whose own child's status its subprocess call must collect."""
+        if not self._probe_lock.acquire(blocking=False):
+            self._reap_pending = True
+            return
+        try:
+            self._reap_pending = False
+            while True:
+                try:
+                    pid, status = os.waitpid(-1, os.WNOHANG)
+                except ChildProcessError:
+                    break
+                if pid == 0:
+                    break
+                for proc in self._procs:
+                    if proc.pid == pid and proc.status is None:
+                        self._on_exit(proc, status)
+                        break
+        finally:
+            self._probe_lock.release()
+
+    def _on_exit(self, proc: _Proc, status: int) -> None:
+        proc.status = status
+        self._drain(proc)
+        self._close_proc(proc)
+        text, code, sig = describe_status(status)
+        if proc.spec.ready_socket:
+            self._cancel("socket-timeout", "socket-poll")
+        if self._phase == "stopping":
+            self.log.say(f"{proc.spec.name} stopped ({text})")
+            self._cancel(f"kill:{proc.spec.name}")
+            self._stop_next()
+            return
+        phase = "during start" if self._phase == "starting" else "after the fabric was ready"
+        diagnosis = proc.classifier.findings() if proc.classifier is not None else []
+        fields: dict[str, object] = {
+            "service": proc.spec.name, "exit_code": code, "signal": sig, "phase": phase,
+            "last_lines": list(proc.last), "diagnosis": [f.code for f in diagnosis]}
+        cause = f"; diagnosis: {diagnosis[0].code}: {diagnosis[0].message}" if diagnosis else ""
+        hint = diagnosis[0].hint if diagnosis and diagnosis[0].hint else (
+            "read the service's last lines above; `nvfabric doctor --log FILE` explains a "
+            "saved log")
+        self._fail(Finding("service_exited", "error",
+                           f"{proc.spec.name} (pid {proc.pid}) {text} {phase}{cause}", hint,
+                           fields), proc, diagnosis)
+
+    def _on_stop_signal(self, name: str) -> None:
+        if self._phase == "stopping":
+            if self._shutdown:
+                self.log.say(f"received {name} again: killing what is left")
+                for proc in self._procs:
+                    if proc.status is None:
+                        self._kill(proc, signal.SIGKILL)
+                return
+        self._shutdown = True
+        self.log.say(f"received {name}: stopping in reverse start order")
+        if self._phase == "waiting" or not any(p.status is None for p in self._procs):
+            self._cancel("restart")
+            self._finish(1 if self._failure else 0, "failed" if self._failure else "stopped",
+                         self._failure)
+            return
+        if self._phase != "stopping":
+            self._begin_stop("shutdown")
+
+    # ----------------------------------------------------------------- failing and stopping
+
+    def _fail(self, finding: Finding, proc: _Proc | None = None,
+              diagnosis: list[Finding] | None = None) -> None:
+        self.log.finding(finding)
+        if proc is not None and finding.code == "service_exited":
+            self.log.say(f"last lines of {proc.spec.name}:")
+            for text in proc.last:
+                self.log.line(f"  | {text}")
+        for f in diagnosis or []:
+            self.log.finding(f)
+        self._failure = [finding, *[f for f in (diagnosis or []) if f.code != finding.code]]
+        if self._phase == "stopping":
+            return
+        self._begin_stop("failure")
+
+    def _begin_stop(self, reason: str) -> None:
+        self._phase = "stopping"
+        self._stop_reason = reason
+        for tag in list(self._timers):
+            if not tag.startswith("kill:"):
+                del self._timers[tag]
+        for proc in self._procs:
+            self._unwatch(proc)
+        self._remove_ready_file()
+        if reason == "shutdown":
+            sd_notify("STOPPING=1")
+        self._stop_next()
+
+    def _stop_next(self) -> None:
+        for proc in reversed(self._procs):
+            if proc.status is None:
+                if f"kill:{proc.spec.name}" in self._timers:
+                    return  # already asked, waiting for it
+                self.log.say(f"stopping {proc.spec.name} (pid {proc.pid}): SIGTERM, SIGKILL "
+                             f"after {proc.spec.grace_s:g} s")
+                self._kill(proc, signal.SIGTERM)
+                self._at(f"kill:{proc.spec.name}", proc.spec.grace_s,
+                         functools.partial(self._on_grace_over, proc))
+                return
+        self._stopped_all()
+
+    def _on_grace_over(self, proc: _Proc) -> None:
+        if proc.status is None:
+            self.log.say(f"{proc.spec.name} (pid {proc.pid}) ignored SIGTERM for "
+                         f"{proc.spec.grace_s:g} s: SIGKILL")
+            self._kill(proc, signal.SIGKILL)
+
+    def _kill(self, proc: _Proc, sig: int) -> None:
+        try:
+            os.killpg(proc.pid, sig)
+        except ProcessLookupError:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(proc.pid, sig)
+        except PermissionError:
+            with contextlib.suppress(OSError):
+                os.kill(proc.pid, sig)
+
+    def _stopped_all(self) -> None:
+        if self._stop_reason == "shutdown" or self._shutdown:
+            if self._failure:
+                self._finish(1, "failed", self._failure)
+            else:
+                self.log.say("all services stopped")
+                self._finish(0, "stopped", [])
+            return
+        if self.policy.restart != "on-failure":
+            self._finish(1, "failed", self._failure)
+            return
+        ran_ready = self._ready_at is not None and (
+            time.monotonic() - self._ready_at >= self.policy.backoff_cap_s)
+        if ran_ready:
+            self._backoff_n = 0
+        delay = min(self.policy.backoff_cap_s, self.policy.backoff_base_s * 2 ** self._backoff_n)
+        self._backoff_n += 1
+        self._phase = "waiting"
+        self.log.say(f"restarting the unit in {delay:g} s (restart {self._restarts + 1})")
+        self._at("restart", delay, self._restart)
+
+    def _restart(self) -> None:
+        self._restarts += 1
+        self._failure = []
+        self._start_unit()
+
+    def _finish(self, code: int, reason: str, findings: Sequence[Finding]) -> None:
+        self._phase = "done"
+        self._remove_ready_file()
+        self._outcome = Outcome(code, reason, (*findings, *self._notes), self._ready_after,
+                                self._restarts)
+
+
+def _noop_handler(signum: int, frame: object) -> None:
+    """Signals are handled through the wakeup fd; the Python-level handler does nothing."""
