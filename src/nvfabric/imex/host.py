@@ -97,7 +97,7 @@ def _slurm_evidence(root: str) -> tuple[str, ...]:
         for key, value in _slurm_items(text):
             low = key.lower()
             if low == "switchtype" and value.strip() == SLURM_SWITCH_IMEX:
-                out.append(f"{conf}: SwitchType={value.strip()}")
+                out.append(f"{conf}: {key}={value.strip()}")
             elif low in ("prolog", "epilog"):
                 for script in _scripts(root, value):
                     body = read_text(under(root, script), limit=1 << 20) or ""

@@ -1,0 +1,188 @@
+"""`nvfabric domain check` on synthetic status reports of 72 racks x 18 GB200 trays with
+planted faults: a GPU not attached, a tray of another domain, a clique split, an oversized node
+list, a missing report, two HGX B200 nodes in one list."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from nvfabric.imex import domain as fleet
+from tests.conftest import run_cli, run_json
+
+RACKS, TRAYS = 72, 18
+
+
+def cluster_uuid(rack: int) -> str:
+    return f"{rack + 1:08x}-0000-4000-8000-{rack + 1:012x}"
+
+
+def tray_name(rack: int, tray: int) -> str:
+    return f"gb-r{rack:02d}n{tray:02d}"
+
+
+def report(rack: int, tray: int, entries: list[str]) -> dict[str, Any]:
+    """One `nvfabric status --json` report of a healthy GB200 tray (4 GPUs), with the
+    optional keys the fleet check reads: hostname, fabric, imex.node_list."""
+    return {
+        "verdict": "healthy",
+        "hostname": tray_name(rack, tray),
+        "fabric": "mnnvl",
+        "imex": {"node_list": entries},
+        "gpus": [
+            {"index": i, "uuid": f"GPU-{rack:04d}{tray:04d}-0000-0000-0000-00000000000{i}",
+             "state": "completed", "status": "success", "clique_id": 32766,
+             "cluster_uuid": cluster_uuid(rack), "health_summary": "healthy"}
+            for i in range(4)
+        ],
+        "findings": [],
+    }
+
+
+def planted_fleet() -> list[dict[str, Any]]:
+    out = []
+    for rack in range(RACKS):
+        entries = [tray_name(rack, t) for t in range(TRAYS)]
+        if rack == 30:
+            entries.append(tray_name(31, 0))  # a 19-entry list spanning two racks
+        for tray in range(TRAYS):
+            if rack == 40 and tray == 17:
+                continue  # no report collected from this tray
+            r = report(rack, tray, entries)
+            if rack == 3 and tray == 5:
+                r["gpus"][2].update(state="in_progress", status=None,
+                                    cluster_uuid="00000000-0000-0000-0000-000000000000")
+            if rack == 10 and tray == 7:
+                for g in r["gpus"]:
+                    g["cluster_uuid"] = cluster_uuid(11)  # cabled to the next rack's domain
+            if rack == 20 and tray == 0:
+                for g in r["gpus"]:
+                    g["clique_id"] = 7
+            out.append(r)
+    hgx = ["hgx-b200-a", "hgx-b200-b"]
+    for i, name in enumerate(hgx):
+        out.append({"verdict": "healthy", "hostname": name, "fabric": "nvlink5",
+                    "imex": {"node_list": hgx},
+                    "gpus": [{"index": g, "uuid": None, "state": "completed",
+                              "status": "success", "clique_id": 0,
+                              "cluster_uuid": f"{900 + i:08x}-0000-0000-0000-000000000000",
+                              "health_summary": "healthy"} for g in range(8)]})
+    return out
+
+
+def by_code(result: fleet.FleetResult) -> dict[str, set[str]]:
+    """finding code -> the node names its domain holds (first node list entry names it)."""
+    out: dict[str, set[str]] = {}
+    for d in result.domains:
+        for f in d.findings:
+            out.setdefault(f.code, set()).add(d.nodes[0] if d.nodes else d.key)
+    return out
+
+
+@pytest.fixture(scope="module")
+def result() -> fleet.FleetResult:
+    reports = [fleet.node_from_status(r, f"r{i}") for i, r in enumerate(planted_fleet())]
+    return fleet.check(reports, 18)
+
+
+def test_every_rack_is_one_domain(result: fleet.FleetResult) -> None:
+    assert result.reports == RACKS * TRAYS - 1 + 2
+    assert len(result.domains) == RACKS + 1
+    assert {d.grouped_by for d in result.domains} == {"node list"}
+
+
+def test_planted_faults_are_found_and_nothing_else(result: fleet.FleetResult) -> None:
+    found = by_code(result)
+    assert found == {
+        "domain_gpus_not_attached": {"gb-r03n00"},
+        "domain_cluster_uuid_split": {"gb-r10n00"},
+        "domain_clique_split": {"gb-r20n00"},
+        "domain_size_mismatch": {"gb-r30n00"},
+        "domain_report_missing": {"gb-r30n00", "gb-r40n00"},
+        "domain_not_nvlink_domain": {"hgx-b200-a"},
+    }
+    bad = sorted(d.nodes[0] for d in result.domains if not d.ok)
+    assert bad == ["gb-r03n00", "gb-r10n00", "gb-r20n00", "gb-r30n00", "hgx-b200-a"]
+    assert not result.ok
+
+
+def _finding(result: fleet.FleetResult, code: str) -> Any:
+    return next(f for f in result.all_findings() if f.code == code)
+
+
+def test_faults_name_the_nodes(result: fleet.FleetResult) -> None:
+    assert _finding(result, "domain_gpus_not_attached").fields["nodes"] == {
+        "gb-r03n05": ["GPU 2: state in_progress"]}
+    split = _finding(result, "domain_cluster_uuid_split")
+    assert split.fields["nodes"] == {"gb-r10n07": [cluster_uuid(11)]}
+    assert split.fields["cluster_uuid"] == cluster_uuid(10)
+    assert list(_finding(result, "domain_clique_split").fields["nodes"]) == ["gb-r20n00"]
+    missing = [f for f in result.all_findings() if f.code == "domain_report_missing"]
+    assert sorted(tuple(f.fields["entries"]) for f in missing) == [("gb-r31n00",),
+                                                                   ("gb-r40n17",)]
+    size = _finding(result, "domain_size_mismatch")
+    assert (size.severity, size.fields["count"]) == ("error", 19)
+    assert "nvlink5 x2" in _finding(result, "domain_not_nvlink_domain").message
+
+
+def test_without_node_lists_nodes_are_grouped_by_cluster_uuid() -> None:
+    raw = [report(r, t, []) for r in range(2) for t in range(TRAYS)]
+    for r in raw:
+        del r["imex"]
+    res = fleet.check([fleet.node_from_status(r, "x") for r in raw])
+    assert [(d.grouped_by, len(d.nodes)) for d in res.domains] == [("ClusterUUID", 18)] * 2
+    assert res.ok
+
+
+def test_node_list_files_define_the_domains() -> None:
+    raw = [report(0, t, []) for t in range(TRAYS)]
+    res = fleet.check([fleet.node_from_status(r, "x") for r in raw],
+                      node_lists={"rack0": [tray_name(0, t) for t in range(TRAYS)] + ["gb-x"]})
+    assert by_code(res) == {"domain_size_mismatch": {"gb-r00n00"},
+                            "domain_report_missing": {"gb-r00n00"}}
+
+
+def test_a_partial_node_list_is_a_warning_only() -> None:
+    names = [tray_name(0, t) for t in range(4)]
+    res = fleet.check([fleet.node_from_status(report(0, t, names), "x") for t in range(4)])
+    (f,) = res.all_findings()
+    assert (f.code, f.severity, res.ok) == ("domain_size_mismatch", "warning", True)
+
+
+def test_not_a_status_report_is_refused() -> None:
+    with pytest.raises(ValueError, match="not an nvfabric status report"):
+        fleet.node_from_status({"fabric": "mnnvl"}, "x")
+
+
+def test_cli_on_a_directory_of_1296_reports(tmp_path: Path) -> None:
+    for r in planted_fleet():
+        (tmp_path / f"{r['hostname']}.json").write_text(json.dumps(r))
+    out, rc = run_json("domain", "check", str(tmp_path))
+    assert rc == 1
+    assert out["reports"] == RACKS * TRAYS + 1
+    assert sum(1 for d in out["domains"] if not d["ok"]) == 5
+    codes = {f["code"] for f in out["findings"]}
+    assert "domain_not_nvlink_domain" in codes and "domain_cluster_uuid_split" in codes
+
+
+def test_cli_reads_json_lines_with_pdsh_prefixes(tmp_path: Path) -> None:
+    names = [tray_name(0, t) for t in range(TRAYS)]
+    lines = [f"{n}: " + json.dumps(report(0, t, names)) for t, n in enumerate(names)]
+    path = tmp_path / "all.jsonl"
+    path.write_text("\n".join(lines) + "\n")
+    out, rc = run_json("domain", "check", str(path))
+    assert (rc, out["ok"], out["domains"][0]["count"]) == (0, True, 18)
+    proc = run_cli("domain", "check", str(path))
+    assert proc.returncode == 0 and "1 domain(s)" in proc.stdout
+
+
+def test_cli_bad_input_is_exit_2(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.json"
+    bad.write_text("{not json")
+    proc = run_cli("domain", "check", str(bad))
+    assert proc.returncode == 2
+    assert proc.stderr.startswith("nvfabric: input_unreadable:")
+    assert "Traceback" not in proc.stderr

@@ -1,0 +1,221 @@
+"""IMEX configuration: patching the shipped config.cfg captures (comments and order kept), value
+validation, node lists (files, Slurm hostlists, addresses), the host-name driver rule, and the
+local-address check of case D07 before anything is written or started."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from nvfabric.configs import keyvalue
+from nvfabric.configs.keyvalue import ConfigValueError
+from nvfabric.imex import config, nodes
+from tests.cases import CASES, CORPUS, check_expect
+from tests.conftest import run_json
+
+IMEX = CORPUS / "imex"
+SHIPPED = [
+    "k8s-dra-driver-gpu-imex-daemon-config-2025-01.tmpl.cfg",
+    "k8s-dra-driver-gpu-compute-domain-daemon-config.tmpl.cfg",
+    "aws-parallelcluster-nvidia-imex-config.erb",
+]
+
+
+def d07() -> dict[str, Any]:
+    with open(CASES / "D07-imex-no-interface.yaml", encoding="utf-8") as fh:
+        case: dict[str, Any] = yaml.safe_load(fh)
+    return case
+
+
+def dra298_node_list() -> str:
+    """The node list echoed by the DRA daemon in the capture (the lines after its path)."""
+    lines = (IMEX / "imex-570.124.06-nodes-config-echo-and-startup-dra298.log").read_text()
+    body = lines.split("nodes_config.cfg:\n", 1)[1]
+    return "".join(ln + "\n" for ln in body.splitlines()[:2])
+
+
+@pytest.mark.parametrize("name", SHIPPED)
+def test_run_overrides_change_only_their_keys(name: str) -> None:
+    shipped = (IMEX / name).read_text()
+    cfg = keyvalue.parse(shipped)
+    changes = config.run_overrides(cfg, "/var/lib/nvfabric/imex/nodes_config.cfg")
+    out = config.effective(shipped, changes)
+    old_lines, new_lines = shipped.splitlines(), out.splitlines()
+    assert len(new_lines) >= len(old_lines)
+    for old, new in zip(old_lines, new_lines, strict=False):
+        if old != new:
+            assert new.split("=", 1)[0] in changes, (old, new)
+    items = keyvalue.parse(out).items()
+    for key, value in changes.items():
+        assert items[key] == value
+    assert items["DAEMONIZE"] == "0"
+    comments = [ln for ln in old_lines if ln.startswith("#")]
+    assert comments == [ln for ln in new_lines if ln.startswith("#")][: len(comments)]
+
+
+def test_commented_out_log_file_is_added_not_uncommented() -> None:
+    shipped = (IMEX / "aws-parallelcluster-nvidia-imex-config.erb").read_text()
+    out = config.effective(shipped, {"LOG_FILE_NAME": ""})
+    assert "# LOG_FILE_NAME=/var/log/nvidia-imex.log" in out
+    assert out.rstrip().endswith("# Added by nvfabric\nLOG_FILE_NAME=")
+
+
+def test_command_port_is_set_only_when_the_file_has_neither_port_nor_socket() -> None:
+    shipped = keyvalue.parse((IMEX / SHIPPED[0]).read_text())
+    assert "IMEX_CMD_PORT" not in config.run_overrides(shipped, "/n")
+    bare = keyvalue.parse("IMEX_CMD_PORT=\nIMEX_CMD_UNIX_DOMAIN_PATH=\n")
+    assert config.run_overrides(bare, "/n")["IMEX_CMD_PORT"] == "50005"
+
+
+@pytest.mark.parametrize("name", SHIPPED)
+def test_node_config_path_ignores_template_placeholders(name: str) -> None:
+    path = config.node_config_path((IMEX / name).read_text(), "/etc/nvidia-imex/nodes_config.cfg")
+    assert path == "/etc/nvidia-imex/nodes_config.cfg"
+
+
+@pytest.mark.parametrize(
+    ("key", "value"),
+    [("DAEMONIZE", "2"), ("SERVER_PORT", "70000"), ("BIND_INTERFACE_IP", "eth0"),
+     ("IMEX_NODE_CONFIG_FILE", "nodes.cfg"), ("IMEX_NODE_CONFIG_FILE", ""),
+     ("LOG_FILE_NAME", "/" + "x" * 300), ("IMEX_WAIT_FOR_QUORUM", "ALL"),
+     ("LOG_LEVEL", "9"), ("DAEMONIZE", "0\nIMEX_CMD_PORT=1"), ("BAD KEY", "1")],
+)
+def test_bad_values_are_refused_naming_the_key(key: str, value: str) -> None:
+    with pytest.raises(ConfigValueError) as info:
+        config.effective("DAEMONIZE=1\n", {key: value})
+    assert info.value.key == key
+
+
+def test_aws_node_list_template_parses() -> None:
+    peers = nodes.parse_nodes_config((IMEX / "aws-parallelcluster-nvidia-imex-nodes.erb")
+                                     .read_text())
+    assert [(p.text, p.kind) for p in peers] == [("198.51.100.1", "ipv4"),
+                                                 ("198.51.100.2", "ipv4")]
+
+
+@pytest.mark.parametrize("entry", ["198.51.100.1; rm -rf /", "http://gb-01", "10.0.0.256",
+                                   "gb-01:50000", "-gb", "a b", ""])
+def test_bad_node_list_entries_are_refused(entry: str) -> None:
+    with pytest.raises(nodes.PeerError):
+        nodes.parse_entry(entry)
+
+
+def test_ipv6_entries_are_normalised() -> None:
+    assert nodes.parse_entry("FD00:0::2").text == "fd00::2"
+
+
+def test_slurm_hostlist_is_expanded_in_order() -> None:
+    peers = nodes.expand_slurm("gb-[01-18]")
+    assert [p.text for p in peers][:3] == ["gb-01", "gb-02", "gb-03"]
+    assert len(peers) == 18 and peers[-1].text == "gb-18"
+    assert [p.text for p in nodes.expand_slurm("gb-[01-02],gc7")] == ["gb-01", "gb-02", "gc7"]
+    with pytest.raises(nodes.PeerError):
+        nodes.expand_slurm("gb-[01-")
+
+
+@pytest.mark.parametrize(("driver", "ok"), [("570.124.06", False), ("570.158.01", True),
+                                            ("580.159.04", True), (None, False)])
+def test_host_names_need_driver_570_158_01(driver: str | None, ok: bool) -> None:
+    found = nodes.validate(nodes.expand_slurm("gb-[01-02]"), driver)
+    assert (found == ()) == ok
+    if not ok:
+        assert found[0].code == "config_invalid_value"
+        assert "570.158.01" in found[0].message
+
+
+def test_duplicates_are_refused() -> None:
+    peers = tuple(nodes.parse_entry(e) for e in ("198.51.100.1", "198.51.100.1"))
+    (f,) = nodes.validate(peers, "580.126.20")
+    assert f.fields["duplicates"] == ["198.51.100.1"]
+
+
+@pytest.mark.parametrize(
+    ("entries", "local", "names", "ok"),
+    [
+        (["198.51.100.1", "198.51.100.2"], ["192.0.2.2", "127.0.0.1"], [], False),
+        (["198.51.100.1", "198.51.100.2"], ["198.51.100.2"], [], True),
+        (["198.51.100.1", "198.51.100.2"], ["198.51.100.1", "198.51.100.2"], [], False),
+        (["fe80::1", "fe80::2"], ["fe80::2%eth0"], [], True),
+        (["gb-01", "gb-02"], ["192.0.2.2"], ["gb-02.cluster.local"], True),
+        (["gb-01", "gb-02"], ["192.0.2.2"], ["gb-03"], False),
+    ],
+)
+def test_exactly_one_entry_must_be_this_host(entries: list[str], local: list[str],
+                                             names: list[str], ok: bool) -> None:
+    peers = tuple(nodes.parse_entry(e) for e in entries)
+    found = nodes.check_local(peers, local, names)
+    assert (found is None) == ok
+    if found is not None:
+        assert found.code == "imex_no_local_interface"
+
+
+@pytest.fixture
+def tray(node: Callable[..., Path]) -> Path:
+    root = node("gb200-tray")
+    (root / "etc/nvidia-imex").mkdir(parents=True)
+    (root / "etc/nvidia-imex/config.cfg").write_text((IMEX / SHIPPED[0]).read_text())
+    return root
+
+
+def test_d07_node_list_without_this_host_is_refused_before_writing(tray: Path,
+                                                                   tmp_path: Path) -> None:
+    case = d07()
+    peers = tmp_path / "nodes.cfg"
+    peers.write_text(dra298_node_list())
+    out, rc = run_json("imex", "config", "--root", str(tray), "--peers", str(peers),
+                       "--local-address", "192.0.2.77")
+    assert check_expect({"codes": case["expect"]["codes"], "exit_code": 1}, out, rc) == []
+    assert out["written"] is False
+    assert not (tray / "etc/nvidia-imex/nodes_config.cfg").exists()
+    assert "192.0.2.77" in out["findings"][0]["hint"]
+
+
+def test_config_writes_node_list_and_keeps_the_shipped_file_intact(tray: Path) -> None:
+    shipped = (tray / "etc/nvidia-imex/config.cfg").read_text()
+    out, rc = run_json("imex", "config", "--root", str(tray), "--peer", "198.51.100.1",
+                       "--peer", "198.51.100.2", "--local-address", "198.51.100.2")
+    assert (rc, out["written"], out["findings"]) == (0, True, [])
+    assert (tray / "etc/nvidia-imex/nodes_config.cfg").read_text() == \
+        "198.51.100.1\n198.51.100.2\n"
+    assert (tray / "etc/nvidia-imex/config.cfg").read_text() == shipped
+    assert out["node_list_id"].startswith("sha256:")
+
+
+def test_config_set_patches_in_place_with_a_backup(tray: Path) -> None:
+    cfg = tray / "etc/nvidia-imex/config.cfg"
+    shipped = cfg.read_text()
+    (tray / "etc/nvidia-imex/nodes_config.cfg").write_text("198.51.100.9\n")
+    out, rc = run_json("imex", "config", "--root", str(tray), "--set", "DAEMONIZE=0",
+                       "--local-address", "198.51.100.9")
+    assert rc == 0
+    new = cfg.read_text().splitlines()
+    old = shipped.splitlines()
+    assert [(a, b) for a, b in zip(old, new, strict=True) if a != b] == [
+        ("DAEMONIZE=1", "DAEMONIZE=0")]
+    assert (tray / "etc/nvidia-imex/config.cfg.nvfabric.bak").read_text() == shipped
+
+
+def test_config_slurm_hostlist_finds_this_node_by_host_name(tray: Path) -> None:
+    (tray / "etc/hostname").write_text("gb-07\n")
+    out, rc = run_json("imex", "config", "--root", str(tray), "--peers-slurm", "gb-[01-18]",
+                       "--dry-run", "--local-address", "192.0.2.2")
+    assert (rc, out["written"], len(out["node_list"])) == (0, False, 18)
+    assert out["files"][0]["content"].startswith("gb-01\ngb-02\n")
+
+
+def test_config_bad_set_value_is_a_usage_error(tray: Path) -> None:
+    out, rc = run_json("imex", "config", "--root", str(tray), "--set", "SERVER_PORT=http",
+                       "--peer", "198.51.100.1", "--local-address", "198.51.100.1")
+    assert rc == 2
+    assert out["error"]["code"] == "config_invalid_value"
+    assert out["error"]["key"] == "SERVER_PORT"
+
+
+def test_config_two_node_list_sources_is_a_usage_error(tray: Path) -> None:
+    out, rc = run_json("imex", "config", "--root", str(tray), "--peer", "198.51.100.1",
+                       "--peers-slurm", "gb-[01-02]")
+    assert rc == 2

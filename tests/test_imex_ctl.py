@@ -1,0 +1,142 @@
+"""nvidia-imex-ctl output: the captures of ../shared/corpus/imex (-N text of an 18-node
+P6e-GB200, -N -j DEGRADED and UP), the -q query, unreachable nodes named, and the hard timeout
+on a ctl that hangs."""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+
+import pytest
+
+from nvfabric.imex import ctl, host
+from tests.cases import CORPUS
+from tests.conftest import run_json
+
+IMEX = CORPUS / "imex"
+TEXT_UP = IMEX / "aws-pcluster-p6e-gb200-18node-imex-ctl-N-570.172.txt"
+JSON_DEGRADED = IMEX / "dcgm-test-imex-ctl-N-j-degraded-580.30.json"
+JSON_UP = IMEX / "dcgm-test-imex-ctl-N-j-up-oneline.json"
+
+
+def test_eighteen_node_text_table_is_up() -> None:
+    status = ctl.parse_domain(TEXT_UP.read_text())
+    assert (status.state, status.source, len(status.nodes)) == ("UP", "text", 18)
+    assert status.nodes[9].host == "198.51.100.10"
+    assert {n.status for n in status.nodes} == {"READY"}
+    assert {n.version for n in status.nodes} == {"570.172"}
+    assert status.timestamp == "5/12/2025 06:08:10.580"
+    assert (status.unreachable, status.bad_links) == ((), ())
+    assert status.finding() is None
+
+
+def test_degraded_json_names_the_nodes_nobody_reaches() -> None:
+    status = ctl.parse_domain(JSON_DEGRADED.read_text())
+    assert (status.state, status.source) == ("DEGRADED", "json")
+    assert [(n.node_id, n.host, n.version) for n in status.nodes] == [
+        (1, "198.51.100.2", "580.30"), (3, "198.51.100.1", "580.30")]
+    assert status.unreachable == ("198.51.100.4 (node 0, no status reported)",
+                                  "198.51.100.3 (node 6, no status reported)")
+    f = status.finding()
+    assert f is not None and f.code == "imex_domain_degraded"
+    assert "198.51.100.3" in f.message and "198.51.100.4" in f.message
+
+
+def test_one_line_up_json() -> None:
+    status = ctl.parse_domain(JSON_UP.read_text())
+    assert (status.state, len(status.nodes), status.nodes[0].host) == ("UP", 1, "")
+    assert status.finding() is None
+
+
+def test_text_table_with_a_lost_node_names_it() -> None:
+    lines = TEXT_UP.read_text().splitlines()
+    out = []
+    for line in lines:
+        if line.startswith("Node #4 "):
+            line = line.replace("READY       ", "UNAVAILABLE ")
+        elif line.strip().split()[:1] and line.strip().split()[0].isdigit():
+            cells = line.split()
+            if len(cells) == 19:
+                cells[1 + 4] = "I"
+                line = "      " + "   ".join(cells)
+        elif line.startswith("Domain State"):
+            line = "Domain State: DEGRADED"
+        out.append(line)
+    status = ctl.parse_domain("\n".join(out) + "\n")
+    assert status.state == "DEGRADED"
+    assert status.unreachable[0] == "198.51.100.5 (node 4)"
+    assert "node 0 -> node 4: invalid (not reachable)" in status.bad_links
+    assert status.nodes[4].status == "UNAVAILABLE"
+
+
+@pytest.mark.parametrize("text", ["", "Nodes:\n", "{\"nodes\": {}}", "{not json"])
+def test_unparseable_output_is_a_value_error(text: str) -> None:
+    with pytest.raises(ValueError):
+        ctl.parse_domain(text)
+
+
+@pytest.mark.parametrize(("text", "ready"), [("READY\n", True), ("  READY  \n", True),
+                                             ("NOT READY\n", False), ("", False),
+                                             ("UNAVAILABLE\n", False)])
+def test_query_output(text: str, ready: bool) -> None:
+    assert ctl.parse_query(text) is ready
+
+
+def test_ctl_argv_is_built_from_paths_only() -> None:
+    assert ctl.query_argv("/usr/bin/nvidia-imex-ctl", "/etc/nvidia-imex/config.cfg") == (
+        "/usr/bin/nvidia-imex-ctl", "-c", "/etc/nvidia-imex/config.cfg", "-q")
+    with pytest.raises(ValueError):
+        ctl.domain_argv("nvidia-imex-ctl", "/etc/nvidia-imex/config.cfg")
+
+
+def _script(tmp_path: Path, body: str) -> str:
+    path = tmp_path / "nvidia-imex-ctl"
+    path.write_text("#!/bin/sh\n" + body)
+    os.chmod(path, 0o755)
+    return str(path)
+
+
+def _dead(pid: int) -> bool:
+    """Gone, or a zombie waiting for its new parent to reap it."""
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii") as fh:
+            return fh.read().rsplit(")", 1)[1].split()[0] == "Z"
+    except OSError:
+        return True
+
+
+def test_a_hanging_ctl_is_killed_with_its_children(tmp_path: Path) -> None:
+    marker = tmp_path / "child.pid"
+    ctl_path = _script(tmp_path, f"sleep 300 &\necho $! > {marker}\nwait\n")
+    result = host.run_ctl((ctl_path, "-q"), timeout_s=0.5)
+    assert result.timed_out and result.rc is None
+    child = int(marker.read_text())
+    for _ in range(500):
+        if _dead(child):
+            break
+        time.sleep(0.01)
+    assert _dead(child)
+
+
+def test_domain_command_reads_saved_outputs() -> None:
+    out, rc = run_json("imex", "domain", "--from-file", str(JSON_DEGRADED))
+    assert (rc, out["state"], out["findings"][0]["code"]) == (1, "DEGRADED",
+                                                            "imex_domain_degraded")
+    out, rc = run_json("imex", "domain", "--from-file", str(TEXT_UP))
+    assert (rc, out["state"], len(out["nodes"])) == (0, "UP", 18)
+
+
+def test_domain_command_times_out_on_a_hanging_ctl(tmp_path: Path) -> None:
+    ctl_path = _script(tmp_path, "sleep 300\n")
+    out, rc = run_json("imex", "domain", "--ctl", ctl_path, "--timeout", "0.3",
+                       "--config", "/etc/nvidia-imex/config.cfg")
+    assert rc == 1
+    assert out["error"]["code"] == "imex_ctl_timeout"
+
+
+def test_domain_command_falls_back_to_the_text_table(tmp_path: Path) -> None:
+    ctl_path = _script(tmp_path, 'case "$*" in *-j*) echo "usage"; exit 1;; esac\n'
+                                 f"cat '{TEXT_UP}'\n")
+    out, rc = run_json("imex", "domain", "--ctl", ctl_path)
+    assert (rc, out["state"], len(out["nodes"])) == (0, "UP", 18)

@@ -1,0 +1,158 @@
+"""IMEX ownership: detection on simulated GB200 trays (DRA plugin state, host unit wants/
+links and masks, Slurm prolog and switch plugin) and the conflict rule with its exact fix."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from nvfabric.imex import host
+from nvfabric.imex.facts import DRA_HOST_UNIT_FIX
+from nvfabric.imex.owner import OwnerEvidence, decide
+from tests.conftest import run_json
+
+DRA_DIR = "var/lib/kubelet/plugins/compute-domain.nvidia.com"
+WANTS = "etc/systemd/system/multi-user.target.wants/nvidia-imex.service"
+
+
+def add_dra(root: Path, domains: int = 1) -> None:
+    base = root / DRA_DIR
+    base.mkdir(parents=True)
+    (base / "checkpoint.json").write_text('{"checksum": 0}\n')
+    for i in range(domains):
+        (base / "domains" / f"uid-{i}").mkdir(parents=True)
+
+
+def enable_unit(root: Path) -> None:
+    link = root / WANTS
+    link.parent.mkdir(parents=True, exist_ok=True)
+    os.symlink("/usr/lib/systemd/system/nvidia-imex.service", link)
+
+
+def mask_unit(root: Path) -> None:
+    link = root / "etc/systemd/system/nvidia-imex.service"
+    link.parent.mkdir(parents=True, exist_ok=True)
+    os.symlink("/dev/null", link)
+
+
+def add_slurm_prolog(root: Path, body: str) -> None:
+    conf = root / "etc/slurm/slurm.conf"
+    conf.parent.mkdir(parents=True, exist_ok=True)
+    conf.write_text("ClusterName=gb\n# Prolog=/nowhere\nProlog=/etc/slurm/prolog.d/*\n")
+    script = root / "etc/slurm/prolog.d/90-imex.sh"
+    script.parent.mkdir(parents=True)
+    script.write_text(body)
+
+
+@pytest.fixture
+def tray(node: Callable[..., Path]) -> Path:
+    return node("gb200-tray")
+
+
+def test_bare_tray_has_no_owner(tray: Path) -> None:
+    out, rc = run_json("imex", "owner", "--root", str(tray))
+    assert (out["owner"], rc, out["conflict"]) == ("none", 0, None)
+
+
+def test_enabled_host_unit_makes_the_host_the_owner(tray: Path) -> None:
+    enable_unit(tray)
+    out, rc = run_json("imex", "owner", "--root", str(tray))
+    assert (out["owner"], out["runner"], rc) == ("host", "unit", 0)
+    assert any(WANTS.split("etc", 1)[1] in e for e in out["evidence"])
+
+
+def test_masked_unit_is_not_an_owner(tray: Path) -> None:
+    enable_unit(tray)
+    mask_unit(tray)
+    ev = host.gather_evidence(str(tray))
+    assert ev.unit_enabled
+    assert ev.unit_masked == "/etc/systemd/system/nvidia-imex.service -> /dev/null"
+    assert decide(ev).owner == "none"
+
+
+def test_dra_plugin_state_makes_dra_the_owner(tray: Path) -> None:
+    add_dra(tray, domains=2)
+    out, rc = run_json("imex", "owner", "--root", str(tray))
+    assert (out["owner"], rc) == ("dra", 0)
+    assert "2 ComputeDomain(s)" in out["evidence"][0]
+
+
+def test_dra_with_enabled_host_unit_is_a_conflict_with_the_exact_fix(tray: Path) -> None:
+    add_dra(tray)
+    enable_unit(tray)
+    out, rc = run_json("imex", "owner", "--root", str(tray))
+    assert rc == 1
+    assert out["owner"] == "dra"
+    codes = [f["code"] for f in out["findings"]]
+    assert codes == ["imex_owner_conflict"]
+    assert DRA_HOST_UNIT_FIX in out["findings"][0]["hint"]
+    assert "NV_ERR_IN_USE" in out["findings"][0]["message"]
+
+
+def test_dra_with_masked_host_unit_is_fine(tray: Path) -> None:
+    add_dra(tray)
+    enable_unit(tray)
+    mask_unit(tray)
+    out, rc = run_json("imex", "owner", "--root", str(tray))
+    assert (out["owner"], rc, out["conflict"]) == ("dra", 0, None)
+
+
+def test_slurm_prolog_that_restarts_imex_makes_slurm_the_owner(tray: Path) -> None:
+    add_slurm_prolog(tray, "#!/bin/bash\nnvfabric imex config --peers-slurm "
+                           '"$SLURM_JOB_NODELIST"\nsystemctl restart nvidia-imex\n')
+    enable_unit(tray)  # the AWS ParallelCluster way: the prolog drives the host unit
+    out, rc = run_json("imex", "owner", "--root", str(tray))
+    assert (out["owner"], rc) == ("slurm", 0)
+    assert any("90-imex.sh" in e for e in out["evidence"])
+
+
+def test_slurm_prolog_without_imex_is_not_evidence(tray: Path) -> None:
+    add_slurm_prolog(tray, "#!/bin/bash\necho hello\n")
+    assert host.gather_evidence(str(tray)).slurm == ()
+
+
+def test_slurm_switch_plugin_makes_slurm_the_owner(tray: Path) -> None:
+    conf = tray / "etc/slurm/slurm.conf"
+    conf.parent.mkdir(parents=True)
+    conf.write_text("switchtype=switch/nvidia_imex\n")
+    assert host.gather_evidence(str(tray)).slurm == (
+        "/etc/slurm/slurm.conf: switchtype=switch/nvidia_imex",)
+
+
+def test_requested_host_on_a_dra_node_is_a_conflict(tray: Path) -> None:
+    add_dra(tray)
+    out, rc = run_json("imex", "owner", "--root", str(tray), "--imex-owner", "host")
+    assert rc == 1
+    assert out["findings"][0]["code"] == "imex_owner_conflict"
+    assert "--imex-owner dra" in out["findings"][0]["hint"]
+
+
+@pytest.mark.parametrize(
+    ("evidence", "requested", "for_run", "owner", "runner", "conflict"),
+    [
+        (OwnerEvidence(), None, True, "host", "nvfabric", False),
+        (OwnerEvidence(), None, False, "none", None, False),
+        (OwnerEvidence(unit_enabled=("w",)), None, True, "host", "unit", False),
+        (OwnerEvidence(unit_enabled=("w",)), "host", True, "host", "nvfabric", True),
+        (OwnerEvidence(dra=("d",)), None, True, "dra", None, False),
+        (OwnerEvidence(dra=("d",), unit_enabled=("w",)), None, True, "dra", None, True),
+        (OwnerEvidence(dra=("d",), unit_enabled=("w",)), "slurm", True, "slurm", None, True),
+        (OwnerEvidence(slurm=("s",), unit_enabled=("w",)), None, True, "slurm", None, False),
+        (OwnerEvidence(dra=("d",)), "none", True, "none", None, False),
+        (OwnerEvidence(unit_enabled=("w",), unit_masked="m"), "host", True, "host", "nvfabric",
+         False),
+    ],
+)
+def test_owner_decision_table(evidence: OwnerEvidence, requested: str | None, for_run: bool,
+                              owner: str, runner: str | None, conflict: bool) -> None:
+    d = decide(evidence, requested, for_run)
+    assert (d.owner, d.runner, d.conflict is not None) == (owner, runner, conflict)
+    assert d.nvfabric_starts_imex == (runner == "nvfabric" and not conflict)
+
+
+def test_unknown_owner_is_rejected() -> None:
+    with pytest.raises(ValueError, match="unknown IMEX owner"):
+        decide(OwnerEvidence(), "kubelet")
