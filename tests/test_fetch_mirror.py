@@ -198,6 +198,7 @@ def serve_release(m: Mirror, rel: RedistRelease, prefix: str = "") -> None:
 
 def write_release(directory: Path, rel: RedistRelease) -> None:
     """The same release as a mirror directory."""
+    directory.mkdir(parents=True, exist_ok=True)
     (directory / f"redistrib_{rel.driver}.json").write_text(json.dumps(rel.manifest))
     for path, data in rel.archives.items():
         (directory / path).parent.mkdir(parents=True, exist_ok=True)
@@ -212,7 +213,8 @@ def deb_stanza(package: str, version: str, data: bytes, arch: str = "amd64",
         lines.append(f"Provides: {provides}")
     if description:
         lines.append(f"Description: {description}")
-    lines += [f"Filename: ./{package}_{version}_{arch}.deb", f"Size: {len(data)}",
+    file_version = version.split(":", 1)[-1]  # pool file names carry no epoch
+    lines += [f"Filename: ./{package}_{file_version}_{arch}.deb", f"Size: {len(data)}",
               f"SHA256: {sha256(data)}"]
     return "\n".join(lines) + "\n"
 

@@ -214,8 +214,11 @@ class Transport:
                 if resp.status_code != 200:
                     raise download_failed(url, f"HTTP {resp.status_code}", 1)
                 length = resp.headers.get("content-length")
-                expected = size if size is not None else (
-                    int(length) if length and length.isdigit() else None)
+                announced = int(length) if length and length.isdigit() else None
+                # A body shorter than announced (or, with no length header, shorter than the
+                # published size) was cut in transit: retry. A complete body of another size
+                # is another file: the checksum check reports it.
+                expected = announced if announced is not None else size
                 got = 0
                 with _bar(self.progress, url, expected) as advance:
                     for chunk in resp.iter_bytes(CHUNK):

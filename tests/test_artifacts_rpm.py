@@ -1,0 +1,125 @@
+"""RPM resolution: repomd.xml -> primary.xml(.gz) made in the test, served by the local
+mirror; RPM naming by branch (``nvidia-fabric-manager`` before R580)."""
+
+from __future__ import annotations
+
+import lzma
+
+import pytest
+
+from nvfabric.artifacts import rpm
+from nvfabric.artifacts.model import Request
+from nvfabric.artifacts.resolve import resolve
+from nvfabric.artifacts.transport import Transport
+from nvfabric.errors import NvfabricError
+from tests.test_fetch_mirror import (  # noqa: F401 - fixture
+    FAST,
+    Mirror,
+    gz,
+    mirror,
+    no_sleep,
+    primary_xml,
+    repomd,
+    sha256,
+)
+
+
+def pkg(name: str, ver: str, rel: str = "1", arch: str = "x86_64") -> dict[str, object]:
+    data = f"{name}-{ver}-{rel}".encode()
+    return {"name": name, "arch": arch, "ver": ver, "rel": rel, "data": data,
+            "href": f"{name}-{ver}-{rel}.{arch}.rpm"}
+
+
+REPO = [
+    pkg("nvidia-fabric-manager", "570.148.08"),
+    pkg("nvidia-fabric-manager", "570.172.08"),
+    pkg("nvidia-fabric-manager", "570.172.08", "2.el9"),
+    pkg("nvidia-fabricmanager", "580.95.05"),
+    pkg("nvidia-fabricmanager", "590.48.01"),
+    pkg("nvidia-fabricmanager-535", "535.230.02"),
+    pkg("libnvidia-nscq", "580.95.05"),
+    pkg("nvidia-imex", "580.95.05", arch="aarch64"),
+    pkg("nvlsm", "2025.06.6"),
+]
+
+
+def serve_repo(m: Mirror, packages: list[dict[str, object]], compress: str = "gz",
+               checksum: str | None = None) -> None:
+    raw = primary_xml(packages)
+    body = {"gz": gz, "xz": lzma.compress, "": lambda b: b}[compress](raw)
+    href = "repodata/abc-primary.xml" + (f".{compress}" if compress else "")
+    m.add(href, body)
+    m.add("repodata/repomd.xml", repomd(href, body, checksum))
+
+
+def resolve_rpm(m: Mirror, driver: str, *components: str, arch: str = "x86_64",
+                nvlsm: str | None = None) -> list[rpm.Artifact]:
+    with Transport(FAST, mirror=m.url, sleep=no_sleep) as t:
+        req = Request(driver, arch, components, "rpm", nvlsm)
+        return list(resolve(req, t, m.url).artifacts)
+
+
+@pytest.mark.parametrize("compress", ["gz", "xz", ""])
+def test_r570_uses_the_hyphenated_name_and_the_highest_release(
+    mirror: Mirror, compress: str  # noqa: F811
+) -> None:
+    serve_repo(mirror, REPO, compress)
+    [fm] = resolve_rpm(mirror, "570.172.08", "fabricmanager")
+    assert (fm.package, fm.version) == ("nvidia-fabric-manager", "570.172.08-2.el9")
+    assert fm.url == f"{mirror.url}/nvidia-fabric-manager-570.172.08-2.el9.x86_64.rpm"
+    assert fm.sha256 == sha256(b"nvidia-fabric-manager-570.172.08-2.el9")
+    assert rpm.pin_lines([fm]) == [
+        "dnf install -y nvidia-fabric-manager-570.172.08-2.el9",
+        "dnf versionlock add nvidia-fabric-manager-570.172.08-2.el9",
+    ]
+
+
+def test_r580_unversioned_name_exact_version(mirror: Mirror) -> None:  # noqa: F811
+    serve_repo(mirror, REPO)
+    arts = resolve_rpm(mirror, "580.95.05", "fabricmanager", "libnvidia_nscq", "nvlsm",
+                       nvlsm="2025.06.6")
+    assert [(a.package, a.version) for a in arts] == [
+        ("nvidia-fabricmanager", "580.95.05-1"), ("libnvidia-nscq", "580.95.05-1"),
+        ("nvlsm", "2025.06.6-1")]
+
+
+def test_missing_version_lists_what_the_repository_has(mirror: Mirror) -> None:  # noqa: F811
+    serve_repo(mirror, REPO)
+    with pytest.raises(NvfabricError) as err:
+        resolve_rpm(mirror, "580.95.06", "fabricmanager")
+    f = err.value.finding
+    assert f.code == "artifact_not_available"
+    assert "580.95.05-1, 590.48.01-1 but not 580.95.06" in f.message
+    assert f.fields["sources_searched"] == [
+        f"{mirror.url}/repodata/repomd.xml", f"{mirror.url}/repodata/abc-primary.xml.gz"]
+
+
+def test_arch_is_the_rpm_name(mirror: Mirror) -> None:  # noqa: F811
+    serve_repo(mirror, REPO)
+    [imex] = resolve_rpm(mirror, "580.95.05", "imex", arch="arm64")
+    assert imex.arch == "aarch64"
+    with pytest.raises(NvfabricError):
+        resolve_rpm(mirror, "580.95.05", "imex", arch="x86_64")
+
+
+def test_primary_with_a_wrong_checksum_is_refused(mirror: Mirror) -> None:  # noqa: F811
+    serve_repo(mirror, REPO, checksum="0" * 64)
+    with pytest.raises(NvfabricError) as err:
+        resolve_rpm(mirror, "580.95.05", "fabricmanager")
+    assert err.value.finding.code == "checksum_mismatch"
+
+
+def test_no_repodata_names_the_url(mirror: Mirror) -> None:  # noqa: F811
+    with pytest.raises(NvfabricError) as err:
+        resolve_rpm(mirror, "580.95.05", "fabricmanager")
+    assert f"{mirror.url}/repodata/repomd.xml" in err.value.finding.message
+
+
+@pytest.mark.parametrize(
+    ("a", "b", "expected"),
+    [("1", "1", 0), ("1.el9", "1", 1), ("2", "10", -1), ("1.el8", "1.el9", -1),
+     ("1~rc1", "1", -1), ("1a", "1", 1), ("1.0", "1.a", 1), ("2.el9", "1.el9", 1)],
+)
+def test_rpmvercmp(a: str, b: str, expected: int) -> None:
+    assert rpm.rpmvercmp(a, b) == expected
+    assert rpm.rpmvercmp(b, a) == -expected
