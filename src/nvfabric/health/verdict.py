@@ -197,10 +197,15 @@ def verdict(inp: Inputs) -> Verdict:
         ))
 
     if not gpus:
-        if reader_failed or acc.levels:
-            return acc.result()
-        acc.reasons.append("no GPU listed")
-        return acc.result("not_applicable" if not fabric_needed else "healthy")
+        acc.reasons.append("no GPU could be read" if reader_failed else "no GPU listed")
+        if fabric_needed and not acc.levels:
+            acc.add("unhealthy", Finding(
+                "gpu_missing_from_driver", "error",
+                f"no GPU is listed on a {fabric} node",
+                "check that the capture or NVML covers all GPUs (`nvidia-smi -L`) and `dmesg` "
+                "for GPUs that failed to initialise",
+            ))
+        return acc.result("not_applicable")
 
     reporting = [g for g in gpus if g.state != "not_supported"]
     if not reporting:

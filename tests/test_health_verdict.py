@@ -1,0 +1,151 @@
+"""The verdict rules as tables: plain GpuFabric values in, verdict word and codes out."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+
+from nvfabric.findings import Finding
+from nvfabric.health.mask import HealthField
+from nvfabric.health.model import ZERO_UUID, GpuFabric
+from nvfabric.health.verdict import Inputs, ServiceState, infer_fabric, verdict
+
+CLUSTER = "c81d4e2a-9b3f-4a61-8d07-1e6f2b9a4c55"
+OK = GpuFabric(0, "GPU-0", "00000000:18:00.0", "completed", "success", 0, ZERO_UUID, "healthy")
+NA = GpuFabric(0, "GPU-0", "00000000:18:00.0", "not_supported", None)
+REG = GpuFabric(0, "GPU-0", "00000000:18:00.0", "in_progress", None)
+
+
+def gpus(template: GpuFabric, n: int = 8, **changes: object) -> tuple[GpuFabric, ...]:
+    return tuple(replace(template, index=i, uuid=f"GPU-{i}", **changes)  # type: ignore[arg-type]
+                 for i in range(n))
+
+
+def up(*names: str, age: float | None = 600.0) -> tuple[ServiceState, ...]:
+    return tuple(ServiceState(n, True, age_s=age) for n in names)
+
+
+def down(*names: str) -> tuple[ServiceState, ...]:
+    return tuple(ServiceState(n, False) for n in names)
+
+
+FM = "fabricmanager"
+SM = "nvlsm"
+
+TABLE = [
+    # (name, inputs, verdict, codes)
+    ("pcie-cards-no-fabric", Inputs(gpus(NA, 2), "none"), "not_applicable", []),
+    ("unknown-kind-no-fabric", Inputs(gpus(NA, 2), None), "not_applicable", []),
+    ("no-gpu-at-all", Inputs((), "none"), "not_applicable", []),
+    ("no-gpu-on-a-fabric-node", Inputs((), "nvswitch"), "unhealthy", ["gpu_missing_from_driver"]),
+    ("nvswitch-healthy", Inputs(gpus(OK), "nvswitch", up(FM), 8), "healthy", []),
+    ("nvlink5-healthy", Inputs(gpus(OK), "nvlink5", up(SM, FM), 8), "healthy", []),
+    ("capture-registering", Inputs(gpus(REG), "nvlink5"), "pending", ["registration_stuck"]),
+    ("live-registering-in-grace", Inputs(gpus(REG), "nvlink5", up(SM, FM, age=30), 8),
+     "pending", ["registration_stuck"]),
+    ("live-registering-past-grace", Inputs(gpus(REG), "nvlink5", up(SM, FM, age=900), 8),
+     "unhealthy", ["registration_stuck"]),
+    ("live-registering-age-unknown", Inputs(gpus(REG), "nvswitch", up(FM, age=None), 8),
+     "pending", ["registration_stuck"]),
+    ("registering-fm-down", Inputs(gpus(REG), "nvswitch", down(FM), 8),
+     "unhealthy", ["registration_stuck"]),
+    ("registering-nvlsm-down", Inputs(gpus(REG), "nvlink5", up(FM) + down(SM), 8),
+     "unhealthy", ["registration_stuck"]),
+    ("not-started-counts-as-registering", Inputs(gpus(REG, state="not_started"), "nvswitch"),
+     "pending", ["registration_stuck"]),
+    ("fabric-mode-1-no-partition", Inputs(gpus(REG), "nvswitch", up(FM, age=9000), 8,
+                                          fabric_mode=1),
+     "pending", ["fabric_partition_inactive"]),
+    ("partial-registration", Inputs(gpus(OK, 4) + tuple(replace(REG, index=i) for i in (4, 5)),
+                                    "nvswitch"),
+     "pending", ["partial_registration", "registration_stuck"]),
+    ("completed-not-success", Inputs((OK, replace(OK, index=1, status="NVML_ERROR_UNKNOWN")),
+                                     "nvswitch"),
+     "unhealthy", ["registration_error"]),
+    ("summary-unhealthy", Inputs((replace(OK, health_summary="unhealthy"),), "mnnvl"),
+     "unhealthy", ["fabric_unhealthy"]),
+    ("limited-capacity-is-degraded", Inputs((replace(OK, health_summary="limited_capacity",
+                                                     cluster_uuid=CLUSTER),), "mnnvl"),
+     "degraded", ["fabric_unhealthy"]),
+    ("route-recovery-is-degraded",
+     Inputs((replace(OK, health=(HealthField("route_recovery", "true", "degraded"),)),),
+            "nvswitch"), "degraded", ["fabric_unhealthy"]),
+    ("incorrect-configuration-is-unhealthy",
+     Inputs((replace(OK, health=(HealthField("incorrect_configuration", "no_partition",
+                                             "unhealthy"),)),), "nvswitch"),
+     "unhealthy", ["fabric_unhealthy"]),
+    ("cluster-uuid-disagreement", Inputs((replace(OK, cluster_uuid=CLUSTER),
+                                          replace(OK, index=1)), "mnnvl"),
+     "unhealthy", ["fabric_unhealthy"]),
+    ("clique-disagreement", Inputs((OK, replace(OK, index=1, clique_id=3)), "nvswitch"),
+     "unhealthy", ["fabric_unhealthy"]),
+    ("zero-cluster-uuid-single-node-fine", Inputs(gpus(OK), "nvswitch"), "healthy", []),
+    ("zero-cluster-uuid-on-mnnvl-tray", Inputs(gpus(OK, 4), "mnnvl"),
+     "unhealthy", ["fabric_unhealthy"]),
+    ("mnnvl-healthy", Inputs(gpus(OK, 4, cluster_uuid=CLUSTER, clique_id=2), "mnnvl", up(),
+                             4), "healthy", []),
+    ("fm-down-gpus-fine", Inputs(gpus(OK), "nvswitch", down(FM), 8), "degraded",
+     ["fm_inactive"]),
+    ("nvlsm-down-gpus-fine", Inputs(gpus(OK), "nvlink5", up(FM) + down(SM), 8), "degraded",
+     ["nvlsm_missing"]),
+    ("gpu-missing-from-driver", Inputs(gpus(OK, 7), "nvswitch", up(FM), 8), "unhealthy",
+     ["gpu_missing_from_driver"]),
+    ("pre-hopper-nvswitch-fm-running", Inputs(gpus(NA), "nvswitch", up(FM), 8), "healthy", []),
+    ("pre-hopper-nvswitch-fm-down", Inputs(gpus(NA), "nvswitch", down(FM), 8), "unhealthy",
+     ["fm_inactive"]),
+    ("nvlink5-reports-no-fabric", Inputs(gpus(NA), "nvlink5", up(SM, FM), 8), "unhealthy",
+     ["registration_error"]),
+    ("nvml-missing-on-fabric-node",
+     Inputs((), "nvswitch", up(FM), 8,
+            reader_findings=(Finding("nvml_unavailable", "error", "no NVML", "install"),)),
+     "unhealthy", ["nvml_unavailable"]),
+    ("nvml-missing-on-pcie-node",
+     Inputs((), "none", (), 1, reader_findings=(Finding("nvml_unavailable", "error", "x", "y"),)),
+     "not_applicable", ["nvml_unavailable"]),
+]
+
+
+@pytest.mark.parametrize(("inputs", "word", "codes"), [t[1:] for t in TABLE],
+                         ids=[t[0] for t in TABLE])
+def test_verdict_table(inputs: Inputs, word: str, codes: list[str]) -> None:
+    v = verdict(inputs)
+    assert v.verdict == word
+    assert sorted({f.code for f in v.findings}) == sorted(codes)
+    for f in v.findings:
+        assert f.hint
+
+
+def test_registration_stuck_severity_follows_the_grace_period() -> None:
+    def sev(age: float) -> list[str]:
+        v = verdict(Inputs(gpus(REG), "nvswitch", up(FM, age=age), 8, grace_s=120))
+        return [f.severity for f in v.findings]
+
+    assert sev(119) == ["warning"]
+    assert sev(121) == ["error"]
+
+
+def test_stuck_hint_names_the_cause_for_the_fabric_kind() -> None:
+    def hint(kind: str | None) -> str:
+        return verdict(Inputs(gpus(REG), kind)).findings[0].hint
+
+    assert "802" in hint("nvlink5") and "NVLSM" in hint("nvlink5")
+    assert "switch trays" in hint("mnnvl")
+    assert "fabric manager" in hint("nvswitch") and "NVLSM" not in hint("nvswitch")
+    assert "--fabric" in hint(None)
+
+
+@pytest.mark.parametrize(
+    ("names", "kind"),
+    [
+        (["NVIDIA GB200"] * 4, "mnnvl"),
+        (["NVIDIA B200"] * 8, "nvlink5"),
+        (["NVIDIA H100 80GB HBM3"] * 8, "nvswitch"),
+    ],
+)
+def test_infer_fabric_from_product_names(names: list[str], kind: str) -> None:
+    assert infer_fabric(tuple(replace(OK, index=i, name=n) for i, n in enumerate(names))) == kind
+
+
+def test_infer_fabric_without_fabric_state_is_none() -> None:
+    assert infer_fabric(gpus(NA, 2, name="NVIDIA H100 PCIe")) == "none"
