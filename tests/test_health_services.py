@@ -1,0 +1,139 @@
+"""Services' liveness read from a node tree: pid files, a /proc scan, fabric manager's command
+port in proc/net/tcp, NVLSM's IPC socket; and the live fabric reader on simulated roots."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import stat
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+
+from nvfabric.health import live, services
+from tests.cases import CORPUS
+
+# /proc/net/tcp: a socket listening (state 0A) on 127.0.0.1:6666 (0x1A0A), one established.
+TCP = (
+    "  sl  local_address rem_address   st tx_queue rx_queue tr tm->when retrnsmt   uid  timeout"
+    " inode\n"
+    "   0: 0100007F:1A0A 00000000:0000 0A 00000000:00000000 00:00000000 00000000     0        0"
+    " 1 1 0000000000000000 100 0 0 10 0\n"
+    "   1: 0100007F:C350 0100007F:1A0A 01 00000000:00000000 00:00000000 00000000     0        0"
+    " 2 1 0000000000000000 20 4 30 10 -1\n"
+)
+
+
+def _proc(root: Path, pid: int, comm: str, start_ticks: int, uptime: float) -> None:
+    d = root / "proc" / str(pid)
+    d.mkdir(parents=True)
+    (d / "comm").write_text(comm + "\n")
+    fields = ["S"] + ["0"] * 18 + [str(start_ticks)] + ["0"] * 10
+    (d / "stat").write_text(f"{pid} ({comm}) " + " ".join(fields) + "\n")
+    (root / "proc" / "uptime").write_text(f"{uptime:.2f} 1000.00\n")
+
+
+def test_fabric_manager_found_by_proc_scan_with_age_and_port(tmp_path: Path) -> None:
+    hz = os.sysconf("SC_CLK_TCK")
+    _proc(tmp_path, 5183, "nv-fabricmanage", start_ticks=100 * hz, uptime=700.0)
+    (tmp_path / "proc" / "net").mkdir()
+    (tmp_path / "proc" / "net" / "tcp").write_text(TCP)
+    (fm,) = services.read(str(tmp_path), ("fabricmanager",))
+    assert (fm.running, fm.pid, fm.port) == (True, 5183, True)
+    assert fm.age_s is not None and abs(fm.age_s - 600.0) < 0.01
+
+
+def test_port_elsewhere_and_no_process_is_not_running(tmp_path: Path) -> None:
+    _proc(tmp_path, 42, "bash", start_ticks=1, uptime=10.0)
+    (tmp_path / "proc" / "net").mkdir()
+    (tmp_path / "proc" / "net" / "tcp").write_text(TCP.replace(":1A0A 00000000", ":1A0B 00000000"))
+    (fm,) = services.read(str(tmp_path), ("fabricmanager",))
+    assert (fm.running, fm.port) == (False, False)
+
+
+def test_command_port_from_the_config_file(tmp_path: Path) -> None:
+    cfg = tmp_path / "usr/share/nvidia/nvswitch/fabricmanager.cfg"
+    cfg.parent.mkdir(parents=True)
+    cfg.write_text((CORPUS / "configs/fabricmanager-535.216.01.cfg").read_text()
+                   .replace("FM_CMD_PORT_NUMBER=6666", "FM_CMD_PORT_NUMBER=6667"))
+    (tmp_path / "proc" / "net").mkdir(parents=True)
+    (tmp_path / "proc" / "net" / "tcp").write_text(TCP)
+    (fm,) = services.read(str(tmp_path), ("fabricmanager",))
+    assert fm.port is False  # 6666 listens, the config says 6667
+    assert services.fabric_mode(str(tmp_path)) == 0
+
+
+def test_pid_file_in_a_tree_with_a_process_table(tmp_path: Path) -> None:
+    _proc(tmp_path, 77, "nvlsm", start_ticks=0, uptime=5.0)
+    (tmp_path / "var/run").mkdir(parents=True)
+    (tmp_path / "var/run/nvlsm.pid").write_text("77\n")
+    (sm,) = services.read(str(tmp_path), ("nvlsm",))
+    assert (sm.running, sm.pid, sm.detail) == (True, 77, "pid file /var/run/nvlsm.pid")
+    (tmp_path / "var/run/nvlsm.pid").write_text("78\n")  # stale: no proc/78
+    (sm,) = services.read(str(tmp_path), ("nvlsm",))
+    assert sm.pid != 78
+
+
+def test_simulated_root_pid_file_of_a_host_process(tmp_path: Path) -> None:
+    pidfile = tmp_path / "run/nvfabric/fabricmanager.pid"
+    pidfile.parent.mkdir(parents=True)
+    pidfile.write_text(f"{os.getpid()}\n")
+    (fm,) = services.read(str(tmp_path), ("fabricmanager",))
+    assert (fm.running, fm.pid) == (True, os.getpid())
+    assert fm.age_s is not None and fm.age_s < 60
+
+
+def test_simulated_root_stale_pid_file(tmp_path: Path) -> None:
+    pidfile = tmp_path / "run/nvfabric/imex.pid"
+    pidfile.parent.mkdir(parents=True)
+    pidfile.write_text("4194304\n")  # above pid_max's ceiling: no such process
+    (imex,) = services.read(str(tmp_path), ("imex",))
+    assert imex.running is False
+
+
+def test_nvlsm_ipc_socket_is_seen() -> None:
+    root = tempfile.mkdtemp(prefix="nvf", dir="/tmp")  # AF_UNIX paths are short
+    try:
+        path = os.path.join(root, "var/run/nvidia-fabricmanager/fm_sm_ipc.socket")
+        os.makedirs(os.path.dirname(path))
+        with socket.socket(socket.AF_UNIX) as sock:
+            sock.bind(path)
+            assert stat.S_ISSOCK(os.stat(path).st_mode)
+            (sm,) = services.read(root, ("nvlsm",))
+            assert (sm.socket, sm.running) == (True, True)
+    finally:
+        shutil.rmtree(root)
+
+
+SMI_SCRIPT = "#!/bin/sh\n[ \"$1 $2\" = '-q -x' ] || exit 9\ncat '{capture}'\n"
+
+
+def test_live_read_on_a_simulated_root_runs_its_nvidia_smi(
+    node: Callable[..., Path]
+) -> None:
+    root = node("dgx-b200")
+    smi = root / "bin" / "nvidia-smi"
+    smi.parent.mkdir(exist_ok=True)
+    smi.write_text(SMI_SCRIPT.format(capture=CORPUS / "nvidia-smi/k8s-test-infra-hw-qx-b200.xml"))
+    smi.chmod(0o755)
+    gpus = live.read(str(root))
+    assert len(gpus) == 8
+    assert {(g.state, g.status) for g in gpus} == {("completed", "success")}
+    assert gpus[0].pci == "00000000:8F:00.0" and gpus[0].uuid
+
+
+def test_live_read_when_nvidia_smi_fails(tmp_path: Path) -> None:
+    smi = tmp_path / "bin" / "nvidia-smi"
+    smi.parent.mkdir()
+    smi.write_text("#!/bin/sh\necho 'NVIDIA-SMI has failed because it couldn''t communicate' >&2"
+                   "\nexit 9\n")
+    smi.chmod(0o755)
+    h = live.read_health(str(tmp_path))
+    assert h.gpus == () and h.findings[0].fields["reason"] == "nvidia_smi_failed"
+    assert "exited 9" in h.findings[0].message
+
+
+def test_live_read_on_a_root_without_nvidia_smi(tmp_path: Path) -> None:
+    assert live.read(str(tmp_path)) == []
+    assert live.read_health(str(tmp_path)).findings[0].fields["reason"] == "no_nvidia_smi"
