@@ -1,0 +1,68 @@
+"""`nvfabric doctor` through the real CLI: several files, stdin, journalctl -o cat, --fabric,
+--root, exit codes, unreadable input."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+from tests.cases import CORPUS
+from tests.conftest import run_cli, run_json
+
+LOGS = CORPUS / "logs"
+RTX = LOGS / "rtx4090-start-sh-pre-nvl5-nothing-to-do-cubestudio29.txt"
+
+
+def test_several_files_aggregate_into_one_list() -> None:
+    out, rc = run_json("doctor", "--log", str(LOGS / "fm-version-mismatch-530-gpuop544.txt"),
+                       "--log", str(LOGS / "talos-fm-config-invalid-value-ext511.txt"))
+    assert rc == 1
+    assert [f["code"] for f in out["findings"]] == ["version_mismatch", "config_invalid_value"]
+    assert out["lines"] == 2
+
+
+def test_journalctl_o_cat_from_stdin() -> None:
+    # `journalctl -o cat` drops the date/host/ident prefix: bare messages.
+    cat = "\n".join(line.split(": ", 1)[1] for line in RTX.read_text().splitlines()) + "\n"
+    out, rc = run_json("doctor", "--fabric", "none", "--log", "-", stdin=cat)
+    assert rc == 0
+    assert {(f["code"], f["severity"]) for f in out["findings"]} == {
+        ("fm_not_applicable", "info"), ("service_exited", "info")}
+    assert all("first_seen" not in f for f in out["findings"])  # no timestamps in -o cat
+
+
+def test_same_log_on_an_nvlink5_node_is_an_error(node: Callable[..., Path]) -> None:
+    root = node("dgx-b200")
+    out, rc = run_json("doctor", "--root", str(root), "--log", str(RTX))
+    assert (out["fabric"], rc) == ("nvlink5", 1)
+    assert "nvlsm_missing" in {f["code"] for f in out["findings"]}
+
+
+def test_unknown_platform_says_both_meanings() -> None:
+    out, rc = run_json("doctor", "--log", str(RTX))
+    f = next(f for f in out["findings"] if f["code"] == "fm_not_applicable")
+    assert f["severity"] == "warning" and "--fabric" in f["hint"] and "NVLSM" in f["hint"]
+    assert out["fabric"] is None
+
+
+def test_clean_log_exits_0_with_no_findings() -> None:
+    out, rc = run_json("doctor", "--log", str(LOGS / "fm-590.48.01-systemctl-status-pre-nvl5-"
+                                                      "node-02.txt"))
+    assert (rc, out["findings"]) == (0, [])
+
+
+def test_human_output_lists_hints() -> None:
+    proc = run_cli("doctor", "--log", str(LOGS / "hgx-b200-start-sh-nvl5-ib_umad-not-loaded-"
+                                                 "canvos700.txt"))
+    assert proc.returncode == 1
+    assert "missing_kernel_module" in proc.stdout and "modprobe ib_umad" in proc.stdout
+
+
+def test_unreadable_log_is_exit_2(tmp_path: Path) -> None:
+    proc = run_cli("doctor", "--log", str(tmp_path / "missing.log"))
+    assert proc.returncode == 2 and "cannot read" in proc.stderr
+    assert "Traceback" not in proc.stderr
+
+
+def test_log_is_required() -> None:
+    assert run_cli("doctor").returncode == 2
