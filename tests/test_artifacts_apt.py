@@ -4,6 +4,8 @@ as Packages, Packages.gz and Packages.xz by the local mirror."""
 from __future__ import annotations
 
 import lzma
+import mmap
+from pathlib import Path
 
 import pytest
 
@@ -181,3 +183,20 @@ def test_nvlsm_without_a_manifest_says_how_to_give_its_version(mirror: Mirror) -
             pytest.raises(NvfabricError) as err:
         resolve(Request("580.95.05", "x86_64", ("nvlsm",), "apt"), t, mirror.url)
     assert "--nvlsm-version" in err.value.finding.hint
+
+
+def test_stanza_boundaries_prefix_names_and_mmap(tmp_path: Path) -> None:
+    """The first stanza (no newline before it), the last (no newline after it), a Package
+    field that is not the first line, and a longer name sharing the prefix."""
+    text = (
+        "Package: nvidia-fabricmanager\nVersion: 580.1.1-1\nArchitecture: amd64\n\n"
+        "Package: nvidia-fabricmanager-dev\nVersion: 580.1.1-1\nArchitecture: amd64\n\n"
+        "Architecture: amd64\nPackage:  nvidia-fabricmanager \nVersion: 580.1.2-1\n\n"
+        "Package: nvidia-fabricmanager\nVersion: 580.1.3-1\nArchitecture: amd64"
+    )
+    found = apt.find_stanzas(text.encode(), ["nvidia-fabricmanager"])
+    assert [s.version for s in found] == ["580.1.1-1", "580.1.2-1", "580.1.3-1"]
+    path = tmp_path / "Packages"
+    path.write_text(text)
+    with open(path, "rb") as fh, mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) as m:
+        assert apt.find_stanzas(m, ["nvidia-fabricmanager"]) == found

@@ -20,6 +20,7 @@ milliseconds. Pure: bytes in, values out.
 
 from __future__ import annotations
 
+import mmap
 import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -55,23 +56,26 @@ class DebStanza:
     provides: str = ""
 
 
-def find_stanzas(index: bytes, names: Iterable[str]) -> list[DebStanza]:
-    """Every stanza of ``index`` whose ``Package`` field is one of ``names``, parsed with
-    python-debian, in index order. Other stanzas are not parsed."""
+def find_stanzas(index: bytes | mmap.mmap, names: Iterable[str]) -> list[DebStanza]:
+    """Every stanza of ``index`` (bytes, or an mmap of an index file) whose ``Package`` field
+    is one of ``names``, parsed with python-debian, in index order. Other stanzas are not
+    parsed: a search for the literal ``\\nPackage:`` line of the wanted names picks them."""
     wanted = sorted({n for n in names if n})
     if not wanted:
         return []
     from debian.deb822 import Packages
 
-    pattern = re.compile(
-        rb"^Package:[ \t]*(" + b"|".join(re.escape(n.encode()) for n in wanted) + rb")[ \t]*$",
-        re.MULTILINE,
-    )
+    alternatives = b"|".join(re.escape(n.encode()) for n in wanted)
+    line = rb"Package:[ \t]*(?:" + alternatives + rb")[ \t]*(?:\n|\Z)"
+    starts: list[int] = []
+    if re.match(line, index):
+        starts.append(0)
+    starts += [m.start() + 1 for m in re.finditer(rb"\n" + line, index)]
     out: list[DebStanza] = []
-    for match in pattern.finditer(index):
-        start = index.rfind(b"\n\n", 0, match.start())
+    for at in starts:
+        start = index.rfind(b"\n\n", 0, at)
         start = 0 if start < 0 else start + 2
-        end = index.find(b"\n\n", match.end())
+        end = index.find(b"\n\n", at)
         end = len(index) if end < 0 else end
         para = Packages(index[start:end].decode("utf-8", "replace"))
         size_text = para.get("Size", "")
