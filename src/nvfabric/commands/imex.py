@@ -161,7 +161,7 @@ def check_node_list(root: str, peers: tuple[nodes.Peer, ...], local: tuple[str, 
     """Validation and locality findings of a node list for the node under ``root``."""
     findings = list(nodes.validate(peers, driver_version(root)))
     if not skip_local:
-        addrs = local or host.local_addresses()
+        addrs = local or host.node_addresses(root)
         problem = nodes.check_local(peers, addrs, host.local_names(root))
         if problem:
             findings.append(problem)

@@ -209,14 +209,29 @@ def _stay() -> None:
 @click.option("--nvlsm-pid-file", default=nvlsm.PID_FILE, show_default=True)
 @click.option("--fm-sm-socket", default=None,
               help=f"NVLSM's IPC socket [default: FM_SM_IPC_INTERFACE, else {nvlsm.SOCKET}]")
+@click.option("--imex-owner", type=click.Choice(["host", "dra", "slurm", "none"]), default=None,
+              help="GB200/GB300: who runs IMEX here [default: detected; nvfabric when none].")
+@click.option("--imex-bin", default="/usr/bin/nvidia-imex", show_default=True)
+@click.option("--imex-ctl", default="/usr/bin/nvidia-imex-ctl", show_default=True)
+@click.option("--imex-config", default="/etc/nvidia-imex/config.cfg", show_default=True,
+              help="The shipped IMEX config.cfg (read, never edited).")
+@click.option("--imex-peers", default=None, metavar="FILE",
+              help="IMEX node list [default: IMEX_NODE_CONFIG_FILE of the shipped config].")
+@click.option("--imex-local-address", multiple=True, metavar="ADDR",
+              help="This node's addresses, instead of reading its interfaces (repeatable).")
+@click.option("--imex-ctl-timeout", type=click.FloatRange(0.05, 120), default=5.0,
+              show_default=True, help="Hard timeout of each nvidia-imex-ctl call, seconds.")
 @guarded
 def run_cmd(root: str, arch: str | None, as_json: bool, dry_run: bool, restart: str, stay: bool,
             fm_sets: tuple[str, ...], fabric_mode: str | None, gpu_reset_command: str | None,
             socket_timeout: float, ready_timeout: float, grace: float, restart_delay: float,
             restart_max_delay: float, state_dir: str, fm_bin: str, fm_config: str,
             nvlsm_bin: str, nvlsm_config: str, nvlsm_pid_file: str,
-            fm_sm_socket: str | None) -> None:
-    """Bring the fabric up (NVLSM, fabric manager) and supervise it as one unit."""
+            fm_sm_socket: str | None, imex_owner: str | None, imex_bin: str, imex_ctl: str,
+            imex_config: str, imex_peers: str | None, imex_local_address: tuple[str, ...],
+            imex_ctl_timeout: float) -> None:
+    """Bring the fabric up (NVLSM, fabric manager; IMEX on GB200/GB300 trays) and supervise it
+    as one unit."""
     from ..inventory import collect
     from ..plan import plan
 
@@ -225,13 +240,20 @@ def run_cmd(root: str, arch: str | None, as_json: bool, dry_run: bool, restart: 
         _report(list(p.blockers), as_json, "blocked", "blocked: nothing was started")
         sys.exit(1)
     if p.fabric == "mnnvl":
-        # ---- MNNVL / IMEX path (issue 6): replaced by the IMEX work. Never fabric manager. ----
-        raise NvfabricError(Finding(
-            "fm_not_applicable", "error",
-            "this is a multi-node NVLink compute tray (GB200/GB300): fabric manager does not run "
-            "here, and the IMEX path of `nvfabric run` is not available yet",
-            "start nvidia-imex as your platform documents (or let the Kubernetes DRA driver own "
-            "it); `nvfabric plan` explains the node"))
+        # ---- MNNVL / IMEX path (issue 6): nvfabric.imex.bringup. Never fabric manager. ----
+        from ..diagnose import Classifier
+        from ..imex import bringup
+        from ..services import imex as imex_service
+
+        imex_opts = bringup.ImexRunOptions(
+            root=root, state_dir=state_dir, owner=imex_owner,
+            paths=imex_service.ImexPaths(imex_bin, imex_ctl, imex_config),
+            peers_file=imex_peers, local_addresses=imex_local_address,
+            ctl_timeout_s=imex_ctl_timeout, grace_s=grace)
+        imex_policy = Policy(restart=restart, backoff_base_s=restart_delay,
+                             backoff_cap_s=restart_max_delay, ready_timeout_s=ready_timeout)
+        sys.exit(bringup.run(p, imex_opts, dry_run=dry_run, as_json=as_json, stay=stay,
+                             policy=imex_policy, classifier=lambda name: Classifier("mnnvl")))
     reset_argv: tuple[str, ...] | None = None
     if gpu_reset_command is not None:
         try:

@@ -218,6 +218,47 @@ def write_file(root: str, host_path: str, content: str, mode: int = 0o644) -> No
     write_atomic(under(root, host_path), content, mode=mode)
 
 
+def parse_fib_trie(text: str) -> tuple[str, ...]:
+    """Local IPv4 addresses in /proc/net/fib_trie text: a ``|-- A.B.C.D`` leaf followed by a
+    ``/32 host LOCAL`` line (Linux net/ipv4/fib_trie.c, fib_trie_seq_show)."""
+    out: list[str] = []
+    leaf: str | None = None
+    for line in text.splitlines():
+        stripped = line.strip()
+        if stripped.startswith("|-- "):
+            leaf = stripped[4:].strip()
+        elif leaf and stripped.startswith("/32 host LOCAL"):
+            if leaf not in out:
+                out.append(leaf)
+    return tuple(out)
+
+
+def parse_if_inet6(text: str) -> tuple[str, ...]:
+    """IPv6 addresses in /proc/net/if_inet6 text (32 hex digits first on each line)."""
+    import ipaddress
+
+    out = []
+    for line in text.splitlines():
+        parts = line.split()
+        if parts and len(parts[0]) == 32:
+            try:
+                out.append(str(ipaddress.IPv6Address(int(parts[0], 16))))
+            except ValueError:
+                continue
+    return tuple(out)
+
+
+def node_addresses(root: str) -> tuple[str, ...]:
+    """The addresses of the node under ``root``: for a simulated root, its proc/net/fib_trie
+    and proc/net/if_inet6 when present; otherwise this host's interfaces (psutil)."""
+    if os.path.abspath(root) != "/":
+        v4 = read_text(under(root, "/proc/net/fib_trie"))
+        v6 = read_text(under(root, "/proc/net/if_inet6"))
+        if v4 is not None or v6 is not None:
+            return parse_fib_trie(v4 or "") + parse_if_inet6(v6 or "")
+    return local_addresses()
+
+
 def local_addresses() -> tuple[str, ...]:
     """Every IPv4/IPv6 address of this host's interfaces (psutil), scopes stripped."""
     import psutil

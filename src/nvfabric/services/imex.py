@@ -53,10 +53,10 @@ def argv(binary: str, config: str) -> tuple[str, ...]:
 
 
 def spec(binary: str, config: str, grace_s: float = 10.0) -> ServiceSpec:
-    """IMEX as a service of the unit. Readiness is the ctl query (:func:`query_argv`), which the
-    mnnvl bring-up polls under a hard timeout per call; the spec itself carries no socket or
-    GPU readiness (GPU fabric state on a tray is the switch trays' business)."""
-    return ServiceSpec(name="imex", argv=argv(binary, config), grace_s=grace_s)
+    """IMEX as a service of the unit. Ready when ``nvidia-imex-ctl -q`` prints READY: the
+    supervisor's readiness probe (``ready_gpus``; the probe the mnnvl path gives it is
+    :func:`nvfabric.imex.bringup.readiness_probe`, each ctl call under a hard timeout)."""
+    return ServiceSpec(name="imex", argv=argv(binary, config), ready_gpus=True, grace_s=grace_s)
 
 
 def parse_version(text: str) -> str | None:

@@ -1,0 +1,348 @@
+"""The mnnvl path of ``nvfabric run`` (GB200/GB300 compute trays): decide who owns IMEX, then
+either start nothing and report (DRA driver, Slurm, the host unit, nobody), or, when nvfabric
+is the host owner, check or create channel0, write the checked node list and the effective
+config.cfg into the state directory, and supervise ``nvidia-imex -c <cfg>`` until
+``nvidia-imex-ctl -q`` prints READY (RUN.md R07). Never fabric manager.
+
+Imperative shell: reads the host through :mod:`.host`, decides with the pure modules, spawns
+only through :class:`nvfabric.supervisor.Supervisor`. ``prepare`` changes nothing, so
+``--dry-run`` shows exactly what ``apply`` would do.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from ..configs import keyvalue
+from ..configs.atomic import write_atomic
+from ..configs.keyvalue import ConfigValueError
+from ..findings import Finding
+from ..inventory.fs import under
+from ..output import console, print_findings, print_json
+from ..plan import Plan
+from ..services import PlannedFile, ServiceSpec
+from ..services import imex as imex_service
+from ..supervisor import GpuCheck, Log, Outcome, Policy, Supervisor, ensure_dir
+from . import channels, config, ctl, host, nodes, owner
+from .domain import node_list_id
+from .facts import CTL_TIMEOUT_S, NODES_CONFIG_PATH
+
+EFFECTIVE_CFG = "imex/config.cfg"
+EFFECTIVE_NODES = "imex/nodes_config.cfg"
+
+
+@dataclass(frozen=True)
+class ImexRunOptions:
+    """Operator choices (host paths; resolved under ``root``). ``owner``: ``--imex-owner``
+    (None: detect); ``peers_file``: ``--imex-peers`` (None: the node list the shipped config
+    names); ``local_addresses``: ``--imex-local-address`` (empty: the node's interfaces)."""
+
+    root: str = "/"
+    state_dir: str = "/run/nvfabric"
+    owner: str | None = None
+    paths: imex_service.ImexPaths = field(default_factory=imex_service.ImexPaths)
+    peers_file: str | None = None
+    local_addresses: tuple[str, ...] = ()
+    ctl_timeout_s: float = CTL_TIMEOUT_S
+    grace_s: float = 10.0
+
+    def resolve(self, path: str) -> str:
+        return under(self.root, path) if os.path.abspath(self.root) != "/" else path
+
+
+@dataclass(frozen=True)
+class Prepared:
+    """What the run would do. ``refusals``: errors that stop it before any change;
+    ``warnings``: reported, not blocking; ``create_channel``: channel0 must be made;
+    ``spec``/``files``: set only when nvfabric starts nvidia-imex."""
+
+    ownership: owner.Ownership
+    facts: channels.ChannelFacts
+    refusals: tuple[Finding, ...] = ()
+    warnings: tuple[Finding, ...] = ()
+    create_channel: bool = False
+    spec: ServiceSpec | None = None
+    files: tuple[PlannedFile, ...] = ()
+    node_list: tuple[nodes.Peer, ...] = ()
+    notes: tuple[str, ...] = ()
+
+    @property
+    def starts_imex(self) -> bool:
+        return self.spec is not None
+
+    def actions(self) -> list[str]:
+        if not self.create_channel or self.facts.major is None:
+            return []
+        path = channels.channel_path(0)
+        return [f"mknod {path} c {self.facts.major} 0 && chmod 0666 {path}"]
+
+
+def prepare(opts: ImexRunOptions, driver_version: str | None) -> Prepared:
+    """Read the node and decide; changes nothing."""
+    decision = owner.decide(host.gather_evidence(opts.root), opts.owner, for_run=True)
+    facts = host.read_channels(opts.root)
+    if decision.conflict is not None:
+        return Prepared(decision, facts, refusals=(decision.conflict,))
+    if not decision.nvfabric_starts_imex:
+        return Prepared(decision, facts, warnings=channels.check(facts))
+    refusals: list[Finding] = []
+    warnings: list[Finding] = []
+    create = channels.needs_create(facts, 0)
+    if facts.major is None:
+        refusals += channels.check(facts)
+    else:
+        warnings += [f for f in channels.check(facts)
+                     if f.code != "imex_channel_missing" or not create]
+    paths = opts.paths
+    shipped_path = opts.resolve(paths.shipped_config)
+    shipped = host.read_file(opts.root, paths.shipped_config)
+    notes = []
+    if shipped is None:
+        notes.append(f"no shipped IMEX config at {shipped_path}: using nvfabric's minimal "
+                     "config (documented defaults)")
+    peers, source, problem = _node_list(opts, shipped)
+    if problem is not None:
+        refusals.append(problem)
+    else:
+        refusals += [f for f in nodes.validate(peers, driver_version) if f.severity == "error"]
+        addrs = opts.local_addresses or host.node_addresses(opts.root)
+        local = nodes.check_local(peers, addrs, host.local_names(opts.root))
+        if local is not None:
+            refusals.append(local)
+        notes.append(f"IMEX node list: {len(peers)} entries from {source} "
+                     f"({node_list_id(p.text for p in peers)})")
+    for binary, what in ((paths.binary, "nvidia-imex"), (paths.ctl, "nvidia-imex-ctl")):
+        real = opts.resolve(binary)
+        if not (os.path.isfile(real) and os.access(real, os.X_OK)):
+            refusals.append(Finding(
+                "binary_missing", "error", f"{what} is not installed at {real} (or not "
+                "executable)", f"install the nvidia-imex package of driver {driver_version} "
+                f"or pass --imex-bin/--imex-ctl", {"service": "imex", "path": real}))
+    state = opts.resolve(opts.state_dir)
+    cfg_path = os.path.join(state, EFFECTIVE_CFG)
+    nodes_path = os.path.join(state, EFFECTIVE_NODES)
+    try:
+        text = config.effective(shipped, config.run_overrides(
+            keyvalue.parse(shipped or config.MINIMAL_CONFIG), nodes_path))
+    except ConfigValueError as err:
+        refusals.append(Finding(
+            "config_invalid_value", "error", f"IMEX config: {err}",
+            "use a shorter --state-dir (IMEX paths are limited to 256 characters)",
+            {"key": err.key}))
+        text = ""
+    try:
+        spec: ServiceSpec | None = imex_service.spec(opts.resolve(paths.binary), cfg_path,
+                                                     opts.grace_s)
+    except ValueError as err:
+        refusals.append(Finding("config_invalid_value", "error", str(err), "pass absolute paths",
+                                {"key": "path"}))
+        spec = None
+    files = (PlannedFile(nodes_path, nodes.render(peers), 0o644),
+             PlannedFile(cfg_path, text, 0o644))
+    notes.append(f"effective IMEX config: {cfg_path} (from {shipped_path}, which is not edited)")
+    return Prepared(decision, facts, tuple(refusals), tuple(warnings), create, spec, files,
+                    peers, tuple(notes))
+
+
+def _node_list(opts: ImexRunOptions, shipped: str | None
+               ) -> tuple[tuple[nodes.Peer, ...], str, Finding | None]:
+    if opts.peers_file is not None:
+        where = opts.peers_file
+        try:
+            with open(where, encoding="utf-8") as fh:
+                text: str | None = fh.read(1 << 20)
+        except OSError as err:
+            return (), where, Finding("input_unreadable", "error",
+                                      f"cannot read --imex-peers {where}: {err.strerror}",
+                                      "give a readable node list file")
+    else:
+        where = config.node_config_path(shipped, NODES_CONFIG_PATH)
+        text = host.read_file(opts.root, where)
+        if text is None:
+            return (), where, Finding(
+                "config_invalid_value", "error",
+                f"no IMEX node list: {opts.resolve(where)} does not exist",
+                "write the addresses of every tray of the domain there (`nvfabric imex config "
+                "--peers FILE`), or pass --imex-peers FILE", {"key": "IMEX_NODE_CONFIG_FILE"})
+    assert text is not None
+    try:
+        return nodes.parse_nodes_config(text), where, None
+    except nodes.PeerError as err:
+        return (), where, Finding("config_invalid_value", "error", f"{where}: {err}",
+                                  "one IP address or host name per line", {"key": "nodes"})
+
+
+def apply(prepared: Prepared, opts: ImexRunOptions, log: Log) -> list[Finding]:
+    """Make channel0 when needed and write the files; the findings of what failed."""
+    out: list[Finding] = []
+    if prepared.create_channel and prepared.facts.major is not None:
+        try:
+            node = host.create_channel(opts.root, 0, prepared.facts.major)
+            log.say(f"created IMEX channel {node.path} (c {node.major},{node.minor}, mode "
+                    f"0{node.mode:03o})")
+        except OSError as err:
+            out.append(Finding(
+                "imex_channel_missing", "error",
+                f"cannot create {channels.channel_path(0)}: {err.strerror or err}",
+                "run nvfabric as root with the host's /dev (mknod needs CAP_MKNOD); or "
+                + channels.fixes(0, prepared.facts.major),
+                {"channel": 0, "major": prepared.facts.major}))
+            return out
+    state = opts.resolve(opts.state_dir)
+    if ensure_dir(state):
+        log.say(f"created state directory {state} (mode 0700)")
+    for f in prepared.files:
+        write_atomic(f.path, f.content, mode=f.mode, backup=False, dir_mode=0o700)
+        log.say(f"wrote {f.path}")
+    return out
+
+
+def readiness_probe(ctl_binary: str, cfg_path: str,
+                    timeout_s: float) -> Callable[[], GpuCheck]:
+    """The supervisor's readiness probe for IMEX: ``nvidia-imex-ctl -q`` under a hard timeout;
+    when not READY, ``-N -j`` names the peers it waits for."""
+
+    def probe() -> GpuCheck:
+        try:
+            result = host.run_ctl(ctl.query_argv(ctl_binary, cfg_path), timeout_s)
+        except OSError as err:
+            return GpuCheck(False, False, "IMEX not queried", f"cannot run {ctl_binary}: {err}")
+        if result.timed_out:
+            return GpuCheck(False, False, "IMEX not answering",
+                            f"nvidia-imex-ctl -q did not answer within {timeout_s:g} s "
+                            "(killed; it hangs while the daemon does not answer)")
+        domain = _domain(ctl_binary, cfg_path, timeout_s)
+        if ctl.parse_query(result.stdout):
+            where = f", domain {domain.state} ({len(domain.nodes)} nodes)" if domain else ""
+            return GpuCheck(True, False, f"IMEX READY{where}")
+        if domain is not None and domain.unreachable:
+            why = f"domain {domain.state}, waiting for " + ", ".join(domain.unreachable[:6])
+        elif domain is not None:
+            why = f"domain {domain.state}"
+        else:
+            why = (result.stdout.strip() or result.stderr.strip() or "no answer")[:200]
+        return GpuCheck(False, False, "IMEX not ready", f"IMEX not READY yet: {why}")
+
+    return probe
+
+
+def _domain(ctl_binary: str, cfg_path: str, timeout_s: float) -> ctl.DomainStatus | None:
+    try:
+        result = host.run_ctl(ctl.domain_argv(ctl_binary, cfg_path), timeout_s)
+        return ctl.parse_domain(result.stdout) if result.rc == 0 else None
+    except (OSError, ValueError):
+        return None
+
+
+# -- the command's side -----------------------------------------------------------------------
+
+
+def _imex_json(prepared: Prepared) -> dict[str, Any]:
+    return {**prepared.ownership.to_json(),
+            "node_list": [p.text for p in prepared.node_list],
+            "node_list_id": node_list_id(p.text for p in prepared.node_list)
+            if prepared.node_list else None,
+            "channels": prepared.facts.to_json()}
+
+
+def run(p: Plan, opts: ImexRunOptions, *, dry_run: bool, as_json: bool, stay: bool,
+        policy: Policy, classifier: Callable[[str], Any] | None) -> int:
+    """The mnnvl branch of ``nvfabric run``; returns the exit code (output printed)."""
+    prepared = prepare(opts, p.driver_version)
+    log = Log()
+    if dry_run:
+        _print_dry_run(prepared, as_json)
+        return 1 if prepared.refusals else 0
+    if prepared.refusals:
+        _print_result("refused", 1, list(prepared.refusals), prepared, as_json,
+                      "refused: nothing was started")
+        return 1
+    if not prepared.starts_imex:
+        d = prepared.ownership
+        runner = {"unit": "the nvidia-imex.service unit"}.get(d.runner or "", d.owner)
+        log.say(f"fabric mnnvl: IMEX is owned by {d.owner}"
+                + (f" (run by {runner})" if d.owner == "host" else "")
+                + "; nvfabric starts nothing")
+        for r in d.reasons:
+            log.say(f"  {r}")
+        for f in prepared.warnings:
+            log.finding(f)
+        _print_result("not_started", 0, list(prepared.warnings), prepared, as_json, "")
+        if stay:
+            log.say("--stay: waiting for SIGTERM")
+            sigs = {signal.SIGTERM, signal.SIGINT}
+            signal.pthread_sigmask(signal.SIG_BLOCK, sigs)
+            signal.sigwait(sigs)
+        return 0
+    log.say("fabric mnnvl: IMEX owner host, nvfabric starts and supervises nvidia-imex ("
+            + "; ".join(prepared.ownership.reasons) + ")")
+    for note in prepared.notes:
+        log.say(note)
+    for f in prepared.warnings:
+        log.finding(f)
+    failed = apply(prepared, opts, log)
+    prepared = replace(prepared, facts=host.read_channels(opts.root))
+    if failed:
+        _print_result("refused", 1, failed, prepared, as_json, "refused: nothing was started")
+        return 1
+    assert prepared.spec is not None
+    cfg_path = prepared.files[1].path
+    info: dict[str, Any] = {"fabric": "mnnvl", "driver_version": p.driver_version,
+                            "imex_owner": "host", "node_list_id": _imex_json(prepared)[
+                                "node_list_id"]}
+    sup = Supervisor(
+        (prepared.spec,), policy, log=log, classifier=classifier,
+        probe=readiness_probe(opts.resolve(opts.paths.ctl), cfg_path, opts.ctl_timeout_s),
+        ready_file=os.path.join(opts.resolve(opts.state_dir), "ready"), ready_info=info)
+    outcome: Outcome = sup.run()
+    if as_json:
+        print_json({**outcome.to_json(), "fabric": "mnnvl", "imex": _imex_json(prepared)})
+    elif outcome.exit_code:
+        print_findings(console(stderr=True), list(outcome.findings), "run failed")
+    return outcome.exit_code
+
+
+def _print_result(result: str, code: int, findings: list[Finding], prepared: Prepared,
+                  as_json: bool, title: str) -> None:
+    if as_json:
+        print_json({"result": result, "exit_code": code, "fabric": "mnnvl",
+                    "imex": _imex_json(prepared), "findings": [f.to_json() for f in findings]})
+    elif title:
+        print_findings(console(stderr=True), findings, title)
+
+
+def _print_dry_run(prepared: Prepared, as_json: bool) -> None:
+    processes = [{"service": s.name, "argv": list(s.argv)}
+                 for s in ((prepared.spec,) if prepared.spec else ())]
+    findings = list(prepared.refusals) + list(prepared.warnings)
+    if as_json:
+        print_json({"fabric": "mnnvl", "imex": _imex_json(prepared), "processes": processes,
+                    "files": [{"path": f.path, "content": f.content} for f in prepared.files],
+                    "actions": prepared.actions(), "findings": [f.to_json() for f in findings]})
+        return
+    import shlex
+
+    import click
+
+    d = prepared.ownership
+    click.echo(f"fabric mnnvl: IMEX owner {d.owner}"
+               + (f" (run by {d.runner})" if d.runner else "") + f", {d.source}")
+    for r in d.reasons:
+        click.echo(f"  why: {r}")
+    for proc in processes:
+        click.echo(f"  {proc['service']}: {shlex.join(proc['argv'])}")
+        click.echo("    ready when `nvidia-imex-ctl -q` prints READY")
+    for a in prepared.actions():
+        click.echo(f"  action: {a}")
+    for note in prepared.notes:
+        click.echo(f"  note: {note}")
+    for f in prepared.files:
+        click.echo(f"file {f.path} (mode {f.mode:o}):")
+        for line in f.content.splitlines():
+            click.echo(f"  | {line}")
+    if findings:
+        print_findings(console(stderr=True), findings, "problems")
