@@ -105,3 +105,16 @@ def test_versions_compare_numerically_per_field_and_stay_as_published() -> None:
     with pytest.raises(ValueError):
         branch("latest")
     assert at_least((460, 91, 3), (460, 91)) and not at_least((460, 32, 3), (460, 91))
+
+
+def test_default_bases_use_each_kinds_names() -> None:
+    from nvfabric.artifacts.resolve import repo_base
+    from nvfabric.artifacts.tables import CUDA_REPO_BASE, REDIST_BASE
+
+    assert repo_base("apt", "arm64", None, "ubuntu2404") == CUDA_REPO_BASE + "ubuntu2404/sbsa"
+    assert repo_base("rpm", "x86_64", None, "rhel9") == CUDA_REPO_BASE + "rhel9/x86_64"
+    assert repo_base("redist", "aarch64", None, None) == REDIST_BASE.rstrip("/")
+    assert repo_base("apt", "x86_64", "http://127.0.0.1:1/m/", None) == "http://127.0.0.1:1/m"
+    assert REDIST_BASE.startswith("https://") and CUDA_REPO_BASE.startswith("https://")
+    with pytest.raises(ValueError):
+        repo_base("apt", "x86_64", None, None)

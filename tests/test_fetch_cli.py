@@ -152,14 +152,15 @@ def test_no_loaded_driver_and_no_version_given(node: Callable[..., Path]) -> Non
 @pytest.mark.parametrize(
     "args",
     [("--driver-version", "latest"), ("--arch", "ppc64le"), ("--components", "fabricmanager,x"),
-     ("--mirror", "ftp://example.invalid/"), ("--nvlsm-version", "new")],
+     ("--mirror", "ftp://example.invalid/"), ("--nvlsm-version", "new"),
+     ("--distro", "../../x")],
 )
 def test_bad_input_is_one_line_and_exit_2(args: tuple[str, ...], tmp_path: Path) -> None:
     base = {"--driver-version": "580.95.05", "--arch": "x86_64",
             "--components": "fabricmanager", "--mirror": str(tmp_path)}
     base[args[0]] = args[1]
     flat = [x for kv in base.items() for x in kv]
-    if args[0] == "--nvlsm-version":
+    if args[0] in ("--nvlsm-version", "--distro"):
         flat += [*args, "--source", "apt"]
     proc = run_cli("fetch", *flat, "--dry-run")
     assert proc.returncode == 2, proc.stderr
@@ -228,3 +229,27 @@ def test_package_manager_failure_is_install_failed(tmp_path: Path) -> None:
     assert err.value.finding.code == "install_failed"
     assert "exit status 100" in err.value.finding.message
     assert not marker.exists(), "stops at the first failure"
+
+
+def test_apt_without_mirror_uses_the_distro_of_the_node(node: Callable[..., Path]) -> None:
+    """No network in tests: the default CUDA repository URL is only checked in the error of
+    a node whose os-release names no known distro."""
+    root = node({"arch": "x86_64", "driver_version": "580.95.05", "modules": ["nvidia"],
+                 "files": {"etc/os-release": "ID=plan9\nVERSION_ID=4\n"}})
+    proc = run_cli("fetch", "--root", str(root), "--source", "apt", "--components",
+                   "fabricmanager", "--dry-run")
+    assert proc.returncode == 2
+    assert "--distro" in proc.stderr
+
+
+def test_progress_bar_only_on_a_terminal() -> None:
+    import io
+
+    from nvfabric.artifacts.transport import stderr_is_tty
+
+    class Tty(io.StringIO):
+        def isatty(self) -> bool:
+            return True
+
+    assert stderr_is_tty(io.StringIO()) is False
+    assert stderr_is_tty(Tty()) is True

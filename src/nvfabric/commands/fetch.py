@@ -8,6 +8,7 @@ value; the architecture to the node's; the components to what the node's plan ne
 
 from __future__ import annotations
 
+import re
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -124,6 +125,8 @@ def gather(
         wanted = tuple(
             c for c in COMPONENTS_BY_FABRIC[fabric] if not (c in X86_ONLY and canon != "x86_64")
         )
+    if distro is not None and not re.match(r"^[a-z]+[0-9]+$", distro):
+        raise usage_error(f"--distro {distro!r} is not a CUDA repository name like ubuntu2404")
     if source != "redist" and not mirror and not distro:
         distro = distro_dir(dict(node().os_release))
         if distro is None:
