@@ -30,6 +30,7 @@ def test_every_signature_matches_its_examples_and_is_sourced(sig: diagnose.Signa
     for line in sig.examples:
         assert sig.needle in line
         assert sig.pattern.search(line), line
+        assert sig.scan is None or sig.scan.search(line.encode()), line
     for outcome in (sig.default, *sig.by_fabric.values()):
         assert outcome.code is None or (outcome.code in CODES and outcome.hint)
 
@@ -76,6 +77,15 @@ def test_nothing_to_do_depends_on_the_platform(fabric: str | None, code: str, se
                                                ) -> None:
     (f,) = classify_lines([NOTHING], fabric)
     assert (f.code, f.severity) == (code, severity)
+
+
+def test_multicast_response_status_only_when_not_zero() -> None:
+    line = ("[Oct 31 2023 21:10:07] [INFO] [tid 526859] Sending inband response message:  "
+            "Message header details: magic Id:adbc request Id:79743a616996a3b9 status:{} type:3 "
+            "length:24\n")
+    assert _streamed(line.format(0).encode() * 3) == []
+    (f,) = _streamed(line.format(0).encode() + line.format(57).encode())
+    assert (f["code"], f["status"], f["count"]) == ("multicast_team_failure", 57, 1)
 
 
 def test_pre_nvl5_line_is_a_fault_only_on_nvlink5() -> None:

@@ -65,6 +65,7 @@ class Signature:
     collect: tuple[str, ...] = ()
     set_fields: Mapping[str, Any] = field(default_factory=dict)
     examples: tuple[str, ...] = ()
+    scan: re.Pattern[bytes] | None = None
 
     def outcome(self, fabric: str | None) -> Outcome:
         return self.by_fabric.get(fabric or "unknown", self.default)
@@ -123,8 +124,14 @@ def parse_catalogue(rows: Any) -> tuple[Signature, ...]:
         collect = tuple(row.get("collect") or ())
         if not ints <= groups or not set(collect) <= groups:
             raise CatalogueError(f"{sid}: int/collect name fields the pattern does not capture")
+        scan = None
+        if row.get("scan"):
+            try:
+                scan = re.compile(str(row["scan"]).encode())
+            except re.error as err:
+                raise CatalogueError(f"{sid}: bad scan pattern: {err}") from None
         out.append(Signature(
-            id=sid, needle=needle, pattern=pattern, default=default, by_fabric=by_fabric,
+            id=sid, needle=needle, pattern=pattern, default=default, by_fabric=by_fabric, scan=scan,
             source=str(row.get("source") or ""), int_fields=ints, collect=collect,
             set_fields=dict(row.get("set") or {}),
             examples=tuple(str(e) for e in row.get("examples") or ()),
@@ -208,6 +215,14 @@ class Classifier:
         self.fabric = fabric
         self.signatures = catalogue() if signatures is None else signatures
         self.needles = tuple({s.needle for s in self.signatures})
+        #: What the block scanner looks for: a signature's ``scan`` regex where it has one,
+        #: else its needle (bytes); a needle shared with a signature without ``scan`` stays.
+        plain = {s.needle for s in self.signatures if s.scan is None}
+        self.scanners: tuple[bytes | re.Pattern[bytes], ...] = (
+            *sorted(n.encode() for n in plain),
+            *{s.scan.pattern: s.scan for s in self.signatures
+              if s.scan is not None and s.needle not in plain}.values(),
+        )
         self._entries: dict[tuple[Any, ...], _Entry] = {}
         self._per_signature: dict[str, int] = {}
         self.lines = 0
@@ -281,7 +296,7 @@ def classify_stream(classifier: Classifier, stream: IO[bytes]) -> int:
     contain a needle are decoded and fed (the result is the same as feeding every line). Memory
     is bounded by the block size and :data:`MAX_LINE` (longer lines are cut). Returns bytes read.
     """
-    needles = [n.encode() for n in classifier.needles]
+    needles = classifier.scanners
     carry = b""
     total = 0
     while True:
@@ -302,10 +317,18 @@ def classify_stream(classifier: Classifier, stream: IO[bytes]) -> int:
             carry = carry[:MAX_LINE]
 
 
-def _scan(classifier: Classifier, data: bytes, needles: Iterable[bytes]) -> None:
-    """Feed the lines of ``data`` (ending in a newline) that contain a needle, in order."""
+def _scan(
+    classifier: Classifier, data: bytes, needles: Iterable[bytes | re.Pattern[bytes]]
+) -> None:
+    """Feed the lines of ``data`` (ending in a newline) that contain a needle (or match a
+    scan regex), in order."""
     starts: dict[int, int] = {}
     for needle in needles:
+        if isinstance(needle, re.Pattern):
+            for m in needle.finditer(data):
+                start = data.rfind(b"\n", 0, m.start()) + 1
+                starts[start] = data.find(b"\n", m.start())
+            continue
         pos = data.find(needle)
         while pos >= 0:
             start = data.rfind(b"\n", 0, pos) + 1
