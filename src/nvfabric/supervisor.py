@@ -197,14 +197,23 @@ def sd_notify(message: str, environ: dict[str, str] | None = None) -> bool:
 
 
 def socket_listening(path: str) -> bool:
-    """True when a process accepts connections on the Unix socket at ``path``."""
+    """True when a process accepts connections on the Unix socket at ``path`` (a path longer
+    than sockaddr_un allows is reached through ``/proc/self/fd`` of its directory)."""
+    fd = None
     try:
+        name = path
+        if len(os.fsencode(path)) >= 100:
+            fd = os.open(os.path.dirname(path) or ".", os.O_PATH | os.O_DIRECTORY)
+            name = f"/proc/self/fd/{fd}/{os.path.basename(path)}"
         with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
             sock.settimeout(0.5)
-            sock.connect(path)
+            sock.connect(name)
         return True
     except OSError:
         return False
+    finally:
+        if fd is not None:
+            os.close(fd)
 
 
 def is_socket(path: str) -> bool:
@@ -579,8 +588,6 @@ class Supervisor:
         self._phase = "ready"
         self._ready_at = time.monotonic()
         self._ready_after = self._ready_at - self._unit_started
-        pids = ", ".join(f"{p.spec.name} pid {p.pid}" for p in self._procs)
-        self.log.say(f"fabric ready in {self._ready_after:.3f} s ({pids})")
         if self.ready_file:
             info = dict(self.ready_info)
             info.update({"ready_after_s": round(self._ready_after, 3), "restarts": self._restarts,
@@ -591,8 +598,10 @@ class Supervisor:
                              backup=False, dir_mode=0o700)
             except OSError as err:
                 self.log.say(f"cannot write readiness file {self.ready_file}: {err}")
-        if sd_notify(f"READY=1\nSTATUS=fabric ready in {self._ready_after:.1f} s"):
-            self.log.say("notified systemd: READY=1")
+        notified = sd_notify(f"READY=1\nSTATUS=fabric ready in {self._ready_after:.1f} s")
+        pids = ", ".join(f"{p.spec.name} pid {p.pid}" for p in self._procs)
+        self.log.say(f"fabric ready in {self._ready_after:.3f} s ({pids})"
+                     + ("; READY=1 sent to $NOTIFY_SOCKET" if notified else ""))
 
     def _remove_ready_file(self) -> None:
         if self.ready_file:
@@ -897,6 +906,8 @@ class Supervisor:
                         self._kill(proc, signal.SIGKILL)
                 return
         self._shutdown = True
+        if self.policy.restart == "on-failure":
+            self._failure = []  # failures are ours to handle; the operator asked for a stop
         self.log.say(f"received {name}: stopping in reverse start order")
         if self._phase == "waiting" or not any(p.status is None for p in self._procs):
             self._cancel("restart")

@@ -170,7 +170,9 @@ def _stay() -> None:
     """Block until SIGTERM or SIGINT (a DaemonSet pod on a node with nothing to manage)."""
     signals = {signal.SIGTERM, signal.SIGINT}
     signal.pthread_sigmask(signal.SIG_BLOCK, signals)
+    Log().say("--stay: waiting for SIGTERM")
     signal.sigwait(signals)
+    Log().say("stopped")
 
 
 @click.command("run")
@@ -316,7 +318,6 @@ def _nothing_to_do(p: Plan, dry_run: bool, stay: bool, as_json: bool) -> None:
     else:
         Log().say(f"fabric none: nothing to start ({why})")
     if stay and not dry_run:
-        Log().say("--stay: waiting for SIGTERM")
         _stay()
 
 

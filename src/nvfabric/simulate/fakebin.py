@@ -141,6 +141,20 @@ def port_guids(root: str) -> list[str]:
     return out
 
 
+@contextlib.contextmanager
+def short_path(path: str) -> Any:
+    """A name for ``path`` that fits in sockaddr_un (108 bytes): the path itself when short,
+    else ``/proc/self/fd/N/<name>`` through an O_PATH descriptor of its directory."""
+    if len(os.fsencode(path)) < 100:
+        yield path
+        return
+    fd = os.open(os.path.dirname(path) or ".", os.O_PATH | os.O_DIRECTORY)
+    try:
+        yield f"/proc/self/fd/{fd}/{os.path.basename(path)}"
+    finally:
+        os.close(fd)
+
+
 def say(text: str, stream: Any = None) -> None:
     out = stream if stream is not None else sys.stdout
     with contextlib.suppress(OSError, ValueError):
@@ -286,11 +300,13 @@ def nvlsm(argv: list[str]) -> int:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(path)
         listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        listener.bind(path)
+        with short_path(path) as name:
+            listener.bind(name)
         listener.listen(8)
         record(root, "nvlsm", "socket", path=path)
     say("Entering MASTER state")
     say("SUBNET UP")
+    _spawn_orphans(root, int(d.faults.get("spawn_orphans", 0)))
 
     def serve(f: Any) -> None:
         if f is listener and listener is not None:
@@ -307,6 +323,24 @@ def nvlsm(argv: list[str]) -> int:
     if d.crash_due():
         return d.crash()
     return _nvlsm_exit(d, opts, listener, path)
+
+
+def _spawn_orphans(root: str, count: int) -> None:
+    """Fault ``spawn_orphans``: leave ``count`` short-lived grandchildren whose parent exits at
+    once, so they are re-parented to PID 1 (or the nearest subreaper) and must be reaped there.
+    Each records the parent it ended up with."""
+    for _ in range(count):
+        middle = os.fork()
+        if middle == 0:
+            parent = os.getpid()
+            if os.fork() == 0:
+                deadline = time.monotonic() + 2
+                while os.getppid() == parent and time.monotonic() < deadline:
+                    time.sleep(0.002)
+                record(root, "nvlsm", "orphan", ppid=os.getppid())
+                os._exit(0)
+            os._exit(0)
+        os.waitpid(middle, 0)
 
 
 def _nvlsm_exit(d: Daemon, opts: dict[str, str], listener: socket.socket | None,
@@ -413,7 +447,8 @@ def fabricmanager(argv: list[str]) -> int:
         path = cfg.get("FM_SM_IPC_INTERFACE") or host(root, NVLSM_SOCKET)
         conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         try:
-            conn.connect(path)
+            with short_path(path) as name:
+                conn.connect(name)
         except OSError as err:
             say(f"[fake] failed to connect to NVLink Subnet Manager IPC socket {path}: "
                 f"{err.strerror}")

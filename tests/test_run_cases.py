@@ -1,0 +1,422 @@
+"""The RUN.md cases (../shared/cases/RUN.md, R01-R06), each against a simulated node with the
+fake daemons running as real child processes of a real ``nvfabric run`` process."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import socket
+import stat
+import subprocess
+import sys
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from nvfabric.simulate.fakes import gpus, set_faults
+
+from .cases import CASES
+from .runkit import Run, alive, codes, events, finding, sim, until
+
+B200_GUID = "0xe09d730300e400e8"
+RUN_MD = CASES / "RUN.md"
+
+
+@pytest.fixture
+def start() -> Iterator[Callable[..., Run]]:
+    runs: list[Run] = []
+
+    def make(root: Path, *args: str, **kw: Any) -> Run:
+        run = Run(root, *args, **kw)
+        runs.append(run)
+        return run
+
+    yield make
+    for run in runs:
+        run.close()
+
+
+def test_run_md_lists_the_cases_tested_here() -> None:
+    text = RUN_MD.read_text(encoding="utf-8")
+    for case in ("R01", "R02", "R03", "R04", "R05", "R06"):
+        assert f"**{case}:" in text
+
+
+# ---------------------------------------------------------------- R01 order and GUID handoff
+
+
+def test_r01_nvlsm_first_one_guid_fabricmanager_after_the_socket(
+        tmp_path: Path, start: Callable[..., Run]) -> None:
+    root = sim(tmp_path, "dgx-b200")
+    run = start(root, "--json")
+    run.wait_line(r"fabric ready in")
+    sm = events(root, "nvlsm", "exec")
+    sock = events(root, "nvlsm", "socket")
+    fm = events(root, "fabricmanager", "exec")
+    assert len(sm) == 1 and len(sock) == 1 and len(fm) == 1
+    assert sm[0]["t"] <= sock[0]["t"] <= fm[0]["t"]
+    assert sm[0]["argv"][sm[0]["argv"].index("-g") + 1] == B200_GUID
+    assert fm[0]["argv"][fm[0]["argv"].index("-g") + 1] == B200_GUID
+    assert sm[0]["argv"][-2:] == ["-f", "stdout"]
+    cfg = Path(fm[0]["argv"][fm[0]["argv"].index("-c") + 1]).read_text(encoding="utf-8")
+    assert f"FM_SM_MGMT_PORT_GUID={B200_GUID}" in cfg and "\nDAEMONIZE=0\n" in cfg
+    assert {g["state"] for g in gpus(str(root))} == {"completed"}
+    ready = json.loads((root / "run/nvfabric/ready").read_text(encoding="utf-8"))
+    assert [s["service"] for s in ready["services"]] == ["nvlsm", "fabricmanager"]
+    assert ready["management_port"]["guid"] == B200_GUID
+    run.signal(signal.SIGTERM)
+    assert run.wait() == 0
+    assert run.result()["result"] == "stopped"
+    # R05: fabric manager is stopped (and gone) before NVLSM is asked to stop.
+    log = run.log
+    assert log.index("fabricmanager stopped") < log.index("stopping nvlsm")
+    assert not (root / "run/nvfabric/ready").exists()
+
+
+def test_r01_guid_of_the_chosen_port_goes_to_both_daemons(tmp_path: Path) -> None:
+    root = sim(tmp_path, "hgx-b200-4lpf")  # mlx5_10, mlx5_11, mlx5_8 have the SM disabled
+    proc = subprocess.run([sys.executable, "-m", "nvfabric", "run", "--root", str(root),
+                           "--dry-run", "--json"], capture_output=True, text=True, timeout=60,
+                          check=False)
+    assert proc.returncode == 0, proc.stderr
+    data = json.loads(proc.stdout)
+    argvs = {p["service"]: p["argv"] for p in data["processes"]}
+    assert list(argvs) == ["nvlsm", "fabricmanager"]
+    for argv in argvs.values():
+        assert argv[argv.index("-g") + 1] == "0x0a0b0c0300d00009"
+
+
+def test_r01_socket_that_never_appears_ends_in_a_clear_error(
+        tmp_path: Path, start: Callable[..., Run]) -> None:
+    root = sim(tmp_path, "dgx-b200", {"nvlsm": {"no_socket": True}})
+    run = start(root, "--json", "--socket-timeout", "0.5")
+    assert run.wait() == 1
+    f = finding(run.result(), "socket_timeout")
+    assert f["socket"].endswith("/var/run/nvidia-fabricmanager/fm_sm_ipc.socket")
+    assert "SUBNET UP" in f["last_lines"]
+    assert not events(root, "fabricmanager", "exec")
+    assert not alive(events(root, "nvlsm", "exec")[0]["pid"])
+
+
+def test_r01_nvswitch_node_runs_fabric_manager_alone_without_g(
+        tmp_path: Path, start: Callable[..., Run]) -> None:
+    root = sim(tmp_path, "hgx-h100")
+    run = start(root)
+    run.wait_line(r"fabric ready in")
+    fm = events(root, "fabricmanager", "exec")
+    assert not events(root, "nvlsm") and len(fm) == 1 and "-g" not in fm[0]["argv"]
+    run.signal(signal.SIGINT)
+    assert run.wait() == 0
+
+
+# ---------------------------------------------------------------- R02 a failed start is a failure
+
+
+def test_r02_fabric_manager_exiting_during_start_fails_the_run(
+        tmp_path: Path, start: Callable[..., Run]) -> None:
+    root = sim(tmp_path, "dgx-b200",
+               {"fabricmanager": {"stuck": True, "crash_after_s": 0.3, "exit_code": 1}})
+    run = start(root, "--json")
+    assert run.wait() == 1
+    f = finding(run.result(), "service_exited")
+    assert (f["service"], f["exit_code"], f["phase"]) == ("fabricmanager", 1, "during start")
+    assert any("Successfully configured" in line for line in f["last_lines"])
+    assert "fabric ready" not in run.log
+    assert not (root / "run/nvfabric/ready").exists()
+    assert not alive(events(root, "nvlsm", "exec")[0]["pid"])
+    assert {g["state"] for g in gpus(str(root))} == {"in_progress"}
+
+
+def test_r02_nvlsm_failure_is_explained_by_its_own_lines(
+        tmp_path: Path, start: Callable[..., Run]) -> None:
+    root = sim(tmp_path, "dgx-b200")
+    (root / "sys/class/infiniband_mad/abi_version").unlink()  # ib_umad's device class is gone
+    run = start(root, "--json")
+    assert run.wait() == 1
+    result = run.result()
+    f = finding(result, "service_exited")
+    assert f["service"] == "nvlsm" and f["phase"] == "during start"
+    assert "missing_kernel_module" in f["diagnosis"]
+    assert finding(result, "missing_kernel_module")["module"] == "ib_umad"
+    assert "nvfabric: error missing_kernel_module" in run.log  # found live, from the line
+    assert not events(root, "fabricmanager", "exec")
+
+
+def test_r02_version_mismatch_is_refused_before_any_start(
+        tmp_path: Path, start: Callable[..., Run]) -> None:
+    root = sim(tmp_path, "dgx-b200", {"fabricmanager": {"version": "570.133.20"}})
+    run = start(root, "--json")
+    assert run.wait() == 1
+    f = finding(run.result(), "version_mismatch")
+    assert (f["fm_version"], f["driver_version"]) == ("570.133.20", "570.148.08")
+    assert not events(root, event="exec")
+
+
+@pytest.mark.parametrize("key,value", [
+    ("FABRIC_NODE_CONFIG_FILE", "/etc/nvidia/nodes.cfg"),
+    ("TOPOLOGY_FILE_PATH", "/usr/share/nvidia/tesla/nvswitch"),
+])
+def test_r02_config_path_that_cannot_exist_names_its_key(
+        tmp_path: Path, start: Callable[..., Run], key: str, value: str) -> None:
+    root = sim(tmp_path, "hgx-h100")
+    run = start(root, "--json", "--fm-set", f"{key}={value}")
+    assert run.wait() == 1
+    assert finding(run.result(), "config_invalid_value")["key"] == key
+    assert not events(root, event="exec")
+
+
+def test_run_refuses_a_blocked_plan(tmp_path: Path, start: Callable[..., Run]) -> None:
+    import yaml
+
+    case = yaml.safe_load((CASES / "P06-b200-ib-umad-missing.yaml").read_text(encoding="utf-8"))
+    root = sim(tmp_path, case["node"])
+    run = start(root, "--json")
+    assert run.wait() == 1
+    result = run.result()
+    assert result["result"] == "blocked"
+    assert set(case["expect"]["codes"]) <= set(codes(result))
+    assert not events(root, event="exec")
+
+
+# ---------------------------------------------------------------- R03 live and die together
+
+
+def test_r03_nvlsm_dying_after_ready_stops_fabric_manager(
+        tmp_path: Path, start: Callable[..., Run]) -> None:
+    root = sim(tmp_path, "dgx-b200")
+    run = start(root, "--json")
+    run.wait_line(r"fabric ready in")
+    os.kill(events(root, "nvlsm", "exec")[0]["pid"], signal.SIGKILL)
+    assert run.wait() == 1
+    f = finding(run.result(), "service_exited")
+    assert (f["service"], f["signal"], f["phase"]) == (
+        "nvlsm", signal.SIGKILL, "after the fabric was ready")
+    assert "stopping fabricmanager" in run.log
+    assert not alive(events(root, "fabricmanager", "exec")[0]["pid"])
+
+
+def test_r03_fabric_manager_crashing_after_ready_stops_nvlsm(
+        tmp_path: Path, start: Callable[..., Run]) -> None:
+    root = sim(tmp_path, "dgx-b200", {"fabricmanager": {"crash_after_s": 1.0, "exit_code": 3}})
+    run = start(root, "--json")
+    run.wait_line(r"fabric ready in")
+    assert run.wait() == 1
+    f = finding(run.result(), "service_exited")
+    assert (f["service"], f["exit_code"]) == ("fabricmanager", 3)
+    assert not alive(events(root, "nvlsm", "exec")[0]["pid"])
+
+
+def test_r03_restart_on_failure_backs_off_exponentially_with_a_cap(
+        tmp_path: Path, start: Callable[..., Run]) -> None:
+    # DGX A100: no fabric state in NVML (readiness is fabric manager's success line) and no
+    # GPU reset needed before a restart.
+    root = sim(tmp_path, "dgx-a100", {"fabricmanager": {"crash_after_s": 0.2}})
+    run = start(root, "--restart", "on-failure", "--restart-delay", "0.1",
+                "--restart-max-delay", "0.3")
+    run.wait_line(r"restart 4\)")
+    run.signal(signal.SIGTERM)
+    assert run.wait() == 0
+    delays = [float(m) for m in re.findall(r"restarting the unit in ([\d.]+) s", run.log)]
+    assert delays[:4] == [0.1, 0.2, 0.3, 0.3]
+    assert len(events(root, "fabricmanager", "exec")) >= 4
+    assert "taking fabricmanager's success line as readiness" in run.log
+
+
+# ---------------------------------------------------------------- R04 restart needs a GPU reset
+
+
+def test_r04_no_silent_fabric_manager_restart_after_registration(
+        tmp_path: Path, start: Callable[..., Run]) -> None:
+    root = sim(tmp_path, "dgx-b200", {"fabricmanager": {"crash_after_s": 0.8}})
+    run = start(root, "--json", "--restart", "on-failure", "--restart-delay", "0.05")
+    run.wait_line(r"fabric ready in")
+    assert run.wait() == 1
+    assert finding(run.result(), "restart_needs_gpu_reset")["services"] == "fabricmanager"
+    assert len(events(root, "fabricmanager", "exec")) == 1
+
+
+def test_r04_reset_command_opt_in_resets_then_restarts(
+        tmp_path: Path, start: Callable[..., Run]) -> None:
+    root = sim(tmp_path, "dgx-b200", {"fabricmanager": {"crash_after_s": 0.8}})
+    run = start(root, "--restart", "on-failure", "--restart-delay", "0.05",
+                "--gpu-reset-command", f"{root}/bin/nvidia-smi -r")
+    run.wait_line(r"fabric ready in")
+    set_faults(str(root), {})  # the restarted fabric manager stays up
+    run.wait_line(r"resetting GPUs before starting fabricmanager")
+    run.wait_count(r"fabric ready in", 2)
+    assert "gpu-reset: All done." in run.lines
+    (reset,) = events(root, "nvidia-smi", "reset")
+    fm = events(root, "fabricmanager", "exec")
+    assert len(fm) == 2 and fm[0]["t"] < reset["t"] < fm[1]["t"]
+    run.signal(signal.SIGTERM)
+    assert run.wait() == 0
+
+
+def test_r04_a_second_run_after_registration_needs_the_reset(
+        tmp_path: Path, start: Callable[..., Run]) -> None:
+    root = sim(tmp_path, "dgx-b200")
+    first = start(root)
+    first.wait_line(r"fabric ready in")
+    first.signal(signal.SIGTERM)
+    assert first.wait() == 0
+    second = start(root, "--json")
+    assert second.wait() == 1
+    assert "restart_needs_gpu_reset" in codes(second.result())
+    assert len(events(root, "fabricmanager", "exec")) == 1
+
+
+# ---------------------------------------------------------------- R05 stop cleanly
+
+
+def test_r05_child_ignoring_sigterm_is_killed_after_the_grace_period(
+        tmp_path: Path, start: Callable[..., Run]) -> None:
+    root = sim(tmp_path, "dgx-b200", {"fabricmanager": {"ignore_sigterm": True}})
+    run = start(root, "--grace", "0.3")
+    run.wait_line(r"fabric ready in")
+    run.signal(signal.SIGTERM)
+    assert run.wait() == 0
+    assert "fabricmanager (pid" in run.wait_line(r"ignored SIGTERM for 0.3 s: SIGKILL")
+    run.wait_line(r"fabricmanager stopped \(killed by SIGKILL\)")
+    run.wait_line(r"nvlsm stopped \(exited with code 0\)")
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
+def test_r05_signal_during_start_stops_and_exits_0(
+        tmp_path: Path, start: Callable[..., Run], sig: int) -> None:
+    root = sim(tmp_path, "dgx-b200", {"nvlsm": {"socket_delay_s": 30}})
+    run = start(root)
+    run.wait_line(r"nvlsm: Entering DISCOVERING state")
+    run.signal(sig)
+    assert run.wait() == 0
+    assert not events(root, "fabricmanager", "exec")
+    assert not alive(events(root, "nvlsm", "exec")[0]["pid"])
+
+
+def test_r05_as_pid_1_every_orphan_is_reaped(tmp_path: Path, start: Callable[..., Run]) -> None:
+    # Needs root and unshare(1) (util-linux) for a PID namespace; CI runs as root.
+    root = sim(tmp_path, "dgx-b200", {"nvlsm": {"spawn_orphans": 5}})
+    run = start(root, prefix=("unshare", "-fp", "--kill-child"))
+    run.wait_line(r"fabric ready in")
+    (nvfabric_pid,) = _children(run.proc.pid)
+    until(lambda: len(events(root, "nvlsm", "orphan")) == 5, "5 orphans ran")
+    # Each orphan was re-parented to nvfabric (PID 1 inside the namespace) ...
+    assert {o["ppid"] for o in events(root, "nvlsm", "orphan")} == {1}
+    # ... and nvfabric reaped every one of them: no zombie child is left.
+    until(lambda: not [p for p in _children(nvfabric_pid) if _state(p) == "Z"],
+          "no zombie children of nvfabric")
+    os.kill(nvfabric_pid, signal.SIGTERM)  # unshare(1) does not forward signals
+    assert run.wait() == 0
+    run.wait_line(r"all services stopped")
+
+
+def _children(pid: int) -> list[int]:
+    out = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat", encoding="utf-8") as fh:
+                    fields = fh.read().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            if int(fields[1]) == pid:
+                out.append(int(entry))
+    return out
+
+
+def _state(pid: int) -> str:
+    try:
+        with open(f"/proc/{pid}/stat", encoding="utf-8") as fh:
+            return fh.read().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return "gone"
+
+
+# ---------------------------------------------------------------- R06 never loosen modes
+
+
+def test_r06_directories_created_0700_and_existing_ones_never_widened(
+        tmp_path: Path, start: Callable[..., Run]) -> None:
+    root = sim(tmp_path, "dgx-b200", {"nvlsm": {"socket_delay_s": 30}})
+    state = root / "run/nvfabric"
+    state.mkdir(parents=True)
+    os.chmod(state, 0o750)
+    run = start(root)
+    run.wait_line(r"started nvlsm")
+    runtime = root / "var/run/nvidia-fabricmanager"
+    assert stat.S_IMODE(runtime.stat().st_mode) == 0o700  # created by nvfabric, tight
+    assert stat.S_IMODE(state.stat().st_mode) == 0o750  # existing: left exactly as it was
+    assert stat.S_IMODE((state / "fabricmanager.cfg").stat().st_mode) == 0o644
+    run.signal(signal.SIGTERM)
+    assert run.wait() == 0
+    os.chmod(runtime, 0o711)
+    second = start(root)
+    second.wait_line(r"started nvlsm")
+    assert stat.S_IMODE(runtime.stat().st_mode) == 0o711  # existing: not touched
+    second.signal(signal.SIGTERM)
+    assert second.wait() == 0
+    assert not [line for line in second.lines if line.startswith("nvfabric: created")]
+
+
+# ---------------------------------------------------------------- other platforms and modes
+
+
+def test_run_on_a_node_without_fabric_starts_nothing(
+        tmp_path: Path, start: Callable[..., Run]) -> None:
+    root = sim(tmp_path, "h100-pcie")
+    run = start(root)
+    assert run.wait() == 0
+    assert "fabric none: nothing to start" in run.log
+    stay = start(root, "--stay")
+    stay.wait_line(r"waiting for SIGTERM")
+    stay.signal(signal.SIGTERM)
+    assert stay.wait() == 0
+    assert not events(root, event="exec")
+
+
+def test_run_on_a_gb200_tray_never_starts_fabric_manager(tmp_path: Path) -> None:
+    root = sim(tmp_path, "gb200-tray")
+    proc = subprocess.run([sys.executable, "-m", "nvfabric", "run", "--root", str(root),
+                           "--dry-run", "--json"], capture_output=True, text=True, timeout=60,
+                          check=False)
+    data = json.loads(proc.stdout)
+    assert "fabricmanager" not in [p["service"] for p in data.get("processes", [])]
+    assert not events(root, "fabricmanager")
+
+
+def test_dry_run_prints_argv_and_files_and_writes_nothing(tmp_path: Path) -> None:
+    root = sim(tmp_path, "dgx-b200")
+    shipped = (root / "usr/share/nvidia/nvswitch/fabricmanager.cfg").read_text(encoding="utf-8")
+    proc = subprocess.run([sys.executable, "-m", "nvfabric", "run", "--root", str(root),
+                           "--dry-run", "--json", "--fabric-mode", "1"],
+                          capture_output=True, text=True, timeout=60, check=False,
+                          env={**os.environ, "NVFM_CONFIG_LOG_LEVEL": "3"})
+    assert proc.returncode == 0, proc.stderr
+    data = json.loads(proc.stdout)
+    assert [p["service"] for p in data["processes"]] == ["nvlsm", "fabricmanager"]
+    (cfg,) = data["files"]
+    assert cfg["path"] == f"{root}/run/nvfabric/fabricmanager.cfg"
+    for line in ("DAEMONIZE=0", "FABRIC_MODE=1", "LOG_LEVEL=3",
+                 f"FM_SM_MGMT_PORT_GUID={B200_GUID}"):
+        assert line in cfg["content"].splitlines()
+    assert not (root / "run/nvfabric").exists()
+    assert (root / "usr/share/nvidia/nvswitch/fabricmanager.cfg").read_text(
+        encoding="utf-8") == shipped
+    assert not events(root, event="exec")
+
+
+def test_ready_is_sent_to_notify_socket(tmp_path: Path, start: Callable[..., Run]) -> None:
+    root = sim(tmp_path, "hgx-h100")
+    path = str(tmp_path / "notify.sock")
+    with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as sock:
+        sock.bind(path)
+        sock.settimeout(30)
+        run = start(root, env={"NOTIFY_SOCKET": path})
+        message = sock.recv(4096).decode()
+        assert message.startswith("READY=1\n")
+        run.signal(signal.SIGTERM)
+        assert sock.recv(4096).decode() == "STOPPING=1"
+    assert run.wait() == 0
