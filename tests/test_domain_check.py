@@ -186,3 +186,11 @@ def test_cli_bad_input_is_exit_2(tmp_path: Path) -> None:
     assert proc.returncode == 2
     assert proc.stderr.startswith("nvfabric: input_unreadable:")
     assert "Traceback" not in proc.stderr
+
+
+def test_cli_reads_concatenated_indented_reports_from_stdin() -> None:
+    names = [tray_name(1, t) for t in range(TRAYS)]
+    text = "".join(json.dumps(report(1, t, names), indent=2) + "\n" for t in range(TRAYS))
+    proc = run_cli("domain", "check", "-", "--json", stdin=text)
+    out = json.loads(proc.stdout)
+    assert (proc.returncode, out["reports"], out["ok"]) == (0, TRAYS, True)

@@ -44,20 +44,24 @@ def _objects(text: str, where: str) -> Iterator[tuple[str, dict[str, Any]]]:
                 raise usage_error(f"{where}[{i}]: not a JSON object")
             yield f"{where}[{i}]", obj
         return
-    for number, line in enumerate(stripped.splitlines(), 1):
-        if not line.strip():
-            continue
-        # pdsh/clush prefix "host: {...}" is accepted
-        start = line.find("{")
+    # A stream of objects: JSON Lines, concatenated (indented) objects, or lines with a prefix
+    # before the object (`pdsh`'s "host: ", `kubectl logs --prefix`'s "[pod/...] ").
+    decoder = json.JSONDecoder()
+    pos = 0
+    while True:
+        start = stripped.find("{", pos)
         if start < 0:
-            raise usage_error(f"{where}:{number}: not a JSON object")
+            break
+        number = stripped.count("\n", 0, start) + 1
         try:
-            obj = json.loads(line[start:])
+            obj, pos = decoder.raw_decode(stripped, start)
         except json.JSONDecodeError as err:
             raise usage_error(f"{where}:{number}: bad JSON: {err.msg}") from None
         if not isinstance(obj, dict):
             raise usage_error(f"{where}:{number}: not a JSON object")
         yield f"{where}:{number}", obj
+    if pos == 0:
+        raise usage_error(f"{where}: no JSON object")
 
 
 def read_reports(paths: tuple[str, ...]) -> list[fleet.NodeReport]:

@@ -1,0 +1,194 @@
+"""`nvfabric run` on simulated GB200 trays with the fake nvidia-imex / nvidia-imex-ctl (RUN.md
+R07): host ownership brings IMEX up (channel0 made, configs written, ready on `-q` READY);
+waiting for peers, a hanging ctl and a daemon that finds no local interface (D07); DRA
+ownership with the host unit enabled is refused; DRA, Slurm and `none` owners start nothing."""
+
+from __future__ import annotations
+
+import os
+import stat
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from nvfabric.configs import keyvalue
+from tests.cases import CASES, CORPUS, check_expect
+from tests.conftest import run_json
+from tests.runkit import Run, codes, events, finding, sim
+
+LOCAL = "192.0.2.10"  # the simulated tray's address (nvfabric.simulate.fakes.SIM_LOCAL_IP)
+#: /proc/net/fib_trie of the simulated tray (shape: Linux fib_trie_seq_show).
+FIB_TRIE = f"""\
+Main:
+  +-- 0.0.0.0/0 3 0 5
+     |-- 0.0.0.0
+        /0 universe UNICAST
+     +-- 127.0.0.0/8 2 0 2
+        |-- 127.0.0.1
+           /32 host LOCAL
+     |-- {LOCAL}
+        /32 host LOCAL
+     |-- 192.0.2.255
+        /32 link BROADCAST
+"""
+
+
+def tray(tmp_path: Path, faults: dict[str, Any] | None = None) -> Path:
+    root = sim(tmp_path, "gb200-tray", faults)
+    (root / "proc/net").mkdir(parents=True, exist_ok=True)
+    (root / "proc/net/fib_trie").write_text(FIB_TRIE)
+    return root
+
+
+def peers(tmp_path: Path, *entries: str) -> str:
+    path = tmp_path / "peers.cfg"
+    path.write_text("".join(e + "\n" for e in entries))
+    return str(path)
+
+
+def test_gb200_tray_comes_up_with_host_ownership(tmp_path: Path) -> None:
+    root = tray(tmp_path)
+    run = Run(root, "--json")
+    try:
+        run.wait_line(r"nvfabric: fabric ready in")
+        channel = os.lstat(root / "dev/nvidia-caps-imex-channels/channel0")
+        assert stat.S_ISCHR(channel.st_mode) and stat.S_IMODE(channel.st_mode) == 0o666
+        assert os.major(channel.st_rdev) == 234
+        cfg_path = root / "run/nvfabric/imex/config.cfg"
+        cfg = keyvalue.parse(cfg_path.read_text()).items()
+        assert cfg["DAEMONIZE"] == "0" and cfg["LOG_FILE_NAME"] == ""
+        assert cfg["IMEX_NODE_CONFIG_FILE"] == str(root / "run/nvfabric/imex/nodes_config.cfg")
+        assert (root / "run/nvfabric/imex/nodes_config.cfg").read_text() == LOCAL + "\n"
+        (exec_,) = events(root, "imex", "exec")
+        assert exec_["argv"] == ["-c", str(cfg_path)]
+        assert (root / "run/nvfabric/ready").exists()
+        assert events(root, "fabricmanager") == []
+        run.signal()
+        assert run.wait() == 0
+    finally:
+        run.close()
+    out = run.result()
+    assert (out["result"], out["fabric"], out["imex"]["owner"]) == ("stopped", "mnnvl", "host")
+    assert out["imex"]["channels"]["channels"][0]["kind"] == "char"
+    assert "IMEX READY, domain UP (1 nodes)" in run.log
+
+
+def test_waiting_for_peers_is_not_ready_and_names_them(tmp_path: Path) -> None:
+    root = tray(tmp_path, {"imex": {"peers": "down"}})
+    run = Run(root, "--imex-peers", peers(tmp_path, "198.51.100.1", LOCAL, "198.51.100.3"))
+    try:
+        line = run.wait_line(r"IMEX not READY yet")
+        assert "waiting for 198.51.100.1 (node 0), 198.51.100.3 (node 2)" in line
+        run.signal()
+        assert run.wait() == 0
+    finally:
+        run.close()
+    assert "fabric ready" not in run.log
+
+
+def test_hanging_ctl_is_cut_off_and_run_stays_up(tmp_path: Path) -> None:
+    root = tray(tmp_path, {"imex-ctl": {"hang": True}})
+    run = Run(root, "--imex-ctl-timeout", "0.3")
+    try:
+        run.wait_line(r"nvidia-imex-ctl -q did not answer within 0.3 s \(killed")
+        run.signal()
+        assert run.wait() == 0
+    finally:
+        run.close()
+    assert "fabric ready" not in run.log
+
+
+def test_d07_daemon_without_local_interface_fails_the_run(tmp_path: Path) -> None:
+    with open(CASES / "D07-imex-no-interface.yaml", encoding="utf-8") as fh:
+        case = yaml.safe_load(fh)
+    # nvfabric believes the tray is 192.0.2.10; the daemon sees other interfaces.
+    root = tray(tmp_path, {"imex": {"local_ips": ["198.51.100.99"]}})
+    run = Run(root, "--json")
+    try:
+        assert run.wait() == 1
+    finally:
+        run.close()
+    out = run.result()
+    exited = finding(out, "service_exited")
+    assert check_expect({"codes": case["expect"]["codes"]},
+                        {"findings": out["findings"]}, 1) == []
+    assert "imex_no_local_interface" in exited["diagnosis"]
+    assert "No matching network interface" in "\n".join(exited["last_lines"])
+    assert "fabric ready" not in run.log
+
+
+def test_d07_node_list_without_this_host_is_refused_before_start(tmp_path: Path) -> None:
+    root = tray(tmp_path)
+    echoed = (CORPUS / "imex/imex-570.124.06-nodes-config-echo-and-startup-dra298.log")
+    entries = echoed.read_text().split("nodes_config.cfg:\n", 1)[1].splitlines()[:2]
+    out, rc = run_json("run", "--root", str(root), "--imex-peers", peers(tmp_path, *entries))
+    assert (rc, out["result"], codes(out)) == (1, "refused", ["imex_no_local_interface"])
+    assert events(root, "imex") == []
+    assert not (root / "run/nvfabric/imex").exists()
+
+
+def test_dra_owner_with_host_unit_enabled_is_refused(tmp_path: Path) -> None:
+    root = tray(tmp_path)
+    (root / "var/lib/kubelet/plugins/compute-domain.nvidia.com").mkdir(parents=True)
+    wants = root / "etc/systemd/system/multi-user.target.wants"
+    wants.mkdir(parents=True)
+    os.symlink("/usr/lib/systemd/system/nvidia-imex.service", wants / "nvidia-imex.service")
+    out, rc = run_json("run", "--root", str(root))
+    assert (rc, out["result"], codes(out)) == (1, "refused", ["imex_owner_conflict"])
+    assert "systemctl mask nvidia-imex.service" in out["findings"][0]["hint"]
+    assert events(root, "imex") == []
+    assert stat.S_ISREG(os.lstat(root / "dev/nvidia-caps-imex-channels/channel0").st_mode)
+
+
+def test_dra_owner_starts_nothing_and_reports_the_channel(tmp_path: Path) -> None:
+    root = tray(tmp_path)
+    (root / "var/lib/kubelet/plugins/compute-domain.nvidia.com").mkdir(parents=True)
+    out, rc = run_json("run", "--root", str(root))
+    assert (rc, out["result"], out["imex"]["owner"]) == (0, "not_started", "dra")
+    assert codes(out) == ["imex_channel_missing"]  # reported, not fixed: not nvfabric's to own
+    assert events(root, "imex") == []
+
+
+def test_slurm_and_none_owners_start_nothing(tmp_path: Path) -> None:
+    root = tray(tmp_path)
+    (root / "etc/slurm").mkdir(parents=True)
+    (root / "etc/slurm/slurm.conf").write_text("SwitchType=switch/nvidia_imex\n")
+    out, rc = run_json("run", "--root", str(root))
+    assert (rc, out["result"], out["imex"]["owner"]) == (0, "not_started", "slurm")
+    out, rc = run_json("run", "--root", str(root), "--imex-owner", "none")
+    assert (rc, out["result"], out["imex"]["owner"]) == (0, "not_started", "none")
+    assert events(root, "imex") == []
+
+
+def test_crash_after_ready_stops_the_run(tmp_path: Path) -> None:
+    root = tray(tmp_path, {"imex": {"crash_after_s": 1.0, "exit_code": 3}})
+    run = Run(root, "--json")
+    try:
+        assert run.wait() == 1
+    finally:
+        run.close()
+    f = finding(run.result(), "service_exited")
+    assert (f["service"], f["exit_code"], f["phase"]) == ("imex", 3,
+                                                        "after the fabric was ready")
+
+
+def test_dry_run_shows_argv_files_and_mknod_and_changes_nothing(tmp_path: Path) -> None:
+    root = tray(tmp_path)
+    out, rc = run_json("run", "--root", str(root), "--dry-run")
+    assert rc == 0
+    assert out["processes"] == [{"service": "imex", "argv": [
+        str(root / "usr/bin/nvidia-imex"), "-c", str(root / "run/nvfabric/imex/config.cfg")]}]
+    assert [f["path"] for f in out["files"]] == [str(root / "run/nvfabric/imex/nodes_config.cfg"),
+                                                str(root / "run/nvfabric/imex/config.cfg")]
+    assert out["actions"] == ["mknod /dev/nvidia-caps-imex-channels/channel0 c 234 0 && "
+                              "chmod 0666 /dev/nvidia-caps-imex-channels/channel0"]
+    assert not (root / "run/nvfabric").exists()
+    assert stat.S_ISREG(os.lstat(root / "dev/nvidia-caps-imex-channels/channel0").st_mode)
+
+
+def test_missing_imex_binary_is_refused(tmp_path: Path) -> None:
+    root = tray(tmp_path)
+    (root / "usr/bin/nvidia-imex").unlink()
+    out, rc = run_json("run", "--root", str(root))
+    assert (rc, codes(out)) == (1, ["binary_missing"])
