@@ -63,10 +63,10 @@ def resolve(
         searched.append(url)
         data = transport.get(url)
         if data is None:
-            first = request.components[0] if request.components else "manifest"
             raise not_available(
-                first, request.driver_version, f"linux-{arch_name('redist', request.arch)}",
-                searched, f"no manifest {redist.manifest_name(request.driver_version)}",
+                ",".join(request.components), request.driver_version,
+                f"linux-{arch_name('redist', request.arch)}", searched,
+                f"no manifest {redist.manifest_name(request.driver_version)}",
             )
         arts = redist.resolve(redist.parse_manifest(data, url), url, base, request)
         return Resolution(request, tuple(arts), tuple(searched))
@@ -76,10 +76,10 @@ def resolve(
             request, nvlsm_version=_nvlsm_version(request, transport, mirror, searched)
         )
     if request.source == "apt":
-        index, _url = _first_index(transport, base, searched, request)
+        index = _first_index(transport, base, searched, request)
         arts = apt.resolve(index, tuple(searched), base, request)
     else:
-        primary, _url = _primary(transport, base, searched, request)
+        primary = _primary(transport, base, searched, request)
         arts = rpm.resolve(primary, tuple(searched), base, request)
     return Resolution(request, tuple(arts), tuple(searched))
 
@@ -112,13 +112,13 @@ def _nvlsm_version(
 
 def _first_index(
     transport: Transport, base: str, searched: list[str], request: Request
-) -> tuple[bytes, str]:
+) -> bytes:
     for name in ("Packages.xz", "Packages.gz", "Packages"):
         url = join_url(base, name)
         searched.append(url)
         data = transport.get(url)
         if data is not None:
-            return decompress(data, url), url
+            return decompress(data, url)
     raise not_available(
         request.components[0], request.driver_version, arch_name("deb", request.arch),
         searched, "no Packages index",
@@ -127,7 +127,7 @@ def _first_index(
 
 def _primary(
     transport: Transport, base: str, searched: list[str], request: Request
-) -> tuple[bytes, str]:
+) -> bytes:
     url = join_url(base, "repodata/repomd.xml")
     searched.append(url)
     data = transport.get(url)
@@ -149,7 +149,7 @@ def _primary(
         actual = hashlib.sha256(raw).hexdigest()
         if actual != ref.checksum:
             raise checksum_mismatch(primary_url, ref.checksum, actual)
-    return decompress(raw, primary_url), primary_url
+    return decompress(raw, primary_url)
 
 
 def decompress(data: bytes, url: str, limit: int = MAX_INDEX) -> bytes:

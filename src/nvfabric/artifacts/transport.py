@@ -220,7 +220,7 @@ class Transport:
                 # is another file: the checksum check reports it.
                 expected = announced if announced is not None else size
                 got = 0
-                with _bar(self.progress, url, expected) as advance:
+                with _ProgressBar(self.progress, url, expected) as advance:
                     for chunk in resp.iter_bytes(CHUNK):
                         sink(chunk)
                         got += len(chunk)
@@ -281,7 +281,7 @@ def _fsync_dir(directory: str) -> None:
         os.close(dfd)
 
 
-class _bar:  # noqa: N801 - used like a function in a with statement
+class _ProgressBar:
     """A rich progress bar on stderr when ``enabled`` (stderr is a terminal), else nothing."""
 
     def __init__(self, enabled: bool, url: str, total: int | None) -> None:
