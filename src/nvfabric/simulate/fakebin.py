@@ -664,6 +664,8 @@ _CSV_FIELDS: dict[str, Callable[[int, dict[str, Any], str], str]] = {
     "driver_version": lambda i, g, d: d,
     "fabric.state": lambda i, g, d: _fabric_values(g)["state"],
     "fabric.status": lambda i, g, d: _fabric_values(g)["status"],
+    "fabric.cliqueId": lambda i, g, d: _fabric_values(g)["clique"],
+    "fabric.clusterUuid": lambda i, g, d: _fabric_values(g)["cluster"],
 }
 
 
@@ -786,7 +788,7 @@ def nvidia_imex_ctl(argv: list[str]) -> int:
         say(stamp_)
         say("Nodes:")
         for k, v in (state.get("nodes") or {}).items() if alive else []:
-            say(f"Node #{k:<3}- {v['host']:<16}- {v['status']:<20} - Version: {v['version']}")
+            say(f"Node #{k:<4}- {v['host']:<16}- {v['status']:<21}- Version: {v['version']}")
         return 0
     say("[fake] usage: nvidia-imex-ctl -q | -N [-j]")
     return 1

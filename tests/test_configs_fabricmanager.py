@@ -1,0 +1,188 @@
+"""The effective fabricmanager.cfg: shipped files from ../shared/corpus/configs, overrides,
+validation, path preflight (case D06), and atomic writes that survive being killed."""
+
+from __future__ import annotations
+
+import os
+import signal
+import stat
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from nvfabric.configs import fabricmanager as fmcfg
+from nvfabric.configs.atomic import write_atomic
+
+from .cases import CASES, CORPUS
+
+SHIPPED_535 = (CORPUS / "configs/fabricmanager-535.216.01.cfg").read_text(encoding="utf-8")
+BOTTLEROCKET = (CORPUS / "configs/bottlerocket-nvidia-fabricmanager.cfg").read_text(
+    encoding="utf-8")
+GUID = "0xe09d730300e400e8"
+
+
+def changed_lines(before: str, after: str) -> list[tuple[str, str]]:
+    old, new = before.splitlines(), after.splitlines()
+    return [(a, b) for a, b in zip(old, new, strict=False) if a != b]
+
+
+def test_shipped_535_cfg_keeps_comments_and_order_only_daemonize_changes() -> None:
+    eff = fmcfg.effective(SHIPPED_535)
+    assert changed_lines(SHIPPED_535, eff.text) == [("DAEMONIZE=1", "DAEMONIZE=0")]
+    assert len(eff.text.splitlines()) == len(SHIPPED_535.splitlines())
+
+
+def test_nvlink5_guid_is_added_after_the_shipped_keys() -> None:
+    eff = fmcfg.effective(SHIPPED_535, guid=GUID)
+    tail = eff.text.splitlines()[-2:]
+    assert tail == ["# Added by nvfabric", f"FM_SM_MGMT_PORT_GUID={GUID}"]
+    assert eff.get("FM_SM_MGMT_PORT_GUID") == GUID
+
+
+def test_bottlerocket_cfg_with_empty_log_file_is_left_alone(tmp_path: Path) -> None:
+    assert fmcfg.effective(BOTTLEROCKET).text.rstrip("\n") == BOTTLEROCKET.rstrip("\n")
+    (tmp_path / "usr/share/nvidia/tesla/nvswitch").mkdir(parents=True)
+    eff = fmcfg.effective(BOTTLEROCKET, root=str(tmp_path))
+    assert eff.get("LOG_FILE_NAME") == ""  # the console: nothing to check
+    assert eff.get("UNIX_SOCKET_PATH") == f"{tmp_path}/run/nvidia/fabricmanager.sock"
+    assert fmcfg.check_paths(eff) == []
+
+
+def test_operator_overrides_env_then_fm_set_then_fabric_mode() -> None:
+    environ = {"NVFM_CONFIG_LOG_LEVEL": "2", "NVFM_CONFIG_FABRIC_MODE": "2", "PATH": "/bin"}
+    eff = fmcfg.effective(SHIPPED_535, environ=environ, sets={"LOG_LEVEL": "1"},
+                          fabric_mode="1")
+    assert (eff.get("LOG_LEVEL"), eff.get("FABRIC_MODE")) == ("1", "1")
+    eff = fmcfg.effective(SHIPPED_535, environ=environ)
+    assert (eff.get("LOG_LEVEL"), eff.get("FABRIC_MODE")) == ("2", "2")
+
+
+@pytest.mark.parametrize("key", ["DAEMONIZE", "FM_SM_MGMT_PORT_GUID"])
+def test_keys_nvfabric_owns_cannot_be_overridden(key: str) -> None:
+    with pytest.raises(fmcfg.ConfigError) as err:
+        fmcfg.effective(SHIPPED_535, sets={key: "1"})
+    assert err.value.finding.code == "config_invalid_value"
+    assert err.value.finding.fields["key"] == key
+    with pytest.raises(fmcfg.ConfigError):
+        fmcfg.effective(SHIPPED_535, environ={f"NVFM_CONFIG_{key}": "1"})
+
+
+@pytest.mark.parametrize("key,value", [
+    ("LOG_LEVEL", "4\nDAEMONIZE=1"),        # a newline would inject a second key
+    ("FABRIC_MODE", "3"),
+    ("FM_CMD_PORT_NUMBER", "70000"),
+    ("TOPOLOGY_FILE_PATH", "usr/share/nvidia/nvswitch"),
+    ("LOG_FILE_NAME", "/var/log/fm\x00.log"),
+])
+def test_bad_values_are_refused_naming_the_key(key: str, value: str) -> None:
+    with pytest.raises(fmcfg.ConfigError) as err:
+        fmcfg.effective(SHIPPED_535, sets={key: value})
+    assert err.value.finding.fields["key"] == key
+
+
+def test_bad_guid_is_refused() -> None:
+    with pytest.raises(fmcfg.ConfigError) as err:
+        fmcfg.effective(SHIPPED_535, guid="0xe09d7303")
+    assert err.value.finding.fields["key"] == "FM_SM_MGMT_PORT_GUID"
+
+
+@pytest.mark.parametrize("arg", ["LOG_LEVEL", "=3", "1BAD=2"])
+def test_malformed_fm_set_is_refused(arg: str) -> None:
+    with pytest.raises(fmcfg.ConfigError):
+        fmcfg.parse_sets([arg])
+
+
+def test_paths_are_resolved_under_a_simulated_root() -> None:
+    eff = fmcfg.effective(SHIPPED_535, root="/sim")
+    assert eff.get("TOPOLOGY_FILE_PATH") == "/sim/usr/share/nvidia/nvswitch"
+    assert eff.get("LOG_FILE_NAME") == "/sim/var/log/fabricmanager.log"
+    assert eff.get("UNIX_SOCKET_PATH") == ""  # unset stays unset
+    assert fmcfg.effective(SHIPPED_535, root="/").get("TOPOLOGY_FILE_PATH") == (
+        "/usr/share/nvidia/nvswitch")
+
+
+def test_d06_missing_node_config_file_names_the_key(tmp_path: Path) -> None:
+    case = yaml.safe_load((CASES / "D06-config-invalid-value.yaml").read_text(encoding="utf-8"))
+    key = case["expect"]["findings"][0]["key"]
+    (tmp_path / "usr/share/nvidia/nvswitch").mkdir(parents=True)
+    eff = fmcfg.effective(SHIPPED_535, root=str(tmp_path), sets={key: "/etc/nvidia/node.cfg"})
+    problems = fmcfg.check_paths(eff)
+    assert [(f.code, f.fields["key"]) for f in problems] == [("config_invalid_value", key)]
+    (tmp_path / "etc/nvidia").mkdir(parents=True)
+    (tmp_path / "etc/nvidia/node.cfg").write_text("", encoding="utf-8")
+    assert fmcfg.check_paths(eff) == []
+
+
+def test_path_preflight_dirs_and_parents(tmp_path: Path) -> None:
+    (tmp_path / "var").write_text("a file where a directory should be", encoding="utf-8")
+    eff = fmcfg.effective(SHIPPED_535, root=str(tmp_path))
+    keys = sorted(f.fields["key"] for f in fmcfg.check_paths(eff))
+    # topology/database directories missing; the log's directory sits under a regular file;
+    # STATE_FILE_NAME's /tmp can be created under the root.
+    assert keys == ["DATABASE_PATH", "LOG_FILE_NAME", "TOPOLOGY_FILE_PATH"]
+
+
+def test_write_goes_to_the_state_dir_and_never_touches_the_shipped_file(tmp_path: Path) -> None:
+    shipped = tmp_path / "usr/share/nvidia/nvswitch/fabricmanager.cfg"
+    shipped.parent.mkdir(parents=True)
+    shipped.write_text(SHIPPED_535, encoding="utf-8")
+    before = shipped.stat()
+    eff = fmcfg.effective(shipped.read_text(encoding="utf-8"), root=str(tmp_path), guid=GUID)
+    target = tmp_path / "run/nvfabric/fabricmanager.cfg"
+    fmcfg.write(str(target), eff)
+    assert target.read_text(encoding="utf-8") == eff.text
+    assert stat.S_IMODE(target.parent.stat().st_mode) == 0o700
+    assert shipped.read_text(encoding="utf-8") == SHIPPED_535
+    assert shipped.stat().st_mtime_ns == before.st_mtime_ns
+
+
+def test_write_atomic_never_widens_an_existing_directory(tmp_path: Path) -> None:
+    directory = tmp_path / "state"
+    directory.mkdir(mode=0o700)
+    os.chmod(directory, 0o700)
+    write_atomic(str(directory / "x.cfg"), "A=1\n", dir_mode=0o755)
+    assert stat.S_IMODE(directory.stat().st_mode) == 0o700
+
+
+_KILL_IN_FSYNC = """
+import os, signal, sys
+import nvfabric.configs.atomic as atomic
+def die(fd):
+    os.kill(os.getpid(), signal.SIGKILL)
+os.fsync = die
+atomic.write_atomic(sys.argv[1], "NEW=1\\n" * 200000)
+"""
+
+_WRITE_LOOP = """
+import sys
+from nvfabric.configs.atomic import write_atomic
+sys.stdout.write("go\\n"); sys.stdout.flush()
+while True:
+    write_atomic(sys.argv[1], "NEW=1\\n" * 200000, backup=False)
+"""
+
+
+def test_atomic_write_killed_before_the_rename_leaves_the_previous_file(tmp_path: Path) -> None:
+    target = tmp_path / "fabricmanager.cfg"
+    target.write_text("OLD=1\n", encoding="utf-8")
+    proc = subprocess.run([sys.executable, "-c", _KILL_IN_FSYNC, str(target)], timeout=60,
+                          check=False)
+    assert proc.returncode == -signal.SIGKILL
+    assert target.read_text(encoding="utf-8") == "OLD=1\n"
+
+
+def test_atomic_write_killed_at_any_moment_leaves_a_whole_file(tmp_path: Path) -> None:
+    target = tmp_path / "fabricmanager.cfg"
+    old, new = "OLD=1\n", "NEW=1\n" * 200000
+    for _ in range(5):
+        target.write_text(old, encoding="utf-8")
+        proc = subprocess.Popen([sys.executable, "-c", _WRITE_LOOP, str(target)],
+                                stdout=subprocess.PIPE, text=True)
+        assert proc.stdout is not None and proc.stdout.readline() == "go\n"
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(30)
+        proc.stdout.close()
+        assert target.read_text(encoding="utf-8") in (old, new)
