@@ -219,3 +219,28 @@ def test_config_two_node_list_sources_is_a_usage_error(tray: Path) -> None:
     out, rc = run_json("imex", "config", "--root", str(tray), "--peer", "198.51.100.1",
                        "--peers-slurm", "gb-[01-02]")
     assert rc == 2
+
+
+def test_imex_section_for_status_reports_carries_the_node_list(tray: Path) -> None:
+    from nvfabric.imex import report
+    from nvfabric.imex.domain import node_list_id
+
+    (tray / "etc/nvidia-imex/nodes_config.cfg").write_text(
+        (IMEX / "aws-parallelcluster-nvidia-imex-nodes.erb").read_text())
+    out = report.section(str(tray))
+    assert out["node_list"] == ["198.51.100.1", "198.51.100.2"]
+    assert out["node_list_id"] == node_list_id(["198.51.100.1", "198.51.100.2"])
+    assert (out["owner"], out["channels"]["major"]) == ("none", 234)
+
+
+def test_simulated_node_addresses_come_from_its_proc_net(tmp_path: Path) -> None:
+    from nvfabric.imex import host
+
+    (tmp_path / "proc/net").mkdir(parents=True)
+    (tmp_path / "proc/net/fib_trie").write_text(
+        "Local:\n  +-- 0.0.0.0/0 3 0 5\n     |-- 198.51.100.7\n        /32 host LOCAL\n"
+        "     |-- 198.51.100.255\n        /32 link BROADCAST\n")
+    (tmp_path / "proc/net/if_inet6").write_text(
+        "fe8000000000000000fcfffffe000001 02 40 20 80     eth0\n"
+        "00000000000000000000000000000001 01 80 10 80       lo\n")
+    assert host.node_addresses(str(tmp_path)) == ("198.51.100.7", "fe80::fc:ffff:fe00:1", "::1")
