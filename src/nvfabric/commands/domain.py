@@ -48,11 +48,12 @@ def _objects(text: str, where: str) -> Iterator[tuple[str, dict[str, Any]]]:
     # before the object (`pdsh`'s "host: ", `kubectl logs --prefix`'s "[pod/...] ").
     decoder = json.JSONDecoder()
     pos = 0
+    number = 1
     while True:
         start = stripped.find("{", pos)
         if start < 0:
             break
-        number = stripped.count("\n", 0, start) + 1
+        number += stripped.count("\n", pos, start)
         try:
             obj, pos = decoder.raw_decode(stripped, start)
         except json.JSONDecodeError as err:
@@ -60,6 +61,7 @@ def _objects(text: str, where: str) -> Iterator[tuple[str, dict[str, Any]]]:
         if not isinstance(obj, dict):
             raise usage_error(f"{where}:{number}: not a JSON object")
         yield f"{where}:{number}", obj
+        number += stripped.count("\n", start, pos)
     if pos == 0:
         raise usage_error(f"{where}: no JSON object")
 
