@@ -1,0 +1,247 @@
+"""The supervisor in-process, with small Python programs as services: socket readiness with
+and without inotify, restart backoff, the R04 gate, live diagnosis, readiness fallbacks, and the
+host helpers (sd_notify, ensure_dir)."""
+
+from __future__ import annotations
+
+import io
+import os
+import re
+import signal
+import socket
+import stat
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from nvfabric import supervisor
+from nvfabric.findings import Finding
+from nvfabric.services import ServiceSpec
+from nvfabric.supervisor import GpuCheck, Log, Policy, Supervisor, ensure_dir, sd_notify
+
+PY = sys.executable
+
+SOCKET_SERVER = """
+import os, socket, sys, time
+time.sleep(float(sys.argv[2]))
+s = socket.socket(socket.AF_UNIX); s.bind(sys.argv[1]); s.listen(1)
+print("socket up", flush=True)
+time.sleep(60)
+"""
+
+
+class StopOn(Log):
+    """A log that sends SIGTERM to this process once a line matches ``pattern`` (the way an
+    operator stops the unit), and keeps every line."""
+
+    def __init__(self, pattern: str, count: int = 1) -> None:
+        super().__init__(io.StringIO())
+        self.rx = re.compile(pattern)
+        self.count = count
+        self.lines: list[str] = []
+
+    def line(self, text: str) -> None:
+        self.lines.append(text)
+        if self.rx.search(text):
+            self.count -= 1
+            if self.count == 0:
+                os.kill(os.getpid(), signal.SIGTERM)
+
+    @property
+    def text(self) -> str:
+        return "\n".join(self.lines)
+
+
+def service(name: str, code: str, *args: str, **kw: object) -> ServiceSpec:
+    return ServiceSpec(name=name, argv=(PY, "-c", code, *args), **kw)  # type: ignore[arg-type]
+
+
+def sleeper(name: str = "fm", **kw: object) -> ServiceSpec:
+    return service(name, "import time; print('started', flush=True); time.sleep(60)", **kw)
+
+
+def test_socket_readiness_with_inotify(tmp_path: Path) -> None:
+    path = str(tmp_path / "ipc.sock")
+    log = StopOn("fabric ready in")
+    outcome = Supervisor([service("sm", SOCKET_SERVER, path, "0.1", ready_socket=path),
+                          sleeper()], log=log).run()
+    assert outcome.exit_code == 0 and outcome.reason == "stopped"
+    assert "polling" not in log.text
+    assert log.text.index("IPC socket") < log.text.index("started fm")
+
+
+def test_socket_readiness_falls_back_to_polling_without_inotify(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    def no_inotify(directory: str) -> None:
+        raise OSError(38, "Function not implemented")
+
+    monkeypatch.setattr(supervisor, "_Inotify", no_inotify)
+    path = str(tmp_path / "ipc.sock")
+    log = StopOn("fabric ready in")
+    outcome = Supervisor([service("sm", SOCKET_SERVER, path, "0.05", ready_socket=path),
+                          sleeper()], log=log).run()
+    assert outcome.exit_code == 0
+    assert "inotify unavailable (Function not implemented); polling" in log.text
+    assert "sm IPC socket" in log.text
+
+
+def test_socket_timeout_stops_the_service(tmp_path: Path) -> None:
+    path = str(tmp_path / "never.sock")
+    log = StopOn("^$")  # never stops by itself
+    outcome = Supervisor([sleeper("sm", ready_socket=path, grace_s=0.2), sleeper()],
+                         Policy(socket_timeout_s=0.2), log=log).run()
+    assert outcome.exit_code == 1
+    assert outcome.findings[0].code == "socket_timeout"
+    assert "started fm" not in log.text and "sm stopped" in log.text
+
+
+def test_restart_backoff_doubles_up_to_the_cap() -> None:
+    log = StopOn(r"restart 5\)")
+    outcome = Supervisor([service("fm", "raise SystemExit(3)")],
+                         Policy(restart="on-failure", backoff_base_s=0.01, backoff_cap_s=0.04),
+                         log=log).run()
+    assert outcome.exit_code == 0  # the operator stopped it
+    delays = [float(d) for d in re.findall(r"restarting the unit in ([\d.]+) s", log.text)]
+    assert delays == [0.01, 0.02, 0.04, 0.04, 0.04]
+    assert log.text.count("exited with code 3") == 5
+
+
+def _probe(ready: bool = True, registered: bool = True, supported: bool = True
+           ) -> Callable[[], GpuCheck]:
+    return lambda: GpuCheck(ready, registered, "8 GPUs: completed x8", supported=supported)
+
+
+CRASH_AFTER_READY = "import time; print('up', flush=True); time.sleep(0.3); raise SystemExit(1)"
+
+
+def test_r04_restart_after_registration_is_refused_without_a_reset_command() -> None:
+    log = StopOn("^$")
+    spec = service("fabricmanager", CRASH_AFTER_READY, ready_gpus=True,
+                   restart_needs_gpu_reset=True)
+    outcome = Supervisor([spec], Policy(restart="on-failure", backoff_base_s=0.01), log=log,
+                         probe=_probe()).run()
+    assert outcome.exit_code == 1
+    assert [f.code for f in outcome.findings] == ["restart_needs_gpu_reset"]
+    assert log.text.count("started fabricmanager") == 1
+
+
+def test_r04_reset_command_runs_before_the_restart() -> None:
+    log = StopOn("fabric ready in", count=2)
+    spec = service("fabricmanager", CRASH_AFTER_READY, ready_gpus=True,
+                   restart_needs_gpu_reset=True)
+    policy = Policy(restart="on-failure", backoff_base_s=0.01,
+                    gpu_reset_argv=(PY, "-c", "print('GPUs reset')"))
+    outcome = Supervisor([spec], policy, log=log, probe=_probe()).run()
+    assert outcome.exit_code == 0 and outcome.restarts == 1
+    text = log.text
+    assert text.index("gpu-reset: GPUs reset") < text.rindex("started fabricmanager")
+
+
+def test_r04_no_gpu_reset_needed_where_the_spec_does_not_ask() -> None:
+    log = StopOn("fabric ready in", count=2)
+    spec = service("fabricmanager", CRASH_AFTER_READY, ready_gpus=True)
+    outcome = Supervisor([spec], Policy(restart="on-failure", backoff_base_s=0.01), log=log,
+                         probe=_probe()).run()
+    assert outcome.exit_code == 0 and outcome.restarts == 1
+    assert "gpu-reset" not in log.text
+
+
+class Catalogue:
+    """A classifier with one signature: a line with 'NV_WARN_NOTHING_TO_DO'."""
+
+    def __init__(self) -> None:
+        self.seen: list[Finding] = []
+
+    def feed(self, line: str) -> list[Finding]:
+        if "NV_WARN_NOTHING_TO_DO" not in line:
+            return []
+        f = Finding("nvlsm_missing", "error", "fabric manager found nothing to do")
+        self.seen.append(f)
+        return [f]
+
+    def findings(self) -> list[Finding]:
+        return list(self.seen)
+
+
+def test_a_known_failure_line_yields_its_finding_at_once_and_explains_the_exit() -> None:
+    log = StopOn("^$")
+    code = ("import time; print('WARNING Nothing to do [NV_WARN_NOTHING_TO_DO]', flush=True); "
+            "time.sleep(0.2); raise SystemExit(1)")
+    outcome = Supervisor([service("fabricmanager", code)], log=log,
+                         classifier=lambda name: Catalogue()).run()
+    lines = log.lines
+    child = next(i for i, x in enumerate(lines) if x.startswith("fabricmanager: WARNING"))
+    assert lines[child + 1].startswith("nvfabric: error nvlsm_missing")  # before the exit
+    assert [f.code for f in outcome.findings] == ["service_exited", "nvlsm_missing"]
+    exited = outcome.findings[0]
+    assert exited.fields["diagnosis"] == ["nvlsm_missing"] and exited.fields["exit_code"] == 1
+    assert exited.fields["last_lines"] == ["WARNING Nothing to do [NV_WARN_NOTHING_TO_DO]"]
+
+
+def test_without_fabric_state_the_success_line_means_ready() -> None:
+    log = StopOn("fabric ready in")
+    code = "import time; time.sleep(0.2); print('Successfully configured all', flush=True); " \
+           "time.sleep(60)"
+    spec = service("fabricmanager", code, ready_gpus=True,
+                   ready_line="Successfully configured all")
+    outcome = Supervisor([spec], log=log, probe=_probe(False, False, supported=False)).run()
+    assert outcome.exit_code == 0 and outcome.ready_after_s is not None
+    assert "taking fabricmanager's success line as readiness" in log.text
+
+
+def test_gpus_that_never_register_are_reported_not_ready() -> None:
+    log = StopOn("registration_stuck")
+    outcome = Supervisor([sleeper("fabricmanager", ready_gpus=True)],
+                         Policy(ready_timeout_s=0.3, probe_interval_s=0.05), log=log,
+                         probe=_probe(False, False)).run()
+    assert outcome.exit_code == 0 and outcome.ready_after_s is None
+    assert [f.code for f in outcome.findings] == ["registration_stuck"]
+    assert "fabric ready" not in log.text
+
+
+def test_a_binary_that_cannot_be_executed_is_a_clear_failure(tmp_path: Path) -> None:
+    outcome = Supervisor([ServiceSpec("nvlsm", (str(tmp_path / "missing"),))],
+                         log=StopOn("^$")).run()
+    assert outcome.exit_code == 1
+    assert outcome.findings[0].code == "binary_missing"
+
+
+def test_ready_file_written_when_ready_and_removed_at_stop(tmp_path: Path) -> None:
+    ready = tmp_path / "state/ready"
+    seen: list[bool] = []
+
+    class Watch(StopOn):
+        def line(self, text: str) -> None:
+            if "fabric ready in" in text:
+                seen.append(ready.exists())
+            super().line(text)
+
+    Supervisor([sleeper()], log=Watch("fabric ready in"), ready_file=str(ready)).run()
+    assert seen == [True] and not ready.exists()
+    assert stat.S_IMODE(ready.parent.stat().st_mode) == 0o700
+
+
+def test_sd_notify_abstract_and_path_sockets(tmp_path: Path) -> None:
+    with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as sock:
+        name = f"nvfabric-test-{os.getpid()}"
+        sock.bind("\0" + name)
+        assert sd_notify("READY=1", {"NOTIFY_SOCKET": "@" + name})
+        assert sock.recv(100) == b"READY=1"
+    assert not sd_notify("READY=1", {})
+    assert not sd_notify("READY=1", {"NOTIFY_SOCKET": str(tmp_path / "nobody")})
+
+
+def test_ensure_dir_creates_0700_whatever_the_umask_and_leaves_existing_alone(
+        tmp_path: Path) -> None:
+    old = os.umask(0o077)
+    try:
+        assert ensure_dir(str(tmp_path / "a/b"))
+    finally:
+        os.umask(old)
+    assert stat.S_IMODE((tmp_path / "a/b").stat().st_mode) == 0o700
+    (tmp_path / "c").mkdir()
+    os.chmod(tmp_path / "c", 0o751)
+    assert not ensure_dir(str(tmp_path / "c"))
+    assert stat.S_IMODE((tmp_path / "c").stat().st_mode) == 0o751
