@@ -137,3 +137,23 @@ def test_live_read_when_nvidia_smi_fails(tmp_path: Path) -> None:
 def test_live_read_on_a_root_without_nvidia_smi(tmp_path: Path) -> None:
     assert live.read(str(tmp_path)) == []
     assert live.read_health(str(tmp_path)).findings[0].fields["reason"] == "no_nvidia_smi"
+
+
+def test_simulated_root_daemon_found_among_host_processes(tmp_path: Path) -> None:
+    import shutil as sh
+    import subprocess
+
+    binary = tmp_path / "opt/nvidia/nvlsm/sbin/nvlsm"
+    binary.parent.mkdir(parents=True)
+    sleep = sh.which("sleep")
+    assert sleep
+    binary.symlink_to(sleep)  # comm is the name it was executed by: "nvlsm"
+    proc = subprocess.Popen([str(binary), "30"])  # noqa: S603
+    try:
+        (sm,) = services.read(str(tmp_path), ("nvlsm",))
+        assert (sm.running, sm.pid) == (True, proc.pid)
+        (other,) = services.read(str(tmp_path / "elsewhere"), ("nvlsm",))
+        assert other.running is False  # a daemon of another root is not this node's
+    finally:
+        proc.kill()
+        proc.wait()

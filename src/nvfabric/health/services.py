@@ -9,7 +9,8 @@ IPC socket (``FM_SM_IPC_INTERFACE`` when it names a path, default
 
 A simulated root has no process table of its own: its daemons (the fakes) are processes of this
 host, so a pid read from a pid file under such a root is checked with ``kill(pid, 0)`` and its
-age taken from the pid file's modification time.
+age taken from the pid file's modification time, and the scan looks at this host's processes
+whose command line runs a file under the root.
 
 Facts (``SERVICES``): process names as the kernel truncates them to 15 characters in ``comm``
 (``nv-fabricmanage``: ../shared/corpus/logs/fm-590.48.01-systemctl-status-pre-nvl5-node-01.txt
@@ -153,6 +154,22 @@ def _scan(root: str, names: tuple[str, ...]) -> tuple[int, float | None] | None:
     return None
 
 
+def _scan_host_for_root(root: str, names: tuple[str, ...]) -> tuple[int, float | None] | None:
+    """A simulated root's daemon among this host's processes: ``comm`` matches and an argument
+    of its command line is a path under the root (the fakes run ``<root>/usr/bin/...``)."""
+    prefix = os.path.realpath(root).rstrip("/") + "/"
+    for entry in listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        if read_text(os.path.join("/proc", entry, "comm")) not in names:
+            continue
+        raw = read_text(os.path.join("/proc", entry, "cmdline"), limit=1 << 16) or ""
+        if any(arg.startswith(prefix) for arg in raw.split("\0")):
+            pid = int(entry)
+            return pid, _age_from_stat("/", pid)
+    return None
+
+
 def _listening_tcp(root: str, port: int) -> bool:
     for table in ("/proc/net/tcp", "/proc/net/tcp6"):
         text = read_text(under(root, table), limit=1 << 22) or ""
@@ -201,6 +218,10 @@ def read(
             found = _scan(root, facts.comm)
             if found:
                 detail = "process " + "/".join(facts.comm)
+        elif found is None:
+            found = _scan_host_for_root(root, facts.comm)
+            if found:
+                detail = "host process running a binary under the root"
         sock: bool | None = None
         port: bool | None = None
         if name == "nvlsm":
