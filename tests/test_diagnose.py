@@ -249,3 +249,29 @@ def test_catalogue_rows_are_validated() -> None:
 def test_unknown_fabric_kind_is_refused() -> None:
     with pytest.raises(ValueError, match="unknown fabric kind"):
         Classifier("nvlink6")
+
+
+EXAMPLE_LINES = [line for sig in SIGNATURES for line in sig.examples] + [
+    "[Dec 18 2024 19:09:50] [INFO] [tid 1584] multicast group 1 is allocated.", "", "x" * 90]
+
+
+def test_block_scanner_equals_line_by_line_for_any_block_size() -> None:
+    from hypothesis import given, settings
+    from hypothesis import strategies as st
+
+    @settings(max_examples=60, deadline=None)
+    @given(st.lists(st.sampled_from(EXAMPLE_LINES), max_size=40), st.integers(1, 300),
+           st.sampled_from(["\n", "\r\n"]))
+    def check(lines: list[str], block: int, eol: str) -> None:
+        data = eol.join(lines).encode()
+        c = Classifier()
+        for line in data.decode().split("\n"):
+            c.feed(line)
+        old = diagnose.BLOCK
+        diagnose.BLOCK = block
+        try:
+            assert _streamed(data) == [f.to_json() for f in c.findings()]
+        finally:
+            diagnose.BLOCK = old
+
+    check()
