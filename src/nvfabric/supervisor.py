@@ -323,7 +323,8 @@ class Supervisor:
 
     ``classifier(name)`` makes the live diagnosis of one service's lines; ``probe()`` reads
     the GPUs' fabric state (needed when a spec has ``ready_gpus``); ``ready_file`` is written
-    when the unit is ready and removed when it stops.
+    when the unit is ready and removed when it stops; ``pid_dir`` gets ``<service>.pid`` for
+    each running service (what ``nvfabric status`` looks for).
     """
 
     def __init__(
@@ -336,6 +337,7 @@ class Supervisor:
         probe: Callable[[], GpuCheck] | None = None,
         ready_file: str | None = None,
         ready_info: dict[str, object] | None = None,
+        pid_dir: str | None = None,
     ) -> None:
         if not specs:
             raise ValueError("a unit needs at least one service")
@@ -346,6 +348,7 @@ class Supervisor:
         self._probe_fn = probe
         self.ready_file = ready_file
         self.ready_info = dict(ready_info or {})
+        self.pid_dir = pid_dir
         reap = self.policy.reap_orphans
         self._reap_orphans = os.getpid() == 1 if reap is None else reap
         self._env = {k: v for k, v in os.environ.items()
@@ -518,6 +521,12 @@ class Supervisor:
         assert self._sel is not None
         self._sel.register(fd, selectors.EVENT_READ, lambda: self._on_output(proc))
         self.log.say(f"started {spec.name} (pid {pid}): {' '.join(spec.argv)}")
+        if self.pid_dir:
+            try:
+                write_atomic(os.path.join(self.pid_dir, f"{spec.name}.pid"), f"{pid}\n",
+                             mode=0o644, backup=False, dir_mode=0o700)
+            except OSError as err:
+                self.log.say(f"cannot write the pid file of {spec.name}: {err}")
         if spec.ready_socket:
             self._watch_socket(proc)
         elif spec.ready_gpus:
@@ -815,6 +824,13 @@ class Supervisor:
 
     def _close_proc(self, proc: _Proc) -> None:
         self._close_output(proc)
+        if self.pid_dir and proc.status is not None:
+            with contextlib.suppress(OSError):
+                path = os.path.join(self.pid_dir, f"{proc.spec.name}.pid")
+                with open(path, encoding="utf-8") as fh:
+                    mine = fh.read().strip() == str(proc.pid)
+                if mine:
+                    os.unlink(path)
         if proc.watch is not None:
             proc.watch.close()
             proc.watch = None

@@ -353,5 +353,5 @@ def _supervise(unit: Unit, p: Plan, cfg: RunConfig, restart: str,
     sup = Supervisor(unit.services, policy, log=log,
                      classifier=lambda name: Classifier(p.fabric),
                      probe=lambda: gpu_check(cfg.root), ready_file=cfg.ready_file,
-                     ready_info=info)
+                     ready_info=info, pid_dir=state_dir)
     return sup.run()
