@@ -131,6 +131,17 @@ def test_r02_fabric_manager_exiting_during_start_fails_the_run(
     assert {g["state"] for g in gpus(str(root))} == {"in_progress"}
 
 
+def test_r02_nvlsm_crashing_before_its_socket_fails_the_start(
+        tmp_path: Path, start: Callable[..., Run]) -> None:
+    root = sim(tmp_path, "dgx-b200", {"nvlsm": {"socket_delay_s": 5, "crash_after_s": 0.2,
+                                                "exit_code": 139}})
+    run = start(root, "--json")
+    assert run.wait() == 1
+    f = finding(run.result(), "service_exited")
+    assert (f["service"], f["exit_code"], f["phase"]) == ("nvlsm", 139, "during start")
+    assert not events(root, "fabricmanager", "exec")
+
+
 def test_r02_nvlsm_failure_is_explained_by_its_own_lines(
         tmp_path: Path, start: Callable[..., Run]) -> None:
     root = sim(tmp_path, "dgx-b200")

@@ -303,8 +303,9 @@ def run_cmd(root: str, arch: str | None, as_json: bool, dry_run: bool, restart: 
                          restart_delay, restart_max_delay, needs_reset)
     if as_json:
         print_json(outcome.to_json())
-    elif outcome.exit_code:
-        print_findings(console(stderr=True), list(outcome.findings), "run failed")
+    elif outcome.exit_code:  # each finding was logged when it happened; one closing line
+        first = outcome.findings[0] if outcome.findings else None
+        Log().say(f"run failed: {first.code}: {first.message}" if first else "run failed")
     sys.exit(outcome.exit_code)
 
 
