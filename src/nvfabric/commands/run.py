@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import shlex
 import signal
+import subprocess
 import sys
 from collections import Counter
 from typing import Any
@@ -113,7 +114,7 @@ def preflight(unit: Unit, p: Plan) -> list[Finding]:
 def _check_fm_version(binary: str, driver: str | None) -> list[Finding]:
     try:
         version, text = fm.probe_version(binary)
-    except (OSError, Exception) as err:  # noqa: BLE001 - any failure to run it is reported
+    except (OSError, subprocess.TimeoutExpired) as err:
         return [Finding("binary_missing", "error", f"cannot run {binary} --version: {err}",
                         "check the fabric manager installation", {"path": binary})]
     if version is None:
