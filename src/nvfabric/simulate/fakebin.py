@@ -731,7 +731,8 @@ def nvidia_imex(argv: list[str]) -> int:
     except OSError as err:
         say(f"[fake] failed to open IMEX node config file {nodes_file}: {err.strerror}", log)
         return 1
-    local = set(flt.get("local_ips") or node.get("local_ips") or ["127.0.0.1"])
+    local = set(flt.get("local_ips") or _fib_trie(root) or node.get("local_ips")
+                or ["127.0.0.1"])
     hostname = str(node.get("hostname", "node-01"))
     me = None
     for i, entry in enumerate(entries):
@@ -761,6 +762,22 @@ def nvidia_imex(argv: list[str]) -> int:
         return d.crash()
     d.shutdown_delay()
     return 0
+
+
+def _fib_trie(root: str) -> list[str]:
+    """The node's IPv4 addresses from its ``proc/net/fib_trie`` (``|-- A.B.C.D`` then
+    ``/32 host LOCAL``), [] when the file is absent."""
+    out: list[str] = []
+    leaf = None
+    with contextlib.suppress(OSError):
+        with open(os.path.join(root, "proc/net/fib_trie"), encoding="utf-8") as fh:
+            for line in fh:
+                text = line.strip()
+                if text.startswith("|-- "):
+                    leaf = text[4:]
+                elif leaf and text.startswith("/32 host LOCAL") and leaf not in out:
+                    out.append(leaf)
+    return out
 
 
 def nvidia_imex_ctl(argv: list[str]) -> int:

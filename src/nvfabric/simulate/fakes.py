@@ -9,6 +9,7 @@ config files and the simulated GPU fabric state they share.
 - links at the vendor paths (``opt/nvidia/nvlsm/sbin/nvlsm``, ``usr/bin/nv-fabricmanager``,
   ``usr/bin/nvidia-smi``, ``usr/bin/nvidia-imex``, ``usr/bin/nvidia-imex-ctl``), so that
   ``nvfabric run --root DIR`` finds them where it looks on a real node;
+- the node's addresses in ``proc/net/fib_trie`` (when the tree has none);
 - the shipped configs when the tree has none: ``usr/share/nvidia/nvswitch/fabricmanager.cfg``,
   ``usr/share/nvidia/nvlsm/nvlsm.conf``, ``etc/nvidia-imex/config.cfg`` and
   ``nodes_config.cfg``;
@@ -128,6 +129,28 @@ IMEX_CMD_PORT=50005
 
 SIM_LOCAL_IP = "192.0.2.10"
 
+#: The simulated node's IPv4 addresses as the kernel lists them in /proc/net/fib_trie (a
+#: ``|-- A.B.C.D`` leaf followed by ``/32 host LOCAL``; Linux net/ipv4/fib_trie.c). Read by
+#: nvfabric's IMEX checks and by the fake nvidia-imex, so both see the same interfaces.
+FIB_TRIE = f"""\
+Main:
+  +-- 0.0.0.0/0 3 0 5
+     +-- 127.0.0.0/8 2 0 2
+        |-- 127.0.0.1
+           /32 host LOCAL
+     +-- 192.0.2.0/24 2 0 2
+        |-- {SIM_LOCAL_IP}
+           /32 host LOCAL
+Local:
+  +-- 0.0.0.0/0 3 0 5
+     +-- 127.0.0.0/8 2 0 2
+        |-- 127.0.0.1
+           /32 host LOCAL
+     +-- 192.0.2.0/24 2 0 2
+        |-- {SIM_LOCAL_IP}
+           /32 host LOCAL
+"""
+
 LAUNCHER = """\
 #!{python} -IS
 # nvfabric simulated node: fake {prog} (see _nvfabric_fakes.py)
@@ -216,6 +239,7 @@ def install(root: str) -> list[str]:
     os.makedirs(os.path.join(root, "var/run"), exist_ok=True)
     os.makedirs(os.path.join(root, "tmp"), exist_ok=True)
     p = plan(collect(root))
+    _write(os.path.join(root, "proc/net/fib_trie"), FIB_TRIE, keep=True)
     if p.fabric == "mnnvl":
         _write(os.path.join(root, "etc/nvidia-imex/config.cfg"), SHIPPED_IMEX_CFG, keep=True)
         _write(os.path.join(root, "etc/nvidia-imex/nodes_config.cfg"), SIM_LOCAL_IP + "\n",
