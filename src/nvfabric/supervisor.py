@@ -435,7 +435,7 @@ class Supervisor:
             self._close_proc(proc)
         if self._probe_thread is not None:
             self._probe_requests.put(False)
-            self._probe_thread.join(timeout=5)
+            self._probe_thread.join(timeout=0.5)  # a hung probe must not delay the exit
         signal.set_wakeup_fd(self._old_wakeup)
         for sig, handler in self._old_handlers.items():
             signal.signal(sig, handler)  # type: ignore[arg-type]
