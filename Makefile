@@ -25,7 +25,7 @@ lint: $(STAMP)
 	$(BIN)/ruff check src tests bench
 	$(BIN)/mypy --strict src
 
-test: lint
+test: lint pyc
 	$(BIN)/pytest
 
 bench: pyc
