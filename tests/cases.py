@@ -41,16 +41,22 @@ def _codes(output: dict[str, Any]) -> set[str]:
     return found
 
 
-def _matches(expected: Any, actual: Any) -> bool:
-    if isinstance(expected, dict):
-        return isinstance(actual, dict) and all(
-            _matches(v, actual.get(k)) for k, v in expected.items()
-        )
-    if isinstance(expected, list) and expected and isinstance(expected[0], dict):
-        return isinstance(actual, list) and all(
-            any(_matches(e, a) for a in actual) for e in expected
-        )
-    return bool(expected == actual)
+def matches(want: Any, have: Any) -> bool:
+    """``expect`` semantics at any depth: ``<key>_endswith`` matches the end of ``<key>``; a
+    list of objects matches when each of its objects matches some element of ``have``."""
+    if isinstance(want, dict):
+        if not isinstance(have, dict):
+            return False
+        for key, value in want.items():
+            if key.endswith("_endswith"):
+                if not str(have.get(key[: -len("_endswith")], "")).endswith(str(value)):
+                    return False
+            elif not matches(value, have.get(key)):
+                return False
+        return True
+    if isinstance(want, list) and want and isinstance(want[0], dict):
+        return isinstance(have, list) and all(any(matches(w, h) for h in have) for w in want)
+    return bool(want == have)
 
 
 def check_expect(expect: dict[str, Any], output: dict[str, Any], exit_code: int) -> list[str]:
@@ -72,6 +78,6 @@ def check_expect(expect: dict[str, Any], output: dict[str, Any], exit_code: int)
             value = str(output.get(field, ""))
             if not value.endswith(str(want)):
                 problems.append(f"{field}={value!r} does not end with {want!r}")
-        elif not _matches(want, output.get(key)):
+        elif not matches(want, output.get(key)):
             problems.append(f"{key}: expected {want!r}, got {output.get(key)!r}")
     return problems

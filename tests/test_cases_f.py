@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from tests.cases import load_cases
+from tests.cases import load_cases, matches
 from tests.conftest import run_json
 from tests.test_fetch_mirror import Mirror, mirror  # noqa: F401 - fixture
 
@@ -52,24 +52,6 @@ def cli_args(case: dict[str, Any], url: str) -> list[str]:
         flag = "--" + key.replace("_", "-")
         args += [flag, ",".join(value) if isinstance(value, list) else str(value)]
     return args
-
-
-def matches(want: Any, have: Any) -> bool:
-    """``expect`` semantics (../shared/cases/README.md) at any depth: ``<key>_endswith``
-    matches the end of ``<key>``; a list of objects: each matches some element."""
-    if isinstance(want, dict):
-        if not isinstance(have, dict):
-            return False
-        for key, value in want.items():
-            if key.endswith("_endswith"):
-                if not str(have.get(key[: -len("_endswith")], "")).endswith(str(value)):
-                    return False
-            elif not matches(value, have.get(key)):
-                return False
-        return True
-    if isinstance(want, list) and want and isinstance(want[0], dict):
-        return isinstance(have, list) and all(any(matches(w, h) for h in have) for w in want)
-    return bool(want == have)
 
 
 def expected_artifacts(case: dict[str, Any]) -> list[dict[str, Any]]:
