@@ -37,6 +37,7 @@ class Report:
     fabric: str | None
     fabric_source: str
     services: tuple[ServiceState, ...] | None
+    node: tuple[tuple[str, Any], ...] = ()
 
     @property
     def exit_code(self) -> int:
@@ -53,6 +54,7 @@ class Report:
             "services": None if self.services is None else [s.to_json() for s in self.services],
             "findings": [f.to_json() for f in self.verdict.findings],
             "reasons": list(self.verdict.reasons),
+            **dict(self.node),
         }
 
 
@@ -130,7 +132,23 @@ def evaluate(
             "(pass --root or --fabric to state it)",
             *result.reasons,
         ))
-    return Report(result, health, fabric, source, services)
+    return Report(result, health, fabric, source, services,
+                  node_identity(root, fabric) if capture is None or root_given else ())
+
+
+def node_identity(root: str, fabric: str | None) -> tuple[tuple[str, Any], ...]:
+    """What ``nvfabric domain check`` needs to place this report in a node list: the host
+    name, and on mnnvl trays the node's addresses and its IMEX section (owner, node list,
+    channels; :func:`nvfabric.imex.report.section`)."""
+    from ..imex import host
+
+    names = host.local_names(root)
+    out: list[tuple[str, Any]] = [("hostname", names[0] if names else None)]
+    if fabric == "mnnvl":
+        from ..imex.report import section
+
+        out += [("addresses", list(host.node_addresses(root))), ("imex", section(root))]
+    return tuple(out)
 
 
 VERDICT_STYLE = {
