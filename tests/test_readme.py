@@ -15,7 +15,7 @@ def test_every_finding_code_is_documented() -> None:
 
 
 def test_every_command_is_documented() -> None:
-    missing = sorted(c for c in COMMANDS if f"nvfabric {c}" not in README)
+    missing = sorted(c for c in COMMANDS if f"`nvfabric {c}" not in README)
     assert missing == []
 
 
