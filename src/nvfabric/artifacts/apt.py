@@ -28,6 +28,7 @@ from functools import cmp_to_key
 
 from ..errors import NvfabricError
 from ..findings import Finding
+from .indexed import not_in_index, package_names, wanted_version
 from .model import (
     Artifact,
     Request,
@@ -36,8 +37,7 @@ from .model import (
     not_available,
     safe_relative_path,
 )
-from .naming import arch_name, package_name
-from .tables import OWN_VERSION
+from .naming import arch_name
 from .versions import same
 
 
@@ -137,33 +137,16 @@ def resolve(
     ``request.nvlsm_version``). Raises ``artifact_not_available`` naming the package, the
     versions the index does have, the platform and ``searched`` (every URL read)."""
     deb_arch = arch_name("deb", request.arch)
-    driver = request.driver_version
-    names: dict[str, str] = {}
-    for comp in request.components:
-        name = package_name("deb", comp, driver)
-        if name is None:
-            raise not_available(
-                comp, driver, deb_arch, searched,
-                f"no deb package carries {comp} for the R{driver.split('.')[0]} branch",
-            )
-        names[comp] = name
+    names = package_names("deb", deb_arch, request, searched)
     stanzas = find_stanzas(index, names.values())
     out: list[Artifact] = []
     for comp in request.components:
         name = names[comp]
-        want = request.nvlsm_version if comp in OWN_VERSION else driver
-        if want is None:
-            raise not_available(comp, driver, deb_arch, searched, "its version is not known")
+        want = wanted_version(comp, request, deb_arch, searched)
         chosen = pick(stanzas, name, deb_arch, want)
         if chosen is None:
-            have = sorted(
-                {s.version for s in stanzas if s.package == name and not is_transitional(s)}
-            )
-            detail = (
-                f"package {name} has {', '.join(have)} but not {want}" if have
-                else f"the index has no package {name}"
-            )
-            raise not_available(comp, want, deb_arch, searched, detail)
+            have = (s.version for s in stanzas if s.package == name and not is_transitional(s))
+            raise not_in_index(comp, name, want, deb_arch, searched, have, "the index")
         filename = chosen.filename[2:] if chosen.filename.startswith("./") else chosen.filename
         sha = normal_sha256(chosen.sha256)
         if not safe_relative_path(filename) or sha is None:

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 
 from ..errors import NvfabricError
 from ..findings import Finding
+from .indexed import not_in_index, package_names, wanted_version
 from .model import (
     Artifact,
     Request,
@@ -28,8 +29,7 @@ from .model import (
     not_available,
     safe_relative_path,
 )
-from .naming import arch_name, package_name
-from .tables import OWN_VERSION
+from .naming import arch_name
 from .versions import same
 
 REPO_NS = "{http://linux.duke.edu/metadata/repo}"
@@ -155,34 +155,19 @@ def resolve(
     (nvlsm: ``request.nvlsm_version``), highest ``rel`` first. Raises
     ``artifact_not_available`` naming package, versions present, platform and ``searched``."""
     rpm_arch = arch_name("rpm", request.arch)
-    driver = request.driver_version
-    names: dict[str, str] = {}
-    for comp in request.components:
-        name = package_name("rpm", comp, driver)
-        if name is None:
-            raise not_available(
-                comp, driver, rpm_arch, searched,
-                f"no rpm package carries {comp} for the R{driver.split('.')[0]} branch",
-            )
-        names[comp] = name
+    names = package_names("rpm", rpm_arch, request, searched)
     packages = find_packages(primary, names.values())
     out: list[Artifact] = []
     for comp in request.components:
         name = names[comp]
-        want = request.nvlsm_version if comp in OWN_VERSION else driver
-        if want is None:
-            raise not_available(comp, driver, rpm_arch, searched, "its version is not known")
+        want = wanted_version(comp, request, rpm_arch, searched)
         hits = [
             p for p in packages
             if p.name == name and p.arch in (rpm_arch, "noarch") and same(p.ver, want)
         ]
         if not hits:
-            have = sorted({p.evr for p in packages if p.name == name})
-            detail = (
-                f"package {name} has {', '.join(have)} but not {want}" if have
-                else f"the repository has no package {name}"
-            )
-            raise not_available(comp, want, rpm_arch, searched, detail)
+            have = (p.evr for p in packages if p.name == name)
+            raise not_in_index(comp, name, want, rpm_arch, searched, have, "the repository")
         best = hits[0]
         for p in hits[1:]:
             if rpmvercmp(p.rel, best.rel) > 0:
