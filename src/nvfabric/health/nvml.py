@@ -34,42 +34,33 @@ NVML_ERROR_FUNCTION_NOT_FOUND = 13
 NVML_ERROR_ARGUMENT_VERSION_MISMATCH = 25
 
 
+#: The fields every layout shares, in nvml.h order (v1 has no version word in front).
+_COMMON: list[tuple[str, Any]] = [
+    ("clusterUuid", ctypes.c_ubyte * UUID_LEN),
+    ("status", ctypes.c_uint),
+    ("cliqueId", ctypes.c_uint),
+    ("state", ctypes.c_ubyte),
+]
+#: v2 adds the version word in front and the health mask behind; v3 then the health summary.
+_V2: list[tuple[str, Any]] = [("version", ctypes.c_uint), *_COMMON, ("healthMask", ctypes.c_uint)]
+
+
 class FabricInfoV1(ctypes.Structure):
     """nvml.h ``nvmlGpuFabricInfo_t`` (no version word): 28 bytes."""
 
-    _fields_ = [
-        ("clusterUuid", ctypes.c_ubyte * UUID_LEN),
-        ("status", ctypes.c_uint),
-        ("cliqueId", ctypes.c_uint),
-        ("state", ctypes.c_ubyte),
-    ]
+    _fields_ = _COMMON
 
 
 class FabricInfoV2(ctypes.Structure):
     """nvml.h ``nvmlGpuFabricInfo_v2_t``: 36 bytes (``nvmlGpuFabricInfo_v2 = 0x02000024``)."""
 
-    _fields_ = [
-        ("version", ctypes.c_uint),
-        ("clusterUuid", ctypes.c_ubyte * UUID_LEN),
-        ("status", ctypes.c_uint),
-        ("cliqueId", ctypes.c_uint),
-        ("state", ctypes.c_ubyte),
-        ("healthMask", ctypes.c_uint),
-    ]
+    _fields_ = _V2
 
 
 class FabricInfoV3(ctypes.Structure):
     """nvml.h ``nvmlGpuFabricInfo_v3_t``: 40 bytes (``nvmlGpuFabricInfo_v3 = 0x03000028``)."""
 
-    _fields_ = [
-        ("version", ctypes.c_uint),
-        ("clusterUuid", ctypes.c_ubyte * UUID_LEN),
-        ("status", ctypes.c_uint),
-        ("cliqueId", ctypes.c_uint),
-        ("state", ctypes.c_ubyte),
-        ("healthMask", ctypes.c_uint),
-        ("healthSummary", ctypes.c_ubyte),
-    ]
+    _fields_ = [*_V2, ("healthSummary", ctypes.c_ubyte)]
 
 
 #: struct version -> (ctypes class, size in nvml.h).
