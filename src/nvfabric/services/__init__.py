@@ -7,7 +7,7 @@ stopping them in reverse order. Each daemon has a module here that knows its ven
 
 - :mod:`.nvlsm`: NVLink Subnet Manager (NVLink 5 baseboards), ready when its IPC socket exists;
 - :mod:`.fabricmanager`: ``nv-fabricmanager``, ready when every GPU's fabric state is completed;
-- ``imex`` (added by the IMEX work): ``nvidia-imex``.
+- :mod:`.imex`: ``nvidia-imex``, ready when ``nvidia-imex-ctl -q`` prints READY.
 
 Pure: no I/O here or in the per-daemon builders, except the version probes, which run the
 binary with ``--version`` (argv only) and are marked as such.
@@ -16,6 +16,7 @@ binary with ``--version`` (argv only) and are marked as such.
 from __future__ import annotations
 
 import re
+import subprocess
 from dataclasses import dataclass
 
 #: A port GUID as NVLSM and fabric manager take it on their command line: ``0x`` + 16 hex
@@ -105,3 +106,17 @@ def check_path(path: str, what: str) -> str:
     if ".." in path.split("/"):
         raise ValueError(f"{what}: path may not contain '..'")
     return path
+
+
+def version_output(binary: str, timeout_s: float = 10.0) -> str:
+    """What ``<binary> --version`` prints (stdout and stderr together, decoded leniently);
+    each daemon module parses it with its own pattern.
+
+    Host access: spawns the binary (argv only). Raises OSError when it cannot be executed;
+    subprocess.TimeoutExpired after ``timeout_s`` seconds.
+    """
+    done = subprocess.run(
+        [binary, "--version"], stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT, timeout=timeout_s, check=False,
+    )
+    return done.stdout.decode("utf-8", "replace")

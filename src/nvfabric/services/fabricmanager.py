@@ -23,10 +23,9 @@ Facts used here:
 from __future__ import annotations
 
 import re
-import subprocess
 from dataclasses import dataclass
 
-from . import ServiceSpec, check_guid, check_path
+from . import ServiceSpec, check_guid, check_path, version_output
 
 BINARY = "/usr/bin/nv-fabricmanager"
 CONFIG = "/usr/share/nvidia/nvswitch/fabricmanager.cfg"
@@ -83,16 +82,9 @@ def parse_version(text: str) -> str | None:
 
 
 def probe_version(binary: str, timeout_s: float = 10.0) -> tuple[str | None, str]:
-    """Run ``<binary> --version`` (argv only) and return (version or None, its output).
-
-    Host access: spawns the binary. Raises OSError when it cannot be executed;
-    subprocess.TimeoutExpired after ``timeout_s`` seconds.
-    """
-    done = subprocess.run(
-        [binary, "--version"], stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT, timeout=timeout_s, check=False,
-    )
-    text = done.stdout.decode("utf-8", "replace")
+    """Run ``<binary> --version`` and return (version or None, its output). Raises what
+    :func:`nvfabric.services.version_output` raises (OSError, subprocess.TimeoutExpired)."""
+    text = version_output(binary, timeout_s)
     return parse_version(text), text
 
 
