@@ -16,26 +16,49 @@ from collections.abc import Callable, Mapping
 
 from ..configs import keyvalue
 from ..configs.keyvalue import ConfigValueError, KeyValueFile
+from .facts import NODES_CONFIG_PATH
 
 #: Command service port when the shipped file sets none (value of the shipped templates).
 DEFAULT_CMD_PORT = "50005"
 
+#: The keys of the shipped config.cfg whose defaults nvfabric relies on, in the shipped order,
+#: with the shipped values. Source: ../shared/corpus/imex/
+#: k8s-dra-driver-gpu-imex-daemon-config-2025-01.tmpl.cfg; NVIDIA IMEX guide, "IMEX Service
+#: Config Options".
+SHIPPED_DEFAULTS: tuple[tuple[str, str], ...] = (
+    ("LOG_LEVEL", "4"),
+    ("LOG_FILE_NAME", "/var/log/nvidia-imex.log"),
+    ("LOG_APPEND_TO_LOG", "0"),
+    ("LOG_USE_SYSLOG", "0"),
+    ("DAEMONIZE", "1"),
+    ("BIND_INTERFACE_IP", ""),
+    ("SERVER_PORT", "50000"),
+    ("IMEX_NODE_CONFIG_FILE", NODES_CONFIG_PATH),
+    ("IMEX_WAIT_FOR_QUORUM", "RECOVERY"),
+    ("IMEX_CMD_ENABLED", "1"),
+    ("IMEX_CMD_PORT", DEFAULT_CMD_PORT),
+)
+
+#: What running under nvfabric changes: the daemon in the foreground, its log on stderr (an
+#: empty LOG_FILE_NAME), no syslog, so that the supervisor sees every line.
+FOREGROUND: dict[str, str] = {"DAEMONIZE": "0", "LOG_FILE_NAME": "", "LOG_USE_SYSLOG": "0"}
+
+
+def defaults_text(header: str, changes: Mapping[str, str] | None = None) -> str:
+    """A config.cfg of :data:`SHIPPED_DEFAULTS` (with ``changes`` to their values), after the
+    comment lines ``header``."""
+    changed = changes or {}
+    lines = [header.rstrip("\n")] + [f"{k}={changed.get(k, v)}" for k, v in SHIPPED_DEFAULTS]
+    return "\n".join(lines) + "\n"
+
+
 #: Used when no shipped config.cfg exists (IMEX installed without its config, simulated
-#: nodes): the keys whose defaults nvfabric relies on, with the documented default values.
-MINIMAL_CONFIG = """\
-# NVIDIA IMEX configuration written by nvfabric: no shipped config.cfg was found.
-# Keys and defaults: NVIDIA IMEX guide, "IMEX Service Config Options".
-LOG_LEVEL=4
-LOG_FILE_NAME=
-LOG_USE_SYSLOG=0
-DAEMONIZE=0
-BIND_INTERFACE_IP=
-SERVER_PORT=50000
-IMEX_NODE_CONFIG_FILE=/etc/nvidia-imex/nodes_config.cfg
-IMEX_WAIT_FOR_QUORUM=RECOVERY
-IMEX_CMD_ENABLED=1
-IMEX_CMD_PORT=50005
-"""
+#: nodes): the shipped defaults, in the foreground.
+MINIMAL_CONFIG = defaults_text(
+    "# NVIDIA IMEX configuration written by nvfabric: no shipped config.cfg was found.\n"
+    "# Keys and defaults: NVIDIA IMEX guide, \"IMEX Service Config Options\".",
+    FOREGROUND,
+)
 
 
 def _flag(value: str) -> str | None:
@@ -114,9 +137,7 @@ def run_overrides(shipped: KeyValueFile, nodes_config_path: str) -> dict[str, st
     """What ``nvfabric run`` changes: foreground, stderr logging, the node list it checked,
     and the command service on (a port when the shipped file sets neither port nor socket)."""
     changes = {
-        "DAEMONIZE": "0",
-        "LOG_FILE_NAME": "",
-        "LOG_USE_SYSLOG": "0",
+        **FOREGROUND,
         "IMEX_NODE_CONFIG_FILE": nodes_config_path,
         "IMEX_CMD_ENABLED": "1",
     }

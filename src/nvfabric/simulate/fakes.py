@@ -25,6 +25,7 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+from ..imex import config as imex_config
 from . import fakebin
 
 #: program name -> vendor path of the real binary (service modules' defaults; IMEX guide,
@@ -112,36 +113,17 @@ SHIPPED_NVLSM_CONF = """\
 log_file /var/log/nvlsm.log
 """
 
-#: IMEX config of the simulated tray (keys of
-#: ../shared/corpus/imex/k8s-dra-driver-gpu-imex-daemon-config-2025-01.tmpl.cfg).
-SHIPPED_IMEX_CFG = """\
-LOG_LEVEL=4
-LOG_FILE_NAME=/var/log/nvidia-imex.log
-LOG_APPEND_TO_LOG=0
-DAEMONIZE=1
-BIND_INTERFACE_IP=
-SERVER_PORT=50000
-IMEX_NODE_CONFIG_FILE=/etc/nvidia-imex/nodes_config.cfg
-IMEX_WAIT_FOR_QUORUM=RECOVERY
-IMEX_CMD_ENABLED=1
-IMEX_CMD_PORT=50005
-"""
+#: IMEX config of the simulated tray: the shipped keys and defaults (one table,
+#: :data:`nvfabric.imex.config.SHIPPED_DEFAULTS`).
+SHIPPED_IMEX_CFG = imex_config.defaults_text(
+    "# NVIDIA IMEX configuration (simulated node; keys and defaults as shipped)."
+)
 
 SIM_LOCAL_IP = "192.0.2.10"
 
-#: The simulated node's IPv4 addresses as the kernel lists them in /proc/net/fib_trie (a
-#: ``|-- A.B.C.D`` leaf followed by ``/32 host LOCAL``; Linux net/ipv4/fib_trie.c). Read by
-#: nvfabric's IMEX checks and by the fake nvidia-imex, so both see the same interfaces.
-FIB_TRIE = f"""\
-Main:
-  +-- 0.0.0.0/0 3 0 5
-     +-- 127.0.0.0/8 2 0 2
-        |-- 127.0.0.1
-           /32 host LOCAL
-     +-- 192.0.2.0/24 2 0 2
-        |-- {SIM_LOCAL_IP}
-           /32 host LOCAL
-Local:
+#: One routing table of the simulated node as /proc/net/fib_trie prints it: a ``|-- A.B.C.D``
+#: leaf followed by ``/32 host LOCAL`` for each local address (Linux net/ipv4/fib_trie.c).
+_FIB_TABLE = f"""\
   +-- 0.0.0.0/0 3 0 5
      +-- 127.0.0.0/8 2 0 2
         |-- 127.0.0.1
@@ -150,6 +132,11 @@ Local:
         |-- {SIM_LOCAL_IP}
            /32 host LOCAL
 """
+
+#: The simulated node's IPv4 addresses in /proc/net/fib_trie: the kernel prints the Main and
+#: the Local table, here both holding the same leaves. Read by nvfabric's IMEX checks and by
+#: the fake nvidia-imex, so both see the same interfaces.
+FIB_TRIE = "".join(f"{table}:\n{_FIB_TABLE}" for table in ("Main", "Local"))
 
 LAUNCHER = """\
 #!{python} -IS
