@@ -13,13 +13,13 @@ from __future__ import annotations
 
 import hashlib
 import os
-import tempfile
 import time
 import urllib.parse
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import IO, Any
 
+from ..configs.atomic import atomic_writer
 from ..errors import usage_error
 from .model import checksum_mismatch, download_failed
 
@@ -124,43 +124,24 @@ class Transport:
             if sha256_file(dest) == sha256:
                 return False
             os.unlink(dest)  # a stale or damaged cache entry: never kept
-        directory = os.path.dirname(os.path.abspath(dest))
-        os.makedirs(directory, mode=0o755, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix="." + os.path.basename(dest) + ".", suffix=".part",
-                                   dir=directory)
         hasher = [hashlib.sha256()]
-        received = [0]
-        try:
-            with os.fdopen(fd, "wb") as fh:
+        with atomic_writer(dest, mode=0o644, suffix=".part") as fh:
 
-                def reset() -> Callable[[bytes], None]:
-                    fh.seek(0)
-                    fh.truncate()
-                    hasher[0] = hashlib.sha256()
-                    received[0] = 0
+            def reset() -> Callable[[bytes], None]:
+                fh.seek(0)
+                fh.truncate()
+                hasher[0] = hashlib.sha256()
 
-                    def sink(chunk: bytes) -> None:
-                        fh.write(chunk)
-                        hasher[0].update(chunk)
-                        received[0] += len(chunk)
+                def sink(chunk: bytes) -> None:
+                    fh.write(chunk)
+                    hasher[0].update(chunk)
 
-                    return sink
+                return sink
 
-                self._retrying(url, reset, size)
-                fh.flush()
-                os.fsync(fh.fileno())
+            self._retrying(url, reset, size)
             actual = hasher[0].hexdigest()
             if actual != sha256:
                 raise checksum_mismatch(url, sha256, actual)
-            os.chmod(tmp, 0o644)
-            os.replace(tmp, dest)
-        except BaseException:
-            try:
-                os.unlink(tmp)
-            except OSError:
-                pass
-            raise
-        _fsync_dir(directory)
         return True
 
     # -- internals -----------------------------------------------------------------------
@@ -271,14 +252,6 @@ def mirror_base(mirror: str) -> str:
     if not os.path.isdir(mirror):
         raise usage_error(f"--mirror {mirror!r} is neither an http(s) URL nor a directory")
     return "file://" + urllib.parse.quote(os.path.abspath(mirror))
-
-
-def _fsync_dir(directory: str) -> None:
-    dfd = os.open(directory, os.O_RDONLY)
-    try:
-        os.fsync(dfd)
-    finally:
-        os.close(dfd)
 
 
 class _ProgressBar:

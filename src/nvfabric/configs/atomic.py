@@ -1,12 +1,66 @@
 """Atomic file replacement: write a temp file in the same directory, fsync, rename; keep a
 backup of what is replaced. A crash at any point leaves either the old or the new file whole.
+
+Three doors, one mechanism (:func:`staged`): :func:`write_atomic` for content in memory,
+:func:`atomic_writer` for content streamed in (downloads), :func:`staged` itself for a node
+made some other way (an IMEX channel made with mknod).
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
+import secrets
 import shutil
-import tempfile
+from collections.abc import Iterator
+from typing import BinaryIO
+
+
+@contextlib.contextmanager
+def staged(path: str, mode: int = 0o644, dir_mode: int = 0o755,
+           suffix: str = "") -> Iterator[str]:
+    """A temporary name beside ``path`` (same directory, so the rename is atomic) for the
+    block to create; when the block ends without an exception the node is chmod'ed to
+    ``mode`` (the umask applied when it was made), renamed over ``path`` and the directory
+    fsync'ed. On any exception, the block's included, the temporary is removed and ``path``
+    is untouched.
+
+    The parent directory is created (``dir_mode``) when missing; an existing one keeps its
+    mode (never widened, RUN.md R06). Nothing exists at the yielded name when the block
+    starts. Raises OSError on failure.
+    """
+    directory = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(directory):
+        os.makedirs(directory, mode=dir_mode, exist_ok=True)
+    tmp = os.path.join(
+        directory, f".{os.path.basename(path)}.{os.getpid()}.{secrets.token_hex(4)}{suffix}"
+    )
+    try:
+        yield tmp
+        os.chmod(tmp, mode)
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+    dfd = os.open(directory, os.O_RDONLY)
+    try:
+        os.fsync(dfd)
+    finally:
+        os.close(dfd)
+
+
+@contextlib.contextmanager
+def atomic_writer(path: str, mode: int = 0o644, dir_mode: int = 0o755,
+                  suffix: str = "") -> Iterator[BinaryIO]:
+    """A binary file that replaces ``path`` when the block ends without an exception: its
+    data is flushed and fsync'ed, then renamed over ``path`` (:func:`staged`). An exception
+    in the block (a failed download, a checksum that does not match) leaves ``path`` as it
+    was and no temporary behind. ``suffix`` marks the temporary (``.part``)."""
+    with staged(path, mode, dir_mode, suffix) as tmp, open(tmp, "xb") as fh:
+        yield fh
+        fh.flush()
+        os.fsync(fh.fileno())
 
 
 def write_atomic(path: str, content: str | bytes, mode: int = 0o644, backup: bool = True,
@@ -19,30 +73,10 @@ def write_atomic(path: str, content: str | bytes, mode: int = 0o644, backup: boo
     Raises OSError on failure; the previous file is then untouched.
     """
     data = content.encode() if isinstance(content, str) else content
-    directory = os.path.dirname(os.path.abspath(path))
-    if not os.path.isdir(directory):
-        os.makedirs(directory, mode=dir_mode, exist_ok=True)
     if backup and os.path.isfile(path):
         with open(path, "rb") as fh:
             old = fh.read()
         if old != data:
             shutil.copy2(path, path + ".nvfabric.bak")
-    fd, tmp = tempfile.mkstemp(prefix="." + os.path.basename(path) + ".", dir=directory)
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(data)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.chmod(tmp, mode)
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
-    dfd = os.open(directory, os.O_RDONLY)
-    try:
-        os.fsync(dfd)
-    finally:
-        os.close(dfd)
+    with atomic_writer(path, mode, dir_mode) as out:
+        out.write(data)

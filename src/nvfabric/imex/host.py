@@ -17,7 +17,7 @@ import stat
 import subprocess
 from dataclasses import dataclass
 
-from ..configs.atomic import write_atomic
+from ..configs.atomic import staged, write_atomic
 from ..inventory.fs import listdir, read_text, under
 from ..inventory.nvidia import driver_version, imex_major, loaded_modules
 from .channels import ChannelFacts, DevNode, channel_path, parse_params
@@ -176,25 +176,11 @@ def read_channels(root: str) -> ChannelFacts:
 def create_channel(root: str, number: int, major: int) -> DevNode:
     """Make ``channel<number>`` (c major:number, mode 0666, as NVIDIA documents) atomically:
     mknod a temporary node beside it, chmod (the umask applies to mknod), rename over whatever
-    was there. The directory is created mode 0755. Raises OSError (EPERM without CAP_MKNOD)."""
+    was there (:func:`nvfabric.configs.atomic.staged`). The directory is created mode 0755.
+    Raises OSError (EPERM without CAP_MKNOD)."""
     host_path = channel_path(number)
-    path = under(root, host_path)
-    directory = os.path.dirname(path)
-    if not os.path.isdir(directory):
-        os.makedirs(directory, mode=0o755, exist_ok=True)
-    tmp = os.path.join(directory, f".channel{number}.nvfabric.{os.getpid()}")
-    if os.path.lexists(tmp):
-        os.unlink(tmp)
-    os.mknod(tmp, stat.S_IFCHR | CHANNEL_MODE, os.makedev(major, number))
-    try:
-        os.chmod(tmp, CHANNEL_MODE)
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
+    with staged(under(root, host_path), mode=CHANNEL_MODE, dir_mode=0o755) as tmp:
+        os.mknod(tmp, stat.S_IFCHR | CHANNEL_MODE, os.makedev(major, number))
     node = stat_node(root, host_path)
     assert node is not None
     return node
