@@ -180,6 +180,19 @@ def test_a_known_failure_line_yields_its_finding_at_once_and_explains_the_exit()
     assert exited.fields["last_lines"] == ["WARNING Nothing to do [NV_WARN_NOTHING_TO_DO]"]
 
 
+def test_a_last_line_without_newline_is_kept_when_the_output_closes_before_the_exit() -> None:
+    # The daemon prints its last words without a newline, closes its output, then exits:
+    # end-of-output is seen first, the exit later, and the line must still be logged.
+    code = ("import os, time; os.write(1, b'fatal: cannot open /dev/nvidia-nvswitchctl'); "
+            "os.close(1); os.close(2); time.sleep(0.3); os._exit(1)")
+    log = StopOn("^$")
+    outcome = Supervisor([service("fabricmanager", code)], log=log).run()
+    assert outcome.exit_code == 1
+    assert "fabricmanager: fatal: cannot open /dev/nvidia-nvswitchctl" in log.lines
+    assert outcome.findings[0].fields["last_lines"] == [
+        "fatal: cannot open /dev/nvidia-nvswitchctl"]
+
+
 def test_without_fabric_state_the_success_line_means_ready() -> None:
     log = StopOn("fabric ready in")
     code = "import time; time.sleep(0.2); print('Successfully configured all', flush=True); " \

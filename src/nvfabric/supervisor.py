@@ -743,18 +743,24 @@ class Supervisor:
     # ----------------------------------------------------------------- output
 
     def _on_output(self, proc: _Proc) -> None:
+        self._read(proc)
+
+    def _read(self, proc: _Proc) -> bool:
+        """Read one block of ``proc``'s output and log its complete lines. False when there
+        is nothing more for now (would block) or ever (end of output: closed)."""
         if proc.fd is None:
-            return
+            return False
         try:
             data = os.read(proc.fd, 65536)
         except BlockingIOError:
-            return
+            return False
         except OSError:
             data = b""
         if not data:
             self._close_output(proc)
-            return
+            return False
         self._take(proc, data)
+        return True
 
     def _take(self, proc: _Proc, data: bytes) -> None:
         proc.buf += data
@@ -794,19 +800,9 @@ class Supervisor:
                 self._mark_ready(proc)
 
     def _drain(self, proc: _Proc) -> None:
-        if proc.fd is None:
-            return
-        while True:
-            try:
-                data = os.read(proc.fd, 65536)
-            except BlockingIOError:
-                break
-            except OSError:
-                data = b""
-            if not data:
-                self._close_output(proc)
-                break
-            self._take(proc, data)
+        """Everything ``proc`` has written so far, its last unterminated line included."""
+        while self._read(proc):
+            pass
         if proc.buf:
             text = bytes(proc.buf).decode("utf-8", "replace").rstrip("\r")
             proc.buf.clear()
