@@ -1,6 +1,7 @@
 """IMEX channels: the major from /proc/devices captures, channel node checks (missing, regular
 file, wrong major, too tight a mode), the stray node of the dra304 capture, module parameters,
-and `nvfabric imex channel --create` making the node with mknod."""
+`nvfabric imex channel --create` making the node with mknod, and the simulator's channel0
+(a real device where it may mknod)."""
 
 from __future__ import annotations
 
@@ -15,8 +16,9 @@ import pytest
 from nvfabric.imex import channels, host
 from nvfabric.imex.channels import ChannelFacts, DevNode
 from nvfabric.inventory.nvidia import parse_proc_devices
+from nvfabric.simulate import build, profile_spec
 from tests.cases import CORPUS
-from tests.conftest import run_json
+from tests.conftest import run_cli, run_json
 
 PROC = CORPUS / "proc"
 
@@ -107,9 +109,12 @@ def test_params_are_read_as_the_driver_prints_them() -> None:
     assert params["TemporaryFilePath"] == '"/var/tmp"'
 
 
-def test_channel_command_on_the_simulated_tray_reports_the_regular_file(
+def test_channel_command_reports_a_regular_file_where_channel0_belongs(
         node: Callable[..., Path]) -> None:
     root = node("gb200-tray")
+    channel0 = root / "dev/nvidia-caps-imex-channels/channel0"
+    channel0.unlink()
+    channel0.write_bytes(b"")  # what `touch` leaves: not a device
     (root / "proc/driver/nvidia").mkdir(parents=True, exist_ok=True)
     (root / "proc/driver/nvidia/params").write_text(PARAMS.format(count=2048, create=0))
     out, rc = run_json("imex", "channel", "--root", str(root))
@@ -117,6 +122,41 @@ def test_channel_command_on_the_simulated_tray_reports_the_regular_file(
     assert out["major"] == 234
     assert (out["imex_channel_count"], out["create_imex_channel0"]) == (2048, False)
     assert [f["code"] for f in out["findings"]] == ["imex_channel_missing"]
+
+
+def test_simulated_gb200_tray_has_a_real_channel0_device(tmp_path: Path) -> None:
+    # `nvfabric simulate` makes channel0 the way the driver does (c 234:0, mode 0666) when it
+    # may mknod (root, as in CI); the channel check then finds nothing to fix.
+    root = tmp_path / "tray"
+    old_umask = os.umask(0o022)
+    try:
+        proc = run_cli("simulate", "gb200-tray", str(root))
+    finally:
+        os.umask(old_umask)
+    assert proc.returncode == 0, proc.stderr
+    st = os.lstat(root / "dev/nvidia-caps-imex-channels/channel0")
+    out, rc = run_json("imex", "channel", "--root", str(root))
+    codes = [f["code"] for f in out["findings"]]
+    if os.geteuid() == 0:
+        assert stat.S_ISCHR(st.st_mode) and stat.S_IMODE(st.st_mode) == 0o666
+        assert (os.major(st.st_rdev), os.minor(st.st_rdev)) == (234, 0)
+        assert (rc, codes) == (0, [])
+        assert out["channels"][0]["kind"] == "char"
+    else:  # only root may mknod: the stand-in regular file is reported
+        assert stat.S_ISREG(st.st_mode)
+        assert (rc, codes) == (1, ["imex_channel_missing"])
+
+
+def test_simulator_falls_back_to_a_regular_file_when_mknod_is_not_permitted(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    def refuse(*_args: object) -> None:
+        raise PermissionError(1, "Operation not permitted")
+
+    monkeypatch.setattr(os, "mknod", refuse)
+    build(profile_spec("gb200-tray"), str(tmp_path))
+    channel0 = tmp_path / "dev/nvidia-caps-imex-channels/channel0"
+    assert stat.S_ISREG(os.lstat(channel0).st_mode) and channel0.read_bytes() == b""
+    assert [n.kind for n in host.read_channels(str(tmp_path)).nodes] == ["file"]
 
 
 def test_channel_create_makes_a_character_device_with_mode_0666(

@@ -34,10 +34,17 @@ Main:
 """
 
 
-def tray(tmp_path: Path, faults: dict[str, Any] | None = None) -> Path:
+def tray(tmp_path: Path, faults: dict[str, Any] | None = None,
+         channel0: str = "device") -> Path:
+    """A simulated GB200 tray; ``channel0="file"`` puts an empty regular file where the
+    channel device belongs (what a `touch`, or a simulator without mknod, leaves)."""
     root = sim(tmp_path, "gb200-tray", faults)
     (root / "proc/net").mkdir(parents=True, exist_ok=True)
     (root / "proc/net/fib_trie").write_text(FIB_TRIE)
+    if channel0 == "file":
+        path = root / "dev/nvidia-caps-imex-channels/channel0"
+        path.unlink()
+        path.write_bytes(b"")
     return root
 
 
@@ -48,7 +55,7 @@ def peers(tmp_path: Path, *entries: str) -> str:
 
 
 def test_gb200_tray_comes_up_with_host_ownership(tmp_path: Path) -> None:
-    root = tray(tmp_path)
+    root = tray(tmp_path, channel0="file")
     run = Run(root, "--json")
     try:
         run.wait_line(r"nvfabric: fabric ready in")
@@ -129,7 +136,7 @@ def test_d07_node_list_without_this_host_is_refused_before_start(tmp_path: Path)
 
 
 def test_dra_owner_with_host_unit_enabled_is_refused(tmp_path: Path) -> None:
-    root = tray(tmp_path)
+    root = tray(tmp_path, channel0="file")
     (root / "var/lib/kubelet/plugins/compute-domain.nvidia.com").mkdir(parents=True)
     wants = root / "etc/systemd/system/multi-user.target.wants"
     wants.mkdir(parents=True)
@@ -142,7 +149,7 @@ def test_dra_owner_with_host_unit_enabled_is_refused(tmp_path: Path) -> None:
 
 
 def test_dra_owner_starts_nothing_and_reports_the_channel(tmp_path: Path) -> None:
-    root = tray(tmp_path)
+    root = tray(tmp_path, channel0="file")
     (root / "var/lib/kubelet/plugins/compute-domain.nvidia.com").mkdir(parents=True)
     out, rc = run_json("run", "--root", str(root))
     assert (rc, out["result"], out["imex"]["owner"]) == (0, "not_started", "dra")
@@ -174,7 +181,7 @@ def test_crash_after_ready_stops_the_run(tmp_path: Path) -> None:
 
 
 def test_dry_run_shows_argv_files_and_mknod_and_changes_nothing(tmp_path: Path) -> None:
-    root = tray(tmp_path)
+    root = tray(tmp_path, channel0="file")
     out, rc = run_json("run", "--root", str(root), "--dry-run")
     assert rc == 0
     assert out["processes"] == [{"service": "imex", "argv": [

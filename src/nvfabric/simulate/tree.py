@@ -13,6 +13,7 @@ checksum, IB ``node_guid`` ``e09d:7303:00e4:00e8``, ``gids/0`` an fe80:: GID, ``
 from __future__ import annotations
 
 import os
+import stat
 import struct
 
 from ..inventory.vpd import encode
@@ -26,6 +27,26 @@ def _write(path: str, content: str | bytes) -> None:
     data = content.encode() if isinstance(content, str) else content
     with open(path, "wb") as fh:
         fh.write(data)
+
+
+def _imex_channel(path: str, major: int | None, minor: int) -> None:
+    """An IMEX channel node as the driver makes it: a character device ``major:minor`` (the
+    node spec's ``nvidia-caps-imex-channels`` major, the channel number), mode 0666 (NVIDIA
+    IMEX guide, "IMEX Channels"). Only root may mknod; otherwise, where mknod is not permitted
+    (a container without CAP_MKNOD) or the spec gives no major, an empty regular file stands
+    in, which nvfabric's channel check reports as not a device."""
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    if os.path.lexists(path):
+        os.unlink(path)
+    if major is not None and os.geteuid() == 0:
+        try:
+            os.mknod(path, stat.S_IFCHR | 0o666, os.makedev(major, minor))
+        except PermissionError:
+            pass
+        else:
+            os.chmod(path, 0o666)  # mknod applies the umask
+            return
+    _write(path, "")
 
 
 def _symlink(target: str, link: str) -> None:
@@ -223,6 +244,7 @@ def build(spec: NodeSpec, root: str) -> None:
         devices.append(f"{spec.imex_major} nvidia-caps-imex-channels")
     _write(os.path.join(root, "proc/devices"), "\n".join(devices) + "\n")
     for ch in spec.imex_channels:
-        _write(os.path.join(root, f"dev/nvidia-caps-imex-channels/channel{ch}"), "")
+        _imex_channel(os.path.join(root, f"dev/nvidia-caps-imex-channels/channel{ch}"),
+                      spec.imex_major, ch)
     for path, content in spec.files:
         _write(os.path.join(root, path.lstrip("/")), content)
