@@ -18,10 +18,21 @@ from .findings import Finding
 
 F = TypeVar("F", bound=Callable[..., Any])
 
+def absolute_root(_ctx: click.Context, _param: click.Parameter, value: str) -> str:
+    """``--root`` made absolute once, at the CLI edge (relative to the working directory), so
+    that no command has to: paths built under it go into argv and config files, which take
+    absolute paths only. An empty value is a usage error (exit 2)."""
+    if not value:
+        raise click.BadParameter("must name a directory (use / for this host)")
+    return os.path.abspath(value)
+
+
 #: Shared option decorators so that every command spells them the same way.
 root_option = click.option(
     "--root", default="/", show_default=True, type=click.Path(file_okay=False),
-    help="Read the node under this directory (a simulated node tree).",
+    callback=absolute_root,
+    help="Read the node under this directory (a simulated node tree); relative to the "
+    "working directory.",
 )
 json_option = click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
 arch_option = click.option("--arch", default=None, help="Override the architecture (uname -m).")

@@ -1,0 +1,69 @@
+"""`--root` is made absolute once, at the CLI edge, for every command that takes it: a relative
+root (a simulated node next to the working directory) reads and plans the same node as its
+absolute path, and the IMEX path of `nvfabric run`, whose argv and config files take absolute
+paths only, accepts it."""
+
+from __future__ import annotations
+
+import importlib
+import json
+from collections.abc import Iterator
+from pathlib import Path
+
+import click
+import pytest
+
+from nvfabric.cli import COMMANDS
+from nvfabric.output import absolute_root
+from tests.conftest import run_cli, run_json
+from tests.runkit import sim
+
+
+def _commands() -> Iterator[tuple[str, click.Command]]:
+    for name, target in COMMANDS.items():
+        module, _, attr = target.partition(":")
+        cmd = getattr(importlib.import_module(module), attr)
+        stack: list[tuple[str, click.Command]] = [(name, cmd)]
+        while stack:
+            path, c = stack.pop()
+            yield path, c
+            if isinstance(c, click.Group):
+                stack += [(f"{path} {n}", sub) for n, sub in c.commands.items()]
+
+
+def test_every_root_option_is_made_absolute_at_the_cli_edge() -> None:
+    with_root = {path: c for path, c in _commands()
+                 if any(p.name == "root" for p in c.params)}
+    assert {"detect", "plan", "run", "status", "wait", "doctor", "imex channel"} <= set(with_root)
+    for path, c in with_root.items():
+        (param,) = [p for p in c.params if p.name == "root"]
+        assert param.callback is absolute_root, path
+        assert param.default == "/", path
+
+
+@pytest.mark.parametrize("args", [
+    ("detect",), ("plan",), ("imex", "owner"), ("imex", "channel"), ("run", "--dry-run"),
+], ids=" ".join)
+def test_relative_root_is_the_same_node_as_its_absolute_path(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, args: tuple[str, ...]) -> None:
+    root = sim(tmp_path, "gb200-tray", name="tray")
+    monkeypatch.chdir(tmp_path)
+    relative, rc_rel = run_json(*args, "--root", "tray")
+    absolute, rc_abs = run_json(*args, "--root", str(root))
+    assert (relative, rc_rel) == (absolute, rc_abs)
+
+
+def test_imex_run_accepts_a_relative_root(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    root = sim(tmp_path, "gb200-tray", name="tray")
+    monkeypatch.chdir(tmp_path)
+    out, rc = run_json("run", "--root", "tray", "--dry-run")
+    assert rc == 0, json.dumps(out)
+    assert out["findings"] == []
+    assert out["processes"] == [{"service": "imex", "argv": [
+        str(root / "usr/bin/nvidia-imex"), "-c", str(root / "run/nvfabric/imex/config.cfg")]}]
+
+
+def test_an_empty_root_is_a_usage_error() -> None:
+    proc = run_cli("detect", "--root", "")
+    assert proc.returncode == 2
+    assert "--root" in proc.stderr and "Traceback" not in proc.stderr
