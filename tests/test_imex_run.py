@@ -78,7 +78,7 @@ def test_gb200_tray_comes_up_with_host_ownership(tmp_path: Path) -> None:
     out = run.result()
     assert (out["result"], out["fabric"], out["imex"]["owner"]) == ("stopped", "mnnvl", "host")
     assert out["imex"]["channels"]["channels"][0]["kind"] == "char"
-    assert "IMEX READY, domain UP (1 nodes)" in run.log
+    assert "IMEX: READY, domain UP (1 nodes)" in run.log
 
 
 def test_waiting_for_peers_is_not_ready_and_names_them(tmp_path: Path) -> None:
@@ -91,6 +91,26 @@ def test_waiting_for_peers_is_not_ready_and_names_them(tmp_path: Path) -> None:
         assert run.wait() == 0
     finally:
         run.close()
+    assert "fabric ready" not in run.log
+
+
+def test_imex_still_not_ready_after_the_timeout_is_imex_not_ready(tmp_path: Path) -> None:
+    root = tray(tmp_path, {"imex": {"peers": "down"}})
+    run = Run(root, "--json", "--ready-timeout", "1",
+              "--imex-peers", peers(tmp_path, LOCAL, "198.51.100.3"))
+    try:
+        run.wait_line(r"nvfabric: IMEX not READY yet: .*198\.51\.100\.3")
+        line = run.wait_line(r"imex_not_ready")
+        assert "IMEX peers of its node list" in line
+        run.signal()
+        assert run.wait() == 0
+    finally:
+        run.close()
+    out = run.result()
+    (stuck,) = [f for f in out["findings"] if f["code"] == "imex_not_ready"]
+    assert (stuck["service"], stuck["severity"]) == ("imex", "warning")
+    assert "198.51.100.3" in stuck["last_probe"] and "nvfabric imex domain" in stuck["hint"]
+    assert "registration_stuck" not in run.log and "GPU fabric state" not in run.log
     assert "fabric ready" not in run.log
 
 

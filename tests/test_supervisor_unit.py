@@ -12,13 +12,14 @@ import socket
 import stat
 import sys
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
 from nvfabric import supervisor
 from nvfabric.findings import Finding
-from nvfabric.services import ServiceSpec
+from nvfabric.services import ServiceSpec, fabricmanager, imex
 from nvfabric.supervisor import GpuCheck, Log, Policy, Supervisor, ensure_dir, sd_notify
 
 PY = sys.executable
@@ -206,12 +207,38 @@ def test_without_fabric_state_the_success_line_means_ready() -> None:
 
 def test_gpus_that_never_register_are_reported_not_ready() -> None:
     log = StopOn("registration_stuck")
-    outcome = Supervisor([sleeper("fabricmanager", ready_gpus=True)],
+    check = GpuCheck(False, False, "8 GPUs: in_progress x8", "NVML: driver not loaded")
+    spec = fabricmanager.spec(PY, "/usr/share/nvidia/nvswitch/fabricmanager.cfg", None,
+                              needs_reset=False)
+    spec = replace(spec, argv=sleeper().argv)
+    outcome = Supervisor([spec],
                          Policy(ready_timeout_s=0.3, probe_interval_s=0.05), log=log,
-                         probe=_probe(False, False)).run()
+                         probe=lambda: check).run()
     assert outcome.exit_code == 0 and outcome.ready_after_s is None
     assert [f.code for f in outcome.findings] == ["registration_stuck"]
-    assert "fabric ready" not in log.text
+    stuck = outcome.findings[0]
+    assert "fabric manager" in stuck.message and "802" in stuck.message
+    assert (stuck.fields["service"], stuck.fields["timeout_s"]) == ("fabricmanager", 0.3)
+    assert "nvfabric: GPU fabric state not readable yet: NVML: driver not loaded" in log.lines
+    assert "fabric ready" not in log.text and "IMEX" not in log.text
+
+
+def test_imex_not_ready_is_logged_and_reported_in_imex_terms() -> None:
+    # The IMEX probe (nvidia-imex-ctl -q, then -N -j) says why the daemon is not READY.
+    log = StopOn("imex_not_ready")
+    why = "domain DEGRADED, waiting for 198.51.100.1 (node 0)"
+    spec = imex.spec(PY, "/etc/nvidia-imex/config.cfg")
+    spec = replace(spec, argv=(PY, "-c", "import time; time.sleep(60)"))
+    outcome = Supervisor([spec], Policy(ready_timeout_s=0.3, probe_interval_s=0.05), log=log,
+                         probe=lambda: GpuCheck(False, False, "not ready", why)).run()
+    assert outcome.exit_code == 0 and outcome.ready_after_s is None
+    assert [f.code for f in outcome.findings] == ["imex_not_ready"]
+    stuck = outcome.findings[0]
+    assert "IMEX peers" in stuck.message and "node list" in stuck.hint
+    assert "fabric manager" not in stuck.message + stuck.hint
+    assert (stuck.fields["service"], stuck.fields["last_probe"]) == ("imex", why)
+    assert f"nvfabric: IMEX not READY yet: {why}" in log.lines
+    assert "GPU fabric state" not in log.text and "registration_stuck" not in log.text
 
 
 def test_a_binary_that_cannot_be_executed_is_a_clear_failure(tmp_path: Path) -> None:

@@ -372,6 +372,7 @@ class Supervisor:
         self._gpus_unsupported = False
         self._stuck_reported = False
         self._probe_error_logged: str | None = None
+        self._last_probe: str | None = None  # the waiting service's last probe answer
         self._reap_pending = False
         self._outcome: Outcome | None = None
         # machinery (set up in run)
@@ -479,6 +480,7 @@ class Supervisor:
         self._ready_at = None
         self._probe_interval = self.policy.probe_interval_s
         self._stuck_reported = False
+        self._last_probe = None
         self._remove_ready_file()
         if self._registered and any(s.restart_needs_gpu_reset for s in self.specs):
             names = ", ".join(s.name for s in self.specs if s.restart_needs_gpu_reset)
@@ -669,11 +671,13 @@ class Supervisor:
         proc = self._waiting_gpus()
         if proc is None:
             return
+        words = proc.spec.ready_probe
+        self._last_probe = result.error or result.summary
         if result.error and result.error != self._probe_error_logged:
-            self.log.say(f"GPU fabric state not readable yet: {result.error}")
+            self.log.say(f"{words.label} {words.waiting}: {result.error}")
             self._probe_error_logged = result.error
         if result.ready:
-            self.log.say(f"GPU fabric state: {result.summary}")
+            self.log.say(f"{words.label}: {result.summary}")
             for f in result.findings:
                 self._notes.append(f)
                 self.log.finding(f)
@@ -690,16 +694,12 @@ class Supervisor:
         self._at("probe", self._probe_interval, self._request_probe)
 
     def _on_ready_timeout(self) -> None:
-        if self._waiting_gpus() is None or self._stuck_reported:
+        proc = self._waiting_gpus()
+        if proc is None or self._stuck_reported:
             return
         self._stuck_reported = True
-        f = Finding(
-            "registration_stuck", "warning",
-            f"GPUs have not finished registering with the NVLink fabric "
-            f"{self.policy.ready_timeout_s:g} s after fabric manager started; CUDA returns "
-            "error 802 (system not yet initialized) until they do; not reporting ready",
-            "look for fabric manager errors above and run `nvfabric status`; a state stuck "
-            "in progress usually means fabric manager or NVLSM cannot reach the NVSwitches")
+        f = proc.spec.ready_probe.stuck(proc.spec.name, self.policy.ready_timeout_s,
+                                        self._last_probe)
         self._notes.append(f)
         self.log.finding(f)
 

@@ -204,28 +204,30 @@ def apply(prepared: Prepared, opts: ImexRunOptions, log: Log) -> list[Finding]:
 def readiness_probe(ctl_binary: str, cfg_path: str,
                     timeout_s: float) -> Callable[[], GpuCheck]:
     """The supervisor's readiness probe for IMEX: ``nvidia-imex-ctl -q`` under a hard timeout;
-    when not READY, ``-N -j`` names the peers it waits for."""
+    when not READY, ``-N -j`` names the peers it waits for. ``error`` says why it is not READY;
+    the supervisor logs it as ``IMEX not READY yet: <why>`` and gives ``imex_not_ready`` after
+    the readiness timeout (the spec's :data:`nvfabric.services.imex.IMEX_READY`)."""
 
     def probe() -> GpuCheck:
         try:
             result = host.run_ctl(ctl.query_argv(ctl_binary, cfg_path), timeout_s)
         except OSError as err:
-            return GpuCheck(False, False, "IMEX not queried", f"cannot run {ctl_binary}: {err}")
+            return GpuCheck(False, False, "not queried", f"cannot run {ctl_binary}: {err}")
         if result.timed_out:
-            return GpuCheck(False, False, "IMEX not answering",
+            return GpuCheck(False, False, "not answering",
                             f"nvidia-imex-ctl -q did not answer within {timeout_s:g} s "
                             "(killed; it hangs while the daemon does not answer)")
         domain = _domain(ctl_binary, cfg_path, timeout_s)
         if ctl.parse_query(result.stdout):
             where = f", domain {domain.state} ({len(domain.nodes)} nodes)" if domain else ""
-            return GpuCheck(True, False, f"IMEX READY{where}")
+            return GpuCheck(True, False, f"READY{where}")
         if domain is not None and domain.unreachable:
             why = f"domain {domain.state}, waiting for " + ", ".join(domain.unreachable[:6])
         elif domain is not None:
             why = f"domain {domain.state}"
         else:
             why = (result.stdout.strip() or result.stderr.strip() or "no answer")[:200]
-        return GpuCheck(False, False, "IMEX not ready", f"IMEX not READY yet: {why}")
+        return GpuCheck(False, False, "not ready", why)
 
     return probe
 

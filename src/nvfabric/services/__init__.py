@@ -19,9 +19,55 @@ import re
 import subprocess
 from dataclasses import dataclass
 
+from ..findings import Finding
+
 #: A port GUID as NVLSM and fabric manager take it on their command line: ``0x`` + 16 hex
 #: digits (Fabric Manager User Guide, "NVLink 5": ``-g`` / ``FM_SM_MGMT_PORT_GUID``).
 GUID = re.compile(r"0x[0-9a-fA-F]{16}")
+
+
+@dataclass(frozen=True)
+class ReadyProbe:
+    """How the supervisor speaks of a probed service's readiness (``ready_gpus``), in that
+    daemon's own terms.
+
+    ``label``: what the probe reads, the subject of its log lines (``GPU fabric state: 8 GPUs:
+    completed x8``); ``waiting``: what follows the label while the probe has no answer yet or
+    says not yet (``GPU fabric state not readable yet: <why>``, ``IMEX not READY yet: <why>``);
+    ``stuck_code``, ``stuck_message``, ``stuck_hint``: the warning given once the readiness
+    timeout passes, ``{timeout}`` in the message standing for its seconds.
+    """
+
+    label: str
+    waiting: str
+    stuck_code: str
+    stuck_message: str
+    stuck_hint: str
+
+    def stuck(self, service: str, timeout_s: float, last: str | None) -> Finding:
+        """The stuck finding: a warning (the daemon may still finish), with the service, the
+        timeout and the probe's last answer (``last_probe``) as fields."""
+        fields: dict[str, object] = {"service": service, "timeout_s": timeout_s}
+        if last:
+            fields["last_probe"] = last
+        return Finding(self.stuck_code, "warning",
+                       self.stuck_message.format(timeout=f"{timeout_s:g}"), self.stuck_hint,
+                       fields)
+
+
+#: The default probe of ``ready_gpus``: every GPU's fabric state is completed, which fabric
+#: manager brings about (NVLSM too on NVLink 5). CUDA error 802: CUDA Runtime API,
+#: cudaErrorSystemNotReady ("system not yet initialized").
+GPU_REGISTRATION = ReadyProbe(
+    label="GPU fabric state",
+    waiting="not readable yet",
+    stuck_code="registration_stuck",
+    stuck_message="GPUs have not finished registering with the NVLink fabric {timeout} s after "
+    "fabric manager started; CUDA returns error 802 (system not yet initialized) until they "
+    "do; not reporting ready",
+    stuck_hint="look for fabric manager errors above and run `nvfabric status`; a state stuck "
+    "in progress usually means fabric manager or NVLSM cannot reach the NVSwitches",
+)
 
 
 @dataclass(frozen=True)
@@ -41,6 +87,8 @@ class ServiceSpec:
       stop (the daemon may still finish);
     - ``ready_line``: a regular expression; a matching output line means ready when
       ``ready_gpus`` is off, and prompts an immediate GPU check when it is on;
+    - ``ready_probe``: how the readiness probe of a ``ready_gpus`` service is logged and what
+      its timeout yields (default :data:`GPU_REGISTRATION`; IMEX has its own);
     - none of them: ready as soon as it is spawned.
 
     ``grace_s``: seconds between SIGTERM and SIGKILL when stopping it. ``runtime_dirs``:
@@ -56,6 +104,7 @@ class ServiceSpec:
     ready_socket: str | None = None
     ready_gpus: bool = False
     ready_line: str | None = None
+    ready_probe: ReadyProbe = GPU_REGISTRATION
     grace_s: float = 10.0
     runtime_dirs: tuple[str, ...] = ()
     restart_needs_gpu_reset: bool = False

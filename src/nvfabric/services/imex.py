@@ -20,10 +20,10 @@ from dataclasses import dataclass
 
 from ..imex.ctl import domain_argv, query_argv
 from ..imex.facts import CONFIG_PATH, IMEX_BINARY, IMEX_CTL_BINARY, NODES_CONFIG_PATH
-from . import ServiceSpec, check_path, version_output
+from . import ReadyProbe, ServiceSpec, check_path, version_output
 
-__all__ = ["ImexPaths", "argv", "domain_argv", "parse_version", "probe_version", "query_argv",
-           "spec"]
+__all__ = ["IMEX_READY", "ImexPaths", "argv", "domain_argv", "parse_version", "probe_version",
+           "query_argv", "spec"]
 
 BINARY = IMEX_BINARY
 CTL_BINARY = IMEX_CTL_BINARY
@@ -33,6 +33,23 @@ NODES_CONFIG = NODES_CONFIG_PATH
 #: ``nvidia-imex --version`` ("IMEX version is: X") and the startup banner ("IMEX version X is
 #: running"): capture ../shared/corpus/imex/imex-570.00-daemon-startup-dra289.log.
 _VERSION = re.compile(r"IMEX version(?: is)?:?\s+(\d+\.\d+(?:\.\d+)?)")
+
+
+#: How the supervisor speaks of IMEX readiness: ``nvidia-imex-ctl -q`` prints READY once the
+#: daemon has connected to the nodes of its node list (IMEX_WAIT_FOR_QUORUM; NVIDIA IMEX guide,
+#: "IMEX Service Config Options" and "The nvidia-imex-ctl Tool"); until then CUDA cannot import
+#: memory exported by other trays.
+IMEX_READY = ReadyProbe(
+    label="IMEX",
+    waiting="not READY yet",
+    stuck_code="imex_not_ready",
+    stuck_message="the IMEX daemon has not reported READY {timeout} s after it started: it "
+    "has not connected to the IMEX peers of its node list; CUDA cannot import memory from "
+    "other trays until it does; not reporting ready",
+    stuck_hint="every tray of the node list (IMEX_NODE_CONFIG_FILE) must run nvidia-imex with "
+    "the same list and reach the others on SERVER_PORT (50000); `nvfabric imex domain` names "
+    "the unreachable peers",
+)
 
 
 @dataclass(frozen=True)
@@ -54,8 +71,10 @@ def argv(binary: str, config: str) -> tuple[str, ...]:
 def spec(binary: str, config: str, grace_s: float = 10.0) -> ServiceSpec:
     """IMEX as a service of the unit. Ready when ``nvidia-imex-ctl -q`` prints READY: the
     supervisor's readiness probe (``ready_gpus``; the probe the mnnvl path gives it is
-    :func:`nvfabric.imex.bringup.readiness_probe`, each ctl call under a hard timeout)."""
-    return ServiceSpec(name="imex", argv=argv(binary, config), ready_gpus=True, grace_s=grace_s)
+    :func:`nvfabric.imex.bringup.readiness_probe`, each ctl call under a hard timeout), logged
+    and timed out in IMEX's terms (:data:`IMEX_READY`: ``imex_not_ready``)."""
+    return ServiceSpec(name="imex", argv=argv(binary, config), ready_gpus=True,
+                       ready_probe=IMEX_READY, grace_s=grace_s)
 
 
 def parse_version(text: str) -> str | None:
