@@ -17,6 +17,8 @@ import pytest
 from nvfabric.diagnose import classify_lines
 from nvfabric.health import live
 from nvfabric.health.smi import parse, parse_csv, parse_text, parse_xml
+from nvfabric.imex import ctl
+from nvfabric.simulate import fakebin
 from nvfabric.simulate.fakes import gpus, set_faults
 
 from .cases import CORPUS
@@ -210,14 +212,55 @@ def test_imex_ready_then_ctl_reports_status_json_until_stopped(tmp_path: Path) -
         real_table = (CORPUS / "imex/aws-pcluster-p6e-gb200-18node-imex-ctl-N-570.172.txt"
                       ).read_text(encoding="utf-8").splitlines()
         real_row = next(line for line in real_table if line.startswith("Node #0 "))
-        assert table[2].startswith("Node #0   - 192.0.2.10      - READY ")
-        assert [m.start() for m in re.finditer(" - ", table[2])] == [
+        row = next(line for line in table if line.startswith("Node #0 "))
+        assert row.startswith("Node #0   - 192.0.2.10      - READY ")
+        assert [m.start() for m in re.finditer(" - ", row)] == [
             m.start() for m in re.finditer(" - ", real_row)]
+        assert table[:10] == real_table[:10]  # the legend and the blank line after it
+        assert table[-1] == "Domain State: UP" and table[-2] == ""
     finally:
         proc.send_signal(signal.SIGTERM)
         proc.communicate(timeout=30)
     assert proc.returncode == 0
     assert fake(root, "nvidia-imex-ctl", "-q").returncode == 1
+
+
+def test_imex_ctl_text_table_renders_the_18_node_capture_exactly() -> None:
+    real = (CORPUS / "imex/aws-pcluster-p6e-gb200-18node-imex-ctl-N-570.172.txt").read_text(
+        encoding="utf-8")
+    parsed = ctl.parse_text(real)
+    state = {"nodes": {str(n.node_id): {"status": n.status, "host": n.host,
+                                        "version": n.version} for n in parsed.nodes}}
+    assert parsed.timestamp is not None
+    assert fakebin.imex_domain_text(state, parsed.state, parsed.timestamp) + "\n" == real
+
+
+@pytest.mark.parametrize("peers", ["up", "down"])
+def test_imex_ctl_text_table_reads_the_same_as_its_json(tmp_path: Path, peers: str) -> None:
+    root = sim(tmp_path, "gb200-tray", {"imex": {"peers": peers}})
+    proc, _ = _imex(root, tmp_path, ["192.0.2.10", "198.51.100.2", "198.51.100.3"])
+    try:
+        until(lambda: '"status":"DOWN"' not in fake(root, "nvidia-imex-ctl", "-N", "-j").stdout,
+              "the fake daemon publishes its domain")
+        text = ctl.parse_domain(fake(root, "nvidia-imex-ctl", "-N").stdout)
+        js = ctl.parse_domain(fake(root, "nvidia-imex-ctl", "-N", "-j").stdout)
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.communicate(timeout=30)
+    assert (text.source, js.source) == ("text", "json")
+    assert (text.state, text.nodes, text.unreachable) == (js.state, js.nodes, js.unreachable)
+    assert text.timestamp and js.timestamp
+
+    def pairs(links: tuple[str, ...]) -> list[str]:  # the words differ: legend vs JSON status
+        return [link.split(":")[0] for link in links]
+
+    assert pairs(text.bad_links) == pairs(js.bad_links)
+    if peers == "up":
+        assert (text.state, text.unreachable, text.bad_links) == ("UP", (), ())
+    else:
+        assert text.state == "DEGRADED"
+        assert text.unreachable == ("198.51.100.2 (node 1)", "198.51.100.3 (node 2)")
+        assert "node 0 -> node 1: invalid (not reachable)" in text.bad_links
 
 
 def test_imex_ctl_hang_fault_never_answers(tmp_path: Path) -> None:

@@ -155,7 +155,8 @@ def parse_json(text: str) -> DomainStatus:
                 continue
             referenced.setdefault(int(peer_key), str(conn.get("host") or ""))
             status = str(conn.get("status") or "")
-            if status != "CONNECTED":
+            # A node's entry for itself is no link (the table's diagonal, see parse_text).
+            if status != "CONNECTED" and int(peer_key) != node.node_id:
                 bad.append(f"node {node.node_id} -> node {peer_key}: {status.lower() or '?'}")
     nodes.sort(key=lambda n: n.node_id)
     known = {n.node_id for n in nodes}
