@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import hashlib
 from collections import Counter
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -245,6 +245,27 @@ def check(nodes: Sequence[NodeReport], domain_size: int = DOMAIN_SIZE_NVL72,
     return FleetResult(tuple(domains), tuple(fleet), len(nodes))
 
 
+def _majority(members: Sequence[NodeReport], values: Callable[[NodeReport], Counter[Any]],
+              where: str, what: str, code: str, field_name: str,
+              hint: str) -> tuple[Any, Finding | None]:
+    """The value most GPUs of ``members`` report (ClusterUUID or CliqueId, by ``values``;
+    None when none reports one) and, when they report more than one, the ``code`` error
+    naming the nodes whose GPUs differ from it (``field_name``: the majority value)."""
+    votes: Counter[Any] = Counter()
+    for m in members:
+        votes.update(values(m))
+    main = votes.most_common(1)[0][0] if votes else None
+    if len(votes) <= 1:
+        return main, None
+    odd = {m.name: sorted(values(m)) for m in members
+           if values(m) and set(values(m)) != {main}}
+    return main, Finding(
+        code, "error",
+        f"{where}: GPUs report {len(votes)} {what}; {len(odd)} node(s) differ from {main}: "
+        + ", ".join(list(odd)[:8]) + (", ..." if len(odd) > 8 else ""),
+        hint, {field_name: main, "nodes": odd})
+
+
 def _check_group(key: str, how: str, members: list[NodeReport],
                  missing: tuple[str, ...] | None, size: int,
                  node_lists: Mapping[str, Sequence[str]] | None) -> Domain:
@@ -270,34 +291,19 @@ def _check_group(key: str, how: str, members: list[NodeReport],
             "HGX/DGX baseboard nodes need no IMEX node list across nodes",
             {"nodes": [m.name for m in single[:200]], "fabrics": dict(kinds)}))
 
-    uuid_votes: Counter[str] = Counter()
-    clique_votes: Counter[int] = Counter()
-    for m in members:
-        uuid_votes.update(m.uuids())
-        clique_votes.update(m.cliques())
-    main_uuid = uuid_votes.most_common(1)[0][0] if uuid_votes else None
-    main_clique = clique_votes.most_common(1)[0][0] if clique_votes else None
-    if len(uuid_votes) > 1 and not single:
-        odd = {m.name: sorted(m.uuids()) for m in members
-               if m.uuids() and set(m.uuids()) != {main_uuid}}
-        findings.append(Finding(
-            "domain_cluster_uuid_split", "error",
-            f"{where}: GPUs report {len(uuid_votes)} ClusterUUIDs; {len(odd)} node(s) differ "
-            f"from {main_uuid}: " + ", ".join(list(odd)[:8]) + (", ..." if len(odd) > 8 else ""),
-            "a node list must hold trays of one NVLink domain: move these nodes to the node "
-            "list of their own domain (or check the NVLink switch trays' fabric manager)",
-            {"cluster_uuid": main_uuid, "nodes": odd}))
-    if len(clique_votes) > 1 and not single:
-        odd_c = {m.name: sorted(m.cliques()) for m in members
-                 if m.cliques() and set(m.cliques()) != {main_clique}}
-        findings.append(Finding(
-            "domain_clique_split", "error",
-            f"{where}: GPUs report {len(clique_votes)} CliqueIds; {len(odd_c)} node(s) differ "
-            f"from {main_clique}: " + ", ".join(list(odd_c)[:8])
-            + (", ..." if len(odd_c) > 8 else ""),
-            "GPUs of one IMEX domain must share a clique (one NVLink partition): check the "
-            "partition the NVLink switch trays assigned",
-            {"clique_id": main_clique, "nodes": odd_c}))
+    main_uuid, split = _majority(
+        members, NodeReport.uuids, where, "ClusterUUIDs", "domain_cluster_uuid_split",
+        "cluster_uuid",
+        "a node list must hold trays of one NVLink domain: move these nodes to the node "
+        "list of their own domain (or check the NVLink switch trays' fabric manager)")
+    if split is not None and not single:
+        findings.append(split)
+    main_clique, split = _majority(
+        members, NodeReport.cliques, where, "CliqueIds", "domain_clique_split", "clique_id",
+        "GPUs of one IMEX domain must share a clique (one NVLink partition): check the "
+        "partition the NVLink switch trays assigned")
+    if split is not None and not single:
+        findings.append(split)
 
     unattached: dict[str, list[str]] = {}
     for m in members:

@@ -10,7 +10,8 @@ Under nvfabric the daemon runs in the foreground (DAEMONIZE=0 in the effective c
 -q`` prints READY; every ctl call runs under a hard timeout (the tool is known to hang).
 ``nvidia-imex --version`` prints ``IMEX version is: 570.172``; the daemon checks the loaded
 driver's version itself at start and aborts on a mismatch (IMEX guide, "Other NVIDIA Software
-Packages").
+Packages"), so ``run`` does not probe it beforehand; :func:`parse_version` reads either line
+(from :func:`nvfabric.services.version_output` or the log).
 """
 
 from __future__ import annotations
@@ -20,10 +21,10 @@ from dataclasses import dataclass
 
 from ..imex.ctl import domain_argv, query_argv
 from ..imex.facts import CONFIG_PATH, IMEX_BINARY, IMEX_CTL_BINARY, NODES_CONFIG_PATH
-from . import ReadyProbe, ServiceSpec, check_path, version_output
+from . import ReadyProbe, ServiceSpec, check_path
 
-__all__ = ["IMEX_READY", "ImexPaths", "argv", "domain_argv", "parse_version", "probe_version",
-           "query_argv", "spec"]
+__all__ = ["IMEX_READY", "ImexPaths", "argv", "domain_argv", "parse_version", "query_argv",
+           "spec"]
 
 BINARY = IMEX_BINARY
 CTL_BINARY = IMEX_CTL_BINARY
@@ -81,10 +82,3 @@ def parse_version(text: str) -> str | None:
     """The version from ``nvidia-imex --version`` output or its startup banner, or None."""
     match = _VERSION.search(text)
     return match.group(1) if match else None
-
-
-def probe_version(binary: str, timeout_s: float = 10.0) -> tuple[str | None, str]:
-    """Run ``<binary> --version`` and return (version or None, its output). Raises what
-    :func:`nvfabric.services.version_output` raises (OSError, subprocess.TimeoutExpired)."""
-    text = version_output(binary, timeout_s)
-    return parse_version(text), text
