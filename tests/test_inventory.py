@@ -195,3 +195,24 @@ def test_readers_never_raise_on_garbage(tmp_path_factory: object, files: dict[st
             fh.write(files.get("sys/bus/pci/devices/0000:05:00.0/vpd", b"\x82\xff"))
         inv = collect(root)
         plan(inv)
+
+
+def test_file_where_a_directory_belongs_is_exit_2_json_under_json(tmp_path: Path) -> None:
+    target = tmp_path / "afile"
+    target.write_text("x")
+    data, rc = run_json("simulate", "dgx-b200", str(target))
+    assert rc == 2 and data["error"]["code"] == "input_unreadable"
+    assert str(target) in data["error"]["message"]
+
+
+def test_reader_that_goes_away_is_not_a_failure(node: Callable[..., Path]) -> None:
+    import subprocess
+    import sys
+
+    root = node("hgx-b200-4lpf")
+    proc = subprocess.Popen([sys.executable, "-m", "nvfabric", "detect", "--root", str(root)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    assert proc.stdout is not None
+    proc.stdout.close()  # before nvfabric writes anything: its first write meets EPIPE
+    assert proc.wait(timeout=60) == 0
+    assert proc.stderr is not None and b"Traceback" not in proc.stderr.read()

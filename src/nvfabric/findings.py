@@ -50,6 +50,7 @@ CODES: frozenset[str] = frozenset(
         "restart_needs_gpu_reset",
         "nvml_unavailable",
         "input_unreadable",
+        "internal_error",
         # Added by the health and diagnosis module (README "Finding codes").
         "nvml_function_not_found",
         "fabric_info_not_supported",

@@ -50,7 +50,15 @@ def console(stderr: bool = False) -> Any:
 
     stream = sys.stderr if stderr else sys.stdout
     width = None if stream.isatty() else 132  # logs and pipes: do not squeeze tables to 80
-    return Console(stderr=stderr, highlight=False, soft_wrap=True, width=width)
+    con = Console(stderr=stderr, highlight=False, soft_wrap=True, width=width)
+    con.on_broken_pipe = _on_broken_pipe  # type: ignore[method-assign]  # rich exits 1 there
+    return con
+
+
+def _on_broken_pipe() -> NoReturn:
+    """The reader went away (``nvfabric detect | head -1``): stop quietly, exit 0."""
+    _quiet_stdout()
+    sys.exit(0)
 
 
 def severity_style(severity: str) -> str:
@@ -76,16 +84,39 @@ def print_findings(con: Any, findings: list[Finding] | tuple[Finding, ...], titl
 def fail(finding: Finding, exit_code: int, as_json: bool) -> NoReturn:
     """Report a failure as one line (or one JSON object) and exit."""
     if as_json:
-        print_json({"error": finding.to_json()})
-    else:
-        hint = f" (hint: {finding.hint})" if finding.hint else ""
-        sys.stderr.write(f"nvfabric: {finding.code}: {finding.message}{hint}\n")
+        try:
+            print_json({"error": finding.to_json()})
+            sys.exit(exit_code)
+        except OSError:  # stdout itself is the problem (full disk, closed pipe): say it below
+            _quiet_stdout()
+    hint = f" (hint: {finding.hint})" if finding.hint else ""
+    message = " ".join(f"nvfabric: {finding.code}: {finding.message}{hint}".splitlines())
+    sys.stderr.write(message + "\n")
     sys.exit(exit_code)
 
 
+def safe(value: object) -> str:
+    """A value read from the node or an input file, made safe for rich console output: markup
+    brackets escaped (``[/]`` in a sysfs file must not be taken as a style tag) and control
+    characters shown as ``\\xNN`` (no raw escape sequences reach the operator's terminal)."""
+    from rich.markup import escape
+
+    text = str(value)
+    if any(ord(c) < 32 or 127 <= ord(c) < 160 for c in text):
+        text = "".join(
+            c if not (ord(c) < 32 or 127 <= ord(c) < 160) else f"\\x{ord(c):02x}" for c in text
+        )
+    return escape(text)
+
+
 def guarded(fn: F) -> F:
-    """Turn NvfabricError and stray exceptions into one line and an exit code; never a
-    traceback unless NVFABRIC_DEBUG is set."""
+    """Turn NvfabricError and stray exceptions into one line (one JSON object under ``--json``)
+    and an exit code; never a traceback unless NVFABRIC_DEBUG is set.
+
+    An OSError or UnicodeDecodeError that escapes a command is about the files or directories
+    it was given (a file where a directory should be, a full disk, bytes that are not text):
+    exit 2 with the path. Anything else is a bug: exit 3.
+    """
 
     @functools.wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
@@ -97,14 +128,35 @@ def guarded(fn: F) -> F:
         except (click.exceptions.Exit, click.ClickException, SystemExit, KeyboardInterrupt):
             raise
         except BrokenPipeError:
+            _quiet_stdout()
             sys.exit(0)
+        except UnicodeDecodeError as err:
+            if os.environ.get("NVFABRIC_DEBUG"):
+                raise
+            fail(Finding("input_unreadable", "error", f"input is not text: {err}",
+                         "give a text file (UTF-8)"), 2, as_json)
+        except OSError as err:
+            if os.environ.get("NVFABRIC_DEBUG"):
+                raise
+            where = f"{err.filename}: " if err.filename else ""
+            fail(Finding("input_unreadable", "error", f"{where}{err.strerror or err}",
+                         "check the path given and that it is the right kind (file or "
+                         "directory) and writable where nvfabric writes"), 2, as_json)
         except Exception as err:  # noqa: BLE001 - last resort, see docstring
             if os.environ.get("NVFABRIC_DEBUG"):
                 raise
-            sys.stderr.write(
-                f"nvfabric: internal error: {type(err).__name__}: {err} "
-                "(run with NVFABRIC_DEBUG=1 for the traceback)\n"
-            )
-            sys.exit(3)
+            fail(Finding("internal_error", "error", f"{type(err).__name__}: {err}",
+                         "this is a bug in nvfabric: run again with NVFABRIC_DEBUG=1 for the "
+                         "traceback and report it"), 3, as_json)
 
     return wrapper  # type: ignore[return-value]
+
+
+def _quiet_stdout() -> None:
+    """After a broken pipe, point stdout at /dev/null so the interpreter's final flush is
+    silent."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except OSError:
+        pass
