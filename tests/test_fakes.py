@@ -8,6 +8,7 @@ import json
 import re
 import signal
 import subprocess
+import sys
 import time
 import xml.etree.ElementTree as ET
 from pathlib import Path
@@ -188,6 +189,18 @@ def _imex(root: Path, tmp_path: Path, nodes: list[str]) -> tuple[subprocess.Pope
     return proc, cfg
 
 
+def _stop(proc: subprocess.Popen[str]) -> None:
+    """SIGTERM the fake daemon and wait for it; a fake that does not stop is killed (never left
+    behind to disturb other tests) and fails the test."""
+    proc.send_signal(signal.SIGTERM)
+    try:
+        proc.communicate(timeout=30)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.communicate()
+        pytest.fail("the fake nvidia-imex did not stop on SIGTERM")
+
+
 def test_d07_imex_with_no_local_address_exits_with_the_real_error(tmp_path: Path) -> None:
     root = sim(tmp_path, "gb200-tray")
     proc, _ = _imex(root, tmp_path, ["198.51.100.1", "198.51.100.2"])
@@ -219,8 +232,7 @@ def test_imex_ready_then_ctl_reports_status_json_until_stopped(tmp_path: Path) -
         assert table[:10] == real_table[:10]  # the legend and the blank line after it
         assert table[-1] == "Domain State: UP" and table[-2] == ""
     finally:
-        proc.send_signal(signal.SIGTERM)
-        proc.communicate(timeout=30)
+        _stop(proc)
     assert proc.returncode == 0
     assert fake(root, "nvidia-imex-ctl", "-q").returncode == 1
 
@@ -245,8 +257,7 @@ def test_imex_ctl_text_table_reads_the_same_as_its_json(tmp_path: Path, peers: s
         text = ctl.parse_domain(fake(root, "nvidia-imex-ctl", "-N").stdout)
         js = ctl.parse_domain(fake(root, "nvidia-imex-ctl", "-N", "-j").stdout)
     finally:
-        proc.send_signal(signal.SIGTERM)
-        proc.communicate(timeout=30)
+        _stop(proc)
     assert (text.source, js.source) == ("text", "json")
     assert (text.state, text.nodes, text.unreachable) == (js.state, js.nodes, js.unreachable)
     assert text.timestamp and js.timestamp
@@ -267,3 +278,44 @@ def test_imex_ctl_hang_fault_never_answers(tmp_path: Path) -> None:
     root = sim(tmp_path, "gb200-tray", {"imex-ctl": {"hang": True}})
     with pytest.raises(subprocess.TimeoutExpired):
         fake(root, "nvidia-imex-ctl", "-q", timeout=0.5)
+
+
+#: A fake daemon whose SIGTERM arrives while its wait loop holds a lock (the moment a
+#: ``threading.Event`` handler deadlocks on): a profile hook sends the signal right after the
+#: first lock is taken inside ``Daemon.wait``; when the loop takes no lock at all, the test
+#: sends SIGTERM itself once the loop is waiting.
+_SIGTERM_IN_WAIT = """
+import os, signal, sys
+sys.path.insert(0, sys.argv[1])
+import _nvfabric_fakes as fakes
+d = fakes.Daemon(sys.argv[2], "imex")
+sent = []
+def hook(frame, event, arg):
+    if (event == "c_return" and not sent
+            and getattr(arg, "__name__", "") in ("acquire", "__enter__")):
+        sent.append(1)
+        os.kill(os.getpid(), signal.SIGTERM)
+print("waiting", flush=True)
+sys.setprofile(hook)
+stopped = not d.wait(3600)
+sys.setprofile(None)
+print("stopped" if stopped else "timed out", flush=True)
+"""
+
+
+def test_fake_daemon_stops_on_sigterm_arriving_inside_its_wait_loop(tmp_path: Path) -> None:
+    root = sim(tmp_path, "gb200-tray")
+    proc = subprocess.Popen([sys.executable, "-c", _SIGTERM_IN_WAIT, str(root / "bin"),
+                             str(root)], stdout=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout is not None and proc.stdout.readline() == "waiting\n"
+        time.sleep(0.3)  # the loop is in its wait; a signal now must end it
+        proc.send_signal(signal.SIGTERM)
+        out, _ = proc.communicate(timeout=10)
+    except subprocess.TimeoutExpired:
+        pytest.fail("the fake daemon deadlocked in its SIGTERM handler")
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert out == "stopped\n" and proc.returncode == 0

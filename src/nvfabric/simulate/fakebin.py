@@ -37,7 +37,6 @@ import select
 import signal
 import socket
 import sys
-import threading
 import time
 from collections.abc import Callable
 from typing import Any
@@ -189,19 +188,33 @@ def read_cfg(path: str) -> dict[str, str]:
 
 
 class Daemon:
-    """The life of a fake daemon: SIGTERM handling (or ignoring), a crash timer, a loop."""
+    """The life of a fake daemon: SIGTERM handling (or ignoring), a crash timer, a loop.
+
+    The signal handlers only set a flag (no lock, no threading primitive: a handler runs
+    between two bytecodes of the main thread, which may hold that very lock, e.g. inside
+    ``threading.Event.wait``, and would deadlock); the signal's byte on a self-pipe
+    (``signal.set_wakeup_fd``) wakes the loop's ``select`` at once, and the loop also checks
+    the flag every 50 ms.
+    """
 
     def __init__(self, root: str, prog: str) -> None:
         self.root = root
         self.prog = prog
         self.faults = faults(root, prog)
         self.started = time.monotonic()
-        self.stop = threading.Event()
+        self.stopping = False
+        self._wake_r, wake_w = os.pipe()
+        os.set_blocking(self._wake_r, False)
+        os.set_blocking(wake_w, False)
+        signal.set_wakeup_fd(wake_w, warn_on_full_buffer=False)
         if self.faults.get("ignore_sigterm"):
             signal.signal(signal.SIGTERM, signal.SIG_IGN)
         else:
-            signal.signal(signal.SIGTERM, lambda *_: self.stop.set())
-        signal.signal(signal.SIGINT, lambda *_: self.stop.set())
+            signal.signal(signal.SIGTERM, self._on_stop)
+        signal.signal(signal.SIGINT, self._on_stop)
+
+    def _on_stop(self, signum: int, frame: Any) -> None:
+        self.stopping = True
 
     def crash_due(self) -> bool:
         after = self.faults.get("crash_after_s")
@@ -215,19 +228,19 @@ class Daemon:
              on_ready: Callable[[Any], None] | None = None) -> bool:
         """Sleep up to ``seconds``, serving ``fds``; False when stopping or crashing."""
         deadline = time.monotonic() + seconds
-        while not self.stop.is_set() and not self.crash_due():
+        while not self.stopping and not self.crash_due():
             left = deadline - time.monotonic()
             if left <= 0:
                 return True
-            step = min(left, 0.05)
-            if fds:
-                with contextlib.suppress(InterruptedError, OSError, ValueError):
-                    ready, _, _ = select.select(fds, [], [], step)
-                    for f in ready:
-                        if on_ready is not None:
-                            on_ready(f)
-            else:
-                self.stop.wait(step)
+            with contextlib.suppress(InterruptedError, OSError, ValueError):
+                ready, _, _ = select.select([self._wake_r, *(fds or [])], [], [],
+                                            min(left, 0.05))
+                for f in ready:
+                    if f == self._wake_r:
+                        with contextlib.suppress(OSError):
+                            os.read(self._wake_r, 512)
+                    elif on_ready is not None:
+                        on_ready(f)
         return False
 
     def shutdown_delay(self) -> None:
