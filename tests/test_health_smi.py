@@ -165,3 +165,45 @@ def test_unreadable_text_is_a_format_error(text: str) -> None:
 def test_malformed_xml_is_a_format_error() -> None:
     with pytest.raises(SmiFormatError, match="malformed"):
         parse("<?xml version='1.0'?><nvidia_smi_log><gpu>")
+
+
+# Tester report 9(a): a value nvidia-smi never prints was read as not_supported / an invented
+# NVML error name, and the verdict came out healthy. Every capture format refuses it, naming
+# the GPU row and the value.
+@pytest.mark.parametrize(("text", "where", "value"), [
+    (CSV_HEADER + "0, GPU-a, Completed, Success, 7, 5b1e0f8c-2d7a-4c39-8e61-0d5f3a9b7c21\n"
+     "1, GPU-bbbb, Bogus, Whatever, x, y\n", "CSV row 2", "'Bogus'"),
+    ("1, GPU-bbbb, Completed, Whatever, 3, 5b1e0f8c-2d7a-4c39-8e61-0d5f3a9b7c21\n",
+     "CSV row 1", "'Whatever'"),
+    (CSV_HEADER + "1, GPU-b, Completed, Success, 3, y\n", "CSV row 1", "'y'"),
+    (CSV_HEADER + "1, GPU-b, Completed, Success, x, [N/A]\n", "CSV row 1", "'x'"),
+    ("GPU 00000000:18:00.0\n    Fabric\n        State : Finished\n        Status : Success\n",
+     "GPU 0 (00000000:18:00.0)", "'Finished'"),
+    ("<?xml version='1.0'?><nvidia_smi_log><gpu id='00000000:19:00.0'><fabric>"
+     "<state>Completed</state><status>Success</status><cliqueId>1</cliqueId>"
+     "<clusterUuid>not-a-uuid</clusterUuid></fabric></gpu></nvidia_smi_log>",
+     "GPU 0 (00000000:19:00.0)", "'not-a-uuid'"),
+], ids=["csv-state", "csv-status-headerless", "csv-cluster-uuid", "csv-clique",
+        "text-state", "xml-cluster-uuid"])
+def test_unrecognised_fabric_values_are_refused_naming_row_and_value(
+    text: str, where: str, value: str
+) -> None:
+    with pytest.raises(SmiFormatError) as err:
+        parse(text)
+    assert str(err.value).startswith(where + ":") and value in str(err.value)
+
+
+def test_csv_row_with_more_fields_than_the_header_is_refused() -> None:
+    with pytest.raises(SmiFormatError, match="CSV row 1: 7 fields"):
+        parse(CSV_HEADER + "1, GPU-bbbb, Completed, Success, 3, "
+                           "5b1e0f8c-2d7a-4c39-8e61-0d5f3a9b7c21, z\n")
+
+
+def test_every_nvml_error_word_nvidia_smi_prints_is_still_read() -> None:
+    text = CSV_HEADER + "".join(
+        f"{i}, GPU-{i}, Completed, {word}, 0, {ZERO_UUID}\n"
+        for i, word in enumerate(("Success", "Insufficient Resources", "Unknown Error",
+                                  "NVML_ERROR_TIMEOUT", "Not Ready", "[N/A]")))
+    assert [g.status for g in parse(text).gpus] == [
+        "success", "NVML_ERROR_INSUFFICIENT_RESOURCES", "NVML_ERROR_UNKNOWN",
+        "NVML_ERROR_TIMEOUT", "NVML_ERROR_NOT_READY", None]

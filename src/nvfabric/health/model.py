@@ -73,6 +73,8 @@ _ERROR_WORDS: dict[str, str] = {
     "insufficient memory": "NVML_ERROR_MEMORY",
 }
 
+_KNOWN_NAMES = frozenset(NVML_RETURN.values())
+
 _SMI_STATES: dict[str, State] = {
     "completed": "completed",
     "in progress": "in_progress",
@@ -93,7 +95,9 @@ def status_from_smi(printed: str) -> str | None:
 
     nvidia-smi prints ``nvmlErrorString(status)`` (``Success``, ``Insufficient Resources``:
     ../shared/corpus/nvidia-smi/fabric-insufficient-resources-azhpc506.txt); the name is the
-    words in upper snake case unless listed in ``_ERROR_WORDS``.
+    words in upper snake case unless listed in ``_ERROR_WORDS``. Raises ValueError for a word
+    that names no NVML return code of nvml.h (:data:`NVML_RETURN`): a capture with such a
+    status is not judged as if it were an error the driver could report.
     """
     word = printed.strip().strip("[]").strip()
     low = word.lower()
@@ -103,15 +107,25 @@ def status_from_smi(printed: str) -> str | None:
         return "success"
     if low in _ERROR_WORDS:
         return _ERROR_WORDS[low]
-    if word.startswith("NVML_"):
-        return word
-    return "NVML_ERROR_" + re.sub(r"[^A-Za-z0-9]+", "_", word).strip("_").upper()
+    name = word if word.startswith("NVML_") else (
+        "NVML_ERROR_" + re.sub(r"[^A-Za-z0-9]+", "_", word).strip("_").upper())
+    if name == "NVML_SUCCESS":
+        return "success"
+    if name not in _KNOWN_NAMES:
+        raise ValueError(f"unrecognised fabric status {printed.strip()!r}")
+    return name
 
 
 def state_from_smi(printed: str) -> State:
-    """nvidia-smi's fabric State (``Completed``, ``In Progress``, ``Not Started``, ``N/A``).
-    N/A (and anything unknown) is ``not_supported``: the GPU reports no fabric."""
-    return _SMI_STATES.get(printed.strip().strip("[]").strip().lower(), "not_supported")
+    """nvidia-smi's fabric State (``Completed``, ``In Progress``, ``Not Started``, ``Not
+    Supported``, ``N/A``). N/A is ``not_supported``: the GPU reports no fabric. Raises
+    ValueError for any other word (a damaged or hand-edited capture)."""
+    word = printed.strip().strip("[]").strip().lower()
+    if word in ("n/a", ""):
+        return "not_supported"
+    if word not in _SMI_STATES:
+        raise ValueError(f"unrecognised fabric state {printed.strip()!r}")
+    return _SMI_STATES[word]
 
 
 ZERO_UUID = "00000000-0000-0000-0000-000000000000"

@@ -89,20 +89,27 @@ class _Gpu:
     summary: str | None = None
     has_fabric: bool = False
 
-    def build(self, index: int) -> GpuFabric:
+    def build(self, index: int, where: str = "") -> GpuFabric:
+        """The GpuFabric; SmiFormatError naming the GPU (``where``, else its index and bus id)
+        and the value when the fabric state, status, CliqueId or ClusterUUID is not one
+        nvidia-smi prints."""
         v = self.values
-        return GpuFabric(
-            index=index,
-            uuid=_na(v.get("uuid")),
-            pci=self.pci,
-            name=_na(v.get("name")),
-            state=state_from_smi(v.get("state", "N/A")),
-            status=status_from_smi(v.get("status", "N/A")),
-            clique_id=_int(v.get("clique_id")),
-            cluster_uuid=_uuid(v.get("cluster_uuid")),
-            health_summary=self.summary,
-            health=tuple(self.health),
-        )
+        try:
+            return GpuFabric(
+                index=index,
+                uuid=_na(v.get("uuid")),
+                pci=self.pci,
+                name=_na(v.get("name")),
+                state=state_from_smi(v.get("state", "N/A")),
+                status=status_from_smi(v.get("status", "N/A")),
+                clique_id=_clique(v.get("clique_id")),
+                cluster_uuid=_uuid(v.get("cluster_uuid")),
+                health_summary=self.summary,
+                health=tuple(self.health),
+            )
+        except ValueError as err:
+            label = where or f"GPU {index}" + (f" ({self.pci})" if self.pci else "")
+            raise SmiFormatError(f"{label}: {err}") from None
 
 
 def _na(value: str | None) -> str | None:
@@ -121,11 +128,29 @@ def _int(value: str | None) -> int | None:
         return None
 
 
-def _uuid(value: str | None) -> str | None:
+def _clique(value: str | None) -> int | None:
+    """A CliqueId: N/A -> None, else a non-negative integer; ValueError otherwise."""
     text = _na(value)
     if text is None:
         return None
-    return text.lower() if UUID_RE.match(text) else text
+    try:
+        number = int(text, 0)
+    except ValueError:
+        number = -1
+    if number < 0:
+        raise ValueError(f"unrecognised CliqueId {text!r}")
+    return number
+
+
+def _uuid(value: str | None) -> str | None:
+    """A ClusterUUID: N/A -> None, else canonical lower-case 8-4-4-4-12 hex; ValueError for
+    anything else."""
+    text = _na(value)
+    if text is None:
+        return None
+    if not UUID_RE.match(text):
+        raise ValueError(f"unrecognised ClusterUUID {text!r}")
+    return text.lower()
 
 
 _FABRIC_KEYS = {"state": "state", "status": "status", "cliqueid": "clique_id",
@@ -243,7 +268,8 @@ _CSV_COLUMNS = {
 
 def parse_csv(text: str) -> FabricHealth:
     """``--query-gpu=... --format=csv`` (header optional: without it, the column order of
-    :data:`CSV_FIELDS`). Unknown columns are ignored."""
+    :data:`CSV_FIELDS`). Unknown columns are ignored; a row with another number of fields, or
+    with a value nvidia-smi does not print, is a SmiFormatError naming the row."""
     rows = [[c.strip() for c in r]
             for r in csv.reader(text.splitlines(), skipinitialspace=True) if any(r)]
     if not rows:
@@ -259,11 +285,16 @@ def parse_csv(text: str) -> FabricHealth:
     gpus: list[GpuFabric] = []
     driver: str | None = None
     for n, row in enumerate(rows):
-        values = {col: val for col, val in zip(columns, row, strict=False) if col}
+        where = f"CSV row {n + 1}"
+        if len(row) != len(columns):
+            raise SmiFormatError(
+                f"{where}: {len(row)} fields where {len(columns)} columns are expected: "
+                f"{', '.join(row)!r}")
+        values = {col: val for col, val in zip(columns, row, strict=True) if col}
         index = _int(values.get("index"))
         driver = driver or _na(values.get("driver"))
         builder = _Gpu(pci=_na(values.get("pci")), values=values)
-        gpus.append(builder.build(index if index is not None else n))
+        gpus.append(builder.build(index if index is not None else n, where))
     return FabricHealth("nvidia-smi-csv", tuple(gpus), driver)
 
 
