@@ -8,6 +8,7 @@ import shutil
 import socket
 import stat
 import tempfile
+import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -106,6 +107,40 @@ def test_nvlsm_ipc_socket_is_seen() -> None:
         shutil.rmtree(root)
 
 
+# Tester report 9(d): after NVLSM was SIGKILLed its socket file stayed, and status said
+# "nvlsm running: true, pid: null". A socket nobody is bound to is stale.
+def test_stale_nvlsm_socket_without_a_process_is_not_running() -> None:
+    root = tempfile.mkdtemp(prefix="nvf", dir="/tmp")  # AF_UNIX paths are short
+    try:
+        path = os.path.join(root, "var/run/nvidia-fabricmanager/fm_sm_ipc.socket")
+        os.makedirs(os.path.dirname(path))
+        with socket.socket(socket.AF_UNIX) as sock:
+            sock.bind(path)
+        assert stat.S_ISSOCK(os.stat(path).st_mode)  # the file outlives its socket
+        (sm,) = services.read(root, ("nvlsm",))
+        assert (sm.running, sm.pid, sm.socket) == (False, None, False)
+        assert sm.detail.startswith("stale socket /var/run/nvidia-fabricmanager/")
+    finally:
+        shutil.rmtree(root)
+
+
+UNIX = ("Num       RefCount Protocol Flags    Type St Inode Path\n"
+        "0000000000000000: 00000002 00000000 00010000 0001 01 21611 {path}\n"
+        "0000000000000000: 00000003 00000000 00000000 0001 03 21612\n")
+
+
+def test_socket_listed_in_the_roots_proc_net_unix_is_live(tmp_path: Path) -> None:
+    sock = "/var/run/nvidia-fabricmanager/fm_sm_ipc.socket"
+    _proc(tmp_path, 4242, "bash", 100, 500.0)  # a process table without NVLSM in it
+    (tmp_path / "proc/net").mkdir()
+    (tmp_path / "proc/net/unix").write_text(UNIX.format(path=sock))
+    (sm,) = services.read(str(tmp_path), ("nvlsm",))
+    assert (sm.running, sm.socket, sm.pid) == (True, True, None)
+    (tmp_path / "proc/net/unix").write_text(UNIX.format(path="/run/other.socket"))
+    (sm,) = services.read(str(tmp_path), ("nvlsm",))
+    assert (sm.running, sm.socket) == (False, False)
+
+
 SMI_SCRIPT = "#!/bin/sh\n[ \"$1 $2\" = '-q -x' ] || exit 9\ncat '{capture}'\n"
 
 
@@ -150,6 +185,11 @@ def test_simulated_root_daemon_found_among_host_processes(tmp_path: Path) -> Non
     binary.symlink_to(sleep)  # comm is the name it was executed by: "nvlsm"
     proc = subprocess.Popen([str(binary), "30"])  # noqa: S603
     try:
+        # Popen returns once exec has begun; the new program's command line is set a moment
+        # later (a loaded machine shows the gap): wait for it rather than race it.
+        cmdline = Path(f"/proc/{proc.pid}/cmdline")
+        while str(binary).encode() not in cmdline.read_bytes():
+            time.sleep(0.01)
         (sm,) = services.read(str(tmp_path), ("nvlsm",))
         assert (sm.running, sm.pid) == (True, proc.pid)
         (other,) = services.read(str(tmp_path / "elsewhere"), ("nvlsm",))

@@ -103,6 +103,23 @@ TABLE = [
     ("nvml-missing-on-pcie-node",
      Inputs((), "none", (), 1, reader_findings=(Finding("nvml_unavailable", "error", "x", "y"),)),
      "not_applicable", ["nvml_unavailable"]),
+    # Tester report 9(b): Completed next to Not Supported on one NVSwitch node was healthy.
+    ("completed-and-not-supported-mixed",
+     Inputs((OK, replace(NA, index=1, uuid="GPU-1")), "nvswitch", up(FM), 2),
+     "unhealthy", ["partial_registration"]),
+    # 9(c): on a GB200 tray IMEX liveness counts where the host owns IMEX, only there.
+    ("mnnvl-imex-down-host-owned",
+     Inputs(gpus(OK, 4, cluster_uuid=CLUSTER, clique_id=2), "mnnvl", down("imex"), 4,
+            imex_owner="host"), "degraded", ["imex_not_ready"]),
+    ("mnnvl-imex-up-host-owned",
+     Inputs(gpus(OK, 4, cluster_uuid=CLUSTER, clique_id=2), "mnnvl", up("imex"), 4,
+            imex_owner="host"), "healthy", []),
+    ("mnnvl-imex-down-dra-owned",
+     Inputs(gpus(OK, 4, cluster_uuid=CLUSTER, clique_id=2), "mnnvl", down("imex"), 4,
+            imex_owner="dra"), "healthy", []),
+    ("mnnvl-imex-down-nobody-owns-it",
+     Inputs(gpus(OK, 4, cluster_uuid=CLUSTER, clique_id=2), "mnnvl", down("imex"), 4,
+            imex_owner="none"), "healthy", ["imex_not_ready"]),
 ]
 
 
@@ -149,3 +166,19 @@ def test_infer_fabric_from_product_names(names: list[str], kind: str) -> None:
 
 def test_infer_fabric_without_fabric_state_is_none() -> None:
     assert infer_fabric(gpus(NA, 2, name="NVIDIA H100 PCIe")) == "none"
+
+
+# Tester report 9(e): a no-GPU node (plan none) was not_applicable yet carried an ERROR
+# telling the operator to install NVML.
+def test_reader_errors_on_a_node_without_fabric_are_information() -> None:
+    v = verdict(Inputs((), "none", (), 0, reader_findings=(
+        Finding("nvml_unavailable", "error", "no NVML", "install NVML"),)))
+    assert v.verdict == "not_applicable"
+    assert [(f.code, f.severity) for f in v.findings] == [("nvml_unavailable", "info")]
+    assert "no NVLink fabric" in v.findings[0].hint
+
+
+def test_imex_owned_elsewhere_says_why_it_is_not_judged() -> None:
+    v = verdict(Inputs(gpus(OK, 4, cluster_uuid=CLUSTER, clique_id=2), "mnnvl", down("imex"),
+                       4, imex_owner="slurm"))
+    assert any("owned by slurm" in r for r in v.reasons)

@@ -4,7 +4,9 @@ Evidence, all resolved under the root: a pid file whose pid has a ``proc/<pid>``
 scan of ``proc/*/comm``; fabric manager's command port (``FM_CMD_PORT_NUMBER``, default 6666,
 listening in ``proc/net/tcp``/``tcp6``) or command socket (``FM_CMD_UNIX_SOCKET_PATH``); NVLSM's
 IPC socket (``FM_SM_IPC_INTERFACE`` when it names a path, default
-``/var/run/nvidia-fabricmanager/fm_sm_ipc.socket``). The age of a process is
+``/var/run/nvidia-fabricmanager/fm_sm_ipc.socket``). A socket counts only while a process is
+bound to it (``proc/net/unix`` lists it) or the daemon's process is found: a socket file left
+by a killed daemon is reported as stale, and the service as not running. The age of a process is
 ``proc/uptime`` minus its start time (``proc/<pid>/stat`` field 22, in clock ticks).
 
 A simulated root has no process table of its own: its daemons (the fakes) are processes of this
@@ -184,14 +186,25 @@ def _listening_tcp(root: str, port: int) -> bool:
     return False
 
 
-def _is_socket(root: str, path: str) -> bool:
+def _unix_listing(path: str) -> set[str]:
+    """Paths of the bound Unix sockets listed in a ``/proc/net/unix`` file (last column)."""
+    text = read_text(path, limit=1 << 22) or ""
+    return {cols[-1] for line in text.splitlines()[1:] if len(cols := line.split()) >= 8}
+
+
+def _socket_state(root: str, path: str, table: bool) -> tuple[bool, bool]:
+    """(present, live) of a Unix socket at host ``path`` under ``root``: present when a socket
+    file is there or the kernel lists it; live only when ``/proc/net/unix`` lists it bound
+    (the root's own table, or, for a simulated root, this host's with the root-prefixed path).
+    A socket file nobody is bound to (its daemon was SIGKILLed) is present but not live."""
     try:
-        if stat.S_ISSOCK(os.stat(under(root, path)).st_mode):
-            return True
+        is_file = stat.S_ISSOCK(os.stat(under(root, path)).st_mode)
     except OSError:
-        pass
-    text = read_text(under(root, "/proc/net/unix"), limit=1 << 22) or ""
-    return any(line.split()[-1] == path for line in text.splitlines()[1:] if line.split())
+        is_file = False
+    live = path in _unix_listing(under(root, "/proc/net/unix"))
+    if not live and not table and not _is_host(root):
+        live = under(os.path.realpath(root), path) in _unix_listing("/proc/net/unix")
+    return is_file or live, live
 
 
 def read(
@@ -224,14 +237,21 @@ def read(
                 detail = "host process running a binary under the root"
         sock: bool | None = None
         port: bool | None = None
+        stale: list[str] = []
         if name == "nvlsm":
             ipc = cfg.get("FM_SM_IPC_INTERFACE", "")
             path = ipc if ipc.startswith("/") else facts.socket or ""
-            sock = _is_socket(root, path)
+            sock, live = _socket_state(root, path, table)
+            if sock and not live and found is None:
+                stale.append(path)
+            sock = sock and (live or found is not None)
         if name == "fabricmanager":
             unix = cfg.get("FM_CMD_UNIX_SOCKET_PATH", "")
             if unix:
-                port = _is_socket(root, unix)
+                port, live = _socket_state(root, unix, table)
+                if port and not live and found is None:
+                    stale.append(unix)
+                port = port and (live or found is not None)
             else:
                 try:
                     number = int(cfg.get("FM_CMD_PORT_NUMBER", FM_CMD_PORT_DEFAULT))
@@ -241,6 +261,8 @@ def read(
         running = found is not None or bool(port) or bool(sock)
         if found is None and running:
             detail = "socket or command port present, process not found"
+        elif stale:
+            detail = f"stale socket {stale[0]}: no process serves it"
         out.append(ServiceState(
             name=name, running=running, pid=found[0] if found else None,
             age_s=found[1] if found else None, socket=sock, port=port,

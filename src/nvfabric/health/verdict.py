@@ -18,8 +18,14 @@ Rules (from the field cases ../shared/cases/S*.yaml and the NVIDIA Fabric Manage
   progress -> ``fabric_unhealthy`` as a warning (degraded) (S04).
 - GPUs of one node disagreeing on ClusterUUID or CliqueId -> unhealthy. A zero ClusterUUID is
   normal on single-node NVSwitch platforms (S05) and an error on ``mnnvl`` trays.
+- Some GPUs report a fabric state and others none (``Not Supported`` among ``Completed``) ->
+  ``partial_registration`` (unhealthy): those GPUs are off the NVLink fabric.
 - GPUs fine but fabric manager not running on an nvswitch/nvlink5 node -> ``fm_inactive``
-  (degraded: fabric manager handles NVSwitch errors and GPU resets at run time).
+  (degraded: fabric manager handles NVSwitch errors and GPU resets at run time). On mnnvl
+  trays the IMEX daemon counts only where the host owns IMEX (its unit, or ``nvfabric run``:
+  :mod:`nvfabric.imex.owner`): not running there is ``imex_not_ready`` (degraded); where the
+  DRA driver or Slurm start it per job its absence is normal.
+- A reader's finding (NVML missing) on a node whose plan needs no fabric is information.
 - A GPU on PCI that NVML does not list -> ``gpu_missing_from_driver`` (unhealthy).
 
 Severity order of the result: unhealthy > degraded > pending > healthy.
@@ -28,7 +34,7 @@ Severity order of the result: unhealthy > degraded > pending > healthy.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
 from ..findings import Finding
@@ -127,6 +133,7 @@ class Inputs:
     grace_s: float = DEFAULT_GRACE_S
     fabric_mode: int | None = None
     reader_findings: tuple[Finding, ...] = ()
+    imex_owner: str | None = None
 
 
 @dataclass(frozen=True)
@@ -179,7 +186,11 @@ def verdict(inp: Inputs) -> Verdict:
     fabric_needed = fabric not in (None, "none")
 
     for f in inp.reader_findings:
-        if f.severity == "error":
+        if fabric == "none" and f.severity != "info":
+            acc.add(None, replace(f, severity="info", hint=(
+                f"{f.hint}; nothing needs it here: this node's plan has no NVLink fabric"
+                if f.hint else "nothing needs it here: this node's plan has no NVLink fabric")))
+        elif f.severity == "error":
             acc.add("unhealthy" if fabric_needed else None, f)
         elif f.severity == "warning":
             acc.add("degraded" if fabric_needed else None, f)
@@ -214,6 +225,18 @@ def verdict(inp: Inputs) -> Verdict:
     acc.reasons.append(
         f"fabric kind {kind}; {len(reporting)} of {len(gpus)} GPUs report a fabric state"
     )
+    silent = [g for g in gpus if g.state == "not_supported"]
+    if silent:
+        acc.add("degraded" if fabric == "none" else "unhealthy", Finding(
+            "partial_registration", "warning" if fabric == "none" else "error",
+            f"{len(silent)} of {len(gpus)} GPUs report no fabric state (GPUs "
+            + ", ".join(str(g.index) for g in silent)
+            + f") while {len(reporting)} report one: those GPUs are not on the NVLink fabric",
+            "GPUs of one baseboard all register with the fabric; one without fabric info is "
+            "usually a GPU the driver could not bring onto NVLink: compare the Fabric sections "
+            "of `nvidia-smi -q`, check `dmesg` for Xid errors, then reset the GPU",
+            {"gpus": [g.index for g in silent], "states": sorted({g.state for g in reporting})},
+        ))
     registering = [g for g in gpus if g.state in ("in_progress", "not_started")]
     completed = [g for g in gpus if g.state == "completed"]
     failed = [g for g in completed if g.status not in (None, "success")]
@@ -426,7 +449,12 @@ def _consistency(acc: _Acc, ok: list[GpuFabric], fabric: str | None) -> None:
 
 
 def _services_when_fine(inp: Inputs, acc: _Acc, fabric: str | None) -> None:
-    if inp.services is None or fabric not in ("nvswitch", "nvlink5"):
+    if inp.services is None:
+        return
+    if fabric == "mnnvl":
+        _imex_when_fine(inp, acc)
+        return
+    if fabric not in ("nvswitch", "nvlink5"):
         return
     fm = _service(inp.services, "fabricmanager")
     if fm is None or not fm.running:
@@ -445,6 +473,37 @@ def _services_when_fine(inp: Inputs, acc: _Acc, fabric: str | None) -> None:
                 "the GPUs are registered but NVLSM is not running on the management port",
                 "NVLSM keeps the NVLink 5 routes; start it with fabric manager (`nvfabric run`)",
             ))
+
+
+def _imex_when_fine(inp: Inputs, acc: _Acc) -> None:
+    """IMEX on an mnnvl tray: judged only where the host owns it (see the module docstring)."""
+    imex = _service(inp.services, "imex")
+    if imex is None or imex.running:
+        return
+    owner = inp.imex_owner
+    if owner == "host":
+        acc.add("degraded", Finding(
+            "imex_not_ready", "warning",
+            "the GPUs are registered but the host's IMEX daemon is not running: multi-node "
+            "NVLink memory sharing (IMEX channels) does not work",
+            "start it (`nvfabric run`, or `systemctl start nvidia-imex`); `nvfabric imex "
+            "domain` then shows the domain state",
+            {"imex_owner": owner},
+        ))
+    elif owner == "none":
+        acc.add(None, Finding(
+            "imex_not_ready", "info",
+            "no IMEX daemon runs and nothing on this node owns IMEX (no enabled "
+            "nvidia-imex.service, no DRA driver state, no Slurm prolog)",
+            "single-node work is fine; for multi-node NVLink memory sharing start IMEX "
+            "(`nvfabric run` becomes its owner) or let the DRA driver or Slurm run it",
+            {"imex_owner": owner},
+        ))
+    else:
+        acc.reasons.append(
+            f"IMEX is owned by {owner or 'an unknown owner'}, which starts the daemon per "
+            "job: it not running now is not judged"
+        )
 
 
 def _service(services: tuple[ServiceState, ...] | None, name: str) -> ServiceState | None:
