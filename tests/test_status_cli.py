@@ -9,6 +9,7 @@ from pathlib import Path
 
 from tests.cases import CORPUS
 from tests.conftest import run_cli, run_json
+from tests.runkit import sim
 
 SMI = CORPUS / "nvidia-smi"
 
@@ -97,3 +98,67 @@ def test_wait_returns_at_once_when_not_applicable(node: Callable[..., Path]) -> 
     _fake_smi(root, SMI / "rtx4090-8gpu-535.154.05-nvidia-smi-q.txt")
     out, rc = run_json("wait", "--root", str(root), "--timeout", "30")
     assert (rc, out["verdict"], out["timed_out"]) == (0, "not_applicable", False)
+
+
+CSV_HEADER = "index, uuid, fabric.state, fabric.status, fabric.cliqueId, fabric.clusterUuid\n"
+
+
+def test_csv_row_with_unrecognised_state_is_exit_2_naming_row_and_value() -> None:
+    # Tester report 9(a): `1, GPU-bbbb, Bogus, Whatever, x, y` was judged healthy, exit 0.
+    out, rc = run_json("status", "--from-nvidia-smi", "-",
+                       stdin=CSV_HEADER + "1, GPU-bbbb, Bogus, Whatever, x, y\n")
+    assert rc == 2 and out["error"]["code"] == "input_unreadable"
+    assert "CSV row 1" in out["error"]["message"] and "'Bogus'" in out["error"]["message"]
+
+
+def test_markup_and_control_characters_from_a_capture_are_printed_literally() -> None:
+    # Tester report 1/14: `[/]` in a capture crashed the human output (exit 3); escape
+    # sequences reached the terminal raw.
+    text = ("index, pci.bus_id, driver_version, fabric.state, fabric.status\n"
+            "0, 0000[/]:18:00.0, 580.1[bold]\x1b[31m, Completed, Success\n")
+    proc = run_cli("status", "--from-nvidia-smi", "-", stdin=text)
+    assert proc.returncode == 0, proc.stderr
+    assert "0000[/]:18:00.0" in proc.stdout
+    assert "580.1[bold]\\x1b[31m" in proc.stdout and "\x1b" not in proc.stdout
+
+
+def test_gb200_tray_lists_only_imex_and_judges_it_by_owner(tmp_path: Path) -> None:
+    # Tester report 9(c): nvlsm and fabric manager were listed (as not running) on a tray that
+    # never runs them, and IMEX not running left the verdict healthy with no word about it.
+    root = sim(tmp_path, "gb200-tray")
+    out, rc = run_json("status", "--root", str(root))
+    assert [s["name"] for s in out["services"]] == ["imex"]
+    assert (out["verdict"], rc) == ("healthy", 0)  # nothing owns IMEX here: information
+    (f,) = [f for f in out["findings"] if f["code"] == "imex_not_ready"]
+    assert (f["severity"], f["imex_owner"]) == ("info", "none")
+    wants = root / "etc/systemd/system/multi-user.target.wants"
+    wants.mkdir(parents=True)
+    (wants / "nvidia-imex.service").symlink_to("/usr/lib/systemd/system/nvidia-imex.service")
+    out, rc = run_json("status", "--root", str(root))
+    assert (out["verdict"], rc) == ("degraded", 1)  # the host's own IMEX is down
+    assert [(f["code"], f["severity"]) for f in out["findings"]] == [
+        ("imex_not_ready", "warning")]
+
+
+def test_node_without_fabric_lists_no_service_and_no_error(tmp_path: Path) -> None:
+    # Tester report 9(e): not_applicable, exit 0, yet an ERROR nvml_unavailable finding.
+    root = sim(tmp_path, "no-gpu")
+    out, rc = run_json("status", "--root", str(root))
+    assert (out["verdict"], rc, out["services"]) == ("not_applicable", 0, [])
+    assert {f["severity"] for f in out["findings"]} <= {"info"}
+
+
+def test_wait_bounds_a_hanging_nvidia_smi_by_its_timeout(node: Callable[..., Path]) -> None:
+    # Tester report 8: `wait --timeout 2` took 15 s per check when nvidia-smi hung (and the
+    # hung child's own children kept the pipe open longer still). The run_cli limit is the
+    # bound: far below one unbounded probe.
+    root = node("dgx-b200")
+    smi = root / "bin" / "nvidia-smi"
+    smi.parent.mkdir(exist_ok=True)
+    smi.write_text("#!/bin/sh\nsleep 60\n")
+    smi.chmod(0o755)
+    out, rc = run_json("wait", "--root", str(root), "--timeout", "1", "--interval", "0.1",
+                       timeout=12)
+    assert (rc, out["timed_out"]) == (1, True)
+    (f,) = [f for f in out["findings"] if f["code"] == "nvml_unavailable"]
+    assert f["reason"] == "timeout" and "did not answer within" in f["message"]

@@ -17,7 +17,15 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from ..errors import usage_error
-from ..output import console, guarded, json_option, print_findings, print_json, root_option
+from ..output import (
+    console,
+    guarded,
+    json_option,
+    print_findings,
+    print_json,
+    root_option,
+    safe,
+)
 
 if TYPE_CHECKING:  # the health modules are imported lazily, inside the functions
     from ..health.model import FabricHealth
@@ -87,16 +95,22 @@ def evaluate(
     fabric_option: str | None = None,
     root_given: bool = True,
     grace_s: float | None = None,
+    probe_timeout_s: float | None = None,
 ) -> Report:
     """Read, then judge. With a capture, the node (``root``) is consulted only when it was
-    given explicitly, for its fabric kind; services are then unknown."""
+    given explicitly, for its fabric kind; services are then unknown. Only the services of
+    the fabric kind judged (the plan's, or ``--fabric``'s) are read and listed.
+    ``probe_timeout_s`` bounds the fabric-state probe (NVML or the node's nvidia-smi; default
+    :data:`nvfabric.health.live.SMI_TIMEOUT_S`)."""
     from ..health.verdict import DEFAULT_GRACE_S, Inputs, infer_fabric, verdict
+    from ..plan import SERVICES_BY_FABRIC
 
     grace = DEFAULT_GRACE_S if grace_s is None else grace_s
     services = None
     pci_count = None
     mode = None
     plan_fabric = None
+    imex_owner = None
     if capture is None or root_given:
         from ..inventory import collect
         from ..plan import plan
@@ -107,15 +121,20 @@ def evaluate(
             from ..health import services as svc
 
             pci_count = p.gpu_count
-            names = tuple(dict.fromkeys(("nvlsm", "fabricmanager") + p.services))
-            services = svc.read(root, names)
+            kind = fabric_option or p.fabric
+            services = svc.read(root, SERVICES_BY_FABRIC.get(kind, p.services))
             mode = svc.fabric_mode(root)
+            if kind == "mnnvl":
+                from ..imex import host, owner
+
+                imex_owner = owner.decide(host.gather_evidence(root)).owner
     if capture is not None:
         health = read_capture(capture)
     else:
-        from ..health.live import read_health
+        from ..health.live import SMI_TIMEOUT_S, read_health
 
-        health = read_health(root)
+        health = read_health(root, SMI_TIMEOUT_S if probe_timeout_s is None
+                             else probe_timeout_s)
     if fabric_option:
         fabric, source = fabric_option, "option"
     elif plan_fabric is not None:
@@ -125,6 +144,7 @@ def evaluate(
     result = verdict(Inputs(
         gpus=health.gpus, fabric=fabric, services=services, pci_gpu_count=pci_count,
         grace_s=grace, fabric_mode=mode, reader_findings=health.findings,
+        imex_owner=imex_owner,
     ))
     if source == "inferred":
         result = type(result)(result.verdict, result.findings, (
@@ -158,16 +178,17 @@ VERDICT_STYLE = {
 
 
 def print_report(report: Report) -> None:
-    """Human rendering: verdict line, per-GPU table, services, findings, reasons."""
-    from rich.markup import escape
+    """Human rendering: verdict line, per-GPU table, services, findings, reasons. Every value
+    read from the node or a capture goes through :func:`nvfabric.output.safe` (markup and
+    control characters shown literally)."""
     from rich.table import Table
 
     con = console()
     v = report.verdict.verdict
-    con.print(f"[{VERDICT_STYLE[v]}]{v}[/]  fabric {report.fabric or 'unknown'} "
+    driver = report.health.driver_version
+    con.print(f"[{VERDICT_STYLE[v]}]{v}[/]  fabric {safe(report.fabric or 'unknown')} "
               f"({report.fabric_source}), read from {report.health.source}"
-              + (f", driver {report.health.driver_version}" if report.health.driver_version
-                 else ""))
+              + (f", driver {safe(driver)}" if driver else ""))
     if report.health.gpus:
         table = Table(box=None, pad_edge=False)
         for col in ("GPU", "PCI", "state", "status", "clique", "ClusterUUID", "health"):
@@ -175,18 +196,19 @@ def print_report(report: Report) -> None:
         for g in report.health.gpus:
             bad = [f"{f.name}={f.value}" for f in g.health if f.impact]
             table.add_row(
-                str(g.index), g.pci or "-", g.state, g.status or "N/A",
-                "N/A" if g.clique_id is None else str(g.clique_id), g.cluster_uuid or "N/A",
-                escape(", ".join([g.health_summary or "N/A", *bad])),
+                str(g.index), safe(g.pci or "-"), safe(g.state), safe(g.status or "N/A"),
+                "N/A" if g.clique_id is None else str(g.clique_id),
+                safe(g.cluster_uuid or "N/A"),
+                safe(", ".join([g.health_summary or "N/A", *bad])),
             )
         con.print(table)
     for s in report.services or ():
         state = "running" if s.running else "not running"
         age = f", {s.age_s:.0f} s" if s.age_s is not None else ""
-        con.print(f"service {s.name}: {state}{age} ({escape(s.detail)})")
+        con.print(f"service {safe(s.name)}: {state}{age} ({safe(s.detail)})")
     print_findings(con, list(report.verdict.findings), "findings")
     for r in report.verdict.reasons:
-        con.print(f"  - {escape(r)}")
+        con.print(f"  - {safe(r)}")
 
 
 def _root_given(ctx: click.Context) -> bool:
@@ -228,6 +250,19 @@ def status(ctx: click.Context, root: str, capture: str | None, fabric: str | Non
     sys.exit(report.exit_code)
 
 
+#: The shortest fabric-state probe ``wait`` makes, even when its time is (nearly) up, so that
+#: the last answer is a reading rather than a timeout; it bounds the overrun of --timeout.
+MIN_PROBE_S = 0.5
+
+
+def probe_budget(left_s: float) -> float:
+    """Seconds the next fabric-state probe of ``wait`` may take: the time left before the
+    deadline, at least :data:`MIN_PROBE_S`, at most the usual probe timeout."""
+    from ..health.live import SMI_TIMEOUT_S
+
+    return min(SMI_TIMEOUT_S, max(MIN_PROBE_S, left_s))
+
+
 @click.command("wait")
 @root_option
 @fabric_option
@@ -246,7 +281,8 @@ def wait(root: str, fabric: str | None, grace: float | None, timeout: float, int
     """
     deadline = time.monotonic() + timeout
     while True:
-        report = evaluate(root, None, fabric, True, grace)
+        left = deadline - time.monotonic()
+        report = evaluate(root, None, fabric, True, grace, probe_timeout_s=probe_budget(left))
         if report.exit_code == 0 or time.monotonic() >= deadline:
             break
         time.sleep(min(interval, max(0.0, deadline - time.monotonic())))

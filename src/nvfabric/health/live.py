@@ -6,8 +6,12 @@ This is the contract the supervisor relies on: :func:`read` returns one GpuFabri
 
 from __future__ import annotations
 
+import contextlib
 import os
+import signal
 import subprocess
+import threading
+from collections.abc import Callable
 
 from ..findings import Finding
 from .model import FabricHealth, GpuFabric
@@ -22,11 +26,17 @@ def read(root: str) -> list[GpuFabric]:
 
 def read_health(root: str, timeout: float = SMI_TIMEOUT_S) -> FabricHealth:
     """The full reading with the reader's findings. Never raises for a missing library or a
-    failing nvidia-smi: those become findings (``nvml_unavailable``, ``driver_not_loaded``)."""
+    failing nvidia-smi: those become findings (``nvml_unavailable``, ``driver_not_loaded``).
+
+    ``timeout`` (seconds) bounds the whole probe: NVML is read in a helper thread that is
+    abandoned when it does not answer in time, the node's nvidia-smi runs in its own process
+    group, killed whole (its children too) at the timeout. Either way the answer is an
+    ``nvml_unavailable`` finding with ``reason: timeout``.
+    """
     if os.path.realpath(root) == "/":
         from . import nvml
 
-        return nvml.read()
+        return _bounded(nvml.read, timeout)
     smi = os.path.join(root, "bin", "nvidia-smi")
     if not os.access(smi, os.X_OK):
         return FabricHealth("nvml", (), findings=(Finding(
@@ -37,25 +47,78 @@ def read_health(root: str, timeout: float = SMI_TIMEOUT_S) -> FabricHealth:
             {"reason": "no_nvidia_smi"},
         ),))
     try:
-        proc = subprocess.run(  # noqa: S603 - fixed argv, no shell
-            [smi, "-q", "-x"], capture_output=True, timeout=timeout, check=False
-        )
-    except (OSError, subprocess.TimeoutExpired) as err:
-        return _failed(f"{smi} -q -x did not run: {err}")
-    if proc.returncode != 0:
-        first = (proc.stderr or proc.stdout).decode("utf-8", "replace").strip().splitlines()
-        return _failed(f"{smi} -q -x exited {proc.returncode}: {first[0] if first else ''}")
+        rc, out, err = run_bounded([smi, "-q", "-x"], timeout)
+    except OSError as error:
+        return _failed(f"{smi} -q -x did not run: {error.strerror or error}")
+    if rc is None:
+        return _failed(f"{smi} -q -x did not answer within {timeout:g} s (killed)",
+                       "timeout")
+    if rc != 0:
+        first = (err or out).decode("utf-8", "replace").strip().splitlines()
+        return _failed(f"{smi} -q -x exited {rc}: {first[0] if first else ''}")
     from .smi import SmiFormatError, parse
 
     try:
-        return parse(proc.stdout.decode("utf-8", "replace"))
-    except SmiFormatError as err:
-        return _failed(f"{smi} -q -x printed no readable capture: {err}")
+        return parse(out.decode("utf-8", "replace"))
+    except SmiFormatError as error:
+        return _failed(f"{smi} -q -x printed no readable capture: {error}")
 
 
-def _failed(message: str) -> FabricHealth:
+def run_bounded(argv: list[str], timeout: float) -> tuple[int | None, bytes, bytes]:
+    """(exit code, stdout, stderr) of ``argv`` (no shell), or (None, ...) when it did not
+    finish within ``timeout`` seconds: then its whole process group gets SIGKILL, so a
+    grandchild holding the pipes cannot keep the caller waiting. Raises OSError when the
+    program cannot be started."""
+    proc = subprocess.Popen(  # noqa: S603 - argv list, no shell
+        argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        start_new_session=True,
+    )
+    try:
+        out, err = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        try:
+            out, err = proc.communicate(timeout=1.0)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            out, err = b"", b""
+        return None, out, err
+    return proc.returncode, out, err
+
+
+def _bounded(read: Callable[[], FabricHealth], timeout: float) -> FabricHealth:
+    """``read()`` in a daemon thread, given ``timeout`` seconds; a reading that does not come
+    back in time (an NVML call blocked in the driver) is a finding, and the thread is left
+    behind (it cannot be interrupted; it ends with the process)."""
+    box: list[FabricHealth] = []
+    failure: list[BaseException] = []
+
+    def work() -> None:
+        try:
+            box.append(read())
+        except BaseException as err:  # noqa: BLE001 - handed back to the caller below
+            failure.append(err)
+
+    thread = threading.Thread(target=work, name="nvml-read", daemon=True)
+    thread.start()
+    thread.join(timeout)
+    if failure:
+        raise failure[0]
+    if box:
+        return box[0]
+    return FabricHealth("nvml", (), findings=(Finding(
+        "nvml_unavailable", "error", f"NVML did not answer within {timeout:g} s",
+        "a GPU or the driver is hung: check `dmesg` for Xid errors and whether `nvidia-smi` "
+        "answers; a GPU reset or reboot is usually needed",
+        {"reason": "timeout", "timeout_s": timeout},
+    ),))
+
+
+def _failed(message: str, reason: str = "nvidia_smi_failed") -> FabricHealth:
     return FabricHealth("nvidia-smi-xml", (), findings=(Finding(
         "nvml_unavailable", "error", message,
-        "run the same command by hand; a driver that is not loaded makes nvidia-smi fail",
-        {"reason": "nvidia_smi_failed"},
+        "run the same command by hand; a driver that is not loaded makes nvidia-smi fail, a "
+        "hung GPU makes it hang (check `dmesg` for Xid errors)",
+        {"reason": reason},
     ),))
