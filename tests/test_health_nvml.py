@@ -227,3 +227,20 @@ def test_read_with_the_real_binding_and_no_libnvidia_ml(monkeypatch: pytest.Monk
     assert h.gpus == ()
     assert [(f.code, f.fields["reason"]) for f in h.findings] == [
         ("nvml_unavailable", "library_missing")]
+
+
+def test_read_with_a_fabric_state_nvml_h_does_not_define(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Tester report 9(a), the NVML side: state 7 was read as not_supported without a word.
+    v3 = _filler({3: struct.pack(V3_C, nvml.struct_version(3), CLUSTER, 0, 0, 7, 0, 1)}, {3})
+    monkeypatch.setitem(sys.modules, "pynvml", _fake_pynvml(
+        lib=types.SimpleNamespace(nvmlDeviceGetGpuFabricInfoV=v3), count=1))
+    h = nvml.read()
+    assert [(f.code, f.severity, f.fields["state_raw"]) for f in h.findings] == [
+        ("registration_error", "error", 7)]
+
+
+def test_fabric_not_supported_finding_carries_a_hint(monkeypatch: pytest.MonkeyPatch) -> None:
+    fn = _filler({}, {3}, rc=nvml.NVML_ERROR_NOT_SUPPORTED)
+    monkeypatch.setitem(sys.modules, "pynvml", _fake_pynvml(
+        lib=types.SimpleNamespace(nvmlDeviceGetGpuFabricInfoV=fn)))
+    assert nvml.read().findings[0].hint

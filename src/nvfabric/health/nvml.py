@@ -251,6 +251,17 @@ def fabric_of(
     failure once per reading)."""
     info, version, rc = query(handle, get_v, get_v1)
     if info is not None:
+        filled: Any = info
+        raw_state = int(filled.state)
+        if raw_state not in STATES:
+            findings.append(Finding(
+                "registration_error", "error",
+                f"GPU {index}: NVML reports fabric state {raw_state}, which nvml.h "
+                "(NVML_GPU_FABRIC_STATE_*) does not define: the registration cannot be judged",
+                "check `nvidia-smi -q -i " + str(index) + "` (Fabric section); a driver newer "
+                "than this nvfabric may define the value: update nvfabric",
+                {"gpu": index, "state_raw": raw_state},
+            ))
         return decode(info, version, index, uuid, pci, name)
     codes = {f.code for f in findings}
     if rc == NVML_ERROR_FUNCTION_NOT_FOUND:
@@ -268,7 +279,8 @@ def fabric_of(
                 "fabric_info_not_supported", "info",
                 "NVML reports no fabric for this GPU (NVML_ERROR_NOT_SUPPORTED): PCIe cards, "
                 "NVLink bridges and GPUs before Hopper have no fabric registration",
-                "",
+                "nothing to fix on such GPUs; on an NVSwitch baseboard fabric manager's "
+                "liveness stands in for the registration (`nvfabric status` checks it)",
             ))
     else:
         findings.append(Finding(
