@@ -431,3 +431,24 @@ def test_ready_is_sent_to_notify_socket(tmp_path: Path, start: Callable[..., Run
         run.signal(signal.SIGTERM)
         assert sock.recv(4096).decode() == "STOPPING=1"
     assert run.wait() == 0
+
+
+# ---------------------------------------------------------------- nvfabric run killed with -9
+
+
+def test_sigkill_of_run_takes_nvlsm_and_fabric_manager_with_it(
+        tmp_path: Path, start: Callable[..., Run]) -> None:
+    # No handler of nvfabric runs on SIGKILL: the children's parent-death signal (SIGTERM,
+    # set in each child before exec) is what stops them; without it they live on as orphans.
+    root = sim(tmp_path, "dgx-b200")
+    run = start(root)
+    run.wait_line(r"fabric ready in")
+    pids = [events(root, prog, "exec")[0]["pid"] for prog in ("nvlsm", "fabricmanager")]
+    run.signal(signal.SIGKILL)
+    assert run.wait() == -signal.SIGKILL
+    try:
+        until(lambda: not any(alive(pid) for pid in pids), "nvlsm and fabric manager are gone")
+    finally:  # orphans left by a failure must not disturb the other tests
+        for pid in pids:
+            if alive(pid):
+                os.kill(pid, signal.SIGKILL)

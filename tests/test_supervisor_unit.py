@@ -248,6 +248,41 @@ def test_a_binary_that_cannot_be_executed_is_a_clear_failure(tmp_path: Path) -> 
     assert outcome.findings[0].code == "binary_missing"
 
 
+#: A service that reports how it was started: its parent-death signal (prctl
+#: PR_GET_PDEATHSIG = 2), whether it leads its own process group, and its blocked and ignored
+#: signal masks (/proc/self/status).
+SPAWN_REPORT = """
+import ctypes, os
+libc = ctypes.CDLL(None, use_errno=True)
+sig = ctypes.c_int(-1)
+libc.prctl(2, ctypes.byref(sig), 0, 0, 0)
+with open("/proc/self/status") as fh:
+    masks = {k: v.strip() for k, _, v in (l.partition(":") for l in fh)}
+print("pdeathsig", sig.value, "leader", os.getpgid(0) == os.getpid(),
+      "blocked", masks["SigBlk"], "ignored", masks["SigIgn"], "stdin", os.read(0, 1), flush=True)
+"""
+
+
+def test_children_get_sigterm_when_the_supervisor_dies_and_clean_signal_state() -> None:
+    # The supervisor itself ignores SIGPIPE (Python) and here also SIGHUP (nohup) and blocks
+    # SIGUSR1; none of that may leak into a daemon.
+    old = signal.signal(signal.SIGHUP, signal.SIG_IGN)
+    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGUSR1})
+    try:
+        log = StopOn(r"^$")
+        Supervisor([service("sm", SPAWN_REPORT)], log=log).run()
+    finally:
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGUSR1})
+        signal.signal(signal.SIGHUP, old)
+    (line,) = [t for t in log.lines if t.startswith("sm: pdeathsig")]
+    _, pdeathsig, _, leader, _, blocked, _, ignored, _, stdin = line.split()[1:]
+    assert (int(pdeathsig), leader, stdin) == (signal.SIGTERM, "True", "b''")
+    assert int(blocked, 16) == 0
+    # (a Python service sets SIGPIPE and SIGXFSZ to ignored itself at start-up)
+    watched = (signal.SIGHUP, signal.SIGINT, signal.SIGTERM, signal.SIGUSR1, signal.SIGCHLD)
+    assert int(ignored, 16) & sum(1 << (s - 1) for s in watched) == 0
+
+
 def test_ready_file_written_when_ready_and_removed_at_stop(tmp_path: Path) -> None:
     ready = tmp_path / "state/ready"
     seen: list[bool] = []
