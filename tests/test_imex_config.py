@@ -4,6 +4,7 @@ local-address check of case D07 before anything is written or started."""
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -15,7 +16,7 @@ from nvfabric.configs import keyvalue
 from nvfabric.configs.keyvalue import ConfigValueError
 from nvfabric.imex import config, nodes
 from tests.cases import CASES, CORPUS, check_expect
-from tests.conftest import run_json
+from tests.conftest import run_cli, run_json
 
 IMEX = CORPUS / "imex"
 SHIPPED = [
@@ -244,3 +245,91 @@ def test_simulated_node_addresses_come_from_its_proc_net(tmp_path: Path) -> None
         "fe8000000000000000fcfffffe000001 02 40 20 80     eth0\n"
         "00000000000000000000000000000001 01 80 10 80       lo\n")
     assert host.node_addresses(str(tmp_path)) == ("198.51.100.7", "fe80::fc:ffff:fe00:1", "::1")
+
+
+# Tester report 2: `--nodes-config /../../tester-nc.cfg --output /../../tester-out.cfg` wrote
+# outside --root, and so did a node list path set with --set and used by a later run.
+@pytest.mark.parametrize("args", [
+    ["--nodes-config", "/../../nvf-escape-nc.cfg"],
+    ["--output", "/../../nvf-escape-out.cfg"],
+    ["--config", "/etc/../../nvf-escape.cfg"],
+    ["--set", "IMEX_NODE_CONFIG_FILE=/../../nvf-escape/evil-abs"],
+    ["--set", "LOG_FILE_NAME=/var/log/../../../nvf-escape.log"],
+    ["--set", "IMEX_CMD_UNIX_DOMAIN_PATH=/run/../../nvf-escape.sock"],
+], ids=["nodes-config", "output", "config", "set-node-config-file", "set-log-file",
+        "set-unix-socket"])
+def test_config_refuses_dot_dot_in_every_path(tray: Path, args: list[str]) -> None:
+    path = args[1].split("=", 1)[-1]
+    escaped = Path(os.path.normpath(str(tray) + path))  # where the old code wrote
+    assert not escaped.is_relative_to(tray)
+    out, rc = run_json("imex", "config", "--root", str(tray), "--peer", "198.51.100.1",
+                       "--local-address", "198.51.100.1", *args)
+    assert rc == 2 and "'..'" in out["error"]["message"]
+    assert out["error"]["hint"]
+    for above in (tray.parent, tray.parent.parent):
+        assert not [p for p in above.iterdir() if p.name.startswith("nvf-escape")]
+    assert not (tray / "etc/nvidia-imex/nodes_config.cfg").exists()  # nothing written
+
+
+def test_config_refuses_a_link_that_leaves_the_root(tray: Path, tmp_path: Path) -> None:
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (tray / "etc/evil").symlink_to(outside)
+    out, rc = run_json("imex", "config", "--root", str(tray), "--peer", "198.51.100.1",
+                       "--local-address", "198.51.100.1", "--nodes-config", "/etc/evil/n.cfg")
+    assert rc == 2 and "outside the root" in out["error"]["message"]
+    assert list(outside.iterdir()) == []
+
+
+def test_config_shipped_node_path_with_dot_dot_is_not_followed(tray: Path) -> None:
+    cfg = tray / "etc/nvidia-imex/config.cfg"
+    cfg.write_text(cfg.read_text().replace(
+        "IMEX_NODE_CONFIG_FILE=/etc/nvidia-imex/nodes_config.cfg",
+        "IMEX_NODE_CONFIG_FILE=/../../nvf-escape/evil-abs"))
+    out, rc = run_json("imex", "config", "--root", str(tray), "--peer", "198.51.100.1",
+                       "--local-address", "198.51.100.1")
+    assert (rc, out["nodes_config"]) == (0, "/etc/nvidia-imex/nodes_config.cfg")
+    assert "IMEX_NODE_CONFIG_FILE=/etc/nvidia-imex/nodes_config.cfg" in cfg.read_text()
+
+
+# Tester report 10(f): `--set IMEX_NODE_CONFIG_FILE=X` wrote the node list to the old path
+# while config.cfg pointed at X.
+def test_config_set_node_config_file_writes_the_list_there(tray: Path) -> None:
+    out, rc = run_json("imex", "config", "--root", str(tray), "--peer", "198.51.100.1",
+                       "--local-address", "198.51.100.1",
+                       "--set", "IMEX_NODE_CONFIG_FILE=/etc/nvidia-imex/other.cfg")
+    assert (rc, out["nodes_config"]) == (0, "/etc/nvidia-imex/other.cfg")
+    assert (tray / "etc/nvidia-imex/other.cfg").read_text() == "198.51.100.1\n"
+    assert not (tray / "etc/nvidia-imex/nodes_config.cfg").exists()
+    assert "IMEX_NODE_CONFIG_FILE=/etc/nvidia-imex/other.cfg" in \
+        (tray / "etc/nvidia-imex/config.cfg").read_text()
+    # Without a new list, moving the config to another file takes the current list along.
+    out, rc = run_json("imex", "config", "--root", str(tray), "--local-address", "198.51.100.1",
+                       "--set", "IMEX_NODE_CONFIG_FILE=/etc/nvidia-imex/third.cfg")
+    assert (rc, out["nodes_config"]) == (0, "/etc/nvidia-imex/third.cfg")
+    assert (tray / "etc/nvidia-imex/third.cfg").read_text() == "198.51.100.1\n"
+
+
+def test_config_nodes_config_and_set_disagreeing_is_a_usage_error(tray: Path) -> None:
+    out, rc = run_json("imex", "config", "--root", str(tray), "--peer", "198.51.100.1",
+                       "--local-address", "198.51.100.1", "--nodes-config", "/etc/a.cfg",
+                       "--set", "IMEX_NODE_CONFIG_FILE=/etc/b.cfg")
+    assert (rc, out["error"]["key"]) == (2, "IMEX_NODE_CONFIG_FILE")
+
+
+# Tester report 6: `--peers <binary file>` was an internal error (exit 3).
+def test_config_peers_binary_file_is_exit_2_saying_so(tray: Path, tmp_path: Path) -> None:
+    peers = tmp_path / "peers.bin"
+    peers.write_bytes(b"198.51.100.1\n\xff\xfe\x00\x01")
+    out, rc = run_json("imex", "config", "--root", str(tray), "--peers", str(peers))
+    assert rc == 2 and "is not a text file" in out["error"]["message"]
+    assert "--peers" in out["error"]["message"] and out["error"]["hint"]
+
+
+# Tester report 14: a refused config said "would write".
+def test_config_refused_says_refused_not_would_write(tray: Path) -> None:
+    proc = run_cli("imex", "config", "--root", str(tray), "--peer", "198.51.100.99",
+                   "--local-address", "198.51.100.1")
+    assert proc.returncode == 1
+    assert "refused, not written: /etc/nvidia-imex/nodes_config.cfg" in proc.stdout
+    assert "would write" not in proc.stdout

@@ -23,7 +23,15 @@ from ..imex.domain import node_list_id
 from ..imex.facts import CONFIG_PATH, CTL_TIMEOUT_S, IMEX_CTL_BINARY, NODES_CONFIG_PATH
 from ..inventory.fs import under
 from ..inventory.nvidia import driver_version
-from ..output import console, guarded, json_option, print_findings, print_json, root_option
+from ..output import (
+    console,
+    guarded,
+    json_option,
+    print_findings,
+    print_json,
+    root_option,
+    safe,
+)
 
 
 @click.group("imex")
@@ -54,17 +62,15 @@ def owner_cmd(root: str, imex_owner: str | None, as_json: bool) -> None:
     if as_json:
         print_json({**decision.to_json(), "findings": [f.to_json() for f in findings]})
     else:
-        from rich.markup import escape
-
         con = console()
         runner = f" (run by {decision.runner})" if decision.runner else ""
         con.print(f"[bold]IMEX owner[/bold] {decision.owner}{runner}, {decision.source}")
         for r in decision.reasons:
-            con.print(f"  - {escape(r)}")
+            con.print(f"  - {safe(r)}", emoji=False)
         if decision.evidence:
             con.print("[bold]evidence[/bold]")
             for e in decision.evidence:
-                con.print(f"  - {escape(e)}")
+                con.print(f"  - {safe(e)}", emoji=False)
         print_findings(con, findings, "problems")
     _exit_for(findings)
 
@@ -81,29 +87,45 @@ def channel_cmd(root: str, create: int | None, as_json: bool) -> None:
     the created one) is missing or unusable."""
     facts = host.read_channels(root)
     created: str | None = None
+    present: str | None = None
     if create is not None:
-        created = _create(root, facts, create)
-        facts = host.read_channels(root)
+        if facts.major is not None and not channels.needs_create(facts, create):
+            present = channels.channel_path(create)  # usable already: leave it as it is
+        else:
+            created = _create(root, facts, create)
+            facts = host.read_channels(root)
     required = (create,) if create is not None else (0,)
     findings = channels.check(facts, required)
     if as_json:
-        print_json({**facts.to_json(), "created": created,
+        print_json({**facts.to_json(), "created": created, "already_present": present,
                     "findings": [f.to_json() for f in findings]})
     else:
         con = console()
         con.print(f"[bold]nvidia-caps-imex-channels[/bold] major "
                   f"{facts.major if facts.major is not None else 'not registered'}")
-        con.print(f"ImexChannelCount {facts.channel_count}, CreateImexChannel0 "
-                  f"{facts.create_channel0}")
+        con.print(f"ImexChannelCount {_or_not_set(facts.channel_count)}, CreateImexChannel0 "
+                  f"{_or_not_set(facts.create_channel0)}")
         for n in facts.nodes:
             dev = f"c {n.major},{n.minor}" if n.kind == "char" else n.kind
-            con.print(f"  {n.path}  {dev}  mode 0{n.mode:03o}  owner {n.uid}:{n.gid}")
+            con.print(f"  {safe(n.path)}  {dev}  mode 0{n.mode:03o}  owner {n.uid}:{n.gid}",
+                      emoji=False)
         if not facts.nodes:
             con.print("  no channel nodes")
         if created:
-            con.print(f"created {created}")
+            con.print(f"created {safe(created)}")
+        if present:
+            con.print(f"{safe(present)} exists already (left as it is)")
         print_findings(con, findings, "problems")
     _exit_for(findings)
+
+
+def _or_not_set(value: object) -> str:
+    """A driver parameter as printed: ``not set`` when /proc/driver/nvidia/params lacks it."""
+    if value is None:
+        return "not set"
+    if isinstance(value, bool):
+        return str(int(value))
+    return str(value)
 
 
 def _create(root: str, facts: channels.ChannelFacts, number: int) -> str:
@@ -130,22 +152,38 @@ def _create(root: str, facts: channels.ChannelFacts, number: int) -> str:
 # -- config -----------------------------------------------------------------------------------
 
 
+def _read_text_file(path: str, what: str, limit: int = 1 << 20) -> str:
+    """A UTF-8 text file given on the command line (up to ``limit`` bytes); usage error (exit
+    2) naming the option when it cannot be read or is not text (a binary file, NUL bytes)."""
+    try:
+        with open(path, "rb") as fh:
+            data = fh.read(limit)
+    except OSError as err:
+        raise usage_error(f"cannot read {what} {path}: {err.strerror or err}",
+                          "give a readable text file") from None
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as err:
+        raise usage_error(f"{what} {path} is not a text file (byte 0x{data[err.start]:02x} at "
+                          f"offset {err.start} is not UTF-8)",
+                          "give a text file: one address or host name per line") from None
+    if "\x00" in text:
+        raise usage_error(f"{what} {path} is not a text file (it holds NUL bytes)",
+                          "give a text file: one address or host name per line")
+    return text
+
+
 def peers_from_options(root: str, peers_file: str | None, peers_slurm: str | None,
                        peer: tuple[str, ...]) -> tuple[nodes.Peer, ...] | None:
     """The node list from exactly one of --peers FILE, --peers-slurm HOSTLIST, --peer ADDR...
     (None when none is given); usage error (exit 2) on bad input."""
     given = [x for x in (peers_file, peers_slurm, peer or None) if x]
     if len(given) > 1:
-        raise usage_error("give the node list one way: --peers, --peers-slurm or --peer")
+        raise usage_error("give the node list one way: --peers, --peers-slurm or --peer",
+                          "keep one of the three options")
     try:
         if peers_file is not None:
-            try:
-                with open(peers_file, encoding="utf-8") as fh:
-                    text = fh.read(1 << 20)
-            except OSError as err:
-                raise usage_error(f"cannot read --peers {peers_file}: {err.strerror or err}")\
-                    from None
-            return nodes.parse_nodes_config(text)
+            return nodes.parse_nodes_config(_read_text_file(peers_file, "--peers"))
         if peers_slurm is not None:
             return nodes.expand_slurm(peers_slurm)
         if peer:
@@ -195,10 +233,11 @@ def config_cmd(root: str, config_path: str, output: str | None, nodes_config: st
                dry_run: bool, as_json: bool) -> None:
     """Patch the shipped IMEX config.cfg (comments and order kept, atomic, backup) and write
     nodes_config.cfg; refuse (exit 1, imex_no_local_interface) a node list in which this node
-    is not exactly one entry."""
-    for p in (config_path, output, nodes_config):
-        if p is not None and not p.startswith("/"):
-            raise usage_error(f"{p!r}: expected an absolute host path")
+    is not exactly one entry. Every path (options, path-valued keys) stays under --root."""
+    for what, p in (("--config", config_path), ("--output", output),
+                    ("--nodes-config", nodes_config)):
+        if p is not None:
+            _confine(root, p, what)
     shipped = host.read_file(root, config_path)
     if shipped is None:
         raise NvfabricError(Finding(
@@ -206,11 +245,11 @@ def config_cmd(root: str, config_path: str, output: str | None, nodes_config: st
             "install the nvidia-imex package matching the driver, or give --config",
             {"key": "config", "path": config_path}))
     peers = peers_from_options(root, peers_file, peers_slurm, peer)
-    nodes_path = nodes_config or config.node_config_path(shipped, NODES_CONFIG_PATH)
     try:
         changes = config.parse_set(sets)
-        if nodes_config is not None or (peers is not None and
-                                        config.node_config_path(shipped, "") != nodes_path):
+        old_nodes_path = config.node_config_path(shipped, NODES_CONFIG_PATH)
+        nodes_path = _nodes_path(nodes_config, changes, old_nodes_path)
+        if nodes_path != config.node_config_path(shipped, ""):
             changes["IMEX_NODE_CONFIG_FILE"] = nodes_path
         new_config = config.effective(shipped, changes)
     except ConfigValueError as err:
@@ -218,25 +257,21 @@ def config_cmd(root: str, config_path: str, output: str | None, nodes_config: st
             "config_invalid_value", "error", f"IMEX config: {err}",
             "fix the value; config.cfg keys take one line each", {"key": err.key}),
             exit_code=2) from None
+    for key in config.PATH_KEYS:
+        if changes.get(key):
+            _confine(root, changes[key], key)
+    _confine(root, nodes_path, "IMEX_NODE_CONFIG_FILE")
     if peers is None:
-        text = host.read_file(root, nodes_path)
-        if text is None:
-            raise usage_error(f"no node list at {nodes_path} and none given",
-                              "give --peers FILE, --peers-slurm HOSTLIST or --peer ADDR")
-        try:
-            current = nodes.parse_nodes_config(text)
-        except nodes.PeerError as err:
-            raise NvfabricError(Finding(
-                "config_invalid_value", "error", f"{nodes_path}: {err}",
-                "one IP address or host name per line", {"key": "nodes", "path": nodes_path}))\
-                from None
+        current = _current_node_list(root, nodes_path, old_nodes_path)
+        # The config is to name another node list file: the current list moves there.
+        move = nodes_path != old_nodes_path and host.read_file(root, nodes_path) is None
     else:
-        current = peers
+        current, move = peers, False
     findings = check_node_list(root, current, local_address, skip_local_check)
     errors = [f for f in findings if f.severity == "error"]
     files: list[dict[str, str]] = []
-    if peers is not None:
-        files.append({"path": nodes_path, "content": nodes.render(peers)})
+    if peers is not None or move:
+        files.append({"path": nodes_path, "content": nodes.render(current)})
     target = output or config_path
     if new_config != shipped or output is not None:
         files.append({"path": target, "content": new_config})
@@ -258,6 +293,7 @@ def config_cmd(root: str, config_path: str, output: str | None, nodes_config: st
         "node_list_id": node_list_id(p.text for p in current) if current else None,
         "files": files,
         "written": written,
+        "refused": bool(errors),
         "findings": [f.to_json() for f in findings],
     }
     if as_json:
@@ -265,15 +301,60 @@ def config_cmd(root: str, config_path: str, output: str | None, nodes_config: st
     else:
         con = console()
         for f in files:
-            verb = "wrote" if written else "would write"
-            con.print(f"[bold]{verb} {f['path']}[/bold]")
+            if written:
+                verb = "wrote"
+            elif errors:
+                verb = "refused, not written:"
+            else:
+                verb = "would write"
+            con.print(f"[bold]{verb} {safe(f['path'])}[/bold]")
             if dry_run:
                 sys.stdout.write(f["content"])
         if not files:
             con.print("nothing to change")
-        con.print(f"node list: {len(current)} entries ({data['node_list_id']})")
+        count = f"{len(current)} entr{'y' if len(current) == 1 else 'ies'}"
+        con.print(f"node list: {count} ({safe(data['node_list_id'] or 'empty')})")
         print_findings(con, findings, "problems")
     _exit_for(findings)
+
+
+def _confine(root: str, path: str, what: str) -> str:
+    """``path`` under ``root`` or a usage error (exit 2): no ``..``, nothing outside root."""
+    try:
+        return host.confined(root, path, what)
+    except host.PathEscape as err:
+        raise usage_error(str(err), "give an absolute path inside --root, without '..'") \
+            from None
+
+
+def _nodes_path(option: str | None, changes: dict[str, str], current: str) -> str:
+    """Where the node list goes: ``--nodes-config``, else ``--set IMEX_NODE_CONFIG_FILE=``,
+    else the file the config names now. Both options naming different files is an error."""
+    key = changes.get("IMEX_NODE_CONFIG_FILE")
+    if option is not None and key is not None and key != option:
+        raise ConfigValueError("IMEX_NODE_CONFIG_FILE", (
+            f"--nodes-config {option} and --set IMEX_NODE_CONFIG_FILE={key} disagree; give "
+            "one"))
+    return option or key or current
+
+
+def _current_node_list(root: str, path: str, old_path: str) -> tuple[nodes.Peer, ...]:
+    """The node list to check when none is given: the file at ``path``, else (the config is
+    moving to a new file) the one at ``old_path``. Usage error when neither exists."""
+    where = path
+    text = host.read_file(root, path)
+    if text is None and old_path != path:
+        where, text = old_path, host.read_file(root, old_path)
+    if text is None:
+        raise usage_error(f"no node list at {path} and none given",
+                          "give --peers FILE, --peers-slurm HOSTLIST or --peer ADDR")
+    try:
+        return nodes.parse_nodes_config(text)
+    except nodes.PeerError as err:
+        raise NvfabricError(Finding(
+            "config_invalid_value", "error", f"{where}: {err}",
+            "one IP address or host name per line", {"key": "nodes", "path": where})) \
+            from None
 
 
 # -- domain -----------------------------------------------------------------------------------
@@ -296,12 +377,7 @@ def domain_cmd(root: str, config_path: str, ctl_path: str, timeout_s: float,
     """The IMEX domain as this node's daemon sees it: UP, DEGRADED or DOWN, with the
     unreachable nodes named; exit 1 unless UP."""
     if from_file is not None:
-        try:
-            with open(from_file, encoding="utf-8", errors="replace") as fh:
-                text = fh.read(16 << 20)
-        except OSError as err:
-            raise usage_error(f"cannot read {from_file}: {err.strerror or err}") from None
-        status = _parse(text, from_file)
+        status = _parse(_read_text_file(from_file, "--from-file", 16 << 20), from_file)
     else:
         status = query_domain(root, ctl_path, config_path, timeout_s)
     finding = status.finding()
@@ -312,10 +388,11 @@ def domain_cmd(root: str, config_path: str, ctl_path: str, timeout_s: float,
         con = console()
         style = "green" if status.state == "UP" else "bold red"
         when = f", {status.timestamp}" if status.timestamp else ""
-        con.print(f"[bold]IMEX domain[/bold] [{style}]{status.state}[/]"
-                  f" ({len(status.nodes)} nodes{when})")
+        con.print(f"[bold]IMEX domain[/bold] [{style}]{safe(status.state)}[/]"
+                  f" ({len(status.nodes)} nodes{safe(when)})", emoji=False)
         for n in status.nodes:
-            con.print(f"  node {n.node_id:>2}  {n.host:<40} {n.status:<12} {n.version or ''}")
+            con.print(f"  node {n.node_id:>2}  {safe(f'{n.host:<40}')} {safe(f'{n.status:<12}')} "
+                      f"{safe(n.version or '')}", emoji=False)
         print_findings(con, findings, "problems")
     _exit_for(findings)
 

@@ -80,6 +80,8 @@ def _path(value: str) -> str | None:
         return None
     if not value.startswith("/"):
         return "must be an absolute path"
+    if ".." in value.split("/"):
+        return "may not contain '..'"
     return None if len(value) <= 256 else "is longer than 256 characters"
 
 
@@ -100,6 +102,11 @@ def _ip(value: str) -> str | None:
 def _quorum(value: str) -> str | None:
     return None if value in ("NONE", "RECOVERY") else "must be NONE or RECOVERY"
 
+
+#: The keys whose value is a host path (nvfabric writes IMEX_NODE_CONFIG_FILE; the daemon
+#: writes the others), each confined to the root by ``nvfabric imex config``.
+PATH_KEYS = ("LOG_FILE_NAME", "STATS_FILE_NAME", "IMEX_NODE_CONFIG_FILE",
+             "IMEX_CMD_UNIX_DOMAIN_PATH")
 
 #: Key -> validator (None = fine, else the reason). Source: the comment block of each key in
 #: the shipped config.cfg (captures above).

@@ -189,6 +189,30 @@ def create_channel(root: str, number: int, major: int) -> DevNode:
 # -- files and interfaces ---------------------------------------------------------------------
 
 
+class PathEscape(ValueError):
+    """A host path that would leave the root: a ``..`` segment, or a link on the way that
+    points outside it."""
+
+
+def confined(root: str, host_path: str, what: str = "path") -> str:
+    """``host_path`` (absolute, host view) resolved under ``root``, refusing (PathEscape) a
+    relative path, a ``..`` segment, a newline or NUL, and a resolved location (symbolic links
+    followed, including in the part that exists so far) outside ``root``. Every file that
+    ``nvfabric imex config`` writes goes through here first."""
+    if not host_path.startswith("/"):
+        raise PathEscape(f"{what} {host_path!r}: expected an absolute host path")
+    if any(c in host_path for c in "\n\r\x00"):
+        raise PathEscape(f"{what} {host_path!r}: a path may not contain a newline or NUL")
+    if ".." in host_path.split("/"):
+        raise PathEscape(f"{what} {host_path!r}: a path may not contain '..'")
+    full = under(root, host_path)
+    base = os.path.realpath(root)
+    real = os.path.realpath(full)
+    if base != "/" and real != base and not real.startswith(base.rstrip("/") + "/"):
+        raise PathEscape(f"{what} {host_path!r} resolves to {real}, outside the root {root}")
+    return full
+
+
 def read_file(root: str, host_path: str) -> str | None:
     """Text of a config file under ``root`` (not stripped), None when missing/unreadable."""
     try:
@@ -200,8 +224,9 @@ def read_file(root: str, host_path: str) -> str | None:
 
 def write_file(root: str, host_path: str, content: str, mode: int = 0o644) -> None:
     """Atomic replace of a config file under ``root`` (a backup of different old content is
-    kept as ``.nvfabric.bak``). Raises OSError."""
-    write_atomic(under(root, host_path), content, mode=mode)
+    kept as ``.nvfabric.bak``). Raises OSError; PathEscape for a path that would leave the
+    root (:func:`confined`)."""
+    write_atomic(confined(root, host_path), content, mode=mode)
 
 
 def parse_fib_trie(text: str) -> tuple[str, ...]:
