@@ -162,6 +162,7 @@ def test_simulator_falls_back_to_a_regular_file_when_mknod_is_not_permitted(
 def test_channel_create_makes_a_character_device_with_mode_0666(
         node: Callable[..., Path]) -> None:
     root = node("gb200-tray")
+    (root / "dev/nvidia-caps-imex-channels/channel0").unlink()  # the simulator made one
     old_umask = os.umask(0o022)
     try:
         out, rc = run_json("imex", "channel", "--root", str(root), "--create", "0")
@@ -174,6 +175,38 @@ def test_channel_create_makes_a_character_device_with_mode_0666(
     assert (os.major(st.st_rdev), os.minor(st.st_rdev)) == (234, 0)
     assert stat.S_IMODE(st.st_mode) == 0o666
     assert [p.name for p in (root / "dev/nvidia-caps-imex-channels").iterdir()] == ["channel0"]
+
+
+def test_channel_create_leaves_a_usable_channel_alone_and_says_it_exists(
+        node: Callable[..., Path]) -> None:
+    # Tester report 14: `--create 5` said "created" when channel5 was already there.
+    root = node("gb200-tray")
+    host.create_channel(str(root), 5, 234)
+    before = os.lstat(root / "dev/nvidia-caps-imex-channels/channel5")
+    proc = run_cli("imex", "channel", "--root", str(root), "--create", "5")
+    assert proc.returncode == 0, proc.stderr
+    assert "/dev/nvidia-caps-imex-channels/channel5 exists already" in proc.stdout
+    assert "created" not in proc.stdout
+    out, rc = run_json("imex", "channel", "--root", str(root), "--create", "5")
+    assert (rc, out["created"], out["already_present"]) == (
+        0, None, "/dev/nvidia-caps-imex-channels/channel5")
+    assert os.lstat(root / "dev/nvidia-caps-imex-channels/channel5").st_ino == before.st_ino
+
+
+def test_channel_parameters_missing_from_params_print_not_set(
+        node: Callable[..., Path]) -> None:
+    # Tester report 14: "ImexChannelCount None, CreateImexChannel0 None".
+    root = node("gb200-tray")
+    params = root / "proc/driver/nvidia/params"
+    if params.exists():
+        params.unlink()
+    proc = run_cli("imex", "channel", "--root", str(root))
+    assert "ImexChannelCount not set, CreateImexChannel0 not set" in proc.stdout
+    assert "None" not in proc.stdout
+    params.parent.mkdir(parents=True, exist_ok=True)
+    params.write_text('ImexChannelCount: 2048\nCreateImexChannel0: 1\n')
+    proc = run_cli("imex", "channel", "--root", str(root))
+    assert "ImexChannelCount 2048, CreateImexChannel0 1" in proc.stdout
 
 
 def test_channel_create_without_the_driver_device_fails(node: Callable[..., Path]) -> None:

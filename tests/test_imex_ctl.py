@@ -4,7 +4,10 @@ on a ctl that hangs."""
 
 from __future__ import annotations
 
+import json
 import os
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -12,7 +15,7 @@ import pytest
 
 from nvfabric.imex import ctl, host
 from tests.cases import CORPUS
-from tests.conftest import run_json
+from tests.conftest import run_cli, run_json
 
 IMEX = CORPUS / "imex"
 TEXT_UP = IMEX / "aws-pcluster-p6e-gb200-18node-imex-ctl-N-570.172.txt"
@@ -140,3 +143,43 @@ def test_domain_command_falls_back_to_the_text_table(tmp_path: Path) -> None:
                                  f"cat '{TEXT_UP}'\n")
     out, rc = run_json("imex", "domain", "--ctl", ctl_path)
     assert (rc, out["state"], len(out["nodes"])) == (0, "UP", 18)
+
+
+def test_down_without_nodes_says_so_instead_of_none_named() -> None:
+    # Tester report 14: "IMEX domain is DOWN: unreachable none named".
+    status = ctl.parse_domain("Nodes:\n\nDomain State: DOWN\n")
+    f = status.finding()
+    assert f is not None and "none named" not in f.message
+    assert f.message == ("IMEX domain is DOWN: nvidia-imex-ctl lists no node (is the daemon "
+                         "running with a node list?)")
+
+
+def test_domain_from_file_prints_markup_in_host_names_literally(tmp_path: Path) -> None:
+    # Tester report 1: a -N table with host `[/]host` crashed the human output (exit 3).
+    text = TEXT_UP.read_text().replace("198.51.100.2 ", "[/]host\x1b[2J ", 1)
+    saved = tmp_path / "n.txt"
+    saved.write_text(text)
+    proc = run_cli("imex", "domain", "--from-file", str(saved))
+    assert proc.returncode == 0, proc.stderr
+    assert "[/]host\\x1b[2J" in proc.stdout and "\x1b" not in proc.stdout
+
+
+def test_domain_from_file_that_is_not_text_is_exit_2(tmp_path: Path) -> None:
+    saved = tmp_path / "n.bin"
+    saved.write_bytes(b"\xff\xfe\x00Domain State: UP\n")
+    out, rc = run_json("imex", "domain", "--from-file", str(saved))
+    assert rc == 2 and "not a text file" in out["error"]["message"]
+
+
+def test_domain_with_a_relative_root_runs_the_roots_ctl(tmp_path: Path) -> None:
+    # Tester report 6/7: `imex domain --root <relative>` failed with a ValueError about an
+    # absolute path.
+    (tmp_path / "usr/bin").mkdir(parents=True)
+    ctl_path = tmp_path / "usr/bin/nvidia-imex-ctl"
+    ctl_path.write_text(f"#!/bin/sh\ncat '{JSON_UP}'\n")
+    ctl_path.chmod(0o755)
+    proc = subprocess.run(  # run_cli has no working directory of its own
+        [sys.executable, "-m", "nvfabric", "imex", "domain", "--root", tmp_path.name, "--json"],
+        cwd=tmp_path.parent, capture_output=True, text=True, timeout=60, check=False)
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout)["state"] == "UP"

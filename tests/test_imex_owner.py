@@ -12,7 +12,7 @@ import pytest
 from nvfabric.imex import host
 from nvfabric.imex.facts import DRA_HOST_UNIT_FIX
 from nvfabric.imex.owner import OwnerEvidence, decide
-from tests.conftest import run_json
+from tests.conftest import run_cli, run_json
 
 DRA_DIR = "var/lib/kubelet/plugins/compute-domain.nvidia.com"
 WANTS = "etc/systemd/system/multi-user.target.wants/nvidia-imex.service"
@@ -156,3 +156,15 @@ def test_owner_decision_table(evidence: OwnerEvidence, requested: str | None, fo
 def test_unknown_owner_is_rejected() -> None:
     with pytest.raises(ValueError, match="unknown IMEX owner"):
         decide(OwnerEvidence(), "kubelet")
+
+
+def test_owner_evidence_is_printed_literally(tray: Path) -> None:
+    # Tester report 1/14: values read from the node reach the terminal through safe():
+    # markup shown as written, escape sequences as \x1b.
+    link = tray / "etc/systemd/system/[bold]x\x1b[2J.target.wants/nvidia-imex.service"
+    link.parent.mkdir(parents=True)
+    os.symlink("/usr/lib/systemd/system/nvidia-imex.service", link)
+    proc = run_cli("imex", "owner", "--root", str(tray))
+    assert proc.returncode == 0, proc.stderr
+    assert "/etc/systemd/system/[bold]x\\x1b[2J.target.wants" in proc.stdout
+    assert "\x1b" not in proc.stdout

@@ -85,10 +85,18 @@ class DomainStatus:
         """``imex_domain_degraded`` (error) unless the domain is UP."""
         if self.state == "UP" and not self.unreachable:
             return None
-        who = ", ".join(self.unreachable) if self.unreachable else "none named"
+        if self.unreachable:
+            why = "unreachable " + ", ".join(self.unreachable)
+        elif not self.nodes:
+            why = "nvidia-imex-ctl lists no node (is the daemon running with a node list?)"
+        elif self.bad_links:
+            why = (f"{len(self.bad_links)} link(s) down, e.g. {self.bad_links[0]}; every node "
+                   "reports READY")
+        else:
+            why = "every node reports READY and nvidia-imex-ctl names no unreachable node"
         return Finding(
             "imex_domain_degraded", "error",
-            f"IMEX domain is {self.state}: unreachable {who}",
+            f"IMEX domain is {self.state}: {why}",
             "on each unreachable node: is nvidia-imex running (nvfabric imex domain there), "
             "is its address in the same node list, does the IMEX port (SERVER_PORT, 50000) "
             "pass between the nodes",
