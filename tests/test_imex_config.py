@@ -333,3 +333,16 @@ def test_config_refused_says_refused_not_would_write(tray: Path) -> None:
     assert proc.returncode == 1
     assert "refused, not written: /etc/nvidia-imex/nodes_config.cfg" in proc.stdout
     assert "would write" not in proc.stdout
+
+
+def test_run_imex_peers_binary_file_is_refused_saying_so(tmp_path: Path) -> None:
+    # The same defect as --peers (tester report 6) on `nvfabric run --imex-peers`.
+    from tests.runkit import sim
+
+    root = sim(tmp_path, "gb200-tray")
+    peers = tmp_path / "peers.bin"
+    peers.write_bytes(b"\xff\xfe1\x00")
+    out, rc = run_json("run", "--root", str(root), "--imex-peers", str(peers), "--dry-run")
+    assert rc == 1
+    (f,) = [f for f in out["findings"] if f["code"] == "input_unreadable"]
+    assert "is not a text file" in f["message"] and f["hint"]

@@ -153,12 +153,17 @@ def _node_list(opts: ImexRunOptions, shipped: str | None
     if opts.peers_file is not None:
         where = opts.peers_file
         try:
-            with open(where, encoding="utf-8") as fh:
-                text: str | None = fh.read(1 << 20)
+            with open(where, "rb") as fh:
+                text: str | None = fh.read(1 << 20).decode("utf-8")
         except OSError as err:
             return (), where, Finding("input_unreadable", "error",
                                       f"cannot read --imex-peers {where}: {err.strerror}",
                                       "give a readable node list file")
+        except UnicodeDecodeError as err:
+            return (), where, Finding("input_unreadable", "error",
+                                      f"--imex-peers {where} is not a text file (offset "
+                                      f"{err.start} is not UTF-8)",
+                                      "give a text file: one address or host name per line")
     else:
         where = config.node_config_path(shipped, NODES_CONFIG_PATH)
         text = host.read_file(opts.root, where)
