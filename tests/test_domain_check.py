@@ -5,6 +5,7 @@ list, a missing report, two HGX B200 nodes in one list."""
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -194,3 +195,94 @@ def test_cli_reads_concatenated_indented_reports_from_stdin() -> None:
     proc = run_cli("domain", "check", "-", "--json", stdin=text)
     out = json.loads(proc.stdout)
     assert (proc.returncode, out["reports"], out["ok"]) == (0, TRAYS, True)
+
+
+# Tester report 11: reports collected with `kubectl logs --prefix` (or pdsh, indented) lost
+# their prefix and were named -:1, -:2 ...
+@pytest.mark.parametrize("prefix", ["[pod/nvfabric-{n}/nvfabric] ", "{n}: "],
+                         ids=["kubectl-prefix", "pdsh"])
+def test_cli_names_reports_without_hostname_by_their_line_prefix(prefix: str) -> None:
+    names = [tray_name(2, t) for t in range(3)]
+    text = ""
+    for t, n in enumerate(names):
+        r = report(2, t, names)
+        del r["hostname"]
+        text += "".join(prefix.format(n=n) + line + "\n"
+                        for line in json.dumps(r, indent=2).splitlines())
+    out, rc = run_json("domain", "check", "-", stdin=text)
+    (d,) = out["domains"]
+    expected = [prefix.format(n=n).strip().strip("[]:").strip() for n in names]
+    assert (rc, d["nodes"]) == (0, expected)
+    if prefix.startswith("{n}"):  # pdsh names are the host names: every entry reported
+        assert d["missing_reports"] == []
+
+
+# Tester report 11: three copies of one report counted as three nodes.
+def test_duplicate_reports_are_flagged_and_counted_once(tmp_path: Path) -> None:
+    names = [tray_name(0, t) for t in range(2)]
+    one = report(0, 0, names)
+    text = "\n".join(json.dumps(r) for r in (one, one, one, report(0, 1, names))) + "\n"
+    out, rc = run_json("domain", "check", "-", stdin=text)
+    assert (rc, out["reports"], out["domains"][0]["count"]) == (0, 2, 2)
+    (dup,) = [f for f in out["findings"] if f["code"] == "domain_report_duplicate"]
+    assert dup["severity"] == "warning" and "2 report(s)" in dup["message"]
+
+
+@pytest.mark.parametrize(("key", "value", "named"), [
+    ("imex", {"node_list": "notalist"}, "imex.node_list"),
+    ("imex", {"node_list": ["gb-1", 7]}, "imex.node_list[1]"),
+    ("imex", "x", "imex"),
+    ("hostname", ["gb-1"], "hostname"),
+    ("addresses", "192.0.2.1", "addresses"),
+    ("fabric", 5, "fabric"),
+], ids=["node-list-string", "node-list-number", "imex-string", "hostname-list",
+        "addresses-string", "fabric-number"])
+def test_wrong_json_types_are_an_input_error_naming_the_key(key: str, value: Any,
+                                                            named: str) -> None:
+    r = report(0, 0, [])
+    r[key] = value
+    with pytest.raises(ValueError, match=rf"^x: {re.escape(named)}: expected"):
+        fleet.node_from_status(r, "x")
+
+
+@pytest.mark.parametrize(("field", "value"), [("state", 3), ("clique_id", "7"),
+                                              ("cluster_uuid", ["a"]), ("index", True)])
+def test_wrong_gpu_field_types_are_refused(field: str, value: Any) -> None:
+    r = report(0, 0, [])
+    r["gpus"][1][field] = value
+    with pytest.raises(ValueError, match=rf"gpus\[1\]\.{field}: expected"):
+        fleet.node_from_status(r, "x")
+
+
+def test_cli_wrong_type_is_exit_2_naming_the_file_and_key(tmp_path: Path) -> None:
+    r = report(0, 0, [])
+    r["imex"] = {"node_list": "notalist"}
+    path = tmp_path / "gb.json"
+    path.write_text(json.dumps(r))
+    out, rc = run_json("domain", "check", str(path))
+    assert rc == 2
+    assert out["error"]["message"].startswith(f"{path}: imex.node_list: expected a list")
+
+
+# Tester report 12: README says a partial domain is a warning; grouped by ClusterUUID it was
+# info.
+def test_fewer_trays_than_the_domain_is_a_warning_however_grouped() -> None:
+    raw = [report(0, t, []) for t in range(4)]
+    for r in raw:
+        del r["imex"]
+    res = fleet.check([fleet.node_from_status(r, "x") for r in raw])
+    (f,) = res.all_findings()
+    assert (f.code, f.severity, res.ok) == ("domain_size_mismatch", "warning", True)
+
+
+# Tester report 1: a host name with markup crashed the human output; a node list id followed
+# by ':' became an emoji.
+def test_cli_human_output_prints_report_values_literally(tmp_path: Path) -> None:
+    r = report(0, 0, [])
+    r["hostname"] = "gb-[/bold]x"
+    r["imex"] = {"node_list": ["gb-[/bold]x"], "node_list_id": "sha256:abc"}
+    path = tmp_path / "gb.json"
+    path.write_text(json.dumps(r))
+    proc = run_cli("domain", "check", str(path))
+    assert proc.returncode == 0, proc.stderr
+    assert "node list sha256:abc: 1 nodes" in proc.stdout

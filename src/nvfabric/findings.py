@@ -74,6 +74,7 @@ CODES: frozenset[str] = frozenset(
         "domain_not_nvlink_domain",
         "domain_report_missing",
         "domain_size_mismatch",
+        "domain_report_duplicate",
     }
 )
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import sys
 from collections.abc import Iterator
 from typing import Any
@@ -19,7 +20,7 @@ from ..errors import usage_error
 from ..imex import domain as fleet
 from ..imex import nodes
 from ..imex.facts import DOMAIN_SIZE_NVL72
-from ..output import console, guarded, json_option, print_findings, print_json
+from ..output import console, guarded, json_option, print_findings, print_json, safe
 
 
 @click.group("domain")
@@ -27,47 +28,80 @@ def domain() -> None:
     """Checks across the nodes of multi-node NVLink domains."""
 
 
-def _objects(text: str, where: str) -> Iterator[tuple[str, dict[str, Any]]]:
+#: A collector's line prefix: `kubectl logs --prefix`'s ``[pod/NAME/CONTAINER] `` or pdsh's
+#: ``host: `` (a name starting with a letter or digit, then ``: ``). JSON text never starts a
+#: line that way: its lines start with a brace, bracket, quote or indentation.
+LINE_PREFIX = re.compile(r"^(?:\[(?P<bracket>[^\]\n]+)\] ?|(?P<host>[A-Za-z0-9][\w.@-]*): )")
+
+
+def _split_prefixes(text: str) -> list[tuple[str | None, str]]:
+    """The text as (prefix, text) groups: the lines of each collector prefix joined (a
+    multi-line report through pdsh has the prefix on every line), lines without one in the
+    group ``None``; groups in order of first appearance."""
+    groups: dict[str | None, list[str]] = {}
+    for line in text.splitlines():
+        m = LINE_PREFIX.match(line)
+        key = (m.group("bracket") or m.group("host")) if m else None
+        groups.setdefault(key, []).append(line[m.end():] if m else line)
+    return [(k, "\n".join(v)) for k, v in groups.items() if "".join(v).strip()]
+
+
+def _objects(text: str, where: str) -> Iterator[tuple[str, dict[str, Any], str | None]]:
+    """(label, object, collector prefix or None) of every report in one input's text."""
     stripped = text.strip()
     if not stripped:
-        raise usage_error(f"{where}: empty report")
+        raise usage_error(f"{where}: empty report", "give `nvfabric status --json` output")
     try:
         whole = json.loads(stripped)
     except json.JSONDecodeError:
         whole = None
     if isinstance(whole, dict):
-        yield where, whole
+        yield where, whole, None
         return
     if isinstance(whole, list):
         for i, obj in enumerate(whole):
             if not isinstance(obj, dict):
-                raise usage_error(f"{where}[{i}]: not a JSON object")
-            yield f"{where}[{i}]", obj
+                raise usage_error(f"{where}[{i}]: not a JSON object",
+                                  "give `nvfabric status --json` objects")
+            yield f"{where}[{i}]", obj, None
         return
-    # A stream of objects: JSON Lines, concatenated (indented) objects, or lines with a prefix
-    # before the object (`pdsh`'s "host: ", `kubectl logs --prefix`'s "[pod/...] ").
+    found = False
+    for prefix, body in _split_prefixes(stripped):
+        label = where if prefix is None else f"{where} [{prefix}]"
+        for sub, obj in _stream(body, label):
+            found = True
+            yield sub, obj, prefix
+    if not found:
+        raise usage_error(f"{where}: no JSON object", "give `nvfabric status --json` output")
+
+
+def _stream(text: str, where: str) -> Iterator[tuple[str, dict[str, Any]]]:
+    """A stream of objects: JSON Lines or concatenated (indented) objects; text between them
+    is skipped."""
     decoder = json.JSONDecoder()
     pos = 0
     number = 1
     while True:
-        start = stripped.find("{", pos)
+        start = text.find("{", pos)
         if start < 0:
             break
-        number += stripped.count("\n", pos, start)
+        number += text.count("\n", pos, start)
         try:
-            obj, pos = decoder.raw_decode(stripped, start)
+            obj, pos = decoder.raw_decode(text, start)
         except json.JSONDecodeError as err:
-            raise usage_error(f"{where}:{number}: bad JSON: {err.msg}") from None
+            raise usage_error(f"{where}:{number}: bad JSON: {err.msg}",
+                              "give `nvfabric status --json` output, whole") from None
         if not isinstance(obj, dict):
-            raise usage_error(f"{where}:{number}: not a JSON object")
+            raise usage_error(f"{where}:{number}: not a JSON object",
+                              "give `nvfabric status --json` objects")
         yield f"{where}:{number}", obj
-        number += stripped.count("\n", start, pos)
-    if pos == 0:
-        raise usage_error(f"{where}: no JSON object")
+        number += text.count("\n", start, pos)
 
 
 def read_reports(paths: tuple[str, ...]) -> list[fleet.NodeReport]:
-    """Every report under ``paths``; usage error (exit 2) on anything unreadable."""
+    """Every report under ``paths``; usage error (exit 2) on anything unreadable. A report
+    without ``hostname`` is named by its collector's line prefix (pdsh ``host: ``, kubectl
+    ``[pod/NAME/CONTAINER] ``), else by where it came from."""
     out: list[fleet.NodeReport] = []
     for path in paths:
         if path == "-":
@@ -75,25 +109,32 @@ def read_reports(paths: tuple[str, ...]) -> list[fleet.NodeReport]:
         elif os.path.isdir(path):
             names = sorted(n for n in os.listdir(path) if n.endswith(".json"))
             if not names:
-                raise usage_error(f"{path}: no *.json report in this directory")
+                raise usage_error(f"{path}: no *.json report in this directory",
+                                  "give the directory the reports were saved in")
             sources = [(os.path.join(path, n), _read(os.path.join(path, n))) for n in names]
         else:
             sources = [(path, _read(path))]
         for where, text in sources:
-            for label, obj in _objects(text, where):
+            for label, obj, prefix in _objects(text, where):
                 if "error" in obj and "gpus" not in obj:
                     err = obj["error"]
                     msg = err.get("message") if isinstance(err, dict) else err
                     obj = {**{k: v for k, v in obj.items() if k != "error"}, "gpus": [],
                            "status_error": msg}
-                name = os.path.splitext(os.path.basename(label))[0] if label != "-" else label
+                if prefix is not None:
+                    name = prefix
+                elif label != "-":
+                    name = os.path.splitext(os.path.basename(label))[0]
+                else:
+                    name = label
                 try:
                     out.append(fleet.node_from_status(obj, name))
                 except ValueError as err2:
-                    raise usage_error(str(err2), "give `nvfabric status --json` output") \
-                        from None
+                    why = str(err2).removeprefix(f"{name}: ")
+                    raise usage_error(f"{label}: {why}",
+                                      "give `nvfabric status --json` output") from None
     if not out:
-        raise usage_error("no reports given")
+        raise usage_error("no reports given", "give report files, directories or -")
     return out
 
 
@@ -102,7 +143,8 @@ def _read(path: str) -> str:
         with open(path, encoding="utf-8", errors="replace") as fh:
             return fh.read(64 << 20)
     except OSError as err:
-        raise usage_error(f"cannot read {path}: {err.strerror or err}") from None
+        raise usage_error(f"cannot read {path}: {err.strerror or err}",
+                          "give a readable file or directory") from None
 
 
 def read_node_lists(paths: tuple[str, ...]) -> dict[str, tuple[str, ...]]:
@@ -111,7 +153,7 @@ def read_node_lists(paths: tuple[str, ...]) -> dict[str, tuple[str, ...]]:
         try:
             peers = nodes.parse_nodes_config(_read(path))
         except nodes.PeerError as err:
-            raise usage_error(f"{path}: {err}") from None
+            raise usage_error(f"{path}: {err}", "one address or host name per line") from None
         out[path] = tuple(p.text for p in peers)
     return out
 
@@ -139,9 +181,11 @@ def check(reports: tuple[str, ...], domain_size: int, node_lists: tuple[str, ...
         con.print(f"[bold]{result.reports} reports, {len(result.domains)} domain(s)[/bold]")
         for d in result.domains:
             mark = "[green]ok[/]" if d.ok else "[bold red]bad[/]"
-            con.print(f"  {mark} {d.grouped_by} {d.key}: {len(d.nodes)} nodes"
-                      f" (size {d.expected_size}), ClusterUUID {d.cluster_uuid}, "
-                      f"CliqueId {d.clique_id}")
+            uuid = "none" if d.cluster_uuid is None else d.cluster_uuid
+            clique = "none" if d.clique_id is None else d.clique_id
+            con.print(f"  {mark} {d.grouped_by} {safe(d.key)}: {len(d.nodes)} nodes"
+                      f" (size {d.expected_size}), ClusterUUID {safe(uuid)}, "
+                      f"CliqueId {safe(clique)}", emoji=False)
         print_findings(con, list(result.all_findings()), "findings")
     if not result.ok:
         sys.exit(1)

@@ -10,7 +10,8 @@ Models"; NVML ``nvmlGpuFabricInfo_t`` (clusterUuid, cliqueId); DESIGN.md status 
 
 Report keys read: ``gpus[].{index, uuid, state, status, clique_id, cluster_uuid}`` (required
 shape of ``nvfabric status --json``) and, when present, ``hostname``, ``addresses``,
-``fabric`` (or ``plan.fabric``), ``imex.node_list`` / ``imex.node_list_id``.
+``fabric`` (or ``plan.fabric``), ``imex.node_list`` / ``imex.node_list_id``; each must have the
+JSON type that command writes. Reports with the same GPU UUIDs are one node, counted once.
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ class Gpu:
     status: str | None
     clique_id: int | None
     cluster_uuid: str | None
+    uuid: str | None = None
 
     @property
     def attached(self) -> bool:
@@ -85,42 +87,58 @@ def node_list_id(entries: Iterable[str]) -> str:
     return "sha256:" + hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
-def _int(value: object) -> int | None:
-    if isinstance(value, bool):
+def _typed(value: object, kind: type | tuple[type, ...], key: str, what: str) -> Any:
+    """``value`` when it is None or of ``kind``; ValueError naming ``key`` otherwise (a report
+    of another shape must not be read character by character or as a number it is not)."""
+    if value is None:
         return None
-    if isinstance(value, int):
-        return value
-    if isinstance(value, str) and value.strip().isdigit():
-        return int(value.strip())
-    return None
+    if isinstance(value, bool) or not isinstance(value, kind):
+        raise ValueError(f"{key}: expected {what}, got {type(value).__name__} {value!r:.60}")
+    return value
 
 
-def _str(value: object) -> str | None:
-    return value if isinstance(value, str) and value else None
+def _strings(value: object, key: str) -> tuple[str, ...]:
+    items = _typed(value, list, key, "a list of strings") or []
+    for i, item in enumerate(items):
+        _typed(item, str, f"{key}[{i}]", "a string")
+    return tuple(items)
 
 
 def node_from_status(data: Mapping[str, Any], source: str) -> NodeReport:
-    """A NodeReport from one ``nvfabric status --json`` object; ValueError when it is not one
-    (no ``gpus`` list)."""
+    """A NodeReport from one ``nvfabric status --json`` object. ValueError, naming the report
+    (``source``) and the key, when it is not one: no ``gpus`` list, or a key of the contract
+    holding another JSON type (``"node_list": "notalist"``)."""
     gpus_raw = data.get("gpus")
     if not isinstance(gpus_raw, list):
         raise ValueError(f"{source}: not an nvfabric status report (no \"gpus\" list)")
+    try:
+        return _node(data, gpus_raw, source)
+    except ValueError as err:
+        raise ValueError(f"{source}: {err}") from None
+
+
+def _node(data: Mapping[str, Any], gpus_raw: list[Any], source: str) -> NodeReport:
     gpus = []
-    for g in gpus_raw:
+    for n, g in enumerate(gpus_raw):
+        key = f"gpus[{n}]"
         if not isinstance(g, dict):
-            raise ValueError(f"{source}: a \"gpus\" entry is not an object")
-        uuid = _str(g.get("cluster_uuid"))
-        gpus.append(Gpu(_int(g.get("index")), _str(g.get("state")), _str(g.get("status")),
-                        _int(g.get("clique_id")), uuid.lower() if uuid else None))
-    plan = data.get("plan")
-    fabric = _str(data.get("fabric")) or (_str(plan.get("fabric"))
-                                         if isinstance(plan, dict) else None)
-    imex = data.get("imex") if isinstance(data.get("imex"), dict) else {}
-    assert isinstance(imex, dict)
-    entries = tuple(str(e) for e in imex.get("node_list") or () if isinstance(e, str))
-    list_id = _str(imex.get("node_list_id")) or (node_list_id(entries) if entries else None)
-    addresses = tuple(str(a) for a in data.get("addresses") or () if isinstance(a, str))
-    name = _str(data.get("hostname")) or source
+            raise ValueError(f"{key}: expected an object, got {type(g).__name__}")
+        text = {k: _typed(g.get(k), str, f"{key}.{k}", "a string or null")
+                for k in ("state", "status", "cluster_uuid", "uuid")}
+        index = _typed(g.get("index"), int, f"{key}.index", "an integer or null")
+        clique = _typed(g.get("clique_id"), int, f"{key}.clique_id", "an integer or null")
+        uuid = text["cluster_uuid"] or None
+        gpus.append(Gpu(index, text["state"] or None, text["status"] or None, clique,
+                        uuid.lower() if uuid else None, text["uuid"] or None))
+    plan = _typed(data.get("plan"), dict, "plan", "an object") or {}
+    fabric = (_typed(data.get("fabric"), str, "fabric", "a string or null")
+              or _typed(plan.get("fabric"), str, "plan.fabric", "a string or null") or None)
+    imex = _typed(data.get("imex"), dict, "imex", "an object") or {}
+    entries = _strings(imex.get("node_list"), "imex.node_list")
+    list_id = (_typed(imex.get("node_list_id"), str, "imex.node_list_id", "a string or null")
+               or (node_list_id(entries) if entries else None))
+    addresses = _strings(data.get("addresses"), "addresses")
+    name = _typed(data.get("hostname"), str, "hostname", "a string or null") or source
     return NodeReport(name, source, tuple(gpus), fabric, addresses, entries, list_id)
 
 
@@ -187,13 +205,24 @@ def check(nodes: Sequence[NodeReport], domain_size: int = DOMAIN_SIZE_NVL72,
     if domain_size < 1:
         raise ValueError("domain size must be at least 1")
     fleet: list[Finding] = []
+    nodes, repeated = _unique(nodes)
+    if repeated:
+        fleet.append(Finding(
+            "domain_report_duplicate", "warning",
+            f"{len(repeated)} report(s) repeat the GPUs (same GPU UUIDs) of another, each node "
+            "counted once: " + ", ".join(f"{a} = {b}" for a, b in repeated[:5])
+            + (", ..." if len(repeated) > 5 else ""),
+            "give each node's report once (a report collected twice, or one node under two "
+            "names)", {"duplicates": dict(repeated[:200])}))
     names = Counter(n.name for n in nodes)
     dup = sorted(n for n, c in names.items() if c > 1)
     if dup:
         fleet.append(Finding(
-            "input_unreadable", "warning",
-            f"{len(dup)} node name(s) appear in more than one report: {', '.join(dup[:5])}",
-            "give each node's report once", {"nodes": dup[:50]}))
+            "domain_report_duplicate", "warning",
+            f"{len(dup)} node name(s) appear in reports of different GPUs: "
+            f"{', '.join(dup[:5])}",
+            "give each node's report once, and each node its own host name",
+            {"nodes": dup[:50]}))
     groups: list[tuple[str, str, list[NodeReport], tuple[str, ...] | None]] = []
     if node_lists:
         index: dict[str, NodeReport] = {}
@@ -243,6 +272,25 @@ def check(nodes: Sequence[NodeReport], domain_size: int = DOMAIN_SIZE_NVL72,
         for key, how, members, missing in groups
     ]
     return FleetResult(tuple(domains), tuple(fleet), len(nodes))
+
+
+def _unique(nodes: Sequence[NodeReport]
+            ) -> tuple[list[NodeReport], list[tuple[str, str]]]:
+    """The reports with each node once: a report whose GPU UUIDs (all of them, at least one)
+    are those of an earlier report is the same node again. Returns (unique reports,
+    [(repeat's source, first report's name)])."""
+    seen: dict[frozenset[str], NodeReport] = {}
+    out: list[NodeReport] = []
+    repeated: list[tuple[str, str]] = []
+    for n in nodes:
+        key = frozenset(g.uuid.lower() for g in n.gpus if g.uuid)
+        if key and len(key) == len(n.gpus) and key in seen:
+            repeated.append((n.source if n.source != n.name else n.name, seen[key].name))
+            continue
+        if key and len(key) == len(n.gpus):
+            seen[key] = n
+        out.append(n)
+    return out, repeated
 
 
 def _majority(members: Sequence[NodeReport], values: Callable[[NodeReport], Counter[Any]],
@@ -338,7 +386,7 @@ def _check_group(key: str, how: str, members: list[NodeReport],
                 {"count": count, "expected_size": size}))
         elif count < size:
             findings.append(Finding(
-                "domain_size_mismatch", "warning" if how == "node list" else "info",
+                "domain_size_mismatch", "warning",
                 f"{where} has {count} of the {size} trays of an NVLink domain"
                 + (" (a partial list, as for one job)" if how == "node list" else
                    " reporting"),
