@@ -588,6 +588,9 @@ class Supervisor:
                 self.log.say(f"removed stale socket {spec.ready_socket}")
             env = dict(self._env)
             env.update(spec.env)
+            # Before the spawn: the first classifier loads the diagnosis catalogue (tens of
+            # ms), which must not delay noticing this service's readiness.
+            classifier = self._make_classifier(spec.name) if self._make_classifier else None
             pid, fd = spawn(spec.argv, env)
         except OSError as err:
             self._fail(Finding(
@@ -597,8 +600,7 @@ class Supervisor:
                 f"check that {spec.argv[0]} is installed and executable",
                 {"service": spec.name}))
             return
-        proc = _Proc(spec, pid, fd, time.monotonic(),
-                     self._make_classifier(spec.name) if self._make_classifier else None,
+        proc = _Proc(spec, pid, fd, time.monotonic(), classifier,
                      deque(maxlen=self.policy.last_lines))
         self._procs.append(proc)
         assert self._sel is not None
