@@ -123,9 +123,12 @@ def test_r04_restart_after_registration_is_refused_without_a_reset_command() -> 
                    restart_needs_gpu_reset=True)
     outcome = Supervisor([spec], Policy(restart="on-failure", backoff_base_s=0.01), log=log,
                          probe=_probe()).run()
-    assert outcome.exit_code == 1
-    assert [f.code for f in outcome.findings] == ["restart_needs_gpu_reset"]
+    assert (outcome.exit_code, outcome.restarts) == (1, 0)  # none happened
+    # the failure that asked for the restart is kept, then the refusal
+    assert [f.code for f in outcome.findings] == ["service_exited", "restart_needs_gpu_reset"]
+    assert outcome.findings[0].fields["exit_code"] == 1
     assert log.text.count("started fabricmanager") == 1
+    assert "error restart_needs_gpu_reset" in log.text and "(hint: stop CUDA clients" in log.text
 
 
 def test_r04_reset_command_runs_before_the_restart() -> None:
@@ -320,3 +323,13 @@ def test_ensure_dir_creates_0700_whatever_the_umask_and_leaves_existing_alone(
     os.chmod(tmp_path / "c", 0o751)
     assert not ensure_dir(str(tmp_path / "c"))
     assert stat.S_IMODE((tmp_path / "c").stat().st_mode) == 0o751
+
+
+def test_control_characters_of_daemon_output_never_reach_the_terminal_raw() -> None:
+    stream = io.StringIO()
+    code = r"import sys; sys.stdout.write('\x1b[2Jwiped\x07\tok\x9b\rover\n')"
+    outcome = Supervisor([service("sm", code)], log=Log(stream)).run()
+    assert outcome.findings[0].code == "service_exited"
+    text = stream.getvalue()
+    assert "sm: \\x1b[2Jwiped\\x07\tok\\x9b\\x0dover" in text.splitlines()
+    assert not any(ord(c) < 32 and c not in "\t\n" or 127 <= ord(c) < 160 for c in text)

@@ -30,6 +30,7 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import errno
+import fcntl
 import functools
 import json
 import os
@@ -151,8 +152,10 @@ class Log:
         self.stream = stream if stream is not None else sys.stderr
 
     def line(self, text: str) -> None:
+        """One line, control characters escaped (:func:`printable`): a daemon's output or a
+        value read from the node never reaches the operator's terminal raw."""
         with contextlib.suppress(OSError, ValueError):
-            self.stream.write(text + "\n")
+            self.stream.write(printable(text) + "\n")
             self.stream.flush()
 
     def say(self, text: str) -> None:
@@ -163,7 +166,99 @@ class Log:
         self.say(f"{f.severity} {f.code}: {f.message}{hint}")
 
 
+def printable(text: str) -> str:
+    """``text`` with C0 control characters (tab kept), DEL and C1 controls shown as ``\\xNN``:
+    plain-text output (log lines, ``--dry-run`` listings) in which an escape sequence from a
+    daemon or a config file would otherwise act on the terminal; a newline inside a value
+    cannot split one log line into two. Rich output uses :func:`nvfabric.output.safe`."""
+    if not any(ord(c) < 32 and c != "\t" or 127 <= ord(c) < 160 for c in text):
+        return text
+    return "".join(f"\\x{ord(c):02x}" if ord(c) < 32 and c != "\t" or 127 <= ord(c) < 160
+                   else c for c in text)
+
+
 # --------------------------------------------------------------------------- host helpers
+
+#: The lock file of ``nvfabric run`` in its state directory: one run per node.
+LOCK_FILE = "run.lock"
+
+
+@dataclass(frozen=True)
+class RunLock:
+    """An exclusive flock(2) on ``path`` held through the open descriptor ``fd``
+    (close-on-exec, so no daemon inherits it). The kernel drops it when the process ends,
+    however it ends (SIGKILL included); nothing has to clean it up. The file holds the
+    holder's pid for the refusal message."""
+
+    path: str
+    fd: int
+
+
+def acquire_run_lock(state_dir: str) -> tuple[RunLock | None, int | None]:
+    """Take the run lock in ``state_dir`` (created 0700 when missing, R06): (lock, None), or
+    (None, holder pid; 0 when the holder has not written it yet) when another process holds
+    it. Raises OSError when the directory or the lock file cannot be made or opened."""
+    ensure_dir(state_dir)
+    path = os.path.join(state_dir, LOCK_FILE)
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        holder = _lock_pid(fd)
+        os.close(fd)
+        return None, holder
+    except BaseException:
+        os.close(fd)
+        raise
+    os.ftruncate(fd, 0)
+    os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+    return RunLock(path, fd), None
+
+
+def run_lock_holder(state_dir: str) -> int | None:
+    """Who holds the run lock in ``state_dir``: its pid (0 when unknown), None when nobody
+    does. Creates nothing (``--dry-run``): no lock file means no run. Raises OSError when the
+    lock file exists but cannot be opened."""
+    path = os.path.join(state_dir, LOCK_FILE)
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW)
+    except FileNotFoundError:
+        return None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return _lock_pid(fd)
+    finally:
+        os.close(fd)
+    return None
+
+
+def _lock_pid(fd: int) -> int:
+    try:
+        text = os.pread(fd, 32, 0).decode("ascii", "replace").strip()
+    except OSError:
+        return 0
+    return int(text) if text.isdigit() else 0
+
+
+def not_a_directory(path: str) -> str | None:
+    """The first of ``path`` and its ancestors that exists and is not a directory (a file
+    where the state directory should be), else None. Symbolic links are followed."""
+    probe = os.path.abspath(path)
+    chain = []
+    while True:
+        chain.append(probe)
+        parent = os.path.dirname(probe)
+        if parent == probe:
+            break
+        probe = parent
+    for candidate in reversed(chain):  # from / down
+        if not os.path.exists(candidate):
+            return None
+        if not os.path.isdir(candidate):
+            return candidate
+    return None
+
 
 
 def ensure_dir(path: str, mode: int = 0o700) -> bool:
@@ -473,7 +568,8 @@ class Supervisor:
         """Start the unit and supervise it until it stops; see the module docstring."""
         self._setup()
         try:
-            self._start_unit()
+            if self._reset_gate():
+                self._start_unit()
             while self._outcome is None:
                 timeout = self._next_timeout()
                 assert self._sel is not None
@@ -563,11 +659,16 @@ class Supervisor:
         self._stuck_reported = False
         self._last_probe = None
         self._remove_ready_file()
+        self._spawn_next()
+
+    def _reset_gate(self) -> bool:
+        """R04, before every start: once GPUs registered, a service that needs a GPU reset
+        before it starts again gets one (the operator's command) or the unit is not started
+        (outcome set, False)."""
         if self._registered and any(s.restart_needs_gpu_reset for s in self.specs):
             names = ", ".join(s.name for s in self.specs if s.restart_needs_gpu_reset)
-            if not self._gpu_reset(names):
-                return
-        self._spawn_next()
+            return self._gpu_reset(names)
+        return True
 
     def _spawn_next(self) -> None:
         spec = self.specs[len(self._procs)]
@@ -788,17 +889,17 @@ class Supervisor:
 
     def _gpu_reset(self, names: str) -> bool:
         """R04: run the operator's reset command before (re)starting ``names``; False (and the
-        outcome set) when that is not allowed or fails."""
+        outcome set, see :meth:`_refuse`) when that is not allowed or fails."""
         argv = self.policy.gpu_reset_argv
         if not argv:
-            self._finish(1, "failed", [Finding(
+            self._refuse(Finding(
                 "restart_needs_gpu_reset", "error",
                 f"{names} would be restarted after GPUs registered with the NVLink fabric; on "
                 "H100 and later that breaks NVLink SHARP (NCCL 'invalid argument') until the "
                 "GPUs are reset, so nvfabric does not do it silently",
                 "stop CUDA clients, then rerun with --gpu-reset-command 'nvidia-smi -r' (or your "
                 "reset procedure), or reboot the node",
-                {"services": names})])
+                {"services": names}))
             return False
         self.log.say(f"resetting GPUs before starting {names}: {' '.join(argv)}")
         try:
@@ -806,22 +907,28 @@ class Supervisor:
                                   stderr=subprocess.STDOUT,
                                   timeout=self.policy.gpu_reset_timeout_s, check=False)
         except (OSError, subprocess.TimeoutExpired) as err:
-            self._finish(1, "failed", [Finding(
+            self._refuse(Finding(
                 "restart_needs_gpu_reset", "error", f"the GPU reset command failed: {err}",
                 "check --gpu-reset-command; the GPUs must be reset before fabric manager starts",
-                {"services": names})])
+                {"services": names}))
             return False
         for raw in done.stdout.decode("utf-8", "replace").splitlines():
             self.log.line(f"gpu-reset: {raw}")
         if done.returncode != 0:
-            self._finish(1, "failed", [Finding(
+            self._refuse(Finding(
                 "restart_needs_gpu_reset", "error",
                 f"the GPU reset command exited with code {done.returncode}",
                 "stop every CUDA client first (a GPU in use cannot be reset), or reboot",
-                {"services": names})])
+                {"services": names}))
             return False
         self._registered = False
         return True
+
+    def _refuse(self, finding: Finding) -> None:
+        """End the run because the unit may not be (re)started: the refusal is logged (with
+        its hint) and comes after the failure that led to the restart, which is kept."""
+        self.log.finding(finding)
+        self._finish(1, "failed", [*self._failure, finding])
 
     # ----------------------------------------------------------------- output
 
@@ -1092,6 +1199,8 @@ class Supervisor:
         self._at("restart", delay, self._restart)
 
     def _restart(self) -> None:
+        if not self._reset_gate():  # not restarted: not counted, the failure is kept
+            return
         self._restarts += 1
         self._failure = []
         self._start_unit()
