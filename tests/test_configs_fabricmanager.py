@@ -104,6 +104,39 @@ def test_paths_are_resolved_under_a_simulated_root() -> None:
         "/usr/share/nvidia/nvswitch")
 
 
+@pytest.mark.parametrize("source", ["fm-set", "environment", "shipped"])
+@pytest.mark.parametrize("value", ["/../../../x", "/var/log/../../../../etc/x", "/a/.."])
+def test_path_value_with_dotdot_is_refused_wherever_it_comes_from(source: str,
+                                                                   value: str) -> None:
+    # --state-dir refuses '..'; a path key of the effective config may not climb out of the
+    # root either (it would on a simulated root: /sim/../../../x).
+    kw: dict[str, object] = {
+        "fm-set": {"sets": {"LOG_FILE_NAME": value}},
+        "environment": {"environ": {"NVFM_CONFIG_LOG_FILE_NAME": value}},
+        "shipped": {}}[source]
+    shipped = SHIPPED_535.replace("LOG_FILE_NAME=/var/log/fabricmanager.log",
+                                  f"LOG_FILE_NAME={value}") if source == "shipped" \
+        else SHIPPED_535
+    with pytest.raises(fmcfg.ConfigError) as err:
+        fmcfg.effective(shipped, root="/sim", **kw)  # type: ignore[arg-type]
+    assert err.value.finding.fields["key"] == "LOG_FILE_NAME"
+    assert "'..'" in err.value.finding.message
+
+
+@pytest.mark.parametrize("path", ["/../x", "/a/../../x", "/..", "/a/b/../../../etc"])
+def test_under_root_never_leaves_the_root(path: str) -> None:
+    with pytest.raises(ValueError, match=r"'\.\.'"):
+        fmcfg.under_root("/sim", path)
+    assert fmcfg.under_root("/sim", "/a/./b//c") == "/sim/a/b/c"
+
+
+def test_every_resolved_path_key_lies_under_the_root() -> None:
+    eff = fmcfg.effective(SHIPPED_535, root="/sim", sets={
+        "STATE_FILE_NAME": "/run/x.state", "FM_CMD_UNIX_SOCKET_PATH": "//run//fm.sock"})
+    values = [eff.get(k) for k in fmcfg.PATH_KEYS]
+    assert [v for v in values if v and not v.startswith("/sim/")] == []
+
+
 def test_d06_missing_node_config_file_names_the_key(tmp_path: Path) -> None:
     case = yaml.safe_load((CASES / "D06-config-invalid-value.yaml").read_text(encoding="utf-8"))
     key = case["expect"]["findings"][0]["key"]

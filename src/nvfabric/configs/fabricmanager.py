@@ -98,6 +98,9 @@ def check_value(key: str, value: str) -> None:
         raise ConfigError(invalid(key, f"{value!r} is not 0x followed by 16 hex digits"))
     if key in PATH_KEYS and value and not value.startswith("/"):
         raise ConfigError(invalid(key, f"{value!r} is not an absolute path"))
+    if key in PATH_KEYS and ".." in value.split("/"):
+        raise ConfigError(invalid(key, f"{value!r} may not contain '..' (paths are resolved "
+                                       "under --root and must stay there)"))
 
 
 def env_overrides(environ: Mapping[str, str]) -> dict[str, str]:
@@ -119,10 +122,18 @@ def parse_sets(items: tuple[str, ...] | list[str]) -> dict[str, str]:
 
 
 def under_root(root: str, path: str) -> str:
-    """A host path seen from ``root`` (unchanged when root is ``/`` or the value is empty)."""
-    if not path or os.path.abspath(root) == "/":
+    """A host path seen from ``root``, normalised (``//`` and ``.`` dropped; unchanged when
+    root is ``/``; an empty value stays empty). ValueError when ``path`` has a ``..``
+    component: the result must lie under ``root`` whatever the path says."""
+    if not path:
         return path
-    return os.path.join(os.path.abspath(root), path.lstrip("/"))
+    if ".." in path.split("/"):
+        raise ValueError(f"path {path!r} may not contain '..' (it must stay under --root)")
+    if os.path.abspath(root) == "/":
+        return path
+    relative = os.path.normpath(path.lstrip("/") or ".")
+    return os.path.abspath(root) if relative == "." else os.path.join(
+        os.path.abspath(root), relative)
 
 
 @dataclass(frozen=True)
@@ -162,8 +173,11 @@ def effective(shipped: str, *, root: str = "/", guid: str | None = None,
     for key, value in changes.items():
         check_value(key, value)
     cfg = keyvalue.patch(keyvalue.parse(shipped), changes)
-    paths = {key: under_root(root, value) for key, value in cfg.items().items()
-             if key in PATH_KEYS and value}
+    shipped_paths = {key: value for key, value in cfg.items().items()
+                     if key in PATH_KEYS and value}
+    for key, value in shipped_paths.items():  # the shipped file's values too, before resolving
+        check_value(key, value)
+    paths = {key: under_root(root, value) for key, value in shipped_paths.items()}
     for key, value in paths.items():
         check_value(key, value)
     if any(paths[k] != cfg.get(k) for k in paths):
