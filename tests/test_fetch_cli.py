@@ -253,3 +253,42 @@ def test_progress_bar_only_on_a_terminal() -> None:
 
     assert stderr_is_tty(io.StringIO()) is False
     assert stderr_is_tty(Tty()) is True
+
+
+# Tester report 12: README says input_unreadable exits 2; fetch on a damaged manifest exited 1.
+@pytest.mark.parametrize("body", [b"<html>not json</html>", b"\xff\xfe{"],
+                         ids=["html", "binary"])
+def test_damaged_manifest_is_input_unreadable_exit_2(tmp_path: Path, body: bytes) -> None:
+    (tmp_path / "mirror").mkdir()
+    (tmp_path / "mirror/redistrib_580.95.05.json").write_bytes(body)
+    out, rc = run_json("fetch", "--mirror", str(tmp_path / "mirror"), "--dest",
+                       str(tmp_path / "c"), "--driver-version", "580.95.05", "--arch",
+                       "x86_64", "--components", "fabricmanager")
+    assert (rc, out["error"]["code"]) == (2, "input_unreadable")
+    assert out["error"]["hint"]
+
+
+# Tester report 1/14: paths and values are printed literally in human output (`[/]` in a
+# path was taken for markup: exit 3).
+def test_fetch_human_output_prints_paths_literally(tmp_path: Path) -> None:
+    write_release(tmp_path / "mirror", redist_release("590.48.01"))
+    dest = tmp_path / "cache[/]x"
+    proc = run_cli("fetch", "--mirror", str(tmp_path / "mirror"), "--dest", str(dest),
+                   "--driver-version", "590.48.01", "--arch", "x86_64",
+                   "--components", "libnvsdm")
+    assert proc.returncode == 0, proc.stderr
+    assert f"downloaded: {dest}/" in proc.stdout
+
+
+@pytest.mark.parametrize(
+    "args",
+    [("--driver-version", "latest"), ("--arch", "ppc64le"), ("--mirror", "ftp://x.invalid/"),
+     ("--mirror", "http:///nohost"), ("--timeout", "0")],
+)
+def test_bad_input_under_json_carries_a_hint(args: tuple[str, ...], tmp_path: Path) -> None:
+    # Tester report 14: JSON errors carried "hint": "".
+    base = {"--driver-version": "580.95.05", "--arch": "x86_64",
+            "--components": "fabricmanager", "--mirror": str(tmp_path)}
+    base[args[0]] = args[1]
+    out, rc = run_json("fetch", *[x for kv in base.items() for x in kv], "--dry-run")
+    assert rc == 2 and out["error"]["hint"], out

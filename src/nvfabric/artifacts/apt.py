@@ -198,13 +198,15 @@ _VERSION_RE = re.compile(r"^([0-9]+:)?[0-9][A-Za-z0-9.+~-]*$")
 def validate_pin(name: str, version: str) -> tuple[str, str]:
     """Check a Debian package name and version before they reach a command line (Debian
     Policy 5.6.1 and 5.6.12 character sets). Raises NvfabricError ``input_unreadable`` (exit
-    1) when either is not plain."""
+    2) when either is not plain."""
     if not _NAME_RE.match(name) or not _VERSION_RE.match(version):
         raise NvfabricError(
             Finding(
                 "input_unreadable", "error",
                 f"refusing package spec {name!r}={version!r}: not a plain name/version",
+                "the package index is damaged or not NVIDIA's: check --mirror and the "
+                "repository, then run again",
             ),
-            exit_code=1,
+            exit_code=2,
         )
     return name, version

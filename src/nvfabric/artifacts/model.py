@@ -167,7 +167,8 @@ def download_failed(url: str, reason: str, attempts: int) -> NvfabricError:
 
 
 def bad_source(url: str, reason: str) -> NvfabricError:
-    """``input_unreadable`` (exit 1): a manifest or index that cannot be parsed."""
+    """``input_unreadable`` (exit 2, as everywhere): a manifest or index that cannot be
+    parsed."""
     return NvfabricError(
         Finding(
             "input_unreadable",
@@ -176,5 +177,5 @@ def bad_source(url: str, reason: str) -> NvfabricError:
             "the manifest or index is damaged or not what it claims to be; refresh the mirror",
             {"url": url},
         ),
-        exit_code=1,
+        exit_code=2,
     )

@@ -212,8 +212,10 @@ def _spec(art: Artifact) -> str:
             Finding(
                 "input_unreadable", "error",
                 f"refusing package spec {name!r} {art.version!r}: not a plain name/version",
+                "the repository metadata is damaged or not NVIDIA's: check --mirror and the "
+                "repository, then run again",
             ),
-            exit_code=1,
+            exit_code=2,
         )
     evr = art.version.split(":", 1)[-1]
     return f"{name}-{evr}"

@@ -150,5 +150,5 @@ def _damaged(archive: str, err: BaseException) -> NvfabricError:
             "delete the cached file and fetch again",
             {"archive": archive},
         ),
-        exit_code=1,
+        exit_code=2,
     )

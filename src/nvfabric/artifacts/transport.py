@@ -243,14 +243,17 @@ def mirror_base(mirror: str) -> str:
     scheme = urllib.parse.urlsplit(mirror).scheme
     if scheme in ("http", "https"):
         if not urllib.parse.urlsplit(mirror).netloc:
-            raise usage_error(f"--mirror {mirror!r} has no host")
+            raise usage_error(f"--mirror {mirror!r} has no host",
+                              "give a URL like https://mirror.example/nvidia, or a directory")
         return mirror.rstrip("/")
     if scheme == "file":
         mirror = urllib.parse.unquote(urllib.parse.urlsplit(mirror).path)
     elif scheme:
-        raise usage_error(f"--mirror {mirror!r}: only http(s) URLs or directories")
+        raise usage_error(f"--mirror {mirror!r}: only http(s) URLs or directories",
+                          "give a URL like https://mirror.example/nvidia, or a directory")
     if not os.path.isdir(mirror):
-        raise usage_error(f"--mirror {mirror!r} is neither an http(s) URL nor a directory")
+        raise usage_error(f"--mirror {mirror!r} is neither an http(s) URL nor a directory",
+                          "give an existing directory, or a URL like https://mirror.example/nvidia")
     return "file://" + urllib.parse.quote(os.path.abspath(mirror))
 
 

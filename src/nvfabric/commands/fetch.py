@@ -20,7 +20,7 @@ from ..errors import NvfabricError, usage_error
 from ..findings import Finding
 from ..inventory import Inventory, collect
 from ..inventory.fs import under
-from ..output import console, guarded, json_option, print_json, root_option
+from ..output import console, guarded, json_option, print_json, root_option, safe
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -105,10 +105,12 @@ def gather(
                 exit_code=1,
             )
     if not is_version(driver_version):
-        raise usage_error(f"--driver-version {driver_version!r} is not a version like 580.95.05")
+        raise usage_error(f"--driver-version {driver_version!r} is not a version like 580.95.05",
+                          "give the version as published, e.g. 580.95.05")
     canon = canonical_arch(arch or node().arch)
     if canon is None:
-        raise usage_error(f"architecture {arch or node().arch!r} is not x86_64 or aarch64")
+        raise usage_error(f"architecture {arch or node().arch!r} is not x86_64 or aarch64",
+                          "pass --arch x86_64 (amd64) or --arch aarch64 (arm64, sbsa)")
     fabric = None
     if components is not None:
         wanted = tuple(dict.fromkeys(c.strip() for c in components.split(",") if c.strip()))
@@ -126,7 +128,8 @@ def gather(
             c for c in COMPONENTS_BY_FABRIC[fabric] if not (c in X86_ONLY and canon != "x86_64")
         )
     if distro is not None and not re.match(r"^[a-z]+[0-9]+$", distro):
-        raise usage_error(f"--distro {distro!r} is not a CUDA repository name like ubuntu2404")
+        raise usage_error(f"--distro {distro!r} is not a CUDA repository name like ubuntu2404",
+                          "give the directory name of the CUDA repository, e.g. ubuntu2404, rhel9")
     if source != "redist" and not mirror and not distro:
         distro = distro_dir(dict(node().os_release))
         if distro is None:
@@ -147,9 +150,10 @@ def _resolve(
     from ..artifacts.versions import is_version
 
     if nvlsm_version is not None and not is_version(nvlsm_version):
-        raise usage_error(f"--nvlsm-version {nvlsm_version!r} is not a version like 2025.06.6")
+        raise usage_error(f"--nvlsm-version {nvlsm_version!r} is not a version like 2025.06.6",
+                          "omit it to take the one of the driver release's redist manifest")
     if timeout <= 0:
-        raise usage_error("--timeout must be positive")
+        raise usage_error("--timeout must be positive", "give seconds, e.g. --timeout 30")
     base = mirror_base(mirror) if mirror else None
     transport = Transport(
         RetryPolicy(attempts=retries + 1, timeout_s=timeout), mirror=base,
@@ -220,10 +224,12 @@ def fetch(
         print_json(out)
         return
     con = console()
-    con.print(f"driver {inputs.driver_version} ({inputs.arch}), source {source}")
+    con.print(f"driver {safe(inputs.driver_version)} ({safe(inputs.arch)}), source {source}",
+              emoji=False)
     for row in rows:
-        con.print(f"  {row['component']:15} {row['version']:15} {row['arch']:8} "
-                  f"{row['state']}: {row['path']}")
+        comp, version, arch_ = (safe(row[k]) for k in ("component", "version", "arch"))
+        con.print(f"  {comp:15} {version:15} {arch_:8} {safe(row['state'])}: "
+                  f"{safe(row['path'])}", emoji=False)
     if pins:
         con.print("pin exactly these versions:")
         for line in pins:
@@ -253,9 +259,11 @@ def install(
     from ..artifacts.packages import commands, run
 
     if execute and source == "redist":
-        raise usage_error("--execute is for apt/rpm sources; redist archives install directly")
+        raise usage_error("--execute is for apt/rpm sources; redist archives install directly",
+                          "drop --execute, or pass --source apt|rpm")
     if execute and root != "/":
-        raise usage_error("--execute runs this host's package manager; it needs --root /")
+        raise usage_error("--execute runs this host's package manager; it needs --root /",
+                          "drop --execute to print the commands for the node under --root")
     inputs = gather(root, driver_version, arch, components, source, mirror, distro)
     dest = dest or under(root, DEFAULT_DEST)
     prefix = prefix or under(root, DEFAULT_PREFIX)
