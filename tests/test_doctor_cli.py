@@ -66,3 +66,10 @@ def test_unreadable_log_is_exit_2(tmp_path: Path) -> None:
 
 def test_log_is_required() -> None:
     assert run_cli("doctor").returncode == 2
+
+
+def test_unreadable_log_under_json_carries_a_hint(tmp_path: Path) -> None:
+    # Tester report 14: JSON errors carried "hint": "".
+    out, rc = run_json("doctor", "--log", str(tmp_path / "missing.log"))
+    assert (rc, out["error"]["code"]) == (2, "input_unreadable")
+    assert out["error"]["hint"]

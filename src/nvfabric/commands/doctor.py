@@ -53,7 +53,8 @@ def doctor(ctx: click.Context, root: str, fabric: str | None, logs: tuple[str, .
                 with open(path, "rb") as fh:
                     classify_stream(classifier, fh)
         except OSError as err:
-            raise usage_error(f"cannot read {path}: {err.strerror or err}") from None
+            raise usage_error(f"cannot read {path}: {err.strerror or err}",
+                              "give a readable log file, or - for stdin") from None
     findings = classifier.findings()
     if as_json:
         print_json({"fabric": fabric, "lines": classifier.lines,
