@@ -246,8 +246,13 @@ def test_r04_no_silent_fabric_manager_restart_after_registration(
     run = start(root, "--json", "--restart", "on-failure", "--restart-delay", "0.05")
     run.wait_line(r"fabric ready in")
     assert run.wait() == 1
-    assert finding(run.result(), "restart_needs_gpu_reset")["services"] == "fabricmanager"
+    result = run.result()
+    assert finding(result, "restart_needs_gpu_reset")["services"] == "fabricmanager"
     assert len(events(root, "fabricmanager", "exec")) == 1
+    # none happened; the crash that asked for the restart is kept, first
+    assert result["restarts"] == 0
+    assert codes(result)[:2] == ["service_exited", "restart_needs_gpu_reset"]
+    assert finding(result, "service_exited")["service"] == "fabricmanager"
 
 
 def test_r04_reset_command_opt_in_resets_then_restarts(
@@ -278,6 +283,30 @@ def test_r04_a_second_run_after_registration_needs_the_reset(
     assert second.wait() == 1
     assert "restart_needs_gpu_reset" in codes(second.result())
     assert len(events(root, "fabricmanager", "exec")) == 1
+    # --dry-run runs the same preflight: the same refusal, the same exit code
+    dry = subprocess.run([sys.executable, "-m", "nvfabric", "run", "--root", str(root),
+                          "--dry-run", "--json"], capture_output=True, text=True, timeout=60,
+                         check=False)
+    assert dry.returncode == 1
+    dry_result = json.loads(dry.stdout)
+    assert (dry_result["result"], codes(dry_result)) == ("refused", codes(second.result()))
+    # human output, with and without --dry-run, gives the finding's hint
+    for args in ((), ("--dry-run",)):
+        human = subprocess.run([sys.executable, "-m", "nvfabric", "run", "--root", str(root),
+                                *args], capture_output=True, text=True, timeout=60, check=False)
+        assert human.returncode == 1
+        assert "restart_needs_gpu_reset: GPUs are already registered" in human.stderr
+        assert "hint: stop CUDA clients, then run again with --gpu-reset-command" in human.stderr
+    # with the reset command the dry run says what it would do, and would start
+    dry = subprocess.run([sys.executable, "-m", "nvfabric", "run", "--root", str(root),
+                          "--dry-run", "--json", "--gpu-reset-command", "nvidia-smi -r"],
+                         capture_output=True, text=True, timeout=60, check=False)
+    assert dry.returncode == 0
+    dry_result = json.loads(dry.stdout)
+    assert dry_result["result"] == "would_start"
+    assert finding(dry_result, "restart_needs_gpu_reset")["severity"] == "info"
+    assert len(events(root, "fabricmanager", "exec")) == 1 and not events(root, "nvidia-smi",
+                                                                           "reset")
 
 
 # ---------------------------------------------------------------- R05 stop cleanly
@@ -452,3 +481,205 @@ def test_sigkill_of_run_takes_nvlsm_and_fabric_manager_with_it(
         for pid in pids:
             if alive(pid):
                 os.kill(pid, signal.SIGKILL)
+
+
+# ---------------------------------------------------------------- one nvfabric run per node
+
+
+def test_a_second_run_is_refused_at_once_before_anything_is_written_or_reset(
+        tmp_path: Path, start: Callable[..., Run]) -> None:
+    root = sim(tmp_path, "dgx-b200")
+    first = start(root)
+    first.wait_line(r"fabric ready in")
+    cfg = root / "run/nvfabric/fabricmanager.cfg"
+    before = cfg.stat()
+    for args in (("--json",), ("--json", "--gpu-reset-command", f"{root}/bin/nvidia-smi -r"),
+                 ("--json", "--dry-run")):
+        second = start(root, *args)
+        assert second.wait() == 1
+        result = second.result()
+        assert (result["result"], codes(result)) == ("refused", ["already_running"])
+        assert finding(result, "already_running")["pid"] == first.proc.pid
+        assert f"(pid {first.proc.pid}" in result["findings"][0]["message"]
+    human = start(root)
+    assert human.wait() == 1
+    assert f"already_running: nvfabric run is already running on this node (pid " \
+           f"{first.proc.pid}" in human.log and "hint: one nvfabric run per node" in human.log
+    assert len(events(root, "nvlsm", "exec")) == len(events(root, "fabricmanager", "exec")) == 1
+    assert not events(root, "nvidia-smi", "reset")
+    assert cfg.stat().st_mtime_ns == before.st_mtime_ns and cfg.stat().st_ino == before.st_ino
+    assert first.proc.poll() is None  # the first run is untouched
+    first.signal(signal.SIGTERM)
+    assert first.wait() == 0
+
+
+def test_the_run_lock_dies_with_the_process(tmp_path: Path, start: Callable[..., Run]) -> None:
+    root = sim(tmp_path, "dgx-a100")  # A100: no GPU reset needed to start fabric manager again
+    first = start(root)
+    first.wait_line(r"fabric ready in")
+    first.signal(signal.SIGKILL)
+    first.wait()
+    second = start(root)
+    second.wait_line(r"fabric ready in")  # not refused: nobody holds the lock any more
+    second.signal(signal.SIGTERM)
+    assert second.wait() == 0
+
+
+@pytest.mark.parametrize("blocker", ["run/nvfabric", "run"])
+@pytest.mark.parametrize("mode", [(), ("--dry-run",)])
+def test_state_dir_that_is_a_file_is_a_clear_usage_error(
+        tmp_path: Path, blocker: str, mode: tuple[str, ...]) -> None:
+    root = sim(tmp_path, "dgx-b200")
+    (root / blocker).parent.mkdir(parents=True, exist_ok=True)
+    (root / blocker).write_text("not a directory\n", encoding="utf-8")
+    proc = subprocess.run([sys.executable, "-m", "nvfabric", "run", "--root", str(root), *mode],
+                          capture_output=True, text=True, timeout=60, check=False)
+    assert proc.returncode == 2, proc.stderr
+    assert f"--state-dir: {root / blocker} exists and is not a directory" in proc.stderr
+    assert "Traceback" not in proc.stderr and not events(root, event="exec")
+
+
+# ---------------------------------------------------------------- one JSON shape, versions
+
+
+RUN_KEYS = {"result", "exit_code", "dry_run", "fabric", "processes", "files", "ready_after_s",
+            "restarts", "findings", "reasons"}
+
+
+def _run_json(root: Path, *args: str) -> tuple[dict[str, Any], int]:
+    proc = subprocess.run([sys.executable, "-m", "nvfabric", "run", "--root", str(root),
+                           "--json", *args], capture_output=True, text=True, timeout=60,
+                          check=False)
+    data = json.loads(proc.stdout)
+    assert isinstance(data, dict)
+    return data, proc.returncode
+
+
+def test_run_json_has_one_shape_for_every_outcome(
+        tmp_path: Path, start: Callable[..., Run]) -> None:
+    import yaml
+
+    blocked = sim(tmp_path, yaml.safe_load((CASES / "P06-b200-ib-umad-missing.yaml").read_text(
+        encoding="utf-8"))["node"], name="blocked")
+    pcie = sim(tmp_path, "h100-pcie", name="pcie")
+    b200 = sim(tmp_path, "dgx-b200", name="b200")
+    mismatch = sim(tmp_path, "hgx-h100", {"fabricmanager": {"version": "550.54.15"}},
+                   name="mismatch")
+    crash = sim(tmp_path, "dgx-a100", {"fabricmanager": {"crash_after_s": 0.3}}, name="crash")
+    seen: dict[tuple[str, bool], tuple[dict[str, Any], int]] = {}
+    for root in (blocked, pcie, b200, mismatch):
+        for dry in (True, False):
+            if root == b200 and not dry:
+                continue
+            data, rc = _run_json(root, *(("--dry-run",) if dry else ()))
+            seen[(data["result"], dry)] = data, rc
+    failed = start(crash, "--json")
+    assert failed.wait() == 1
+    seen[("failed", False)] = failed.result(), 1
+    ok = start(b200, "--json")
+    ok.wait_line(r"fabric ready in")
+    ok.signal(signal.SIGTERM)
+    assert ok.wait() == 0
+    seen[("stopped", False)] = ok.result(), 0
+    assert sorted(seen) == sorted([
+        ("blocked", True), ("blocked", False), ("nothing_to_do", True),
+        ("nothing_to_do", False), ("would_start", True), ("refused", True),
+        ("refused", False), ("failed", False), ("stopped", False)])
+    for (result, dry), (data, rc) in seen.items():
+        assert set(data) == RUN_KEYS, result
+        assert (data["dry_run"], data["exit_code"]) == (dry, rc)
+        assert isinstance(data["reasons"], list) and data["reasons"]
+        if result in ("blocked", "nothing_to_do"):
+            assert (data["processes"], data["files"]) == ([], [])
+        else:
+            assert data["processes"] and data["files"]
+            assert data["processes"][-1]["service"] == "fabricmanager"
+    assert seen[("stopped", False)][0]["ready_after_s"] > 0
+    assert seen[("blocked", True)][0]["findings"] == seen[("blocked", False)][0]["findings"]
+    assert codes(seen[("refused", True)][0]) == codes(seen[("refused", False)][0]) == [
+        "version_mismatch"]
+
+
+def test_fabric_manager_version_compares_per_field_as_fetch_does(tmp_path: Path) -> None:
+    # hgx-h100 runs driver 550.90.07; 550.90.7 is the same version, printed otherwise.
+    same = sim(tmp_path, "hgx-h100", {"fabricmanager": {"version": "550.90.7"}}, name="same")
+    data, rc = _run_json(same, "--dry-run")
+    assert (rc, data["result"], codes(data)) == (0, "would_start", [])
+    other = sim(tmp_path, "hgx-h100", {"fabricmanager": {"version": "550.90.70"}}, name="other")
+    data, rc = _run_json(other, "--dry-run")
+    f = finding(data, "version_mismatch")
+    assert rc == 1 and (f["fm_version"], f["driver_version"]) == ("550.90.70", "550.90.07")
+    assert "fabric manager 550.90.70 does not match the loaded driver 550.90.07" in f["message"]
+
+
+# ---------------------------------------------------------------- paths stay under --root
+
+
+@pytest.mark.parametrize("args,key", [
+    (("--fm-set", "LOG_FILE_NAME=/../../../x"), "LOG_FILE_NAME"),
+    (("--fm-set", "STATE_FILE_NAME=/tmp/../../../x.state"), "STATE_FILE_NAME"),
+])
+def test_fm_set_path_with_dotdot_is_refused_like_state_dir(
+        tmp_path: Path, args: tuple[str, ...], key: str) -> None:
+    root = sim(tmp_path, "hgx-h100")
+    for dry in ((), ("--dry-run",)):
+        proc = subprocess.run([sys.executable, "-m", "nvfabric", "run", "--root", str(root),
+                               "--json", *dry, *args], capture_output=True, text=True,
+                              timeout=60, check=False)
+        assert proc.returncode == 2
+        error = json.loads(proc.stdout)["error"]
+        assert (error["code"], error["key"]) == ("config_invalid_value", key)
+        assert "'..'" in error["message"]
+    env = {**os.environ, "NVFM_CONFIG_" + key: args[1].split("=", 1)[1]}
+    proc = subprocess.run([sys.executable, "-m", "nvfabric", "run", "--root", str(root),
+                           "--dry-run"], capture_output=True, text=True, timeout=60,
+                          check=False, env=env)
+    assert proc.returncode == 2 and key in proc.stderr
+    assert not (root / "run/nvfabric").exists() and not events(root, event="exec")
+
+
+@pytest.mark.parametrize("flag", ["--fm-config", "--fm-bin", "--nvlsm-config", "--state-dir",
+                                  "--fm-sm-socket", "--imex-config"])
+def test_path_flags_with_dotdot_are_refused_before_anything_is_read(
+        tmp_path: Path, flag: str) -> None:
+    root = sim(tmp_path, "dgx-b200")
+    proc = subprocess.run([sys.executable, "-m", "nvfabric", "run", "--root", str(root),
+                           "--dry-run", flag, "/../../../etc/passwd"], capture_output=True,
+                          text=True, timeout=60, check=False)
+    assert proc.returncode == 2
+    assert f"{flag}: path may not contain '..'" in proc.stderr
+
+
+def test_every_path_of_the_unit_lies_under_the_root(tmp_path: Path) -> None:
+    root = sim(tmp_path, "dgx-b200")
+    data, rc = _run_json(root, "--dry-run", "--fm-set", "STATE_FILE_NAME=//tmp/./fm.state",
+                         "--fm-sm-socket", "/var/run/./nvfm/ipc.sock")
+    assert rc == 0, data
+    paths = [a for p in data["processes"] for a in p["argv"] if a.startswith("/")]
+    paths += [f["path"] for f in data["files"]]
+    from nvfabric.configs import keyvalue
+    from nvfabric.configs.fabricmanager import PATH_KEYS
+
+    cfg = keyvalue.parse(data["files"][0]["content"]).items()
+    paths += [cfg[k] for k in PATH_KEYS if cfg.get(k)]
+    assert len(paths) > 8
+    assert [p for p in paths if not p.startswith(f"{root}/") or "/./" in p or "//" in p] == []
+
+
+# ---------------------------------------------------------------- values printed literally
+
+
+def test_control_characters_and_markup_from_a_daemon_are_printed_literally(
+        tmp_path: Path) -> None:
+    root = sim(tmp_path, "hgx-h100", {"fabricmanager": {"version": "550.54.15\x1b[2J[/]"}})
+    shipped = root / "usr/share/nvidia/nvswitch/fabricmanager.cfg"
+    shipped.write_text("# \x1b]0;title\x07 [bold]x[/]\n" + shipped.read_text(encoding="utf-8"),
+                       encoding="utf-8")
+    for args in ((), ("--dry-run",)):
+        proc = subprocess.run([sys.executable, "-m", "nvfabric", "run", "--root", str(root),
+                               *args], capture_output=True, text=True, timeout=60, check=False)
+        assert proc.returncode == 1, proc.stderr
+        assert "fabric manager 550.54.15\\x1b[2J[/] does not match" in proc.stderr
+        out = proc.stdout + proc.stderr
+        assert not any(ord(c) < 32 and c not in "\t\n" or 127 <= ord(c) < 160 for c in out)
+    assert "  | # \\x1b]0;title\\x07 [bold]x[/]" in proc.stdout.splitlines()

@@ -48,6 +48,7 @@ CODES: frozenset[str] = frozenset(
         "socket_timeout",
         "service_exited",
         "restart_needs_gpu_reset",
+        "already_running",
         "nvml_unavailable",
         "input_unreadable",
         "internal_error",

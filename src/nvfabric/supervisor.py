@@ -52,7 +52,7 @@ from typing import IO, Protocol
 
 from .configs.atomic import write_atomic
 from .findings import Finding
-from .services import ServiceSpec
+from .services import PlannedFile, ServiceSpec
 
 #: Signals whose disposition a child gets reset to the default (Python ignores SIGPIPE; a
 #: parent started under nohup ignores SIGHUP).
@@ -142,6 +142,37 @@ class Outcome:
             "restarts": self.restarts,
             "findings": [f.to_json() for f in self.findings],
         }
+
+
+#: ``result`` of ``nvfabric run --json``: how the run ended, or (``--dry-run``) would begin.
+RUN_RESULTS = ("stopped", "failed", "nothing_to_do", "not_started", "blocked", "refused",
+               "would_start")
+
+
+def run_result(result: str, exit_code: int, fabric: str, findings: Sequence[Finding], *,
+               dry_run: bool = False, processes: Sequence[ServiceSpec] = (),
+               files: Sequence[PlannedFile] = (), ready_after_s: float | None = None,
+               restarts: int = 0, reasons: Sequence[str] = ()) -> dict[str, object]:
+    """The one JSON shape of ``nvfabric run`` for every outcome, with and without
+    ``--dry-run`` (README, ``run`` section): every key always present, lists empty and
+    ``ready_after_s`` null where they do not apply. ``processes``/``files``: the unit's, in
+    start order (what it starts and writes, or would), empty when no unit was built (blocked,
+    nothing to do, another run holds the lock). ``reasons``: the plan's. ValueError for a
+    ``result`` not in :data:`RUN_RESULTS`."""
+    if result not in RUN_RESULTS:
+        raise ValueError(f"unknown run result {result!r}")
+    return {
+        "result": result,
+        "exit_code": exit_code,
+        "dry_run": dry_run,
+        "fabric": fabric,
+        "processes": [{"service": s.name, "argv": list(s.argv)} for s in processes],
+        "files": [{"path": f.path, "content": f.content} for f in files],
+        "ready_after_s": ready_after_s,
+        "restarts": restarts,
+        "findings": [f.to_json() for f in findings],
+        "reasons": list(reasons),
+    }
 
 
 class Log:

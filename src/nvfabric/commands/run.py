@@ -7,16 +7,20 @@ effective config -> supervise (supervisor.py) until SIGTERM or a failure.
 
 from __future__ import annotations
 
+import functools
 import os
 import shlex
 import signal
 import subprocess
 import sys
 from collections import Counter
-from typing import Any
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+from typing import Any, NoReturn
 
 import click
 
+from ..artifacts import versions
 from ..configs import fabricmanager as fmcfg
 from ..configs import keyvalue
 from ..errors import NvfabricError, usage_error
@@ -31,10 +35,25 @@ from ..output import (
     root_option,
 )
 from ..plan import Plan
-from ..services import Unit, nvlsm
+from ..services import Unit, check_path, nvlsm
 from ..services import fabricmanager as fm
 from ..services.unit import RunConfig, build, environ_items
-from ..supervisor import GpuCheck, Log, Outcome, Policy, Supervisor, ensure_dir, socket_listening
+from ..supervisor import (
+    LOCK_FILE,
+    GpuCheck,
+    Log,
+    Outcome,
+    Policy,
+    RunLock,
+    Supervisor,
+    acquire_run_lock,
+    ensure_dir,
+    not_a_directory,
+    printable,
+    run_lock_holder,
+    run_result,
+    socket_listening,
+)
 
 
 def gpu_check(root: str) -> GpuCheck:
@@ -74,9 +93,25 @@ def _generations(root: str, arch: str | None) -> set[str]:
     return out
 
 
-def preflight(unit: Unit, p: Plan) -> list[Finding]:
-    """Checks before any start (host access: stat, ``nv-fabricmanager --version``, a connect to
-    NVLSM's socket). One finding per problem; nothing is started or written."""
+@dataclass(frozen=True)
+class Preflight:
+    """What preflight found: ``findings`` (errors refuse the start; info is reported) and
+    ``registered``: GPUs are already registered with the NVLink fabric on a node where fabric
+    manager may not start again without a GPU reset (R04; False when that does not apply)."""
+
+    findings: tuple[Finding, ...]
+    registered: bool = False
+
+    @property
+    def refused(self) -> bool:
+        return any(f.severity == "error" for f in self.findings)
+
+
+def preflight(unit: Unit, p: Plan, *, root: str, needs_reset: bool,
+              reset_argv: tuple[str, ...] | None) -> Preflight:
+    """Checks before any start, the same for ``run`` and ``run --dry-run`` (host access: stat,
+    ``nv-fabricmanager --version``, a connect to NVLSM's socket, the GPUs' fabric state).
+    One finding per problem; nothing is started, written or reset."""
     problems: list[Finding] = []
     for spec in unit.services:
         binary = spec.argv[0]
@@ -108,10 +143,37 @@ def preflight(unit: Unit, p: Plan) -> list[Finding]:
         if os.path.basename(planned.path) == "fabricmanager.cfg":
             eff = fmcfg.Effective(keyvalue.parse(planned.content), planned.content)
             problems += fmcfg.check_paths(eff)
-    return problems
+    registered = False
+    if needs_reset and any(s.restart_needs_gpu_reset for s in unit.services):
+        check = gpu_check(root)
+        registered = check.registered
+        if registered:
+            problems.append(_registered(check, reset_argv))
+    return Preflight(tuple(problems), registered)
+
+
+def _registered(check: GpuCheck, reset_argv: tuple[str, ...] | None) -> Finding:
+    """R04 at start: GPUs registered before this run (a fabric manager ran since the last
+    GPU reset): an error without ``--gpu-reset-command``, else what will be done (info)."""
+    fields = {"services": "fabricmanager", "gpus": check.summary}
+    if reset_argv is None:
+        return Finding(
+            "restart_needs_gpu_reset", "error",
+            f"GPUs are already registered with the NVLink fabric ({check.summary}): a fabric "
+            "manager ran before; starting it again on H100 and later without a GPU reset "
+            "breaks NVLink SHARP (NCCL 'invalid argument'), so nvfabric does not start it",
+            "stop CUDA clients, then run again with --gpu-reset-command 'nvidia-smi -r' (or "
+            "your reset procedure), or reboot the node", fields)
+    return Finding(
+        "restart_needs_gpu_reset", "info",
+        f"GPUs are already registered with the NVLink fabric ({check.summary}): "
+        f"`{shlex.join(reset_argv)}` resets them before fabric manager starts",
+        "CUDA clients must be stopped: a GPU in use cannot be reset", fields)
 
 
 def _check_fm_version(binary: str, driver: str | None) -> list[Finding]:
+    """``nv-fabricmanager --version`` against the loaded driver, compared as fetch does
+    (numeric per field: 550.90.7 is 550.90.07), both printed as published."""
     try:
         version, text = fm.probe_version(binary)
     except (OSError, subprocess.TimeoutExpired) as err:
@@ -121,10 +183,10 @@ def _check_fm_version(binary: str, driver: str | None) -> list[Finding]:
         first = text.strip().splitlines()[:1]
         return [Finding("version_mismatch", "error",
                         f"cannot read fabric manager's version from `{binary} --version`"
-                        + (f" ({first[0]})" if first else ""),
+                        + (f" ({first[0][:200]})" if first else ""),
                         "reinstall fabric manager of the driver's exact version",
                         {"fm_version": None, "driver_version": driver})]
-    if driver is not None and version != driver:
+    if driver is not None and version != driver and not versions.same(version, driver):
         return [Finding("version_mismatch", "error",
                         f"fabric manager {version} does not match the loaded driver {driver}; "
                         "fabric manager refuses to run", f"install fabric manager {driver} "
@@ -133,38 +195,80 @@ def _check_fm_version(binary: str, driver: str | None) -> list[Finding]:
     return []
 
 
-def _report(findings: list[Finding], as_json: bool, result: str, title: str) -> None:
-    if as_json:
-        print_json({"result": result, "exit_code": 1, "findings": [f.to_json() for f in findings]})
-    else:
-        print_findings(console(stderr=True), findings, title)
+def _plain(findings: Sequence[Finding]) -> list[Finding]:
+    """Findings with control characters escaped, for the human listing (rich escapes the
+    markup): messages may quote a daemon's output."""
+    return [replace(f, message=printable(f.message), hint=printable(f.hint)) for f in findings]
 
 
-def _dry_run(unit: Unit, problems: list[Finding], as_json: bool) -> None:
+def _emit(result: str, code: int, findings: Sequence[Finding], *, p: Plan, as_json: bool,
+          dry_run: bool, title: str = "", unit: Unit | None = None,
+          outcome: Outcome | None = None) -> NoReturn:
+    """Print the outcome (the one JSON shape, :func:`nvfabric.supervisor.run_result`, or the
+    findings with their hints) and exit with ``code``."""
     if as_json:
-        print_json({
-            "fabric": unit.fabric,
-            "processes": [{"service": s.name, "argv": list(s.argv)} for s in unit.services],
-            "files": [{"path": f.path, "content": f.content} for f in unit.files],
-            "findings": [f.to_json() for f in problems],
-        })
-    else:
-        out = click.echo
-        out(f"fabric {unit.fabric}: {len(unit.services)} process(es), in start order")
-        for s in unit.services:
-            out(f"  {s.name}: {shlex.join(s.argv)}")
-            if s.ready_socket:
-                out(f"    ready when the socket {s.ready_socket} exists")
-            if s.ready_gpus:
-                out("    ready when every GPU's fabric state is completed")
-        for note in unit.notes:
-            out(f"  note: {note}")
-        for f in unit.files:
-            out(f"file {f.path} (mode {f.mode:o}):")
-            for line in f.content.splitlines():
-                out(f"  | {line}")
-        if problems:
-            print_findings(console(stderr=True), problems, "preflight would refuse to start")
+        print_json(run_result(
+            result, code, p.fabric, findings, dry_run=dry_run,
+            processes=unit.services if unit else (), files=unit.files if unit else (),
+            ready_after_s=outcome.ready_after_s if outcome else None,
+            restarts=outcome.restarts if outcome else 0, reasons=p.reasons))
+    elif findings and title:
+        print_findings(console(stderr=True), _plain(findings), title)
+    sys.exit(code)
+
+
+def _dry_run_listing(unit: Unit) -> None:
+    out = click.echo
+    out(f"fabric {unit.fabric}: {len(unit.services)} process(es), in start order")
+    for s in unit.services:
+        out(printable(f"  {s.name}: {shlex.join(s.argv)}"))
+        if s.ready_socket:
+            out(printable(f"    ready when the socket {s.ready_socket} exists"))
+        if s.ready_gpus:
+            out("    ready when every GPU's fabric state is completed")
+    for note in unit.notes:
+        out(printable(f"  note: {note}"))
+    for f in unit.files:
+        out(printable(f"file {f.path} (mode {f.mode:o}):"))
+        for line in f.content.splitlines():
+            out(printable(f"  | {line}"))
+
+
+def _already_running(pid: int, lock: str) -> Finding:
+    return Finding(
+        "already_running", "error",
+        f"nvfabric run is already running on this node (pid {pid or 'unknown'}, lock {lock}); "
+        "nothing was started or written",
+        "one nvfabric run per node: stop the running one first (systemctl stop, or kill -TERM "
+        "its pid); `nvfabric status` shows the fabric it keeps up",
+        {"pid": pid or None, "lock": lock})
+
+
+def _state_dir(root: str, state_dir: str) -> str:
+    """The state directory under the root; exit 2 naming the path when something other than
+    a directory is in the way."""
+    state = fmcfg.under_root(root, state_dir)
+    blocker = not_a_directory(state)
+    if blocker is not None:
+        raise usage_error(
+            f"--state-dir: {blocker} exists and is not a directory (state directory {state})",
+            f"remove {blocker} or pass --state-dir DIR")
+    return state
+
+
+def _take_lock(state: str, dry_run: bool) -> tuple[RunLock | None, Finding | None]:
+    """``run``: the run lock, taken before anything is written or reset (the state directory
+    is created for it); ``--dry-run``: only who holds it. A Finding when another run does."""
+    lock_path = os.path.join(state, LOCK_FILE)
+    try:
+        if dry_run:
+            lock, holder = None, run_lock_holder(state)
+        else:
+            lock, holder = acquire_run_lock(state)
+    except OSError as err:
+        raise usage_error(f"cannot take the run lock {lock_path}: {err.strerror or err}",
+                          "run as root, or pass a writable --state-dir") from None
+    return lock, None if holder is None else _already_running(holder, lock_path)
 
 
 def _stay() -> None:
@@ -239,10 +343,32 @@ def run_cmd(root: str, arch: str | None, as_json: bool, dry_run: bool, restart: 
     from ..plan import plan
 
     p = plan(collect(root, arch))
+    emit = functools.partial(_emit, p=p, as_json=as_json, dry_run=dry_run)
     if p.blocked:
-        _report(list(p.blockers), as_json, "blocked", "blocked: nothing was started")
-        sys.exit(1)
+        emit("blocked", 1, list(p.blockers), title="blocked: nothing was started")
+    for path, what in ((state_dir, "--state-dir"), (fm_bin, "--fm-bin"),
+                       (fm_config, "--fm-config"), (nvlsm_bin, "--nvlsm-bin"),
+                       (nvlsm_config, "--nvlsm-config"), (nvlsm_pid_file, "--nvlsm-pid-file"),
+                       (fm_sm_socket, "--fm-sm-socket"), (imex_bin, "--imex-bin"),
+                       (imex_ctl, "--imex-ctl"), (imex_config, "--imex-config")):
+        if path is not None:
+            try:
+                check_path(path, what)
+            except ValueError as err:
+                raise usage_error(str(err), "host paths are absolute, resolved under --root, "
+                                  "and may not leave it") from None
+
+    def hold() -> RunLock | None:
+        """One run per node: the lock (``--dry-run``: who holds it), before anything is
+        written, reset or started and after every pure check. Its descriptor is never closed:
+        the lock lasts as long as this process, however it ends."""
+        lock, busy = _take_lock(_state_dir(root, state_dir), dry_run)
+        if busy is not None:
+            emit("refused", 1, [busy], title="refused: another nvfabric run is active")
+        return lock
+
     if p.fabric == "mnnvl":
+        hold()
         # ---- MNNVL / IMEX path (issue 6): nvfabric.imex.bringup. Never fabric manager. ----
         from ..diagnose import Classifier
         from ..imex import bringup
@@ -275,17 +401,24 @@ def run_cmd(root: str, arch: str | None, as_json: bool, dry_run: bool, restart: 
     except fmcfg.ConfigError as err:
         raise NvfabricError(err.finding, exit_code=2) from None
     if p.fabric == "none":
-        _nothing_to_do(p, dry_run, stay, as_json)
-        return
+        if stay:  # a DaemonSet pod that stays: still one per node
+            hold()
+        why = p.reasons[-1] if p.reasons else "no fabric service applies"
+        if not as_json:
+            Log().say(f"fabric none: nothing to start ({why})")
+        if stay and not dry_run:
+            _stay()
+        emit("nothing_to_do", 0, [])
     shipped_path = cfg.resolve(fm_config)
     try:
         with open(shipped_path, encoding="utf-8") as fh:
             shipped = fh.read()
-    except OSError as err:
+    except (OSError, UnicodeDecodeError) as err:
+        problem = (err.strerror or str(err)) if isinstance(err, OSError) else "not UTF-8 text"
         raise NvfabricError(Finding(
             "input_unreadable", "error",
-            f"cannot read the shipped fabric manager config {shipped_path}: {err.strerror}",
-            "install the fabric manager package, or pass --fm-config")) from None
+            f"cannot read the shipped fabric manager config {shipped_path}: {problem}",
+            "install the fabric manager package, or pass --fm-config"), exit_code=2) from None
     needs_reset = fm.needs_gpu_reset(_generations(root, arch))
     try:
         unit = build(p, cfg, shipped, needs_reset=needs_reset)
@@ -293,39 +426,29 @@ def run_cmd(root: str, arch: str | None, as_json: bool, dry_run: bool, restart: 
         raise NvfabricError(err.finding, exit_code=2) from None
     except ValueError as err:
         raise usage_error(str(err)) from None
-    problems = preflight(unit, p)
+    hold()
+    pre = preflight(unit, p, root=root, needs_reset=needs_reset, reset_argv=reset_argv)
     if dry_run:
-        _dry_run(unit, problems, as_json)
-        sys.exit(1 if problems else 0)
-    if problems:
-        _report(problems, as_json, "refused", "preflight: nothing was started")
-        sys.exit(1)
-    outcome = _supervise(unit, p, cfg, restart, reset_argv, socket_timeout, ready_timeout,
-                         restart_delay, restart_max_delay, needs_reset)
-    if as_json:
-        print_json(outcome.to_json())
-    elif outcome.exit_code:  # each finding was logged when it happened; one closing line
-        first = outcome.findings[0] if outcome.findings else None
-        Log().say(f"run failed: {first.code}: {first.message}" if first else "run failed")
-    sys.exit(outcome.exit_code)
+        if not as_json:
+            _dry_run_listing(unit)
+        emit("refused" if pre.refused else "would_start", 1 if pre.refused else 0,
+             list(pre.findings), unit=unit, title="preflight would refuse to start"
+             if pre.refused else "preflight")
+    if pre.refused:
+        emit("refused", 1, list(pre.findings), unit=unit, title="preflight: nothing was started")
+    outcome = _supervise(unit, p, cfg, pre, restart, reset_argv, socket_timeout, ready_timeout,
+                         restart_delay, restart_max_delay)
+    findings = [*outcome.findings, *pre.findings]
+    if not as_json and outcome.exit_code:  # each was logged when it happened; then the summary
+        Log().say(f"run failed: {findings[0].code}: {findings[0].message}" if findings
+                  else "run failed")
+    emit(outcome.reason, outcome.exit_code, findings, unit=unit, outcome=outcome,
+         title="run failed" if outcome.exit_code else "")
 
 
-def _nothing_to_do(p: Plan, dry_run: bool, stay: bool, as_json: bool) -> None:
-    why = p.reasons[-1] if p.reasons else "no fabric service applies"
-    if as_json and dry_run:
-        print_json({"fabric": "none", "processes": [], "files": [], "findings": []})
-        return
-    if as_json:
-        print_json({"result": "nothing_to_do", "exit_code": 0, "fabric": "none", "reason": why})
-    else:
-        Log().say(f"fabric none: nothing to start ({why})")
-    if stay and not dry_run:
-        _stay()
-
-
-def _supervise(unit: Unit, p: Plan, cfg: RunConfig, restart: str,
+def _supervise(unit: Unit, p: Plan, cfg: RunConfig, pre: Preflight, restart: str,
                reset_argv: tuple[str, ...] | None, socket_timeout: float, ready_timeout: float,
-               restart_delay: float, restart_max_delay: float, needs_reset: bool) -> Outcome:
+               restart_delay: float, restart_max_delay: float) -> Outcome:
     from ..diagnose import Classifier
 
     log = Log()
@@ -338,17 +461,12 @@ def _supervise(unit: Unit, p: Plan, cfg: RunConfig, restart: str,
         log.say(f"wrote {planned.path}")
     for note in unit.notes:
         log.say(note)
-    registered = False
-    if needs_reset:
-        check = gpu_check(cfg.root)
-        registered = check.registered
-        if registered:
-            log.say(f"GPUs are already registered with the NVLink fabric ({check.summary}): "
-                    "a fabric manager ran before")
+    for f in pre.findings:  # not errors: those refused the start
+        log.finding(f)
     policy = Policy(restart=restart, backoff_base_s=restart_delay,
                     backoff_cap_s=restart_max_delay, socket_timeout_s=socket_timeout,
                     ready_timeout_s=ready_timeout, gpu_reset_argv=reset_argv,
-                    registered_at_start=registered)
+                    registered_at_start=pre.registered)
     info: dict[str, Any] = {"fabric": p.fabric, "driver_version": p.driver_version,
                             "management_port": p.management_port.to_json()
                             if p.management_port else None}
