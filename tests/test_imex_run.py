@@ -5,6 +5,7 @@ ownership with the host unit enabled is refused; DRA, Slurm and `none` owners st
 
 from __future__ import annotations
 
+import json
 import os
 import stat
 from pathlib import Path
@@ -101,7 +102,8 @@ def test_imex_still_not_ready_after_the_timeout_is_imex_not_ready(tmp_path: Path
     try:
         run.wait_line(r"nvfabric: IMEX not READY yet: .*198\.51\.100\.3")
         line = run.wait_line(r"imex_not_ready")
-        assert "IMEX peers of its node list" in line
+        assert "(last answer: domain DEGRADED, waiting for 198.51.100.3" in line
+        assert "IMEX peers of its node list" in line  # the hint
         run.signal()
         assert run.wait() == 0
     finally:
@@ -219,3 +221,23 @@ def test_missing_imex_binary_is_refused(tmp_path: Path) -> None:
     (root / "usr/bin/nvidia-imex").unlink()
     out, rc = run_json("run", "--root", str(root))
     assert (rc, codes(out)) == (1, ["binary_missing"])
+
+
+def test_hanging_ctl_past_the_ready_timeout_is_imex_not_ready_never_fabric_manager(
+        tmp_path: Path) -> None:
+    root = tray(tmp_path, {"imex-ctl": {"hang": True}})
+    run = Run(root, "--json", "--imex-ctl-timeout", "0.3", "--ready-timeout", "1")
+    try:
+        run.wait_line(r"imex_not_ready")
+        run.signal()
+        assert run.wait() == 0
+    finally:
+        run.close()
+    out = run.result()
+    (stuck,) = [f for f in out["findings"] if f["code"] == "imex_not_ready"]
+    assert "did not answer within 0.3 s" in stuck["last_probe"]
+    assert "IMEX daemon has not reported READY" in stuck["message"]
+    assert "(last answer: nvidia-imex-ctl -q did not answer within 0.3 s" in stuck["message"]
+    assert "No answer: nvidia-imex-ctl hangs" in stuck["hint"]
+    text = run.log + json.dumps(out)
+    assert "fabric manager" not in text and "registration_stuck" not in text

@@ -237,7 +237,8 @@ def test_imex_not_ready_is_logged_and_reported_in_imex_terms() -> None:
     assert outcome.exit_code == 0 and outcome.ready_after_s is None
     assert [f.code for f in outcome.findings] == ["imex_not_ready"]
     stuck = outcome.findings[0]
-    assert "IMEX peers" in stuck.message and "node list" in stuck.hint
+    assert f"(last answer: {why})" in stuck.message  # the probe's words, not a guess
+    assert "IMEX peers of its node list" in stuck.hint
     assert "fabric manager" not in stuck.message + stuck.hint
     assert (stuck.fields["service"], stuck.fields["last_probe"]) == ("imex", why)
     assert f"nvfabric: IMEX not READY yet: {why}" in log.lines

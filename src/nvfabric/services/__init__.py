@@ -35,7 +35,8 @@ class ReadyProbe:
     completed x8``); ``waiting``: what follows the label while the probe has no answer yet or
     says not yet (``GPU fabric state not readable yet: <why>``, ``IMEX not READY yet: <why>``);
     ``stuck_code``, ``stuck_message``, ``stuck_hint``: the warning given once the readiness
-    timeout passes, ``{timeout}`` in the message standing for its seconds.
+    timeout passes, ``{timeout}`` in the message standing for its seconds and ``{last}`` for
+    the probe's last answer (``no answer`` when none came).
     """
 
     label: str
@@ -51,8 +52,9 @@ class ReadyProbe:
         if last:
             fields["last_probe"] = last
         return Finding(self.stuck_code, "warning",
-                       self.stuck_message.format(timeout=f"{timeout_s:g}"), self.stuck_hint,
-                       fields)
+                       self.stuck_message.format(timeout=f"{timeout_s:g}",
+                                                 last=last or "no answer"),
+                       self.stuck_hint, fields)
 
 
 #: The default probe of ``ready_gpus``: every GPU's fabric state is completed, which fabric

@@ -44,12 +44,14 @@ IMEX_READY = ReadyProbe(
     label="IMEX",
     waiting="not READY yet",
     stuck_code="imex_not_ready",
-    stuck_message="the IMEX daemon has not reported READY {timeout} s after it started: it "
-    "has not connected to the IMEX peers of its node list; CUDA cannot import memory from "
-    "other trays until it does; not reporting ready",
-    stuck_hint="every tray of the node list (IMEX_NODE_CONFIG_FILE) must run nvidia-imex with "
-    "the same list and reach the others on SERVER_PORT (50000); `nvfabric imex domain` names "
-    "the unreachable peers",
+    stuck_message="the IMEX daemon has not reported READY {timeout} s after it started "
+    "(last answer: {last}); CUDA cannot import memory from other trays until it does; not "
+    "reporting ready",
+    stuck_hint="NOT READY: it has not connected to the IMEX peers of its node list: every tray "
+    "of the list (IMEX_NODE_CONFIG_FILE) must run nvidia-imex with the same list and reach the "
+    "others on SERVER_PORT (50000); `nvfabric imex domain` names the unreachable peers. No "
+    "answer: nvidia-imex-ctl hangs while the daemon does not answer; look at the daemon's "
+    "lines above",
 )
 
 
