@@ -292,3 +292,13 @@ def test_bad_input_under_json_carries_a_hint(args: tuple[str, ...], tmp_path: Pa
     base[args[0]] = args[1]
     out, rc = run_json("fetch", *[x for kv in base.items() for x in kv], "--dry-run")
     assert rc == 2 and out["error"]["hint"], out
+
+
+def test_install_human_output_prints_paths_literally(tmp_path: Path) -> None:
+    write_release(tmp_path / "mirror", redist_release("590.48.01"))
+    prefix = tmp_path / "opt\x1b[2J"
+    proc = run_cli("install", "--mirror", str(tmp_path / "mirror"), "--dest",
+                   str(tmp_path / "c"), "--prefix", str(prefix), "--driver-version",
+                   "590.48.01", "--arch", "x86_64", "--components", "libnvsdm")
+    assert proc.returncode == 0, proc.stderr
+    assert "opt\\x1b[2J/libnvsdm-" in proc.stdout and "\x1b" not in proc.stdout

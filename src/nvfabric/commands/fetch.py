@@ -233,7 +233,7 @@ def fetch(
     if pins:
         con.print("pin exactly these versions:")
         for line in pins:
-            con.print(f"  {line}", markup=False)
+            con.print(f"  {safe(line)}", emoji=False)
 
 
 @click.command("install")
@@ -282,7 +282,7 @@ def install(
             if con is not None:
                 verb = "running" if out["executed"] else "would run (add --execute)"
                 for argv in argvs:
-                    con.print(f"{verb}: {' '.join(argv)}", markup=False)
+                    con.print(f"{verb}: {safe(' '.join(argv))}", emoji=False)
             if out["executed"]:
                 run(argvs)
         else:
@@ -297,13 +297,13 @@ def install(
                 installed.append(done.to_json())
                 if con is not None:
                     state = "installed" if done.changed else "unchanged"
-                    con.print(f"{state}: {art.component} {art.version} -> {done.path} "
-                              f"({done.files} files)", markup=False)
+                    con.print(f"{state}: {safe(art.component)} {safe(art.version)} -> "
+                              f"{safe(done.path)} ({done.files} files)", emoji=False)
             out["installed"] = installed
             if con is not None and dry_run:
                 for item in installed:
-                    con.print(f"would install {item['component']} {item['version']} -> "
-                              f"{item['path']}", markup=False)
+                    con.print(f"would install {safe(item['component'])} "
+                              f"{safe(item['version'])} -> {safe(item['path'])}", emoji=False)
     if as_json:
         print_json(out)
 
