@@ -11,6 +11,9 @@ Figures (median over RUNS fresh nodes unless said):
 - nvfabric run -> ready: from the spawn of ``nvfabric run`` to its "fabric ready" line.
 - nvlsm killed -> nvfabric exited with fabric manager stopped (target < 100 ms plus the fake's
   own shutdown).
+- nvfabric run killed with SIGKILL -> NVLSM and fabric manager gone (no handler of nvfabric
+  runs: their parent-death signal, PR_SET_PDEATHSIG = SIGTERM, stops them; before it they
+  lived on as orphans).
 - idle supervisor: CPU over IDLE_S seconds once ready (target < 0.1 % of a core) and RSS
   (target < 40 MB).
 
@@ -90,6 +93,15 @@ class Node:
         self.proc.wait()
 
 
+def gone(pid: int) -> bool:
+    """True once ``pid`` has exited (a zombie waiting for its new parent counts as gone)."""
+    try:
+        with open(f"/proc/{pid}/stat", encoding="utf-8") as fh:
+            return fh.read().rsplit(")", 1)[1].split()[0] == "Z"
+    except OSError:
+        return True
+
+
 def cpu_ticks(pid: int) -> int:
     with open(f"/proc/{pid}/stat", encoding="utf-8") as fh:
         fields = fh.read().rsplit(")", 1)[1].split()
@@ -148,6 +160,26 @@ def main() -> int:
              f"{statistics.median(kill_to_noticed):.1f} ms")
         line("  of which: killed -> fabric manager stopped (its own shutdown)",
              f"{statistics.median(kill_to_fm_stopped):.1f} ms")
+
+        orphans_gone = []
+        for n in range(5):
+            node = Node(base, runs + 10 + n)
+            try:
+                node.until("fabric ready in")
+                pids = [int(node.event(prog, "exec")["pid"])  # type: ignore[call-overload]
+                        for prog in ("nvlsm", "fabricmanager")]
+                t_kill = time.monotonic()
+                node.proc.kill()
+                node.proc.wait(BOUND_S)
+                while not all(gone(pid) for pid in pids):
+                    if time.monotonic() - t_kill > BOUND_S:
+                        raise RuntimeError(f"daemons {pids} outlived nvfabric run")
+                    time.sleep(0.0005)
+                orphans_gone.append((time.monotonic() - t_kill) * 1000)
+            finally:
+                node.stop()
+        line("nvfabric run SIGKILLed -> NVLSM and fabric manager gone, median of 5",
+             f"{statistics.median(orphans_gone):.1f} ms (max {max(orphans_gone):.1f})")
 
         node = Node(base, runs + 1)
         try:

@@ -241,3 +241,25 @@ def test_hanging_ctl_past_the_ready_timeout_is_imex_not_ready_never_fabric_manag
     assert "No answer: nvidia-imex-ctl hangs" in stuck["hint"]
     text = run.log + json.dumps(out)
     assert "fabric manager" not in text and "registration_stuck" not in text
+
+
+def test_one_run_per_tray_and_sigkill_takes_imex_with_it(tmp_path: Path) -> None:
+    from tests.runkit import alive, until
+
+    root = tray(tmp_path)
+    first = Run(root)
+    try:
+        first.wait_line(r"nvfabric: fabric ready in")
+        for args in ((), ("--dry-run",)):
+            out, rc = run_json("run", "--root", str(root), *args)
+            assert (rc, out["result"], codes(out)) == (1, "refused", ["already_running"])
+            assert out["findings"][0]["pid"] == first.proc.pid
+        (imex,) = [e["pid"] for e in events(root, "imex", "exec")]
+        first.signal(9)
+        first.wait()
+        until(lambda: not alive(imex), "nvidia-imex is gone with the run")
+    finally:
+        first.close()
+        for e in events(root, "imex", "exec"):
+            if alive(e["pid"]):
+                os.kill(e["pid"], 9)

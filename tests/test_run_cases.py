@@ -412,6 +412,8 @@ def test_run_on_a_node_without_fabric_starts_nothing(
     assert "fabric none: nothing to start" in run.log
     stay = start(root, "--stay")
     stay.wait_line(r"waiting for SIGTERM")
+    other = start(root, "--stay")  # a second pod on the same node
+    assert other.wait() == 1 and "already_running" in other.log
     stay.signal(signal.SIGTERM)
     assert stay.wait() == 0
     assert not events(root, event="exec")

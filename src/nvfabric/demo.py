@@ -36,7 +36,9 @@ class Demo:
         self.t0 = time.monotonic()
 
     def show(self, text: str = "") -> None:
-        print(text.replace(self.root, "DIR"), flush=True)
+        from .supervisor import printable  # control characters of child output escaped
+
+        print(printable(text.replace(self.root, "DIR")), flush=True)
 
     def step(self, title: str) -> None:
         self.show()
