@@ -50,7 +50,7 @@ def console(stderr: bool = False) -> Any:
 
     stream = sys.stderr if stderr else sys.stdout
     width = None if stream.isatty() else 132  # logs and pipes: do not squeeze tables to 80
-    con = Console(stderr=stderr, highlight=False, soft_wrap=True, width=width)
+    con = Console(stderr=stderr, highlight=False, soft_wrap=True, width=width, emoji=False)
     con.on_broken_pipe = _on_broken_pipe  # type: ignore[method-assign]  # rich exits 1 there
     return con
 
@@ -66,19 +66,17 @@ def severity_style(severity: str) -> str:
 
 
 def print_findings(con: Any, findings: list[Finding] | tuple[Finding, ...], title: str) -> None:
-    """Human listing of findings: one line each plus the hint, indented."""
-    from rich.markup import escape
-
+    """Human listing of findings: one line each plus the hint, indented. Messages carry values
+    read from nodes and files, so they go through :func:`safe`."""
     if not findings:
         return
     con.print(f"[bold]{title}[/bold]")
     for f in findings:
         con.print(
-            f"  [{severity_style(f.severity)}]{f.severity:7}[/] {escape(f.code)}: "
-            f"{escape(f.message)}"
+            f"  [{severity_style(f.severity)}]{f.severity:7}[/] {safe(f.code)}: {safe(f.message)}"
         )
         if f.hint:
-            con.print(f"          hint: {escape(f.hint)}")
+            con.print(f"          hint: {safe(f.hint)}")
 
 
 def fail(finding: Finding, exit_code: int, as_json: bool) -> NoReturn:
