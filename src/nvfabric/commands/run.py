@@ -260,11 +260,14 @@ def _take_lock(state: str, dry_run: bool) -> tuple[RunLock | None, Finding | Non
     """``run``: the run lock, taken before anything is written or reset (the state directory
     is created for it); ``--dry-run``: only who holds it. A Finding when another run does."""
     lock_path = os.path.join(state, LOCK_FILE)
+    existed = os.path.isdir(state)
     try:
         if dry_run:
             lock, holder = None, run_lock_holder(state)
         else:
             lock, holder = acquire_run_lock(state)
+            if not existed:
+                Log().say(f"created state directory {state} (mode 0700)")
     except OSError as err:
         raise usage_error(f"cannot take the run lock {lock_path}: {err.strerror or err}",
                           "run as root, or pass a writable --state-dir") from None
