@@ -216,3 +216,44 @@ def test_reader_that_goes_away_is_not_a_failure(node: Callable[..., Path]) -> No
     proc.stdout.close()  # before nvfabric writes anything: its first write meets EPIPE
     assert proc.wait(timeout=60) == 0
     assert proc.stderr is not None and b"Traceback" not in proc.stderr.read()
+
+
+
+def test_fifo_or_device_in_place_of_an_attribute_is_not_read(tmp_path: Path) -> None:
+    import threading
+
+    from nvfabric.inventory.fs import read_bytes, read_text
+
+    os.mkfifo(tmp_path / "fifo")
+    got: list[bytes | None] = []
+    # a plain open waits for a writer forever: read in a daemon thread, so that a hang fails
+    # this test instead of stopping the suite
+    reader = threading.Thread(target=lambda: got.append(read_bytes(str(tmp_path / "fifo"))),
+                              daemon=True)
+    reader.start()
+    reader.join(30)
+    assert got == [None]
+    assert read_text("/dev/zero") is None  # a device would give `limit` bytes of nothing
+    (tmp_path / "attr").write_bytes(b"0x15b3\n")
+    assert read_text(str(tmp_path / "attr")) == "0x15b3"
+
+
+def test_fifos_in_a_node_tree_never_hang_detect_or_plan(node: Callable[..., Path]) -> None:
+    # Tester report item 8: a FIFO where sysfs/procfs has a file hung detect, plan, status and
+    # run --dry-run. Every kind of attribute the readers open gets one.
+    root = node("dgx-b200")
+    fn = root / "sys/devices/pci0000:00/0000:05:00.0"
+    for rel in (fn / "vpd", fn / "config", fn / "numa_node",
+                fn / "infiniband/mlx5_0/ports/1/state",
+                fn / "infiniband/mlx5_0/ports/1/cap_mask",
+                root / "sys/class/infiniband_mad/umad0/ibdev",
+                root / "proc/driver/nvidia/version", root / "sys/module/nvidia/version",
+                root / "proc/devices", root / "proc/sys/kernel/arch"):
+        os.unlink(rel)
+        os.mkfifo(rel)
+    data, rc = run_json("detect", "--root", str(root), timeout=30)
+    assert rc == 0 and data["driver_version"] is None
+    mlx5_0 = data["infiniband"][0]
+    assert mlx5_0["sw_mng"] is False  # its VPD is a FIFO now: not read, not an LPF
+    data, rc = run_json("plan", "--root", str(root), timeout=30)
+    assert rc == 1 and data["management_port"]["device"] == "mlx5_1"

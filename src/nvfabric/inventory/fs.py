@@ -7,6 +7,10 @@ exception, because a node tree legitimately lacks whatever its drivers did not c
 from __future__ import annotations
 
 import os
+from stat import S_ISREG
+
+#: Non-blocking: opening a FIFO for reading would otherwise wait for a writer.
+_READ_FLAGS = os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC
 
 
 def under(root: str, path: str) -> str:
@@ -21,24 +25,38 @@ def read_text(path: str, limit: int = 65536) -> str | None:
 
 
 def read_bytes(path: str, limit: int = 32768) -> bytes | None:
-    """Up to ``limit`` raw bytes of a file, or None when missing/unreadable.
+    """Up to ``limit`` raw bytes of a regular file, or None when missing, unreadable or not a
+    regular file.
 
-    Plain ``os.open``/``os.read`` (no buffered file object): sysfs attributes are read whole in
-    one call, and a node has hundreds of them.
+    sysfs and procfs attributes, the binary ones (``config``, ``vpd``) included, are regular
+    files; anything else in their place (a FIFO, a device, a socket) is not an attribute and is
+    not read, so a node tree can never make nvfabric wait: the open is non-blocking (a FIFO
+    without a writer would block a plain open forever) and the type is checked before reading.
+    Plain ``os.open``/``os.read`` (no buffered file object): a node has hundreds of attributes.
+    Reading stops at end of file, at ``limit``, or once ``st_size`` bytes are in (a file on
+    disk, as in a simulated tree; sysfs reports 4096 and procfs 0, so those read to the end).
     """
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+        fd = os.open(path, _READ_FLAGS)
     except OSError:
         return None
     try:
-        chunks = []
-        left = limit
-        while left > 0:
-            chunk = os.read(fd, left)
+        info = os.fstat(fd)
+        if not S_ISREG(info.st_mode):
+            return None
+        data = os.read(fd, limit)
+        if not data or len(data) in (limit, info.st_size):
+            return data  # the common case: one read holds the whole attribute
+        chunks = [data]
+        got = len(data)
+        while got < limit:
+            chunk = os.read(fd, limit - got)
             if not chunk:
                 break
             chunks.append(chunk)
-            left -= len(chunk)
+            got += len(chunk)
+            if got == info.st_size:
+                break
         return b"".join(chunks)
     except OSError:
         return None

@@ -20,22 +20,28 @@ from .vpd import decode
 SYSFS_PCI = "/sys/bus/pci/devices"
 
 
+#: The type-0 header fields nvfabric reads, in one unpack: vendor (0x00), device (0x02), class
+#: code bytes prog-if/subclass/base class (0x09-0x0b), subsystem vendor/device (0x2c/0x2e).
+_HEADER = struct.Struct("<HH5xBBB32xHH")
+
+
 def parse_config_header(data: bytes) -> tuple[int, int, int, int, int] | None:
     """(vendor, device, class_code, subsystem_vendor, subsystem_device) from config bytes,
     or None when shorter than the 48 bytes that hold them or the vendor reads 0xffff."""
-    if len(data) < 0x30:
+    if len(data) < _HEADER.size:
         return None
-    vendor, device = struct.unpack_from("<HH", data, 0)
+    vendor, device, prog_if, subclass, base, sub_vendor, sub_device = _HEADER.unpack_from(data)
     if vendor in (0xFFFF, 0x0000):
         return None
-    class_code = data[0x09] | (data[0x0A] << 8) | (data[0x0B] << 16)
-    sub_vendor, sub_device = struct.unpack_from("<HH", data, 0x2C)
-    return vendor, device, class_code, sub_vendor, sub_device
+    return vendor, device, prog_if | (subclass << 8) | (base << 16), sub_vendor, sub_device
 
 
 def read_function(root: str, address: str) -> PciFunction | None:
     """One function by address (``0000:05:00.0``); None when its IDs are unreadable."""
-    base = under(root, f"{SYSFS_PCI}/{address}")
+    return _read_function(under(root, f"{SYSFS_PCI}/{address}"), address)
+
+
+def _read_function(base: str, address: str) -> PciFunction | None:
     ids = parse_config_header(read_bytes(f"{base}/config", 64) or b"")
     if ids is None:
         vendor = read_hex(f"{base}/vendor")
@@ -75,8 +81,9 @@ def read_function(root: str, address: str) -> PciFunction | None:
 def read_all(root: str) -> tuple[PciFunction, ...]:
     """Every readable PCI function, in address order."""
     out = []
-    for address in listdir(under(root, SYSFS_PCI)):
-        fn = read_function(root, address)
+    devices = under(root, SYSFS_PCI)
+    for address in listdir(devices):
+        fn = _read_function(f"{devices}/{address}", address)
         if fn is not None:
             out.append(fn)
     return tuple(out)
