@@ -17,6 +17,8 @@ from tests.cases import CORPUS
 from tests.conftest import run_cli, run_json
 from tests.oracles import ibstat
 
+LPF = "MLX:MN=MLNX:CSKU=V2:UUID=V3:PCI=V0:SMDL=SW_MNG:MODL=C7010Z"
+
 
 def _ibstat_fields(text: str) -> dict[str, str]:
     out = {}
@@ -66,7 +68,10 @@ def test_corpus_h100_sysfs_infiniband_reads_without_cap_mask_or_gids(tmp_path: P
     assert mlx5_0.ports[0].state == "4: ACTIVE"
     assert mlx5_0.ports[0].phys_state == "5: LinkUp"
     assert mlx5_0.ports[0].link_layer == "InfiniBand"
-    assert mlx5_0.ports[0].guid_is_zero and mlx5_0.pci is None
+    # the capture has neither gids/0 nor cap_mask: unknown, which is not a zero GUID/mask
+    assert (mlx5_0.ports[0].guid, mlx5_0.ports[0].cap_mask) == (None, None)
+    assert not mlx5_0.ports[0].guid_is_zero and mlx5_0.ports[0].sm_disabled is None
+    assert mlx5_0.pci is None
 
 
 def test_proc_version_capture_gives_the_driver_version() -> None:
@@ -90,7 +95,9 @@ def test_driver_version_falls_back_to_proc(tmp_path: Path) -> None:
 
 def test_gid_to_guid() -> None:
     assert guid_from_gid("fe80:0000:0000:0000:e09d:7303:00e4:00e8") == "0xe09d730300e400e8"
-    assert guid_from_gid("garbage") == "0x0000000000000000"
+    assert guid_from_gid("fe80:0000:0000:0000:0000:0000:0000:0000") == "0x0000000000000000"
+    for garbage in ("garbage", "fe80::1", "fe80:0000:0000:0000:e09d:7303:00e4:00zz", ""):
+        assert guid_from_gid(garbage) is None
 
 
 def test_arch_spellings() -> None:
@@ -257,3 +264,75 @@ def test_fifos_in_a_node_tree_never_hang_detect_or_plan(node: Callable[..., Path
     assert mlx5_0["sw_mng"] is False  # its VPD is a FIFO now: not read, not an LPF
     data, rc = run_json("plan", "--root", str(root), timeout=30)
     assert rc == 1 and data["management_port"]["device"] == "mlx5_1"
+
+
+def test_fifo_or_device_in_place_of_an_attribute_is_not_read(tmp_path: Path) -> None:
+    import threading
+
+    from nvfabric.inventory.fs import read_bytes, read_text
+
+    os.mkfifo(tmp_path / "fifo")
+    got: list[bytes | None] = []
+    # a plain open waits for a writer forever: read in a daemon thread, so that a hang fails
+    # this test instead of stopping the suite
+    reader = threading.Thread(target=lambda: got.append(read_bytes(str(tmp_path / "fifo"))),
+                              daemon=True)
+    reader.start()
+    reader.join(30)
+    assert got == [None]
+    assert read_text("/dev/zero") is None  # a device would give `limit` bytes of nothing
+    (tmp_path / "attr").write_bytes(b"0x15b3\n")
+    assert read_text(str(tmp_path / "attr")) == "0x15b3"
+
+
+def test_fifos_in_a_node_tree_never_hang_detect_or_plan(node: Callable[..., Path]) -> None:
+    # Tester report item 8: a FIFO where sysfs/procfs has a file hung detect, plan, status and
+    # run --dry-run. Every kind of attribute the readers open gets one.
+    root = node("dgx-b200")
+    fn = root / "sys/devices/pci0000:00/0000:05:00.0"
+    for rel in (fn / "vpd", fn / "config", fn / "numa_node",
+                fn / "infiniband/mlx5_0/ports/1/state",
+                fn / "infiniband/mlx5_0/ports/1/cap_mask",
+                root / "sys/class/infiniband_mad/umad0/ibdev",
+                root / "proc/driver/nvidia/version", root / "sys/module/nvidia/version",
+                root / "proc/devices", root / "proc/sys/kernel/arch"):
+        os.unlink(rel)
+        os.mkfifo(rel)
+    data, rc = run_json("detect", "--root", str(root), timeout=30)
+    assert rc == 0 and data["driver_version"] is None
+    mlx5_0 = data["infiniband"][0]
+    assert mlx5_0["sw_mng"] is False  # its VPD is a FIFO now: not read, not an LPF
+    data, rc = run_json("plan", "--root", str(root), timeout=30)
+    assert rc == 1 and data["management_port"]["device"] == "mlx5_1"
+
+
+def test_garbled_cap_mask_and_gid_read_as_unknown_not_zero(node: Callable[..., Path]) -> None:
+    # Tester report item 10(e): a garbage cap_mask read as 0x00000000 passed for "SM enabled".
+    ports = "sys/class/infiniband/{}/ports/1"
+    root = node({
+        "arch": "x86_64", "driver_version": "570.148.08",
+        "modules": ["nvidia", "mlx5_core", "mlx5_ib", "ib_umad"],
+        "gpus": [{"device_id": "2901", "count": 8}],
+        "mellanox": [{"ib_device": f"mlx5_{i}", "vpd_vendor_field": LPF,
+                      "ports": [{"guid": f"0x0a0b0c0300d0000{i}"}]} for i in range(3)],
+        "files": {ports.format("mlx5_0") + "/cap_mask": "garbage\n",
+                  ports.format("mlx5_1") + "/gids/0": "fe80::1\n",
+                  ports.format("mlx5_2") + "/cap_mask": "0x1234567890\n"},
+    })
+    inv = collect(str(root))
+    assert [(p.cap_mask, p.guid, p.sm_disabled) for d in inv.infiniband for p in d.ports] == [
+        (None, "0x0a0b0c0300d00000", None), (0xA751E84A, None, False),
+        (None, "0x0a0b0c0300d00002", None)]
+    data, rc = run_json("detect", "--root", str(root))
+    assert rc == 0
+    assert [(p["cap_mask"], p["guid"], p["sm_disabled"])
+            for d in data["infiniband"] for p in d["ports"]][:2] == [
+        (None, "0x0a0b0c0300d00000", None), ("0xa751e84a", None, False)]
+    data, rc = run_json("plan", "--root", str(root))
+    assert (rc, data["management_port"]) == (1, None)
+    (blocker,) = data["blockers"]
+    assert blocker["code"] == "management_port_not_found"
+    assert "mlx5_0/1 0x0a0b0c0300d00000 cap_mask unreadable: skipped: unreadable capability " \
+        "mask" in blocker["message"]
+    assert "mlx5_1/1 unreadable cap_mask 0xa751e84a: skipped: unreadable port GUID" \
+        in blocker["message"]

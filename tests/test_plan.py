@@ -155,3 +155,62 @@ def test_nvswitch_node_without_driver_is_blocked() -> None:
     p = plan(inventory(pci, modules=frozenset(), driver=None))
     assert p.fabric == "nvswitch"
     assert [b.code for b in p.blockers] == ["driver_not_loaded"]
+
+
+NO_LPF = "no LPF (ConnectX function whose VPD has SMDL=SW_MNG) visible on PCI"
+
+
+@pytest.mark.parametrize(
+    "modules",
+    [FULL_IB, frozenset({"nvidia", "mlx5_core"}), frozenset({"nvidia"})],
+)
+def test_b200_without_any_connectx_says_no_lpf_whatever_the_ib_stack(
+        modules: frozenset[str]) -> None:
+    # Tester report item 10(d): this was ib_stack_missing "the LPFs have no InfiniBand device"
+    # without the IB modules and "the LPF IB devices have no ports" with them.
+    p = plan(inventory(gpu(0x2901, 8), [], modules))
+    assert (p.fabric, p.management_port) == ("nvlink5", None)
+    (blocker,) = p.blockers
+    assert blocker.code == "management_port_not_found"
+    assert blocker.message.startswith(NO_LPF)
+    assert "no ConnectX function on PCI at all" in blocker.message
+    assert "ib_stack" not in blocker.message and "have no ports" not in blocker.message
+
+
+def test_b200_with_only_ordinary_nics_and_one_unreadable_vpd_names_them() -> None:
+    unreadable = PciFunction("0000:06:00.0", 0x15B3, 0x1021, 0x020700)  # VPD not read
+    p = plan(inventory(gpu(0x2901, 8) + [cx7("0000:05:00.0", NIC_FIELD), unreadable],
+                       [IbDevice("mlx5_0", "0000:05:00.0", "0x1",
+                                 (port(1, "0x0a0b0c0300e00001", 0xA651E848),))]))
+    (blocker,) = p.blockers
+    assert blocker.code == "management_port_not_found" and blocker.message.startswith(NO_LPF)
+    assert "2 ConnectX function(s) on PCI, none with SMDL=SW_MNG" in blocker.message
+    assert "no readable VPD on 0000:06:00.0" in blocker.message
+    assert blocker.fields["without_vpd"] == ["0000:06:00.0"]
+    assert "root" in blocker.hint
+
+
+def test_unreadable_cap_mask_or_guid_is_never_taken() -> None:
+    # Tester report item 10(e): an unknown mask is not an empty mask, an unknown GUID not zero.
+    inv = inventory(
+        gpu(0x2901, 8) + [cx7("0000:05:00.0"), cx7("0000:06:00.0"), cx7("0000:07:00.0")],
+        [IbDevice("mlx5_0", "0000:05:00.0", "0x1", (IbPort(1, "0x0a0b0c0300d00001", None),)),
+         IbDevice("mlx5_1", "0000:06:00.0", "0x2", (IbPort(1, None, 0xA751E84A),)),
+         IbDevice("mlx5_2", "0000:07:00.0", "0x3", (port(1, "0x0a0b0c0300d00003"),))],
+    )
+    p = plan(inv)
+    assert p.management_port is not None and p.management_port.device == "mlx5_2"
+    assert any("mlx5_0 port 1" in r and "skipped: unreadable capability mask" in r
+               for r in p.reasons)
+    assert any("mlx5_1 port 1 (GUID unreadable" in r and "skipped: unreadable port GUID" in r
+               for r in p.reasons)
+
+
+def test_all_ports_unreadable_blocks_saying_so() -> None:
+    inv = inventory(gpu(0x2901, 8) + [cx7("0000:05:00.0")],
+                    [IbDevice("mlx5_0", "0000:05:00.0", "0x1", (IbPort(1, None, None),))])
+    (blocker,) = plan(inv).blockers
+    assert blocker.code == "management_port_not_found"
+    assert "skipped: unreadable capability mask and unreadable port GUID" in blocker.message
+    assert blocker.fields["candidates"][0]["cap_mask"] == "unreadable"
+    assert "cannot be read is never taken" in blocker.hint

@@ -12,7 +12,9 @@ IMEX guide; cases ../shared/cases/P*.yaml):
 
 Management port: the ports of LPF IB devices, devices in plain string order of their names
 (as ``ibstat -l`` lists them), ports in number order; a port with capability mask bit 0x400
-(IsSMDisabled) or a zero GUID is skipped; the first eligible is taken.
+(IsSMDisabled), a zero GUID, or a capability mask or GUID that cannot be read is skipped; the
+first eligible is taken. NVLink 5 GPUs without any LPF on PCI block with
+``management_port_not_found`` (no port GUID to give), whatever the IB stack.
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .findings import Finding
-from .inventory.model import Inventory
+from .inventory.model import MELLANOX, Inventory
 from .inventory.products import lookup
 
 FABRICS = ("none", "nvswitch", "nvlink5", "mnnvl")
@@ -124,9 +126,11 @@ def plan(inv: Inventory) -> Plan:
                 + ", ".join(f.address for f in lpfs)
                 + "): NVLink 5 baseboard, NVLSM then fabric manager"
             )
+            port = _nvlink5_checks(inv, reasons, blockers)
         else:
             reasons.append("NVLink 5 GPUs but no LPF (VPD SMDL=SW_MNG) visible on PCI")
-        port = _nvlink5_checks(inv, reasons, blockers)
+            reasons.append("management port: not chosen, no LPF on PCI")
+            blockers.append(_no_lpf(inv))
     elif switches:
         fabric = "nvswitch"
         reasons.append(
@@ -176,6 +180,31 @@ def _name(vendor: int, device: int) -> str:
     return product.name if product else f"{vendor:04x}:{device:04x}"
 
 
+def _no_lpf(inv: Inventory) -> Finding:
+    """The blocker of NVLink 5 GPUs without any LPF on PCI: there is no port GUID to give
+    NVLSM and fabric manager, whatever the IB stack. Names the ConnectX functions that are on
+    PCI and those whose VPD could not be read (sysfs ``vpd`` is mode 0600, root only: Linux
+    drivers/pci/vpd.c), the usual reasons an LPF is not seen."""
+    connectx = [f.address for f in inv.pci if f.vendor == MELLANOX]
+    no_vpd = [f.address for f in inv.pci if f.vendor == MELLANOX and f.vpd is None]
+    if not connectx:
+        detail = "no ConnectX function on PCI at all"
+    else:
+        detail = f"{len(connectx)} ConnectX function(s) on PCI, none with SMDL=SW_MNG"
+        if no_vpd:
+            detail += f"; no readable VPD on {', '.join(no_vpd)}"
+    return Finding(
+        "management_port_not_found",
+        "error",
+        "no LPF (ConnectX function whose VPD has SMDL=SW_MNG) visible on PCI (" + detail
+        + "); NVLSM and fabric manager need an LPF port GUID",
+        "the LPFs are the baseboard's ConnectX management functions: check that the baseboard "
+        "firmware exposes them and that `lspci -d 15b3: -vvv`, run as root, shows SMDL=SW_MNG "
+        "in their [VA] field; nvfabric reads the VPD from sysfs, which only root may read",
+        {"connectx": connectx, "without_vpd": no_vpd, "candidates": []},
+    )
+
+
 def _nvlink5_checks(
     inv: Inventory, reasons: list[str], blockers: list[Finding]
 ) -> ManagementPort | None:
@@ -212,10 +241,19 @@ def _nvlink5_checks(
         )
     chosen: ManagementPort | None = None
     candidates: list[dict[str, Any]] = []
+    unreadable_seen = False
     for dev in lpf_devices:
         for p in dev.ports:
-            where = f"{dev.name} port {p.port} (GUID {p.guid}, capability mask 0x{p.cap_mask:08x})"
-            if p.sm_disabled:
+            guid = p.guid if p.guid is not None else "unreadable"
+            mask = f"0x{p.cap_mask:08x}" if p.cap_mask is not None else "unreadable"
+            where = f"{dev.name} port {p.port} (GUID {guid}, capability mask {mask})"
+            if p.cap_mask is None or p.guid is None:
+                unreadable_seen = True
+                verdict = "skipped: " + " and ".join(
+                    what for what, bad in (("unreadable capability mask", p.cap_mask is None),
+                                           ("unreadable port GUID", p.guid is None)) if bad
+                )
+            elif p.sm_disabled:
                 verdict = "skipped: SM disabled (capability mask bit 0x400 set)"
             elif p.guid_is_zero:
                 verdict = "skipped: zero port GUID"
@@ -226,13 +264,8 @@ def _nvlink5_checks(
                 verdict = "taken: first eligible LPF port"
             reasons.append(f"candidate {where}: {verdict}")
             candidates.append(
-                {
-                    "device": dev.name,
-                    "port": p.port,
-                    "guid": p.guid,
-                    "cap_mask": f"0x{p.cap_mask:08x}",
-                    "verdict": verdict,
-                }
+                {"device": dev.name, "port": p.port, "guid": guid, "cap_mask": mask,
+                 "verdict": verdict}
             )
     others = sorted(d.name for d in inv.infiniband if d.pci not in lpf_addresses)
     if others:
@@ -251,7 +284,9 @@ def _nvlink5_checks(
                 "no LPF port can host NVLSM"
                 + (f" ({listing})" if listing else " (the LPF IB devices have no ports)"),
                 "an LPF port with the SM enabled (capability mask bit 0x400 clear) and a "
-                "non-zero GUID is needed: check the baseboard firmware and `ibstat` of each LPF",
+                "non-zero GUID is needed: check the baseboard firmware and `ibstat` of each LPF"
+                + ("; a port whose ports/N/cap_mask or gids/0 under /sys/class/infiniband "
+                   "cannot be read is never taken" if unreadable_seen else ""),
                 {"candidates": candidates},
             )
         )

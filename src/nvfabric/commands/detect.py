@@ -31,7 +31,7 @@ def detect_json(inv: Inventory) -> dict[str, Any]:
                     {
                         "port": p.port,
                         "guid": p.guid,
-                        "cap_mask": f"0x{p.cap_mask:08x}",
+                        "cap_mask": None if p.cap_mask is None else f"0x{p.cap_mask:08x}",
                         "sm_disabled": p.sm_disabled,
                         "state": p.state,
                         "phys_state": p.phys_state,
@@ -95,8 +95,9 @@ def detect(root: str, arch: str | None, as_json: bool) -> None:
                 table.add_row(
                     dev["pci"], dev["device"] or "-", "yes" if dev["sw_mng"] else "no",
                     str(p["port"]) if p else "-", p["guid"] if p else "-",
-                    p["cap_mask"] if p else "-",
-                    ("disabled" if p["sm_disabled"] else "enabled") if p else "-",
+                    p["cap_mask"] or "unreadable" if p else "-",
+                    {True: "disabled", False: "enabled", None: "unknown"}[p["sm_disabled"]]
+                    if p else "-",
                     p["state"] if p else "-",
                 )
         con.print(table)

@@ -1,34 +1,45 @@
 """InfiniBand devices and ports from ``sys/class/infiniband`` and ``sys/class/infiniband_mad``
 (Linux sysfs ABI, Documentation/ABI/stable/sysfs-class-infiniband).
 
-Per port: capability mask (``cap_mask``, ``0x...``), port GUID (last 64 bits of ``gids/0``,
-``fe80:0000:0000:0000:e09d:7303:00e4:00e8``), ``state`` (``4: ACTIVE``), ``phys_state``
-(``5: LinkUp``), ``link_layer``; and which ``umadN`` node serves the port (its ``ibdev`` and
-``port`` files).
+Per port: capability mask (``cap_mask``, ``0x...``) and port GUID (last 64 bits of ``gids/0``,
+``fe80:0000:0000:0000:e09d:7303:00e4:00e8``), each None when missing or garbled; ``state``
+(``4: ACTIVE``), ``phys_state`` (``5: LinkUp``), ``link_layer``; and which ``umadN`` node serves
+the port (its ``ibdev`` and ``port`` files).
 """
 
 from __future__ import annotations
 
 import os
+import re
 
-from .fs import listdir, read_hex, read_text, under
+from .fs import link_name, listdir, read_text, under
 from .model import IbDevice, IbPort
 
 SYSFS_IB = "/sys/class/infiniband"
 SYSFS_MAD = "/sys/class/infiniband_mad"
 
 
-def guid_from_gid(gid: str | None) -> str:
-    """``fe80:0000:0000:0000:e09d:7303:00e4:00e8`` -> ``0xe09d730300e400e8``; zero GUID when
-    the GID is missing or malformed."""
-    if gid:
-        digits = gid.replace(":", "")
-        if len(digits) == 32:
-            try:
-                return f"0x{int(digits[16:], 16):016x}"
-            except ValueError:
-                pass
-    return "0x0000000000000000"
+#: A GID as the kernel prints it (``%pI6``): eight groups of four hex digits.
+_GID = re.compile(r"[0-9a-fA-F]{4}(?::[0-9a-fA-F]{4}){7}")
+#: A capability mask as the kernel prints it (``0x%08x``): one 32-bit word.
+_CAP_MASK = re.compile(r"0x[0-9a-fA-F]{1,8}")
+
+
+def guid_from_gid(gid: str | None) -> str | None:
+    """``fe80:0000:0000:0000:e09d:7303:00e4:00e8`` -> ``0xe09d730300e400e8`` (the port GUID is
+    the interface ID, the last 64 bits of GID 0); None when the GID is missing or is not eight
+    groups of four hex digits: an unreadable GUID is not a zero GUID."""
+    if gid is None or not _GID.fullmatch(gid):
+        return None
+    return "0x" + gid[20:].replace(":", "").lower()
+
+
+def parse_cap_mask(text: str | None) -> int | None:
+    """``0xa751e84a`` -> 0xA751E84A; None when missing or not a ``0x``-prefixed 32-bit hex
+    word, so that garbage is never read as an empty mask (which would pass for SM enabled)."""
+    if text is None or not _CAP_MASK.fullmatch(text):
+        return None
+    return int(text, 16)
 
 
 def format_guid(text: str | None) -> str:
@@ -57,11 +68,9 @@ def umad_ports(root: str) -> dict[tuple[str, int], str]:
 def read_device(root: str, name: str, umads: dict[tuple[str, int], str]) -> IbDevice:
     """One IB device with its ports in number order."""
     base = under(root, f"{SYSFS_IB}/{name}")
-    pci = None
-    try:
-        pci = os.path.basename(os.path.realpath(f"{base}/device"))
-    except OSError:
-        pci = None
+    # ``device`` links to the PCI function (``../../../0000:05:00.0``); a dangling link (a
+    # tree copied without its PCI side) is no function.
+    pci = link_name(f"{base}/device")
     if pci is not None and not os.path.exists(f"{base}/device"):
         pci = None
     ports = []
@@ -72,7 +81,7 @@ def read_device(root: str, name: str, umads: dict[tuple[str, int], str]) -> IbDe
             IbPort(
                 port=int(pname),
                 guid=guid_from_gid(read_text(f"{pbase}/gids/0")),
-                cap_mask=read_hex(f"{pbase}/cap_mask") or 0,
+                cap_mask=parse_cap_mask(read_text(f"{pbase}/cap_mask")),
                 state=read_text(f"{pbase}/state") or "",
                 phys_state=read_text(f"{pbase}/phys_state") or "",
                 link_layer=read_text(f"{pbase}/link_layer") or "",

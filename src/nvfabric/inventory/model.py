@@ -67,26 +67,28 @@ class IbPort:
     """One port of an InfiniBand device (``sys/class/infiniband/<dev>/ports/<n>``).
 
     ``guid`` is ``0x`` plus 16 lower-case hex digits (the last 64 bits of ``gids/0``), ``cap_mask``
-    the PortInfo capability mask, ``state``/``phys_state`` as the kernel writes them
-    (``4: ACTIVE``, ``5: LinkUp``), ``umad`` the ``umadN`` node bound to the port, if any.
+    the PortInfo capability mask; each is None when its file is missing or garbled (unknown,
+    which is neither a zero GUID nor an empty mask). ``state``/``phys_state`` as the kernel
+    writes them (``4: ACTIVE``, ``5: LinkUp``), ``umad`` the ``umadN`` node bound to the port.
     """
 
     port: int
-    guid: str
-    cap_mask: int
+    guid: str | None
+    cap_mask: int | None
     state: str = ""
     phys_state: str = ""
     link_layer: str = ""
     umad: str | None = None
 
     @property
-    def sm_disabled(self) -> bool:
-        """Capability mask bit 0x400 (IsSMDisabled) is set."""
-        return bool(self.cap_mask & CAP_MASK_SM_DISABLED)
+    def sm_disabled(self) -> bool | None:
+        """Capability mask bit 0x400 (IsSMDisabled) is set; None when the mask is unknown."""
+        return None if self.cap_mask is None else bool(self.cap_mask & CAP_MASK_SM_DISABLED)
 
     @property
     def guid_is_zero(self) -> bool:
-        return int(self.guid, 16) == 0 if self.guid else True
+        """The GUID was read and is all zeros (an unknown GUID is not zero)."""
+        return self.guid is not None and int(self.guid, 16) == 0
 
 
 @dataclass(frozen=True)
