@@ -7,6 +7,7 @@ import shutil
 from collections.abc import Callable
 from pathlib import Path
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -225,47 +226,6 @@ def test_reader_that_goes_away_is_not_a_failure(node: Callable[..., Path]) -> No
     assert proc.stderr is not None and b"Traceback" not in proc.stderr.read()
 
 
-
-def test_fifo_or_device_in_place_of_an_attribute_is_not_read(tmp_path: Path) -> None:
-    import threading
-
-    from nvfabric.inventory.fs import read_bytes, read_text
-
-    os.mkfifo(tmp_path / "fifo")
-    got: list[bytes | None] = []
-    # a plain open waits for a writer forever: read in a daemon thread, so that a hang fails
-    # this test instead of stopping the suite
-    reader = threading.Thread(target=lambda: got.append(read_bytes(str(tmp_path / "fifo"))),
-                              daemon=True)
-    reader.start()
-    reader.join(30)
-    assert got == [None]
-    assert read_text("/dev/zero") is None  # a device would give `limit` bytes of nothing
-    (tmp_path / "attr").write_bytes(b"0x15b3\n")
-    assert read_text(str(tmp_path / "attr")) == "0x15b3"
-
-
-def test_fifos_in_a_node_tree_never_hang_detect_or_plan(node: Callable[..., Path]) -> None:
-    # Tester report item 8: a FIFO where sysfs/procfs has a file hung detect, plan, status and
-    # run --dry-run. Every kind of attribute the readers open gets one.
-    root = node("dgx-b200")
-    fn = root / "sys/devices/pci0000:00/0000:05:00.0"
-    for rel in (fn / "vpd", fn / "config", fn / "numa_node",
-                fn / "infiniband/mlx5_0/ports/1/state",
-                fn / "infiniband/mlx5_0/ports/1/cap_mask",
-                root / "sys/class/infiniband_mad/umad0/ibdev",
-                root / "proc/driver/nvidia/version", root / "sys/module/nvidia/version",
-                root / "proc/devices", root / "proc/sys/kernel/arch"):
-        os.unlink(rel)
-        os.mkfifo(rel)
-    data, rc = run_json("detect", "--root", str(root), timeout=30)
-    assert rc == 0 and data["driver_version"] is None
-    mlx5_0 = data["infiniband"][0]
-    assert mlx5_0["sw_mng"] is False  # its VPD is a FIFO now: not read, not an LPF
-    data, rc = run_json("plan", "--root", str(root), timeout=30)
-    assert rc == 1 and data["management_port"]["device"] == "mlx5_1"
-
-
 def test_fifo_or_device_in_place_of_an_attribute_is_not_read(tmp_path: Path) -> None:
     import threading
 
@@ -336,3 +296,20 @@ def test_garbled_cap_mask_and_gid_read_as_unknown_not_zero(node: Callable[..., P
         "mask" in blocker["message"]
     assert "mlx5_1/1 unreadable cap_mask 0xa751e84a: skipped: unreadable port GUID" \
         in blocker["message"]
+
+
+@pytest.mark.parametrize("arch", ["ppc64le", "riscv64", "", " "])
+def test_unsupported_or_empty_arch_override_is_refused(node: Callable[..., Path],
+                                                       arch: str) -> None:
+    root = str(node("no-gpu"))
+    proc = run_cli("plan", "--root", root, "--arch", arch)
+    assert proc.returncode == 2 and proc.stderr.count("\n") == 1
+    assert f"--arch {arch!r} is not supported; supported: x86_64, aarch64" in proc.stderr
+
+
+def test_arch_override_spellings_are_taken(node: Callable[..., Path]) -> None:
+    root = str(node("no-gpu"))
+    assert collect(root, "sbsa").arch == "aarch64"
+    assert collect(root, "AMD64").arch == "x86_64"
+    data, rc = run_json("detect", "--root", root, "--arch", "arm64")
+    assert (rc, data["arch"]) == (0, "aarch64")
