@@ -8,7 +8,15 @@ import click
 
 from ..inventory import Inventory, collect
 from ..inventory.products import name_of
-from ..output import arch_option, console, guarded, json_option, print_json, root_option
+from ..output import (
+    arch_option,
+    console,
+    guarded,
+    json_option,
+    print_json,
+    root_option,
+    safe,
+)
 
 
 def detect_json(inv: Inventory) -> dict[str, Any]:
@@ -76,28 +84,30 @@ def detect(root: str, arch: str | None, as_json: bool) -> None:
     from rich.table import Table
 
     con = console()
-    con.print(f"arch {data['arch']}, driver {data['driver_version'] or 'not loaded'}, "
-              f"modules: {', '.join(data['modules']) or 'none'}")
+    con.print(f"arch {safe(data['arch'])}, driver {safe(data['driver_version'] or 'not loaded')}, "
+              f"modules: {safe(', '.join(data['modules']) or 'none')}")
     if data["gpus"]:
         names: dict[str, int] = {}
         for g in data["gpus"]:
             names[g["name"]] = names.get(g["name"], 0) + 1
-        con.print("GPUs: " + ", ".join(f"{n} x{c}" for n, c in names.items()))
+        con.print("GPUs: " + ", ".join(f"{safe(n)} x{c}" for n, c in names.items()))
     else:
         con.print("GPUs: none")
     if data["nvswitches"]:
-        con.print(f"NVSwitches: {len(data['nvswitches'])} ({data['nvswitches'][0]['name']})")
+        con.print(f"NVSwitches: {len(data['nvswitches'])} ({safe(data['nvswitches'][0]['name'])})")
     if data["infiniband"]:
         table = Table("PCI", "IB device", "SW_MNG", "port", "GUID", "cap mask", "SM", "state")
         for dev in data["infiniband"]:
-            ports = dev["ports"] or [None]
-            for p in ports:
-                table.add_row(
-                    dev["pci"], dev["device"] or "-", "yes" if dev["sw_mng"] else "no",
-                    str(p["port"]) if p else "-", p["guid"] if p else "-",
-                    p["cap_mask"] or "unreadable" if p else "-",
-                    {True: "disabled", False: "enabled", None: "unknown"}[p["sm_disabled"]]
-                    if p else "-",
-                    p["state"] if p else "-",
-                )
+            for p in dev["ports"] or [None]:
+                table.add_row(*(safe(cell) for cell in _port_row(dev, p)))
         con.print(table)
+
+
+def _port_row(dev: dict[str, Any], p: dict[str, Any] | None) -> tuple[str, ...]:
+    """One row of the human table: values as read from the node (made safe by the caller)."""
+    if p is None:
+        return (dev["pci"], dev["device"] or "-", "yes" if dev["sw_mng"] else "no",
+                "-", "-", "-", "-", "-")
+    sm = {True: "disabled", False: "enabled", None: "unknown"}[p["sm_disabled"]]
+    return (dev["pci"], dev["device"] or "-", "yes" if dev["sw_mng"] else "no", str(p["port"]),
+            p["guid"] or "unreadable", p["cap_mask"] or "unreadable", sm, p["state"])

@@ -15,24 +15,26 @@ from ..output import (
     print_findings,
     print_json,
     root_option,
+    safe,
 )
 from ..plan import Plan, plan
 
 
 def print_plan(p: Plan) -> None:
-    """Human rendering of a plan: fabric, services, port, reasons, blockers."""
-    from rich.markup import escape
-
+    """Human rendering of a plan: fabric, services, port, reasons, blockers. Every value that
+    came from the node (arch, driver version, device names, GUIDs, reasons quoting them) goes
+    through :func:`safe`: printed literally, never taken as markup or a terminal escape."""
     con = console()
     port = p.management_port
     con.print(f"[bold]fabric[/bold]   {p.fabric}")
     con.print(f"[bold]services[/bold] {' -> '.join(p.services) or 'none'}")
-    con.print(f"[bold]driver[/bold]   {p.driver_version or 'not loaded'} ({p.arch})")
+    con.print(f"[bold]driver[/bold]   {safe(p.driver_version or 'not loaded')} ({safe(p.arch)})")
     if port:
-        con.print(f"[bold]port[/bold]     {port.device} port {port.port} GUID {port.guid}")
+        con.print(f"[bold]port[/bold]     {safe(port.device)} port {port.port} "
+                  f"GUID {safe(port.guid)}")
     con.print("[bold]why[/bold]")
     for r in p.reasons:
-        con.print(f"  - {escape(r)}")
+        con.print(f"  - {safe(r)}")
     print_findings(con, p.blockers, "blocked by")
 
 
