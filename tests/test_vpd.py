@@ -60,13 +60,13 @@ def test_decoder_agrees_with_lspci_on_every_field_and_checksum(
     tmp_path: Path, id_string: str, fields: list[tuple[str, str]], corrupt: bool,
 ) -> None:
     from nvfabric.simulate import build, parse
-    from nvfabric.simulate.tree import _pci_function
 
     root = tmp_path / "n"
-    build(parse({"arch": "x86_64"}), str(root))
     image = encode(id_string, fields, corrupt_checksum=corrupt)
-    _pci_function(str(root), "0000:05:00.0", 0x15B3, 0x1021, 0x020700, (0x15B3, 0x0087),
-                  None, 0, image)
+    # the spec's files: replace the function's VPD (bytes, written where the link leads)
+    build(parse({"arch": "x86_64", "mellanox": [{"ib_device": "mlx5_0"}],
+                 "files": {"sys/bus/pci/devices/0000:05:00.0/vpd": image}}), str(root))
+    assert (root / "sys/devices/pci0000:00/0000:05:00.0/vpd").read_bytes() == image
     product, lfields, verdict = lspci_fields(vpd_block(lspci_vvv(str(root), "05:00.0")))
     vpd = decode(image)
     assert product == vpd.id_string

@@ -1,7 +1,7 @@
 """Simulated nodes: node specs, real-shaped trees, built-in profiles (and fake daemons).
 
-Used by ``nvfabric simulate``, the demo and the tests; never touches anything outside the
-directory it is given.
+Used by ``nvfabric simulate``, the demo and the tests; writes only into a new or empty
+directory and never outside it.
 """
 
 from __future__ import annotations
@@ -16,8 +16,8 @@ __all__ = ["PROFILES", "NodeSpec", "SpecError", "build", "parse", "profile_spec"
 
 
 def profile_spec(name: str) -> NodeSpec:
-    """The spec of a built-in profile; KeyError with the known names when unknown."""
+    """The spec of a built-in profile; SpecError with the known names when unknown."""
     raw: dict[str, Any] | None = PROFILES.get(name)
     if raw is None:
-        raise KeyError(f"unknown profile {name!r}; known: {', '.join(sorted(PROFILES))}")
+        raise SpecError(f"unknown profile {name!r}; known: {', '.join(sorted(PROFILES))}")
     return parse(raw)

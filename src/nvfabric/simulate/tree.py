@@ -8,52 +8,65 @@ checksum, IB ``node_guid`` ``e09d:7303:00e4:00e8``, ``gids/0`` an fe80:: GID, ``
 ``0xa751e84a``. PCI devices live under ``sys/devices/pci0000:00`` and are linked from
 ``sys/bus/pci/devices``; IB devices live under their PCI function and are linked from
 ``sys/class/infiniband``, as on a real node.
+
+Functional core, imperative shell: :func:`layout` turns a spec into the list of entries the
+tree holds (directories, files, relative links, IMEX channel nodes), with the spec's ``files:``
+checked against them, without touching the disk; :func:`build` then refuses any target that
+is not a new or empty directory and writes the entries. No entry's path goes through a link
+(links are written, never written through), files are created with O_EXCL|O_NOFOLLOW, so
+nothing is written outside the target directory; when a write fails, what was written is
+removed.
 """
 
 from __future__ import annotations
 
 import os
+import shutil
 import stat
 import struct
+from dataclasses import dataclass
+from typing import Literal
 
+from ..errors import usage_error
 from ..inventory.vpd import encode
-from .spec import MellanoxSpec, NodeSpec
+from .spec import MellanoxSpec, NodeSpec, SpecError
 
 VPD_CAP_OFFSET = 0x48
 
 
-def _write(path: str, content: str | bytes) -> None:
-    os.makedirs(os.path.dirname(path), exist_ok=True)
-    data = content.encode() if isinstance(content, str) else content
-    with open(path, "wb") as fh:
-        fh.write(data)
+@dataclass(frozen=True)
+class Entry:
+    """One thing in a simulated tree, ``path`` relative to the root, with no ``..`` and no link
+    on the way. ``kind``: ``dir``; ``file`` (``data``); ``link`` (relative ``target``);
+    ``chardev`` (``major``:``minor``, mode 0666; an empty file where mknod is not permitted
+    or ``major`` is None)."""
+
+    kind: Literal["dir", "file", "link", "chardev"]
+    path: str
+    data: bytes = b""
+    target: str = ""
+    major: int | None = None
+    minor: int = 0
 
 
-def _imex_channel(path: str, major: int | None, minor: int) -> None:
-    """An IMEX channel node as the driver makes it: a character device ``major:minor`` (the
-    node spec's ``nvidia-caps-imex-channels`` major, the channel number), mode 0666 (NVIDIA
-    IMEX guide, "IMEX Channels"). Only root may mknod; otherwise, where mknod is not permitted
-    (a container without CAP_MKNOD) or the spec gives no major, an empty regular file stands
-    in, which nvfabric's channel check reports as not a device."""
-    os.makedirs(os.path.dirname(path), exist_ok=True)
-    if os.path.lexists(path):
-        os.unlink(path)
-    if major is not None and os.geteuid() == 0:
-        try:
-            os.mknod(path, stat.S_IFCHR | 0o666, os.makedev(major, minor))
-        except PermissionError:
-            pass
-        else:
-            os.chmod(path, 0o666)  # mknod applies the umask
-            return
-    _write(path, "")
+class _Tree:
+    """Collects entries by path; a later entry at a path replaces the earlier one."""
 
+    def __init__(self) -> None:
+        self.entries: dict[str, Entry] = {}
 
-def _symlink(target: str, link: str) -> None:
-    os.makedirs(os.path.dirname(link), exist_ok=True)
-    if os.path.lexists(link):
-        os.unlink(link)
-    os.symlink(target, link)
+    def file(self, path: str, content: str | bytes) -> None:
+        data = content.encode() if isinstance(content, str) else content
+        self.entries[path] = Entry("file", path, data=data)
+
+    def dir(self, path: str) -> None:
+        self.entries[path] = Entry("dir", path)
+
+    def link(self, target: str, path: str) -> None:
+        self.entries[path] = Entry("link", path, target=target)
+
+    def chardev(self, path: str, major: int | None, minor: int) -> None:
+        self.entries[path] = Entry("chardev", path, major=major, minor=minor)
 
 
 def config_space(vendor: int, device: int, class_code: int, sub_vendor: int, sub_device: int,
@@ -113,29 +126,28 @@ class _Bus:
         return addr
 
 
-def _pci_function(root: str, address: str, vendor: int, device: int, class_code: int,
+def _pci_function(tree: _Tree, address: str, vendor: int, device: int, class_code: int,
                   sub: tuple[int, int], driver: str | None, numa: int,
                   vpd: bytes | None = None) -> str:
-    """Write one PCI function; return its real directory."""
+    """One PCI function; returns its real directory (relative to the root)."""
     domain = address.split(":", 1)[0]
-    real = os.path.join(root, f"sys/devices/pci{domain}:00", address)
-    _write(f"{real}/vendor", f"0x{vendor:04x}\n")
-    _write(f"{real}/device", f"0x{device:04x}\n")
-    _write(f"{real}/class", f"0x{class_code:06x}\n")
-    _write(f"{real}/subsystem_vendor", f"0x{sub[0]:04x}\n")
-    _write(f"{real}/subsystem_device", f"0x{sub[1]:04x}\n")
-    _write(f"{real}/revision", "0x00\n")
-    _write(f"{real}/numa_node", f"{numa}\n")
-    _write(f"{real}/irq", "16\n")
-    _write(f"{real}/resource", "0x0000000000000000 0x0000000000000000 0x0000000000000000\n" * 13)
-    _write(f"{real}/config", config_space(vendor, device, class_code, *sub, vpd is not None))
+    real = f"sys/devices/pci{domain}:00/{address}"
+    tree.file(f"{real}/vendor", f"0x{vendor:04x}\n")
+    tree.file(f"{real}/device", f"0x{device:04x}\n")
+    tree.file(f"{real}/class", f"0x{class_code:06x}\n")
+    tree.file(f"{real}/subsystem_vendor", f"0x{sub[0]:04x}\n")
+    tree.file(f"{real}/subsystem_device", f"0x{sub[1]:04x}\n")
+    tree.file(f"{real}/revision", "0x00\n")
+    tree.file(f"{real}/numa_node", f"{numa}\n")
+    tree.file(f"{real}/irq", "16\n")
+    tree.file(f"{real}/resource", "0x0000000000000000 0x0000000000000000 0x0000000000000000\n" * 13)
+    tree.file(f"{real}/config", config_space(vendor, device, class_code, *sub, vpd is not None))
     if vpd is not None:
-        _write(f"{real}/vpd", vpd)
+        tree.file(f"{real}/vpd", vpd)
     if driver:
-        os.makedirs(os.path.join(root, "sys/bus/pci/drivers", driver), exist_ok=True)
-        _symlink(f"../../../bus/pci/drivers/{driver}", f"{real}/driver")
-    _symlink(f"../../../devices/pci{domain}:00/{address}",
-             os.path.join(root, "sys/bus/pci/devices", address))
+        tree.dir(f"sys/bus/pci/drivers/{driver}")
+        tree.link(f"../../../bus/pci/drivers/{driver}", f"{real}/driver")
+    tree.link(f"../../../devices/pci{domain}:00/{address}", f"sys/bus/pci/devices/{address}")
     return real
 
 
@@ -149,20 +161,23 @@ def _colon_guid(guid: str) -> str:
     return ":".join(g[i : i + 4] for i in range(0, 16, 4))
 
 
-def build(spec: NodeSpec, root: str) -> None:
-    """Write the tree of ``spec`` under ``root`` (created if needed; existing files replaced)."""
-    os.makedirs(root, exist_ok=True)
-    _write(os.path.join(root, "proc/sys/kernel/arch"), spec.arch + "\n")
-    _write(os.path.join(root, "etc/os-release"),
-           'NAME="Ubuntu"\nVERSION_ID="24.04"\nID=ubuntu\nVERSION_CODENAME=noble\n')
+def layout(spec: NodeSpec) -> tuple[Entry, ...]:
+    """Every entry of the tree of ``spec``, in writing order, the spec's ``files:`` last. Pure.
+
+    Raises SpecError when a ``files:`` path collides with the tree or with what
+    :func:`nvfabric.simulate.fakes.install` adds (see :func:`_place_files`)."""
+    tree = _Tree()
+    tree.file("proc/sys/kernel/arch", spec.arch + "\n")
+    tree.file("etc/os-release",
+              'NAME="Ubuntu"\nVERSION_ID="24.04"\nID=ubuntu\nVERSION_CODENAME=noble\n')
     modules = set(spec.modules)
     for mod in sorted(modules):
-        os.makedirs(os.path.join(root, "sys/module", mod), exist_ok=True)
+        tree.dir(f"sys/module/{mod}")
     nvidia_loaded = spec.driver_version is not None and "nvidia" in modules
     if nvidia_loaded and spec.driver_version:
-        _write(os.path.join(root, "sys/module/nvidia/version"), spec.driver_version + "\n")
-        _write(
-            os.path.join(root, "proc/driver/nvidia/version"),
+        tree.file("sys/module/nvidia/version", spec.driver_version + "\n")
+        tree.file(
+            "proc/driver/nvidia/version",
             f"NVRM version: NVIDIA UNIX Open Kernel Module for {spec.arch}  "
             f"{spec.driver_version}  Release Build  (dvs-builder@simulated)\n"
             "GCC version:  gcc version 12.3.0 (Ubuntu 12.3.0-1ubuntu1~22.04)\n",
@@ -173,46 +188,46 @@ def build(spec: NodeSpec, root: str) -> None:
     umad_loaded = "ib_umad" in modules
     umad_index = 0
     if umad_loaded:
-        _write(os.path.join(root, "sys/class/infiniband_mad/abi_version"), "5\n")
+        tree.file("sys/class/infiniband_mad/abi_version", "5\n")
     for m in spec.mellanox:
         addr = bus.take()
         first_guid = m.ports[0].guid if m.ports else "0x0a0b0c0300000000"
         real = _pci_function(
-            root, addr, 0x15B3, int(m.device_id, 16), 0x020700, (0x15B3, 0x0087),
+            tree, addr, 0x15B3, int(m.device_id, 16), 0x020700, (0x15B3, 0x0087),
             "mlx5_core" if "mlx5_core" in modules else None, numa, mellanox_vpd(m, first_guid),
         )
         if not ib_loaded:
             continue
         ibreal = f"{real}/infiniband/{m.ib_device}"
-        _write(f"{ibreal}/node_type", "1: CA\n")
-        _write(f"{ibreal}/node_guid", _colon_guid(first_guid) + "\n")
-        _write(f"{ibreal}/sys_image_guid", _colon_guid(first_guid) + "\n")
-        _write(f"{ibreal}/fw_ver", "28.42.1274\n")
-        _write(f"{ibreal}/hw_rev", "0\n")
-        _write(f"{ibreal}/hca_type", "MT4129\n")
-        _write(f"{ibreal}/board_id", "NVD0000000033\n")
-        _symlink("../../../" + addr, f"{ibreal}/device")
+        tree.file(f"{ibreal}/node_type", "1: CA\n")
+        tree.file(f"{ibreal}/node_guid", _colon_guid(first_guid) + "\n")
+        tree.file(f"{ibreal}/sys_image_guid", _colon_guid(first_guid) + "\n")
+        tree.file(f"{ibreal}/fw_ver", "28.42.1274\n")
+        tree.file(f"{ibreal}/hw_rev", "0\n")
+        tree.file(f"{ibreal}/hca_type", "MT4129\n")
+        tree.file(f"{ibreal}/board_id", "NVD0000000033\n")
+        tree.link("../../../" + addr, f"{ibreal}/device")
         for p in m.ports:
             pb = f"{ibreal}/ports/{p.port}"
-            _write(f"{pb}/cap_mask", f"0x{p.cap_mask:08x}\n")
-            _write(f"{pb}/gids/0", _gid(p.guid) + "\n")
-            _write(f"{pb}/pkeys/0", "0xffff\n")
-            _write(f"{pb}/state", p.state + "\n")
-            _write(f"{pb}/phys_state", p.phys_state + "\n")
-            _write(f"{pb}/link_layer", p.link_layer + "\n")
-            _write(f"{pb}/lid", "0x1\n")
-            _write(f"{pb}/lid_mask_count", "0\n")
-            _write(f"{pb}/sm_lid", "0x1\n")
-            _write(f"{pb}/sm_sl", "0\n")
-            _write(f"{pb}/rate", "100 Gb/sec (2X NDR)\n")
+            tree.file(f"{pb}/cap_mask", f"0x{p.cap_mask:08x}\n")
+            tree.file(f"{pb}/gids/0", _gid(p.guid) + "\n")
+            tree.file(f"{pb}/pkeys/0", "0xffff\n")
+            tree.file(f"{pb}/state", p.state + "\n")
+            tree.file(f"{pb}/phys_state", p.phys_state + "\n")
+            tree.file(f"{pb}/link_layer", p.link_layer + "\n")
+            tree.file(f"{pb}/lid", "0x1\n")
+            tree.file(f"{pb}/lid_mask_count", "0\n")
+            tree.file(f"{pb}/sm_lid", "0x1\n")
+            tree.file(f"{pb}/sm_sl", "0\n")
+            tree.file(f"{pb}/rate", "100 Gb/sec (2X NDR)\n")
             if umad_loaded:
-                ub = os.path.join(root, f"sys/class/infiniband_mad/umad{umad_index}")
-                _write(f"{ub}/ibdev", m.ib_device + "\n")
-                _write(f"{ub}/port", f"{p.port}\n")
-                _write(f"{ub}/dev", f"231:{umad_index}\n")
+                ub = f"sys/class/infiniband_mad/umad{umad_index}"
+                tree.file(f"{ub}/ibdev", m.ib_device + "\n")
+                tree.file(f"{ub}/port", f"{p.port}\n")
+                tree.file(f"{ub}/dev", f"231:{umad_index}\n")
                 umad_index += 1
-        _symlink(os.path.relpath(ibreal, os.path.join(root, "sys/class/infiniband")),
-                 os.path.join(root, "sys/class/infiniband", m.ib_device))
+        tree.link(os.path.relpath(ibreal, "sys/class/infiniband"),
+                  f"sys/class/infiniband/{m.ib_device}")
     gpu_driver = "nvidia" if nvidia_loaded else None
     bus.next = max(bus.next, 0x18)
     total = sum(c for _, c in spec.gpus)
@@ -220,7 +235,7 @@ def build(spec: NodeSpec, root: str) -> None:
     for device_id, count in spec.gpus:
         for _ in range(count):
             addr = bus.take()
-            _pci_function(root, addr, 0x10DE, int(device_id, 16), 0x030200, (0x10DE, 0x1999),
+            _pci_function(tree, addr, 0x10DE, int(device_id, 16), 0x030200, (0x10DE, 0x1999),
                           gpu_driver, 0 if seen < max(total // 2, 1) else 1)
             seen += 1
     switch_addrs = []
@@ -229,22 +244,219 @@ def build(spec: NodeSpec, root: str) -> None:
         for _ in range(count):
             addr = bus.take()
             switch_addrs.append(addr)
-            _pci_function(root, addr, 0x10DE, int(device_id, 16), 0x068000, (0x10DE, 0x1626),
+            _pci_function(tree, addr, 0x10DE, int(device_id, 16), 0x068000, (0x10DE, 0x1626),
                           gpu_driver, 0)
     proc_count = spec.nvswitch_proc_devices
     if proc_count is None:
         proc_count = len(switch_addrs) if nvidia_loaded else 0
     for addr in switch_addrs[:proc_count]:
-        os.makedirs(os.path.join(root, "proc/driver/nvidia-nvswitch/devices", addr), exist_ok=True)
+        tree.dir(f"proc/driver/nvidia-nvswitch/devices/{addr}")
     for _ in range(spec.other_pci):
         addr = bus.take()
-        _pci_function(root, addr, 0x8086, 0x0953, 0x010802, (0x8086, 0x3702), "nvme", 0)
+        _pci_function(tree, addr, 0x8086, 0x0953, 0x010802, (0x8086, 0x3702), "nvme", 0)
     devices = ["Character devices:", "  1 mem", "  4 /dev/vc/0", "195 nvidia-frontend"]
     if spec.imex_major is not None:
         devices.append(f"{spec.imex_major} nvidia-caps-imex-channels")
-    _write(os.path.join(root, "proc/devices"), "\n".join(devices) + "\n")
+    tree.file("proc/devices", "\n".join(devices) + "\n")
     for ch in spec.imex_channels:
-        _imex_channel(os.path.join(root, f"dev/nvidia-caps-imex-channels/channel{ch}"),
-                      spec.imex_major, ch)
-    for path, content in spec.files:
-        _write(os.path.join(root, path.lstrip("/")), content)
+        tree.chardev(f"dev/nvidia-caps-imex-channels/channel{ch}", spec.imex_major, ch)
+    _place_files(tree, spec.files)
+    return tuple(tree.entries.values())
+
+
+def fakes_paths() -> tuple[frozenset[str], frozenset[str]]:
+    """(directories, files) that :func:`nvfabric.simulate.fakes.install` writes into every
+    simulated tree and that a spec's ``files:`` may therefore neither be nor replace: ``bin``
+    with the fake programs, their vendor paths, the log/run/tmp directories, the shipped
+    config directories and the fakes' state directory. (The shipped configs themselves and
+    ``proc/net/fib_trie`` are only written when absent, so ``files:`` may give them.)"""
+    from . import fakebin
+    from .fakes import VENDOR_PATHS
+
+    files = {f"bin/{prog}" for prog in VENDOR_PATHS} | {"bin/_nvfabric_fakes.py"}
+    files |= {path.lstrip("/") for path in VENDOR_PATHS.values()}
+    dirs = {"bin", "var/log", "var/run", "tmp", "proc/net", "etc/nvidia-imex",
+            "usr/share/nvidia/nvswitch", "usr/share/nvidia/nvlsm", fakebin.STATE_DIR}
+    dirs |= {os.path.dirname(path) for path in files}
+    return frozenset(dirs), frozenset(files)
+
+
+def _ancestors(path: str) -> list[str]:
+    """``a/b/c`` -> ``["a", "a/b"]``."""
+    parts = path.split("/")
+    return ["/".join(parts[:i]) for i in range(1, len(parts))]
+
+
+def _place_files(tree: _Tree, files: tuple[tuple[str, str | bytes], ...]) -> None:
+    """Add the spec's ``files:`` to ``tree``, each at the path it names once the tree's links
+    on the way are followed (``sys/bus/pci/devices/ADDR/x`` lands in the function's real
+    directory), so that nothing is ever written through a link. A file may replace a file of
+    the tree (that is what it is for: a garbled attribute, a shipped config); it may not be a
+    directory or a link of the tree, lie inside one of its files, lead out of the tree through
+    a link, or be something the fakes write (:func:`fakes_paths`). Raises SpecError naming
+    the key."""
+    from .fakebin import STATE_DIR as state_dir
+
+    fake_dirs, fake_files = fakes_paths()
+    links = {e.path: e.target for e in tree.entries.values() if e.kind == "link"}
+    plain = {e.path for e in tree.entries.values() if e.kind in ("file", "chardev")}
+    dirs = {e.path for e in tree.entries.values() if e.kind == "dir"}
+    for e in tree.entries.values():
+        dirs.update(_ancestors(e.path))
+    for d in fake_dirs:
+        dirs.add(d)
+        dirs.update(_ancestors(d))
+    given: dict[str, str] = {}
+    for key, content in files:
+        where = f"files: {key!r}"
+        path = _resolve(key, links, where)
+        if path in given:
+            raise SpecError(f"{where}: names the same file as {given[path]!r} (through a link "
+                            "of the tree)")
+        given[path] = key
+        if path in links:
+            raise SpecError(f"{where}: is a link the simulated tree writes (to {links[path]})")
+        if path in dirs:
+            raise SpecError(f"{where}: is a directory the simulated tree writes ({path})")
+        if path in fake_files or path.startswith(state_dir + "/"):
+            raise SpecError(f"{where}: is written by nvfabric's fake daemons ({path})")
+        for above in _ancestors(path):
+            if above in plain or above in fake_files:
+                raise SpecError(f"{where}: {above} is a file of the simulated tree, not a "
+                                "directory")
+        tree.file(path, content)
+        plain.add(path)
+
+
+def _resolve(path: str, links: dict[str, str], where: str) -> str:
+    """``path`` with every link of the tree among its leading components replaced by the
+    link's target (relative links, as the tree writes them); SpecError when that leaves the
+    tree."""
+    parts = path.split("/")
+    i = 0
+    hops = 0
+    while i < len(parts) - 1:
+        prefix = "/".join(parts[: i + 1])
+        if prefix in links:
+            hops += 1
+            target = os.path.normpath(os.path.join(os.path.dirname(prefix), links[prefix]))
+            if hops > 40 or target.startswith("/") or target.split("/")[0] == "..":
+                raise SpecError(f"{where}: leads out of the simulated tree through {prefix}")
+            parts = target.split("/") + parts[i + 1 :]
+            i = 0
+            continue
+        i += 1
+    return "/".join(parts)
+
+
+def build(spec: NodeSpec, root: str) -> None:
+    """Write the tree of ``spec`` under ``root``, which must be a new directory (its parent
+    existing) or an empty one, and never ``/``.
+
+    Raises SpecError for a ``files:`` entry that collides with the tree (before anything is
+    written) and NvfabricError (exit 2) for a target that is not a new or empty directory.
+    An OSError while writing propagates after what was written has been removed.
+    """
+    entries = layout(spec)
+    created = _prepare(root)
+    try:
+        _write_all(root, entries)
+    except BaseException:
+        clear(root, remove_root=created)
+        raise
+
+
+def _prepare(root: str) -> bool:
+    """Check the target directory; create it when absent. True when it was created."""
+    if os.path.realpath(root) == "/":
+        raise usage_error("refusing to write a simulated node over /",
+                          "give a new or empty directory")
+    if os.path.lexists(root):
+        if not os.path.isdir(root):
+            raise usage_error(f"{root} exists and is not a directory",
+                              "give a new or empty directory")
+        if os.listdir(root):
+            raise usage_error(f"{root} exists and is not empty",
+                              "give a new or empty directory; nvfabric never writes a "
+                              "simulated node over existing files")
+        return False
+    parent = os.path.dirname(os.path.abspath(root))
+    if not os.path.isdir(parent):
+        raise usage_error(f"the parent directory of {root} does not exist ({parent})",
+                          "create it first, or give a directory in an existing one")
+    os.mkdir(root)
+    return True
+
+
+def clear(root: str, remove_root: bool) -> None:
+    """Remove what a failed build wrote under ``root`` (links are removed, never followed);
+    ``root`` itself too when the build created it."""
+    try:
+        names = os.listdir(root)
+    except OSError:
+        return
+    for name in names:
+        path = os.path.join(root, name)
+        try:
+            if os.path.isdir(path) and not os.path.islink(path):
+                shutil.rmtree(path, ignore_errors=True)
+            else:
+                os.unlink(path)
+        except OSError:
+            pass
+    if remove_root:
+        try:
+            os.rmdir(root)
+        except OSError:
+            pass
+
+
+_CREATE = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+
+
+def _write_all(root: str, entries: tuple[Entry, ...]) -> None:
+    """Write ``entries`` under ``root`` (an empty directory). Directories are made as needed;
+    files and channel nodes are created, never opened if something is already there."""
+    made: set[str] = {""}
+
+    def parent_of(rel: str) -> str:
+        parent = os.path.dirname(rel)
+        if parent not in made:
+            os.makedirs(os.path.join(root, parent), exist_ok=True)
+            made.update([parent, *_ancestors(parent)])
+        return os.path.join(root, rel)
+
+    for e in entries:
+        if e.kind == "dir":
+            if e.path not in made:
+                os.makedirs(os.path.join(root, e.path), exist_ok=True)
+                made.update([e.path, *_ancestors(e.path)])
+        elif e.kind == "link":
+            os.symlink(e.target, parent_of(e.path))
+        elif e.kind == "chardev":
+            _imex_channel(parent_of(e.path), e.major, e.minor)
+        else:
+            fd = os.open(parent_of(e.path), _CREATE, 0o666)
+            try:
+                view = memoryview(e.data)
+                while view:
+                    view = view[os.write(fd, view):]
+            finally:
+                os.close(fd)
+
+
+def _imex_channel(path: str, major: int | None, minor: int) -> None:
+    """An IMEX channel node as the driver makes it: a character device ``major:minor`` (the
+    node spec's ``nvidia-caps-imex-channels`` major, the channel number), mode 0666 (NVIDIA
+    IMEX guide, "IMEX Channels"). Only root may mknod; otherwise, where mknod is not permitted
+    (a container without CAP_MKNOD) or the spec gives no major, an empty regular file stands
+    in, which nvfabric's channel check reports as not a device."""
+    if major is not None and os.geteuid() == 0:
+        try:
+            os.mknod(path, stat.S_IFCHR | 0o666, os.makedev(major, minor))
+        except PermissionError:
+            pass
+        else:
+            os.chmod(path, 0o666)  # mknod applies the umask
+            return
+    os.close(os.open(path, _CREATE, 0o666))
