@@ -239,7 +239,7 @@ def test_hanging_ctl_past_the_ready_timeout_is_imex_not_ready_never_fabric_manag
     assert "IMEX daemon has not reported READY" in stuck["message"]
     assert "(last answer: nvidia-imex-ctl -q did not answer within 0.3 s" in stuck["message"]
     assert "No answer: nvidia-imex-ctl hangs" in stuck["hint"]
-    text = run.log + json.dumps(out)
+    text = run.log + json.dumps(out["findings"])  # (the plan's reasons say "never FM")
     assert "fabric manager" not in text and "registration_stuck" not in text
 
 
@@ -263,3 +263,18 @@ def test_one_run_per_tray_and_sigkill_takes_imex_with_it(tmp_path: Path) -> None
         for e in events(root, "imex", "exec"):
             if alive(e["pid"]):
                 os.kill(e["pid"], 9)
+
+
+def test_mnnvl_run_json_has_the_one_run_shape(tmp_path: Path) -> None:
+    """GB200 outcomes carry every key of supervisor.run_result, plus the IMEX section."""
+    from nvfabric.supervisor import run_result
+    from tests.conftest import run_cli
+
+    root = tmp_path / "tray"
+    assert run_cli("simulate", "gb200-tray", str(root)).returncode == 0
+    proc = run_cli("run", "--root", str(root), "--dry-run", "--json",
+                   "--imex-local-address", "192.0.2.10")
+    out = json.loads(proc.stdout)
+    assert set(run_result("would_start", 0, "mnnvl", [])) <= set(out)
+    assert out["dry_run"] is True and out["fabric"] == "mnnvl" and "imex" in out
+    assert [p["service"] for p in out["processes"]] == ["imex"]

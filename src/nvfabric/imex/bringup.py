@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import os
 import signal
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -26,7 +26,7 @@ from ..output import console, print_findings, print_json
 from ..plan import Plan
 from ..services import PlannedFile, ServiceSpec
 from ..services import imex as imex_service
-from ..supervisor import GpuCheck, Log, Outcome, Policy, Supervisor, ensure_dir
+from ..supervisor import GpuCheck, Log, Outcome, Policy, Supervisor, ensure_dir, run_result
 from . import channels, config, ctl, host, nodes, owner
 from .domain import node_list_id
 from .facts import CTL_TIMEOUT_S, NODES_CONFIG_PATH
@@ -262,11 +262,11 @@ def run(p: Plan, opts: ImexRunOptions, *, dry_run: bool, as_json: bool, stay: bo
     prepared = prepare(opts, p.driver_version)
     log = Log()
     if dry_run:
-        _print_dry_run(prepared, as_json)
+        _print_dry_run(prepared, as_json, p.reasons)
         return 1 if prepared.refusals else 0
     if prepared.refusals:
         _print_result("refused", 1, list(prepared.refusals), prepared, as_json,
-                      "refused: nothing was started")
+                      "refused: nothing was started", p.reasons)
         return 1
     if not prepared.starts_imex:
         d = prepared.ownership
@@ -278,7 +278,8 @@ def run(p: Plan, opts: ImexRunOptions, *, dry_run: bool, as_json: bool, stay: bo
             log.say(f"  {r}")
         for f in prepared.warnings:
             log.finding(f)
-        _print_result("not_started", 0, list(prepared.warnings), prepared, as_json, "")
+        _print_result("not_started", 0, list(prepared.warnings), prepared, as_json, "",
+                      p.reasons)
         if stay:
             log.say("--stay: waiting for SIGTERM")
             sigs = {signal.SIGTERM, signal.SIGINT}
@@ -294,7 +295,8 @@ def run(p: Plan, opts: ImexRunOptions, *, dry_run: bool, as_json: bool, stay: bo
     failed = apply(prepared, opts, log)
     prepared = replace(prepared, facts=host.read_channels(opts.root))
     if failed:
-        _print_result("refused", 1, failed, prepared, as_json, "refused: nothing was started")
+        _print_result("refused", 1, failed, prepared, as_json, "refused: nothing was started",
+                      p.reasons)
         return 1
     assert prepared.spec is not None
     cfg_path = prepared.files[1].path
@@ -307,29 +309,35 @@ def run(p: Plan, opts: ImexRunOptions, *, dry_run: bool, as_json: bool, stay: bo
         ready_file=os.path.join(opts.resolve(opts.state_dir), "ready"), ready_info=info)
     outcome: Outcome = sup.run()
     if as_json:
-        print_json({**outcome.to_json(), "fabric": "mnnvl", "imex": _imex_json(prepared)})
+        print_json({**run_result(
+            outcome.reason, outcome.exit_code, "mnnvl", outcome.findings,
+            processes=(prepared.spec,), files=prepared.files,
+            ready_after_s=outcome.ready_after_s, restarts=outcome.restarts, reasons=p.reasons),
+            "imex": _imex_json(prepared)})
     elif outcome.exit_code:
         print_findings(console(stderr=True), list(outcome.findings), "run failed")
     return outcome.exit_code
 
 
 def _print_result(result: str, code: int, findings: list[Finding], prepared: Prepared,
-                  as_json: bool, title: str) -> None:
+                  as_json: bool, title: str, reasons: Sequence[str]) -> None:
+    """The one ``run --json`` shape (:func:`nvfabric.supervisor.run_result`) plus ``imex``."""
     if as_json:
-        print_json({"result": result, "exit_code": code, "fabric": "mnnvl",
-                    "imex": _imex_json(prepared), "findings": [f.to_json() for f in findings]})
+        print_json({**run_result(result, code, "mnnvl", findings, reasons=reasons),
+                    "imex": _imex_json(prepared)})
     elif title:
         print_findings(console(stderr=True), findings, title)
 
 
-def _print_dry_run(prepared: Prepared, as_json: bool) -> None:
-    processes = [{"service": s.name, "argv": list(s.argv)}
-                 for s in ((prepared.spec,) if prepared.spec else ())]
+def _print_dry_run(prepared: Prepared, as_json: bool, reasons: Sequence[str]) -> None:
     findings = list(prepared.refusals) + list(prepared.warnings)
     if as_json:
-        print_json({"fabric": "mnnvl", "imex": _imex_json(prepared), "processes": processes,
-                    "files": [{"path": f.path, "content": f.content} for f in prepared.files],
-                    "actions": prepared.actions(), "findings": [f.to_json() for f in findings]})
+        refused = bool(prepared.refusals)
+        result = "refused" if refused else ("would_start" if prepared.spec else "not_started")
+        print_json({**run_result(
+            result, 1 if refused else 0, "mnnvl", findings, dry_run=True,
+            processes=(prepared.spec,) if prepared.spec else (), files=prepared.files,
+            reasons=reasons), "imex": _imex_json(prepared), "actions": prepared.actions()})
         return
     import shlex
 
@@ -340,8 +348,8 @@ def _print_dry_run(prepared: Prepared, as_json: bool) -> None:
                + (f" (run by {d.runner})" if d.runner else "") + f", {d.source}")
     for r in d.reasons:
         click.echo(f"  why: {r}")
-    for proc in processes:
-        click.echo(f"  {proc['service']}: {shlex.join(proc['argv'])}")
+    if prepared.spec is not None:
+        click.echo(f"  {prepared.spec.name}: {shlex.join(prepared.spec.argv)}")
         click.echo("    ready when `nvidia-imex-ctl -q` prints READY")
     for a in prepared.actions():
         click.echo(f"  action: {a}")
