@@ -38,13 +38,6 @@ def test_domain_check_groups_status_reports_by_their_node_list(tmp_path: Path) -
     for name in ("gb-01", "gb-02"):
         root = simulated(tmp_path, "gb200-tray", name)
         (root / "etc/nvidia-imex/nodes_config.cfg").write_text("gb-01\ngb-02\n")
-        # Two trays have GPUs of their own: the simulator derives GPU UUIDs from the bus id
-        # alone, and reports with the same GPU UUIDs are one node to the fleet check.
-        state = root / "var/lib/nvfabric-sim/gpus.json"
-        gpus = json.loads(state.read_text())
-        for g in gpus["gpus"]:
-            g["uuid"] = g["uuid"][:-len(name)] + name
-        state.write_text(json.dumps(gpus))
         data, _ = run_json("status", "--root", str(root))
         path = tmp_path / f"{name}.json"
         path.write_text(json.dumps(data))

@@ -171,11 +171,14 @@ def _link(root: str, vendor_path: str, target: str) -> None:
 def gpu_state(root: str) -> list[dict[str, Any]]:
     """Initial simulated fabric state of the tree's GPUs: not_started where fabric manager
     registers them, not_supported where NVML has no fabric state, completed on a multi-node
-    NVLink tray (its switch trays' fabric manager did it)."""
+    NVLink tray (its switch trays' fabric manager did it). GPU UUIDs are derived from the
+    tree's absolute path and the GPU's bus id: stable for one tree, distinct across trees (two
+    simulated nodes are never taken for copies of one report by ``domain check``)."""
     from ..inventory import collect
     from ..inventory.products import lookup
 
     inv = collect(root)
+    node = os.path.abspath(root)
     out = []
     for minor, gpu in enumerate(inv.gpus):
         product = lookup(gpu.vendor, gpu.device)
@@ -189,7 +192,7 @@ def gpu_state(root: str) -> list[dict[str, Any]]:
         entry: dict[str, Any] = {
             "pci": pci, "device_id": f"{gpu.device:04x}", "minor": minor, "name": name,
             "architecture": generation.capitalize() if product else "N/A",
-            "uuid": f"GPU-{uuid.uuid5(uuid.NAMESPACE_OID, 'nvfabric-sim:' + pci)}",
+            "uuid": f"GPU-{uuid.uuid5(uuid.NAMESPACE_OID, f'nvfabric-sim:{node}:{pci}')}",
             "state": "not_started", "status": "N/A", "clique_id": None, "cluster_uuid": None,
             "health": "N/A",
         }
