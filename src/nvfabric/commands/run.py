@@ -25,6 +25,8 @@ from ..configs import fabricmanager as fmcfg
 from ..configs import keyvalue
 from ..errors import NvfabricError, usage_error
 from ..findings import Finding
+from ..hostpath import check as check_path
+from ..hostpath import under_root
 from ..output import (
     arch_option,
     console,
@@ -35,7 +37,7 @@ from ..output import (
     root_option,
 )
 from ..plan import Plan
-from ..services import Unit, check_path, nvlsm
+from ..services import Unit, nvlsm
 from ..services import fabricmanager as fm
 from ..services.unit import RunConfig, build, environ_items
 from ..supervisor import (
@@ -247,7 +249,7 @@ def _already_running(pid: int, lock: str) -> Finding:
 def _state_dir(root: str, state_dir: str) -> str:
     """The state directory under the root; exit 2 naming the path when something other than
     a directory is in the way."""
-    state = fmcfg.under_root(root, state_dir)
+    state = under_root(root, state_dir)
     blocker = not_a_directory(state)
     if blocker is not None:
         raise usage_error(

@@ -25,7 +25,9 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from .. import hostpath
 from ..findings import Finding
+from ..hostpath import under_root
 from . import keyvalue
 from .atomic import write_atomic
 
@@ -96,11 +98,9 @@ def check_value(key: str, value: str) -> None:
         raise ConfigError(invalid(key, f"{value!r} is not a TCP port (0-65535)"))
     if key == "FM_SM_MGMT_PORT_GUID" and not _GUID.fullmatch(value):
         raise ConfigError(invalid(key, f"{value!r} is not 0x followed by 16 hex digits"))
-    if key in PATH_KEYS and value and not value.startswith("/"):
-        raise ConfigError(invalid(key, f"{value!r} is not an absolute path"))
-    if key in PATH_KEYS and ".." in value.split("/"):
-        raise ConfigError(invalid(key, f"{value!r} may not contain '..' (paths are resolved "
-                                       "under --root and must stay there)"))
+    why = hostpath.problem(value) if key in PATH_KEYS and value else None
+    if why is not None:
+        raise ConfigError(invalid(key, f"{value!r} {why}"))
 
 
 def env_overrides(environ: Mapping[str, str]) -> dict[str, str]:
@@ -119,21 +119,6 @@ def parse_sets(items: tuple[str, ...] | list[str]) -> dict[str, str]:
             raise ConfigError(invalid(key or item, f"--fm-set expects KEY=VALUE, got {item!r}"))
         out[key] = value.strip()
     return out
-
-
-def under_root(root: str, path: str) -> str:
-    """A host path seen from ``root``, normalised (``//`` and ``.`` dropped; unchanged when
-    root is ``/``; an empty value stays empty). ValueError when ``path`` has a ``..``
-    component: the result must lie under ``root`` whatever the path says."""
-    if not path:
-        return path
-    if ".." in path.split("/"):
-        raise ValueError(f"path {path!r} may not contain '..' (it must stay under --root)")
-    if os.path.abspath(root) == "/":
-        return path
-    relative = os.path.normpath(path.lstrip("/") or ".")
-    return os.path.abspath(root) if relative == "." else os.path.join(
-        os.path.abspath(root), relative)
 
 
 @dataclass(frozen=True)

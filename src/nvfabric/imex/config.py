@@ -14,6 +14,7 @@ from __future__ import annotations
 import ipaddress
 from collections.abc import Callable, Mapping
 
+from .. import hostpath
 from ..configs import keyvalue
 from ..configs.keyvalue import ConfigValueError, KeyValueFile
 from .facts import NODES_CONFIG_PATH
@@ -78,11 +79,8 @@ def _level(value: str) -> str | None:
 def _path(value: str) -> str | None:
     if value == "":
         return None
-    if not value.startswith("/"):
-        return "must be an absolute path"
-    if ".." in value.split("/"):
-        return "may not contain '..'"
-    return None if len(value) <= 256 else "is longer than 256 characters"
+    return hostpath.problem(value) or (
+        None if len(value) <= 256 else "is longer than 256 characters")
 
 
 def _required_path(value: str) -> str | None:

@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..findings import Finding
+from ..hostpath import check as check_path
 
 STATES = ("UP", "DEGRADED", "DOWN")
 READY = "READY"
@@ -105,22 +106,15 @@ class DomainStatus:
         )
 
 
-def _check_path(path: str, what: str) -> str:
-    if not path.startswith("/") or any(c in path for c in "\n\r\x00"):
-        raise ValueError(f"{what}: expected an absolute path without newline or NUL, got "
-                         f"{path!r}")
-    return path
-
-
 def query_argv(ctl: str, config: str) -> tuple[str, ...]:
     """``nvidia-imex-ctl -c <config> -q``: prints READY when the local daemon serves.
     ValueError on a bad path."""
-    return (_check_path(ctl, "nvidia-imex-ctl"), "-c", _check_path(config, "IMEX config"), "-q")
+    return (check_path(ctl, "nvidia-imex-ctl"), "-c", check_path(config, "IMEX config"), "-q")
 
 
 def domain_argv(ctl: str, config: str, as_json: bool = True) -> tuple[str, ...]:
     """``nvidia-imex-ctl -c <config> -N [-j]``: the whole domain's status."""
-    out = (_check_path(ctl, "nvidia-imex-ctl"), "-c", _check_path(config, "IMEX config"), "-N")
+    out = (check_path(ctl, "nvidia-imex-ctl"), "-c", check_path(config, "IMEX config"), "-N")
     return out + ("-j",) if as_json else out
 
 

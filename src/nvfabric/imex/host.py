@@ -17,6 +17,7 @@ import stat
 import subprocess
 from dataclasses import dataclass
 
+from .. import hostpath
 from ..configs.atomic import staged, write_atomic
 from ..inventory.fs import listdir, read_text, under
 from ..inventory.nvidia import driver_version, imex_major, loaded_modules
@@ -195,22 +196,13 @@ class PathEscape(ValueError):
 
 
 def confined(root: str, host_path: str, what: str = "path") -> str:
-    """``host_path`` (absolute, host view) resolved under ``root``, refusing (PathEscape) a
-    relative path, a ``..`` segment, a newline or NUL, and a resolved location (symbolic links
-    followed, including in the part that exists so far) outside ``root``. Every file that
-    ``nvfabric imex config`` writes goes through here first."""
-    if not host_path.startswith("/"):
-        raise PathEscape(f"{what} {host_path!r}: expected an absolute host path")
-    if any(c in host_path for c in "\n\r\x00"):
-        raise PathEscape(f"{what} {host_path!r}: a path may not contain a newline or NUL")
-    if ".." in host_path.split("/"):
-        raise PathEscape(f"{what} {host_path!r}: a path may not contain '..'")
-    full = under(root, host_path)
-    base = os.path.realpath(root)
-    real = os.path.realpath(full)
-    if base != "/" and real != base and not real.startswith(base.rstrip("/") + "/"):
-        raise PathEscape(f"{what} {host_path!r} resolves to {real}, outside the root {root}")
-    return full
+    """``host_path`` resolved under ``root`` (:func:`nvfabric.hostpath.confined`: absolute, no
+    ``..``, newline or NUL, links followed and staying under ``root``); PathEscape otherwise.
+    Every file that ``nvfabric imex config`` writes goes through here first."""
+    try:
+        return hostpath.confined(root, host_path, what)
+    except ValueError as err:
+        raise PathEscape(str(err)) from None
 
 
 def read_file(root: str, host_path: str) -> str | None:

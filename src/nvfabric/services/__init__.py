@@ -147,18 +147,6 @@ def check_guid(guid: str) -> str:
     return guid.lower()
 
 
-def check_path(path: str, what: str) -> str:
-    """``path`` when it is absolute and has no newline, NUL or ``..`` component; ValueError
-    otherwise (``what`` names it in the message)."""
-    if not path.startswith("/"):
-        raise ValueError(f"{what}: expected an absolute path, got {path!r}")
-    if any(c in path for c in "\n\r\x00"):
-        raise ValueError(f"{what}: path may not contain a newline or NUL")
-    if ".." in path.split("/"):
-        raise ValueError(f"{what}: path may not contain '..'")
-    return path
-
-
 def version_output(binary: str, timeout_s: float = 10.0) -> str:
     """What ``<binary> --version`` prints (stdout and stderr together, decoded leniently);
     each daemon module parses it with its own pattern.

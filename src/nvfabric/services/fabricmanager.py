@@ -25,7 +25,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from . import ServiceSpec, check_guid, check_path, version_output
+from ..hostpath import check as check_path
+from . import ServiceSpec, check_guid, version_output
 
 BINARY = "/usr/bin/nv-fabricmanager"
 CONFIG = "/usr/share/nvidia/nvswitch/fabricmanager.cfg"

@@ -19,9 +19,10 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from ..hostpath import check as check_path
 from ..imex.ctl import domain_argv, query_argv
 from ..imex.facts import CONFIG_PATH, IMEX_BINARY, IMEX_CTL_BINARY, NODES_CONFIG_PATH
-from . import ReadyProbe, ServiceSpec, check_path
+from . import ReadyProbe, ServiceSpec
 
 __all__ = ["IMEX_READY", "ImexPaths", "argv", "domain_argv", "parse_version", "query_argv",
            "spec"]

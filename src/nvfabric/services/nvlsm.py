@@ -20,7 +20,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from . import ServiceSpec, check_guid, check_path
+from ..hostpath import check as check_path
+from . import ServiceSpec, check_guid
 
 BINARY = "/opt/nvidia/nvlsm/sbin/nvlsm"
 CONFIG = "/usr/share/nvidia/nvlsm/nvlsm.conf"

@@ -16,8 +16,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from ..configs import fabricmanager as fmcfg
+from ..hostpath import check as check_path
+from ..hostpath import under_root
 from ..plan import Plan
-from . import PlannedFile, Unit, check_path, nvlsm
+from . import PlannedFile, Unit, nvlsm
 from . import fabricmanager as fm
 
 STATE_DIR = "/run/nvfabric"
@@ -46,7 +48,7 @@ class RunConfig:
 
     def resolve(self, path: str) -> str:
         """A host path under the root."""
-        return fmcfg.under_root(self.root, path)
+        return under_root(self.root, path)
 
     @property
     def effective_cfg_path(self) -> str:
