@@ -346,3 +346,20 @@ def test_run_imex_peers_binary_file_is_refused_saying_so(tmp_path: Path) -> None
     assert rc == 1
     (f,) = [f for f in out["findings"] if f["code"] == "input_unreadable"]
     assert "is not a text file" in f["message"] and f["hint"]
+
+
+# A FIFO in place of an IMEX config file hung `status`, `run --dry-run` and `imex config`:
+# config files are read like sysfs attributes (regular files only, non-blocking open).
+@pytest.mark.parametrize("fifo", ["config.cfg", "nodes_config.cfg"])
+def test_fifo_in_place_of_an_imex_config_file_does_not_hang(tray: Path, fifo: str) -> None:
+    from nvfabric.imex import host
+
+    path = tray / "etc/nvidia-imex" / fifo
+    path.unlink(missing_ok=True)
+    os.mkfifo(path)
+    for args in (["status", "--root", str(tray)], ["run", "--dry-run", "--root", str(tray)],
+                 ["imex", "config", "--root", str(tray), "--peer", "198.51.100.1",
+                  "--local-address", "198.51.100.1", "--dry-run"]):
+        proc = run_cli(*args, "--json", timeout=30)
+        assert proc.stdout.startswith("{"), (args, proc.stdout, proc.stderr)
+    assert host.read_file(str(tray), f"/etc/nvidia-imex/{fifo}") is None

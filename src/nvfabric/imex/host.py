@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 from .. import hostpath
 from ..configs.atomic import staged, write_atomic
-from ..inventory.fs import listdir, read_text, under
+from ..inventory.fs import listdir, read_bytes, read_text, under
 from ..inventory.nvidia import driver_version, imex_major, loaded_modules
 from .channels import ChannelFacts, DevNode, channel_path, parse_params
 from .facts import (
@@ -206,12 +206,12 @@ def confined(root: str, host_path: str, what: str = "path") -> str:
 
 
 def read_file(root: str, host_path: str) -> str | None:
-    """Text of a config file under ``root`` (not stripped), None when missing/unreadable."""
-    try:
-        with open(under(root, host_path), encoding="utf-8", errors="replace") as fh:
-            return fh.read(1 << 20)
-    except OSError:
-        return None
+    """Text of a config file under ``root`` (not stripped, up to 1 MiB, bad UTF-8 replaced),
+    None when missing, unreadable or not a regular file: read with
+    :func:`nvfabric.inventory.fs.read_bytes` (non-blocking open, regular files only), so a FIFO
+    or device in place of config.cfg / nodes_config.cfg never makes a command wait."""
+    data = read_bytes(under(root, host_path), limit=1 << 20)
+    return None if data is None else data.decode("utf-8", "replace")
 
 
 def write_file(root: str, host_path: str, content: str, mode: int = 0o644) -> None:
