@@ -4,8 +4,14 @@ input, the live path on a simulated node with its own nvidia-smi."""
 from __future__ import annotations
 
 import os
+import signal
+import subprocess
+import sys
+import time
 from collections.abc import Callable
 from pathlib import Path
+
+import pytest
 
 from tests.cases import CORPUS
 from tests.conftest import run_cli, run_json
@@ -162,3 +168,48 @@ def test_wait_bounds_a_hanging_nvidia_smi_by_its_timeout(node: Callable[..., Pat
     assert (rc, out["timed_out"]) == (1, True)
     (f,) = [f for f in out["findings"] if f["code"] == "nvml_unavailable"]
     assert f["reason"] == "timeout" and "did not answer within" in f["message"]
+
+
+def _gone(pid: int) -> bool:
+    """True once ``pid`` has exited (no such process, or a zombie left to its new parent)."""
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii") as fh:
+            return fh.read().rsplit(")", 1)[1].split()[0] in ("Z", "X")
+    except FileNotFoundError:
+        return True
+
+
+# `status`/`wait` killed while the nvidia-smi probe ran left the probe running with PPID 1.
+@pytest.mark.parametrize(("command", "sig"), [("status", signal.SIGTERM),
+                                               ("status", signal.SIGINT),
+                                               ("wait", signal.SIGTERM)])
+def test_killed_status_or_wait_takes_its_nvidia_smi_probe_along(
+        node: Callable[..., Path], tmp_path: Path, command: str, sig: signal.Signals) -> None:
+    root = node("dgx-b200")
+    pidfile = tmp_path / "probe.pid"
+    smi = root / "bin" / "nvidia-smi"
+    smi.parent.mkdir(exist_ok=True)
+    smi.write_text(f"#!/bin/sh\necho $$ > '{pidfile}.tmp'\nmv '{pidfile}.tmp' '{pidfile}'\n"
+                   "exec sleep 300\n")
+    smi.chmod(0o755)
+    proc = subprocess.Popen([sys.executable, "-m", "nvfabric", command, "--root", str(root)],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        for _ in range(600):
+            if pidfile.exists() or proc.poll() is not None:
+                break
+            time.sleep(0.05)
+        assert pidfile.exists(), "the probe never started"
+        probe = int(pidfile.read_text())
+        proc.send_signal(sig)
+        assert proc.wait(timeout=30) != 0
+        for _ in range(100):
+            if _gone(probe):
+                break
+            time.sleep(0.05)
+        assert _gone(probe), f"probe {probe} outlived `nvfabric {command}`"
+    finally:
+        proc.kill()
+        proc.wait()
+        if pidfile.exists() and not _gone(int(pidfile.read_text())):
+            os.kill(int(pidfile.read_text()), signal.SIGKILL)

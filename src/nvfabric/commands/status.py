@@ -242,7 +242,10 @@ def status(ctx: click.Context, root: str, capture: str | None, fabric: str | Non
     \b
     Exit codes: 0 healthy or not_applicable; 1 degraded, unhealthy or pending; 2 bad input.
     """
-    report = evaluate(root, capture, fabric, _root_given(ctx), grace)
+    from ..health.live import exit_on_sigterm
+
+    with exit_on_sigterm():
+        report = evaluate(root, capture, fabric, _root_given(ctx), grace)
     if as_json:
         print_json(report.to_json())
     else:
@@ -279,13 +282,17 @@ def wait(root: str, fabric: str | None, grace: float | None, timeout: float, int
 
     For init containers, ExecStartPost= and job prologs.
     """
+    from ..health.live import exit_on_sigterm
+
     deadline = time.monotonic() + timeout
-    while True:
-        left = deadline - time.monotonic()
-        report = evaluate(root, None, fabric, True, grace, probe_timeout_s=probe_budget(left))
-        if report.exit_code == 0 or time.monotonic() >= deadline:
-            break
-        time.sleep(min(interval, max(0.0, deadline - time.monotonic())))
+    with exit_on_sigterm():
+        while True:
+            left = deadline - time.monotonic()
+            report = evaluate(root, None, fabric, True, grace,
+                              probe_timeout_s=probe_budget(left))
+            if report.exit_code == 0 or time.monotonic() >= deadline:
+                break
+            time.sleep(min(interval, max(0.0, deadline - time.monotonic())))
     if as_json:
         print_json({**report.to_json(), "timed_out": report.exit_code != 0})
     else:

@@ -11,7 +11,7 @@ import os
 import signal
 import subprocess
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
 from ..findings import Finding
 from .model import FabricHealth, GpuFabric
@@ -76,15 +76,47 @@ def run_bounded(argv: list[str], timeout: float) -> tuple[int | None, bytes, byt
     try:
         out, err = proc.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(proc.pid, signal.SIGKILL)
+        _kill_group(proc.pid)
         try:
             out, err = proc.communicate(timeout=1.0)
         except subprocess.TimeoutExpired:
             proc.kill()
             out, err = b"", b""
         return None, out, err
+    finally:
+        # Leaving for any other reason (KeyboardInterrupt, SystemExit from a SIGTERM handler,
+        # see :func:`exit_on_sigterm`): the probe is in its own session, so no terminal signal
+        # reaches it; without this it would run on with PPID 1.
+        if proc.poll() is None:
+            _kill_group(proc.pid)
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                proc.wait(timeout=1.0)
     return proc.returncode, out, err
+
+
+def _kill_group(pgid: int) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pgid, signal.SIGKILL)
+
+
+@contextlib.contextmanager
+def exit_on_sigterm() -> Iterator[None]:
+    """While inside, SIGTERM raises ``SystemExit(143)`` (128 + SIGTERM, the shell's figure) in
+    the main thread instead of ending the process at once, so ``finally`` clauses run: the one
+    in :func:`run_bounded` kills a running probe's process group. The previous handler is put
+    back on leaving. Outside the main thread (no signal handlers there) it does nothing."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def handler(signum: int, frame: object) -> None:
+        raise SystemExit(128 + signum)
+
+    previous = signal.signal(signal.SIGTERM, handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 def _bounded(read: Callable[[], FabricHealth], timeout: float) -> FabricHealth:
