@@ -168,3 +168,18 @@ def test_owner_evidence_is_printed_literally(tray: Path) -> None:
     assert proc.returncode == 0, proc.stderr
     assert "/etc/systemd/system/[bold]x\\x1b[2J.target.wants" in proc.stdout
     assert "\x1b" not in proc.stdout
+
+
+# `imex owner|channel|domain|config --root /nonexistent` reported on an empty node (exit 0/1)
+# where detect/plan/status refuse the root (exit 2).
+@pytest.mark.parametrize("sub", [["owner"], ["channel"], ["domain"],
+                                 ["config", "--peer", "198.51.100.1"]])
+def test_imex_subcommands_refuse_a_missing_root_with_exit_2(sub: list[str],
+                                                            tmp_path: Path) -> None:
+    missing = str(tmp_path / "nonexistent")
+    out, rc = run_json("imex", *sub, "--root", missing)
+    assert rc == 2
+    assert out["error"]["code"] == "input_unreadable"
+    assert "is not a readable directory" in out["error"]["message"]
+    proc = run_cli("imex", *sub, "--root", missing)
+    assert proc.returncode == 2 and "is not a readable directory" in proc.stderr
