@@ -363,3 +363,25 @@ def test_fifo_in_place_of_an_imex_config_file_does_not_hang(tray: Path, fifo: st
         proc = run_cli(*args, "--json", timeout=30)
         assert proc.stdout.startswith("{"), (args, proc.stdout, proc.stderr)
     assert host.read_file(str(tray), f"/etc/nvidia-imex/{fifo}") is None
+
+
+# A relative IMEX_NODE_CONFIG_FILE in the shipped config.cfg was silently replaced by the
+# default path: the rewrite is an info finding naming the old and the new value.
+def test_config_relative_node_config_file_rewrite_is_said(tray: Path) -> None:
+    cfg = tray / "etc/nvidia-imex/config.cfg"
+    cfg.write_text(cfg.read_text().replace(
+        "IMEX_NODE_CONFIG_FILE=/etc/nvidia-imex/nodes_config.cfg",
+        "IMEX_NODE_CONFIG_FILE=nodes_config.cfg"))
+    args = ("imex", "config", "--root", str(tray), "--peer", "198.51.100.1",
+            "--local-address", "198.51.100.1", "--dry-run")
+    out, rc = run_json(*args)
+    assert (rc, out["nodes_config"]) == (0, "/etc/nvidia-imex/nodes_config.cfg")
+    [note] = out["findings"]
+    assert (note["code"], note["severity"]) == ("imex_node_config_rewritten", "info")
+    assert (note["old"], note["new"]) == ("nodes_config.cfg", "/etc/nvidia-imex/nodes_config.cfg")
+    text = run_cli(*args).stdout
+    assert "IMEX_NODE_CONFIG_FILE=nodes_config.cfg" in text
+    assert "set to /etc/nvidia-imex/nodes_config.cfg" in text
+    # Asked for explicitly, a new path is no news.
+    out, rc = run_json(*args, "--nodes-config", "/etc/nvidia-imex/other.cfg")
+    assert (rc, out["findings"]) == (0, [])

@@ -69,6 +69,7 @@ CODES: frozenset[str] = frozenset(
         "imex_ctl_timeout",
         "imex_domain_degraded",
         "imex_not_ready",
+        "imex_node_config_rewritten",
         "domain_cluster_uuid_split",
         "domain_clique_split",
         "domain_gpus_not_attached",

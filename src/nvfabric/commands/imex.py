@@ -251,9 +251,11 @@ def config_cmd(root: str, config_path: str, output: str | None, nodes_config: st
     try:
         changes = config.parse_set(sets)
         old_nodes_path = config.node_config_path(shipped, NODES_CONFIG_PATH)
+        explicit = nodes_config is not None or "IMEX_NODE_CONFIG_FILE" in changes
         nodes_path = _nodes_path(nodes_config, changes, old_nodes_path)
         if nodes_path != config.node_config_path(shipped, ""):
             changes["IMEX_NODE_CONFIG_FILE"] = nodes_path
+        rewrite = None if explicit else config.node_config_rewrite(shipped, nodes_path)
         new_config = config.effective(shipped, changes)
     except ConfigValueError as err:
         raise NvfabricError(Finding(
@@ -271,6 +273,8 @@ def config_cmd(root: str, config_path: str, output: str | None, nodes_config: st
     else:
         current, move = peers, False
     findings = check_node_list(root, current, local_address, skip_local_check)
+    if rewrite is not None:
+        findings.append(rewrite)
     errors = [f for f in findings if f.severity == "error"]
     files: list[dict[str, str]] = []
     if peers is not None or move:

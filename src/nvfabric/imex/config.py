@@ -17,6 +17,7 @@ from collections.abc import Callable, Mapping
 from .. import hostpath
 from ..configs import keyvalue
 from ..configs.keyvalue import ConfigValueError, KeyValueFile
+from ..findings import Finding
 from .facts import NODES_CONFIG_PATH
 
 #: Command service port when the shipped file sets none (value of the shipped templates).
@@ -167,6 +168,25 @@ def node_config_path(cfg_text: str | None, default: str) -> str:
         return default
     value = keyvalue.parse(cfg_text).get("IMEX_NODE_CONFIG_FILE") or ""
     return value if value.startswith("/") and _path(value) is None else default
+
+
+def node_config_rewrite(cfg_text: str, new_path: str) -> Finding | None:
+    """An info finding (``imex_node_config_rewritten``) when the config text names an
+    IMEX_NODE_CONFIG_FILE that nvfabric replaces by ``new_path`` because it is not a plain
+    absolute path (relative, with ``..``, a template placeholder); None when the value is
+    already ``new_path`` or unset. nvidia-imex resolves a relative value against its working
+    directory, not /etc/nvidia-imex, so such a value is not kept; the finding names both."""
+    old = keyvalue.parse(cfg_text).get("IMEX_NODE_CONFIG_FILE") or ""
+    if old in ("", new_path):
+        return None
+    why = "is not an absolute path" if not old.startswith("/") else (_path(old) or "is unusable")
+    return Finding(
+        "imex_node_config_rewritten", "info",
+        f"IMEX_NODE_CONFIG_FILE={old} {why}: set to {new_path}",
+        "give --nodes-config (or --set IMEX_NODE_CONFIG_FILE=...) with an absolute path to "
+        "choose another file",
+        {"key": "IMEX_NODE_CONFIG_FILE", "old": old, "new": new_path},
+    )
 
 
 def parse_set(items: tuple[str, ...]) -> dict[str, str]:
