@@ -521,6 +521,10 @@ def test_the_run_lock_dies_with_the_process(tmp_path: Path, start: Callable[...,
     first.wait_line(r"fabric ready in")
     first.signal(signal.SIGKILL)
     first.wait()
+    # its fabric manager ends on PDEATHSIG; while it still runs, a start is refused
+    # (fabric_service_running), so wait for it to be gone
+    (fm,) = [e["pid"] for e in events(root, "fabricmanager", "exec")]
+    until(lambda: not alive(fm), "fabric manager is gone with the run")
     second = start(root)
     second.wait_line(r"fabric ready in")  # not refused: nobody holds the lock any more
     second.signal(signal.SIGTERM)

@@ -26,7 +26,7 @@ from ..configs import keyvalue
 from ..errors import NvfabricError, usage_error
 from ..findings import Finding
 from ..hostpath import check as check_path
-from ..hostpath import under_root
+from ..hostpath import confined, under_root
 from ..output import (
     arch_option,
     console,
@@ -37,7 +37,7 @@ from ..output import (
     root_option,
 )
 from ..plan import Plan
-from ..services import Unit, nvlsm
+from ..services import Unit, already_running, nvlsm
 from ..services import fabricmanager as fm
 from ..services.unit import RunConfig, build, environ_items
 from ..supervisor import (
@@ -112,9 +112,11 @@ class Preflight:
 def preflight(unit: Unit, p: Plan, *, root: str, needs_reset: bool,
               reset_argv: tuple[str, ...] | None) -> Preflight:
     """Checks before any start, the same for ``run`` and ``run --dry-run`` (host access: stat,
-    ``nv-fabricmanager --version``, a connect to NVLSM's socket, the GPUs' fabric state).
+    ``nv-fabricmanager --version``, a connect to NVLSM's socket, the GPUs' fabric state, a
+    fabric manager already running: :func:`nvfabric.services.already_running`).
     One finding per problem; nothing is started, written or reset."""
-    problems: list[Finding] = []
+    problems: list[Finding] = list(already_running(
+        root, tuple(s.name for s in unit.services if s.name == "fabricmanager")))
     for spec in unit.services:
         binary = spec.argv[0]
         if os.path.isfile(binary) and os.access(binary, os.X_OK):
@@ -362,6 +364,12 @@ def run_cmd(root: str, arch: str | None, as_json: bool, dry_run: bool, restart: 
             except ValueError as err:
                 raise usage_error(str(err), "host paths are absolute, resolved under --root, "
                                   "and may not leave it") from None
+
+    try:  # the state directory (lock, configs, ready file) may not leave the root by a link
+        confined(root, state_dir, "--state-dir")
+    except ValueError as err:
+        raise usage_error(str(err), "host paths are resolved under --root and may not leave "
+                          "it, also through a symbolic link") from None
 
     def hold() -> RunLock | None:
         """One run per node: the lock (``--dry-run``: who holds it), before anything is

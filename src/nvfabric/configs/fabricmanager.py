@@ -27,7 +27,7 @@ from dataclasses import dataclass
 
 from .. import hostpath
 from ..findings import Finding
-from ..hostpath import under_root
+from ..hostpath import confined, under_root
 from . import keyvalue
 from .atomic import write_atomic
 
@@ -162,12 +162,26 @@ def effective(shipped: str, *, root: str = "/", guid: str | None = None,
                      if key in PATH_KEYS and value}
     for key, value in shipped_paths.items():  # the shipped file's values too, before resolving
         check_value(key, value)
-    paths = {key: under_root(root, value) for key, value in shipped_paths.items()}
+    paths = {key: _resolve(root, key, value) for key, value in shipped_paths.items()}
     for key, value in paths.items():
         check_value(key, value)
     if any(paths[k] != cfg.get(k) for k in paths):
         cfg = keyvalue.patch(cfg, paths)
     return Effective(cfg, keyvalue.render(cfg))
+
+
+def _resolve(root: str, key: str, value: str) -> str:
+    """A path key's value under the root; the files fabric manager writes ("parent" keys: log,
+    state file, sockets) with every symbolic link followed and refused (ConfigError naming the
+    key) when they lead out of the root (:func:`nvfabric.hostpath.confined`)."""
+    if PATH_KEYS.get(key) != "parent":
+        return under_root(root, value)
+    try:
+        return confined(root, value, key)
+    except ValueError as err:
+        raise ConfigError(invalid(
+            key, f"leaves the root through a symbolic link ({err})",
+            f"point {key} at a path whose directories stay under --root")) from None
 
 
 def check_paths(eff: Effective) -> list[Finding]:

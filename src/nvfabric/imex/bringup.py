@@ -24,7 +24,7 @@ from ..findings import Finding
 from ..inventory.fs import under
 from ..output import console, print_findings, print_json
 from ..plan import Plan
-from ..services import PlannedFile, ServiceSpec
+from ..services import PlannedFile, ServiceSpec, already_running
 from ..services import imex as imex_service
 from ..supervisor import GpuCheck, Log, Outcome, Policy, Supervisor, ensure_dir, run_result
 from . import channels, config, ctl, host, nodes, owner
@@ -89,7 +89,7 @@ def prepare(opts: ImexRunOptions, driver_version: str | None) -> Prepared:
         return Prepared(decision, facts, refusals=(decision.conflict,))
     if not decision.nvfabric_starts_imex:
         return Prepared(decision, facts, warnings=channels.check(facts))
-    refusals: list[Finding] = []
+    refusals: list[Finding] = list(already_running(opts.root, ("imex",)))
     warnings: list[Finding] = []
     create = channels.needs_create(facts, 0)
     if facts.major is None:

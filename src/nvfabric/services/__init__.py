@@ -159,3 +159,48 @@ def version_output(binary: str, timeout_s: float = 10.0) -> str:
         stderr=subprocess.STDOUT, timeout=timeout_s, check=False,
     )
     return done.stdout.decode("utf-8", "replace")
+
+
+#: The ``nvfabric status`` name of each fabric daemon that ``run`` would start, and what it is.
+_RUNNING_WHAT = {"fabricmanager": "fabric manager", "imex": "nvidia-imex"}
+
+
+def already_running(root: str, services: tuple[str, ...]) -> tuple[Finding, ...]:
+    """``fabric_service_running`` (error) for each of ``services`` (``fabricmanager``,
+    ``imex``) already running on the node under ``root``, whoever started it (another
+    ``nvfabric run`` with another ``--state-dir``, a vendor unit, a hand start). Host access:
+    the liveness read of ``nvfabric status`` (:func:`nvfabric.health.services.read`: pid files,
+    the process table, fabric manager's command port)."""
+    from ..health.services import read
+
+    out = []
+    for state in read(root, services):
+        if not state.running or (state.pid is not None and _zombie(root, state.pid)):
+            continue
+        what = _RUNNING_WHAT.get(state.name, state.name)
+        pid = f"pid {state.pid}" if state.pid is not None else "pid unknown"
+        out.append(Finding(
+            "fabric_service_running", "error",
+            f"{what} is already running on this node ({pid}; {state.detail}): nvfabric "
+            "neither resets the GPUs nor starts a second one",
+            f"stop the running {what} first (its unit, or the nvfabric run that started it: "
+            "`nvfabric status` shows it); one per node",
+            {"service": state.name, "pid": state.pid}))
+    return tuple(out)
+
+
+def _zombie(root: str, pid: int) -> bool:
+    """``pid`` has exited and waits to be reaped (state ``Z`` in ``proc/<pid>/stat``: the
+    root's process table, else this host's for a simulated root whose daemons are host
+    processes): a daemon orphaned by a SIGKILLed run under an init that does not reap."""
+    import os
+
+    from ..inventory.fs import read_text, under
+
+    text = read_text(under(root, f"/proc/{pid}/stat"))
+    if text is None and os.path.realpath(root) != "/":
+        text = read_text(f"/proc/{pid}/stat")
+    try:
+        return text is not None and text.rsplit(")", 1)[1].split()[0] == "Z"
+    except IndexError:
+        return False

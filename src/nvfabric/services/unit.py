@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 
 from ..configs import fabricmanager as fmcfg
 from ..hostpath import check as check_path
-from ..hostpath import under_root
+from ..hostpath import confined, under_root
 from ..plan import Plan
 from . import PlannedFile, Unit, nvlsm
 from . import fabricmanager as fm
@@ -70,6 +70,10 @@ def build(p: Plan, cfg: RunConfig, shipped_fm_cfg: str, *, needs_reset: bool) ->
         check_path(path, what)
     if cfg.socket is not None:
         check_path(cfg.socket, "--fm-sm-socket")
+    # what run creates or writes (state dir: lock, effective config, ready file; NVLSM's pid
+    # file; the socket's runtime directory) may not leave the root through a symbolic link
+    for path, what in ((cfg.state_dir, "--state-dir"), (cfg.nvlsm.pid_file, "--nvlsm-pid-file")):
+        confined(cfg.root, path, what)
     if p.fabric in ("none", "mnnvl"):
         return Unit(p.fabric, ())
     guid = p.management_port.guid if (p.fabric == "nvlink5" and p.management_port) else None
@@ -85,8 +89,10 @@ def build(p: Plan, cfg: RunConfig, shipped_fm_cfg: str, *, needs_reset: bool) ->
     if p.fabric == "nvswitch":
         return Unit(p.fabric, (fm_spec,), files, tuple(notes))
     assert guid is not None
-    socket = cfg.resolve(cfg.socket) if cfg.socket else (
-        eff.get("FM_SM_IPC_INTERFACE") or cfg.resolve(cfg.nvlsm.socket))
+    # its directory is created: confined (FM_SM_IPC_INTERFACE was, by fmcfg.effective)
+    socket = confined(cfg.root, cfg.socket, "--fm-sm-socket") if cfg.socket else (
+        eff.get("FM_SM_IPC_INTERFACE")
+        or confined(cfg.root, cfg.nvlsm.socket, "--fm-sm-socket (default)"))
     sm_paths = nvlsm.NvlsmPaths(
         binary=cfg.resolve(cfg.nvlsm.binary), config=cfg.resolve(cfg.nvlsm.config),
         pid_file=cfg.resolve(cfg.nvlsm.pid_file), socket=socket)

@@ -1,0 +1,104 @@
+"""``nvfabric run`` guards against a second fabric manager / nvidia-imex, against paths that
+leave the root through a symbolic link, and around the GPU reset command (real ``nvfabric run``
+processes against simulated nodes with their fake daemons)."""
+
+from __future__ import annotations
+
+import signal
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from .runkit import Run, codes, events, finding, sim
+
+
+@pytest.fixture
+def start() -> Iterator[Callable[..., Run]]:
+    runs: list[Run] = []
+
+    def make(root: Path, *args: str, **kw: Any) -> Run:
+        run = Run(root, *args, **kw)
+        runs.append(run)
+        return run
+
+    yield make
+    for run in runs:
+        run.close()
+
+
+def test_second_run_with_another_state_dir_is_refused_before_any_reset(
+        tmp_path: Path, start: Callable[..., Run]) -> None:
+    root = sim(tmp_path, "dgx-b200")
+    first = start(root)
+    first.wait_line(r"fabric ready in")
+    second = start(root, "--json", "--state-dir", "/run/other",
+                   "--gpu-reset-command", f"{root}/bin/nvidia-smi -r")
+    assert second.wait() == 1
+    result = second.result()
+    assert result["result"] == "refused"
+    assert finding(result, "fabric_service_running")["service"] == "fabricmanager"
+    assert not events(root, "nvidia-smi", "reset")
+    assert len(events(root, "fabricmanager", "exec")) == 1
+    assert first.proc.poll() is None
+    first.signal(signal.SIGTERM)
+    assert first.wait() == 0
+    assert "fabric_service_running" not in codes(result)[1:]
+
+
+def test_second_imex_run_with_another_state_dir_is_refused_before_any_start(
+        tmp_path: Path) -> None:
+    from .test_imex_run import tray
+
+    root = tray(tmp_path)
+    first = Run(root)
+    second = None
+    try:
+        first.wait_line(r"nvfabric: fabric ready in")
+        second = Run(root, "--json", "--state-dir", "/run/other", "--imex-owner", "host")
+        assert second.wait() == 1
+        result = second.result()
+        assert result["result"] == "refused"
+        assert finding(result, "fabric_service_running")["service"] == "imex"
+        assert len(events(root, "imex", "exec")) == 1
+        assert not (root / "run/other/imex").exists()
+        first.signal(signal.SIGTERM)
+        assert first.wait() == 0
+    finally:
+        first.close()
+        if second is not None:
+            second.close()
+
+
+def _link_out(root: Path, inside: str, outside: Path) -> None:
+    """Replace ``root/inside`` by a symbolic link to ``outside`` (as a ``var/run -> /run``
+    link of a real tree would lead a write out of a simulated root)."""
+    target = root / inside
+    if target.is_dir() and not target.is_symlink():
+        target.rmdir()
+    outside.mkdir(parents=True, exist_ok=True)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    target.symlink_to(outside)
+
+
+@pytest.mark.parametrize(("inside", "args", "named"), [
+    ("var/run", (), "--nvlsm-pid-file"),
+    ("var/run", ("--nvlsm-pid-file", "/tmp/nvlsm.pid"), "--fm-sm-socket"),
+    ("run", (), "--state-dir"),
+    ("run", ("--dry-run",), "--state-dir"),
+    ("srv", ("--state-dir", "/srv/nvfabric"), "--state-dir"),
+    ("var/log", ("--fm-set", "LOG_FILE_NAME=/var/log/fm/fabricmanager.log"), "LOG_FILE_NAME"),
+])
+def test_paths_run_writes_may_not_leave_the_root_through_a_link(
+        tmp_path: Path, start: Callable[..., Run], inside: str, args: tuple[str, ...],
+        named: str) -> None:
+    root = sim(tmp_path, "dgx-b200")
+    outside = tmp_path / "host" / inside.replace("/", "_")
+    _link_out(root, inside, outside)
+    run = start(root, *args)
+    assert run.wait() == 2, run.log
+    assert named in run.log and ("outside the root" in run.log or "leaves the root" in run.log)
+    assert "Traceback" not in run.log
+    assert list(outside.iterdir()) == []
+    assert not events(root, event="exec")
