@@ -102,3 +102,61 @@ def test_paths_run_writes_may_not_leave_the_root_through_a_link(
     assert "Traceback" not in run.log
     assert list(outside.iterdir()) == []
     assert not events(root, event="exec")
+
+
+def _registered_node(tmp_path: Path, start: Callable[..., Run]) -> Path:
+    """A B200 node whose GPUs registered under a first run that was then stopped: the next
+    start needs the GPU reset (RUN.md R04)."""
+    root = sim(tmp_path, "dgx-b200")
+    first = start(root)
+    first.wait_line(r"fabric ready in")
+    first.signal(signal.SIGTERM)
+    assert first.wait() == 0
+    return root
+
+
+def _reset_script(tmp_path: Path) -> tuple[str, Path]:
+    """A reset command that hangs (as `nvidia-smi -r` does on a GPU in use) after writing its
+    pid, run through a shell (one process group: sh and its sleep)."""
+    pid_file = tmp_path / "reset.pid"
+    return f"sh -c 'echo $$ > {pid_file}; sleep 60; echo done'", pid_file
+
+
+def _gone(pid: int) -> bool:
+    from .runkit import alive
+
+    return not alive(pid)
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
+def test_stop_signal_during_the_gpu_reset_stops_it_and_starts_nothing(
+        tmp_path: Path, start: Callable[..., Run], sig: int) -> None:
+    from .runkit import until
+
+    root = _registered_node(tmp_path, start)
+    command, pid_file = _reset_script(tmp_path)
+    run = start(root, "--json", "--gpu-reset-command", command)
+    run.wait_line(r"resetting GPUs before starting fabricmanager")
+    until(lambda: pid_file.exists() and pid_file.read_text().strip() != "", "reset started")
+    run.signal(sig)
+    assert run.wait() == 0
+    assert run.result()["result"] == "stopped"
+    until(lambda: _gone(int(pid_file.read_text())), "the reset command is stopped")
+    assert len(events(root, "fabricmanager", "exec")) == 1  # the first run's only
+    assert len(events(root, "nvlsm", "exec")) == 1
+    assert "gpu-reset: done" not in run.log
+
+
+def test_gpu_reset_past_its_timeout_is_killed_and_nothing_starts(
+        tmp_path: Path, start: Callable[..., Run]) -> None:
+    from .runkit import until
+
+    root = _registered_node(tmp_path, start)
+    command, pid_file = _reset_script(tmp_path)
+    run = start(root, "--json", "--gpu-reset-command", command, "--gpu-reset-timeout", "0.5")
+    assert run.wait() == 1
+    f = finding(run.result(), "restart_needs_gpu_reset")
+    assert f["severity"] == "error" and "did not finish within 0.5 s" in f["message"]
+    until(lambda: _gone(int(pid_file.read_text())), "the reset command is killed")
+    assert len(events(root, "fabricmanager", "exec")) == 1
+    assert len(events(root, "nvlsm", "exec")) == 1

@@ -101,7 +101,8 @@ class Policy:
     ``backoff_cap_s`` (n resets once the unit stayed ready for ``backoff_cap_s``).
     ``gpu_reset_argv``: the operator's GPU reset command (argv), the opt-in of R04.
     ``registered_at_start``: GPUs were already registered before the first start (a fabric
-    manager ran before), so the first start is a restart for R04.
+    manager ran before), so the first start is a restart for R04. ``gpu_reset_timeout_s``:
+    the reset command's bound (then its process group is killed and nothing starts).
     """
 
     restart: str = "never"
@@ -112,7 +113,7 @@ class Policy:
     probe_interval_s: float = 0.1
     probe_max_interval_s: float = 2.0
     gpu_reset_argv: tuple[str, ...] | None = None
-    gpu_reset_timeout_s: float = 600.0
+    gpu_reset_timeout_s: float = 300.0
     registered_at_start: bool = False
     last_lines: int = 20
     reap_orphans: bool | None = None  # None: when running as PID 1
@@ -934,26 +935,105 @@ class Supervisor:
             return False
         self.log.say(f"resetting GPUs before starting {names}: {' '.join(argv)}")
         try:
-            done = subprocess.run(list(argv), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                                  stderr=subprocess.STDOUT,
-                                  timeout=self.policy.gpu_reset_timeout_s, check=False)
-        except (OSError, subprocess.TimeoutExpired) as err:
+            returncode, output, stopped_by = self._run_reset(argv)
+        except OSError as err:
             self._refuse(Finding(
                 "restart_needs_gpu_reset", "error", f"the GPU reset command failed: {err}",
                 "check --gpu-reset-command; the GPUs must be reset before fabric manager starts",
                 {"services": names}))
             return False
-        for raw in done.stdout.decode("utf-8", "replace").splitlines():
+        for raw in output.decode("utf-8", "replace").splitlines():
             self.log.line(f"gpu-reset: {raw}")
-        if done.returncode != 0:
+        if stopped_by is not None:  # an orderly stop: nothing starts after the reset
+            self._shutdown = True
+            self.log.say(f"received {stopped_by} during the GPU reset: the reset command was "
+                         "stopped (SIGTERM to its process group); nothing is started")
+            self._finish(0, "stopped", [])
+            return False
+        if returncode is None:
+            timeout = self.policy.gpu_reset_timeout_s
             self._refuse(Finding(
                 "restart_needs_gpu_reset", "error",
-                f"the GPU reset command exited with code {done.returncode}",
+                f"the GPU reset command did not finish within {timeout:g} s and was killed; "
+                f"{names} was not started",
+                "find what holds the GPUs (CUDA clients, nvidia-persistenced), or raise "
+                "--gpu-reset-timeout; the GPUs must be reset before fabric manager starts",
+                {"services": names, "timeout_s": timeout}))
+            return False
+        if returncode != 0:
+            self._refuse(Finding(
+                "restart_needs_gpu_reset", "error",
+                f"the GPU reset command exited with code {returncode}",
                 "stop every CUDA client first (a GPU in use cannot be reset), or reboot",
                 {"services": names}))
             return False
         self._registered = False
         return True
+
+    def _run_reset(self, argv: Sequence[str]) -> tuple[int | None, bytes, str | None]:
+        """Run the reset command in its own process group, bounded by the policy's timeout,
+        while watching the stop signals: (exit code, output, None) when it ended; (None,
+        output, None) when it timed out (its group SIGKILLed); (None, output, signal name)
+        when SIGTERM/SIGINT came (its group SIGTERMed, then SIGKILLed after the grace).
+        OSError when it cannot be started."""
+        child = subprocess.Popen(list(argv), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                 stderr=subprocess.STDOUT, start_new_session=True)
+        assert child.stdout is not None
+        out_fd = child.stdout.fileno()
+        os.set_blocking(out_fd, False)
+        output = bytearray()
+        stopped_by: str | None = None
+        deadline = time.monotonic() + self.policy.gpu_reset_timeout_s
+        sel = selectors.DefaultSelector()
+        sel.register(out_fd, selectors.EVENT_READ, "out")
+        sel.register(self._sig_r, selectors.EVENT_READ, "sig")
+
+        def drain() -> bool:
+            """Read what is there; False at end of file."""
+            while True:
+                try:
+                    chunk = os.read(out_fd, 65536)
+                except BlockingIOError:
+                    return True
+                if not chunk:
+                    return False
+                output.extend(chunk[: max(0, (1 << 20) - len(output))])
+
+        try:
+            while child.poll() is None and stopped_by is None:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    break
+                for key, _ in sel.select(min(left, 0.5)):
+                    if key.data == "out":
+                        if not drain():
+                            sel.unregister(out_fd)
+                        continue
+                    try:
+                        data = os.read(self._sig_r, 512)
+                    except BlockingIOError:
+                        continue
+                    for signum in data:
+                        if signum in _STOP_SIGNALS:
+                            stopped_by = signal.Signals(signum).name
+        finally:
+            sel.close()
+        if child.poll() is None:
+            sig = signal.SIGTERM if stopped_by else signal.SIGKILL
+            with contextlib.suppress(OSError):
+                os.killpg(child.pid, sig)
+            try:
+                child.wait(10.0 if stopped_by else 5.0)
+            except subprocess.TimeoutExpired:
+                with contextlib.suppress(OSError):
+                    os.killpg(child.pid, signal.SIGKILL)
+                child.wait()
+            drain()
+            child.stdout.close()
+            return None, bytes(output), stopped_by
+        drain()
+        child.stdout.close()
+        return child.returncode, bytes(output), stopped_by
 
     def _refuse(self, finding: Finding) -> None:
         """End the run because the unit may not be (re)started: the refusal is logged (with

@@ -303,6 +303,9 @@ def _stay() -> None:
 @click.option("--gpu-reset-command", default=None, metavar="CMD",
               help="Command (split like a shell, run without one) that resets the GPUs before "
                    "fabric manager is restarted after GPUs registered (H100 and later).")
+@click.option("--gpu-reset-timeout", type=click.FloatRange(0.01), default=300.0,
+              show_default=True, help="Seconds the GPU reset command may take; then it is "
+              "killed and nothing is started.")
 @click.option("--socket-timeout", type=click.FloatRange(0.01), default=60.0, show_default=True,
               help="Seconds to wait for NVLSM's IPC socket.")
 @click.option("--ready-timeout", type=click.FloatRange(0.01), default=300.0, show_default=True,
@@ -338,7 +341,8 @@ def _stay() -> None:
 @guarded
 def run_cmd(root: str, arch: str | None, as_json: bool, dry_run: bool, restart: str, stay: bool,
             fm_sets: tuple[str, ...], fabric_mode: str | None, gpu_reset_command: str | None,
-            socket_timeout: float, ready_timeout: float, grace: float, restart_delay: float,
+            gpu_reset_timeout: float, socket_timeout: float, ready_timeout: float, grace: float,
+            restart_delay: float,
             restart_max_delay: float, state_dir: str, fm_bin: str, fm_config: str,
             nvlsm_bin: str, nvlsm_config: str, nvlsm_pid_file: str,
             fm_sm_socket: str | None, imex_owner: str | None, imex_bin: str, imex_ctl: str,
@@ -450,7 +454,7 @@ def run_cmd(root: str, arch: str | None, as_json: bool, dry_run: bool, restart: 
     if pre.refused:
         emit("refused", 1, list(pre.findings), unit=unit, title="preflight: nothing was started")
     outcome = _supervise(unit, p, cfg, pre, restart, reset_argv, socket_timeout, ready_timeout,
-                         restart_delay, restart_max_delay)
+                         restart_delay, restart_max_delay, gpu_reset_timeout)
     findings = [*outcome.findings, *pre.findings]
     if not as_json and outcome.exit_code:
         # Each finding was logged with its hint when it happened; one closing line (no rich
@@ -462,7 +466,8 @@ def run_cmd(root: str, arch: str | None, as_json: bool, dry_run: bool, restart: 
 
 def _supervise(unit: Unit, p: Plan, cfg: RunConfig, pre: Preflight, restart: str,
                reset_argv: tuple[str, ...] | None, socket_timeout: float, ready_timeout: float,
-               restart_delay: float, restart_max_delay: float) -> Outcome:
+               restart_delay: float, restart_max_delay: float,
+               gpu_reset_timeout: float) -> Outcome:
     from ..diagnose import Classifier
 
     log = Log()
@@ -480,7 +485,7 @@ def _supervise(unit: Unit, p: Plan, cfg: RunConfig, pre: Preflight, restart: str
     policy = Policy(restart=restart, backoff_base_s=restart_delay,
                     backoff_cap_s=restart_max_delay, socket_timeout_s=socket_timeout,
                     ready_timeout_s=ready_timeout, gpu_reset_argv=reset_argv,
-                    registered_at_start=pre.registered)
+                    gpu_reset_timeout_s=gpu_reset_timeout, registered_at_start=pre.registered)
     info: dict[str, Any] = {"fabric": p.fabric, "driver_version": p.driver_version,
                             "management_port": p.management_port.to_json()
                             if p.management_port else None}
