@@ -177,7 +177,7 @@ def test_cli_reads_json_lines_with_pdsh_prefixes(tmp_path: Path) -> None:
     out, rc = run_json("domain", "check", str(path))
     assert (rc, out["ok"], out["domains"][0]["count"]) == (0, True, 18)
     proc = run_cli("domain", "check", str(path))
-    assert proc.returncode == 0 and "1 domain(s)" in proc.stdout
+    assert proc.returncode == 0 and "18 reports read, 1 domain\n" in proc.stdout
 
 
 def test_cli_bad_input_is_exit_2(tmp_path: Path) -> None:
@@ -224,8 +224,45 @@ def test_duplicate_reports_are_flagged_and_counted_once(tmp_path: Path) -> None:
     text = "\n".join(json.dumps(r) for r in (one, one, one, report(0, 1, names))) + "\n"
     out, rc = run_json("domain", "check", "-", stdin=text)
     assert (rc, out["reports"], out["domains"][0]["count"]) == (0, 2, 2)
+    assert (out["inputs"], out["duplicates"]) == (4, 2)
     (dup,) = [f for f in out["findings"] if f["code"] == "domain_report_duplicate"]
-    assert dup["severity"] == "warning" and "2 report(s)" in dup["message"]
+    assert dup["severity"] == "warning" and "2 reports repeat" in dup["message"]
+    text = run_cli("domain", "check", "-", stdin=text).stdout
+    assert "4 reports read, 2 duplicates, 1 domain" in text
+    assert ": 2 nodes" in text
+
+
+# Wording: "1 reports", "1 entries" in the fleet check and IMEX node list output.
+def test_counts_of_one_are_singular(tmp_path: Path) -> None:
+    one = report(0, 0, [tray_name(0, 0)])
+    text = "\n".join(json.dumps(r) for r in (one, one)) + "\n"
+    proc = run_cli("domain", "check", "-", stdin=text)
+    assert "2 reports read, 1 duplicate, 1 domain" in proc.stdout
+    assert ": 1 node " in proc.stdout
+    out, _ = run_json("domain", "check", "-", stdin=text)
+    (dup,) = [f for f in out["findings"] if f["code"] == "domain_report_duplicate"]
+    assert dup["message"].startswith("1 report repeats")
+    lists = tmp_path / "nodes.cfg"
+    lists.write_text(f"{tray_name(0, 0)}\ngb-absent\n")
+    out, _ = run_json("domain", "check", "--node-list", str(lists), "-", stdin=text)
+    messages = [f["message"] for f in out["findings"]]
+    assert any("no report from 1 node list entry: gb-absent" in m for m in messages), messages
+    assert fleet.plural(1, "node list entry") == "1 node list entry"
+    assert fleet.plural(3, "node list entry") == "3 node list entries"
+
+
+# "gpus[0]: expected an object, got NoneType": a null says missing.
+@pytest.mark.parametrize(("where", "named"), [("gpu", "gpus[0]"),
+                                              ("node_list", "imex.node_list[1]")])
+def test_null_where_a_value_is_needed_says_missing(where: str, named: str) -> None:
+    r = report(0, 0, ["gb-1", "gb-2"])
+    if where == "gpu":
+        r["gpus"][0] = None
+    else:
+        r["imex"] = {"node_list": ["gb-1", None]}
+    with pytest.raises(ValueError, match=rf"^x: {re.escape(named)}: missing \(null\)") as err:
+        fleet.node_from_status(r, "x")
+    assert "NoneType" not in str(err.value)
 
 
 @pytest.mark.parametrize(("key", "value", "named"), [
@@ -285,4 +322,4 @@ def test_cli_human_output_prints_report_values_literally(tmp_path: Path) -> None
     path.write_text(json.dumps(r))
     proc = run_cli("domain", "check", str(path))
     assert proc.returncode == 0, proc.stderr
-    assert "node list sha256:abc: 1 nodes" in proc.stdout
+    assert "node list sha256:abc: 1 node (size 18)" in proc.stdout

@@ -178,13 +178,16 @@ def check(reports: tuple[str, ...], domain_size: int, node_lists: tuple[str, ...
         print_json(result.to_json())
     else:
         con = console()
-        con.print(f"[bold]{result.reports} reports, {len(result.domains)} domain(s)[/bold]")
+        dups = f", {fleet.plural(result.duplicates, 'duplicate')}" if result.duplicates else ""
+        con.print(f"[bold]{fleet.plural(result.inputs, 'report')} read{dups}, "
+                  f"{fleet.plural(len(result.domains), 'domain')}[/bold]")
         for d in result.domains:
             mark = "[green]ok[/]" if d.ok else "[bold red]bad[/]"
             uuid = "none" if d.cluster_uuid is None else d.cluster_uuid
             clique = "none" if d.clique_id is None else d.clique_id
-            con.print(f"  {mark} {d.grouped_by} {safe(d.key)}: {len(d.nodes)} nodes"
-                      f" (size {d.expected_size}), ClusterUUID {safe(uuid)}, "
+            con.print(f"  {mark} {d.grouped_by} {safe(d.key)}: "
+                      f"{fleet.plural(len(d.nodes), 'node')} (size {d.expected_size}), "
+                      f"ClusterUUID {safe(uuid)}, "
                       f"CliqueId {safe(clique)}", emoji=False)
         print_findings(con, list(result.all_findings()), "findings")
     if not result.ok:

@@ -19,7 +19,7 @@ from ..configs.keyvalue import ConfigValueError
 from ..errors import NvfabricError, usage_error
 from ..findings import Finding
 from ..imex import channels, config, ctl, host, nodes, owner
-from ..imex.domain import node_list_id
+from ..imex.domain import node_list_id, plural
 from ..imex.facts import CONFIG_PATH, CTL_TIMEOUT_S, IMEX_CTL_BINARY, NODES_CONFIG_PATH
 from ..inventory.fs import under
 from ..inventory.nvidia import driver_version
@@ -319,8 +319,8 @@ def config_cmd(root: str, config_path: str, output: str | None, nodes_config: st
                 sys.stdout.write(f["content"])
         if not files:
             con.print("nothing to change")
-        count = f"{len(current)} entr{'y' if len(current) == 1 else 'ies'}"
-        con.print(f"node list: {count} ({safe(data['node_list_id'] or 'empty')})")
+        con.print(f"node list: {plural(len(current), 'entry')} "
+                  f"({safe(data['node_list_id'] or 'empty')})")
         print_findings(con, findings, "problems")
     _exit_for(findings)
 
@@ -397,7 +397,7 @@ def domain_cmd(root: str, config_path: str, ctl_path: str, timeout_s: float,
         style = "green" if status.state == "UP" else "bold red"
         when = f", {status.timestamp}" if status.timestamp else ""
         con.print(f"[bold]IMEX domain[/bold] [{style}]{safe(status.state)}[/]"
-                  f" ({len(status.nodes)} nodes{safe(when)})", emoji=False)
+                  f" ({plural(len(status.nodes), 'node')}{safe(when)})", emoji=False)
         for n in status.nodes:
             con.print(f"  node {n.node_id:>2}  {safe(f'{n.host:<40}')} {safe(f'{n.status:<12}')} "
                       f"{safe(n.version or '')}", emoji=False)

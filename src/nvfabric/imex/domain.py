@@ -80,6 +80,14 @@ class NodeReport:
                        if g.clique_id is not None and g.attached)
 
 
+def plural(count: int, noun: str) -> str:
+    """``1 report``, ``2 reports``, ``1 node list entry``, ``3 node list entries``: English
+    plurals of the nouns the fleet and IMEX messages count."""
+    if count == 1:
+        return f"{count} {noun}"
+    return f"{count} {noun[:-1]}ies" if noun.endswith("y") else f"{count} {noun}s"
+
+
 def node_list_id(entries: Iterable[str]) -> str:
     """Identity of a node list: ``sha256:`` + 16 hex digits of its entries, one per line, in
     order (every daemon of a domain must read the same list in the same order)."""
@@ -93,14 +101,23 @@ def _typed(value: object, kind: type | tuple[type, ...], key: str, what: str) ->
     if value is None:
         return None
     if isinstance(value, bool) or not isinstance(value, kind):
-        raise ValueError(f"{key}: expected {what}, got {type(value).__name__} {value!r:.60}")
+        raise _shape_error(key, what, value)
     return value
+
+
+def _shape_error(key: str, what: str, value: object) -> ValueError:
+    """``KEY: missing, expected WHAT`` for a null, else ``KEY: expected WHAT, got TYPE VALUE``
+    (never Python's ``NoneType``)."""
+    if value is None:
+        return ValueError(f"{key}: missing (null), expected {what}")
+    return ValueError(f"{key}: expected {what}, got {type(value).__name__} {value!r:.60}")
 
 
 def _strings(value: object, key: str) -> tuple[str, ...]:
     items = _typed(value, list, key, "a list of strings") or []
     for i, item in enumerate(items):
-        _typed(item, str, f"{key}[{i}]", "a string")
+        if not isinstance(item, str):
+            raise _shape_error(f"{key}[{i}]", "a string", item)
     return tuple(items)
 
 
@@ -122,7 +139,7 @@ def _node(data: Mapping[str, Any], gpus_raw: list[Any], source: str) -> NodeRepo
     for n, g in enumerate(gpus_raw):
         key = f"gpus[{n}]"
         if not isinstance(g, dict):
-            raise ValueError(f"{key}: expected an object, got {type(g).__name__}")
+            raise _shape_error(key, "an object", g)
         text = {k: _typed(g.get(k), str, f"{key}.{k}", "a string or null")
                 for k in ("state", "status", "cluster_uuid", "uuid")}
         index = _typed(g.get("index"), int, f"{key}.index", "an integer or null")
@@ -173,9 +190,15 @@ class Domain:
 
 @dataclass(frozen=True)
 class FleetResult:
+    """The fleet check's answer. ``inputs``: reports read; ``duplicates``: those dropped as
+    the same node again (same GPU UUIDs); ``reports``: the nodes checked (inputs less
+    duplicates)."""
+
     domains: tuple[Domain, ...]
     findings: tuple[Finding, ...] = field(default=())
     reports: int = 0
+    inputs: int = 0
+    duplicates: int = 0
 
     @property
     def ok(self) -> bool:
@@ -189,6 +212,8 @@ class FleetResult:
         return {
             "ok": self.ok,
             "reports": self.reports,
+            "inputs": self.inputs,
+            "duplicates": self.duplicates,
             "domains": [d.to_json() for d in self.domains],
             "findings": [f.to_json() for f in self.all_findings()],
         }
@@ -205,12 +230,14 @@ def check(nodes: Sequence[NodeReport], domain_size: int = DOMAIN_SIZE_NVL72,
     if domain_size < 1:
         raise ValueError("domain size must be at least 1")
     fleet: list[Finding] = []
+    inputs = len(nodes)
     nodes, repeated = _unique(nodes)
     if repeated:
         fleet.append(Finding(
             "domain_report_duplicate", "warning",
-            f"{len(repeated)} report(s) repeat the GPUs (same GPU UUIDs) of another, each node "
-            "counted once: " + ", ".join(f"{a} = {b}" for a, b in repeated[:5])
+            f"{plural(len(repeated), 'report')} {'repeats' if len(repeated) == 1 else 'repeat'} "
+            "the GPUs (same GPU UUIDs) of another, each node counted once: "
+            + ", ".join(f"{a} = {b}" for a, b in repeated[:5])
             + (", ..." if len(repeated) > 5 else ""),
             "give each node's report once (a report collected twice, or one node under two "
             "names)", {"duplicates": dict(repeated[:200])}))
@@ -271,7 +298,7 @@ def check(nodes: Sequence[NodeReport], domain_size: int = DOMAIN_SIZE_NVL72,
         _check_group(key, how, members, missing, domain_size, node_lists)
         for key, how, members, missing in groups
     ]
-    return FleetResult(tuple(domains), tuple(fleet), len(nodes))
+    return FleetResult(tuple(domains), tuple(fleet), len(nodes), inputs, len(repeated))
 
 
 def _unique(nodes: Sequence[NodeReport]
@@ -380,7 +407,7 @@ def _check_group(key: str, how: str, members: list[NodeReport],
         if count > size:
             findings.append(Finding(
                 "domain_size_mismatch", "error",
-                f"{where} has {count} nodes; one NVLink domain has {size} compute trays",
+                f"{where} has {plural(count, 'node')}; one NVLink domain has {size} compute trays",
                 f"split it: one node list per NVLink domain of {size} trays (group the nodes "
                 "by ClusterUUID)",
                 {"count": count, "expected_size": size}))
@@ -395,8 +422,8 @@ def _check_group(key: str, how: str, members: list[NodeReport],
     if missing:
         findings.append(Finding(
             "domain_report_missing", "warning",
-            f"{where}: no report from {len(missing)} node list entr"
-            f"{'y' if len(missing) == 1 else 'ies'}: " + ", ".join(missing[:8])
+            f"{where}: no report from {plural(len(missing), 'node list entry')}: "
+            + ", ".join(missing[:8])
             + (", ..." if len(missing) > 8 else ""),
             "collect `nvfabric status --json` from every node of the list",
             {"entries": list(missing)}))

@@ -175,7 +175,9 @@ def check_local(peers: tuple[Peer, ...], local_addresses: Iterable[str],
     if not mine:
         return Finding(
             "imex_no_local_interface", "error",
-            f"none of the {len(peers)} IMEX node list entries is an address of this host: "
+            ("the only IMEX node list entry is not" if len(peers) == 1 else
+             f"none of the {len(peers)} IMEX node list entries is")
+            + " an address of this host: "
             "nvidia-imex would find no matching network interface and serve nothing",
             "put this node's address on the IMEX network in the list (its interfaces: "
             + (", ".join(addrs) or "none") + "), the same list on every node",
