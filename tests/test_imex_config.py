@@ -385,3 +385,10 @@ def test_config_relative_node_config_file_rewrite_is_said(tray: Path) -> None:
     # Asked for explicitly, a new path is no news.
     out, rc = run_json(*args, "--nodes-config", "/etc/nvidia-imex/other.cfg")
     assert (rc, out["findings"]) == (0, [])
+
+
+# Wording: "none of the 1 IMEX node list entries".
+def test_a_one_entry_list_without_this_host_says_the_only_entry() -> None:
+    found = nodes.check_local((nodes.parse_entry("198.51.100.9"),), ("198.51.100.1",), ())
+    assert found is not None
+    assert found.message.startswith("the only IMEX node list entry is not an address of this")
