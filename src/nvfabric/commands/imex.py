@@ -21,6 +21,7 @@ from ..findings import Finding
 from ..imex import channels, config, ctl, host, nodes, owner
 from ..imex.domain import node_list_id, plural
 from ..imex.facts import CONFIG_PATH, CTL_TIMEOUT_S, IMEX_CTL_BINARY, NODES_CONFIG_PATH
+from ..inventory import require_root
 from ..inventory.fs import under
 from ..inventory.nvidia import driver_version
 from ..output import (
@@ -57,7 +58,7 @@ owner_option = click.option(
 def owner_cmd(root: str, imex_owner: str | None, as_json: bool) -> None:
     """Who runs IMEX here (DRA driver, Slurm, the host unit, nobody), with the evidence;
     exit 1 when two owners claim the node."""
-    host.require_root(root)
+    require_root(root)
     decision = owner.decide(host.gather_evidence(root), imex_owner)
     findings = [decision.conflict] if decision.conflict else []
     if as_json:
@@ -86,7 +87,7 @@ def channel_cmd(root: str, create: int | None, as_json: bool) -> None:
     """The IMEX channel device (major from /proc/devices), channel nodes, their mode and owner,
     and the driver's NVreg_CreateImexChannel0 / ImexChannelCount; exit 1 when channel0 (or
     the created one) is missing or unusable."""
-    host.require_root(root)
+    require_root(root)
     facts = host.read_channels(root)
     created: str | None = None
     present: str | None = None
@@ -236,7 +237,7 @@ def config_cmd(root: str, config_path: str, output: str | None, nodes_config: st
     """Patch the shipped IMEX config.cfg (comments and order kept, atomic, backup) and write
     nodes_config.cfg; refuse (exit 1, imex_no_local_interface) a node list in which this node
     is not exactly one entry. Every path (options, path-valued keys) stays under --root."""
-    host.require_root(root)
+    require_root(root)
     for what, p in (("--config", config_path), ("--output", output),
                     ("--nodes-config", nodes_config)):
         if p is not None:
@@ -383,7 +384,7 @@ def domain_cmd(root: str, config_path: str, ctl_path: str, timeout_s: float,
                from_file: str | None, as_json: bool) -> None:
     """The IMEX domain as this node's daemon sees it: UP, DEGRADED or DOWN, with the
     unreachable nodes named; exit 1 unless UP."""
-    host.require_root(root)
+    require_root(root)
     if from_file is not None:
         status = _parse(_read_text_file(from_file, "--from-file", 16 << 20), from_file)
     else:

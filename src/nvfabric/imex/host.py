@@ -19,7 +19,6 @@ from dataclasses import dataclass
 
 from .. import hostpath
 from ..configs.atomic import staged, write_atomic
-from ..errors import usage_error
 from ..inventory.fs import listdir, read_bytes, read_text, under
 from ..inventory.nvidia import driver_version, imex_major, loaded_modules
 from .channels import ChannelFacts, DevNode, channel_path, parse_params
@@ -204,15 +203,6 @@ def confined(root: str, host_path: str, what: str = "path") -> str:
         return hostpath.confined(root, host_path, what)
     except ValueError as err:
         raise PathEscape(str(err)) from None
-
-
-def require_root(root: str) -> None:
-    """Raise NvfabricError (exit 2, ``input_unreadable``) when ``root`` is not a readable
-    directory: the same check and line as :func:`nvfabric.inventory.collect`, so every
-    ``imex`` subcommand refuses ``--root /nonexistent`` like detect/plan/status do instead of
-    reporting on an empty node."""
-    if not os.path.isdir(root) or not os.access(root, os.R_OK | os.X_OK):
-        raise usage_error(f"root {root!r} is not a readable directory")
 
 
 def read_file(root: str, host_path: str) -> str | None:

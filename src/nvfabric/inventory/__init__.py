@@ -22,6 +22,14 @@ ARCHES = ("x86_64", "aarch64")
 ARCH_SPELLINGS = {"amd64": "x86_64", "x64": "x86_64", "arm64": "aarch64", "sbsa": "aarch64"}
 
 
+def require_root(root: str) -> None:
+    """Raise NvfabricError (exit 2, ``input_unreadable``) unless ``root`` is a readable
+    directory: every command that reads a node refuses ``--root /nonexistent`` with this line
+    instead of reporting on an empty node."""
+    if not os.path.isdir(root) or not os.access(root, os.R_OK | os.X_OK):
+        raise usage_error(f"root {root!r} is not a readable directory")
+
+
 def collect(root: str = "/", arch: str | None = None) -> Inventory:
     """Read a node. ``arch`` (an operator's ``--arch``) overrides ``proc/sys/kernel/arch``; it
     must name one of :data:`ARCHES` in any spelling of :data:`ARCH_SPELLINGS`.
@@ -31,8 +39,7 @@ def collect(root: str = "/", arch: str | None = None) -> Inventory:
     """
     if arch is not None:
         arch = checked_arch(arch)
-    if not os.path.isdir(root) or not os.access(root, os.R_OK | os.X_OK):
-        raise usage_error(f"root {root!r} is not a readable directory")
+    require_root(root)
     return Inventory(
         root=root,
         arch=arch or normalise_arch(nvidia.arch(root)),
