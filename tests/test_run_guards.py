@@ -160,3 +160,37 @@ def test_gpu_reset_past_its_timeout_is_killed_and_nothing_starts(
     until(lambda: _gone(int(pid_file.read_text())), "the reset command is killed")
     assert len(events(root, "fabricmanager", "exec")) == 1
     assert len(events(root, "nvlsm", "exec")) == 1
+
+
+def test_run_json_keeps_every_crash_of_a_run_with_restarts(
+        tmp_path: Path, start: Callable[..., Run]) -> None:
+    # DGX A100: no GPU reset needed before a restart (as in the R03 back-off case)
+    root = sim(tmp_path, "dgx-a100", {"fabricmanager": {"crash_after_s": 0.2, "exit_code": 3}})
+    run = start(root, "--json", "--restart", "on-failure", "--restart-delay", "0.05",
+                "--restart-max-delay", "0.1")
+    run.wait_line(r"restart 3\)")
+    run.signal(signal.SIGTERM)
+    assert run.wait() == 0
+    result = run.result()
+    exits = [f for f in result["findings"] if f["code"] == "service_exited"]
+    assert result["restarts"] >= 2 and len(exits) >= result["restarts"]
+    assert all((f["service"], f["exit_code"]) == ("fabricmanager", 3) for f in exits)
+    assert [f["restarted"] for f in exits[:result["restarts"]]] == [True] * result["restarts"]
+    assert all(f["severity"] == "warning" for f in exits)
+    assert len({f["message"] for f in exits}) == len(exits)  # one per crash (pid, restart n)
+
+
+@pytest.mark.parametrize(("profile", "args", "up"), [
+    ("dgx-b200", (), r"fabric ready in"),
+    ("no-gpu", ("--stay",), r"--stay: waiting for SIGTERM"),
+])
+def test_sighup_is_logged_and_ignored(tmp_path: Path, start: Callable[..., Run], profile: str,
+                                      args: tuple[str, ...], up: str) -> None:
+    root = sim(tmp_path, profile)
+    run = start(root, *args)
+    run.wait_line(up)
+    run.signal(signal.SIGHUP)
+    run.wait_line(r"received SIGHUP: ignored")
+    assert run.proc.poll() is None
+    run.signal(signal.SIGTERM)
+    assert run.wait() == 0

@@ -61,6 +61,9 @@ _RESET_SIGNALS = (
     signal.SIGQUIT, signal.SIGUSR1, signal.SIGUSR2, signal.SIGCHLD, signal.SIGALRM,
 )
 _STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
+#: The one line logged for a SIGHUP (ignored: nvfabric has no reload; a terminal closing or a
+#: ``systemctl reload`` must not stop the fabric).
+SIGHUP_IGNORED = "received SIGHUP: ignored (no reload; restart nvfabric run to apply changes)"
 _POLL_FALLBACK_S = 0.01
 _MAX_LINE = 65536
 
@@ -291,6 +294,20 @@ def not_a_directory(path: str) -> str | None:
             return candidate
     return None
 
+
+
+def wait_for_stop(message: str, log: Log | None = None) -> str:
+    """Log ``message`` and block until SIGTERM or SIGINT (its name returned); a SIGHUP on the
+    way is logged (:data:`SIGHUP_IGNORED`) and ignored."""
+    log = log or Log()
+    signals = {*_STOP_SIGNALS, signal.SIGHUP}
+    signal.pthread_sigmask(signal.SIG_BLOCK, signals)
+    log.say(message)
+    while True:
+        signum = signal.sigwait(signals)
+        if signum != signal.SIGHUP:
+            return signal.Signals(signum).name
+        log.say(SIGHUP_IGNORED)
 
 
 def ensure_dir(path: str, mode: int = 0o700) -> bool:
@@ -568,6 +585,7 @@ class Supervisor:
         self._stop_reason = ""
         self._shutdown = False
         self._failure: list[Finding] = []
+        self._past_exits: list[Finding] = []  # service_exited of failures handled by a restart
         self._notes: list[Finding] = []
         self._registered = self.policy.registered_at_start
         self._restarts = 0
@@ -1016,6 +1034,8 @@ class Supervisor:
                     for signum in data:
                         if signum in _STOP_SIGNALS:
                             stopped_by = signal.Signals(signum).name
+                        elif signum == signal.SIGHUP:
+                            self.log.say(SIGHUP_IGNORED)
         finally:
             sel.close()
         if child.poll() is None:
@@ -1145,6 +1165,8 @@ class Supervisor:
                 got_chld = True
             elif signum in _STOP_SIGNALS:
                 self._on_stop_signal(signal.Signals(signum).name)
+            elif signum == signal.SIGHUP:
+                self.log.say(SIGHUP_IGNORED)
         if got_chld:
             self._reap()
 
@@ -1220,6 +1242,7 @@ class Supervisor:
                 return
         self._shutdown = True
         if self.policy.restart == "on-failure":
+            self._keep_exits("the run was stopped before its restart")
             self._failure = []  # failures are ours to handle; the operator asked for a stop
         self.log.say(f"received {name}: stopping in reverse start order")
         if self._phase == "waiting" or not any(p.status is None for p in self._procs):
@@ -1313,14 +1336,24 @@ class Supervisor:
         if not self._reset_gate():  # not restarted: not counted, the failure is kept
             return
         self._restarts += 1
+        self._keep_exits(f"the unit was restarted (restart {self._restarts})")
         self._failure = []
         self._start_unit()
+
+    def _keep_exits(self, what: str) -> None:
+        """Keep the ``service_exited`` finding of a failure that ``restart="on-failure"``
+        handled (a warning with ``restarted``: the unit went on), for the outcome."""
+        for f in self._failure:
+            if f.code == "service_exited":
+                self._past_exits.append(Finding(
+                    f.code, "warning", f"{f.message}; {what}", f.hint,
+                    {**f.fields, "restarted": "restarted" in what}))
 
     def _finish(self, code: int, reason: str, findings: Sequence[Finding]) -> None:
         self._phase = "done"
         self._remove_ready_file()
-        self._outcome = Outcome(code, reason, (*findings, *self._notes), self._ready_after,
-                                self._restarts)
+        self._outcome = Outcome(code, reason, (*self._past_exits, *findings, *self._notes),
+                                self._ready_after, self._restarts)
 
 
 def _noop_handler(signum: int, frame: object) -> None:

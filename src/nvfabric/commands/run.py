@@ -10,7 +10,6 @@ from __future__ import annotations
 import functools
 import os
 import shlex
-import signal
 import subprocess
 import sys
 from collections import Counter
@@ -55,6 +54,7 @@ from ..supervisor import (
     run_lock_holder,
     run_result,
     socket_listening,
+    wait_for_stop,
 )
 
 
@@ -280,10 +280,7 @@ def _take_lock(state: str, dry_run: bool) -> tuple[RunLock | None, Finding | Non
 
 def _stay() -> None:
     """Block until SIGTERM or SIGINT (a DaemonSet pod on a node with nothing to manage)."""
-    signals = {signal.SIGTERM, signal.SIGINT}
-    signal.pthread_sigmask(signal.SIG_BLOCK, signals)
-    Log().say("--stay: waiting for SIGTERM")
-    signal.sigwait(signals)
+    wait_for_stop("--stay: waiting for SIGTERM")
     Log().say("stopped")
 
 

@@ -12,7 +12,6 @@ only through :class:`nvfabric.supervisor.Supervisor`. ``prepare`` changes nothin
 from __future__ import annotations
 
 import os
-import signal
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -26,7 +25,16 @@ from ..output import console, print_findings, print_json
 from ..plan import Plan
 from ..services import PlannedFile, ServiceSpec, already_running
 from ..services import imex as imex_service
-from ..supervisor import GpuCheck, Log, Outcome, Policy, Supervisor, ensure_dir, run_result
+from ..supervisor import (
+    GpuCheck,
+    Log,
+    Outcome,
+    Policy,
+    Supervisor,
+    ensure_dir,
+    run_result,
+    wait_for_stop,
+)
 from . import channels, config, ctl, host, nodes, owner
 from .domain import node_list_id
 from .facts import CTL_TIMEOUT_S, NODES_CONFIG_PATH
@@ -281,10 +289,7 @@ def run(p: Plan, opts: ImexRunOptions, *, dry_run: bool, as_json: bool, stay: bo
         _print_result("not_started", 0, list(prepared.warnings), prepared, as_json, "",
                       p.reasons)
         if stay:
-            log.say("--stay: waiting for SIGTERM")
-            sigs = {signal.SIGTERM, signal.SIGINT}
-            signal.pthread_sigmask(signal.SIG_BLOCK, sigs)
-            signal.sigwait(sigs)
+            wait_for_stop("--stay: waiting for SIGTERM", log)
         return 0
     log.say("fabric mnnvl: IMEX owner host, nvfabric starts and supervises nvidia-imex ("
             + "; ".join(prepared.ownership.reasons) + ")")
