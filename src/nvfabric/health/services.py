@@ -113,6 +113,19 @@ def _age_from_stat(root: str, pid: int) -> float | None:
         return None
 
 
+def zombie(root: str, pid: int) -> bool:
+    """``pid`` has exited and waits to be reaped (state ``Z`` in ``proc/<pid>/stat``: the
+    root's process table, else this host's for a simulated root whose daemons are host
+    processes). ``kill(pid, 0)`` succeeds on a zombie, so it alone would call it running."""
+    text = read_text(under(root, f"/proc/{pid}/stat"))
+    if text is None and not _is_host(root):
+        text = read_text(f"/proc/{pid}/stat")
+    try:
+        return text is not None and text.rsplit(")", 1)[1].split()[0] == "Z"
+    except IndexError:
+        return False
+
+
 def _pid_alive_on_host(pid: int) -> bool:
     try:
         os.kill(pid, 0)
@@ -132,10 +145,10 @@ def _from_pidfile(root: str, path: str, table: bool) -> tuple[int, float | None]
     if pid <= 0:
         return None
     if table or _is_host(root):
-        if not os.path.isdir(under(root, f"/proc/{pid}")):
+        if not os.path.isdir(under(root, f"/proc/{pid}")) or zombie(root, pid):
             return None
         return pid, _age_from_stat(root, pid)
-    if not _pid_alive_on_host(pid):
+    if not _pid_alive_on_host(pid) or zombie(root, pid):
         return None
     try:
         age = max(0.0, time.time() - os.stat(full).st_mtime)

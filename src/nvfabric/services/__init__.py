@@ -175,7 +175,7 @@ def already_running(root: str, services: tuple[str, ...]) -> tuple[Finding, ...]
 
     out = []
     for state in read(root, services):
-        if not state.running or (state.pid is not None and _zombie(root, state.pid)):
+        if not state.running:
             continue
         what = _RUNNING_WHAT.get(state.name, state.name)
         pid = f"pid {state.pid}" if state.pid is not None else "pid unknown"
@@ -187,20 +187,3 @@ def already_running(root: str, services: tuple[str, ...]) -> tuple[Finding, ...]
             "`nvfabric status` shows it); one per node",
             {"service": state.name, "pid": state.pid}))
     return tuple(out)
-
-
-def _zombie(root: str, pid: int) -> bool:
-    """``pid`` has exited and waits to be reaped (state ``Z`` in ``proc/<pid>/stat``: the
-    root's process table, else this host's for a simulated root whose daemons are host
-    processes): a daemon orphaned by a SIGKILLed run under an init that does not reap."""
-    import os
-
-    from ..inventory.fs import read_text, under
-
-    text = read_text(under(root, f"/proc/{pid}/stat"))
-    if text is None and os.path.realpath(root) != "/":
-        text = read_text(f"/proc/{pid}/stat")
-    try:
-        return text is not None and text.rsplit(")", 1)[1].split()[0] == "Z"
-    except IndexError:
-        return False
