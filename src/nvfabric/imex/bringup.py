@@ -36,7 +36,7 @@ from ..supervisor import (
     wait_for_stop,
 )
 from . import channels, config, ctl, host, nodes, owner
-from .domain import node_list_id
+from .domain import node_list_id, plural
 from .facts import CTL_TIMEOUT_S, NODES_CONFIG_PATH
 
 EFFECTIVE_CFG = "imex/config.cfg"
@@ -121,7 +121,7 @@ def prepare(opts: ImexRunOptions, driver_version: str | None) -> Prepared:
         local = nodes.check_local(peers, addrs, host.local_names(opts.root))
         if local is not None:
             refusals.append(local)
-        notes.append(f"IMEX node list: {len(peers)} entries from {source} "
+        notes.append(f"IMEX node list: {plural(len(peers), 'entry')} from {source} "
                      f"({node_list_id(p.text for p in peers)})")
     for binary, what in ((paths.binary, "nvidia-imex"), (paths.ctl, "nvidia-imex-ctl")):
         real = opts.resolve(binary)
