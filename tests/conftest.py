@@ -6,7 +6,7 @@ import json
 import os
 import subprocess
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -53,3 +53,21 @@ def node(tmp_path: Path) -> Callable[..., Path]:
         return root
 
     return make
+
+
+@pytest.fixture
+def start() -> Iterator[Callable[..., Any]]:
+    """``start(root, *args)``: ``nvfabric run`` on a node as a real process
+    (:class:`tests.runkit.Run`); every run still going is closed after the test."""
+    from tests.runkit import Run
+
+    runs: list[Run] = []
+
+    def make(root: Path, *args: str, **kw: Any) -> Run:
+        run = Run(root, *args, **kw)
+        runs.append(run)
+        return run
+
+    yield make
+    for run in runs:
+        run.close()

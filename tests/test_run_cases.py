@@ -11,7 +11,7 @@ import socket
 import stat
 import subprocess
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -24,20 +24,6 @@ from .runkit import Run, alive, codes, events, finding, sim, until
 
 B200_GUID = "0xe09d730300e400e8"
 RUN_MD = CASES / "RUN.md"
-
-
-@pytest.fixture
-def start() -> Iterator[Callable[..., Run]]:
-    runs: list[Run] = []
-
-    def make(root: Path, *args: str, **kw: Any) -> Run:
-        run = Run(root, *args, **kw)
-        runs.append(run)
-        return run
-
-    yield make
-    for run in runs:
-        run.close()
 
 
 def test_run_md_lists_the_cases_tested_here() -> None:

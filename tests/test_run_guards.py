@@ -5,27 +5,12 @@ processes against simulated nodes with their fake daemons)."""
 from __future__ import annotations
 
 import signal
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 from .runkit import Run, codes, events, finding, sim
-
-
-@pytest.fixture
-def start() -> Iterator[Callable[..., Run]]:
-    runs: list[Run] = []
-
-    def make(root: Path, *args: str, **kw: Any) -> Run:
-        run = Run(root, *args, **kw)
-        runs.append(run)
-        return run
-
-    yield make
-    for run in runs:
-        run.close()
 
 
 def test_second_run_with_another_state_dir_is_refused_before_any_reset(
