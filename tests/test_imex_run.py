@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import os
 import stat
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -55,59 +56,54 @@ def peers(tmp_path: Path, *entries: str) -> str:
     return str(path)
 
 
-def test_gb200_tray_comes_up_with_host_ownership(tmp_path: Path) -> None:
+def test_gb200_tray_comes_up_with_host_ownership(tmp_path: Path, start: Callable[..., Run]) -> None:
     root = tray(tmp_path, channel0="file")
-    run = Run(root, "--json")
-    try:
-        run.wait_line(r"nvfabric: fabric ready in")
-        channel = os.lstat(root / "dev/nvidia-caps-imex-channels/channel0")
-        assert stat.S_ISCHR(channel.st_mode) and stat.S_IMODE(channel.st_mode) == 0o666
-        assert os.major(channel.st_rdev) == 234
-        cfg_path = root / "run/nvfabric/imex/config.cfg"
-        cfg = keyvalue.parse(cfg_path.read_text()).items()
-        assert cfg["DAEMONIZE"] == "0" and cfg["LOG_FILE_NAME"] == ""
-        assert cfg["IMEX_NODE_CONFIG_FILE"] == str(root / "run/nvfabric/imex/nodes_config.cfg")
-        assert (root / "run/nvfabric/imex/nodes_config.cfg").read_text() == LOCAL + "\n"
-        (exec_,) = events(root, "imex", "exec")
-        assert exec_["argv"] == ["-c", str(cfg_path)]
-        assert (root / "run/nvfabric/ready").exists()
-        assert events(root, "fabricmanager") == []
-        run.signal()
-        assert run.wait() == 0
-    finally:
-        run.close()
+    run = start(root, "--json")
+    run.wait_line(r"nvfabric: fabric ready in")
+    channel = os.lstat(root / "dev/nvidia-caps-imex-channels/channel0")
+    assert stat.S_ISCHR(channel.st_mode) and stat.S_IMODE(channel.st_mode) == 0o666
+    assert os.major(channel.st_rdev) == 234
+    cfg_path = root / "run/nvfabric/imex/config.cfg"
+    cfg = keyvalue.parse(cfg_path.read_text()).items()
+    assert cfg["DAEMONIZE"] == "0" and cfg["LOG_FILE_NAME"] == ""
+    assert cfg["IMEX_NODE_CONFIG_FILE"] == str(root / "run/nvfabric/imex/nodes_config.cfg")
+    assert (root / "run/nvfabric/imex/nodes_config.cfg").read_text() == LOCAL + "\n"
+    (exec_,) = events(root, "imex", "exec")
+    assert exec_["argv"] == ["-c", str(cfg_path)]
+    assert (root / "run/nvfabric/ready").exists()
+    assert events(root, "fabricmanager") == []
+    run.signal()
+    assert run.wait() == 0
     out = run.result()
     assert (out["result"], out["fabric"], out["imex"]["owner"]) == ("stopped", "mnnvl", "host")
     assert out["imex"]["channels"]["channels"][0]["kind"] == "char"
     assert "IMEX: READY, domain UP (1 nodes)" in run.log
 
 
-def test_waiting_for_peers_is_not_ready_and_names_them(tmp_path: Path) -> None:
+def test_waiting_for_peers_is_not_ready_and_names_them(
+    tmp_path: Path, start: Callable[..., Run],
+) -> None:
     root = tray(tmp_path, {"imex": {"peers": "down"}})
-    run = Run(root, "--imex-peers", peers(tmp_path, "198.51.100.1", LOCAL, "198.51.100.3"))
-    try:
-        line = run.wait_line(r"IMEX not READY yet")
-        assert "waiting for 198.51.100.1 (node 0), 198.51.100.3 (node 2)" in line
-        run.signal()
-        assert run.wait() == 0
-    finally:
-        run.close()
+    run = start(root, "--imex-peers", peers(tmp_path, "198.51.100.1", LOCAL, "198.51.100.3"))
+    line = run.wait_line(r"IMEX not READY yet")
+    assert "waiting for 198.51.100.1 (node 0), 198.51.100.3 (node 2)" in line
+    run.signal()
+    assert run.wait() == 0
     assert "fabric ready" not in run.log
 
 
-def test_imex_still_not_ready_after_the_timeout_is_imex_not_ready(tmp_path: Path) -> None:
+def test_imex_still_not_ready_after_the_timeout_is_imex_not_ready(
+    tmp_path: Path, start: Callable[..., Run],
+) -> None:
     root = tray(tmp_path, {"imex": {"peers": "down"}})
-    run = Run(root, "--json", "--ready-timeout", "1",
+    run = start(root, "--json", "--ready-timeout", "1",
               "--imex-peers", peers(tmp_path, LOCAL, "198.51.100.3"))
-    try:
-        run.wait_line(r"nvfabric: IMEX not READY yet: .*198\.51\.100\.3")
-        line = run.wait_line(r"imex_not_ready")
-        assert "(last answer: domain DEGRADED, waiting for 198.51.100.3" in line
-        assert "IMEX peers of its node list" in line  # the hint
-        run.signal()
-        assert run.wait() == 0
-    finally:
-        run.close()
+    run.wait_line(r"nvfabric: IMEX not READY yet: .*198\.51\.100\.3")
+    line = run.wait_line(r"imex_not_ready")
+    assert "(last answer: domain DEGRADED, waiting for 198.51.100.3" in line
+    assert "IMEX peers of its node list" in line  # the hint
+    run.signal()
+    assert run.wait() == 0
     out = run.result()
     (stuck,) = [f for f in out["findings"] if f["code"] == "imex_not_ready"]
     assert (stuck["service"], stuck["severity"]) == ("imex", "warning")
@@ -116,28 +112,24 @@ def test_imex_still_not_ready_after_the_timeout_is_imex_not_ready(tmp_path: Path
     assert "fabric ready" not in run.log
 
 
-def test_hanging_ctl_is_cut_off_and_run_stays_up(tmp_path: Path) -> None:
+def test_hanging_ctl_is_cut_off_and_run_stays_up(tmp_path: Path, start: Callable[..., Run]) -> None:
     root = tray(tmp_path, {"imex-ctl": {"hang": True}})
-    run = Run(root, "--imex-ctl-timeout", "0.3")
-    try:
-        run.wait_line(r"nvidia-imex-ctl -q did not answer within 0.3 s \(killed")
-        run.signal()
-        assert run.wait() == 0
-    finally:
-        run.close()
+    run = start(root, "--imex-ctl-timeout", "0.3")
+    run.wait_line(r"nvidia-imex-ctl -q did not answer within 0.3 s \(killed")
+    run.signal()
+    assert run.wait() == 0
     assert "fabric ready" not in run.log
 
 
-def test_d07_daemon_without_local_interface_fails_the_run(tmp_path: Path) -> None:
+def test_d07_daemon_without_local_interface_fails_the_run(
+    tmp_path: Path, start: Callable[..., Run],
+) -> None:
     with open(CASES / "D07-imex-no-interface.yaml", encoding="utf-8") as fh:
         case = yaml.safe_load(fh)
     # nvfabric believes the tray is 192.0.2.10; the daemon sees other interfaces.
     root = tray(tmp_path, {"imex": {"local_ips": ["198.51.100.99"]}})
-    run = Run(root, "--json")
-    try:
-        assert run.wait() == 1
-    finally:
-        run.close()
+    run = start(root, "--json")
+    assert run.wait() == 1
     out = run.result()
     exited = finding(out, "service_exited")
     assert check_expect({"codes": case["expect"]["codes"]},
@@ -190,13 +182,10 @@ def test_slurm_and_none_owners_start_nothing(tmp_path: Path) -> None:
     assert events(root, "imex") == []
 
 
-def test_crash_after_ready_stops_the_run(tmp_path: Path) -> None:
+def test_crash_after_ready_stops_the_run(tmp_path: Path, start: Callable[..., Run]) -> None:
     root = tray(tmp_path, {"imex": {"crash_after_s": 1.0, "exit_code": 3}})
-    run = Run(root, "--json")
-    try:
-        assert run.wait() == 1
-    finally:
-        run.close()
+    run = start(root, "--json")
+    assert run.wait() == 1
     f = finding(run.result(), "service_exited")
     assert (f["service"], f["exit_code"], f["phase"]) == ("imex", 3,
                                                         "after the fabric was ready")
@@ -224,15 +213,13 @@ def test_missing_imex_binary_is_refused(tmp_path: Path) -> None:
 
 
 def test_hanging_ctl_past_the_ready_timeout_is_imex_not_ready_never_fabric_manager(
-        tmp_path: Path) -> None:
+    tmp_path: Path, start: Callable[..., Run],
+) -> None:
     root = tray(tmp_path, {"imex-ctl": {"hang": True}})
-    run = Run(root, "--json", "--imex-ctl-timeout", "0.3", "--ready-timeout", "1")
-    try:
-        run.wait_line(r"imex_not_ready")
-        run.signal()
-        assert run.wait() == 0
-    finally:
-        run.close()
+    run = start(root, "--json", "--imex-ctl-timeout", "0.3", "--ready-timeout", "1")
+    run.wait_line(r"imex_not_ready")
+    run.signal()
+    assert run.wait() == 0
     out = run.result()
     (stuck,) = [f for f in out["findings"] if f["code"] == "imex_not_ready"]
     assert "did not answer within 0.3 s" in stuck["last_probe"]
