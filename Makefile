@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test bench lint clean
+.PHONY: demo test test-integration bench lint clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -26,7 +26,12 @@ lint: $(STAMP)
 	$(BIN)/mypy --strict src
 
 test: lint pyc
-	$(BIN)/pytest
+	$(BIN)/pytest --ignore=tests/integration
+
+# Tests against real system components (mmdebstrap, dpkg, podman, systemd, Slurm, Prometheus);
+# .ci/run installs them first.
+test-integration: pyc
+	$(BIN)/pytest tests/integration
 
 bench: pyc
 	$(BIN)/python bench/run.py

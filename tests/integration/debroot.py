@@ -1,0 +1,61 @@
+"""A fresh Debian bookworm root made by the real ``mmdebstrap``, built once per machine.
+
+The integration tests (package install, container base image, IMEX image flow) each need a
+Debian root of their own. Building one takes minutes, so the tarball is built once,
+``mmdebstrap --variant=apt --include=python3 bookworm``, cached under ``build/cache/`` of the
+checkout (ignored by git), and each test unpacks a private copy. A lock file serialises
+concurrent builders; the tarball is written to a temporary name and renamed, so a half-built
+one is never used.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+CACHE = REPO / "build" / "cache"
+TARBALL = CACHE / "bookworm-apt-python3.tar"
+MIRROR = "http://deb.debian.org/debian"
+
+
+def require(*tools: str) -> None:
+    """Fail (never skip) with one line naming each missing tool; .ci/run installs them all."""
+    missing = [t for t in tools if shutil.which(t) is None]
+    if missing:
+        raise AssertionError(
+            f"integration test needs {', '.join(missing)} (installed by .ci/run: "
+            "apt-get install them)")
+
+
+def bookworm_tarball() -> Path:
+    """Path of the cached bookworm root tarball (apt variant plus python3), built if missing.
+
+    Raises AssertionError naming mmdebstrap when it is not installed, and
+    ``subprocess.CalledProcessError`` when the build fails.
+    """
+    require("mmdebstrap")
+    CACHE.mkdir(parents=True, exist_ok=True)
+    with open(CACHE / "bookworm.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if TARBALL.is_file():
+            return TARBALL
+        tmp = TARBALL.with_suffix(f".tmp{os.getpid()}.tar")
+        subprocess.run(
+            ["mmdebstrap", "--quiet", "--variant=apt", "--include=python3", "bookworm",
+             str(tmp), MIRROR],
+            check=True, timeout=1200,
+        )
+        os.replace(tmp, TARBALL)
+    return TARBALL
+
+
+def fresh_root(dest: Path) -> Path:
+    """Unpack a private copy of the bookworm root into ``dest`` (created) and return it."""
+    tarball = bookworm_tarball()
+    dest.mkdir(parents=True, exist_ok=True)
+    subprocess.run(["tar", "-xf", str(tarball), "-C", str(dest)], check=True, timeout=600)
+    return dest
