@@ -1,0 +1,152 @@
+"""Podman for the integration tests: a private storage, the bookworm base, the nvfabric image.
+
+Every podman call here runs on a storage of its own (``--root``/``--runroot`` under
+``build/podman/`` of the checkout, ignored by git), so the tests never see or touch other
+containers or images of the machine. The settings this sandbox needs: the overlay driver on
+the checkout's ext4, the ``cgroupfs`` cgroup manager (cgroup v1, no systemd session), the
+``file`` events backend (no journald), ``--runtime runc``, and explicit ``--ulimit
+nofile=1024:1024 --ulimit nproc=1024:1024`` on each run (the defaults podman derives from
+this machine's limits are refused by runc here). No registry is reachable: the base image is
+the cached mmdebstrap tarball (``debroot.bookworm_tarball()``) imported with ``podman
+import``, and every run and build says ``--pull never``.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.integration.debroot import REPO, bookworm_tarball, require
+
+STORE = REPO / "build" / "podman"
+BASE_IMAGE = "localhost/nvfabric-test-base:bookworm"
+IMAGE = "localhost/nvfabric:test"
+TALOS_IMAGE = "localhost/nvfabric-talos:test"
+CONTAINERFILE = REPO / "deploy" / "container" / "Containerfile"
+RUN_FLAGS = ["--runtime", "runc", "--pull=never", "--network", "none",
+             "--ulimit", "nofile=1024:1024", "--ulimit", "nproc=1024:1024"]
+
+
+def podman_argv(*args: str) -> list[str]:
+    """``podman`` with the private storage and this sandbox's settings, then ``args``."""
+    return ["podman", "--root", str(STORE / "root"), "--runroot", str(STORE / "run"),
+            "--storage-driver", "overlay", "--cgroup-manager", "cgroupfs",
+            "--events-backend", "file", "--tmpdir", str(STORE / "tmp"), *args]
+
+
+def storage_ref(image: str) -> str:
+    """The skopeo/containers-storage reference of ``image`` in the private storage."""
+    return f"containers-storage:[overlay@{STORE / 'root'}+{STORE / 'run'}]{image}"
+
+
+def podman(*args: str, timeout: float = 120, check: bool = True) -> subprocess.CompletedProcess[str]:
+    """Run podman on the private storage; output captured as text."""
+    (STORE / "tmp").mkdir(parents=True, exist_ok=True)  # also makes STORE
+    return subprocess.run(podman_argv(*args), capture_output=True, text=True, timeout=timeout,
+                          check=check)
+
+
+def _has_image(name: str) -> bool:
+    return podman("image", "exists", name, check=False).returncode == 0
+
+
+def base_image() -> str:
+    """The bookworm base (apt variant + python3) in the private storage, imported once."""
+    require("podman", "runc")
+    if not _has_image(BASE_IMAGE):
+        podman("import", str(bookworm_tarball()), BASE_IMAGE, timeout=600)
+    return BASE_IMAGE
+
+
+def wheelhouse(dest: Path) -> Path:
+    """nvfabric's wheel, its dependencies' wheels and pip's wheel in ``dest/wheels``: the
+    build context of deploy/container/Containerfile (``pip wheel`` of this checkout)."""
+    wheels = dest / "wheels"
+    subprocess.run([sys.executable, "-m", "pip", "wheel", "--quiet", "--disable-pip-version-check",
+                    "--wheel-dir", str(wheels), str(REPO), "pip"],
+                   check=True, timeout=600, capture_output=True, text=True)
+    return dest
+
+
+def build_image(context_dir: Path) -> str:
+    """Build deploy/container/Containerfile on the bookworm base as ``IMAGE`` (rebuilt each
+    session: the layers of an unchanged base are reused). A lock serialises parallel builds."""
+    require("podman", "buildah", "runc")
+    base = base_image()
+    ctx = wheelhouse(context_dir)
+    revision = subprocess.run(["git", "-C", str(REPO), "rev-parse", "HEAD"], capture_output=True,
+                              text=True, check=False).stdout.strip() or "unknown"
+    with open(STORE / "build.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        podman("build", "--runtime", "runc", "--pull=never", "--network", "none",
+               "--ulimit", "nofile=1024:1024", "--ulimit", "nproc=1024:1024",
+               "--build-arg", f"BASE={base}", "--build-arg", f"REVISION={revision}",
+               "-f", str(CONTAINERFILE), "-t", IMAGE, str(ctx), timeout=900)
+    return IMAGE
+
+
+def inspect(kind: str, name: str) -> dict[str, Any]:
+    """``podman <kind> inspect NAME`` as one object."""
+    out = podman(kind, "inspect", name).stdout
+    data = json.loads(out)
+    assert isinstance(data, list) and len(data) == 1, out
+    obj = data[0]
+    assert isinstance(obj, dict)
+    return obj
+
+
+@pytest.fixture(scope="session")
+def nvfabric_image(tmp_path_factory: pytest.TempPathFactory) -> str:
+    """The image of deploy/container/Containerfile, built once per test session."""
+    return build_image(tmp_path_factory.mktemp("image-context"))
+
+
+def simulate_in_image(image: str, node: Path, profile: str = "dgx-b200") -> Path:
+    """``nvfabric simulate PROFILE`` run by the image into ``node`` (bind-mounted at /node).
+
+    Simulated inside the image, the fake daemons' shebang names the image's own interpreter
+    (/opt/nvfabric/bin/python): the host venv's path would not exist in the container, as a
+    real fabric manager runs on the image's loader and libraries, not the host's."""
+    node.mkdir(parents=True, exist_ok=True)
+    podman("run", "--rm", *RUN_FLAGS, "-v", f"{node}:/node", image, "simulate", profile, "/node")
+    return node
+
+
+def wait_for(path: Path, timeout: float) -> None:
+    """Poll until ``path`` exists (AssertionError after ``timeout`` seconds)."""
+    deadline = time.monotonic() + timeout
+    while not path.exists():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"{path} did not appear within {timeout} s")
+        time.sleep(0.1)
+
+
+def host_pid(container: str) -> int:
+    """The host pid of the container's PID 1."""
+    pid = inspect("container", container)["State"]["Pid"]
+    assert isinstance(pid, int) and pid > 0, pid
+    return pid
+
+
+def children(pid: int) -> list[int]:
+    """Host pids of the direct children of ``pid`` (/proc/PID/task/*/children)."""
+    out: list[int] = []
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        out += [int(p) for p in (task / "children").read_text().split()]
+    return out
+
+
+def alive(pid: int) -> bool:
+    """True while ``pid`` exists and is not a zombie."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except FileNotFoundError:
+        return False
+    return stat.rsplit(")", 1)[1].split()[0] != "Z"
