@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test test-integration bench lint clean
+.PHONY: demo test test-integration bench lint clean image
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -32,6 +32,17 @@ test: lint pyc
 # .ci/run installs them first.
 test-integration: pyc
 	$(BIN)/pytest tests/integration
+
+# The container image (deploy/container/Containerfile): a wheelhouse of this checkout as the
+# build context, so the build installs offline. BASE: any glibc image with python3 >= 3.10
+# whose minor version is the one of $(PY) (the wheels of compiled dependencies follow it).
+BASE ?= docker.io/library/python:3.11-slim-bookworm
+IMAGE ?= nvfabric:latest
+image: $(STAMP)
+	rm -rf build/image && mkdir -p build/image
+	$(BIN)/python -m pip wheel -q --wheel-dir build/image/wheels . pip
+	podman build -f deploy/container/Containerfile --build-arg BASE=$(BASE) \
+	  --build-arg REVISION=$$(git rev-parse HEAD) -t $(IMAGE) build/image
 
 bench: pyc
 	$(BIN)/python bench/run.py

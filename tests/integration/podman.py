@@ -21,8 +21,6 @@ import time
 from pathlib import Path
 from typing import Any
 
-import pytest
-
 from tests.integration.debroot import REPO, bookworm_tarball, require
 
 STORE = REPO / "build" / "podman"
@@ -46,7 +44,8 @@ def storage_ref(image: str) -> str:
     return f"containers-storage:[overlay@{STORE / 'root'}+{STORE / 'run'}]{image}"
 
 
-def podman(*args: str, timeout: float = 120, check: bool = True) -> subprocess.CompletedProcess[str]:
+def podman(*args: str, timeout: float = 120,
+           check: bool = True) -> subprocess.CompletedProcess[str]:
     """Run podman on the private storage; output captured as text."""
     (STORE / "tmp").mkdir(parents=True, exist_ok=True)  # also makes STORE
     return subprocess.run(podman_argv(*args), capture_output=True, text=True, timeout=timeout,
@@ -100,12 +99,6 @@ def inspect(kind: str, name: str) -> dict[str, Any]:
     obj = data[0]
     assert isinstance(obj, dict)
     return obj
-
-
-@pytest.fixture(scope="session")
-def nvfabric_image(tmp_path_factory: pytest.TempPathFactory) -> str:
-    """The image of deploy/container/Containerfile, built once per test session."""
-    return build_image(tmp_path_factory.mktemp("image-context"))
 
 
 def simulate_in_image(image: str, node: Path, profile: str = "dgx-b200") -> Path:

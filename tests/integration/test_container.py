@@ -26,7 +26,6 @@ from tests.integration.podman import (
     children,
     host_pid,
     inspect,
-    nvfabric_image,  # noqa: F401  (the session fixture)
     podman,
     simulate_in_image,
     storage_ref,
