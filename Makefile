@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test test-integration bench lint clean image
+.PHONY: demo test test-integration bench lint clean dist deb image
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -46,6 +46,33 @@ image: $(STAMP)
 
 bench: pyc
 	$(BIN)/python bench/run.py
+
+# The single-file binary dist/nvfabric (PyInstaller one-file): the whole CLI, its data files
+# and the fake daemons, for hosts and images without Python. Built in its own venv
+# (build/dist-venv: PyInstaller and nvfabric's runtime dependencies, nothing of [dev]) from a
+# fresh non-editable install of this checkout. See src/nvfabric/frozen.py.
+DIST_VENV := build/dist-venv
+DIST_STAMP := $(DIST_VENV)/.installed
+PYINSTALLER_VERSION := 6.22.3
+DIST_SOURCES := pyproject.toml packaging/dist/nvfabric-entry.py \
+	$(shell find src/nvfabric -name '*.py' -o -name '*.yaml' -o -name py.typed)
+
+$(DIST_STAMP): pyproject.toml
+	test -x $(DIST_VENV)/bin/python || $(PY) -m venv $(DIST_VENV)
+	$(DIST_VENV)/bin/python -m pip install -q --upgrade pip
+	$(DIST_VENV)/bin/python -m pip install -q pyinstaller==$(PYINSTALLER_VERSION) .
+	touch $(DIST_STAMP)
+
+dist/nvfabric: $(DIST_STAMP) $(DIST_SOURCES)
+	$(DIST_VENV)/bin/python -m pip install -q --no-deps --force-reinstall .
+	rm -rf build/pyinstaller
+	$(DIST_VENV)/bin/pyinstaller --log-level WARN --noconfirm --onefile --strip \
+	  --name nvfabric --distpath dist --workpath build/pyinstaller --specpath build/pyinstaller \
+	  --collect-submodules nvfabric --collect-data nvfabric --copy-metadata nvfabric \
+	  packaging/dist/nvfabric-entry.py
+	dist/nvfabric --version
+
+dist: dist/nvfabric
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

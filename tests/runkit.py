@@ -53,17 +53,19 @@ def alive(pid: int) -> bool:
 
 class Run:
     """``python -m nvfabric run --root ROOT ARGS`` as a real process (or wrapped by
-    ``prefix``, e.g. ``unshare -fp``); stderr and stdout are collected by threads."""
+    ``prefix``, e.g. ``unshare -fp``); stderr and stdout are collected by threads.
+    ``command`` replaces ``python -m nvfabric`` (the single-file binary: ``("dist/nvfabric",)``)."""
 
     def __init__(self, root: Path, *args: str, env: dict[str, str] | None = None,
-                 prefix: tuple[str, ...] = ()) -> None:
+                 prefix: tuple[str, ...] = (),
+                 command: tuple[str, ...] = (sys.executable, "-m", "nvfabric")) -> None:
         full_env = dict(os.environ)
         full_env.pop("NVFABRIC_DEBUG", None)
         full_env.pop("NOTIFY_SOCKET", None)
         full_env.update(env or {})
         self.root = root
         self.proc = subprocess.Popen(
-            [*prefix, sys.executable, "-m", "nvfabric", "run", "--root", str(root), *args],
+            [*prefix, *command, "run", "--root", str(root), *args],
             stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
             env=full_env, text=True)
         self.lines: list[str] = []

@@ -64,8 +64,17 @@ STATE_TEXT = {
 # ----------------------------------------------------------------------------- node state
 
 
+#: The simulated root when the launcher gave it (the single-file binary: its launchers are
+#: ``#!/path/to/nvfabric --nvfabric-sim-fake`` scripts, see :mod:`nvfabric.frozen`); None
+#: for the Python launchers, whose root is found from this file's copy in ``DIR/bin``.
+ROOT: str | None = None
+
+
 def node_root() -> str:
-    """The simulated root: the parent of the directory holding this file (``DIR/bin``)."""
+    """The simulated root: :data:`ROOT` when set, else the parent of the directory holding
+    this file (``DIR/bin``)."""
+    if ROOT is not None:
+        return ROOT
     return os.path.dirname(os.path.dirname(os.path.realpath(__file__)))
 
 
@@ -903,8 +912,15 @@ PROGRAMS: dict[str, Callable[[list[str]], int]] = {
 }
 
 
-def main(prog: str, argv: list[str]) -> int:
-    """Entry point of the launchers: run fake ``prog`` with ``argv`` (without argv[0])."""
+def main(prog: str, argv: list[str], root: str | None = None) -> int:
+    """Entry point of the launchers: run fake ``prog`` with ``argv`` (without argv[0]);
+    ``root`` is the simulated root when the launcher knows it (else found from this file)."""
+    global ROOT
+    if root is not None:
+        ROOT = root
+    if prog not in PROGRAMS:
+        say(f"[fake] unknown simulated program {prog!r}; known: {', '.join(PROGRAMS)}", sys.stderr)
+        return 2
     try:
         return PROGRAMS[prog](argv)
     except KeyboardInterrupt:

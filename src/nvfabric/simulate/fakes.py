@@ -5,7 +5,11 @@ config files and the simulated GPU fabric state they share.
 
 - ``bin/_nvfabric_fakes.py`` (a copy of :mod:`.fakebin`) and one launcher per program in
   ``bin/`` (``nvlsm``, ``nv-fabricmanager``, ``nvidia-smi``, ``nvidia-imex``,
-  ``nvidia-imex-ctl``), each a Python script whose shebang is this interpreter;
+  ``nvidia-imex-ctl``), each a Python script whose shebang is this interpreter; from the
+  single-file binary (``make dist``, :mod:`nvfabric.frozen`) each launcher is instead a
+  two-line script whose shebang is that binary with ``--nvfabric-sim-fake`` (the kernel
+  runs ``nvfabric --nvfabric-sim-fake DIR/bin/PROG ARGS``), and no ``.py`` copy is written:
+  the fakes then run where no Python is installed;
 - links at the vendor paths (``opt/nvidia/nvlsm/sbin/nvlsm``, ``usr/bin/nv-fabricmanager``,
   ``usr/bin/nvidia-smi``, ``usr/bin/nvidia-imex``, ``usr/bin/nvidia-imex-ctl``), so that
   ``nvfabric run --root DIR`` finds them where it looks on a real node;
@@ -25,6 +29,7 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+from ..errors import usage_error
 from ..imex import config as imex_config
 from . import fakebin
 
@@ -151,6 +156,34 @@ sys.exit(_nvfabric_fakes.main({prog!r}, sys.argv[1:]))
 """
 
 
+#: Longest ``#!`` line the kernel reads whole (Linux BINPRM_BUF_SIZE is 256 bytes with the NUL).
+SHEBANG_MAX = 255
+
+#: The launcher of a fake in a tree written by the single-file binary: the kernel runs the
+#: shebang's program with its one argument, then this script's path, then the fake's argv.
+FROZEN_LAUNCHER = """\
+#!{binary} {flag}
+# nvfabric simulated node: fake {prog}, run by the single-file nvfabric binary named above
+"""
+
+
+def _launcher(prog: str) -> str:
+    """The launcher script of fake ``prog`` for the running nvfabric (interpreter or the
+    single-file binary, :func:`nvfabric.frozen.is_frozen`)."""
+    from ..frozen import FAKE_FLAG, is_frozen
+
+    if is_frozen():
+        line = f"#!{sys.executable} {FAKE_FLAG}"
+        if any(c.isspace() for c in sys.executable) or len(line) > SHEBANG_MAX:
+            raise usage_error(
+                f"cannot write the fake {prog}: the nvfabric binary's path {sys.executable!r} "
+                "does not fit a #! line (no white space, at most "
+                f"{SHEBANG_MAX - len(FAKE_FLAG) - 3} characters)",
+                "run the binary from a shorter path without spaces")
+        return FROZEN_LAUNCHER.format(binary=sys.executable, flag=FAKE_FLAG, prog=prog)
+    return LAUNCHER.format(python=sys.executable, prog=prog)
+
+
 def _write(path: str, content: str, mode: int = 0o644, keep: bool = False) -> None:
     if keep and os.path.exists(path):
         return
@@ -213,12 +246,15 @@ def install(root: str) -> list[str]:
 
     bindir = os.path.join(root, "bin")
     os.makedirs(bindir, exist_ok=True)
-    source = Path(fakebin.__file__).read_text(encoding="utf-8")
-    _write(os.path.join(bindir, "_nvfabric_fakes.py"), source)
+    from ..frozen import is_frozen
+
+    if not is_frozen():
+        source = Path(fakebin.__file__).read_text(encoding="utf-8")
+        _write(os.path.join(bindir, "_nvfabric_fakes.py"), source)
     installed = []
     for prog, vendor in VENDOR_PATHS.items():
         path = os.path.join(bindir, prog)
-        _write(path, LAUNCHER.format(python=sys.executable, prog=prog), mode=0o755)
+        _write(path, _launcher(prog), mode=0o755)
         _link(root, vendor, path)
         installed.append(path)
     _write(os.path.join(root, "usr/share/nvidia/nvswitch/fabricmanager.cfg"), SHIPPED_FM_CFG,

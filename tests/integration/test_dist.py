@@ -1,0 +1,107 @@
+"""The single-file binary (``make dist``) runs the whole CLI and the simulated node's fake
+daemons with no Python of the host involved: its output equals the interpreter's."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import nvfabric
+from tests.integration.distbin import dist_binary
+from tests.runkit import Run, events, until
+
+#: The environment of a host without Python: no interpreter on PATH, no Python variables.
+BARE_ENV = {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "LANG": "C.UTF-8",
+            "PYTHONPATH": "/nonexistent", "PYTHONHOME": "/nonexistent"}
+
+
+def binary(*args: str, env: dict[str, str] | None = None,
+           timeout: float = 120) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([str(dist_binary()), *args], capture_output=True, text=True,
+                          timeout=timeout, env=env or BARE_ENV, check=False)
+
+
+def interpreter(*args: str) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if k != "NVFABRIC_DEBUG"}
+    return subprocess.run([sys.executable, "-m", "nvfabric", *args], capture_output=True,
+                          text=True, timeout=120, env=env, check=False)
+
+
+def test_version_is_the_package_version() -> None:
+    out = binary("--version")
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == f"nvfabric, version {nvfabric.__version__}"
+
+
+def test_simulate_writes_fakes_that_run_from_the_binary(tmp_path: Path) -> None:
+    root = tmp_path / "b200"
+    out = binary("simulate", "dgx-b200", str(root), "--json")
+    assert out.returncode == 0, out.stderr
+    fakes = json.loads(out.stdout)["fakes"]
+    assert [os.path.basename(f) for f in fakes] == [
+        "nvlsm", "nv-fabricmanager", "nvidia-smi", "nvidia-imex", "nvidia-imex-ctl"]
+    first = (root / "bin/nvlsm").read_text().splitlines()[0]
+    assert first == f"#!{dist_binary()} --nvfabric-sim-fake"
+    assert not (root / "bin/_nvfabric_fakes.py").exists()
+    # A fake through its vendor path: the real -L lines of eight B200s.
+    smi = subprocess.run([str(root / "usr/bin/nvidia-smi"), "-L"], capture_output=True,
+                         text=True, timeout=60, env=BARE_ENV, check=False)
+    assert smi.returncode == 0, smi.stderr
+    lines = smi.stdout.splitlines()
+    assert len(lines) == 8 and all(": NVIDIA B200 (UUID: GPU-" in ln for ln in lines)
+
+
+def test_plan_and_dry_run_equal_the_interpreters(tmp_path: Path) -> None:
+    root = tmp_path / "b200"
+    assert binary("simulate", "dgx-b200", str(root)).returncode == 0
+    frozen_plan = binary("plan", "--root", str(root), "--json")
+    assert frozen_plan.returncode == 0, frozen_plan.stderr
+    assert json.loads(frozen_plan.stdout) == json.loads(
+        interpreter("plan", "--root", str(root), "--json").stdout)
+    assert json.loads(frozen_plan.stdout)["fabric"] == "nvlink5"
+    dry = binary("run", "--root", str(root), "--dry-run", "--json")
+    assert dry.returncode == 0, dry.stderr
+    frozen = json.loads(dry.stdout)
+    assert frozen["result"] == "would_start"
+    assert frozen == json.loads(interpreter("run", "--root", str(root), "--dry-run",
+                                            "--json").stdout)
+
+
+def test_a_usage_error_is_one_line_and_exit_2(tmp_path: Path) -> None:
+    out = binary("plan", "--root", str(tmp_path / "missing"), "--json")
+    assert out.returncode == 2
+    assert "Traceback" not in out.stderr
+    assert json.loads(out.stdout)["error"]["code"] == "input_unreadable"
+
+
+def test_run_brings_a_simulated_b200_to_ready_and_stops_in_order(tmp_path: Path) -> None:
+    root = tmp_path / "b200"
+    assert binary("simulate", "dgx-b200", str(root)).returncode == 0
+    run = Run(root, "--json", command=(str(dist_binary()),), env=BARE_ENV)
+    try:
+        run.wait_line(r"fabric ready in [0-9.]+ s")
+        # The fake daemons are the binary again; they see the caller's library path, not the
+        # bundle's, and unpack their own copy of it.
+        ready = json.loads((root / "run/nvfabric/ready").read_text())
+        for service in ready["services"]:
+            environ = Path(f"/proc/{service['pid']}/environ").read_bytes().split(b"\0")
+            assert not any(e.startswith(b"LD_LIBRARY_PATH=") for e in environ), service
+            assert b"PYINSTALLER_RESET_ENVIRONMENT=1" in environ, service
+            cmdline = Path(f"/proc/{service['pid']}/cmdline").read_bytes().split(b"\0")
+            assert cmdline[:2] == [str(dist_binary()).encode(), b"--nvfabric-sim-fake"]
+        run.signal()
+        assert run.wait() == 0, run.log
+    finally:
+        run.close()
+    result = run.result()
+    assert result["result"] == "stopped" and result["findings"] == []
+    assert result["ready_after_s"] is not None
+    execs = [e["prog"] for e in events(root, event="exec")]
+    assert execs[:2] == ["nvlsm", "fabricmanager"], execs
+    order = run.log.index("fabricmanager stopped"), run.log.index("nvlsm stopped")
+    assert order[0] < order[1]
+    until(lambda: not any(Path(f"/proc/{s['pid']}").exists() for s in ready["services"]),
+          "the fake daemons to be gone")
