@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test test-integration bench lint clean dist deb image
+.PHONY: demo test test-integration bench lint clean dist deb image talos-image
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -43,6 +43,20 @@ image: $(STAMP)
 	$(BIN)/python -m pip wheel -q --wheel-dir build/image/wheels . pip
 	podman build -f deploy/container/Containerfile --build-arg BASE=$(BASE) \
 	  --build-arg REVISION=$$(git rev-parse HEAD) -t $(IMAGE) build/image
+
+# The Talos system extension (deploy/talos/Containerfile, FROM scratch): the single-file binary,
+# deploy/talos/ and FABRIC_DIR (NVIDIA's fabric manager and NVLSM archives unpacked at their
+# vendor paths; empty: nvfabric alone) as the build context. TALOS_BASE: the glibc image whose
+# loader and libraries the binary runs on (the one it was built on).
+TALOS_BASE ?= docker.io/library/debian:bookworm-slim
+TALOS_IMAGE ?= nvfabric-talos:latest
+FABRIC_DIR ?=
+talos-image: dist/nvfabric
+	rm -rf build/talos && mkdir -p build/talos/dist build/talos/deploy build/talos/fabric
+	cp dist/nvfabric build/talos/dist/ && cp -r deploy/talos build/talos/deploy/
+	if [ -n "$(FABRIC_DIR)" ]; then cp -a "$(FABRIC_DIR)"/. build/talos/fabric/; fi
+	podman build -f deploy/talos/Containerfile --build-arg BASE=$(TALOS_BASE) \
+	  --build-arg REVISION=$$(git rev-parse HEAD) -t $(TALOS_IMAGE) build/talos
 
 bench: pyc
 	$(BIN)/python bench/run.py

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import fcntl
 import json
+import shutil
 import subprocess
 import sys
 import time
@@ -112,12 +113,21 @@ def simulate_in_image(image: str, node: Path, profile: str = "dgx-b200") -> Path
     return node
 
 
-def wait_for(path: Path, timeout: float) -> None:
-    """Poll until ``path`` exists (AssertionError after ``timeout`` seconds)."""
+def wait_for(path: Path, timeout: float, container: str | None = None) -> None:
+    """Poll until ``path`` exists (AssertionError after ``timeout`` seconds, or at once with
+    the container's last log lines when ``container`` has exited)."""
     deadline = time.monotonic() + timeout
+    checked = time.monotonic()
     while not path.exists():
-        if time.monotonic() > deadline:
+        now = time.monotonic()
+        if now > deadline:
             raise AssertionError(f"{path} did not appear within {timeout} s")
+        if container is not None and now - checked > 1:
+            checked = now
+            if not inspect("container", container)["State"]["Running"]:
+                logs = podman("logs", container, check=False)
+                raise AssertionError(f"{container} exited before {path} appeared:\n"
+                                     + (logs.stdout + logs.stderr)[-3000:])
         time.sleep(0.1)
 
 
@@ -143,3 +153,25 @@ def alive(pid: int) -> bool:
     except FileNotFoundError:
         return False
     return stat.rsplit(")", 1)[1].split()[0] != "Z"
+
+
+TALOS_CONTAINERFILE = REPO / "deploy" / "talos" / "Containerfile"
+
+
+def build_talos_image(binary: Path, context_dir: Path) -> str:
+    """Build deploy/talos/Containerfile (FROM scratch) as ``TALOS_IMAGE`` from a small context:
+    the single-file ``binary`` at dist/nvfabric and deploy/talos/, on the bookworm base (the
+    glibc the binary was built against on this machine)."""
+    require("podman", "buildah", "runc")
+    base = base_image()
+    (context_dir / "dist").mkdir(parents=True, exist_ok=True)
+    shutil.copy2(binary, context_dir / "dist" / "nvfabric")
+    shutil.copytree(REPO / "deploy" / "talos", context_dir / "deploy" / "talos")
+    (context_dir / "fabric").mkdir()  # no vendor files: none can be downloaded here
+    with open(STORE / "build.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        podman("build", "--runtime", "runc", "--pull=never", "--network", "none",
+               "--ulimit", "nofile=1024:1024", "--ulimit", "nproc=1024:1024",
+               "--build-arg", f"BASE={base}", "-f", str(TALOS_CONTAINERFILE),
+               "-t", TALOS_IMAGE, str(context_dir), timeout=900)
+    return TALOS_IMAGE

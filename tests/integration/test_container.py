@@ -81,7 +81,7 @@ def test_run_on_simulated_b200_ready_as_pid1_then_podman_stop_in_order(
            "-v", f"{node}:/node", nvfabric_image,
            "run", "--root", "/node", "--grace", str(GRACE_S))
     ready_file = node / "run" / "nvfabric" / "ready"
-    wait_for(ready_file, 60)
+    wait_for(ready_file, 60, container=container_name)
     ready = json.loads(ready_file.read_text())
     assert ready["fabric"] == "nvlink5"
     assert [s["service"] for s in ready["services"]] == ["nvlsm", "fabricmanager"]
@@ -120,7 +120,7 @@ def test_podman_kill_of_pid1_leaves_no_daemon(
     node = simulate_in_image(nvfabric_image, tmp_path / "node")
     podman("run", "--detach", "--name", container_name, *RUN_FLAGS,
            "-v", f"{node}:/node", nvfabric_image, "run", "--root", "/node")
-    wait_for(node / "run" / "nvfabric" / "ready", 60)
+    wait_for(node / "run" / "nvfabric" / "ready", 60, container=container_name)
     daemons = children(host_pid(container_name))
     assert len(daemons) == 2
     podman("kill", "--signal", "KILL", container_name)
@@ -141,7 +141,7 @@ def test_sigkill_of_nvfabric_in_host_pid_namespace_stops_daemons_by_pdeathsig(
     node = simulate_in_image(nvfabric_image, tmp_path / "node")
     podman("run", "--detach", "--pid", "host", "--name", container_name, *RUN_FLAGS,
            "-v", f"{node}:/node", nvfabric_image, "run", "--root", "/node")
-    wait_for(node / "run" / "nvfabric" / "ready", 60)
+    wait_for(node / "run" / "nvfabric" / "ready", 60, container=container_name)
     nvfabric_pid = host_pid(container_name)
     daemons = children(nvfabric_pid)
     assert len(daemons) == 2

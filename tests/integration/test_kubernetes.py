@@ -258,7 +258,7 @@ def test_daemonset_pod_runs_under_podman_kube_play_and_its_probes_pass(
     try:
         out = subprocess.run(play, capture_output=True, text=True, timeout=300, env=env)
         assert out.returncode == 0, out.stderr
-        wait_for(node / "run" / "nvfabric" / "ready", 60)
+        wait_for(node / "run" / "nvfabric" / "ready", 60, container=ctr_name)
         config = inspect("container", ctr_name)["Config"]
         # podman maps the livenessProbe to the container's healthcheck (period, failures)
         health = config["Healthcheck"]
