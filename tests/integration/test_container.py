@@ -156,6 +156,28 @@ def test_sigkill_of_nvfabric_in_host_pid_namespace_stops_daemons_by_pdeathsig(
     assert not pid_file.exists() and not socket_file.exists(), "NVLSM did not exit on SIGTERM"
 
 
+def test_second_fabric_manager_from_another_container_is_refused_in_host_pid_namespace(
+        nvfabric_image: str, container_name: str, tmp_path: Path) -> None:
+    """As with the GPU Operator's driver container: another container of the node already runs
+    fabric manager (here an nvfabric run with a state dir of its own, so its lock is not ours).
+    The DaemonSet's container, in the host pid namespace, refuses before it touches anything."""
+    node = simulate_in_image(nvfabric_image, tmp_path / "node", profile="hgx-h100")
+    podman("run", "--detach", "--pid", "host", "--name", container_name, *RUN_FLAGS,
+           "-v", f"{node}:/node", nvfabric_image,
+           "run", "--root", "/node", "--state-dir", "/run/other-starter")
+    wait_for(node / "run" / "other-starter" / "ready", 60, container=container_name)
+    second = podman("run", "--rm", "--pid", "host", *RUN_FLAGS, "-v", f"{node}:/node",
+                    nvfabric_image, "run", "--root", "/node", "--json", check=False)
+    assert second.returncode == 1, second.stderr
+    out = json.loads(second.stdout)
+    assert out["result"] == "refused"
+    (running,) = [f for f in out["findings"] if f["code"] == "fabric_service_running"]
+    assert running["service"] == "fabricmanager" and running["severity"] == "error"
+    assert isinstance(running["pid"], int) and "already running" in running["message"]
+    assert not (node / "run" / "nvfabric" / "ready").exists()
+    podman("stop", "--time", "15", container_name, timeout=60)
+
+
 def test_oci_layout_checked_by_skopeo_and_umoci(nvfabric_image: str, tmp_path: Path) -> None:
     require("skopeo", "umoci")
     layout = tmp_path / "oci"
