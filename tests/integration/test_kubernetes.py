@@ -17,6 +17,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -209,8 +210,8 @@ def test_objects_deserialize_with_the_official_client_models(overlay: str) -> No
 def _sandbox_pod(ds: dict[str, Any], node: Path, image: str) -> dict[str, Any]:
     """The DaemonSet's pod spec as a Pod for this sandbox. Kept: the container, its probes, its
     read-only root, hostPID, the state and log mounts, the grace period. Changed, and why:
-    the image is the one built here; ``--root /node`` (a simulated DGX B200, also appended to the
-    probes' argv) instead of the host; the host paths of the mounts are directories of that
+    the image is the one built here; ``--root /node`` (a simulated node, also appended to the
+    probes' argv) instead of the host's ``/``; the host paths of the mounts are directories of that
     tree; /dev and /sys are not mounted (this machine's are not a GPU node's); not privileged
     (nothing of the host's is touched); the scheduling fields (runtime class, priority class,
     node selection, tolerations, service account) have no meaning for podman."""
@@ -221,7 +222,10 @@ def _sandbox_pod(ds: dict[str, Any], node: Path, image: str) -> dict[str, Any]:
     (ctr,) = spec["containers"]
     ctr["image"] = image
     ctr["imagePullPolicy"] = "Never"
-    ctr["args"] = ["run", "--root", "/node", "--grace", "5"]
+    args = ctr["args"]
+    assert args[args.index("--root") + 1] == "/"
+    ctr["args"] = [*args]
+    ctr["args"][args.index("--root") + 1] = "/node"
     ctr["securityContext"]["privileged"] = False
     for probe in ("startupProbe", "readinessProbe", "livenessProbe"):
         ctr[probe]["exec"]["command"] += ["--root", "/node"]
@@ -235,15 +239,35 @@ def _sandbox_pod(ds: dict[str, Any], node: Path, image: str) -> dict[str, Any]:
     spec["volumes"].append({"name": "node", "hostPath": {"path": str(node), "type": "Directory"}})
     ctr["volumeMounts"].append({"name": "node", "mountPath": "/node"})
     return {"apiVersion": "v1", "kind": "Pod",
-            "metadata": {"name": "nvfabric-kube-play",
+            "metadata": {"name": POD,
                          "labels": ds["spec"]["template"]["metadata"]["labels"]},
             "spec": spec}
 
 
+POD = "nvfabric-kube-play"
+
+
+def _wait_log(container: str, text: str, timeout: float) -> str:
+    deadline = time.monotonic() + timeout
+    while True:
+        logs = podman("logs", container, check=False)
+        out = logs.stdout + logs.stderr
+        if text in out:
+            return out
+        if time.monotonic() > deadline:
+            raise AssertionError(f"{text!r} not in the log of {container}:\n{out[-3000:]}")
+        time.sleep(0.2)
+
+
+@pytest.mark.parametrize(("overlay", "profile"), [("nvlink5", "dgx-b200"),
+                                                  ("mnnvl-dra", "gb200-tray")])
 def test_daemonset_pod_runs_under_podman_kube_play_and_its_probes_pass(
-        nvfabric_image: str, tmp_path: Path) -> None:
-    ds = daemonset(render("nvlink5"))
-    node = simulate_in_image(nvfabric_image, tmp_path / "node")
+        nvfabric_image: str, tmp_path: Path, overlay: str, profile: str) -> None:
+    ds = daemonset(render(overlay))
+    node = simulate_in_image(nvfabric_image, tmp_path / "node", profile=profile)
+    if overlay == "mnnvl-dra":
+        # what the DRA driver's kubelet plugin leaves on its nodes
+        (node / "var/lib/kubelet/plugins/compute-domain.nvidia.com").mkdir(parents=True)
     pod = _sandbox_pod(ds, node, nvfabric_image)
     kube = tmp_path / "pod.yaml"
     kube.write_text(yaml.safe_dump(pod))
@@ -254,11 +278,16 @@ def test_daemonset_pod_runs_under_podman_kube_play_and_its_probes_pass(
                     'events_logger = "file"\n')
     env = {**os.environ, "CONTAINERS_CONF": str(conf)}
     play = podman_argv("--runtime", "runc", "kube", "play", "--network", "none", str(kube))
-    ctr_name = "nvfabric-kube-play-nvfabric"
+    ctr_name = f"{POD}-nvfabric"
     try:
         out = subprocess.run(play, capture_output=True, text=True, timeout=300, env=env)
         assert out.returncode == 0, out.stderr
-        wait_for(node / "run" / "nvfabric" / "ready", 60, container=ctr_name)
+        if overlay == "mnnvl-dra":
+            log = _wait_log(ctr_name, "--stay: waiting for SIGTERM", 60)
+            assert "IMEX is owned by dra; nvfabric starts nothing" in log
+            assert "started" not in log  # no nvidia-imex, no fabric manager
+        else:
+            wait_for(node / "run" / "nvfabric" / "ready", 60, container=ctr_name)
         config = inspect("container", ctr_name)["Config"]
         # podman maps the livenessProbe to the container's healthcheck (period, failures)
         health = config["Healthcheck"]
@@ -277,9 +306,14 @@ def test_daemonset_pod_runs_under_podman_kube_play_and_its_probes_pass(
         state = inspect("container", ctr_name)["State"]
         assert state["Running"] is True and state["Health"]["Status"] == "healthy"
         assert config["User"] in ("0", "0:0", "")
-        # the pod stops as the kubelet stops it: SIGTERM, fabric manager then NVLSM, exit 0
+        # the pod stops as the kubelet stops it: SIGTERM (fabric manager then NVLSM), exit 0
+        started = time.monotonic()
         podman("pod", "stop", "--time", str(pod["spec"]["terminationGracePeriodSeconds"]),
-               "nvfabric-kube-play", timeout=120)
+               POD, timeout=120)
+        assert time.monotonic() - started < pod["spec"]["terminationGracePeriodSeconds"]
         assert inspect("container", ctr_name)["State"]["ExitCode"] == 0
+        if overlay == "nvlink5":
+            log = podman("logs", ctr_name).stderr + podman("logs", ctr_name).stdout
+            assert log.index("fabricmanager stopped") < log.index("nvlsm stopped")
     finally:
-        podman("pod", "rm", "--force", "nvfabric-kube-play", check=False, timeout=120)
+        podman("pod", "rm", "--force", POD, check=False, timeout=120)
