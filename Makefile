@@ -36,12 +36,16 @@ test-integration: pyc
 # The container image (deploy/container/Containerfile): a wheelhouse of this checkout as the
 # build context, so the build installs offline. BASE: any glibc image with python3 >= 3.10
 # whose minor version is the one of $(PY) (the wheels of compiled dependencies follow it).
+# PODMAN and PODMAN_BUILD_FLAGS: how podman is run (the integration tests pass their private
+# storage and this sandbox's runtime settings).
 BASE ?= docker.io/library/python:3.11-slim-bookworm
 IMAGE ?= nvfabric:latest
+PODMAN ?= podman
+PODMAN_BUILD_FLAGS ?=
 image: $(STAMP)
 	rm -rf build/image && mkdir -p build/image
 	$(BIN)/python -m pip wheel -q --wheel-dir build/image/wheels . pip
-	podman build -f deploy/container/Containerfile --build-arg BASE=$(BASE) \
+	$(PODMAN) build $(PODMAN_BUILD_FLAGS) -f deploy/container/Containerfile --build-arg BASE=$(BASE) \
 	  --build-arg REVISION=$$(git rev-parse HEAD) -t $(IMAGE) build/image
 
 # The Talos system extension (deploy/talos/Containerfile, FROM scratch): the single-file binary,
@@ -55,7 +59,7 @@ talos-image: dist/nvfabric
 	rm -rf build/talos && mkdir -p build/talos/dist build/talos/deploy build/talos/fabric
 	cp dist/nvfabric build/talos/dist/ && cp -r deploy/talos build/talos/deploy/
 	if [ -n "$(FABRIC_DIR)" ]; then cp -a "$(FABRIC_DIR)"/. build/talos/fabric/; fi
-	podman build -f deploy/talos/Containerfile --build-arg BASE=$(TALOS_BASE) \
+	$(PODMAN) build $(PODMAN_BUILD_FLAGS) -f deploy/talos/Containerfile --build-arg BASE=$(TALOS_BASE) \
 	  --build-arg REVISION=$$(git rev-parse HEAD) -t $(TALOS_IMAGE) build/talos
 
 bench: pyc

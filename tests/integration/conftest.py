@@ -10,7 +10,7 @@ from tests.integration.podman import build_image
 
 
 @pytest.fixture(scope="session")
-def nvfabric_image(tmp_path_factory: pytest.TempPathFactory) -> str:
-    """The image of deploy/container/Containerfile (tests/integration/podman.py), built once
-    per test session on the private podman storage."""
-    return build_image(tmp_path_factory.mktemp("image-context"))
+def nvfabric_image() -> str:
+    """The image of deploy/container/Containerfile (``make image``, through
+    tests/integration/podman.py), built once per test session on the private podman storage."""
+    return build_image()

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import fcntl
 import json
-import shutil
+import shlex
 import subprocess
 import sys
 import time
@@ -28,7 +28,6 @@ STORE = REPO / "build" / "podman"
 BASE_IMAGE = "localhost/nvfabric-test-base:bookworm"
 IMAGE = "localhost/nvfabric:test"
 TALOS_IMAGE = "localhost/nvfabric-talos:test"
-CONTAINERFILE = REPO / "deploy" / "container" / "Containerfile"
 RUN_FLAGS = ["--runtime", "runc", "--pull=never", "--network", "none",
              "--ulimit", "nofile=1024:1024", "--ulimit", "nproc=1024:1024"]
 
@@ -65,30 +64,44 @@ def base_image() -> str:
     return BASE_IMAGE
 
 
-def wheelhouse(dest: Path) -> Path:
-    """nvfabric's wheel, its dependencies' wheels and pip's wheel in ``dest/wheels``: the
-    build context of deploy/container/Containerfile (``pip wheel`` of this checkout)."""
-    wheels = dest / "wheels"
-    subprocess.run([sys.executable, "-m", "pip", "wheel", "--quiet", "--disable-pip-version-check",
-                    "--wheel-dir", str(wheels), str(REPO), "pip"],
-                   check=True, timeout=600, capture_output=True, text=True)
-    return dest
+BUILD_FLAGS = ["--runtime", "runc", "--pull=never", "--network", "none",
+               "--ulimit", "nofile=1024:1024", "--ulimit", "nproc=1024:1024"]
 
 
-def build_image(context_dir: Path) -> str:
-    """Build deploy/container/Containerfile on the bookworm base as ``IMAGE`` (rebuilt each
-    session: the layers of an unchanged base are reused). A lock serialises parallel builds."""
-    require("podman", "buildah", "runc")
-    base = base_image()
-    ctx = wheelhouse(context_dir)
-    revision = subprocess.run(["git", "-C", str(REPO), "rev-parse", "HEAD"], capture_output=True,
-                              text=True, check=False).stdout.strip() or "unknown"
+def _python_minor(image: str) -> str:
+    return podman("run", "--rm", *RUN_FLAGS, "--entrypoint", "python3", image, "-c",
+                  "import sys; print(*sys.version_info[:2], sep='.')").stdout.strip()
+
+
+def _make(target: str, **variables: str) -> None:
+    """``make TARGET VAR=VALUE...`` in the checkout with podman on the private storage: the
+    Makefile's own image targets, so the tests build what an operator builds. A lock
+    serialises parallel builds; AssertionError with the end of make's output on failure."""
+    argv = ["make", "-s", target, f"PODMAN={shlex.join(podman_argv())}",
+            f"PODMAN_BUILD_FLAGS={shlex.join(BUILD_FLAGS)}",
+            *(f"{k}={v}" for k, v in variables.items())]
+    (STORE / "tmp").mkdir(parents=True, exist_ok=True)
     with open(STORE / "build.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
-        podman("build", "--runtime", "runc", "--pull=never", "--network", "none",
-               "--ulimit", "nofile=1024:1024", "--ulimit", "nproc=1024:1024",
-               "--build-arg", f"BASE={base}", "--build-arg", f"REVISION={revision}",
-               "-f", str(CONTAINERFILE), "-t", IMAGE, str(ctx), timeout=900)
+        done = subprocess.run(argv, cwd=REPO, capture_output=True, text=True, timeout=900,
+                              check=False)
+    if done.returncode:
+        raise AssertionError(f"make {target} failed ({done.returncode}):\n"
+                             + (done.stdout + done.stderr)[-3000:])
+
+
+def build_image() -> str:
+    """``make image`` (deploy/container/Containerfile) on the bookworm base, as ``IMAGE``.
+
+    The wheelhouse is made by this venv's Python: its compiled wheels (PyYAML) are for its
+    minor version, which must be the base's (AssertionError naming both otherwise)."""
+    require("podman", "buildah", "runc", "make")
+    base = base_image()
+    here = f"{sys.version_info[0]}.{sys.version_info[1]}"
+    there = _python_minor(base)
+    assert here == there, (f"the test venv's Python is {here}, the bookworm base's {there}: "
+                           "the wheelhouse would not install there")
+    _make("image", BASE=base, IMAGE=IMAGE)
     return IMAGE
 
 
@@ -155,23 +168,10 @@ def alive(pid: int) -> bool:
     return stat.rsplit(")", 1)[1].split()[0] != "Z"
 
 
-TALOS_CONTAINERFILE = REPO / "deploy" / "talos" / "Containerfile"
-
-
-def build_talos_image(binary: Path, context_dir: Path) -> str:
-    """Build deploy/talos/Containerfile (FROM scratch) as ``TALOS_IMAGE`` from a small context:
-    the single-file ``binary`` at dist/nvfabric and deploy/talos/, on the bookworm base (the
-    glibc the binary was built against on this machine)."""
-    require("podman", "buildah", "runc")
-    base = base_image()
-    (context_dir / "dist").mkdir(parents=True, exist_ok=True)
-    shutil.copy2(binary, context_dir / "dist" / "nvfabric")
-    shutil.copytree(REPO / "deploy" / "talos", context_dir / "deploy" / "talos")
-    (context_dir / "fabric").mkdir()  # no vendor files: none can be downloaded here
-    with open(STORE / "build.lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        podman("build", "--runtime", "runc", "--pull=never", "--network", "none",
-               "--ulimit", "nofile=1024:1024", "--ulimit", "nproc=1024:1024",
-               "--build-arg", f"BASE={base}", "-f", str(TALOS_CONTAINERFILE),
-               "-t", TALOS_IMAGE, str(context_dir), timeout=900)
+def build_talos_image() -> str:
+    """``make talos-image`` (deploy/talos/Containerfile, FROM scratch) as ``TALOS_IMAGE``, on
+    the bookworm base (the glibc the single-file binary was built against on this machine);
+    no FABRIC_DIR: NVIDIA's archives cannot be downloaded here."""
+    require("podman", "buildah", "runc", "make")
+    _make("talos-image", TALOS_BASE=base_image(), TALOS_IMAGE=TALOS_IMAGE)
     return TALOS_IMAGE

@@ -43,7 +43,8 @@ def _pyproject_version() -> str:
 def layout(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The extension image as an OCI layout (skopeo copy out of the private storage)."""
     require("skopeo", "umoci")
-    image = build_talos_image(dist_binary(), tmp_path_factory.mktemp("talos-context"))
+    dist_binary()  # `make dist` under its own lock first
+    image = build_talos_image()
     out = tmp_path_factory.mktemp("talos-oci") / "oci"
     subprocess.run(["skopeo", "copy", "--quiet", storage_ref(image), f"oci:{out}:ext"],
                    check=True, timeout=600)
