@@ -248,7 +248,8 @@ def _sandbox_pod(ds: dict[str, Any], node: Path, image: str) -> dict[str, Any]:
     for probe in ("startupProbe", "readinessProbe", "livenessProbe"):
         ctr[probe]["exec"]["command"] += ["--root", "/node"]
     under = {"run-fabricmanager": "run/nvidia-fabricmanager", "run-nvfabric": "run/nvfabric",
-             "var-log": "var/log"}
+             "var-log": "var/log", "host-systemd": "etc/systemd/system",
+             "kubelet-plugins": "var/lib/kubelet/plugins"}
     spec["volumes"] = [v for v in spec["volumes"] if v["name"] not in ("dev", "sys")]
     ctr["volumeMounts"] = [m for m in ctr["volumeMounts"] if m["name"] not in ("dev", "sys")]
     for vol in spec["volumes"]:
@@ -277,16 +278,7 @@ def _wait_log(container: str, text: str, timeout: float) -> str:
         time.sleep(0.2)
 
 
-@pytest.mark.parametrize(("overlay", "profile"), [("nvlink5", "dgx-b200"),
-                                                  ("mnnvl-dra", "gb200-tray")])
-def test_daemonset_pod_runs_under_podman_kube_play_and_its_probes_pass(
-        nvfabric_image: str, tmp_path: Path, overlay: str, profile: str) -> None:
-    ds = daemonset(render(overlay))
-    node = simulate_in_image(nvfabric_image, tmp_path / "node", profile=profile)
-    if overlay == "mnnvl-dra":
-        # what the DRA driver's kubelet plugin leaves on its nodes
-        (node / "var/lib/kubelet/plugins/compute-domain.nvidia.com").mkdir(parents=True)
-    pod = _sandbox_pod(ds, node, nvfabric_image)
+def _kube_play(pod: dict[str, Any], tmp_path: Path) -> None:
     kube = tmp_path / "pod.yaml"
     kube.write_text(yaml.safe_dump(pod))
     # kube play has no --ulimit: the same limits as every run, through a private containers.conf
@@ -296,14 +288,34 @@ def test_daemonset_pod_runs_under_podman_kube_play_and_its_probes_pass(
                     'events_logger = "file"\n')
     env = {**os.environ, "CONTAINERS_CONF": str(conf)}
     play = podman_argv("--runtime", "runc", "kube", "play", "--network", "none", str(kube))
+    out = subprocess.run(play, capture_output=True, text=True, timeout=300, env=env)
+    assert out.returncode == 0, out.stderr
+
+
+def _dra_node(image: str, node: Path) -> Path:
+    simulate_in_image(image, node, profile="gb200-tray")
+    # what the DRA driver's kubelet plugin leaves on its nodes
+    (node / "var/lib/kubelet/plugins/compute-domain.nvidia.com").mkdir(parents=True)
+    return node
+
+
+@pytest.mark.parametrize(("overlay", "profile"), [("nvlink5", "dgx-b200"),
+                                                  ("mnnvl-dra", "gb200-tray")])
+def test_daemonset_pod_runs_under_podman_kube_play_and_its_probes_pass(
+        nvfabric_image: str, tmp_path: Path, overlay: str, profile: str) -> None:
+    ds = daemonset(render(overlay))
+    if overlay == "mnnvl-dra":
+        node = _dra_node(nvfabric_image, tmp_path / "node")
+    else:
+        node = simulate_in_image(nvfabric_image, tmp_path / "node", profile=profile)
+    pod = _sandbox_pod(ds, node, nvfabric_image)
     ctr_name = f"{POD}-nvfabric"
     try:
-        out = subprocess.run(play, capture_output=True, text=True, timeout=300, env=env)
-        assert out.returncode == 0, out.stderr
+        _kube_play(pod, tmp_path)
         if overlay == "mnnvl-dra":
             log = _wait_log(ctr_name, "--stay: waiting for SIGTERM", 60)
             assert "IMEX is owned by dra; nvfabric starts nothing" in log
-            assert "started" not in log  # no nvidia-imex, no fabric manager
+            assert "nvfabric: started" not in log  # no nvidia-imex, no fabric manager
         else:
             wait_for(node / "run" / "nvfabric" / "ready", 60, container=ctr_name)
         config = inspect("container", ctr_name)["Config"]
@@ -333,5 +345,30 @@ def test_daemonset_pod_runs_under_podman_kube_play_and_its_probes_pass(
         if overlay == "nvlink5":
             log = podman("logs", ctr_name).stderr + podman("logs", ctr_name).stdout
             assert log.index("fabricmanager stopped") < log.index("nvlsm stopped")
+    finally:
+        podman("pod", "rm", "--force", POD, check=False, timeout=120)
+
+
+def test_dra_overlay_pod_refuses_when_the_host_imex_unit_is_enabled(
+        nvfabric_image: str, tmp_path: Path) -> None:
+    """The GB200/GB300 overlay's read-only mount of the host's /etc/systemd/system lets run see
+    an enabled nvidia-imex.service beside the DRA driver: imex_owner_conflict, exit 1, nothing
+    started (the DaemonSet's pod would crash-loop; here restartPolicy Never to read the exit)."""
+    node = _dra_node(nvfabric_image, tmp_path / "node")
+    wants = node / "etc/systemd/system/multi-user.target.wants"
+    wants.mkdir(parents=True)
+    (wants / "nvidia-imex.service").symlink_to("/lib/systemd/system/nvidia-imex.service")
+    pod = _sandbox_pod(daemonset(render("mnnvl-dra")), node, nvfabric_image)
+    pod["spec"]["restartPolicy"] = "Never"
+    ctr_name = f"{POD}-nvfabric"
+    try:
+        _kube_play(pod, tmp_path)
+        podman("wait", ctr_name, timeout=120)
+        assert inspect("container", ctr_name)["State"]["ExitCode"] == 1
+        logs = podman("logs", ctr_name)
+        text = logs.stdout + logs.stderr
+        assert "imex_owner_conflict" in text
+        assert "systemctl mask nvidia-imex.service" in text
+        assert "refused: nothing was started" in text and "nvfabric: started" not in text
     finally:
         podman("pod", "rm", "--force", POD, check=False, timeout=120)
