@@ -51,6 +51,7 @@ from dataclasses import dataclass, field
 from typing import IO, Protocol
 
 from .configs.atomic import write_atomic
+from .execinfo import INTERPRETER_HINT, exec_error, missing_interpreter
 from .findings import Finding
 from .services import PlannedFile, ServiceSpec
 
@@ -747,7 +748,8 @@ class Supervisor:
             self._fail(Finding(
                 "binary_missing" if err.errno in (errno.ENOENT, errno.EACCES, errno.ENOEXEC)
                 else "service_exited", "error",
-                f"cannot start {spec.name} ({spec.argv[0]}): {err.strerror or err}",
+                f"cannot start {spec.name} ({spec.argv[0]}): {exec_error(spec.argv[0], err)}",
+                INTERPRETER_HINT if missing_interpreter(spec.argv[0]) else
                 f"check that {spec.argv[0]} is installed and executable",
                 {"service": spec.name}))
             return

@@ -12,6 +12,7 @@ import json
 import os
 import signal
 import subprocess
+import sys
 import time
 import uuid
 from collections.abc import Iterator
@@ -113,6 +114,24 @@ def test_run_on_simulated_b200_ready_as_pid1_then_podman_stop_in_order(
         "nvfabric: all services stopped")]
     assert order == sorted(order), text[-3000:]
     assert not (node / "run" / "nvfabric" / "ready").exists()
+
+
+def test_tree_simulated_on_the_host_is_refused_naming_the_missing_interpreter(
+        nvfabric_image: str, tmp_path: Path) -> None:
+    """A tree simulated by the host's nvfabric has fakes whose #! names the host's Python,
+    absent in the image (as a host fabric manager's glibc loader would be in a bare image):
+    the preflight says which interpreter is missing instead of a bare 'No such file'."""
+    node = tmp_path / "node"
+    subprocess.run([sys.executable, "-m", "nvfabric", "simulate", "dgx-b200", str(node)],
+                   check=True, capture_output=True, timeout=120)
+    out = podman("run", "--rm", *RUN_FLAGS, "-v", f"{node}:/node", nvfabric_image, "run",
+                 "--root", "/node", "--dry-run", "--json", check=False)
+    assert out.returncode == 1, out.stderr
+    (missing,) = [f for f in json.loads(out.stdout)["findings"] if f["code"] == "binary_missing"]
+    assert missing["message"] == (
+        "cannot run /node/usr/bin/nv-fabricmanager --version: No such file or directory: its "
+        f"interpreter {sys.executable} (#! line) does not exist here")
+    assert "simulate a tree with the nvfabric that will run it" in missing["hint"]
 
 
 def test_podman_kill_of_pid1_leaves_no_daemon(

@@ -17,6 +17,7 @@ import click
 
 from ..configs.keyvalue import ConfigValueError
 from ..errors import NvfabricError, usage_error
+from ..execinfo import exec_error
 from ..findings import Finding
 from ..imex import channels, config, ctl, host, nodes, owner
 from ..imex.domain import node_list_id, plural
@@ -427,7 +428,7 @@ def query_domain(root: str, ctl_path: str, config_path: str,
             result = host.run_ctl(argv, timeout_s)
         except OSError as err:
             raise NvfabricError(Finding(
-                "binary_missing", "error", f"cannot run {binary}: {err.strerror or err}",
+                "binary_missing", "error", f"cannot run {binary}: {exec_error(binary, err)}",
                 "install the nvidia-imex package (it ships nvidia-imex-ctl), or give --ctl",
                 {"service": "imex"})) from None
         if result.timed_out:

@@ -23,6 +23,7 @@ from ..artifacts import versions
 from ..configs import fabricmanager as fmcfg
 from ..configs import keyvalue
 from ..errors import NvfabricError, usage_error
+from ..execinfo import INTERPRETER_HINT, exec_error, missing_interpreter
 from ..findings import Finding
 from ..hostpath import check as check_path
 from ..hostpath import confined, under_root
@@ -180,8 +181,13 @@ def _check_fm_version(binary: str, driver: str | None) -> list[Finding]:
     (numeric per field: 550.90.7 is 550.90.07), both printed as published."""
     try:
         version, text = fm.probe_version(binary)
-    except (OSError, subprocess.TimeoutExpired) as err:
+    except subprocess.TimeoutExpired as err:
         return [Finding("binary_missing", "error", f"cannot run {binary} --version: {err}",
+                        "check the fabric manager installation", {"path": binary})]
+    except OSError as err:
+        return [Finding("binary_missing", "error",
+                        f"cannot run {binary} --version: {exec_error(binary, err)}",
+                        INTERPRETER_HINT if missing_interpreter(binary) else
                         "check the fabric manager installation", {"path": binary})]
     if version is None:
         first = text.strip().splitlines()[:1]

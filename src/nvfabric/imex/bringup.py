@@ -19,6 +19,7 @@ from typing import Any
 from ..configs import keyvalue
 from ..configs.atomic import write_atomic
 from ..configs.keyvalue import ConfigValueError
+from ..execinfo import exec_error
 from ..findings import Finding
 from ..inventory.fs import under
 from ..output import console, print_findings, print_json
@@ -225,7 +226,8 @@ def readiness_probe(ctl_binary: str, cfg_path: str,
         try:
             result = host.run_ctl(ctl.query_argv(ctl_binary, cfg_path), timeout_s)
         except OSError as err:
-            return GpuCheck(False, False, "not queried", f"cannot run {ctl_binary}: {err}")
+            return GpuCheck(False, False, "not queried",
+                            f"cannot run {ctl_binary}: {exec_error(ctl_binary, err)}")
         if result.timed_out:
             return GpuCheck(False, False, "not answering",
                             f"nvidia-imex-ctl -q did not answer within {timeout_s:g} s "
