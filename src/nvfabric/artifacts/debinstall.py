@@ -122,7 +122,8 @@ def _provides(ctrl: dict[str, str]) -> tuple[tuple[str, str | None], ...]:
     from debian.deb822 import PkgRelation
 
     out: list[tuple[str, str | None]] = []
-    for clause in PkgRelation.parse_relations(ctrl.get("Provides", "")):
+    text = ctrl.get("Provides", "")
+    for clause in PkgRelation.parse_relations(text) if text.strip() else []:
         for alt in clause:
             ver = alt.get("version")
             out.append((alt["name"], ver[1] if ver and ver[0] == "=" else None))

@@ -81,7 +81,8 @@ def read(root: str) -> Database:
         if len(words) != 3 or words[2] != "installed":
             continue
         provides: list[tuple[str, str | None]] = []
-        for clause in PkgRelation.parse_relations(para.get("Provides", "")):
+        text = para.get("Provides", "")
+        for clause in PkgRelation.parse_relations(text) if text.strip() else []:
             for alt in clause:
                 ver = alt.get("version")
                 provides.append((alt["name"], ver[1] if ver and ver[0] == "=" else None))
