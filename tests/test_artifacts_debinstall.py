@@ -433,3 +433,43 @@ def test_install_from_on_a_tray_refuses_cached_fabric_manager(
     assert out["error"]["code"] == "component_not_for_fabric"
     record = json.loads((tmp_path / "debs" / cachefile.RECORD).read_text())
     assert record["artifacts"][0]["component"] == "fabricmanager"
+
+
+# -- install --source apt keeps apt-get only where the driver came from packages ----------
+
+def serve_imex_deb(m: Mirror, version: str, depends: str) -> None:
+    control = (f"Package: nvidia-imex\nVersion: {version}\nArchitecture: arm64\n"
+               f"Maintainer: t <t@example.invalid>\nDepends: {depends}\n"
+               "Description: IMEX Manager for NVIDIA based systems\n")
+    data = make_deb(control)
+    m.add(f"nvidia-imex_{version}_arm64.deb", data)
+    m.add("Packages", deb_stanza("nvidia-imex", version, data, "arm64").encode())
+
+
+def test_install_source_apt_on_a_runfile_node_takes_dpkg_not_apt_get(
+    mirror: Mirror, runfile_tray: Path, tmp_path: Path  # noqa: F811
+) -> None:
+    serve_imex_deb(mirror, "580.126.20-1ubuntu1", "nvidia-modprobe")
+    out, rc = run_json("install", "--root", str(runfile_tray), "--source", "apt",
+                       "--mirror", mirror.url, "--dest", str(tmp_path / "d"))
+    assert rc == 0, out
+    assert out["route"] == "dpkg" and out["dry_run"] is True, "nothing runs without --execute"
+    assert out["commands"] == [["dpkg", "--root", str(runfile_tray),
+                                "--ignore-depends=nvidia-modprobe", "-i",
+                                str(tmp_path / "d/nvidia-imex_580.126.20-1ubuntu1_arm64.deb")]]
+    assert not any("apt-get" in " ".join(c) for c in out["commands"])
+
+
+def test_install_source_apt_on_a_packaged_driver_keeps_apt_get(
+    mirror: Mirror, node: Callable[..., Path], tmp_path: Path  # noqa: F811
+) -> None:
+    root = node("gb200-tray")
+    dpkg_tree(root, {"libnvidia-compute-580": [NVML]})
+    put(root, NVML)
+    serve_imex_deb(mirror, "580.126.20-1ubuntu1", "nvidia-modprobe")
+    out, rc = run_json("install", "--root", str(root), "--source", "apt", "--mirror", mirror.url,
+                       "--dest", str(tmp_path / "d"))
+    assert rc == 0, out
+    assert out["route"] == "package manager"
+    assert out["commands"][0] == ["apt-get", "install", "-y", "--no-install-recommends",
+                                  "nvidia-imex=580.126.20-1ubuntu1"]

@@ -329,8 +329,15 @@ def install(
         _nothing(inputs, source, dry_run, as_json)
         return
     resolution, transport = _resolve(inputs, source, mirror, nvlsm_version, timeout, retries)
+    if source == "apt" and _runfile_driver(root):
+        # apt-get would pull a packaged nvidia-modprobe over the runfile's (issue 17): fetch the
+        # exact .debs into --dest and install them as `install --from` does, with dpkg.
+        _apt_on_runfile(root, inputs, resolution, transport, dest, prefix, imex_owner,
+                        execute, dry_run, as_json)
+        return
     out = _header(inputs, source, resolution, dry_run)
     out["artifacts"] = [a.to_json(None) for a in resolution.artifacts]
+    out["route"] = "package manager"
     con = None if as_json else console()
     if con is not None:
         print_findings(con, inputs.findings, "not installed")
@@ -435,7 +442,7 @@ def _install_from(
     out: dict[str, Any] = {
         "from": directory, "driver_version": inputs.driver_version, "arch": inputs.arch,
         "fabric": inputs.fabric, "components": [c.artifact.component for c in chosen],
-        "dry_run": dry_run, "reasons": reasons,
+        "dry_run": dry_run, "reasons": reasons, "route": "dpkg",
     }
     prepared = debinstall.prepare(root, directory, debs, inputs.arch) if debs else None
     if archives:
@@ -525,3 +532,46 @@ def _systemctl(argv: list[str]) -> tuple[int, str]:
         return imex_host.run_systemctl(argv)
     except OSError as err:
         return 127, f"cannot run systemctl: {err.strerror}"
+
+
+def _runfile_driver(root: str) -> bool:
+    """True when the node under ``root`` has a dpkg database and its driver came from the
+    runfile (:func:`nvfabric.artifacts.dpkgdb.driver_origin`)."""
+    from ..artifacts import dpkgdb
+
+    try:
+        return dpkgdb.driver_origin(root, dpkgdb.read(root)).kind == "runfile"
+    except NvfabricError:
+        return False
+
+
+def _apt_on_runfile(
+    root: str, inputs: Inputs, resolution: Any, transport: Any, dest: str, prefix: str,
+    imex_owner: str | None, execute: bool, dry_run: bool, as_json: bool,
+) -> None:
+    """``install --source apt`` on a runfile-driver node: the verified .debs go into ``dest``
+    (with the fetch record) and are installed with dpkg as ``install --from dest`` does; only
+    with ``--execute`` is anything installed (otherwise the dpkg argv is printed)."""
+    from ..artifacts import cachefile
+    from ..artifacts import fetch as fetch_one
+
+    if dry_run:
+        transport.close()
+        out = _header(inputs, "apt", resolution, dry_run)
+        out["artifacts"] = [a.to_json(None) for a in resolution.artifacts]
+        out["route"] = "dpkg"
+        out["commands"] = []
+        if as_json:
+            print_json(out)
+        else:
+            console().print(f"runfile driver: install would fetch into {safe(dest)} and install "
+                            "with dpkg, forcing only what the runfile provides (as install "
+                            "--from)", emoji=False)
+        return
+    with transport:
+        for art in resolution.artifacts:
+            fetch_one(art, transport, dest)
+    cachefile.write(dest, [cachefile.Cached(a, a.filename, inputs.driver_version)
+                           for a in resolution.artifacts])
+    _install_from(root, dest, inputs.driver_version, inputs.arch, ",".join(inputs.components),
+                  inputs.fabric, prefix, imex_owner, not execute, as_json)
