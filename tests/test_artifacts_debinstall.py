@@ -473,3 +473,33 @@ def test_install_source_apt_on_a_packaged_driver_keeps_apt_get(
     assert out["route"] == "package manager"
     assert out["commands"][0] == ["apt-get", "install", "-y", "--no-install-recommends",
                                   "nvidia-imex=580.126.20-1ubuntu1"]
+
+
+def test_a_root_or_directory_with_a_newline_never_reaches_dpkg(tmp_path: Path) -> None:
+    root = tmp_path / "image\nroot"
+    dpkg_tree(root, {})
+    put(root, NVML)
+    put(root, "/usr/bin/nvidia-modprobe")
+    cached_imex(tmp_path / "debs", "580.126.20-1ubuntu1", "nvidia-modprobe")
+    out, rc = run_json("install", "--from", str(tmp_path / "debs"), "--root", str(root),
+                       "--arch", "arm64")
+    assert rc == 2, out
+    assert out["error"]["code"] == "input_unreadable"
+    assert "newline" in out["error"]["message"]
+
+
+def test_owner_host_on_a_dra_node_is_refused_before_dpkg(
+    runfile_tray: Path, tmp_path: Path
+) -> None:
+    plugin = runfile_tray / "var/lib/kubelet/plugins/compute-domain.nvidia.com"
+    plugin.mkdir(parents=True)
+    (plugin / "checkpoint.json").write_text("{}")
+    cached_imex(tmp_path / "debs", "580.126.20-1ubuntu1", "nvidia-modprobe")
+    out, rc = run_json("install", "--from", str(tmp_path / "debs"), "--root", str(runfile_tray),
+                       "--imex-owner", "host", "--dry-run")
+    assert rc == 1
+    assert out["error"]["code"] == "imex_owner_conflict"
+    detected, rc = run_json("install", "--from", str(tmp_path / "debs"), "--root",
+                            str(runfile_tray), "--dry-run")
+    assert rc == 0
+    assert (detected["imex_unit"]["owner"], detected["imex_unit"]["action"]) == ("dra", "disable")

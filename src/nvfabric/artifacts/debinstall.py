@@ -160,7 +160,12 @@ def prepare(root: str, directory: str, entries: Sequence[Cached], arch: str) -> 
     if missing:
         raise NvfabricError(unsatisfied(missing, origin), exit_code=1)
     ignore = sorted({n for d in decisions for n in d.ignore})
-    argv = dpkg_argv(root, ignore, paths)
+    try:
+        argv = dpkg_argv(root, ignore, paths)
+    except ValueError as err:
+        raise _unreadable(f"refusing to build the dpkg command line: {err}",
+                          "use plain absolute paths (no newline, no '..') for --root and "
+                          "--from") from None
     return Prepared(tuple(entries), paths, tuple(controls), decisions, origin, tuple(argv))
 
 

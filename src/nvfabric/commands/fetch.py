@@ -451,6 +451,9 @@ def _install_from(
     live = imex_host.systemd_running(root)
     if any(c.artifact.component == "imex" for c in debs):
         ownership = decide(imex_host.gather_evidence(root), imex_owner)
+        if ownership.conflict is not None and unit_policy(ownership.owner).action == "enable":
+            # Enabling the host unit beside the DRA driver's daemons: refused before dpkg runs.
+            raise NvfabricError(ownership.conflict, exit_code=1)
     if prepared is not None:
         findings += prepared.forced
         out["driver_origin"] = prepared.origin.to_json()
@@ -488,7 +491,11 @@ def _install_from(
             con.print(f"installed: {safe(what)} {safe(item['version'])}", emoji=False)
     if ownership is not None:
         policy = unit_policy(ownership.owner)
-        argv = imex_host.unit_argv(root, policy.action, policy.now, live)
+        try:
+            argv = imex_host.unit_argv(root, policy.action, policy.now, live)
+        except ValueError as err:
+            raise usage_error(f"refusing to build the systemctl command line: {err}",
+                              "use a plain absolute --root (no newline)") from None
         unit: dict[str, Any] = {
             "unit": HOST_UNIT, "owner": ownership.owner, "owner_source": ownership.source,
             "action": policy.action, "live": live, "argv": argv, "reason": policy.reason,
