@@ -103,3 +103,50 @@ def read(directory: str) -> list[Cached]:
             row["file"], row["driver_version"],
         ))
     return out
+
+
+def components_for(record: Sequence[Cached], arch: str | None) -> tuple[str, ...]:
+    """The components the record holds for ``arch`` (canonical; None: any), in record order:
+    what ``install --from`` installs when ``--components`` is not given."""
+    from .naming import canonical_arch
+
+    return tuple(dict.fromkeys(
+        c.artifact.component for c in record
+        if arch is None or canonical_arch(c.artifact.arch) == arch))
+
+
+def driver_for(
+    record: Sequence[Cached], given: str | None, loaded: str | None, root: str
+) -> tuple[str, tuple[str, ...]]:
+    """(driver version to match, reasons): ``given`` (``--driver-version``), else ``loaded``
+    (the module under the root), else the one version the record was fetched for (an image
+    root at build time has no driver loaded). Raises usage_error (exit 2) when none of these
+    names exactly one version."""
+    if given or loaded:
+        return str(given or loaded), ()
+    fetched = sorted({c.driver_version for c in record})
+    if len(fetched) != 1:
+        from ..errors import usage_error
+
+        raise usage_error(
+            f"no driver is loaded under {root} and the fetch record holds {len(fetched)} "
+            f"driver versions ({', '.join(fetched) or 'none'})", "pass --driver-version")
+    return fetched[0], (f"no driver loaded under {root}: installing what was fetched for "
+                        f"driver {fetched[0]}",)
+
+
+def pick(record: Sequence[Cached], components: Sequence[str], arch: str) -> list[Cached]:
+    """The entries of ``components`` for ``arch`` (canonical), in record order. Raises
+    usage_error (exit 2) naming the components the record lacks for that arch."""
+    from ..errors import usage_error
+    from .naming import canonical_arch
+
+    chosen = [c for c in record if c.artifact.component in components
+              and canonical_arch(c.artifact.arch) == arch]
+    have = {c.artifact.component for c in chosen}
+    missing = [comp for comp in components if comp not in have]
+    if missing:
+        raise usage_error(f"the fetch record holds no {', '.join(missing)} for {arch}",
+                          "fetch them at image build time: nvfabric fetch --components ... "
+                          "--arch ... --dest DIR")
+    return chosen

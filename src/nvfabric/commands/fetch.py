@@ -406,31 +406,13 @@ def _install_from(
     directory = os.path.abspath(from_dir)
     record = cachefile.read(directory)
     loaded = None if driver_version else collect(root).driver_version
-    fetched_for = sorted({c.driver_version for c in record})
-    reasons: list[str] = []
-    if driver_version is None and loaded is None:
-        if len(fetched_for) != 1:
-            raise usage_error(
-                f"no driver is loaded under {root} and the record of {directory} holds "
-                f"{len(fetched_for)} driver versions ({', '.join(fetched_for) or 'none'})",
-                "pass --driver-version to choose")
-        reasons.append(f"no driver loaded under {root}: installing what was fetched for "
-                       f"driver {fetched_for[0]}")
-    dv = driver_version or loaded or fetched_for[0]
-    canon_arch = canonical_arch(arch) if arch else None
-    in_record = tuple(dict.fromkeys(
-        c.artifact.component for c in record
-        if canon_arch is None or canonical_arch(c.artifact.arch) == canon_arch))
+    dv, why = cachefile.driver_for(record, driver_version, loaded, root)
+    reasons = list(why)
+    # Offline: no repository is read, so gather() needs no CUDA repository distro ("redist").
     inputs = gather(root, dv, arch, components, "redist", None, None, fabric,
-                    default_components=in_record)
-    chosen = [c for c in record if c.artifact.component in inputs.components
-              and canonical_arch(c.artifact.arch) == inputs.arch]
-    missing = [comp for comp in inputs.components
-               if comp not in {c.artifact.component for c in chosen}]
-    if missing:
-        raise usage_error(
-            f"{directory} holds no {', '.join(missing)} for {inputs.arch}",
-            "fetch them at image build time: nvfabric fetch --components ... --dest DIR")
+                    default_components=cachefile.components_for(
+                        record, canonical_arch(arch) if arch else None))
+    chosen = cachefile.pick(record, inputs.components, inputs.arch)
     for c in chosen:
         debinstall.check_version(c, inputs.driver_version)
     if any(c.artifact.source == "rpm" for c in chosen):
