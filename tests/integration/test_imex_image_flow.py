@@ -58,7 +58,7 @@ def host_arch() -> str:
                           check=True, timeout=30).stdout.strip()
 
 
-def build_imex_deb(work: Path, arch: str, depends: str) -> bytes:
+def build_imex_deb(work: Path, arch: str, depends: str, postinst: str = POSTINST) -> bytes:
     """An nvidia-imex .deb shaped like NVIDIA's: binaries, config, the unit, a postinst that
     enables it; Depends as given."""
     pkg = work / "pkg"
@@ -70,7 +70,7 @@ def build_imex_deb(work: Path, arch: str, depends: str) -> bytes:
         "Description: IMEX Manager for NVIDIA based systems\n"
         " Test package shaped like the CUDA repository's nvidia-imex.\n")
     (pkg / "DEBIAN/conffiles").write_text("/etc/nvidia-imex/config.cfg\n")
-    (pkg / "DEBIAN/postinst").write_text(POSTINST)
+    (pkg / "DEBIAN/postinst").write_text(postinst)
     (pkg / "DEBIAN/postinst").chmod(0o755)
     for name in ("nvidia-imex", "nvidia-imex-ctl"):
         path = pkg / "usr/bin" / name
@@ -219,3 +219,30 @@ def test_a_dependency_the_runfile_does_not_provide_refuses_and_installs_nothing(
     assert (root / "var/lib/dpkg/status").read_bytes() == status_before
     assert not (root / "usr/bin/nvidia-imex").exists()
     assert not (root / "etc/systemd/system/multi-user.target.wants/nvidia-imex.service").exists()
+
+
+def test_a_failing_dpkg_run_is_purged_again_and_leaves_the_root_as_it_was(
+    tmp_path: Path,
+) -> None:
+    require("mmdebstrap", "dpkg", "dpkg-deb", "systemctl")
+    arch = host_arch()
+    root = fresh_root(tmp_path / "root")
+    runfile_driver(root, arch)
+    deb = build_imex_deb(tmp_path, arch, "nvidia-modprobe",
+                         postinst="#!/bin/sh\necho 'postinst: cannot configure' >&2\nexit 1\n")
+    status_before = (root / "var/lib/dpkg/status").read_bytes()
+    mirror = Mirror()
+    try:
+        serve_cuda_repo(mirror, deb, arch)
+        out, rc = fetch_and_install(mirror, root, tmp_path / "debs", arch)
+    finally:
+        mirror.close()
+    assert rc == 1, out
+    err = out["error"]
+    assert err["code"] == "install_failed"
+    assert err["rolled_back"] == ["nvidia-imex"]
+    assert "exit status 1" in err["message"] and "purged again: nvidia-imex" in err["message"]
+    assert dpkg_status(root, "nvidia-imex").returncode != 0
+    assert not (root / "usr/bin/nvidia-imex").exists()
+    assert (root / "var/lib/dpkg/status").read_bytes() == status_before
+    assert (root / "usr/bin/nvidia-modprobe").is_file(), "the runfile's file is untouched"
