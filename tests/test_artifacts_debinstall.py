@@ -135,7 +135,7 @@ def test_runfile_driver_is_files_no_package_owns(tmp_path: Path) -> None:
     (tmp_path / "usr/lib/aarch64-linux-gnu/libnvidia-ml.so.1").symlink_to(
         "libnvidia-ml.so.580.126.20")
     put(tmp_path, "/usr/bin/nvidia-modprobe")
-    origin = dpkgdb.driver_origin(str(tmp_path), dpkgdb.read(str(tmp_path)))
+    origin = dpkgdb.driver_origin(str(tmp_path))
     assert (origin.kind, origin.version, origin.package) == ("runfile", "580.126.20", None)
     assert origin.provides == (OnDisk("nvidia-modprobe", "580.126.20", "/usr/bin/nvidia-modprobe"),)
 
@@ -145,7 +145,7 @@ def test_packaged_driver_provides_nothing_outside_dpkg(tmp_path: Path) -> None:
     dpkg_tree(tmp_path, {"libnvidia-compute-580": [NVML.removeprefix("/usr")]})
     put(tmp_path, NVML)
     put(tmp_path, "/usr/bin/nvidia-modprobe")
-    origin = dpkgdb.driver_origin(str(tmp_path), dpkgdb.read(str(tmp_path)))
+    origin = dpkgdb.driver_origin(str(tmp_path))
     assert (origin.kind, origin.package) == ("package", "libnvidia-compute-580")
     assert origin.provides == ()
 
@@ -153,7 +153,7 @@ def test_packaged_driver_provides_nothing_outside_dpkg(tmp_path: Path) -> None:
 def test_no_driver_library_is_unknown_and_provides_nothing(tmp_path: Path) -> None:
     dpkg_tree(tmp_path, {})
     put(tmp_path, "/usr/bin/nvidia-modprobe")
-    origin = dpkgdb.driver_origin(str(tmp_path), dpkgdb.read(str(tmp_path)))
+    origin = dpkgdb.driver_origin(str(tmp_path))
     assert (origin.kind, origin.provides) == ("unknown", ())
 
 
@@ -163,7 +163,7 @@ def test_a_packaged_nvidia_modprobe_beside_a_runfile_driver_is_not_provided(tmp_
     put(tmp_path, "/usr/bin/nvidia-modprobe")
     put(tmp_path, "/usr/bin/nvidia-persistenced")
     db = dpkgdb.read(str(tmp_path))
-    origin = dpkgdb.driver_origin(str(tmp_path), db)
+    origin = dpkgdb.driver_origin(str(tmp_path))
     assert origin.kind == "runfile"
     assert [p.name for p in origin.provides] == ["nvidia-persistenced"]
     assert [k.name for k in db.installed] == ["nvidia-modprobe"], "config-files is not installed"

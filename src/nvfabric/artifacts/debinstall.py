@@ -149,7 +149,7 @@ def prepare(root: str, directory: str, entries: Sequence[Cached], arch: str) -> 
             )
         controls.append(ctrl)
     db: Database = read(root)
-    origin = driver_origin(root, db)
+    origin = driver_origin(root)
     known = [*db.installed, *(Known(k["Package"], k["Version"], _provides(k)) for k in controls)]
     try:
         decisions = tuple(decide(k, known, origin.provides) for k in controls)

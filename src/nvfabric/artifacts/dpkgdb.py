@@ -29,20 +29,9 @@ _MERGED = ("/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
 
 @dataclass(frozen=True)
 class Database:
-    """The dpkg database of a root: installed packages and path -> owning package."""
+    """The installed packages of a root's dpkg database (``Status: ... installed``)."""
 
     installed: tuple[Known, ...]
-    owners: dict[str, str]
-
-    def version_of(self, name: str) -> str | None:
-        return next((p.version for p in self.installed if p.name == name), None)
-
-    def owner(self, path: str) -> str | None:
-        """The package whose file list names ``path`` (either merged-/usr spelling)."""
-        for alias in aliases(path):
-            if alias in self.owners:
-                return self.owners[alias]
-        return None
 
 
 def aliases(path: str) -> tuple[str, ...]:
@@ -88,39 +77,50 @@ def read(root: str) -> Database:
                 provides.append((alt["name"], ver[1] if ver and ver[0] == "=" else None))
         installed.append(Known(para.get("Package", ""), para.get("Version", ""),
                                tuple(provides)))
-    return Database(tuple(installed), _owners(root))
+    return Database(tuple(installed))
 
 
-def _owners(root: str) -> dict[str, str]:
-    owners: dict[str, str] = {}
+def owners(root: str, paths: Iterable[str]) -> dict[str, str]:
+    """``path -> package`` for each of ``paths`` (host view) that a file list of the dpkg
+    database under ``root`` names, in either merged-/usr spelling (dpkg-query -S). Only the
+    wanted lines are kept, so a node with thousands of packages costs one pass over the lists,
+    not a table of every path."""
+    wanted: dict[str, str] = {}
+    for path in paths:
+        for alias in aliases(path):
+            wanted[alias] = path
+    found: dict[str, str] = {}
+    if not wanted:
+        return found
     for lst in sorted(glob.glob(glob.escape(under(root, ADMIN_DIR + "/info")) + "/*.list")):
         name = os.path.basename(lst)[: -len(".list")].split(":", 1)[0]
         try:
             with open(lst, encoding="utf-8", errors="replace") as fh:
                 for line in fh:
-                    owners.setdefault(line.rstrip("\n"), name)
+                    hit = wanted.get(line.rstrip("\n"))
+                    if hit is not None:
+                        found.setdefault(hit, name)
         except OSError:
             continue
-    return owners
+    return found
 
 
-def driver_origin(root: str, db: Database) -> DriverOrigin:
+def driver_origin(root: str) -> DriverOrigin:
     """Runfile or packages (:func:`.runfile.classify`) from the NVML library files and the
-    runfile's binaries found under ``root``, with their owners in ``db``."""
-    libraries = []
+    runfile's binaries found under ``root``, with their owners in its dpkg file lists."""
+    libs = []
     for d in RUNFILE_LIB_DIRS:
         full = under(root, d)
         if os.path.islink(full):
             continue  # /usr/lib64 -> lib on some roots: the real directory is listed anyway
         for path in sorted(glob.glob(glob.escape(full) + "/" + DRIVER_VERSION_LIB + "*")):
             if os.path.isfile(path) and not os.path.islink(path):
-                host = d + "/" + os.path.basename(path)
-                libraries.append(DiskFile(host, db.owner(host)))
-    binaries = []
-    for name, host in RUNFILE_PROVIDES.items():
-        if os.path.isfile(under(root, host)):
-            binaries.append((name, DiskFile(host, db.owner(host))))
-    return classify(libraries, binaries)
+                libs.append(d + "/" + os.path.basename(path))
+    bins = [(name, host) for name, host in RUNFILE_PROVIDES.items()
+            if os.path.isfile(under(root, host))]
+    owner = owners(root, [*libs, *(host for _, host in bins)])
+    return classify([DiskFile(p, owner.get(p)) for p in libs],
+                    [(name, DiskFile(host, owner.get(host))) for name, host in bins])
 
 
 def control(deb: str) -> dict[str, str]:

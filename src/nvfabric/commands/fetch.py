@@ -529,7 +529,8 @@ def _runfile_driver(root: str) -> bool:
     from ..artifacts import dpkgdb
 
     try:
-        return dpkgdb.driver_origin(root, dpkgdb.read(root)).kind == "runfile"
+        dpkgdb.read(root)  # a Debian-family root, or not: then the apt path stays
+        return dpkgdb.driver_origin(root).kind == "runfile"
     except NvfabricError:
         return False
 
