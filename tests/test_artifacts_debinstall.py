@@ -25,6 +25,7 @@ from tests.conftest import run_json
 from tests.test_fetch_mirror import (  # noqa: F401 - fixture
     Mirror,
     deb_stanza,
+    make_archive,
     mirror,
     sha256,
 )
@@ -503,3 +504,24 @@ def test_owner_host_on_a_dra_node_is_refused_before_dpkg(
                             str(runfile_tray), "--dry-run")
     assert rc == 0
     assert (detected["imex_unit"]["owner"], detected["imex_unit"]["action"]) == ("dra", "disable")
+
+
+def test_install_from_puts_a_cached_redist_archive_under_the_prefix(
+    runfile_tray: Path, tmp_path: Path
+) -> None:
+    top = "nvidia-imex-linux-sbsa-580.126.20-archive"
+    data = make_archive(top, {"bin/nvidia-imex": b"imex", "bin/nvidia-imex-ctl": b"ctl"})
+    (tmp_path / "c").mkdir()
+    (tmp_path / "c" / f"{top}.tar.xz").write_bytes(data)
+    entry = Artifact("imex", "580.126.20", "sbsa", f"https://x/{top}.tar.xz", sha256(data),
+                     len(data), "redist")
+    cachefile.write(str(tmp_path / "c"), [cachefile.Cached(entry, f"{top}.tar.xz",
+                                                           "580.126.20")])
+    out, rc = run_json("install", "--from", str(tmp_path / "c"), "--root", str(runfile_tray),
+                       "--prefix", str(tmp_path / "opt"))
+    assert rc == 0, out
+    assert out["installed"] == [{"component": "imex", "version": "580.126.20",
+                                 "path": str(tmp_path / "opt/imex-580.126.20"), "files": 2,
+                                 "changed": True}]
+    assert (tmp_path / "opt/imex-580.126.20/bin/nvidia-imex").read_bytes() == b"imex"
+    assert "commands" not in out and "imex_unit" not in out
