@@ -37,6 +37,7 @@ class Cached:
     driver_version: str
 
     def to_json(self) -> dict[str, Any]:
+        """The record entry (see module doc)."""
         out = self.artifact.to_json(None)
         out.pop("path", None)
         out["file"] = self.file

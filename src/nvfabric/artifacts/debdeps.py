@@ -47,6 +47,7 @@ class Forced:
     by: OnDisk
 
     def to_json(self) -> dict[str, Any]:
+        """``{"dependency", "package", "version", "path", "evidence"}``."""
         return {"dependency": self.relation, "package": self.by.name,
                 "version": self.by.version, "path": self.by.path,
                 "evidence": self.by.evidence()}

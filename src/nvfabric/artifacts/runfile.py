@@ -58,6 +58,8 @@ class DriverOrigin:
     evidence: tuple[str, ...]
 
     def to_json(self) -> dict[str, Any]:
+        """``{"kind", "version", "package", "provides": [{"package", "version", "path"}],
+        "evidence"}``."""
         return {
             "kind": self.kind, "version": self.version, "package": self.package,
             "provides": [{"package": p.name, "version": p.version, "path": p.path}
