@@ -106,6 +106,7 @@ def serve_cuda_repo(mirror: Mirror, deb: bytes, arch: str) -> None:
         # Another driver of the branch, and an older revision scheme of the same one: never
         # chosen (the exact version's highest revision wins).
         ("580.82.07-1ubuntu1", b"other driver", f"nvidia-imex_580.82.07-1ubuntu1_{arch}.deb"),
+        (f"{DRIVER}-1", b"older revision", f"nvidia-imex_{DRIVER}-1_{arch}.deb"),
         (REVISION, deb, name),
     ]
     text = ""
@@ -125,6 +126,8 @@ def fetch_and_install(mirror: Mirror, root: Path, dest: Path, arch: str,
     assert rc == 0, out
     assert [(a["package"], a["version"], a["state"]) for a in out["artifacts"]] == [
         ("nvidia-imex", REVISION, "downloaded")]
+    hit = sorted(p for p, r in mirror.routes.items() if r.hits)
+    assert hit == ["/Packages", f"/nvidia-imex_{REVISION}_{arch}.deb"], "exactly that .deb"
     return run_json("install", "--from", str(dest), "--root", str(root), *extra, timeout=300)
 
 
