@@ -22,7 +22,6 @@ reach a command line.
 from __future__ import annotations
 
 import os
-import re
 import subprocess
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -31,7 +30,7 @@ from typing import Any
 from .. import hostpath
 from ..errors import NvfabricError
 from ..findings import Finding
-from .apt import upstream
+from .apt import upstream, valid_name
 from .cachefile import Cached
 from .debdeps import Decision, Known, decide
 from .dpkgdb import Database, control, driver_origin, read, status_of
@@ -43,7 +42,6 @@ from .transport import sha256_file
 from .versions import same
 
 DPKG_TIMEOUT_S = 900.0
-_NAME_RE = re.compile(r"^[a-z0-9][a-z0-9+.-]+$")
 
 
 @dataclass(frozen=True)
@@ -191,7 +189,7 @@ def dpkg_argv(root: str, ignore: Sequence[str], paths: Sequence[str]) -> list[st
     path is not a plain absolute path, or a name is not a Debian package name."""
     base = hostpath.check(os.path.abspath(root), "--root")
     for name in ignore:
-        if not _NAME_RE.match(name):
+        if not valid_name(name):
             raise ValueError(f"not a Debian package name: {name!r}")
     for p in paths:
         hostpath.check(p, "package file")
