@@ -525,3 +525,11 @@ def test_install_from_puts_a_cached_redist_archive_under_the_prefix(
                                  "changed": True}]
     assert (tmp_path / "opt/imex-580.126.20/bin/nvidia-imex").read_bytes() == b"imex"
     assert "commands" not in out and "imex_unit" not in out
+
+
+def test_provides_keeps_only_exact_versions() -> None:
+    from nvfabric.artifacts.debdeps import provides
+
+    assert provides("") == ()
+    assert provides("nvidia-fabricmanager-580 (= 580.95.05-1), libfoo") == (
+        ("nvidia-fabricmanager-580", "580.95.05-1"), ("libfoo", None))

@@ -89,6 +89,21 @@ def relations(control: Mapping[str, str]) -> list[list[dict[str, Any]]]:
     return out
 
 
+def provides(text: str) -> tuple[tuple[str, str | None], ...]:
+    """A ``Provides`` field as (name, version) pairs; the version only for ``(= V)``, the one
+    form a Provides may carry (deb-control(5)); an empty field is no pairs."""
+    from debian.deb822 import PkgRelation
+
+    if not text.strip():
+        return ()
+    out: list[tuple[str, str | None]] = []
+    for clause in PkgRelation.parse_relations(text):
+        for alt in clause:
+            ver = alt.get("version")
+            out.append((alt["name"], ver[1] if ver and ver[0] == "=" else None))
+    return tuple(out)
+
+
 def accepts(version: str | None, relation: tuple[str, str] | None) -> bool:
     """Whether a package at ``version`` (None: unknown) meets a relation's version part
     (``(">=", "580.95.05")``; None: any version). Debian ordering."""

@@ -32,7 +32,7 @@ from ..errors import NvfabricError
 from ..findings import Finding
 from .apt import upstream, valid_name
 from .cachefile import Cached
-from .debdeps import Decision, Known, decide
+from .debdeps import Decision, Known, decide, provides
 from .dpkgdb import Database, control, driver_origin, read, status_of
 from .model import checksum_mismatch
 from .naming import arch_name
@@ -116,18 +116,6 @@ def check_version(c: Cached, driver_version: str) -> None:
         )
 
 
-def _provides(ctrl: dict[str, str]) -> tuple[tuple[str, str | None], ...]:
-    from debian.deb822 import PkgRelation
-
-    out: list[tuple[str, str | None]] = []
-    text = ctrl.get("Provides", "")
-    for clause in PkgRelation.parse_relations(text) if text.strip() else []:
-        for alt in clause:
-            ver = alt.get("version")
-            out.append((alt["name"], ver[1] if ver and ver[0] == "=" else None))
-    return tuple(out)
-
-
 def prepare(root: str, directory: str, entries: Sequence[Cached], arch: str) -> Prepared:
     """Steps 1-3 of the module doc for the ``.deb`` entries (all ``source == "apt"``) for
     ``arch`` (canonical). Raises ``input_unreadable``, ``checksum_mismatch`` or
@@ -148,7 +136,9 @@ def prepare(root: str, directory: str, entries: Sequence[Cached], arch: str) -> 
         controls.append(ctrl)
     db: Database = read(root)
     origin = driver_origin(root)
-    known = [*db.installed, *(Known(k["Package"], k["Version"], _provides(k)) for k in controls)]
+    same_call = [Known(k["Package"], k["Version"], provides(k.get("Provides", "")))
+                 for k in controls]
+    known = [*db.installed, *same_call]
     try:
         decisions = tuple(decide(k, known, origin.provides) for k in controls)
     except ValueError as err:

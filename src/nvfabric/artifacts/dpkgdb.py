@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from ..errors import NvfabricError
 from ..findings import Finding
 from ..inventory.fs import under
-from .debdeps import Known
+from .debdeps import Known, provides
 from .runfile import DiskFile, DriverOrigin, classify
 from .tables import DRIVER_VERSION_LIB, RUNFILE_LIB_DIRS, RUNFILE_PROVIDES
 
@@ -55,7 +55,7 @@ def _unreadable(path: str, why: str) -> NvfabricError:
 def read(root: str) -> Database:
     """The dpkg database under ``root``. Raises ``input_unreadable`` (exit 2) when the root
     has no ``var/lib/dpkg/status``: not a Debian-family root."""
-    from debian.deb822 import Packages, PkgRelation
+    from debian.deb822 import Packages
 
     status_path = under(root, ADMIN_DIR + "/status")
     try:
@@ -69,14 +69,8 @@ def read(root: str) -> Database:
         words = para.get("Status", "").split()
         if len(words) != 3 or words[2] != "installed":
             continue
-        provides: list[tuple[str, str | None]] = []
-        text = para.get("Provides", "")
-        for clause in PkgRelation.parse_relations(text) if text.strip() else []:
-            for alt in clause:
-                ver = alt.get("version")
-                provides.append((alt["name"], ver[1] if ver and ver[0] == "=" else None))
         installed.append(Known(para.get("Package", ""), para.get("Version", ""),
-                               tuple(provides)))
+                               provides(para.get("Provides", ""))))
     return Database(tuple(installed))
 
 
