@@ -533,3 +533,17 @@ def test_provides_keeps_only_exact_versions() -> None:
     assert provides("") == ()
     assert provides("nvidia-fabricmanager-580 (= 580.95.05-1), libfoo") == (
         ("nvidia-fabricmanager-580", "580.95.05-1"), ("libfoo", None))
+
+
+def test_install_from_before_the_driver_is_on_disk_says_install_the_driver_first(
+    node: Callable[..., Path], tmp_path: Path
+) -> None:
+    root = node("gb200-tray")
+    dpkg_tree(root, {})
+    put(root, "/usr/bin/nvidia-modprobe")
+    cached_imex(tmp_path / "debs", "580.126.20-1ubuntu1", "nvidia-modprobe")
+    out, rc = run_json("install", "--from", str(tmp_path / "debs"), "--root", str(root))
+    assert rc == 1
+    assert out["error"]["code"] == "dependency_unsatisfied"
+    assert out["error"]["driver_origin"] == "unknown"
+    assert "install the driver first" in out["error"]["hint"]

@@ -163,6 +163,10 @@ def unsatisfied(missing: Sequence[tuple[Decision, str]], origin: DriverOrigin) -
     lines = [f"{d.package} {d.version} depends on {m}" for d, m in missing]
     hint = ("install those packages first (they are not the driver's), or fetch them into the "
             "same directory; nothing was installed")
+    if origin.kind == "unknown":
+        hint = ("no driver is on disk under the root (no libnvidia-ml.so.<version>): install "
+                "the driver first (at boot, after the runfile), then install --from; nothing "
+                "was installed")
     if origin.kind == "package":
         hint = ("the driver came from packages: install with the package manager "
                 "(nvfabric install --source apt --execute), which resolves them at the "
