@@ -21,7 +21,7 @@ from nvfabric.artifacts.runfile import DiskFile, OnDisk, classify, library_versi
 from nvfabric.errors import NvfabricError
 from nvfabric.imex.host import unit_argv
 from nvfabric.imex.owner import OWNERS, unit_policy
-from tests.conftest import run_json
+from tests.conftest import run_cli, run_json
 from tests.test_fetch_mirror import (  # noqa: F401 - fixture
     Mirror,
     deb_stanza,
@@ -547,3 +547,16 @@ def test_install_from_before_the_driver_is_on_disk_says_install_the_driver_first
     assert out["error"]["code"] == "dependency_unsatisfied"
     assert out["error"]["driver_origin"] == "unknown"
     assert "install the driver first" in out["error"]["hint"]
+
+
+def test_fetch_says_how_to_install_offline_and_why_fabric_manager_was_left_out(
+    mirror: Mirror, node: Callable[..., Path], tmp_path: Path  # noqa: F811
+) -> None:
+    root = node("gb200-tray")
+    imex_index(mirror, "580.126.20-1ubuntu1")
+    proc = run_cli("fetch", "--root", str(root), "--source", "apt", "--mirror", mirror.url,
+                   "--components", "imex,fabricmanager", "--dest", str(tmp_path / "d"),
+                   "--retries", "0")
+    assert proc.returncode == 0, proc.stderr
+    assert "component_not_for_fabric: not fetched or installed: fabricmanager" in proc.stdout
+    assert f"nvfabric install --from {tmp_path / 'd'}" in proc.stdout

@@ -273,6 +273,9 @@ def fetch(
         con.print("pin exactly these versions:")
         for line in pins:
             con.print(f"  {safe(line)}", emoji=False)
+    if record:
+        con.print(f"offline install (at boot, e.g. on a runfile-driver image): nvfabric install "
+                  f"--from {safe(dest)}", emoji=False)
 
 
 @click.command("install")
