@@ -1,4 +1,4 @@
-"""Every S (status) and D (doctor) case of ../shared/cases, through the real CLI.
+"""Every S (status) and D (doctor) case of tests/data/cases, through the real CLI.
 
 Options of a case name the word ``input`` where the case's input text goes: written to a file
 and passed as ``--from-nvidia-smi FILE`` (status) or ``--log FILE`` (doctor). A case with a

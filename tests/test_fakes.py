@@ -1,5 +1,5 @@
 """The fake daemons and tools of simulated nodes behave and print like the real ones: their
-output is checked against the captures in ../shared/corpus and read back by nvfabric's own
+output is checked against the captures in tests/data/corpus and read back by nvfabric's own
 parsers (health readers, diagnosis catalogue), as it would be on a real node."""
 
 from __future__ import annotations

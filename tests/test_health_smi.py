@@ -1,5 +1,5 @@
-"""Every capture of ../shared/corpus/nvidia-smi parses, and gives the answer its provenance
-(../shared/corpus/PROVENANCE.md) says it shows; CSV query output; format detection."""
+"""Every capture of tests/data/corpus/nvidia-smi parses, and gives the answer its provenance
+(tests/data/corpus/PROVENANCE.md) says it shows; CSV query output; format detection."""
 
 from __future__ import annotations
 
