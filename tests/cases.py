@@ -4,8 +4,10 @@ and check a command's JSON against their `expect`.
 The `expect` semantics are those of tests/data/cases/README.md: plain keys must be equal,
 `<key>_endswith` matches the end of a field, `verdict_in` lists acceptable verdicts, `codes`
 lists finding codes that must all be present (in `blockers` for plan, `findings` for status and
-doctor, the error finding for fetch), `exit_code` is the exit status, and a list of objects must
-each match some element of the output list by the fields given.
+doctor, the error finding for fetch), `codes_any` codes of which at least one must be,
+`exit_code` is the exit status, and a list of objects must each match some element of the
+output list by the fields given. Any other key is compared as a plain value, so a key this
+loader does not know fails loudly.
 """
 
 from __future__ import annotations
@@ -87,6 +89,9 @@ def check_expect(expect: dict[str, Any], output: dict[str, Any], exit_code: int)
             missing = set(want) - _codes(output)
             if missing:
                 problems.append(f"missing codes {sorted(missing)}; have {sorted(_codes(output))}")
+        elif key == "codes_any":
+            if not set(want) & _codes(output):
+                problems.append(f"none of the codes {sorted(want)}; have {sorted(_codes(output))}")
         elif key == "verdict_in":
             if output.get("verdict") not in want:
                 problems.append(f"verdict {output.get('verdict')!r} not in {want}")
