@@ -91,7 +91,9 @@ def test_nvidia_smi_csv_query_and_a_bad_field(tmp_path: Path) -> None:
                "--format=csv")
     assert out.stdout.splitlines()[0] == "index, uuid, fabric.state, fabric.status"
     assert out.stdout.splitlines()[1].endswith(", Not Started, N/A")
-    assert len(parse_csv(out.stdout).gpus) == 8
+    full = fake(root, "nvidia-smi", "--query-gpu=index,uuid,fabric.state,fabric.status,"
+                "fabric.cliqueId,fabric.clusterUuid", "--format=csv")
+    assert len(parse_csv(full.stdout).gpus) == 8
     noheader = fake(root, "nvidia-smi", "--query-gpu", "fabric.state", "--format=csv,noheader")
     assert noheader.stdout.splitlines() == ["Not Started"] * 8
     bad = fake(root, "nvidia-smi", "--query-gpu=fabric.bogus", "--format=csv")
