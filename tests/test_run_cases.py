@@ -535,7 +535,7 @@ def test_state_dir_that_is_a_file_is_a_clear_usage_error(
 
 
 RUN_KEYS = {"result", "exit_code", "dry_run", "fabric", "processes", "files", "ready_after_s",
-            "restarts", "findings", "reasons"}
+            "restarts", "findings", "reasons", "vendor_files"}
 
 
 def _run_json(root: Path, *args: str) -> tuple[dict[str, Any], int]:

@@ -82,6 +82,7 @@ CODES: frozenset[str] = frozenset(
         "nvlink_xid_error",
         "nvlink_training_warning",
         "fabric_value_missing",
+        "package_file_missing",
     }
 )
 
