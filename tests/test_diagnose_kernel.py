@@ -15,6 +15,7 @@ import yaml
 from nvfabric.diagnose import (
     Classifier,
     LogEncodingError,
+    LogValueError,
     classify_lines,
     classify_stream,
     detect_encoding,
@@ -275,3 +276,28 @@ def test_doctor_reads_a_utf16_log_and_refuses_a_binary_one(tmp_path: Path) -> No
     assert rc == 2
     assert output["error"]["code"] == "input_unreadable"
     assert "not a log" in output["error"]["message"] and str(core) in output["error"]["message"]
+
+
+@pytest.mark.parametrize("line", [
+    "nvidia-nvswitch0: SXid (PCI:0000:07:00.0): {n}, Data {{0x0}}",
+    "nvidia-nvswitch0: SXid (PCI:0000:07:00.0): {n}, Fatal, Link 1",
+    "NVRM: Xid (PCI:0000:07:00): {n}, pid=1, NVLink: fatal error detected on link 1",
+    "NVRM: Xid (PCI:0000:07:00): 45, pid=1, Ch 00000001 caused by previous Xid {n}",
+    "[ERROR] Failed to get new memory reference with rc: {n}",
+])
+@pytest.mark.parametrize("digits", [21, 4303, 5000])
+def test_numbers_no_log_prints_are_refused_not_a_crash(line: str, digits: int) -> None:
+    with pytest.raises(LogValueError, match=f"a number of {digits} digits"):
+        classify_lines([line.format(n="9" * digits)])
+
+
+def test_twenty_digit_numbers_are_still_numbers() -> None:
+    f = _only([f"nvidia-nvswitch0: SXid (PCI:0000:07:00.0): {'1' * 20}, Data {{0x0}}"])
+    assert f.fields["error"] == int("1" * 20)
+
+
+def test_doctor_on_the_fuzzed_4303_digit_log_is_exit_2_naming_it() -> None:
+    path = REPO / "tests/data/fuzz/doctor-4303-digit-rc.log"
+    output, rc = run_json("doctor", "--log", str(path))
+    assert (rc, output["error"]["code"]) == (2, "input_unreadable")
+    assert str(path) in output["error"]["message"] and "4303 digits" in output["error"]["message"]

@@ -94,6 +94,28 @@ class Signature:
         return self.by_fabric.get(fabric or "unknown", self.default)
 
 
+#: The longest number a fabric log field holds (64-bit handles print 20 digits); longer ones
+#: are not a log's (and past 4,300 digits ``int()`` itself refuses them).
+MAX_DIGITS = 20
+
+
+class LogInputError(ValueError):
+    """A log that nvfabric refuses to read (doctor: exit 2, ``input_unreadable``)."""
+
+
+class LogValueError(LogInputError):
+    """A value in a log line that no fabric log prints (a number of thousands of digits)."""
+
+
+def _number(value: str, sig: str, name: str) -> int:
+    """An extracted integer field; :class:`LogValueError` past :data:`MAX_DIGITS` digits."""
+    if len(value) > MAX_DIGITS:
+        raise LogValueError(
+            f"a number of {len(value)} digits in a line of the {sig} kind (field {name}); "
+            f"fabric logs print at most {MAX_DIGITS}: not a real log line")
+    return int(value)
+
+
 class CatalogueError(ValueError):
     """A catalogue row that is not well formed; the message names the row and the key."""
 
@@ -324,7 +346,8 @@ class Classifier:
                  ) -> tuple[Outcome, dict[str, Any]]:
         """The outcome and the catalogue fields for the number the line carries."""
         raw = m.group(lookup.key)
-        entry = lookup_table(lookup.table).get(int(raw)) if raw is not None else None
+        entry = (lookup_table(lookup.table).get(_number(raw, lookup.table, lookup.key))
+                 if raw is not None else None)
         cls = entry["class"] if entry else "unknown"
         extra: dict[str, Any] = {"catalogue_class": cls}
         if entry:
@@ -340,7 +363,7 @@ class Classifier:
         for name, value in m.groupdict().items():
             if value is None:
                 continue
-            typed: Any = int(value) if name in sig.int_fields else value
+            typed: Any = _number(value, sig.id, name) if name in sig.int_fields else value
             if name in sig.collect:
                 collected[name] = typed
             else:
@@ -376,7 +399,7 @@ class Classifier:
         return [e.finding() for e in self._entries.values()]
 
 
-class LogEncodingError(ValueError):
+class LogEncodingError(LogInputError):
     """A log stream that is not text in an encoding nvfabric reads (UTF-8, UTF-16, UTF-32)."""
 
 

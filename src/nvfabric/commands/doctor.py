@@ -43,7 +43,7 @@ def fabric_of_root(root: str) -> str:
 def doctor(ctx: click.Context, root: str, fabric: str | None, logs: tuple[str, ...],
            as_json: bool) -> None:
     """Explain fabric logs: each known failure line becomes a finding with a hint."""
-    from ..diagnose import Classifier, LogEncodingError, classify_stream
+    from ..diagnose import Classifier, LogEncodingError, LogInputError, classify_stream
 
     source = ctx.get_parameter_source("root")
     if fabric is None and source is not None and source.name != "DEFAULT":
@@ -63,6 +63,9 @@ def doctor(ctx: click.Context, root: str, fabric: str | None, logs: tuple[str, .
             raise usage_error(f"{path}: {err}",
                               "give the log as text (UTF-8, or UTF-16/UTF-32 as Windows "
                               "tools save it), e.g. `journalctl -k -o short-iso > FILE`") from None
+        except LogInputError as err:
+            raise usage_error(f"{path}: {err}",
+                              "give the log as the daemon or the kernel wrote it") from None
     findings = classifier.findings()
     if as_json:
         print_json({"fabric": fabric, "lines": classifier.lines,
