@@ -2,11 +2,11 @@
 
 - ``nvidia-smi -q`` text: indentation-structured ``Key : Value`` rows; GPU blocks start with
   ``GPU 00000000:18:00.0``; the key column is 34 characters wide up to driver 560 and wider
-  from 580 (../shared/corpus/nvidia-smi/fabric-in-progress-580-wide-columns-gpuop2511.txt), so
+  from 580 (tests/data/corpus/nvidia-smi/fabric-in-progress-580-wide-columns-gpuop2511.txt), so
   nothing here depends on columns. Excerpts without a GPU header (a bare ``Fabric`` block,
   ``grep -C3`` output with ``--`` separators, dedented blocks pasted into an issue) still parse:
   each ``Fabric`` block without its own GPU header becomes the next GPU.
-- ``nvidia-smi -q -x`` XML (DTD nvsmi_device_v13, ../shared/corpus/nvidia-smi/*.xml).
+- ``nvidia-smi -q -x`` XML (DTD nvsmi_device_v13, tests/data/corpus/nvidia-smi/*.xml).
 - ``nvidia-smi --query-gpu=index,uuid,fabric.state,fabric.status,fabric.cliqueId,
   fabric.clusterUuid --format=csv`` (with or without the header line; ``[N/A]`` allowed). A
   header without any of the columns the verdict needs (:data:`CSV_REQUIRED`) is refused,

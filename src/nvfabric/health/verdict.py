@@ -2,8 +2,8 @@
 the services' liveness and every GPU's fabric registration. No I/O, no clock: elapsed times
 come in as numbers.
 
-Rules (from the field cases ../shared/cases/S*.yaml and the NVIDIA Fabric Manager User Guide,
-"GPU fabric registration" / "NVLink 5"):
+Rules (from the field cases tests/data/cases/S*.yaml, the copy of ../shared/cases, and the
+NVIDIA Fabric Manager User Guide, "GPU fabric registration" / "NVLink 5"):
 
 - No fabric reported (state not_supported / N/A everywhere) where the fabric kind is ``none``
   (or unknown) -> ``not_applicable`` (S01: PCIe cards are never "unhealthy").
@@ -96,7 +96,7 @@ CUDA_802 = (
 
 #: Product name patterns -> fabric kind, used only when no plan is available (an offline
 #: capture without --root). Source: NVIDIA product names as nvidia-smi prints them
-#: (../shared/corpus/nvidia-smi/*: "NVIDIA GB200", "NVIDIA B200", "NVIDIA H100 80GB HBM3").
+#: (tests/data/corpus/nvidia-smi/*: "NVIDIA GB200", "NVIDIA B200", "NVIDIA H100 80GB HBM3").
 NAME_FABRIC: tuple[tuple[re.Pattern[str], str], ...] = (
     (re.compile(r"\bGB[23]00\b"), "mnnvl"),
     (re.compile(r"\bB[123]00\b"), "nvlink5"),
