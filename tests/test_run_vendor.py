@@ -180,3 +180,34 @@ def test_installed_reader_picks_the_version_and_the_record(tmp_path: Path) -> No
     assert exact.find("LICENSE.txt", executable=True) is None
     assert installed(str(root), "fabricmanager", "570.1.1") is None
     assert DEFAULT_PREFIX == FETCH_PREFIX
+
+
+def test_nvlsm_is_found_through_its_newest_install_record(tmp_path: Path) -> None:
+    import io
+    import tarfile
+
+    root = sim(tmp_path, "dgx-b200")
+    conf = (root / "usr/share/nvidia/nvlsm/nvlsm.conf").read_bytes()
+    (root / "opt/nvidia/nvlsm/sbin/nvlsm").unlink()
+    (root / "usr/share/nvidia/nvlsm/nvlsm.conf").unlink()
+    for version in ("2025.03.1", "2025.06.6"):
+        top = f"nvlsm-linux-x86_64-{version}-archive"
+        buf = io.BytesIO()
+        with tarfile.open(fileobj=buf, mode="w:xz") as tar:
+            for name, data, mode in (
+                    ("sbin/nvlsm", f'#!/bin/sh\nexec {root}/bin/nvlsm "$@"\n'.encode(), 0o755),
+                    ("share/nvidia/nvlsm/nvlsm.conf", conf, 0o644)):
+                info = tarfile.TarInfo(f"{top}/{name}")
+                info.size, info.mode = len(data), mode
+                tar.addfile(info, io.BytesIO(data))
+        archive = tmp_path / f"{top}.tar.xz"
+        archive.write_bytes(buf.getvalue())
+        install_archive(str(archive), Artifact("nvlsm", version, "x86_64", "file:///x",
+                                               sha256(buf.getvalue()), None, "redist"),
+                        str(root / "opt/nvfabric"))
+    out, rc, err = _run(root, "--dry-run")
+    assert rc == 0, (out, err)
+    argv = next(p["argv"] for p in out["processes"] if p["service"] == "nvlsm")
+    assert argv[0] == f"{root}/opt/nvfabric/nvlsm-2025.06.6/sbin/nvlsm"
+    assert argv[argv.index("-F") + 1] == \
+        f"{root}/opt/nvfabric/nvlsm-2025.06.6/share/nvidia/nvlsm/nvlsm.conf"
