@@ -82,6 +82,11 @@ CODES: frozenset[str] = frozenset(
         "component_not_for_fabric",
         "dependency_forced",
         "dependency_unsatisfied",
+        # Field truth round 2 (issue 9; README "Finding codes").
+        "nvlink_xid_error",
+        "nvlink_training_warning",
+        "fabric_value_missing",
+        "package_file_missing",
     }
 )
 

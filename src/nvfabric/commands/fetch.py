@@ -252,7 +252,7 @@ def fetch(
         record = cachefile.write(dest, [
             cachefile.Cached(a, a.filename, inputs.driver_version)
             for a in resolution.artifacts])
-    pins = [" ".join(argv) for argv in commands(source, resolution.artifacts)]
+    pins = [" ".join(argv) for argv in commands(source, resolution.artifacts, inputs.distro)]
     out = _header(inputs, source, resolution, dry_run)
     out["artifacts"] = rows
     out["record"] = record
@@ -346,7 +346,7 @@ def install(
         print_findings(con, inputs.findings, "not installed")
     with transport:
         if source != "redist":
-            argvs = commands(source, resolution.artifacts)
+            argvs = commands(source, resolution.artifacts, inputs.distro)
             out["commands"] = argvs
             out["executed"] = bool(execute and not dry_run)
             if con is not None:
