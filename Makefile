@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test test-integration bench lint clean dist deb image talos-image
+.PHONY: demo test test-integration bench lint clean dist deb image talos-image sync-shared
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -61,6 +61,12 @@ talos-image: dist/nvfabric
 	if [ -n "$(FABRIC_DIR)" ]; then cp -a "$(FABRIC_DIR)"/. build/talos/fabric/; fi
 	$(PODMAN) build $(PODMAN_BUILD_FLAGS) -f deploy/talos/Containerfile --build-arg BASE=$(TALOS_BASE) \
 	  --build-arg REVISION=$$(git rev-parse HEAD) -t $(TALOS_IMAGE) build/talos
+
+# Refresh tests/data (the repository's copy of ../shared: cases, corpus, fuzz, bench starter)
+# from ../shared, or from SHARED=DIR; make test fails while the two differ.
+SHARED ?= ../shared
+sync-shared: $(STAMP)
+	NVFABRIC_SHARED=$(SHARED) $(BIN)/python -m tests.datasync
 
 bench: pyc
 	$(BIN)/python bench/run.py

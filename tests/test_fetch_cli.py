@@ -48,7 +48,13 @@ def test_fetch_downloads_verified_artifacts_then_uses_the_cache(
     for a in arts:
         data = Path(a["path"]).read_bytes()
         assert sha256(data) == a["sha256"] == rel.manifest[a["component"]]["linux-sbsa"]["sha256"]
-    assert sorted(os.listdir(tmp_path / "cache")) == sorted(Path(a["path"]).name for a in arts)
+    assert sorted(os.listdir(tmp_path / "cache")) == sorted(
+        [*(Path(a["path"]).name for a in arts), "nvfabric-artifacts.json"])
+    record = json.loads((tmp_path / "cache" / "nvfabric-artifacts.json").read_text())
+    assert [(r["component"], r["file"], r["sha256"], r["driver_version"])
+            for r in record["artifacts"]] == [
+        (a["component"], Path(a["path"]).name, a["sha256"], "580.95.05") for a in arts]
+    assert out["record"] == str(tmp_path / "cache" / "nvfabric-artifacts.json")
     again, rc = fetch(mirror, tmp_path / "cache", *args)
     assert rc == 0
     assert [a["state"] for a in again["artifacts"]] == ["already in cache"] * 2  # type: ignore[index]

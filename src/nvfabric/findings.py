@@ -78,6 +78,15 @@ CODES: frozenset[str] = frozenset(
         "domain_report_missing",
         "domain_size_mismatch",
         "domain_report_duplicate",
+        # The GB200/GB300 image flow (issue 17; README "Version-matched artifacts").
+        "component_not_for_fabric",
+        "dependency_forced",
+        "dependency_unsatisfied",
+        # Field truth round 2 (issue 9; README "Finding codes").
+        "nvlink_xid_error",
+        "nvlink_training_warning",
+        "fabric_value_missing",
+        "package_file_missing",
     }
 )
 

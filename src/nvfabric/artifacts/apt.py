@@ -195,6 +195,11 @@ _NAME_RE = re.compile(r"^[a-z0-9][a-z0-9+.-]+$")
 _VERSION_RE = re.compile(r"^([0-9]+:)?[0-9][A-Za-z0-9.+~-]*$")
 
 
+def valid_name(name: str) -> bool:
+    """A plain Debian package name (Debian Policy 5.6.1: lower case, digits, ``+ - .``)."""
+    return bool(_NAME_RE.match(name))
+
+
 def validate_pin(name: str, version: str) -> tuple[str, str]:
     """Check a Debian package name and version before they reach a command line (Debian
     Policy 5.6.1 and 5.6.12 character sets). Raises NvfabricError ``input_unreadable`` (exit

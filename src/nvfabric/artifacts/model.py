@@ -179,3 +179,17 @@ def bad_source(url: str, reason: str) -> NvfabricError:
         ),
         exit_code=2,
     )
+
+
+def not_for_fabric(refused: Sequence[str], fabric: str, kept: Sequence[str]) -> Finding:
+    """``component_not_for_fabric``: components a node of ``fabric`` never gets (fabric manager,
+    NVLSM and their libraries on ``mnnvl``); an error when nothing else is left, else a
+    warning."""
+    names = ", ".join(refused)
+    return Finding(
+        "component_not_for_fabric", "warning" if kept else "error",
+        f"not fetched or installed: {names}: a {fabric} node (GB200/GB300 compute tray) never "
+        "runs fabric manager or NVLSM; its NVLink switches are managed by the switch trays",
+        "a compute tray needs IMEX only: --components imex (or omit --components)",
+        {"components": list(refused), "fabric": fabric},
+    )

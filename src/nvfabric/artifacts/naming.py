@@ -4,7 +4,7 @@ names per driver branch, CUDA repository distro directory. Pure functions.
 
 from __future__ import annotations
 
-from .tables import ARCH_ALIASES, ARCH_NAMES, DISTROS, KINDS, PACKAGE_NAMES
+from .tables import ARCH_ALIASES, ARCH_NAMES, DISTROS, KINDS, NEVER_FOR_FABRIC, PACKAGE_NAMES
 from .versions import at_least, fields
 
 
@@ -58,3 +58,14 @@ def distro_dir(os_release: dict[str, str]) -> str | None:
     if not all(p.isdigit() for p in parts):
         return None
     return prefix + ("".join(parts) if how == "nodot" else parts[0])
+
+
+def split_for_fabric(
+    components: tuple[str, ...], fabric: str | None
+) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """(kept, refused): the components a node of ``fabric`` may have, and those it never gets
+    (:data:`.tables.NEVER_FOR_FABRIC`: fabric manager, NVLSM and their libraries on
+    ``mnnvl``), each in request order."""
+    never = NEVER_FOR_FABRIC.get(fabric or "", frozenset())
+    return (tuple(c for c in components if c not in never),
+            tuple(c for c in components if c in never))

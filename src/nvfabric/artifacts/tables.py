@@ -147,3 +147,41 @@ DISTROS: dict[str, tuple[str, str]] = {
     "azurelinux": ("azl", "major"),
     "kylin": ("kylin", "major"),
 }
+
+#: Components never fetched or installed on a fabric kind, whatever ``--components`` asks.
+#: mnnvl (GB200/GB300 compute trays): the NVLink switches sit in the switch trays, whose own
+#: fabric manager and NVLSM run on NVIDIA's NMX controller, so a compute tray runs IMEX only
+#: (NVIDIA IMEX guide, "Overview"; NVIDIA Fabric Manager User Guide, "GB200 NVL": no FM on the
+#: compute tray); Azure/aks-gpu never fetches or installs fabric manager on arm64 (download.sh,
+#: install.sh); nvfabric issue 17.
+NEVER_FOR_FABRIC: dict[str, frozenset[str]] = {
+    "mnnvl": frozenset({"fabricmanager", "libnvidia_nscq", "libnvsdm", "nvlsm"}),
+}
+
+#: Packages whose files the runfile driver (``NVIDIA-Linux-<arch>-<version>.run``) installs as
+#: plain files, owned by no package: package name -> the file that stands for it.
+#: Sources: NVIDIA driver README, "Installing the NVIDIA Driver" / "What does the installer
+#: install" (``/usr/bin/nvidia-modprobe`` setuid root, ``/usr/bin/nvidia-persistenced``);
+#: NVIDIA/gpu-driver-container PR #899 (``nvidia-modprobe`` is a dependency of ``nvidia-imex``;
+#: apt pulls a packaged one of another version); Azure/azhpc-images PR #579 (nvidia-imex depends
+#: on nvidia-modprobe from 580.159.04).
+RUNFILE_PROVIDES: dict[str, str] = {
+    "nvidia-modprobe": "/usr/bin/nvidia-modprobe",
+    "nvidia-persistenced": "/usr/bin/nvidia-persistenced",
+}
+
+#: Where the runfile puts the driver's libraries (its ``--utility-libdir`` default is the
+#: distribution's multiarch directory; ``/usr/lib64`` on RPM systems) and where Azure/aks-gpu
+#: relocates them (config.sh ``GPU_DEST=/usr/local/nvidia``, install.sh ``${GPU_DEST}/lib64``).
+RUNFILE_LIB_DIRS: tuple[str, ...] = (
+    "/usr/lib/x86_64-linux-gnu",
+    "/usr/lib/aarch64-linux-gnu",
+    "/usr/lib64",
+    "/usr/lib",
+    "/usr/local/nvidia/lib64",
+)
+
+#: The library whose file name carries the driver version (``libnvidia-ml.so.580.95.05``):
+#: every driver install, runfile or package, ships it (NVML; NVIDIA driver README,
+#: "Installed Components").
+DRIVER_VERSION_LIB = "libnvidia-ml.so."

@@ -8,6 +8,7 @@ value; the architecture to the node's; the components to what the node's plan ne
 
 from __future__ import annotations
 
+import os
 import re
 import sys
 from collections.abc import Callable
@@ -20,7 +21,15 @@ from ..errors import NvfabricError, usage_error
 from ..findings import Finding
 from ..inventory import Inventory, collect
 from ..inventory.fs import under
-from ..output import console, guarded, json_option, print_json, root_option, safe
+from ..output import (
+    console,
+    guarded,
+    json_option,
+    print_findings,
+    print_json,
+    root_option,
+    safe,
+)
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -48,6 +57,10 @@ def _common(fn: F) -> F:
         click.option("--nvlsm-version", default=None,
                      help="nvlsm calendar version for apt/rpm (default: from the redist "
                      "manifest of the driver release)."),
+        click.option("--fabric", type=click.Choice(["none", "nvswitch", "nvlink5", "mnnvl"]),
+                     default=None,
+                     help="The node's fabric kind (default: the plan of the node under "
+                     "--root); mnnvl never gets fabric manager, NVLSM or their libraries."),
         click.option("--dest", default=None,
                      help=f"Download cache (default: <root>{DEFAULT_DEST})."),
         click.option("--timeout", type=float, default=30.0, show_default=True,
@@ -71,18 +84,27 @@ class Inputs:
     components: tuple[str, ...]
     fabric: str | None
     distro: str | None
+    findings: tuple[Finding, ...] = ()
 
 
 def gather(
     root: str, driver_version: str | None, arch: str | None, components: str | None,
-    source: str, mirror: str | None, distro: str | None,
+    source: str, mirror: str | None, distro: str | None, fabric: str | None = None,
+    default_components: tuple[str, ...] | None = None,
 ) -> Inputs:
     """Fill the unset inputs from the node (read only when something is unset) and validate
-    every value. Raises usage_error (exit 2) on a bad value, ``driver_not_loaded`` (exit 1)
-    when the driver version is neither given nor loaded."""
-    from ..artifacts.naming import canonical_arch, distro_dir
+    every value. ``fabric`` is ``--fabric`` (None: the node's plan); ``default_components``
+    replaces the plan's components when ``--components`` is not given (``install --from``: what
+    was fetched). Components the fabric never gets (:data:`~nvfabric.artifacts.tables.
+    NEVER_FOR_FABRIC`) are dropped with a ``component_not_for_fabric`` finding. Raises
+    usage_error (exit 2) on a bad value, ``driver_not_loaded`` (exit 1) when the driver
+    version is neither given nor loaded, ``component_not_for_fabric`` (exit 1) when nothing is
+    left."""
+    from ..artifacts.model import not_for_fabric
+    from ..artifacts.naming import canonical_arch, distro_dir, split_for_fabric
     from ..artifacts.tables import COMPONENTS, COMPONENTS_BY_FABRIC, X86_ONLY
     from ..artifacts.versions import is_version
+    from ..plan import plan
 
     inv: Inventory | None = None
 
@@ -111,7 +133,7 @@ def gather(
     if canon is None:
         raise usage_error(f"architecture {arch or node().arch!r} is not x86_64 or aarch64",
                           "pass --arch x86_64 (amd64) or --arch aarch64 (arm64, sbsa)")
-    fabric = None
+    fabric = fabric or plan(node()).fabric
     if components is not None:
         wanted = tuple(dict.fromkeys(c.strip() for c in components.split(",") if c.strip()))
         unknown = [c for c in wanted if c not in COMPONENTS]
@@ -120,13 +142,19 @@ def gather(
                 f"--components {components!r}: unknown {', '.join(unknown) or 'empty list'}",
                 "choose from " + ",".join(COMPONENTS),
             )
+    elif default_components is not None:
+        wanted = default_components
     else:
-        from ..plan import plan
-
-        fabric = plan(node()).fabric
         wanted = tuple(
             c for c in COMPONENTS_BY_FABRIC[fabric] if not (c in X86_ONLY and canon != "x86_64")
         )
+    wanted, refused = split_for_fabric(wanted, fabric)
+    findings: tuple[Finding, ...] = ()
+    if refused:
+        finding = not_for_fabric(refused, fabric, wanted)
+        if not wanted:
+            raise NvfabricError(finding, exit_code=1)
+        findings = (finding,)
     if distro is not None and not re.match(r"^[a-z]+[0-9]+$", distro):
         raise usage_error(f"--distro {distro!r} is not a CUDA repository name like ubuntu2404",
                           "give the directory name of the CUDA repository, e.g. ubuntu2404, rhel9")
@@ -137,7 +165,7 @@ def gather(
                 "cannot tell the CUDA repository distro from etc/os-release",
                 "pass --distro (e.g. ubuntu2404, rhel9) or --mirror",
             )
-    return Inputs(driver_version, canon, wanted, fabric, distro)
+    return Inputs(driver_version, canon, wanted, fabric, distro, findings)
 
 
 def _resolve(
@@ -178,6 +206,7 @@ def _header(inputs: Inputs, source: str, resolution: Any, dry_run: bool) -> dict
         "components": list(inputs.components),
         "sources_searched": list(resolution.searched) if resolution else [],
         "dry_run": dry_run,
+        "findings": [f.to_json() for f in inputs.findings],
     }
 
 
@@ -187,18 +216,21 @@ def _header(inputs: Inputs, source: str, resolution: Any, dry_run: bool) -> dict
 def fetch(
     root: str, driver_version: str | None, arch: str | None, source: str,
     components: str | None, mirror: str | None, distro: str | None,
-    nvlsm_version: str | None, dest: str | None, timeout: float, retries: int,
-    dry_run: bool, as_json: bool,
+    nvlsm_version: str | None, fabric: str | None, dest: str | None, timeout: float,
+    retries: int, dry_run: bool, as_json: bool,
 ) -> None:
     """Resolve and download the exact artifacts of the loaded driver, verified by sha256.
 
     For apt/rpm sources also print the exact pin lines (install name=version, hold/lock).
+    The download directory gets a record (nvfabric-artifacts.json) that `install --from DIR`
+    reads with no network.
     """
+    from ..artifacts import cachefile
     from ..artifacts import fetch as fetch_one
     from ..artifacts.packages import commands
     from ..artifacts.resolve import cache_path
 
-    inputs = gather(root, driver_version, arch, components, source, mirror, distro)
+    inputs = gather(root, driver_version, arch, components, source, mirror, distro, fabric)
     dest = dest or under(root, DEFAULT_DEST)
     if not inputs.components:
         _nothing(inputs, source, dry_run, as_json)
@@ -215,15 +247,22 @@ def fetch(
             row = art.to_json(path)
             row["state"] = state
             rows.append(row)
-    pins = [" ".join(argv) for argv in commands(source, resolution.artifacts)]
+    record = None
+    if not dry_run:
+        record = cachefile.write(dest, [
+            cachefile.Cached(a, a.filename, inputs.driver_version)
+            for a in resolution.artifacts])
+    pins = [" ".join(argv) for argv in commands(source, resolution.artifacts, inputs.distro)]
     out = _header(inputs, source, resolution, dry_run)
     out["artifacts"] = rows
+    out["record"] = record
     if pins:
         out["pins"] = pins
     if as_json:
         print_json(out)
         return
     con = console()
+    print_findings(con, inputs.findings, "not fetched")
     con.print(f"driver {safe(inputs.driver_version)} ({safe(inputs.arch)}), source {source}",
               emoji=False)
     for row in rows:
@@ -234,6 +273,9 @@ def fetch(
         con.print("pin exactly these versions:")
         for line in pins:
             con.print(f"  {safe(line)}", emoji=False)
+    if record:
+        con.print(f"offline install (at boot, e.g. on a runfile-driver image): nvfabric install "
+                  f"--from {safe(dest)}", emoji=False)
 
 
 @click.command("install")
@@ -242,41 +284,69 @@ def fetch(
               help=f"Where redist archives are installed (default: <root>{DEFAULT_PREFIX}).")
 @click.option("--execute", is_flag=True,
               help="apt/rpm: run the package manager (otherwise print what would run).")
+@click.option("--from", "from_dir", default=None,
+              help="Install, with no network, what `fetch --dest DIR` cached in DIR: .debs "
+              "with dpkg -i (only runfile-provided dependencies forced), redist archives "
+              "under --prefix.")
+@click.option("--imex-owner", type=click.Choice(["host", "dra", "slurm", "none"]), default=None,
+              help="Who runs IMEX (default: detected); decides whether nvidia-imex.service "
+              "is enabled (host) or left disabled (dra, slurm, none).")
 @guarded
 def install(
     root: str, driver_version: str | None, arch: str | None, source: str,
     components: str | None, mirror: str | None, distro: str | None,
-    nvlsm_version: str | None, dest: str | None, timeout: float, retries: int,
-    dry_run: bool, as_json: bool, prefix: str | None, execute: bool,
+    nvlsm_version: str | None, fabric: str | None, dest: str | None, timeout: float,
+    retries: int, dry_run: bool, as_json: bool, prefix: str | None, execute: bool,
+    from_dir: str | None, imex_owner: str | None,
 ) -> None:
     """Install the exact artifacts of the loaded driver.
 
     redist: download (verified), extract safely under --prefix with an install record;
     idempotent. apt/rpm: run the pinned package-manager commands only with --execute.
+    --from DIR: install what fetch cached there, offline (see README, "Version-matched
+    artifacts").
     """
     from ..artifacts import fetch as fetch_one
     from ..artifacts.install import install_archive, install_dir
     from ..artifacts.packages import commands, run
 
+    if from_dir is not None:
+        if execute or mirror:
+            raise usage_error("--from installs what is cached, with no network and no "
+                              "package manager: drop --execute and --mirror",
+                              "nvfabric install --from DIR [--root ROOT]")
+        prefix = prefix or under(root, DEFAULT_PREFIX)
+        _install_from(root, from_dir, driver_version, arch, components, fabric, prefix,
+                      imex_owner, dry_run, as_json)
+        return
     if execute and source == "redist":
         raise usage_error("--execute is for apt/rpm sources; redist archives install directly",
                           "drop --execute, or pass --source apt|rpm")
     if execute and root != "/":
         raise usage_error("--execute runs this host's package manager; it needs --root /",
                           "drop --execute to print the commands for the node under --root")
-    inputs = gather(root, driver_version, arch, components, source, mirror, distro)
+    inputs = gather(root, driver_version, arch, components, source, mirror, distro, fabric)
     dest = dest or under(root, DEFAULT_DEST)
     prefix = prefix or under(root, DEFAULT_PREFIX)
     if not inputs.components:
         _nothing(inputs, source, dry_run, as_json)
         return
     resolution, transport = _resolve(inputs, source, mirror, nvlsm_version, timeout, retries)
+    if source == "apt" and _runfile_driver(root):
+        # apt-get would pull a packaged nvidia-modprobe over the runfile's (issue 17): fetch the
+        # exact .debs into --dest and install them as `install --from` does, with dpkg.
+        _apt_on_runfile(root, inputs, resolution, transport, dest, prefix, imex_owner,
+                        execute, dry_run, as_json)
+        return
     out = _header(inputs, source, resolution, dry_run)
     out["artifacts"] = [a.to_json(None) for a in resolution.artifacts]
+    out["route"] = "package manager"
     con = None if as_json else console()
+    if con is not None:
+        print_findings(con, inputs.findings, "not installed")
     with transport:
         if source != "redist":
-            argvs = commands(source, resolution.artifacts)
+            argvs = commands(source, resolution.artifacts, inputs.distro)
             out["commands"] = argvs
             out["executed"] = bool(execute and not dry_run)
             if con is not None:
@@ -319,3 +389,182 @@ def _nothing(inputs: Inputs, source: str, dry_run: bool, as_json: bool) -> None:
             f"nothing to fetch: the node's fabric is {inputs.fabric or 'none'}, which needs no "
             "fabric service\n"
         )
+
+
+def _install_from(
+    root: str, from_dir: str, driver_version: str | None, arch: str | None,
+    components: str | None, fabric: str | None, prefix: str, imex_owner: str | None,
+    dry_run: bool, as_json: bool,
+) -> None:
+    """``install --from DIR``: the boot step of the image flow (README, "Version-matched
+    artifacts"). Facts first (the fetch record, the node's driver, the dpkg database, the IMEX
+    owner), then the decisions, then dpkg, the archives and the unit."""
+    from ..artifacts import cachefile, debinstall
+    from ..artifacts.install import install_archive, install_dir
+    from ..artifacts.naming import canonical_arch
+    from ..imex import host as imex_host
+    from ..imex.facts import HOST_UNIT, IMEX_BINARY
+    from ..imex.owner import decide, unit_policy
+
+    directory = os.path.abspath(from_dir)
+    record = cachefile.read(directory)
+    loaded = None if driver_version else collect(root).driver_version
+    dv, why = cachefile.driver_for(record, driver_version, loaded, root)
+    reasons = list(why)
+    # Offline: no repository is read, so gather() needs no CUDA repository distro ("redist").
+    inputs = gather(root, dv, arch, components, "redist", None, None, fabric,
+                    default_components=cachefile.components_for(
+                        record, canonical_arch(arch) if arch else None))
+    chosen = cachefile.pick(record, inputs.components, inputs.arch)
+    for c in chosen:
+        debinstall.check_version(c, inputs.driver_version)
+    if any(c.artifact.source == "rpm" for c in chosen):
+        raise usage_error("install --from installs .debs and redist archives; cached RPMs are "
+                          "not supported yet", "install RPMs with dnf (install --source rpm)")
+    debs = [c for c in chosen if c.artifact.source == "apt"]
+    archives = [c for c in chosen if c.artifact.source == "redist"]
+    findings = list(inputs.findings)
+    out: dict[str, Any] = {
+        "from": directory, "driver_version": inputs.driver_version, "arch": inputs.arch,
+        "fabric": inputs.fabric, "components": [c.artifact.component for c in chosen],
+        "dry_run": dry_run, "reasons": reasons, "route": "dpkg",
+    }
+    prepared = debinstall.prepare(root, directory, debs, inputs.arch) if debs else None
+    if archives:
+        debinstall.verify_files(directory, archives)
+    ownership = None
+    live = imex_host.systemd_running(root)
+    if any(c.artifact.component == "imex" for c in debs):
+        ownership = decide(imex_host.gather_evidence(root), imex_owner)
+        if ownership.conflict is not None and unit_policy(ownership.owner).action == "enable":
+            # Enabling the host unit beside the DRA driver's daemons: refused before dpkg runs.
+            raise NvfabricError(ownership.conflict, exit_code=1)
+    if prepared is not None:
+        findings += prepared.forced
+        out["driver_origin"] = prepared.origin.to_json()
+        out["forced"] = [f.to_json() for d in prepared.decisions for f in d.forced]
+        out["commands"] = [list(prepared.argv)]
+    con = None if as_json else console()
+    if con is not None:
+        for line in reasons:
+            con.print(safe(line), emoji=False)
+        if prepared is not None:
+            origin = prepared.origin
+            con.print(f"driver {safe(inputs.driver_version)} ({safe(inputs.arch)}): "
+                      f"{safe(origin.kind)}; {safe('; '.join(origin.evidence))}", emoji=False)
+            for d in prepared.decisions:
+                for f in d.forced:
+                    con.print(f"forcing dependency {safe(f.relation)} of {safe(d.package)}: "
+                              f"{safe(f.by.evidence())}", emoji=False)
+            verb = "would run" if dry_run else "running"
+            con.print(f"{verb}: {safe(' '.join(prepared.argv))}", emoji=False)
+    installed: list[dict[str, Any]] = []
+    if not dry_run:
+        if prepared is not None:
+            installed += debinstall.apply(root, prepared)
+        for c in archives:
+            done = install_archive(os.path.join(directory, c.file), c.artifact, prefix)
+            installed.append(done.to_json())
+    else:
+        installed += [{"component": c.artifact.component, "version": c.artifact.version,
+                       "path": install_dir(prefix, c.artifact), "changed": None}
+                      for c in archives]
+    out["installed"] = installed
+    if con is not None and not dry_run:
+        for item in installed:
+            what = item.get("package") or item.get("component")
+            con.print(f"installed: {safe(what)} {safe(item['version'])}", emoji=False)
+    if ownership is not None:
+        policy = unit_policy(ownership.owner)
+        try:
+            argv = imex_host.unit_argv(root, policy.action, policy.now, live)
+        except ValueError as err:
+            raise usage_error(f"refusing to build the systemctl command line: {err}",
+                              "use a plain absolute --root (no newline)") from None
+        unit: dict[str, Any] = {
+            "unit": HOST_UNIT, "owner": ownership.owner, "owner_source": ownership.source,
+            "action": policy.action, "live": live, "argv": argv, "reason": policy.reason,
+            "owner_reasons": list(ownership.reasons), "binary": IMEX_BINARY,
+        }
+        present = dry_run or imex_host.unit_file(root) is not None
+        if not present:
+            unit["state"] = "not installed"
+            unit["argv"] = None
+            unit["reason"] = f"the package ships no {HOST_UNIT}: nothing to enable or disable"
+        elif not dry_run:
+            rc, text = _systemctl(argv)
+            if rc != 0:
+                raise NvfabricError(
+                    Finding("install_failed", "error",
+                            f"`{' '.join(argv)}` failed (exit status {rc}): {text}",
+                            f"the packages are installed; set {HOST_UNIT} by hand: "
+                            f"systemctl {policy.action} {HOST_UNIT}",
+                            {"argv": argv}),
+                    exit_code=1)
+            unit["state"] = imex_host.unit_state(root, live)
+        unit["binary_present"] = dry_run or os.path.isfile(under(root, IMEX_BINARY))
+        out["imex_unit"] = unit
+        if con is not None:
+            verb = "would" if dry_run else "did"
+            state = f" -> {safe(unit['state'])}" if "state" in unit else ""
+            con.print(f"{HOST_UNIT}: {verb} {policy.action} (IMEX owner "
+                      f"{safe(ownership.owner)}: {safe(unit['reason'])}){state}", emoji=False)
+    out["findings"] = [f.to_json() for f in findings]
+    if as_json:
+        print_json(out)
+    elif con is not None:
+        print_findings(con, findings, "findings")
+
+
+def _systemctl(argv: list[str]) -> tuple[int, str]:
+    """Run one systemctl argv; OSError (no systemctl) becomes exit status 127."""
+    from ..imex import host as imex_host
+
+    try:
+        return imex_host.run_systemctl(argv)
+    except OSError as err:
+        return 127, f"cannot run systemctl: {err.strerror}"
+
+
+def _runfile_driver(root: str) -> bool:
+    """True when the node under ``root`` has a dpkg database and its driver came from the
+    runfile (:func:`nvfabric.artifacts.dpkgdb.driver_origin`)."""
+    from ..artifacts import dpkgdb
+
+    try:
+        dpkgdb.read(root)  # a Debian-family root, or not: then the apt path stays
+        return dpkgdb.driver_origin(root).kind == "runfile"
+    except NvfabricError:
+        return False
+
+
+def _apt_on_runfile(
+    root: str, inputs: Inputs, resolution: Any, transport: Any, dest: str, prefix: str,
+    imex_owner: str | None, execute: bool, dry_run: bool, as_json: bool,
+) -> None:
+    """``install --source apt`` on a runfile-driver node: the verified .debs go into ``dest``
+    (with the fetch record) and are installed with dpkg as ``install --from dest`` does; only
+    with ``--execute`` is anything installed (otherwise the dpkg argv is printed)."""
+    from ..artifacts import cachefile
+    from ..artifacts import fetch as fetch_one
+
+    if dry_run:
+        transport.close()
+        out = _header(inputs, "apt", resolution, dry_run)
+        out["artifacts"] = [a.to_json(None) for a in resolution.artifacts]
+        out["route"] = "dpkg"
+        out["commands"] = []
+        if as_json:
+            print_json(out)
+        else:
+            console().print(f"runfile driver: install would fetch into {safe(dest)} and install "
+                            "with dpkg, forcing only what the runfile provides (as install "
+                            "--from)", emoji=False)
+        return
+    with transport:
+        for art in resolution.artifacts:
+            fetch_one(art, transport, dest)
+    cachefile.write(dest, [cachefile.Cached(a, a.filename, inputs.driver_version)
+                           for a in resolution.artifacts])
+    _install_from(root, dest, inputs.driver_version, inputs.arch, ",".join(inputs.components),
+                  inputs.fabric, prefix, imex_owner, not execute, as_json)

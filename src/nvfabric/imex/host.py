@@ -2,8 +2,9 @@
 
 Reads (all under a root directory, default ``/``): systemd wants/ links of the host unit,
 the DRA driver's kubelet plugin state, slurm.conf and its prolog/epilog scripts, the channel
-nodes and /proc/driver/nvidia/params. Changes: channel nodes (``mknod``, mode 0666) and config
-files (atomic writes through :func:`nvfabric.configs.atomic.write_atomic`). Runs
+nodes and /proc/driver/nvidia/params. Changes: channel nodes (``mknod``, mode 0666), config
+files (atomic writes through :func:`nvfabric.configs.atomic.write_atomic`) and the host unit's
+enablement (``systemctl``, argv only, ``--root`` for an image root). Runs
 ``nvidia-imex-ctl`` with a hard timeout (argv only). Reads interface addresses with psutil.
 """
 
@@ -322,3 +323,66 @@ def run_ctl(argv: tuple[str, ...], timeout_s: float = CTL_TIMEOUT_S) -> CtlResul
                          err.decode("utf-8", "replace"))
     return CtlResult(argv, proc.returncode, out.decode("utf-8", "replace"),
                      err.decode("utf-8", "replace"))
+
+
+#: Where a package ships the unit file (Debian 12 merged /usr keeps both spellings; the admin
+#: copy in /etc overrides). Source: systemd.unit(5), "Unit File Load Path" (system mode).
+UNIT_DIRS = ("/etc/systemd/system", "/usr/lib/systemd/system", "/lib/systemd/system")
+
+#: Bound for each systemctl call (it only edits links offline; a live manager answers fast).
+SYSTEMCTL_TIMEOUT_S = 60.0
+
+
+def systemd_running(root: str) -> bool:
+    """A live host whose systemd manager is running (sd_booted(3): ``/run/systemd/system``
+    exists) and is the node itself: ``root`` is ``/``. An image root, a chroot or a container
+    build never is."""
+    return os.path.abspath(root) == "/" and os.path.isdir("/run/systemd/system")
+
+
+def unit_file(root: str) -> str | None:
+    """The host path of :data:`HOST_UNIT`'s unit file under ``root``, or None (not installed)."""
+    for d in UNIT_DIRS:
+        if os.path.lexists(under(root, f"{d}/{HOST_UNIT}")):
+            return f"{d}/{HOST_UNIT}"
+    return None
+
+
+def unit_argv(root: str, action: str, now: bool, live: bool) -> list[str]:
+    """The systemctl argv that applies ``action`` (``enable`` | ``disable``) to
+    :data:`HOST_UNIT`: ``systemctl --root ROOT ACTION UNIT`` for an image root (systemctl(1)
+    ``--root``: edits the unit links of that tree, no manager involved), ``systemctl ACTION
+    [--now] UNIT`` on a live host. ValueError for another action or a root that is not a plain
+    absolute path."""
+    if action not in ("enable", "disable"):
+        raise ValueError(f"unknown unit action {action!r}")
+    if live:
+        return ["systemctl", action, *(["--now"] if now else []), HOST_UNIT]
+    hostpath.check(os.path.abspath(root), "--root")
+    return ["systemctl", "--root", os.path.abspath(root), action, HOST_UNIT]
+
+
+def run_systemctl(argv: list[str]) -> tuple[int, str]:
+    """Run one systemctl argv (no shell), bounded by :data:`SYSTEMCTL_TIMEOUT_S`: (exit status,
+    its stdout and stderr together, stripped). OSError when systemctl cannot be run; a timeout
+    is exit status 124."""
+    try:
+        proc = subprocess.run(argv, stdin=subprocess.DEVNULL, capture_output=True, text=True,
+                              timeout=SYSTEMCTL_TIMEOUT_S, check=False)
+    except subprocess.TimeoutExpired:
+        return 124, f"timed out after {SYSTEMCTL_TIMEOUT_S:g} s"
+    return proc.returncode, (proc.stdout + proc.stderr).strip()
+
+
+def unit_state(root: str, live: bool) -> str:
+    """``systemctl [--root ROOT] is-enabled UNIT``'s answer (``enabled``, ``disabled``,
+    ``masked`` ...), or ``unknown`` when it gives none."""
+    argv = ["systemctl", "is-enabled", HOST_UNIT] if live else \
+        ["systemctl", "--root", hostpath.check(os.path.abspath(root), "--root"), "is-enabled",
+         HOST_UNIT]
+    try:
+        _, out = run_systemctl(argv)
+    except OSError:
+        return "unknown"
+    words = out.split()
+    return words[0] if words and words[0].replace("-", "").isalpha() else "unknown"

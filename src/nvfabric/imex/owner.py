@@ -165,3 +165,39 @@ def _conflict(ev: OwnerEvidence, owner: str, requested: str | None,
             {"owners": ["host", "host"], "evidence": list(ev.lines())},
         )
     return None
+
+
+@dataclass(frozen=True)
+class UnitPolicy:
+    """What to do with :data:`HOST_UNIT` after the IMEX package is installed: ``action``
+    ``enable`` | ``disable``; ``now`` whether a live host also starts/stops it (``--now``);
+    ``reason`` the sentence the output gives."""
+
+    action: str
+    now: bool
+    reason: str
+
+
+def unit_policy(owner: str) -> UnitPolicy:
+    """The host unit follows its owner (nvfabric issue 17; NVIDIA GPU Operator, "NVIDIA DRA
+    Driver for GPUs": the host unit must not run on ComputeDomain nodes; Azure/aks-gpu leaves it
+    off): ``host`` -> enabled (and started on a live host); ``dra`` and ``none`` -> disabled and
+    stopped; ``slurm`` -> disabled but not stopped (the job prolog starts it per job with the
+    job's node list, and a running job keeps its daemon). ValueError for an unknown owner."""
+    if owner == "host":
+        return UnitPolicy("enable", True,
+                          f"the host owns IMEX: {HOST_UNIT} runs the node-wide daemon")
+    if owner == "dra":
+        return UnitPolicy("disable", True,
+                          "the DRA driver runs IMEX per ComputeDomain in its pods with the host "
+                          f"binary; a node-wide {HOST_UNIT} would hold the IMEX session "
+                          "(NV_ERR_IN_USE)")
+    if owner == "none":
+        return UnitPolicy("disable", True,
+                          f"no owner runs IMEX here: {HOST_UNIT} stays off until one is chosen "
+                          "(DRA driver, Slurm prolog, or --imex-owner host)")
+    if owner == "slurm":
+        return UnitPolicy("disable", False,
+                          "the Slurm prolog starts IMEX per job with the job's node list; "
+                          "nothing starts it at boot")
+    raise ValueError(f"unknown IMEX owner {owner!r}; known: {', '.join(OWNERS)}")

@@ -1,0 +1,252 @@
+"""Install cached ``.deb`` files with the real ``dpkg --root ROOT -i`` (the GB200/GB300 boot
+step of nvfabric issue 17), forcing only the dependencies the runfile driver satisfies on disk.
+
+Read first, decide second, act third:
+
+1. every file of the fetch record is checked against its published SHA-256, and its control
+   paragraph against the record (package, version, architecture);
+2. the dpkg database under the root and the driver's origin (:mod:`.runfile`) are read once;
+3. every dependency is classified (:func:`.debdeps.decide`): any ``missing`` one refuses the
+   whole install with ``dependency_unsatisfied`` before dpkg runs (``dpkg -i`` unpacks a
+   package even when its dependencies are unmet, so refusing afterwards would be too late);
+4. ``dpkg --root ROOT [--ignore-depends=NAME,...] -i FILE...``: only the forced names are
+   ignored (each one a ``dependency_forced`` finding); the status database is re-read to prove
+   every package is ``install ok installed`` at its version. A failed dpkg run purges the
+   packages it newly added, so the root is left as it was (an upgrade cannot be undone that
+   way: the finding says so).
+
+argv lists only; the root, every file path and every package name are checked before they
+reach a command line.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from .. import hostpath
+from ..errors import NvfabricError
+from ..findings import Finding
+from .apt import upstream, valid_name
+from .cachefile import Cached
+from .debdeps import Decision, Known, decide, provides
+from .dpkgdb import Database, control, driver_origin, read, status_of
+from .model import checksum_mismatch
+from .naming import arch_name
+from .runfile import DriverOrigin
+from .tables import OWN_VERSION
+from .transport import sha256_file
+from .versions import same
+
+DPKG_TIMEOUT_S = 900.0
+
+
+@dataclass(frozen=True)
+class Prepared:
+    """Everything decided before dpkg runs: the files (absolute paths) and their control
+    paragraphs in install order, the dependency decisions, the driver origin, the argv."""
+
+    entries: tuple[Cached, ...]
+    paths: tuple[str, ...]
+    controls: tuple[dict[str, str], ...]
+    decisions: tuple[Decision, ...]
+    origin: DriverOrigin
+    argv: tuple[str, ...]
+
+    @property
+    def forced(self) -> list[Finding]:
+        """One ``dependency_forced`` info finding per forced dependency."""
+        out = []
+        for d in self.decisions:
+            for f in d.forced:
+                out.append(Finding(
+                    "dependency_forced", "info",
+                    f"{d.package} {d.version}: dependency {f.relation} forced: {f.by.evidence()}",
+                    "the runfile driver provides it outside dpkg; dpkg is told to ignore only "
+                    "this dependency (--ignore-depends)",
+                    {"package": d.package, **f.to_json()},
+                ))
+        return out
+
+
+def _unreadable(message: str, hint: str) -> NvfabricError:
+    return NvfabricError(Finding("input_unreadable", "error", message, hint), exit_code=2)
+
+
+def verify_files(directory: str, entries: Sequence[Cached]) -> tuple[str, ...]:
+    """The absolute path of each entry's file, each proven to hash to the recorded SHA-256.
+    Raises ``input_unreadable`` (exit 2) for a missing file, ``checksum_mismatch`` (exit 1) for
+    changed bytes."""
+    paths = []
+    for c in entries:
+        path = os.path.join(os.path.abspath(directory), c.file)
+        if not os.path.isfile(path) or os.path.islink(path):
+            raise _unreadable(f"{path}: listed in the fetch record but not in the directory",
+                              "fetch again into that directory (nvfabric fetch --dest DIR)")
+        actual = sha256_file(path)
+        if actual != c.artifact.sha256:
+            raise checksum_mismatch(path, c.artifact.sha256, actual)
+        paths.append(path)
+    return tuple(paths)
+
+
+def check_version(c: Cached, driver_version: str) -> None:
+    """A driver-versioned component must be of exactly ``driver_version`` (numeric per field;
+    the Debian revision is free). Raises ``version_mismatch`` (exit 1)."""
+    if c.artifact.component in OWN_VERSION:
+        return
+    have = upstream(c.artifact.version) if c.artifact.source == "apt" else c.artifact.version
+    have = have.rsplit("-", 1)[0] if c.artifact.source == "rpm" else have
+    if not same(have, driver_version):
+        raise NvfabricError(
+            Finding(
+                "version_mismatch", "error",
+                f"cached {c.artifact.component} {c.artifact.version} is not for the loaded "
+                f"driver {driver_version}",
+                "IMEX and fabric manager must match the driver exactly: fetch the driver's "
+                "version at image build time (nvfabric fetch --driver-version "
+                f"{driver_version})",
+                {"component": c.artifact.component, "cached_version": c.artifact.version,
+                 "driver_version": driver_version},
+            ),
+            exit_code=1,
+        )
+
+
+def prepare(root: str, directory: str, entries: Sequence[Cached], arch: str) -> Prepared:
+    """Steps 1-3 of the module doc for the ``.deb`` entries (all ``source == "apt"``) for
+    ``arch`` (canonical). Raises ``input_unreadable``, ``checksum_mismatch`` or
+    ``dependency_unsatisfied`` (exit 1, nothing run)."""
+    paths = verify_files(directory, entries)
+    deb_arch = arch_name("deb", arch)
+    controls = []
+    for c, path in zip(entries, paths, strict=True):
+        ctrl = control(path)
+        if ctrl.get("Package") != c.artifact.package or ctrl.get("Version") != c.artifact.version \
+                or ctrl.get("Architecture") not in (deb_arch, "all"):
+            raise _unreadable(
+                f"{path}: control says {ctrl.get('Package')} {ctrl.get('Version')} "
+                f"{ctrl.get('Architecture')}, the fetch record {c.artifact.package} "
+                f"{c.artifact.version} for {deb_arch}",
+                "the directory holds another file than was fetched: fetch again",
+            )
+        controls.append(ctrl)
+    db: Database = read(root)
+    origin = driver_origin(root)
+    same_call = [Known(k["Package"], k["Version"], provides(k.get("Provides", "")))
+                 for k in controls]
+    known = [*db.installed, *same_call]
+    try:
+        decisions = tuple(decide(k, known, origin.provides) for k in controls)
+    except ValueError as err:
+        raise _unreadable(f"unreadable Depends in a cached package: {err}",
+                          "the package is damaged: fetch again") from None
+    missing = [(d, m) for d in decisions for m in d.missing]
+    if missing:
+        raise NvfabricError(unsatisfied(missing, origin), exit_code=1)
+    ignore = sorted({n for d in decisions for n in d.ignore})
+    try:
+        argv = dpkg_argv(root, ignore, paths)
+    except ValueError as err:
+        raise _unreadable(f"refusing to build the dpkg command line: {err}",
+                          "use plain absolute paths (no newline, no '..') for --root and "
+                          "--from") from None
+    return Prepared(tuple(entries), paths, tuple(controls), decisions, origin, tuple(argv))
+
+
+def unsatisfied(missing: Sequence[tuple[Decision, str]], origin: DriverOrigin) -> Finding:
+    """``dependency_unsatisfied``: the install is refused; names every missing dependency and
+    the driver's origin."""
+    lines = [f"{d.package} {d.version} depends on {m}" for d, m in missing]
+    hint = ("install those packages first (they are not the driver's), or fetch them into the "
+            "same directory; nothing was installed")
+    if origin.kind == "unknown":
+        hint = ("no driver is on disk under the root (no libnvidia-ml.so.<version>): install "
+                "the driver first (at boot, after the runfile), then install --from; nothing "
+                "was installed")
+    if origin.kind == "package":
+        hint = ("the driver came from packages: install with the package manager "
+                "(nvfabric install --source apt --execute), which resolves them at the "
+                "driver's version; nothing was installed")
+    return Finding(
+        "dependency_unsatisfied", "error",
+        "refusing to install: " + "; ".join(lines), hint,
+        {"missing": [m for _, m in missing], "driver_origin": origin.kind},
+    )
+
+
+def dpkg_argv(root: str, ignore: Sequence[str], paths: Sequence[str]) -> list[str]:
+    """``dpkg --root ROOT [--ignore-depends=a,b] -i FILE...``. ValueError when the root or a
+    path is not a plain absolute path, or a name is not a Debian package name."""
+    base = hostpath.check(os.path.abspath(root), "--root")
+    for name in ignore:
+        if not valid_name(name):
+            raise ValueError(f"not a Debian package name: {name!r}")
+    for p in paths:
+        hostpath.check(p, "package file")
+    argv = ["dpkg", "--root", base]
+    if ignore:
+        argv.append("--ignore-depends=" + ",".join(ignore))
+    return [*argv, "-i", *paths]
+
+
+def apply(root: str, prepared: Prepared) -> list[dict[str, Any]]:
+    """Step 4: run dpkg, then prove each package installed. Returns one ``{"package",
+    "version", "status"}`` per package. Raises ``install_failed`` (exit 1) after purging what
+    a failed run newly added."""
+    names = [k["Package"] for k in prepared.controls]
+    before = {n: s for n, s in status_of(root, names).items() if s[0].endswith(" installed")}
+    try:
+        proc = subprocess.run(list(prepared.argv), stdin=subprocess.DEVNULL,
+                              capture_output=True, text=True, timeout=DPKG_TIMEOUT_S,
+                              check=False)
+        rc, out = proc.returncode, (proc.stdout + proc.stderr).strip()
+    except subprocess.TimeoutExpired:
+        rc, out = 124, f"timed out after {DPKG_TIMEOUT_S:g} s"
+    except OSError as err:
+        raise _failed(prepared.argv, f"cannot run: {err.strerror}", "", [], []) from None
+    after = status_of(root, names)
+    bad = [n for n, k in zip(names, prepared.controls, strict=True)
+           if after.get(n) != ("install ok installed", k["Version"])]
+    if rc != 0 or bad:
+        rolled = _roll_back(root, [n for n in names if n not in before])
+        why = f"exit status {rc}" if rc else f"not installed afterwards: {', '.join(bad)}"
+        raise _failed(prepared.argv, why, out, rolled, [n for n in names if n in before])
+    return [{"package": n, "version": after[n][1], "status": after[n][0]} for n in names]
+
+
+def _roll_back(root: str, added: Sequence[str]) -> list[str]:
+    """Purge the packages a failed run newly added (``dpkg --root ROOT --purge``)."""
+    if not added:
+        return []
+    argv = ["dpkg", "--root", hostpath.check(os.path.abspath(root), "--root"), "--purge",
+            *added]
+    try:
+        subprocess.run(argv, stdin=subprocess.DEVNULL, capture_output=True,
+                       timeout=DPKG_TIMEOUT_S, check=False)
+    except (OSError, subprocess.TimeoutExpired):
+        return []
+    still = status_of(root, added)
+    return [n for n in added if n not in still or still[n][0].endswith("not-installed")]
+
+
+def _failed(argv: Sequence[str], why: str, output: str, rolled: list[str],
+            upgraded: list[str]) -> NvfabricError:
+    tail = " | ".join(output.splitlines()[-3:])
+    undo = f"; purged again: {', '.join(rolled)}" if rolled else ""
+    if upgraded:
+        undo += (f"; {', '.join(upgraded)} was an upgrade of an installed version, which a "
+                 "purge cannot undo: check `dpkg --root ROOT --audit`")
+    return NvfabricError(
+        Finding(
+            "install_failed", "error",
+            f"`{' '.join(argv)}` failed: {why}" + (f" ({tail})" if tail else "") + undo,
+            "read dpkg's words above; a dependency dpkg still refuses is one nvfabric judged "
+            "satisfied: report it with `dpkg --root ROOT -s` of the package",
+            {"argv": list(argv), "rolled_back": rolled},
+        ),
+        exit_code=1,
+    )

@@ -1,0 +1,147 @@
+"""Read the dpkg database of the node under ``--root`` as ``dpkg --root`` would: its
+``var/lib/dpkg/status`` (installed packages) and ``var/lib/dpkg/info/*.list`` (which package
+owns which path), and the control paragraph of a ``.deb``. Read-only host access; parsing by
+python-debian.
+
+Source: dpkg(1) ``--root`` (admin directory ``<root>/var/lib/dpkg``), deb-control(5),
+dpkg-query(1) ``-S`` (a path is owned when a package's file list names it). On a merged-/usr
+root (``/bin -> usr/bin``, Debian 12) a list may name ``/bin/x`` or ``/usr/bin/x`` for the same
+file: both spellings are checked.
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from ..errors import NvfabricError
+from ..findings import Finding
+from ..inventory.fs import under
+from .debdeps import Known, provides
+from .runfile import DiskFile, DriverOrigin, classify
+from .tables import DRIVER_VERSION_LIB, RUNFILE_LIB_DIRS, RUNFILE_PROVIDES
+
+ADMIN_DIR = "/var/lib/dpkg"
+_MERGED = ("/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
+
+
+@dataclass(frozen=True)
+class Database:
+    """The installed packages of a root's dpkg database (``Status: ... installed``)."""
+
+    installed: tuple[Known, ...]
+
+
+def aliases(path: str) -> tuple[str, ...]:
+    """``path`` and its other merged-/usr spelling: ``/usr/bin/x`` <-> ``/bin/x``."""
+    for top in _MERGED:
+        if path.startswith("/usr" + top + "/"):
+            return (path, path[4:])
+        if path.startswith(top + "/"):
+            return (path, "/usr" + path)
+    return (path,)
+
+
+def _unreadable(path: str, why: str) -> NvfabricError:
+    return NvfabricError(
+        Finding("input_unreadable", "error", f"{path}: {why}",
+                "point --root at the image or node root whose dpkg database to use"),
+        exit_code=2,
+    )
+
+
+def read(root: str) -> Database:
+    """The dpkg database under ``root``. Raises ``input_unreadable`` (exit 2) when the root
+    has no ``var/lib/dpkg/status``: not a Debian-family root."""
+    from debian.deb822 import Packages
+
+    status_path = under(root, ADMIN_DIR + "/status")
+    try:
+        with open(status_path, encoding="utf-8", errors="replace") as fh:
+            paragraphs = list(Packages.iter_paragraphs(fh, use_apt_pkg=False))
+    except OSError as err:
+        raise _unreadable(status_path, f"cannot read the dpkg status database "
+                          f"({err.strerror})") from None
+    installed = []
+    for para in paragraphs:
+        words = para.get("Status", "").split()
+        if len(words) != 3 or words[2] != "installed":
+            continue
+        installed.append(Known(para.get("Package", ""), para.get("Version", ""),
+                               provides(para.get("Provides", ""))))
+    return Database(tuple(installed))
+
+
+def owners(root: str, paths: Iterable[str]) -> dict[str, str]:
+    """``path -> package`` for each of ``paths`` (host view) that a file list of the dpkg
+    database under ``root`` names, in either merged-/usr spelling (dpkg-query -S). Only the
+    wanted lines are kept, so a node with thousands of packages costs one pass over the lists,
+    not a table of every path."""
+    wanted: dict[str, str] = {}
+    for path in paths:
+        for alias in aliases(path):
+            wanted[alias] = path
+    found: dict[str, str] = {}
+    if not wanted:
+        return found
+    for lst in sorted(glob.glob(glob.escape(under(root, ADMIN_DIR + "/info")) + "/*.list")):
+        name = os.path.basename(lst)[: -len(".list")].split(":", 1)[0]
+        try:
+            with open(lst, encoding="utf-8", errors="replace") as fh:
+                for line in fh:
+                    hit = wanted.get(line.rstrip("\n"))
+                    if hit is not None:
+                        found.setdefault(hit, name)
+        except OSError:
+            continue
+    return found
+
+
+def driver_origin(root: str) -> DriverOrigin:
+    """Runfile or packages (:func:`.runfile.classify`) from the NVML library files and the
+    runfile's binaries found under ``root``, with their owners in its dpkg file lists."""
+    libs = []
+    for d in RUNFILE_LIB_DIRS:
+        full = under(root, d)
+        if os.path.islink(full):
+            continue  # /usr/lib64 -> lib on some roots: the real directory is listed anyway
+        for path in sorted(glob.glob(glob.escape(full) + "/" + DRIVER_VERSION_LIB + "*")):
+            if os.path.isfile(path) and not os.path.islink(path):
+                libs.append(d + "/" + os.path.basename(path))
+    bins = [(name, host) for name, host in RUNFILE_PROVIDES.items()
+            if os.path.isfile(under(root, host))]
+    owner = owners(root, [*libs, *(host for _, host in bins)])
+    return classify([DiskFile(p, owner.get(p)) for p in libs],
+                    [(name, DiskFile(host, owner.get(host))) for name, host in bins])
+
+
+def control(deb: str) -> dict[str, str]:
+    """The control paragraph of the ``.deb`` at ``deb`` (python-debian reads the ar archive;
+    nothing is run). Raises ``input_unreadable`` (exit 2) when it is not a Debian package."""
+    from debian.debfile import DebError, DebFile
+
+    try:
+        with DebFile(deb) as pkg:
+            return {k: str(v) for k, v in pkg.debcontrol().items()}
+    except (DebError, OSError, ValueError, KeyError) as err:
+        raise _unreadable(deb, f"not a readable Debian package ({err})") from None
+
+
+def status_of(root: str, names: Iterable[str]) -> dict[str, tuple[str, str]]:
+    """``name -> (Status, Version)`` for each of ``names`` found in the status file (every
+    state, not only installed), re-read now."""
+    from debian.deb822 import Packages
+
+    wanted = set(names)
+    out: dict[str, tuple[str, str]] = {}
+    path = under(root, ADMIN_DIR + "/status")
+    try:
+        with open(path, encoding="utf-8", errors="replace") as fh:
+            for para in Packages.iter_paragraphs(fh, use_apt_pkg=False):
+                if para.get("Package") in wanted:
+                    out[para["Package"]] = (para.get("Status", ""), para.get("Version", ""))
+    except OSError as err:
+        raise _unreadable(path, f"cannot read the dpkg status database ({err.strerror})") from None
+    return out
