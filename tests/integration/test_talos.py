@@ -109,6 +109,10 @@ def test_service_spec_follows_services_go(ext: Path) -> None:
     assert {"path": "/sys/bus/pci/drivers/nvidia"} in spec["depends"]
     dests = {m["destination"] for m in spec["container"]["mounts"]}
     assert {"/dev", "/sys", "/var/run", "/var/log"} <= dests
+    # NVML bound where the container root's own loader finds it (its glibc's multiarch dir)
+    root = ext / "rootfs/usr/local/lib/containers/nvfabric"
+    (nvml,) = [m for m in spec["container"]["mounts"] if "libnvidia-ml" in m["source"]]
+    assert (root / nvml["destination"].lstrip("/")).parent.joinpath("libc.so.6").is_file()
     # the binary in the image is the one `make dist` built
     entry = ext / "rootfs/usr/local/lib/containers/nvfabric/usr/local/bin/nvfabric"
     assert entry.read_bytes() == dist_binary().read_bytes()
@@ -179,7 +183,7 @@ def test_service_runs_as_talos_runs_it_on_a_simulated_b200(ext: Path, tmp_path: 
     """podman stands in for Talos's containerd runner (extension.go): the container root is
     the extension's /usr/local/lib/containers/nvfabric, read-only; the process is the spec's
     entrypoint and args, its environment the spec's; each bind mount of the spec gets a
-    directory of this test as its source, except /dev and /sys (this machine's are no GPU
+    directory of this test as its source, except /dev, /sys and NVML (this machine's are no GPU
     node's; the simulated node is passed as --root, appended to the args)."""
     spec = yaml.safe_load((ext / "rootfs/usr/local/etc/containers/nvfabric.yaml").read_text())
     # a private copy of the root: podman's --rootfs may write its mount points into it
@@ -190,8 +194,8 @@ def test_service_runs_as_talos_runs_it_on_a_simulated_b200(ext: Path, tmp_path: 
     mounts = ["-v", f"{node}:/node"]
     sources = {}
     for m in spec["container"]["mounts"]:
-        if m["destination"] in ("/dev", "/sys"):
-            continue
+        if m["destination"] in ("/dev", "/sys") or "libnvidia-ml" in m["source"]:
+            continue  # this machine has no GPU node's devices, sysfs or NVIDIA user space
         src = tmp_path / "host" / m["source"].strip("/").replace("/", "_")
         src.mkdir(parents=True)
         sources[m["destination"]] = src
