@@ -288,6 +288,8 @@ def _kube_play(pod: dict[str, Any], tmp_path: Path) -> None:
                     'events_logger = "file"\n')
     env = {**os.environ, "CONTAINERS_CONF": str(conf)}
     play = podman_argv("--runtime", "runc", "kube", "play", "--network", "none", str(kube))
+    # a pod left by an interrupted earlier run of this test (same private storage)
+    podman("pod", "rm", "--force", pod["metadata"]["name"], check=False, timeout=120)
     out = subprocess.run(play, capture_output=True, text=True, timeout=300, env=env)
     assert out.returncode == 0, out.stderr
 
