@@ -85,6 +85,8 @@ def _make(target: str, **variables: str) -> None:
         fcntl.flock(lock, fcntl.LOCK_EX)
         done = subprocess.run(argv, cwd=REPO, capture_output=True, text=True, timeout=900,
                               check=False)
+        # earlier builds' untagged images and build stages: the private storage stays small
+        podman("image", "prune", "--force", check=False, timeout=300)
     if done.returncode:
         raise AssertionError(f"make {target} failed ({done.returncode}):\n"
                              + (done.stdout + done.stderr)[-3000:])
