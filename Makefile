@@ -38,29 +38,32 @@ test-integration: pyc
 # whose minor version is the one of $(PY) (the wheels of compiled dependencies follow it).
 # PODMAN and PODMAN_BUILD_FLAGS: how podman is run (the integration tests pass their private
 # storage and this sandbox's runtime settings).
+VERSION := $(shell sed -n 's/^version = "\(.*\)"/\1/p' pyproject.toml)
 BASE ?= docker.io/library/python:3.11-slim-bookworm
-IMAGE ?= nvfabric:latest
+IMAGE ?= localhost/nvfabric:$(VERSION)
 PODMAN ?= podman
 PODMAN_BUILD_FLAGS ?=
 image: $(STAMP)
 	rm -rf build/image && mkdir -p build/image
 	$(BIN)/python -m pip wheel -q --wheel-dir build/image/wheels . pip
 	$(PODMAN) build $(PODMAN_BUILD_FLAGS) -f deploy/container/Containerfile --build-arg BASE=$(BASE) \
-	  --build-arg REVISION=$$(git rev-parse HEAD) -t $(IMAGE) build/image
+	  --build-arg VERSION=$(VERSION) --build-arg REVISION=$$(git rev-parse HEAD) \
+	  --build-arg CREATED=$$(date -u +%Y-%m-%dT%H:%M:%SZ) -t $(IMAGE) build/image
 
 # The Talos system extension (deploy/talos/Containerfile, FROM scratch): the single-file binary,
 # deploy/talos/ and FABRIC_DIR (NVIDIA's fabric manager and NVLSM archives unpacked at their
 # vendor paths; empty: nvfabric alone) as the build context. TALOS_BASE: the glibc image whose
 # loader and libraries the binary runs on (the one it was built on).
 TALOS_BASE ?= docker.io/library/debian:bookworm-slim
-TALOS_IMAGE ?= nvfabric-talos:latest
+TALOS_IMAGE ?= localhost/nvfabric-talos:$(VERSION)
 FABRIC_DIR ?=
 talos-image: dist/nvfabric
 	rm -rf build/talos && mkdir -p build/talos/dist build/talos/deploy build/talos/fabric
 	cp dist/nvfabric build/talos/dist/ && cp -r deploy/talos build/talos/deploy/
 	if [ -n "$(FABRIC_DIR)" ]; then cp -a "$(FABRIC_DIR)"/. build/talos/fabric/; fi
 	$(PODMAN) build $(PODMAN_BUILD_FLAGS) -f deploy/talos/Containerfile --build-arg BASE=$(TALOS_BASE) \
-	  --build-arg REVISION=$$(git rev-parse HEAD) -t $(TALOS_IMAGE) build/talos
+	  --build-arg VERSION=$(VERSION) --build-arg REVISION=$$(git rev-parse HEAD) \
+	  -t $(TALOS_IMAGE) build/talos
 
 # Refresh tests/data (the repository's copy of ../shared: cases, corpus, fuzz, bench starter)
 # from ../shared, or from SHARED=DIR; make test fails while the two differ.

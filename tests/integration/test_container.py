@@ -64,6 +64,7 @@ def test_image_entrypoint_is_nvfabric_in_exec_form_with_oci_labels(nvfabric_imag
                           text=True, check=True).stdout.strip()
     assert labels["org.opencontainers.image.revision"] == head
     assert labels["org.opencontainers.image.base.name"].startswith("localhost/nvfabric-test-base")
+    assert labels["org.opencontainers.image.created"] != "1970-01-01T00:00:00Z"
     out = podman("run", "--rm", *RUN_FLAGS, nvfabric_image, "--version").stdout
     assert _version() in out
     # no pip, no build tools in the image: pip ran from its wheel in the build stage only

@@ -48,6 +48,13 @@ def _tool(name: str) -> str:
     return str(path)
 
 
+def _pyproject_version() -> str:
+    for line in (REPO / "pyproject.toml").read_text().splitlines():
+        if line.startswith("version = "):
+            return line.split('"')[1]
+    raise AssertionError("no version in pyproject.toml")
+
+
 def render(overlay: str) -> list[dict[str, Any]]:
     """``kubectl kustomize`` of one overlay, as objects."""
     out = subprocess.run([_tool("kubectl"), "kustomize", str(KUSTOMIZE / "overlays" / overlay)],
@@ -90,7 +97,8 @@ def test_overlay_renders_one_daemonset_per_fabric_kind(overlay: str) -> None:
     assert {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"} in \
         spec["tolerations"]
     (ctr,) = spec["containers"]
-    assert ctr["image"] == "localhost/nvfabric:0.1.0"
+    # the image `make image` tags by default: localhost/nvfabric:<package version>
+    assert ctr["image"] == f"localhost/nvfabric:{_pyproject_version()}"
     assert ctr["securityContext"]["privileged"] is True
     assert ctr["securityContext"]["readOnlyRootFilesystem"] is True
     mounts = {m["mountPath"] for m in ctr["volumeMounts"]}
