@@ -30,7 +30,12 @@ test: lint pyc
 
 # Tests against real system components (mmdebstrap, dpkg, podman, systemd, Slurm, Prometheus);
 # .ci/run installs them first.
-test-integration: pyc
+INTEGRATION_STAMP := $(VENV)/.installed-integration
+$(INTEGRATION_STAMP): $(STAMP)
+	$(BIN)/python -m pip install -q -e '.[dev,integration]'
+	touch $(INTEGRATION_STAMP)
+
+test-integration: pyc $(INTEGRATION_STAMP)
 	$(BIN)/pytest tests/integration
 
 # The container image (deploy/container/Containerfile): a wheelhouse of this checkout as the
