@@ -78,6 +78,10 @@ CODES: frozenset[str] = frozenset(
         "domain_report_missing",
         "domain_size_mismatch",
         "domain_report_duplicate",
+        # Bug report triage (issue 16; README "nvfabric triage").
+        "fm_on_compute_tray",
+        "report_truncated",
+        "report_section_missing",
     }
 )
 
