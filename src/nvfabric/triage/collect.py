@@ -20,8 +20,8 @@ from .ibstat import IbstatParser
 from .lspci import LspciParser
 from .report import IGNORE, Handler, Outcome, Section, split
 
-#: Most bytes kept of a section read as text (nvidia-smi --query of 72 GPUs is ~4 MB).
-TEXT_CAP = 32 << 20
+#: Most bytes kept of a section read as text (nvidia-smi --query of 8 GPUs is ~80 KB).
+TEXT_CAP = 8 << 20
 SMALL_CAP = 1 << 20
 #: Most log sections classified (each keeps one classifier per fabric kind).
 MAX_LOG_SECTIONS = 256
