@@ -357,3 +357,47 @@ def test_collect_keeps_each_kernel_log_source_apart() -> None:
     names = [log.name for log in c.logs]
     assert "kernel messages (journalctl -b -0)" in names
     assert "dmesg" in names
+
+
+# --- hostile input (../shared/fuzz kinds): exit 0/1/2, never 3, bounded ----------------------
+
+def _edited(replace: dict[str, str]) -> bytes:
+    text = gzip.decompress(report("dgx-b200-healthy.log.gz").read_bytes()).decode()
+    for old, new in replace.items():
+        assert old in text, old
+        text = text.replace(old, new)
+    return text.encode()
+
+
+FUZZ = CASES.parent / "fuzz"
+
+
+@pytest.mark.parametrize("edit", [
+    {"\tNUMA node: 0\n": "\tNUMA node: \u00b2\n"},            # isdigit() but not int()
+    {"\tNUMA node: 1\n": "\tNUMA node: --1\n"},
+    {"CA 'mlx5_3'": "CA 'mlx5_\u00b2'"},
+    {"13min ago": "1" * 5000 + "min ago"},                    # past int()'s digit limit
+    {"dmesg:\n\n": "dmesg:\n\n" + (FUZZ / "doctor-4303-digit-rc.log").read_text()},
+    {"Component                           | Details": "Component " + " " * 200_000 + "x"},
+    {"\tSubsystem: Mellanox": "0000:05:00.0 " + " " * 100_000 + "x\n\tSubsystem: Mellanox"},
+    {"State: Active\n": "State: " + "\x00\xff" * 1000 + "\n"},
+])
+def test_hostile_edits_of_a_report_are_judged_not_crashed(edit: dict[str, str],
+                                                          tmp_path: Path) -> None:
+    path = tmp_path / "edited.log"
+    path.write_bytes(_edited(edit))
+    proc = run_cli("triage", str(path), "--json")
+    assert proc.returncode in (0, 1), proc.stderr
+    assert json.loads(proc.stdout)["plan"]["fabric"] == "nvlink5"
+
+
+def test_cuts_of_a_report_anywhere_are_judged_not_crashed() -> None:
+    """A report cut at any byte (a section, a header, a separator, a hex row cut in two) is
+    triaged: incomplete, with what came before judged."""
+    text = gzip.decompress(report("hgx-h100-healthy.log.gz").read_bytes())
+    end = text.index(b"End of NVIDIA bug report log file.")
+    start = text.index(b"Start of NVIDIA bug report log file.") + 40  # before: no block yet
+    for cut in range(start, end, (end - start) // 29):
+        t = triage_stream(io.BytesIO(text[:cut]), f"cut at {cut}")
+        assert t.report["complete"] is False
+        assert "report_truncated" in codes(t)

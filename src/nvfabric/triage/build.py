@@ -34,8 +34,9 @@ _UNAME_ARCH = re.compile(r"\b(x86_64|aarch64|arm64|ppc64le|s390x|riscv64)\b")
 _SCRIPT_VERSION = re.compile(r"^nvidia-bug-report\.sh Version: (\S+)", re.M)
 _DATE = re.compile(r"^Date: (.*)$", re.M)
 _UNAME = re.compile(r"^uname: (.*)$", re.M)
-_TABLE_ROW = re.compile(r"^(?P<comp>[A-Za-z][^|]*?)\s*\| (?P<details>.*)$", re.M)
-_VERSION = re.compile(r"\b(\d{3}\.\d{1,3}(?:\.\d{1,3})?)\b")
+_TABLE_ROW = re.compile(
+    r"^(?P<comp>[A-Za-z][^|\n]{0,80}?)[ \t]*\| (?P<details>[^\n]*)$", re.M)
+_VERSION = re.compile(r"\b([0-9]{3}\.[0-9]{1,3}(?:\.[0-9]{1,3})?)\b")
 _PARAM = re.compile(r"^(?P<key>[A-Za-z0-9_]+): (?P<value>.*)$", re.M)
 
 
@@ -252,6 +253,9 @@ def build(c: Collected, label: str) -> Triage:
     for log in c.logs:
         for f in log.by_fabric.get(kind, []):
             findings.append(_with_section(f, log.name))
+        if log.skipped:
+            reasons.append(f"{log.name}: {log.skipped} line(s) the diagnosis catalogue could "
+                           "not classify (a value it cannot convert) were left out")
 
     fm = parse_unit(texts["fm_status"]) if "fm_status" in texts else None
     imex = parse_unit(texts["imex_status"]) if "imex_status" in texts else None

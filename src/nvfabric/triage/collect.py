@@ -58,10 +58,12 @@ _KERNEL_SUB = re.compile(rb"(?m)^  (/\S+|journalctl -b -?\d+):[ \t\r]*$")
 
 @dataclass
 class LogResult:
-    """One log section: its name, lines read, findings per fabric kind (None: unknown)."""
+    """One log section: its name, lines read, lines the catalogue could not classify
+    (``skipped``), findings per fabric kind (None: unknown)."""
 
     name: str
     lines: int = 0
+    skipped: int = 0
     by_fabric: dict[str | None, list[Finding]] = field(default_factory=dict)
 
 
@@ -133,7 +135,11 @@ class _Log:
         self.result.lines += data.count(b"\n")
         for line in needle_lines(data, self.scanners):
             for c in self.classifiers.values():
-                c.feed(line)
+                try:
+                    c.feed(line)
+                except ValueError:  # a field the catalogue cannot convert (a number past
+                    self.result.skipped += 1  # int()'s digit limit): the line is left out
+                    break
         if b" is running" in data:
             for m in _VERSION_LINE.finditer(data):
                 what = "fabricmanager" if m.group("what") == b"Fabric Manager" else "imex"

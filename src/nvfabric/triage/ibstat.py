@@ -34,7 +34,7 @@ PHYS_STATES = {"Sleep": "1: Sleep", "Polling": "2: Polling", "Disabled": "3: Dis
                "PhyTest": "7: Phy Test"}
 
 _CA = re.compile(r"^CA '(?P<name>[^']{1,64})'\s*$")
-_PORT = re.compile(r"^\s+Port (?P<port>\d{1,3}):\s*$")
+_PORT = re.compile(r"^\s+Port (?P<port>[0-9]{1,3}):\s*$")
 _KV = re.compile(r"^\s+(?P<key>[A-Za-z][A-Za-z ]*?):\s*(?P<value>.*?)\s*$")
 _GUID = re.compile(r"0x[0-9a-fA-F]{1,16}")
 _MST_ROW = re.compile(
@@ -70,6 +70,8 @@ class IbstatParser:
 
     def line(self, raw: str) -> None:
         line = raw.rstrip("\r\n")
+        if len(line) > 1024:  # no ibstat line is that long; keeps the expressions linear
+            return
         m = _CA.match(line)
         if m:
             if len(self._cas) < MAX_DEVICES:
@@ -130,9 +132,12 @@ def mst_pairs(text: str) -> dict[str, str]:
     return out
 
 
+_MLX5 = re.compile(r"mlx5_([0-9]{1,6})")
+
+
 def _index(name: str) -> tuple[int, str]:
-    digits = name.rsplit("_", 1)[-1]
-    return (int(digits), name) if digits.isdigit() else (1 << 30, name)
+    m = _MLX5.fullmatch(name)
+    return (int(m.group(1)), name) if m else (1 << 30, name)
 
 
 @dataclass(frozen=True)
@@ -161,8 +166,8 @@ def attach(devices: tuple[IbDevice, ...], functions: tuple[PciFunction, ...],
                           "with their PCI functions by `mst status -v`")
     mlx = [f for f in functions if f.vendor == MELLANOX and (f.class_code >> 16) == 0x02
            and f.driver in (None, "mlx5_core")]
-    numbered = sorted((d for d in devices if d.name.startswith("mlx5_")
-                       and d.name[5:].isdigit()), key=lambda d: _index(d.name))
+    numbered = sorted((d for d in devices if _MLX5.fullmatch(d.name)),
+                      key=lambda d: _index(d.name))
     mapping = {d.name: f.address for d, f in zip(numbered, mlx, strict=False)}
     out = tuple(replace(d, pci=mapping[d.name]) if d.name in mapping else d for d in devices)
     if not numbered:

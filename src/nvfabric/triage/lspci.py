@@ -34,8 +34,13 @@ from ..inventory.vpd import Vpd, VpdField
 MAX_FUNCTIONS = 8192
 #: Configuration bytes kept per function: the standard header and capability list.
 MAX_CONFIG = 256
+#: Longest line read: lspci's lines are under 300 characters (a VPD value is at most 255
+#: bytes, a hex row 55); longer ones are no lspci output and are skipped, which also keeps
+#: every regular expression here linear.
+MAX_LINE = 1024
+_NUMBER = re.compile(r"[0-9]{1,9}")
 
-_ADDR = r"(?P<addr>(?:[0-9a-fA-F]{4,8}:)?[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-7])"
+_ADDR = r"(?a)(?P<addr>(?:[0-9a-fA-F]{4,8}:)?[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-7])"
 ENTRY = re.compile(
     _ADDR + r" (?P<cls_name>[^[:]*?)(?: \[(?P<cls>[0-9a-fA-F]{4})\])?: (?P<name>.*?)"
     r"(?: \[(?P<vendor>[0-9a-fA-F]{4}):(?P<device>[0-9a-fA-F]{4})\])?"
@@ -130,6 +135,8 @@ class LspciParser:
     def line(self, raw: str) -> None:
         """One line of lspci output (trailing newline optional)."""
         line = raw.rstrip("\r\n")
+        if len(line) > MAX_LINE:
+            return
         stripped = line.strip()
         if not stripped:
             self._in_vpd = False
@@ -167,7 +174,7 @@ class LspciParser:
                 cur.subsystem = (int(sm.group("vendor"), 16), int(sm.group("device"), 16))
         elif stripped.startswith("NUMA node:"):
             value = stripped.split(":", 1)[1].strip()
-            if value.lstrip("-").isdigit() and int(value) >= 0:
+            if _NUMBER.fullmatch(value):  # ASCII digits only ("-1": none; "²" is no number)
                 cur.numa_node = int(value)
         elif stripped.startswith("Kernel driver in use:"):
             cur.driver = stripped.split(":", 1)[1].strip() or None

@@ -17,8 +17,9 @@ from dataclasses import dataclass
 _LOADED = re.compile(r"^\s*Loaded: (?P<load>\S+)(?: \((?P<detail>[^)]*)\))?")
 _ACTIVE = re.compile(
     r"^\s*Active: (?P<active>\S+)(?: \((?P<sub>[^)]*)\))?(?: since [^;]*;(?P<ago> .*?) ago)?")
-_PROCESS = re.compile(r"^\s*(?:[│├└─`|\\ -]+)(?P<pid>\d+) (?P<cmd>/?\S.*?)\s*$")
-_SPAN = re.compile(r"(\d+)\s*(us|ms|s|sec|min|h|d|days?|w|weeks?|months?|y|years?)\b")
+_PROCESS = re.compile(r"^\s*(?:[│├└─`|\\ -]+)(?P<pid>[0-9]{1,9}) (?P<cmd>/?\S.*?)\s*$")
+_SPAN = re.compile(r"([0-9]{1,9})\s*(us|ms|s|sec|min|h|d|days?|w|weeks?|months?|y|years?)\b")
+MAX_LINE = 4096
 SPAN_S = {"us": 1e-6, "ms": 1e-3, "s": 1, "sec": 1, "min": 60, "h": 3600, "d": 86400,
           "day": 86400, "days": 86400, "w": 604800, "week": 604800, "weeks": 604800,
           "month": 2629800, "months": 2629800, "y": 31557600, "year": 31557600,
@@ -62,6 +63,8 @@ def parse(text: str) -> UnitState:
     procs: list[str] = []
     in_cgroup = False
     for line in text.splitlines():
+        if len(line) > MAX_LINE:  # a journal line of that length says nothing of the unit
+            continue
         m = _LOADED.match(line)
         if m and enabled is None:
             if m.group("load") == "not-found":
