@@ -401,3 +401,16 @@ def test_cuts_of_a_report_anywhere_are_judged_not_crashed() -> None:
         t = triage_stream(io.BytesIO(text[:cut]), f"cut at {cut}")
         assert t.report["complete"] is False
         assert "report_truncated" in codes(t)
+
+
+def test_simulated_node_reports_the_fabric_states_of_the_report(tmp_path: Path) -> None:
+    """status --root on the tree built from a report reads the report's GPU fabric states
+    (the fake nvidia-smi prints them), so the reporter's verdict can be reproduced."""
+    root = tmp_path / "sim"
+    proc = run_cli("simulate", "--from-bug-report",
+                   str(report("gb300-tray-insufficient-resources.log.gz")), str(root))
+    assert proc.returncode == 0, proc.stderr
+    out, rc = run_json("status", "--root", str(root))
+    assert (out["verdict"], rc) == ("unhealthy", 1)
+    assert {g["status"] for g in out["gpus"]} == {"NVML_ERROR_INSUFFICIENT_RESOURCES"}
+    assert "registration_error" in [f["code"] for f in out["findings"]]

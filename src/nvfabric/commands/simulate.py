@@ -63,7 +63,8 @@ def simulate(profile: str | None, directory: str | None, spec_file: str | None,
             from ..triage import triage
             from ..triage.spec import node_spec
 
-            raw, notes = node_spec(triage(report_file).inventory)
+            triaged = triage(report_file)
+            raw, notes = node_spec(triaged.inventory)
             spec = parse(raw)
             source = report_file
         elif spec_file:
@@ -79,6 +80,14 @@ def simulate(profile: str | None, directory: str | None, spec_file: str | None,
         raise usage_error(str(err)) from None
     try:
         fakes = install(directory)
+        if report_file:
+            from ..simulate import fakebin
+            from ..simulate.fakes import gpus
+            from ..triage.spec import fabric_states
+
+            states, note = fabric_states(gpus(directory), triaged.gpus)
+            fakebin.save(directory, "gpus.json", {"gpus": states})
+            notes.append(note)
     except BaseException:
         clear(directory, remove_root=not existed)
         raise

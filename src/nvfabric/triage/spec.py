@@ -88,3 +88,31 @@ def node_spec(inv: Inventory) -> tuple[dict[str, Any], list[str]]:
     notes.append("PCI addresses are the simulator's own (ConnectX from 0000:05:00.0, GPUs from "
                  "0000:18:00.0)")
     return spec, notes
+
+
+def fabric_states(simulated: list[dict[str, Any]],
+                  reported: tuple[dict[str, Any], ...]) -> tuple[list[dict[str, Any]], str]:
+    """The simulated GPUs (``gpus.json`` entries of :mod:`nvfabric.simulate.fakes`) with the
+    fabric state, status, CliqueId, ClusterUUID and health summary the report's ``nvidia-smi
+    --query`` gave, GPU by GPU in enumeration order, so that ``status --root`` on the tree
+    reads what the reporter's node said. Returns (entries, note); unchanged when the counts
+    differ (the note says so)."""
+    if not reported:
+        return simulated, "no nvidia-smi --query in the report: simulated fabric states kept"
+    if len(reported) != len(simulated):
+        return simulated, (f"{len(reported)} GPUs in nvidia-smi but {len(simulated)} on PCI: "
+                           "simulated fabric states kept")
+    out = []
+    for entry, gpu in zip(simulated, reported, strict=True):
+        status = gpu.get("status")
+        summary = gpu.get("health_summary")
+        out.append({
+            **entry,
+            "state": gpu["state"],
+            "status": "Success" if status == "success" else (status or "N/A"),
+            "clique_id": gpu.get("clique_id"),
+            "cluster_uuid": gpu.get("cluster_uuid"),
+            "health": " ".join(w.capitalize() for w in str(summary).split("_"))
+            if summary else "N/A",
+        })
+    return out, "GPU fabric states from the report's nvidia-smi --query"
