@@ -42,6 +42,8 @@ def codes(t: Any) -> list[str]:
 
 @pytest.mark.parametrize(("header", "kind", "name", "status"), [
     ("*** /proc/modules", "file", "/proc/modules", "ok"),
+    ("/proc/modules", "file", "/proc/modules", "ok"),  # older scripts: the bare path
+    ("/usr/sbin/ibstat", "command", "ibstat", "ok"),
     ("*** /var/log/nvidia-installer.log does not exist", "file",
      "/var/log/nvidia-installer.log", "absent"),
     ("*** /var/log/fabricmanager.log is not readable", "file", "/var/log/fabricmanager.log",
@@ -206,6 +208,9 @@ EXPECT: list[tuple[str, dict[str, Any]]] = [
         "fabric": "nvlink5", "verdict": None, "exit": 0,
         "codes": ["report_truncated", "report_section_missing"],
         "no_codes": ["driver_not_loaded", "ib_stack_missing"]}),
+    ("hgx-h100-old-script.log", {
+        "fabric": "nvswitch", "verdict": "healthy", "exit": 0,
+        "missing": {"ibstat": "missing", "nvidia-smi --query": None}}),
     ("public-rtx3060-laptop-31831145-excerpt.log", {
         "verdict": None, "exit": 0, "codes": ["report_truncated"],
         "missing": {"lspci -nnDvvvxxxx": "missing"}}),

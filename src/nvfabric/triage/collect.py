@@ -292,7 +292,7 @@ class _Reader:
             self._see("ibstat")
             self.ibstat = self.ibstat or IbstatParser()
             return _Lines(self.ibstat)
-        if name == "nvidia-smi --query":
+        if name in ("nvidia-smi --query", "nvidia-smi -q"):  # -q: older scripts
             self._see("smi")
             return self.text("smi", TEXT_CAP)
         if name == "nvidia-smi nvlink --status":

@@ -105,10 +105,16 @@ def identify(header: str) -> Section:
         return Section("prologue", "prologue", header)
     if line.startswith(EPILOGUE[:18]):
         return Section("epilogue", "epilogue", header)
+    if " " not in line and line.startswith(OLD_FILE_PREFIXES):
+        # older scripts printed a file's path alone before its text (no ``*** ``)
+        return Section("file", line, header)
     if line.startswith("/") or line.split(" ", 1)[0] in COMMAND_WORDS:
         return Section("command", _command_name(line), header)
     return Section("title", line, header)
 
+
+#: Where the files older scripts appended by bare path live (commands live in bin/sbin).
+OLD_FILE_PREFIXES = ("/proc/", "/var/log/", "/etc/", "/sys/")
 
 #: Commands the script echoes without a directory (``journalctl -b -0 ...``, ``ldd X``).
 COMMAND_WORDS = frozenset({"journalctl", "ldd", "timeout", "systemctl", "lspci", "ibstat",

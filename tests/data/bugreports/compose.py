@@ -419,6 +419,32 @@ def compose_all() -> None:
     cut = src.index("/usr/sbin/ibstat")
     cut = src.rindex(SEP, 0, cut)
     (HERE / "dgx-b200-old-plain-cut.log").write_text(src[:cut], encoding="utf-8")
+    # 9. An old script's layout (R2xx-R3xx era: files announced by their bare path, lspci of
+    #    NVIDIA functions only with `-d "10de:*" -v -xxx`, no ibstat/IMEX/NVLSM blocks), plain
+    #    text, for the HGX H100 node of case P10.
+    with tempfile.TemporaryDirectory() as tmp:
+        root = Path(tmp) / "node"
+        build(parse(h100_node), str(root))
+        old_lspci = subprocess.run(
+            ["lspci", "-d", "10de:*", "-v", "-xxx", "-A", "linux-sysfs", "-O",
+             f"sysfs.path={root}/sys/bus/pci"], capture_output=True, text=True,
+            check=True).stdout
+    old = Report()
+    old.block("Start of NVIDIA bug report log file.  Please include this file, along\n"
+              "with a detailed description of your problem, when reporting a graphics\n"
+              "driver bug via the NVIDIA Linux forum (see devtalk.nvidia.com)\n"
+              "or by sending email to 'linux-bugs@nvidia.com'.\n\n"
+              "nvidia-bug-report.sh Version: 23445213\n\n"
+              "Date: Tue Jul 30 11:20:00 UTC 2024\n"
+              f"uname: {UNAME_X86}\n\n")
+    old.block("/proc/modules\n" + proc_modules(["nvidia", "mlx5_core", "mlx5_ib", "ib_umad"])
+              + "\n")
+    old.block("/proc/driver/nvidia/version\n" + proc_version("535.161.08", "x86_64") + "\n")
+    old.block('/usr/bin/lspci -d "10de:*" -v -xxx\n\n' + old_lspci + "\n")
+    old.block("/usr/bin/nvidia-smi -q\n\n"
+              + corpus("nvidia-smi/hgx-h100-535.161.08-nvidia-smi-q.txt") + "\n")
+    old.block("End of NVIDIA bug report log file.\n")
+    old.write("hgx-h100-old-script.log", gz=False)
     # 8. A gzip stream cut in the middle of a member (a copy that stopped early).
     data = (HERE / "dgx-b200-healthy.log.gz").read_bytes()
     (HERE / "dgx-b200-truncated.log.gz").write_bytes(data[: int(len(data) * 0.6)])
