@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test test-integration bench lint clean
+.PHONY: demo test test-integration bench lint clean sync-shared
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -32,6 +32,12 @@ test: lint pyc
 # .ci/run installs them first.
 test-integration: pyc
 	$(BIN)/pytest tests/integration
+
+# Refresh tests/data (the repository's copy of ../shared: cases, corpus, fuzz, bench starter)
+# from ../shared, or from SHARED=DIR; make test fails while the two differ.
+SHARED ?= ../shared
+sync-shared: $(STAMP)
+	NVFABRIC_SHARED=$(SHARED) $(BIN)/python -m tests.datasync
 
 bench: pyc
 	$(BIN)/python bench/run.py

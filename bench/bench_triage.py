@@ -2,7 +2,7 @@
 
 The report is the composed DGX B200 report of tests/data/bugreports (every block of the
 script's layout) with a dmesg block grown to about 100 MB of decompressed text: the kernel
-lines of ../shared/corpus/logs/gpud-hgx-h100-550.90.07-dmesg-nvswitch-probe-excerpt.log
+lines of tests/data/corpus/logs/gpud-hgx-h100-550.90.07-dmesg-nvswitch-probe-excerpt.log
 repeated, with an NVSwitch SXid line every 10,000 lines, each block gzipped as its own member
 (as the script writes them). Measured: whole-process wall time of ``nvfabric triage FILE
 --json`` (median of BENCH_RUNS runs, default 3) and its peak RSS; targets <= 3 s and <= 100 MB.
@@ -27,7 +27,7 @@ from pathlib import Path
 from common import PY, line, peak_rss_mb
 
 REPO = Path(__file__).resolve().parents[1]
-CORPUS = REPO.parent / "shared" / "corpus"
+CORPUS = REPO / "tests" / "data" / "corpus"
 REPORT = REPO / "tests" / "data" / "bugreports" / "dgx-b200-healthy.log.gz"
 RUNS = int(os.environ.get("BENCH_RUNS", "3"))
 TARGET_MB = int(os.environ.get("BENCH_REPORT_MB", "100"))

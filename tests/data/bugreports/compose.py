@@ -1,4 +1,5 @@
-"""Compose the bug reports of this directory from the real captures of ../shared/corpus, in
+"""Compose the bug reports of this directory from the real captures of tests/data/corpus (the
+repository's copy of ../shared/corpus), in
 the exact layout nvidia-bug-report.sh writes (see nvfabric/triage/report.py): one gzip member
 per block, as the script's ``| gzip -c >> nvidia-bug-report.log.gz`` does.
 
@@ -23,9 +24,8 @@ import yaml
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[2]
-SHARED = REPO.parent / "shared"
-CORPUS = SHARED / "corpus"
-CASES = SHARED / "cases"
+CORPUS = REPO / "tests" / "data" / "corpus"  # the repository's copy of ../shared/corpus
+CASES = REPO / "tests" / "data" / "cases"
 sys.path.insert(0, str(REPO / "src"))
 
 from nvfabric.simulate import build, parse  # noqa: E402
