@@ -208,6 +208,9 @@ EXPECT: list[tuple[str, dict[str, Any]]] = [
         "fabric": "nvlink5", "verdict": None, "exit": 0,
         "codes": ["report_truncated", "report_section_missing"],
         "no_codes": ["driver_not_loaded", "ib_stack_missing"]}),
+    ("a40-nvlink-bridge-fm-nothing-to-do.log.gz", {
+        "fabric": "none", "verdict": "not_applicable", "exit": 0,
+        "codes": ["fm_not_applicable"], "no_codes": ["nvlsm_missing", "nvswitch_not_visible"]}),
     ("hgx-h100-old-script.log", {
         "fabric": "nvswitch", "verdict": "healthy", "exit": 0,
         "missing": {"ibstat": "missing", "nvidia-smi --query": None}}),

@@ -413,6 +413,28 @@ def compose_all() -> None:
     r.file("/var/log/nvidia-imex.log", case_input("D07"))
     common_tail(r)
     r.write("gb300-tray-insufficient-resources.log.gz")
+    # 10. Two A40s joined by an NVLink bridge (P01) whose enabled fabric manager unit failed
+    #     with NV_WARN_NOTHING_TO_DO (D02): nothing to manage, nothing broken.
+    a40 = case_node("P01")
+    journal = corpus("logs/a40-nvlink-bridge-fm-520-nothing-to-do-journal-gpuop610.txt")
+    status = ("\u00d7 nvidia-fabricmanager.service - NVIDIA fabric manager service\n"
+              "     Loaded: loaded (/lib/systemd/system/nvidia-fabricmanager.service; enabled; "
+              "vendor preset: enabled)\n"
+              "     Active: failed (Result: exit-code) since Wed 2023-11-15 14:15:47 CST; 2min "
+              "3s ago\n    Process: 4177 ExecStart=/usr/bin/nv-fabricmanager -c /usr/share/"
+              "nvidia/nvswitch/fabricmanager.cfg (code=exited, status=1/FAILURE)\n\n" + journal)
+    a40_gpus = [{"pci": f"00000000:{0x18 + i:02X}:00.0", "name": "NVIDIA A40",
+                 "uuid": f"GPU-2000000{i}-0000-0000-0000-00000000000{i}",
+                 "fabric": {"State": "N/A", "Status": "N/A"}} for i in range(2)]
+    r = Report()
+    prologue(r, UNAME_X86, "515.105.01", "515.105.01")
+    r.command("/usr/bin/lspci -nnDvvvxxxx", lspci_of(a40))
+    r.file("/proc/modules", proc_modules(["nvidia"]))
+    r.file("/proc/driver/nvidia/version", proc_version("515.105.01", "x86_64"))
+    smi_block(r, smi_text("515.105.01", "11.7", a40_gpus))
+    r.command("/usr/bin/systemctl status nvidia-fabricmanager.service", status)
+    common_tail(r)
+    r.write("a40-nvlink-bridge-fm-nothing-to-do.log.gz")
     # 7. An older script's plain-text report (no ibstat, no IMEX, no NVLSM block) that was cut
     #    short: the DGX B200 report's blocks up to nvidia-smi, no epilogue, no gzip.
     src = gzip.decompress((HERE / "dgx-b200-healthy.log.gz").read_bytes()).decode()
