@@ -253,6 +253,11 @@ class _Reader:
             if s.name.startswith("Scanning kernel log files"):
                 self._see("kernel")
                 return _KernelLog(self) if self.log_count < MAX_LOG_SECTIONS else IGNORE
+            if s.name.startswith("PCI devices configuration space dump using sysfs"):
+                # the script's fallback without lspci: IDs, class and config hex per function
+                self._see("lspci")
+                self.lspci = self.lspci or LspciParser()
+                return _Lines(self.lspci)
             if s.name == "dmesg:":
                 self._see("dmesg")
                 return self._log_or_ignore("dmesg")
