@@ -292,7 +292,7 @@ def test_cli_text_and_exit_code_on_a_failing_node() -> None:
     proc = run_cli("triage", str(report("dgx-b200-ib-stack-missing.log.gz")))
     assert proc.returncode == 1, proc.stderr
     assert proc.stdout.startswith("node     B200 x8; 4 LPF(s); x86_64; driver 590.48.01")
-    assert "ib_stack_missing (in plan" in proc.stdout
+    assert "ib_stack_missing [plan: lspci, ibstat, /proc/modules]" in proc.stdout
     assert "not in the report" in proc.stdout
 
 
@@ -451,3 +451,14 @@ def test_the_scripts_sysfs_hexdump_fallback_gives_ids_and_class(node: Any) -> No
             for f in t.inventory.pci] == [
         (f.address, f.vendor, f.device, f.class_code, f.subsystem_vendor) for f in inv.pci]
     assert t.plan.fabric == "nvlink5" and not t.inventory.lpfs  # VPD is not in a config dump
+
+
+def test_the_readme_example_is_what_triage_prints() -> None:
+    readme = (REPO / "README.md").read_text()
+    block = readme.split("$ nvfabric triage dgx-b200-ib-stack-missing.log.gz\n", 1)[1]
+    block = block.split("```", 1)[0]
+    proc = subprocess.run([sys.executable, "-m", "nvfabric", "triage",
+                           "dgx-b200-ib-stack-missing.log.gz"], cwd=DATA, capture_output=True,
+                          text=True, timeout=60, check=False)
+    assert proc.returncode == 1
+    assert proc.stdout == block

@@ -42,7 +42,7 @@ def print_triage(t: object) -> None:
         con.print("[bold]findings[/bold]")
         for f in t.findings:
             section = f.fields.get("section")
-            where = f" (in {safe(section)})" if section else ""
+            where = f" \\[{safe(section)}]" if section else ""
             con.print(f"  [{severity_style(f.severity)}]{f.severity:7}[/] {safe(f.code)}"
                       f"{where}: {safe(f.message)}")
             if f.hint:

@@ -249,7 +249,7 @@ def build(c: Collected, label: str) -> Triage:
                 "nvidia-bug-report.log.gz, run as root)",
                 {"section": why, "plan_blocker": b.code}))
             continue
-        findings.append(_with_section(b, "plan (lspci, ibstat, /proc/modules)"))
+        findings.append(_with_section(b, "plan: lspci, ibstat, /proc/modules"))
     for log in c.logs:
         for f in log.by_fabric.get(kind, []):
             findings.append(_with_section(f, log.name))

@@ -131,6 +131,7 @@ class LspciParser:
         self._cur: Entry | None = None
         self._in_vpd = False
         self._vpd_indent = 0
+        self._vpd_section = "R"  # lspci: "Read-only fields:" / "Read/write fields:"
 
     def line(self, raw: str) -> None:
         """One line of lspci output (trailing newline optional)."""
@@ -166,6 +167,7 @@ class LspciParser:
                 return
         if stripped.startswith("Capabilities:") and "Vital Product Data" in stripped:
             cur.vpd_seen = True
+            self._vpd_section = "R"
             self._in_vpd = True
             self._vpd_indent = indent
         elif stripped.startswith("Subsystem:"):
@@ -214,6 +216,10 @@ class LspciParser:
     def _vpd_line(self, cur: Entry, text: str) -> None:
         if text.startswith("Product Name:"):
             cur.vpd_id = text.split(":", 1)[1].strip()
+        elif text == "Read-only fields:":
+            self._vpd_section = "R"
+        elif text == "Read/write fields:":
+            self._vpd_section = "W"
         elif text == "End":
             cur.vpd_end = True
             self._in_vpd = False
@@ -229,8 +235,7 @@ class LspciParser:
             if kw == "RV":
                 cur.vpd_checksum = value.startswith("checksum good")
                 return
-            section = "W" if kw[0] in "VY" and _in_write(cur) else "R"
-            cur.vpd_fields.append(VpdField(section, kw, unescape(value)))
+            cur.vpd_fields.append(VpdField(self._vpd_section, kw, unescape(value)))
 
     def functions(self) -> tuple[PciFunction, ...]:
         """Every function with known IDs, in address order."""
@@ -241,12 +246,6 @@ class LspciParser:
     def without_ids(self) -> int:
         """Entries whose vendor/device IDs the text did not give (no ``-nn``, no hex)."""
         return sum(1 for e in self.entries if e.function() is None)
-
-
-def _in_write(cur: Entry) -> bool:
-    """Fields after the RV checksum belong to the read-write area (lspci prints RV last in
-    VPD-R); good enough to keep VPD-R fields in section R."""
-    return cur.vpd_checksum is not None
 
 
 def parse(text: str) -> tuple[PciFunction, ...]:
