@@ -462,3 +462,23 @@ def test_the_readme_example_is_what_triage_prints() -> None:
                           text=True, timeout=60, check=False)
     assert proc.returncode == 1
     assert proc.stdout == block
+
+
+def test_state_is_bounded_by_the_catalogue_not_by_the_report() -> None:
+    """A hostile report of 20,000 blocks, each a /proc/modules file and a fabric manager
+    version line: headers kept are bounded, the last kept; the text of a repeated block is
+    kept once; distinct versions are bounded."""
+    from nvfabric.triage.collect import MAX_VERSIONS
+    from nvfabric.triage.report import MAX_SECTIONS
+
+    sep = "_" * 44
+    blocks = [f"{sep}\n\n*** /proc/modules\n*** ls: x\nnvidia 1 0, Live 0x0\n\n"
+              f"{sep}\n\n*** /var/log/fabricmanager.log\n*** ls: x\n[Jan 01 2026 00:00:00] "
+              f"[INFO] [tid 1] Fabric Manager version 570.{i % 999}.01 is running with\n\n"
+              for i in range(10_000)]
+    data = "".join(blocks) + f"{sep}\n\nEnd of NVIDIA bug report log file.\n"
+    c = read(io.BufferedReader(io.BytesIO(data.encode())))  # type: ignore[arg-type]
+    assert c.outcome.sections == 20_001
+    assert len(c.sections) == MAX_SECTIONS and c.sections[-1].kind == "epilogue"
+    assert c.texts["modules"] == "nvidia 1 0, Live 0x0\n\n"
+    assert len(c.versions["fabricmanager"]) == MAX_VERSIONS

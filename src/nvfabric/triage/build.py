@@ -319,7 +319,7 @@ def build(c: Collected, label: str) -> Triage:
         "gzip": c.outcome.compressed,
         "bytes": c.outcome.bytes_read,
         "complete": c.outcome.complete and not c.outcome.damage,
-        "sections": len(c.sections),
+        "sections": c.outcome.sections,
         "script_version": head["script_version"],
         "date": head["date"],
         "uname": head["uname"],

@@ -25,6 +25,8 @@ TEXT_CAP = 8 << 20
 SMALL_CAP = 1 << 20
 #: Most log sections classified (each keeps one classifier per fabric kind).
 MAX_LOG_SECTIONS = 256
+#: Most distinct daemon versions kept per component (a node runs one; a few after upgrades).
+MAX_VERSIONS = 16
 
 #: The sections triage reads, as (key, label): what the reader is told is missing.
 EXPECTED: tuple[tuple[str, str], ...] = (
@@ -102,8 +104,9 @@ class _Text:
         self.size += len(data)
 
     def close(self) -> None:
-        text = b"".join(self.parts).decode("utf-8", "replace")
-        self.store[self.key] = self.store.get(self.key, "") + text
+        if self.key in self.store:  # a second block of the same kind: the first one counts
+            return
+        self.store[self.key] = b"".join(self.parts).decode("utf-8", "replace")
 
 
 class _Lines:
@@ -143,7 +146,9 @@ class _Log:
         if b" is running" in data:
             for m in _VERSION_LINE.finditer(data):
                 what = "fabricmanager" if m.group("what") == b"Fabric Manager" else "imex"
-                self.owner.versions.setdefault(what, set()).add(m.group("version").decode())
+                seen = self.owner.versions.setdefault(what, set())
+                if len(seen) < MAX_VERSIONS:
+                    seen.add(m.group("version").decode())
         if b"NV_ERR_IN_USE" in data and self.result.name not in self.owner.in_use:
             self.owner.in_use.append(self.result.name)
 

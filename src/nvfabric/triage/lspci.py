@@ -38,6 +38,8 @@ MAX_CONFIG = 256
 #: bytes, a hex row 55); longer ones are no lspci output and are skipped, which also keeps
 #: every regular expression here linear.
 MAX_LINE = 1024
+#: Most VPD fields kept per function (a ConnectX image has about ten).
+MAX_VPD_FIELDS = 64
 _NUMBER = re.compile(r"[0-9]{1,9}")
 
 _ADDR = r"(?a)(?P<addr>(?:[0-9a-fA-F]{4,8}:)?[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-7])"
@@ -235,7 +237,8 @@ class LspciParser:
             if kw == "RV":
                 cur.vpd_checksum = value.startswith("checksum good")
                 return
-            cur.vpd_fields.append(VpdField(self._vpd_section, kw, unescape(value)))
+            if len(cur.vpd_fields) < MAX_VPD_FIELDS:
+                cur.vpd_fields.append(VpdField(self._vpd_section, kw, unescape(value)))
 
     def functions(self) -> tuple[PciFunction, ...]:
         """Every function with known IDs, in address order."""

@@ -43,6 +43,9 @@ from typing import IO, Protocol, cast
 BLOCK = 1 << 20
 #: The separator: the script prints 44 underscores; 40 or more on a line of their own count.
 SEPARATOR = re.compile(rb"(?m)^_{40,}[ \t\r]*$")
+#: Most section headers kept (a real report has a few hundred); later ones are counted, and
+#: the last one replaces the last kept.
+MAX_SECTIONS = 4096
 #: Longest header line kept, and longest line carried between blocks.
 MAX_HEADER = 4096
 MAX_CARRY = 1 << 20
@@ -150,13 +153,14 @@ Router = Callable[[Section, "Section | None"], Handler]
 @dataclass
 class Outcome:
     """How reading went: ``bytes_read`` decompressed bytes, ``damage`` None or why the stream
-    ended early (a gzip member cut short, a corrupt member), ``sections`` every block header
-    seen, in order (sub-sections included), ``complete`` the epilogue was seen."""
+    ended early (a gzip member cut short, a corrupt member), ``complete`` the epilogue was
+    seen, ``sections`` how many block headers were seen (sub-sections included)."""
 
     bytes_read: int = 0
     damage: str | None = None
     complete: bool = False
     compressed: bool = False
+    sections: int = 0
 
 
 def open_stream(raw: IO[bytes]) -> tuple[IO[bytes], bool]:
@@ -182,13 +186,18 @@ class Splitter:
         self.parent: Section | None = None
         self.awaiting_header = True
         self.sections: list[Section] = []
+        self.count = 0
         self.complete = False
 
     def _start(self, section: Section, parent: Section | None) -> None:
         self.handler.close()
         self.section = section
         self.parent = parent
-        self.sections.append(section)
+        self.count += 1
+        if len(self.sections) < MAX_SECTIONS:
+            self.sections.append(section)
+        else:
+            self.sections[-1] = section  # the last one is kept: it says where a cut came
         if section.kind == "epilogue":
             self.complete = True
         self.handler = self.router(section, parent)
@@ -258,8 +267,9 @@ class Splitter:
 
 def split(raw: IO[bytes], router: Router, block: int = BLOCK) -> tuple[list[Section], Outcome]:
     """Read a report (gzip or plain) from ``raw`` and route its sections. Never holds more
-    than one block (plus one carried line of at most :data:`MAX_CARRY` bytes). Returns every
-    section header seen and how the reading went; OSError from ``raw`` propagates."""
+    than one block (plus one carried line of at most :data:`MAX_CARRY` bytes). Returns the
+    section headers seen (at most :data:`MAX_SECTIONS`, the last always among them) and how
+    the reading went; OSError from ``raw`` propagates."""
     stream, compressed = open_stream(raw)
     outcome = Outcome(compressed=compressed)
     splitter = Splitter(router)
@@ -291,4 +301,5 @@ def split(raw: IO[bytes], router: Router, block: int = BLOCK) -> tuple[list[Sect
     finally:
         splitter.close()
     outcome.complete = splitter.complete
+    outcome.sections = splitter.count
     return splitter.sections, outcome
