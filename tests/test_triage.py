@@ -482,3 +482,18 @@ def test_state_is_bounded_by_the_catalogue_not_by_the_report() -> None:
     assert len(c.sections) == MAX_SECTIONS and c.sections[-1].kind == "epilogue"
     assert c.texts["modules"] == "nvidia 1 0, Live 0x0\n\n"
     assert len(c.versions["fabricmanager"]) == MAX_VERSIONS
+
+
+@pytest.mark.parametrize(("data", "want"), [
+    (b"a\n" + b"_" * 44 + b"\nb\n", (2, 47)),
+    (b"_" * 44 + b"\n", (0, 45)),
+    (b"_" * 44 + b" \r\n", (0, 47)),                 # trailing blanks and CR allowed
+    (b"a\n" + b"_" * 39 + b"\n", None),              # too short
+    (b"a\n" + b"_" * 44 + b"x\n", None),             # not a line of underscores only
+    (b"a " + b"_" * 44 + b"\n", None),               # not at a line start
+    (b"x" + b"_" * 100_000 + b"\n" + b"_" * 44 + b"\n", (100_002, 100_047)),
+])
+def test_separator_lines(data: bytes, want: tuple[int, int] | None) -> None:
+    from nvfabric.triage.report import find_separator
+
+    assert find_separator(data, 0) == want
