@@ -103,3 +103,19 @@ def test_nv_err_in_use_in_an_imex_log_section_of_a_report() -> None:
     conflict = [f for f in t.findings if f.code == "imex_owner_conflict"]
     assert conflict and conflict[0].fields["evidence"] == ["/var/log/nvidia-imex.log"]
     assert t.exit_code == 1
+
+
+P11_LPF_GUIDS = ("0xe09d730300e400e8", "0xe09d730300e400e9", "0xe09d730300e400ea",
+                 "0xe09d730300e400eb")
+
+
+def test_fabric_manager_on_a_guid_that_is_no_lpf_port_of_the_node() -> None:
+    """The B200 capture's fabric manager runs with -g 0xe09d730300000001: on the P11 node
+    (LPF ports …e8-…eb) that GUID is another node's."""
+    fm = parse(B200_FM.split("\n", 1)[1])
+    found = check("nvlink5", "570.148.08", Ran(fm=fm), P11_LPF_GUIDS)
+    assert [f.code for f in found] == ["management_port_mismatch"]
+    assert found[0].fields["guid"] == "0xe09d730300000001"
+    own = parse(B200_FM.split("\n", 1)[1].replace("0xe09d730300000001", "0xe09d730300e400e9"))
+    assert check("nvlink5", "570.148.08", Ran(fm=own), P11_LPF_GUIDS) == []
+    assert check("nvlink5", "570.148.08", Ran(fm=fm), None) == []  # no ibstat: not judged

@@ -85,6 +85,7 @@ CODES: frozenset[str] = frozenset(
         "package_file_missing",
         # Bug report triage (issue 16; README "nvfabric triage").
         "fm_on_compute_tray",
+        "management_port_mismatch",
         "report_truncated",
         "report_section_missing",
     }

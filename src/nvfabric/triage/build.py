@@ -297,7 +297,12 @@ def build(c: Collected, label: str) -> Triage:
         versions["fabricmanager"] = tuple(sorted({*versions.get("fabricmanager", ()),
                                                   tm.group(1)}))
     ran = Ran(fm=fm, imex=imex, versions=versions, in_use=tuple(c.in_use_sections))
-    findings += check(kind, driver, ran)
+    lpf_guids = None
+    if c.seen.get("ibstat") == "ok":
+        lpf = {f.address for f in inv.lpfs}
+        lpf_guids = tuple(p.guid for d in inv.infiniband if d.pci in lpf for p in d.ports
+                          if p.guid is not None)
+    findings += check(kind, driver, ran, lpf_guids)
 
     missing = _missing(c)
     if c.outcome.damage or not c.outcome.complete:

@@ -6,7 +6,8 @@ run IMEX and no local fabric manager; fabric manager and IMEX must be the driver
 version; two IMEX daemons on one node fail with NV_ERR_IN_USE, see nvfabric.imex.owner):
 
 - NVLink 5 node, fabric manager active, no NVLSM process in its unit and no ``-g GUID`` on
-  its command line: ``nvlsm_missing`` (error);
+  its command line: ``nvlsm_missing`` (error); a ``-g GUID`` that is no LPF port GUID of the
+  node (ibstat's): ``management_port_mismatch`` (error);
 - GB200/GB300 tray (``mnnvl``), fabric manager unit active or enabled: ``fm_on_compute_tray``;
   a node whose plan is ``none`` with the unit enabled or failed: ``fm_not_applicable`` (info);
 - IMEX host unit active or enabled and NV_ERR_IN_USE in a log of the report:
@@ -18,6 +19,7 @@ version; two IMEX daemons on one node fail with NV_ERR_IN_USE, see nvfabric.imex
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 
 from ..artifacts.versions import same
@@ -38,6 +40,7 @@ class Ran:
     in_use: tuple[str, ...] = ()
 
 
+GUID = re.compile(r"0x[0-9a-fA-F]{16}")
 #: The finding field that carries each component's version (``fm_version`` as diagnose uses).
 VERSION_KEYS = {"fabricmanager": "fm_version", "imex": "imex_version"}
 FM_SECTION = "systemctl status nvidia-fabricmanager.service"
@@ -61,11 +64,40 @@ def nvlsm_running(fm: UnitState) -> bool:
     return False
 
 
-def check(fabric: str | None, driver_version: str | None, ran: Ran) -> list[Finding]:
+def fm_guids(fm: UnitState) -> list[str]:
+    """The ``-g`` / ``--guid`` values of fabric manager's command lines in its unit, as
+    0x + 16 lower-case hex digits (values that are no GUID are left out)."""
+    out = []
+    for cmd in fm.processes:
+        words = cmd.split()
+        prog = words[0].rsplit("/", 1)[-1] if words else ""
+        if not prog.startswith("nv-fabricmanage"):
+            continue
+        for flag, value in zip(words, words[1:], strict=False):
+            if flag in ("-g", "--guid") and GUID.fullmatch(value):
+                out.append(f"0x{int(value, 16):016x}")
+    return out
+
+
+def check(fabric: str | None, driver_version: str | None, ran: Ran,
+          lpf_guids: tuple[str, ...] | None = None) -> list[Finding]:
     """Findings of what ran against the plan's ``fabric`` (None: unknown, only the version
-    rules apply)."""
+    rules apply). ``lpf_guids``: the port GUIDs of the node's LPFs (None: unknown, e.g. no
+    ibstat in the report)."""
     out: list[Finding] = []
     fm = ran.fm
+    if fm is not None and fm.installed and fabric == "nvlink5" and lpf_guids is not None:
+        for g in fm_guids(fm):
+            if g not in lpf_guids:
+                out.append(_with(Finding(
+                    "management_port_mismatch", "error",
+                    f"fabric manager runs with -g {g}, which is no LPF port of this node ("
+                    + (", ".join(lpf_guids) or "no LPF port") + ")",
+                    "the GUID comes from another node or an old configuration: NVLSM and "
+                    "fabric manager must both get the GUID of one of this node's LPF ports "
+                    "(`nvfabric plan` names it); fix FM_SM_MGMT_PORT_GUID or let `nvfabric "
+                    "run` pass it",
+                    {"guid": g, "lpf_guids": list(lpf_guids)}), FM_SECTION))
     if fm is not None and fm.installed:
         if fabric == "nvlink5" and fm.running and not nvlsm_running(fm):
             out.append(_with(Finding(

@@ -333,6 +333,8 @@ def compose_all() -> None:
     #    fabric states, fabric manager started with -g (bottlerocket B200 systemctl status).
     fm_ok = corpus("logs/bottlerocket-b200-fm-nvlsm-guid-systemctl-status-kk142.txt")
     fm_ok = fm_ok.split("\n", 1)[1]  # drop the shell prompt line
+    # the capture's -g GUID is another node's (anonymised): this node's first LPF port
+    fm_ok = fm_ok.replace("-g 0xe09d730300000001", "-g 0xe09d730300e400e8")
     modules = ["nvidia", "mlx5_core", "mlx5_ib", "ib_umad", "ib_uverbs"]
     b200("dgx-b200-healthy.log.gz", modules, fm_ok,
          smi_text("570.148.08", "12.8", gpus_from_xml("nvidia-smi/k8s-test-infra-hw-qx-b200.xml")))
