@@ -497,3 +497,12 @@ def test_separator_lines(data: bytes, want: tuple[int, int] | None) -> None:
     from nvfabric.triage.report import find_separator
 
     assert find_separator(data, 0) == want
+
+
+def test_simulate_refuses_a_report_without_pci_functions(tmp_path: Path) -> None:
+    out, rc = run_json("simulate", "--from-bug-report",
+                       str(report("public-rtx3060-laptop-31831145-excerpt.log")),
+                       str(tmp_path / "d"))
+    assert rc == 2
+    assert "no lspci section" in out["error"]["message"]
+    assert not (tmp_path / "d").exists()

@@ -64,6 +64,11 @@ def simulate(profile: str | None, directory: str | None, spec_file: str | None,
             from ..triage.spec import node_spec
 
             triaged = triage(report_file)
+            if not triaged.extras.get("pci_known"):
+                raise usage_error(
+                    f"{report_file}: the report has no lspci section (nor the script's sysfs "
+                    "dump): its PCI functions are unknown, so there is no node to build",
+                    "ask for the whole nvidia-bug-report.log.gz, written as root")
             raw, notes = node_spec(triaged.inventory)
             spec = parse(raw)
             source = report_file

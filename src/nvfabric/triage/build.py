@@ -118,6 +118,7 @@ class Triage:
             },
             "plan": self.plan.to_json(),
             "verdict": None if v is None else v.verdict,
+            "verdict_reasons": [] if v is None else list(v.reasons),
             "gpus": list(self.gpus),
             "services": self.services,
             "findings": [f.to_json() for f in self.findings],
