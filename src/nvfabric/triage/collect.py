@@ -60,11 +60,10 @@ _KERNEL_SUB = re.compile(rb"(?m)^  (/\S+|journalctl -b -?\d+):[ \t\r]*$")
 
 @dataclass
 class LogResult:
-    """One log section: its name, lines read, lines the catalogue could not classify
-    (``skipped``), findings per fabric kind (None: unknown)."""
+    """One log section: its name, lines the catalogue could not classify (``skipped``),
+    findings per fabric kind (None: unknown)."""
 
     name: str
-    lines: int = 0
     skipped: int = 0
     by_fabric: dict[str | None, list[Finding]] = field(default_factory=dict)
 
@@ -125,7 +124,8 @@ class _Lines:
 
 class _Log:
     """Classifies one log section for every fabric kind in one needle scan, and notes the
-    daemons' version lines and NV_ERR_IN_USE."""
+    daemons' version lines and whether IMEX failed with NV_ERR_IN_USE (the catalogue's
+    ``imex_session_in_use``)."""
 
     def __init__(self, owner: _Reader, name: str) -> None:
         self.owner = owner
@@ -135,7 +135,6 @@ class _Log:
         owner.logs.append(self.result)
 
     def feed(self, data: bytes) -> None:
-        self.result.lines += data.count(b"\n")
         for line in needle_lines(data, self.scanners):
             for c in self.classifiers.values():
                 try:
@@ -149,11 +148,11 @@ class _Log:
                 seen = self.owner.versions.setdefault(what, set())
                 if len(seen) < MAX_VERSIONS:
                     seen.add(m.group("version").decode())
-        if b"NV_ERR_IN_USE" in data and self.result.name not in self.owner.in_use:
-            self.owner.in_use.append(self.result.name)
 
     def close(self) -> None:
         self.result.by_fabric = {k: c.findings() for k, c in self.classifiers.items()}
+        if any(f.code == "imex_session_in_use" for f in self.result.by_fabric[None]):
+            self.owner.in_use.append(self.result.name)  # NV_ERR_IN_USE: another IMEX owner
 
 
 class _KernelLog:
