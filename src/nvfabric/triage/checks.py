@@ -10,7 +10,8 @@ version; two IMEX daemons on one node fail with NV_ERR_IN_USE, see nvfabric.imex
   node (ibstat's): ``management_port_mismatch`` (error);
 - GB200/GB300 tray (``mnnvl``), fabric manager unit active or enabled: ``fm_on_compute_tray``;
   a node whose plan is ``none`` with the unit enabled or failed: ``fm_not_applicable`` (info);
-- IMEX host unit active or enabled and NV_ERR_IN_USE in a log of the report:
+- IMEX host unit active or enabled and the catalogue's ``imex_session_in_use`` (NV_ERR_IN_USE)
+  in a log of the report:
   ``imex_owner_conflict`` (error);
 - fabric manager or IMEX version (from their log's ``... version X is running`` line or the
   report's versions table) not the driver's, compared per numeric field:
