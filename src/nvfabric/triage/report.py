@@ -295,28 +295,41 @@ def split(raw: IO[bytes], router: Router, block: int = BLOCK) -> tuple[list[Sect
     outcome = Outcome(compressed=compressed)
     splitter = Splitter(router)
     carry = b""
+    read = getattr(stream, "read1", stream.read)
     try:
         while True:
-            try:
-                # read1: one member's worth at most, so what was decompressed before a
-                # damaged member is never lost with the exception
-                chunk = stream.read1(block) if hasattr(stream, "read1") else stream.read(block)
-            except EOFError:
-                outcome.damage = "the gzip stream ends in the middle of a member (truncated)"
+            # gather one block from as many gzip members as it takes; read1 returns at most
+            # one member's worth, so what was decompressed before a damaged member is kept
+            parts: list[bytes] = []
+            size = 0
+            ended = False
+            while size < block:
+                try:
+                    chunk = read(block - size)
+                except EOFError:
+                    outcome.damage = "the gzip stream ends in the middle of a member (truncated)"
+                    ended = True
+                    break
+                except (gzip.BadGzipFile, zlib.error) as err:
+                    outcome.damage = f"the gzip stream is damaged ({err})"
+                    ended = True
+                    break
+                if not chunk:
+                    ended = True
+                    break
+                parts.append(chunk)
+                size += len(chunk)
+            if size:
+                outcome.bytes_read += size
+                data = carry + b"".join(parts)
+                cut = data.rfind(b"\n")
+                if cut < 0:
+                    carry = data[:MAX_CARRY]
+                else:
+                    splitter.feed(data[: cut + 1])
+                    carry = data[cut + 1:][:MAX_CARRY]
+            if ended:
                 break
-            except (gzip.BadGzipFile, zlib.error) as err:
-                outcome.damage = f"the gzip stream is damaged ({err})"
-                break
-            if not chunk:
-                break
-            outcome.bytes_read += len(chunk)
-            data = carry + chunk
-            cut = data.rfind(b"\n")
-            if cut < 0:
-                carry = data[:MAX_CARRY]
-                continue
-            splitter.feed(data[: cut + 1])
-            carry = data[cut + 1:][:MAX_CARRY]
         if carry:
             splitter.feed(carry + b"\n")
     finally:
