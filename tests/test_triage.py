@@ -506,3 +506,41 @@ def test_simulate_refuses_a_report_without_pci_functions(tmp_path: Path) -> None
     assert rc == 2
     assert "no lspci section" in out["error"]["message"]
     assert not (tmp_path / "d").exists()
+
+
+from hypothesis import given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+LINES = st.lists(st.one_of(
+    st.text(max_size=80),
+    st.sampled_from(["0000:05:00.0 Infiniband controller [0207]: X [15b3:1021]",
+                     "\tCapabilities: [48] Vital Product Data", "\t\tRead-only fields:",
+                     "\t\t\t[VA] Vendor specific: MLX:SMDL=SW_MNG", "00: b3 15 21 10",
+                     "CA 'mlx5_0'", "\tPort 1:", "\t\tCapability mask: 0x", "   Active: ",
+                     "     CGroup: /x", "             └─12 /usr/bin/nv-fabricmanager -g 0x1",
+                     "_" * 44, "*** /proc/modules", "Skipping: ibstat output"])),
+    max_size=60)
+
+
+@settings(max_examples=150, deadline=None)
+@given(LINES)
+def test_readers_never_raise_on_any_text(lines: list[str]) -> None:
+    from nvfabric.triage.ibstat import IbstatParser
+    from nvfabric.triage.lspci import LspciParser
+    from nvfabric.triage.units import parse as parse_unit
+
+    lp, ip = LspciParser(), IbstatParser()
+    for ln in lines:
+        lp.line(ln)
+        ip.line(ln)
+        identify(ln)
+    lp.functions()
+    ip.devices()
+    parse_unit("\n".join(lines))
+    text = "\n".join(lines).encode("utf-8", "surrogatepass")
+    try:
+        triage_stream(io.BytesIO(text), "random")
+    except Exception as err:  # noqa: BLE001 - only the documented refusal may escape
+        from nvfabric.errors import NvfabricError
+
+        assert isinstance(err, NvfabricError) and err.exit_code == 2, repr(err)
