@@ -14,6 +14,8 @@ from typing import Any
 
 import pytest
 import yaml
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from nvfabric.inventory import collect
 from nvfabric.plan import plan
@@ -506,10 +508,6 @@ def test_simulate_refuses_a_report_without_pci_functions(tmp_path: Path) -> None
     assert rc == 2
     assert "no lspci section" in out["error"]["message"]
     assert not (tmp_path / "d").exists()
-
-
-from hypothesis import given, settings  # noqa: E402
-from hypothesis import strategies as st  # noqa: E402
 
 LINES = st.lists(st.one_of(
     st.text(max_size=80),
