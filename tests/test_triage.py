@@ -542,3 +542,24 @@ def test_readers_never_raise_on_any_text(lines: list[str]) -> None:
         from nvfabric.errors import NvfabricError
 
         assert isinstance(err, NvfabricError) and err.exit_code == 2, repr(err)
+
+
+def test_lspci_parser_on_the_real_hgx_h100_capture() -> None:
+    """The corpus's whole `lspci -vvv` of an HGX H100 (16,873 lines): every entry found, no
+    IDs without -nn or hex (none invented), the ConnectX-7 VPD read (no SMDL=SW_MNG there)."""
+    from nvfabric.inventory.vpd import parse_mellanox_field
+    from nvfabric.triage.lspci import LspciParser
+
+    text = (CASES.parent / "corpus/lspci/hgx-h100-8gpu-4nvswitch-lspci-vvv.txt").read_text()
+    p = LspciParser()
+    for line in text.splitlines():
+        p.line(line)
+    heads = [ln for ln in text.splitlines() if ln[:1].isalnum() and ln[2:3] == ":"]
+    assert len(p.entries) == len(heads) > 500
+    assert p.functions() == () and p.without_ids == len(heads)
+    cx7 = [e for e in p.entries if "ConnectX-7" in e.name and e.vpd_fields]
+    assert len(cx7) == 8
+    for e in cx7:
+        assert e.vpd_end and e.vpd_checksum is True and e.driver == "mlx5_core"
+        va = next(f.text for f in e.vpd_fields if f.keyword == "VA")
+        assert "SMDL" not in parse_mellanox_field(va)
