@@ -38,7 +38,6 @@ EXPECTED: tuple[tuple[str, str], ...] = (
     ("kernel", "NVIDIA kernel messages (kernel logs, journal)"),
     ("dmesg", "dmesg"),
     ("smi", "nvidia-smi --query"),
-    ("nvlink", "nvidia-smi nvlink --status"),
     ("fm_log", "/var/log/fabricmanager.log"),
     ("fm_status", "systemctl status nvidia-fabricmanager.service"),
     ("imex_log", "/var/log/nvidia-imex.log"),
@@ -304,9 +303,6 @@ class _Reader:
         if name in ("nvidia-smi --query", "nvidia-smi -q"):  # -q: older scripts
             self._see("smi")
             return self.text("smi", TEXT_CAP)
-        if name == "nvidia-smi nvlink --status":
-            self._see("nvlink")
-            return self.text("nvlink", TEXT_CAP)
         if name.startswith("systemctl status nvidia-fabricmanager"):
             self._see("fm_status")
             return _Tee(self.text("fm_status"), self._log_or_ignore(name))
