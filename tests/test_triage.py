@@ -563,3 +563,16 @@ def test_lspci_parser_on_the_real_hgx_h100_capture() -> None:
         assert e.vpd_end and e.vpd_checksum is True and e.driver == "mlx5_core"
         va = next(f.text for f in e.vpd_fields if f.keyword == "VA")
         assert "SMDL" not in parse_mellanox_field(va)
+
+
+def test_the_committed_reports_are_what_compose_writes_from_the_corpus(tmp_path: Path) -> None:
+    """tests/data/bugreports/compose.py, run on tests/data/corpus with the real lspci, writes
+    exactly the committed composed reports (the public excerpt is not composed)."""
+    need("lspci")
+    subprocess.run([sys.executable, str(DATA / "compose.py"), str(tmp_path)], check=True,
+                   capture_output=True, timeout=300)
+    written = sorted(p.name for p in tmp_path.iterdir())
+    assert written == sorted(p.name for p in DATA.glob("*.log*")
+                             if not p.name.startswith("public-"))
+    for name in written:
+        assert (tmp_path / name).read_bytes() == (DATA / name).read_bytes(), name

@@ -3,7 +3,8 @@ repository's copy of ../shared/corpus), in
 the exact layout nvidia-bug-report.sh writes (see nvfabric/triage/report.py): one gzip member
 per block, as the script's ``| gzip -c >> nvidia-bug-report.log.gz`` does.
 
-Run from the repository root with lspci installed (Debian pciutils):
+Run from the repository root with lspci installed (Debian pciutils), optionally with an output
+directory (tests/test_triage.py checks the committed files are what it writes):
 ``.venv/bin/python tests/data/bugreports/compose.py``. The PCI functions the corpus has no
 ``lspci -nnDvvvxxxx`` capture of are printed by the real lspci from a node tree built by
 ``nvfabric simulate`` from the case's node spec; README.md says which part of each report
@@ -24,6 +25,9 @@ import yaml
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[2]
+#: Where the reports are written: this directory, or the first argument (the test that checks
+#: the committed files are what this script writes uses a temporary one).
+OUT = Path(sys.argv[1]).resolve() if __name__ == "__main__" and len(sys.argv) > 1 else HERE
 CORPUS = REPO / "tests" / "data" / "corpus"  # the repository's copy of ../shared/corpus
 CASES = REPO / "tests" / "data" / "cases"
 sys.path.insert(0, str(REPO / "src"))
@@ -69,7 +73,7 @@ class Report:
         return "".join(self.blocks)
 
     def write(self, name: str, gz: bool = True) -> Path:
-        out = HERE / name
+        out = OUT / name
         if gz:
             out.write_bytes(b"".join(gzip.compress(b.encode(), mtime=MTIME)
                                      for b in self.blocks))
@@ -439,10 +443,10 @@ def compose_all() -> None:
     r.write("a40-nvlink-bridge-fm-nothing-to-do.log.gz")
     # 7. An older script's plain-text report (no ibstat, no IMEX, no NVLSM block) that was cut
     #    short: the DGX B200 report's blocks up to nvidia-smi, no epilogue, no gzip.
-    src = gzip.decompress((HERE / "dgx-b200-healthy.log.gz").read_bytes()).decode()
+    src = gzip.decompress((OUT / "dgx-b200-healthy.log.gz").read_bytes()).decode()
     cut = src.index("/usr/sbin/ibstat")
     cut = src.rindex(SEP, 0, cut)
-    (HERE / "dgx-b200-old-plain-cut.log").write_text(src[:cut], encoding="utf-8")
+    (OUT / "dgx-b200-old-plain-cut.log").write_text(src[:cut], encoding="utf-8")
     # 9. An old script's layout (R2xx-R3xx era: files announced by their bare path, lspci of
     #    NVIDIA functions only with `-d "10de:*" -v -xxx`, no ibstat/IMEX/NVLSM blocks), plain
     #    text, for the HGX H100 node of case P10.
@@ -470,11 +474,11 @@ def compose_all() -> None:
     old.block("End of NVIDIA bug report log file.\n")
     old.write("hgx-h100-old-script.log", gz=False)
     # 8. A gzip stream cut in the middle of a member (a copy that stopped early).
-    data = (HERE / "dgx-b200-healthy.log.gz").read_bytes()
-    (HERE / "dgx-b200-truncated.log.gz").write_bytes(data[: int(len(data) * 0.6)])
+    data = (OUT / "dgx-b200-healthy.log.gz").read_bytes()
+    (OUT / "dgx-b200-truncated.log.gz").write_bytes(data[: int(len(data) * 0.6)])
 
 
 if __name__ == "__main__":
     compose_all()
-    for p in sorted(HERE.glob("*.log*")):
+    for p in sorted(OUT.glob("*.log*")):
         print(p.name, p.stat().st_size)
