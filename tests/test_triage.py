@@ -576,3 +576,20 @@ def test_the_committed_reports_are_what_compose_writes_from_the_corpus(tmp_path:
                              if not p.name.startswith("public-"))
     for name in written:
         assert (tmp_path / name).read_bytes() == (DATA / name).read_bytes(), name
+
+
+def test_nvidia_smi_failing_in_the_report_is_diagnosed() -> None:
+    """The nvidia-smi block holding nvidia-smi's failure instead of the -q text: the
+    catalogue's driver_not_loaded, named after that section; no GPU listed by the driver."""
+    text = gzip.decompress(report("dgx-b200-healthy.log.gz").read_bytes()).decode()
+    head, rest = text.split("/usr/bin/nvidia-smi --query\n\n", 1)
+    rest = rest.split("/usr/bin/nvidia-smi --query --unit", 1)[1]
+    failed = ("NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver. "
+              "Make sure that the latest NVIDIA driver is installed and running.\n\n")
+    data = head + "/usr/bin/nvidia-smi --query\n\n" + failed + \
+        "/usr/bin/nvidia-smi --query --unit" + rest
+    t = triage_stream(io.BytesIO(data.encode()), "smi failed")
+    sections = {(f.code, f.fields["section"]) for f in t.findings}
+    assert ("driver_not_loaded", "nvidia-smi --query") in sections
+    assert t.verdict is not None and t.verdict.verdict == "unhealthy"
+    assert t.exit_code == 1

@@ -302,7 +302,9 @@ class _Reader:
             return _Lines(self.ibstat)
         if name in ("nvidia-smi --query", "nvidia-smi -q"):  # -q: older scripts
             self._see("smi")
-            return self.text("smi", TEXT_CAP)
+            # also a log: nvidia-smi's own failures ("couldn't communicate with the NVIDIA
+            # driver") are lines of the diagnosis catalogue
+            return _Tee(self.text("smi", TEXT_CAP), self._log_or_ignore(name))
         if name.startswith("systemctl status nvidia-fabricmanager"):
             self._see("fm_status")
             return _Tee(self.text("fm_status"), self._log_or_ignore(name))
