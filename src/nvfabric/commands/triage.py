@@ -65,7 +65,11 @@ def print_triage(t: object) -> None:
 @json_option
 @guarded
 def triage_cmd(file: str, as_json: bool) -> None:
-    """Triage an nvidia-bug-report.log(.gz) FILE ('-': stdin): plan, verdict, findings."""
+    """Triage an nvidia-bug-report.log(.gz) FILE ('-': stdin): plan, verdict, findings.
+
+    \b
+    Exit codes: 0 no error finding; 1 at least one error finding;
+    2 unreadable input or not a bug report."""
     from ..triage import triage
 
     t = triage(file)
