@@ -20,7 +20,7 @@ from typing import Any
 from ..findings import Finding
 from ..health.verdict import Inputs, ServiceState, Verdict, verdict
 from ..inventory import normalise_arch
-from ..inventory.model import MELLANOX, NVIDIA, IbDevice, Inventory
+from ..inventory.model import IbDevice, Inventory
 from ..inventory.nvidia import MODULES, parse_proc_devices, parse_proc_version
 from ..plan import SERVICES_BY_FABRIC, Plan, plan
 from . import ibstat as ibstat_mod
@@ -420,7 +420,3 @@ def _dedupe(findings: list[Finding]) -> list[Finding]:
             out.append(f)
     return out
 
-
-def has_functions(inv: Inventory) -> bool:
-    """Whether the inventory holds any NVIDIA or Mellanox function."""
-    return any(f.vendor in (NVIDIA, MELLANOX) for f in inv.pci)
