@@ -213,6 +213,8 @@ EXPECT: list[tuple[str, dict[str, Any]]] = [
     ("a40-nvlink-bridge-fm-nothing-to-do.log.gz", {
         "fabric": "none", "verdict": "not_applicable", "exit": 0,
         "codes": ["fm_not_applicable"], "no_codes": ["nvlsm_missing", "nvswitch_not_visible"]}),
+    ("dgx-a100-fm-running.log.gz", {"fabric": "nvswitch", "verdict": "healthy", "exit": 0,
+                                    "no_codes": ["fm_inactive", "registration_stuck"]}),
     ("hgx-h100-old-script.log", {
         "fabric": "nvswitch", "verdict": "healthy", "exit": 0,
         "missing": {"ibstat": "missing", "nvidia-smi --query": None}}),

@@ -441,6 +441,23 @@ def compose_all() -> None:
     r.command("/usr/bin/systemctl status nvidia-fabricmanager.service", status)
     common_tail(r)
     r.write("a40-nvlink-bridge-fm-nothing-to-do.log.gz")
+    # 11. DGX A100 (P08): 8 A100s and 6 NVSwitches, fabric manager running (the p4d A100
+    #     systemctl status); A100s report no fabric state (N/A, as the A100 XML's Fabric block).
+    a100 = case_node("P08")
+    block_a100 = gpus_from_xml("nvidia-smi/k8s-test-infra-hw-qx-a100.xml")[0]["fabric"]
+    a100_gpus = [{"pci": f"00000000:{0x18 + i:02X}:00.0", "name": "NVIDIA A100-SXM4-80GB",
+                  "uuid": f"GPU-3000000{i}-0000-0000-0000-00000000000{i}",
+                  "fabric": block_a100} for i in range(8)]
+    r = Report()
+    prologue(r, UNAME_X86, "535.183.01", "535.183.01")
+    r.command("/usr/bin/lspci -nnDvvvxxxx", lspci_of(a100))
+    r.file("/proc/modules", proc_modules(["nvidia", "nvidia_nvswitch"]))
+    r.file("/proc/driver/nvidia/version", proc_version("535.183.01", "x86_64"))
+    smi_block(r, smi_text("535.183.01", "12.2", a100_gpus))
+    r.command("/usr/bin/systemctl status nvidia-fabricmanager.service",
+              corpus("logs/bottlerocket-p4d-a100-fm-systemctl-status-br3873.txt"))
+    common_tail(r)
+    r.write("dgx-a100-fm-running.log.gz")
     # 7. An older script's plain-text report (no ibstat, no IMEX, no NVLSM block) that was cut
     #    short: the DGX B200 report's blocks up to nvidia-smi, no epilogue, no gzip.
     src = gzip.decompress((OUT / "dgx-b200-healthy.log.gz").read_bytes()).decode()
