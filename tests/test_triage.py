@@ -102,7 +102,10 @@ def _lspci_entries(path: Path) -> list[str]:
 
 
 @pytest.mark.parametrize("name", ["dgx-b200-healthy.log.gz", "hgx-h100-healthy.log.gz",
-                                  "gb200-tray-unhealthy.log.gz"])
+                                  "gb200-tray-unhealthy.log.gz",
+                                  "gb300-tray-insufficient-resources.log.gz",
+                                  "dgx-a100-fm-running.log.gz",
+                                  "a40-nvlink-bridge-fm-nothing-to-do.log.gz"])
 def test_lspci_ids_match_lspci_reading_the_config_dump(name: str, tmp_path: Path) -> None:
     """Oracle: `lspci -F DUMP -nnD` (pciutils) reads each function's hex rows; its vendor,
     device, class and subsystem equal what the triage parser took from the same section."""
