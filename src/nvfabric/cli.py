@@ -23,6 +23,7 @@ COMMANDS: dict[str, str] = {
     "status": "nvfabric.commands.status:status",
     "wait": "nvfabric.commands.status:wait",
     "doctor": "nvfabric.commands.doctor:doctor",
+    "triage": "nvfabric.commands.triage:triage_cmd",
     "imex": "nvfabric.commands.imex:imex",
     "domain": "nvfabric.commands.domain:domain",
     "fetch": "nvfabric.commands.fetch:fetch",

@@ -493,6 +493,16 @@ def _scan(
 ) -> None:
     """Feed the lines of ``data`` (ending in a newline) that contain a needle (or match a
     scan regex), in order."""
+    lines_before = classifier.lines
+    for line in needle_lines(data, needles):
+        classifier.feed(line)
+    classifier.lines = lines_before + data.count(b"\n")
+
+
+def needle_lines(data: bytes, needles: Iterable[bytes | re.Pattern[bytes]]) -> list[str]:
+    """The lines of ``data`` (complete lines, ending in a newline) that contain one of
+    ``needles`` (a :attr:`Classifier.scanners` tuple), decoded, in order: what a classifier
+    must be fed of ``data``. Several classifiers (one per fabric kind) can share one scan."""
     starts: dict[int, int] = {}
     for needle in needles:
         if isinstance(needle, re.Pattern):
@@ -506,10 +516,7 @@ def _scan(
             end = data.find(b"\n", pos)
             starts[start] = end
             pos = data.find(needle, end)
-    lines_before = classifier.lines
-    for start in sorted(starts):
-        classifier.feed(data[start: starts[start]].decode("utf-8", "replace"))
-    classifier.lines = lines_before + data.count(b"\n")
+    return [data[start: starts[start]].decode("utf-8", "replace") for start in sorted(starts)]
 
 
 def classify_lines(lines: Iterable[str], fabric: str | None = None) -> list[Finding]:

@@ -87,6 +87,11 @@ CODES: frozenset[str] = frozenset(
         "nvlink_training_warning",
         "fabric_value_missing",
         "package_file_missing",
+        # Bug report triage (issue 16; README "nvfabric triage").
+        "fm_on_compute_tray",
+        "management_port_mismatch",
+        "report_truncated",
+        "report_section_missing",
     }
 )
 

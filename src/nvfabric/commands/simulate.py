@@ -24,12 +24,16 @@ CASE_KEYS = frozenset({"id", "title", "command", "node", "input", "options", "ex
 @click.option("--spec", "spec_file", type=click.Path(dir_okay=False),
               help="Node spec YAML, or a field case file (its node: is taken); format: "
               "../shared/cases/README.md.")
+@click.option("--from-bug-report", "report_file", type=click.Path(dir_okay=False),
+              help="An nvidia-bug-report.log(.gz): build the node it describes "
+              "(see `nvfabric triage`).")
 @click.option("--list", "list_profiles", is_flag=True, help="List the built-in profiles.")
 @json_option
 @guarded
 def simulate(profile: str | None, directory: str | None, spec_file: str | None,
-             list_profiles: bool, as_json: bool) -> None:
-    """Build a node tree: `simulate PROFILE DIR` or `simulate --spec FILE DIR`.
+             report_file: str | None, list_profiles: bool, as_json: bool) -> None:
+    """Build a node tree: `simulate PROFILE DIR`, `simulate --spec FILE DIR` or
+    `simulate --from-bug-report FILE DIR`.
 
     DIR must be new (in an existing directory) or empty; nothing is written when the spec or
     DIR is refused."""
@@ -43,14 +47,32 @@ def simulate(profile: str | None, directory: str | None, spec_file: str | None,
         else:
             click.echo("\n".join(sorted(PROFILES)))
         return
-    if spec_file:
+    if spec_file and report_file:
+        raise usage_error("give either --spec FILE or --from-bug-report FILE, not both")
+    if spec_file or report_file:
         if directory is not None:
-            raise usage_error("give either --spec FILE DIR or PROFILE DIR")
+            raise usage_error("give either --spec FILE DIR, --from-bug-report FILE DIR or "
+                              "PROFILE DIR")
         directory, profile = profile, None
     if not directory:
-        raise usage_error("missing DIR", "nvfabric simulate PROFILE DIR, or --spec FILE DIR")
+        raise usage_error("missing DIR", "nvfabric simulate PROFILE DIR, --spec FILE DIR or "
+                          "--from-bug-report FILE DIR")
+    notes: list[str] = []
     try:
-        if spec_file:
+        if report_file:
+            from ..triage import triage
+            from ..triage.spec import node_spec
+
+            triaged = triage(report_file)
+            if not triaged.extras.get("pci_known"):
+                raise usage_error(
+                    f"{report_file}: the report has no lspci section (nor the script's sysfs "
+                    "dump): its PCI functions are unknown, so there is no node to build",
+                    "ask for the whole nvidia-bug-report.log.gz, written as root")
+            raw, notes = node_spec(triaged.inventory)
+            spec = parse(raw)
+            source = report_file
+        elif spec_file:
             spec = parse(node_of(load_spec(spec_file), spec_file))
             source = spec_file
         else:
@@ -63,14 +85,27 @@ def simulate(profile: str | None, directory: str | None, spec_file: str | None,
         raise usage_error(str(err)) from None
     try:
         fakes = install(directory)
+        if report_file:
+            from ..simulate import fakebin
+            from ..simulate.fakes import gpus
+            from ..triage.spec import fabric_states
+
+            states, note = fabric_states(gpus(directory), triaged.gpus)
+            fakebin.save(directory, "gpus.json", {"gpus": states})
+            notes.append(note)
     except BaseException:
         clear(directory, remove_root=not existed)
         raise
     if as_json:
-        print_json({"root": directory, "source": source, "fakes": fakes})
+        out: dict[str, Any] = {"root": directory, "source": source, "fakes": fakes}
+        if report_file:
+            out["notes"] = notes
+        print_json(out)
     else:
         con = console()
         con.print(f"simulated node ({safe(source)}) written to {safe(directory)}")
+        for note in notes:
+            con.print(f"  note: {safe(note)}")
         con.print(f"fake daemons and tools in {safe(directory)}/bin "
                   f"({safe(', '.join(os.path.basename(f) for f in fakes))})")
 

@@ -1,0 +1,71 @@
+"""Triage of ``nvidia-bug-report.log.gz``: the file the field already shares, read as
+nvfabric reads a live node.
+
+- :mod:`.report` streams the report (gzip members or plain text) and cuts it into sections;
+- :mod:`.lspci`, :mod:`.ibstat`, :mod:`.units` parse the sections that hold facts;
+- :mod:`.collect` routes each section to its reader (logs to the diagnosis catalogue);
+- :mod:`.build` rebuilds the inventory and runs the plan, the verdict, the diagnosis and
+  :mod:`.checks` (what ran against what should have);
+- :mod:`.spec` turns the rebuilt facts into a node spec for ``nvfabric simulate``.
+
+:func:`triage` is the entry point; it never holds the report whole.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import stat
+import sys
+from typing import IO, Any, cast
+
+from ..errors import usage_error
+from .build import Triage, build
+from .collect import read
+
+__all__ = ["Triage", "open_report", "triage", "triage_stream"]
+
+
+def triage_stream(raw: IO[bytes], label: str) -> Triage:
+    """Triage a report read from ``raw`` (gzip or plain). NvfabricError (exit 2) when the
+    text has no block of nvidia-bug-report.sh at all."""
+    buffered = raw if hasattr(raw, "peek") else cast(IO[bytes], io.BufferedReader(cast(Any, raw)))
+    collected = read(buffered)
+    known = [s for s in collected.sections if s.kind not in ("empty",)]
+    if not collected.seen and not any(s.kind in ("prologue", "epilogue") for s in known):
+        raise usage_error(
+            f"{label}: not an nvidia-bug-report log (no block of nvidia-bug-report.sh: "
+            "no line of underscores followed by a command or file name)",
+            "give the nvidia-bug-report.log.gz written by `sudo nvidia-bug-report.sh`")
+    return build(collected, label)
+
+
+def open_report(path: str) -> IO[bytes]:
+    """The report file as a buffered binary stream (``-``: stdin). NvfabricError (exit 2)
+    when it cannot be opened or is not a regular file or pipe (a directory, a device)."""
+    if path == "-":
+        return sys.stdin.buffer
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    except OSError as err:
+        raise usage_error(f"cannot read {path}: {err.strerror}",
+                          "give the path of nvidia-bug-report.log.gz, or - for stdin") from None
+    mode = os.fstat(fd).st_mode
+    if not (stat.S_ISREG(mode) or stat.S_ISFIFO(mode)):
+        os.close(fd)
+        raise usage_error(f"{path} is not a regular file",
+                          "give the path of nvidia-bug-report.log.gz, or - for stdin")
+    return os.fdopen(fd, "rb", buffering=1 << 16)
+
+
+def triage(path: str) -> Triage:
+    """Triage the report at ``path`` (``-``: stdin). Errors: NvfabricError exit 2 for an
+    unreadable file or one that is no bug report."""
+    stream = open_report(path)
+    try:
+        return triage_stream(stream, "stdin" if path == "-" else path)
+    except OSError as err:
+        raise usage_error(f"cannot read {path}: {err.strerror or err}") from None
+    finally:
+        if path != "-":
+            stream.close()

@@ -1,0 +1,422 @@
+"""From what a report holds to one triage: the node's facts, its plan, the verdict, the
+diagnosis of every log section, what ran against what should have, and what was missing.
+Pure: a :class:`nvfabric.triage.collect.Collected` in, a :class:`Triage` out.
+
+The facts are the inventory's own values (:class:`nvfabric.inventory.model.Inventory`), so the
+existing :func:`nvfabric.plan.plan` decides; the verdict is the existing
+:func:`nvfabric.health.verdict.verdict` on the ``nvidia-smi --query`` section read by
+:mod:`nvfabric.health.smi`; the diagnosis is the existing catalogue
+(:mod:`nvfabric.diagnose`). Where the report lacks a fact the live node would give, it says so
+in ``reasons`` (modules inferred from bound drivers when ``/proc/modules`` is missing, IB
+devices paired with PCI functions by order).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..findings import Finding
+from ..health.verdict import Inputs, ServiceState, Verdict, verdict
+from ..inventory import normalise_arch
+from ..inventory.model import IbDevice, Inventory
+from ..inventory.nvidia import MODULES, parse_proc_devices, parse_proc_version
+from ..plan import SERVICES_BY_FABRIC, Plan, plan
+from . import ibstat as ibstat_mod
+from .checks import Ran, check, nvlsm_running
+from .collect import EXPECTED, Collected
+from .units import UnitState
+from .units import parse as parse_unit
+
+SEVERITY_ORDER = {"error": 0, "warning": 1, "info": 2}
+_UNAME_ARCH = re.compile(r"\b(x86_64|aarch64|arm64|ppc64le|s390x|riscv64)\b")
+_SCRIPT_VERSION = re.compile(r"^nvidia-bug-report\.sh Version: (\S+)", re.M)
+_DATE = re.compile(r"^Date: (.*)$", re.M)
+_UNAME = re.compile(r"^uname: (.*)$", re.M)
+_TABLE_ROW = re.compile(
+    r"^(?P<comp>[A-Za-z][^|\n]{0,80}?)[ \t]*\| (?P<details>[^\n]*)$", re.M)
+_VERSION = re.compile(r"\b([0-9]{3}\.[0-9]{1,3}(?:\.[0-9]{1,3})?)\b")
+_PARAM = re.compile(r"^(?P<key>[A-Za-z0-9_]+): (?P<value>.*)$", re.M)
+
+
+@dataclass(frozen=True)
+class Missing:
+    """A section triage reads that the report lacks: ``status`` ``missing`` (not written:
+    an older script, a tool not installed), ``skipped``/``error`` (the script said so),
+    ``absent``/``unreadable`` (a file the script could not read), ``truncated`` (kept only in
+    part)."""
+
+    name: str
+    status: str
+    detail: str = ""
+
+    def to_json(self) -> dict[str, Any]:
+        return {"name": self.name, "status": self.status, "detail": self.detail}
+
+
+@dataclass(frozen=True)
+class Triage:
+    """One bug report judged. ``report``: script version, date, uname, gzip, bytes, complete;
+    ``inventory`` the rebuilt facts; ``plan``; ``verdict`` None without an ``nvidia-smi
+    --query`` section; ``findings`` every finding, errors first, each with ``section``;
+    ``missing`` the sections that could not be judged; ``reasons`` how facts were rebuilt."""
+
+    report: dict[str, Any]
+    inventory: Inventory
+    plan: Plan
+    verdict: Verdict | None
+    gpus: tuple[dict[str, Any], ...]
+    findings: tuple[Finding, ...]
+    missing: tuple[Missing, ...]
+    reasons: tuple[str, ...]
+    services: dict[str, dict[str, Any] | None] = field(default_factory=dict)
+    extras: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def exit_code(self) -> int:
+        """1 when any finding is an error (plan blockers and verdict included), else 0."""
+        return 1 if any(f.severity == "error" for f in self.findings) else 0
+
+    def node_line(self) -> str:
+        """The node in one line: products, LPFs, arch, driver, fabric, services, port."""
+        inv, p = self.inventory, self.plan
+        if not self.extras.get("pci_known", True):
+            return (f"PCI functions unknown (no lspci section); {inv.arch}; driver "
+                    f"{inv.driver_version or 'unknown'} -> fabric not judged")
+        parts = [", ".join(p.products) or "no NVIDIA GPU"]
+        if inv.nvswitches:
+            parts.append(f"{len(inv.nvswitches)} NVSwitch(es)")
+        if inv.lpfs:
+            parts.append(f"{len(inv.lpfs)} LPF(s)")
+        parts.append(inv.arch)
+        parts.append(f"driver {inv.driver_version or 'not loaded'}")
+        line = "; ".join(parts) + f" -> fabric {p.fabric}"
+        if p.services:
+            line += ": " + " -> ".join(p.services)
+        if p.management_port:
+            mp = p.management_port
+            line += f" on {mp.device} port {mp.port} ({mp.guid})"
+        return line
+
+    def to_json(self) -> dict[str, Any]:
+        inv = self.inventory
+        v = self.verdict
+        return {
+            "report": self.report,
+            "node": {
+                "summary": self.node_line(),
+                "arch": inv.arch,
+                "driver_version": inv.driver_version,
+                "modules": sorted(inv.modules),
+                "gpus": [{"pci": g.address, "device_id": f"{g.device:04x}",
+                          "numa_node": g.numa_node, "driver": g.driver} for g in inv.gpus],
+                "nvswitches": [{"pci": s.address, "device_id": f"{s.device:04x}"}
+                               for s in inv.nvswitches],
+                "infiniband": [_ib_json(d, inv) for d in inv.infiniband],
+                "imex": {"major": inv.imex_major, **self.extras.get("imex_params", {})},
+            },
+            "plan": self.plan.to_json(),
+            "verdict": None if v is None else v.verdict,
+            "verdict_reasons": [] if v is None else list(v.reasons),
+            "gpus": list(self.gpus),
+            "services": self.services,
+            "findings": [f.to_json() for f in self.findings],
+            "missing": [m.to_json() for m in self.missing],
+            "reasons": list(self.reasons),
+        }
+
+
+def _ib_json(d: IbDevice, inv: Inventory) -> dict[str, Any]:
+    fn = next((f for f in inv.pci if f.address == d.pci), None)
+    return {
+        "device": d.name, "pci": d.pci, "sw_mng": bool(fn and fn.sw_mng),
+        "ports": [{"port": p.port, "guid": p.guid,
+                   "cap_mask": None if p.cap_mask is None else f"0x{p.cap_mask:08x}",
+                   "sm_disabled": p.sm_disabled, "state": p.state,
+                   "phys_state": p.phys_state, "link_layer": p.link_layer}
+                  for p in d.ports],
+    }
+
+
+def _with_section(f: Finding, section: str) -> Finding:
+    if "section" in f.fields:
+        return f
+    return Finding(f.code, f.severity, f.message, f.hint, {**f.fields, "section": section})
+
+
+def prologue(text: str) -> dict[str, Any]:
+    """Script version, date, uname, arch and the versions table of the first block."""
+    out: dict[str, Any] = {}
+    for key, pattern in (("script_version", _SCRIPT_VERSION), ("date", _DATE),
+                         ("uname", _UNAME)):
+        m = pattern.search(text)
+        out[key] = m.group(1).strip() if m else None
+    table: dict[str, str] = {}
+    for m in _TABLE_ROW.finditer(text):
+        comp = m.group("comp").strip()
+        if comp not in ("Component", "Skipped Component", "Error Component"):
+            table.setdefault(comp, m.group("details").strip())
+    out["versions_table"] = table
+    return out
+
+
+def modules_from(text: str) -> frozenset[str]:
+    """Names of :data:`MODULES` in ``/proc/modules`` text (first word of each line), the
+    same set :func:`nvfabric.inventory.nvidia.loaded_modules` reads from ``sys/module``."""
+    names = {line.split(" ", 1)[0] for line in text.splitlines() if line.strip()}
+    return frozenset(m for m in MODULES if m in names)
+
+
+def build(c: Collected, label: str) -> Triage:
+    """Judge what :func:`nvfabric.triage.collect.read` collected (``label``: the report's
+    name, kept as the inventory's root)."""
+    reasons: list[str] = []
+    texts = c.texts
+    head = prologue(texts.get("prologue", ""))
+    uname = head.get("uname") or ""
+    m = _UNAME_ARCH.search(uname)
+    arch = normalise_arch(m.group(1)) if m else "unknown"
+    if not m:
+        reasons.append("architecture unknown: no uname line in the report's prologue")
+
+    functions = c.lspci.functions() if c.lspci else ()
+    if c.lspci and c.lspci.without_ids:
+        reasons.append(f"{c.lspci.without_ids} lspci entries without vendor:device IDs (lspci "
+                       "run without -nn and without -x) were left out")
+
+    health = None
+    smi_problem = None
+    if "smi" in texts:
+        from ..health.smi import SmiFormatError, parse_text
+
+        try:
+            health = parse_text(texts["smi"])
+        except SmiFormatError as err:
+            smi_problem = str(err)
+
+    driver = parse_proc_version(texts.get("version", "")) if "version" in texts else None
+    if driver is None and health is not None and health.driver_version:
+        driver = health.driver_version
+        reasons.append("driver version from nvidia-smi --query (no /proc/driver/nvidia/version)")
+    if driver is None:
+        details = head["versions_table"].get("NVIDIA GPU Details", "")
+        vm = _VERSION.search(details.split(",", 1)[1] if "," in details else "")
+        if vm:
+            driver = vm.group(1)
+            reasons.append("driver version from the report's versions table")
+
+    if "modules" in texts:
+        modules = modules_from(texts["modules"])
+    else:
+        inferred = {f.driver for f in functions if f.driver in MODULES}
+        devices = c.ibstat.devices() if c.ibstat else ()
+        if any(d.name.startswith("mlx5") for d in devices):
+            inferred.add("mlx5_ib")
+        modules = frozenset(m for m in inferred if m is not None)
+        reasons.append("no /proc/modules in the report: modules inferred from the drivers "
+                       "bound in lspci and ibstat's devices (" + (", ".join(sorted(modules))
+                       or "none") + "); ib_umad cannot be known")
+
+    devices = c.ibstat.devices() if c.ibstat else ()
+    if devices:
+        att = ibstat_mod.attach(devices, functions, ibstat_mod.mst_pairs(texts.get("mst", "")))
+        devices = att.devices
+        reasons.append(att.reason)
+
+    params = dict((mm.group("key"), mm.group("value").strip())
+                  for mm in _PARAM.finditer(texts.get("params", "")))
+    imex_params = {k: params[k] for k in ("ImexChannelCount", "CreateImexChannel0")
+                   if k in params}
+    inv = Inventory(
+        root=label, arch=arch, driver_version=driver, modules=modules, pci=functions,
+        infiniband=devices,
+        imex_major=parse_proc_devices(texts.get("devices", ""), "nvidia-caps-imex-channels"),
+    )
+    p = plan(inv)
+    fabric_known = c.lspci is not None
+    kind = p.fabric if fabric_known else None
+
+    findings: list[Finding] = []
+    unknown = _unknown_facts(c, modules, driver)
+    for b in p.blockers:
+        why = unknown.get(b.code)
+        if why is not None:
+            findings.append(Finding(
+                "report_section_missing", "info",
+                f"not judged: the plan's {b.code} only says the report has no {why} "
+                "section",
+                "ask for the missing section from the node (or the whole, current "
+                "nvidia-bug-report.log.gz, run as root)",
+                {"section": why, "plan_blocker": b.code}))
+            continue
+        findings.append(_with_section(b, "plan: lspci, ibstat, /proc/modules"))
+    for log in c.logs:
+        for f in log.by_fabric.get(kind, []):
+            findings.append(_with_section(f, log.name))
+        if log.skipped:
+            reasons.append(f"{log.name}: {log.skipped} line(s) the diagnosis catalogue could "
+                           "not classify (a value it cannot convert) were left out")
+
+    fm = parse_unit(texts["fm_status"]) if "fm_status" in texts else None
+    imex = parse_unit(texts["imex_status"]) if "imex_status" in texts else None
+    services = _services(p.fabric, fm, imex) if fabric_known else None
+
+    result: Verdict | None = None
+    gpus: tuple[dict[str, Any], ...] = ()
+    if health is not None:
+        result = verdict(Inputs(
+            gpus=health.gpus, fabric=kind, services=services,
+            pci_gpu_count=len(inv.gpus) if fabric_known else None,
+            reader_findings=health.findings,
+        ))
+        gpus = tuple(g.to_json() for g in health.gpus)
+        for f in result.findings:
+            findings.append(_with_section(f, "nvidia-smi --query"))
+    if smi_problem:
+        findings.append(Finding(
+            "report_section_missing", "warning",
+            f"the nvidia-smi --query section cannot be read: {smi_problem}",
+            "the fabric state of the GPUs is not judged; ask for `nvidia-smi -q` from the node",
+            {"section": "nvidia-smi --query"}))
+
+    if "imex_ctl" in texts:
+        from ..imex.ctl import parse_text as parse_ctl
+
+        try:
+            domain = parse_ctl(texts["imex_ctl"])
+            df = domain.finding()
+            if df is not None:
+                findings.append(_with_section(df, "nvidia-imex-ctl -N"))
+        except ValueError as err:
+            reasons.append(f"nvidia-imex-ctl -N section not readable: {err}")
+
+    versions = {k: tuple(sorted(v)) for k, v in c.versions.items()}
+    table_fm = head["versions_table"].get("NVIDIA Fabric Manager", "")
+    tm = _VERSION.search(table_fm) if "version" in table_fm.lower() else None
+    if tm:
+        versions["fabricmanager"] = tuple(sorted({*versions.get("fabricmanager", ()),
+                                                  tm.group(1)}))
+    ran = Ran(fm=fm, imex=imex, versions=versions, in_use=tuple(c.in_use_sections))
+    lpf_guids = None
+    if c.seen.get("ibstat") == "ok":
+        lpf = {f.address for f in inv.lpfs}
+        lpf_guids = tuple(p.guid for d in inv.infiniband if d.pci in lpf for p in d.ports
+                          if p.guid is not None)
+    findings += check(kind, driver, ran, lpf_guids)
+
+    missing = _missing(c)
+    if c.outcome.damage or not c.outcome.complete:
+        last = c.sections[-1].header.strip() if c.sections else "nothing"
+        findings.append(Finding(
+            "report_truncated", "warning",
+            "the report ends before its last block ("
+            + (c.outcome.damage or "no 'End of NVIDIA bug report log file.' line")
+            + f"); last block read: {last[:120]}",
+            "what follows that block was not judged: ask for the whole nvidia-bug-report.log.gz "
+            "(the script may have hung: `nvidia-bug-report.sh --safe-mode` skips the parts "
+            "that hang)",
+            {"section": last[:120], "damage": c.outcome.damage}))
+
+    findings = _dedupe(findings)
+    findings.sort(key=lambda f: SEVERITY_ORDER[f.severity])
+    report = {
+        "file": label,
+        "gzip": c.outcome.compressed,
+        "bytes": c.outcome.bytes_read,
+        "complete": c.outcome.complete and not c.outcome.damage,
+        "sections": c.outcome.sections,
+        "script_version": head["script_version"],
+        "date": head["date"],
+        "uname": head["uname"],
+    }
+    return Triage(
+        report=report, inventory=inv, plan=p, verdict=result, gpus=gpus,
+        findings=tuple(findings), missing=tuple(missing), reasons=tuple(reasons),
+        services={"fabricmanager": _unit_json(fm), "imex": _unit_json(imex)},
+        extras={"imex_params": imex_params, "pci_known": fabric_known},
+    )
+
+
+def _unknown_facts(c: Collected, modules: frozenset[str],
+                   driver: str | None) -> dict[str, str]:
+    """Plan blockers that only say the report lacks a section, by code -> that section:
+    no IB devices because there is no ibstat output (while mlx5_ib is loaded or the modules
+    are unknown), no ib_umad because /proc/modules is missing, no driver because neither
+    /proc/driver/nvidia/version nor nvidia-smi nor /proc/modules is in the report."""
+    out: dict[str, str] = {}
+    have_modules = c.seen.get("modules") == "ok"
+    if c.seen.get("ibstat") != "ok" and (not have_modules or "mlx5_ib" in modules):
+        out["ib_stack_missing"] = "ibstat"
+        out["management_port_not_found"] = "ibstat"
+    if not have_modules:
+        out["missing_kernel_module"] = "/proc/modules"
+        if driver is None and c.seen.get("version") != "ok":
+            out["driver_not_loaded"] = "/proc/driver/nvidia/version"
+    return out
+
+
+def _unit_json(u: UnitState | None) -> dict[str, Any] | None:
+    if u is None:
+        return None
+    return {"installed": u.installed, "enabled": u.enabled, "active": u.active, "sub": u.sub,
+            "age_s": u.age_s, "processes": list(u.processes)}
+
+
+def _services(fabric: str, fm: UnitState | None,
+              imex: UnitState | None) -> tuple[ServiceState, ...] | None:
+    """Liveness for the verdict, from ``systemctl status`` (None where the report has no
+    status of the services this fabric kind needs)."""
+    needed = SERVICES_BY_FABRIC.get(fabric, ())
+    out: list[ServiceState] = []
+    for name in needed:
+        if name in ("fabricmanager", "nvlsm"):
+            if fm is None:
+                return None
+            if name == "fabricmanager":
+                out.append(ServiceState("fabricmanager", fm.running, fm.age_s,
+                                        detail=f"systemctl: {fm.active} ({fm.sub})"))
+            else:
+                out.append(ServiceState("nvlsm", fm.running and nvlsm_running(fm), fm.age_s,
+                                        detail="nvlsm in fabric manager's unit or -g on its "
+                                        "command line"))
+        elif name == "imex":
+            if imex is None:
+                return None
+            out.append(ServiceState("imex", imex.running, imex.age_s,
+                                    detail=f"systemctl: {imex.active} ({imex.sub})"))
+    return tuple(out)
+
+
+def _missing(c: Collected) -> list[Missing]:
+    out = []
+    for key, label in EXPECTED:
+        status = c.seen.get(key)
+        if status == "ok":
+            if key in c.text_truncated:
+                out.append(Missing(label, "truncated", "kept only in part (size bound)"))
+            continue
+        if status in ("absent", "unreadable"):
+            out.append(Missing(label, status, f"the script found the file {status}"))
+        elif key in c.skipped:
+            out.append(Missing(label, "skipped", c.skipped[key]))
+        else:
+            out.append(Missing(label, "missing", "not in the report"))
+    return out
+
+
+def _dedupe(findings: list[Finding]) -> list[Finding]:
+    """One finding per (code, message, section), and one ``version_mismatch`` per pair of
+    versions (a log line and the versions check say the same thing)."""
+    seen: set[tuple[str, ...]] = set()
+    out = []
+    for f in findings:
+        key: tuple[str, ...] = (f.code, f.message, str(f.fields.get("section", "")))
+        if f.code == "version_mismatch":
+            key = (f.code, str(f.fields.get("fm_version", f.fields.get("imex_version"))),
+                   str(f.fields.get("driver_version")))
+        if key not in seen:
+            seen.add(key)
+            out.append(f)
+    return out
+
