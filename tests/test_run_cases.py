@@ -443,8 +443,13 @@ def test_ready_is_sent_to_notify_socket(tmp_path: Path, start: Callable[..., Run
         sock.bind(path)
         sock.settimeout(30)
         run = start(root, env={"NOTIFY_SOCKET": path})
-        message = sock.recv(4096).decode()
-        assert message.startswith("READY=1\n")
+        before = []
+        while not (message := sock.recv(4096).decode()).startswith("READY=1\n"):
+            before.append(message)
+        # STATUS= lines say what it waited for (fabric manager's GPU registration, n/m GPUs)
+        assert before[0] == "STATUS=fabricmanager started; waiting for GPU fabric state"
+        assert all(re.fullmatch(r"STATUS=waiting for GPU fabric registration: \d/8 GPUs "
+                                r"completed", m) for m in before[1:]), before
         run.signal(signal.SIGTERM)
         assert sock.recv(4096).decode() == "STOPPING=1"
     assert run.wait() == 0

@@ -80,7 +80,8 @@ def gpu_check(root: str) -> GpuCheck:
             f"{len(bad)} GPU(s) completed fabric registration with an error status: "
             + "; ".join(f"{g.label}: {g.status}" for g in bad),
             "run `nvfabric status` for the per-GPU verdict", {"count": len(bad)}),)
-    return GpuCheck(len(done) == len(supported), bool(done), summary, findings=findings)
+    return GpuCheck(len(done) == len(supported), bool(done), summary, findings=findings,
+                    progress=(len(done), len(supported)))
 
 
 def _generations(root: str, arch: str | None) -> set[str]:
