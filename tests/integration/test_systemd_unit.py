@@ -12,13 +12,11 @@ applies as shipped. Figures (start to READY, stop) are printed (``pytest -s``).
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import shutil
 import signal
 import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -28,16 +26,7 @@ import pytest
 from nvfabric.simulate.fakes import calls
 from tests.conftest import REPO, run_cli
 from tests.integration.debroot import require
-from tests.integration.usermanager import UserManager
-
-UNIT = "nvfabric.service"
-NVFABRIC = Path(sys.executable).with_name("nvfabric")  # the entry point, as /usr/bin/nvfabric
-HOMES = ("/root/", "/home/", "/run/user/")
-#: The test's interpreter (the venv's, and the fakes' shebang) may live in a home directory
-#: (pyenv under /root here), which the unit's ProtectHome=yes hides: then, and only then, the
-#: drop-in relaxes it to read-only. /usr/bin/nvfabric of the package is not under a home.
-PROTECT_HOME = "ProtectHome=read-only\n" if os.path.realpath(sys.executable).startswith(
-    HOMES) else ""
+from tests.integration.usermanager import NVFABRIC, UNIT, Node, UserManager
 
 
 @pytest.fixture(scope="module")
@@ -56,63 +45,6 @@ def wait_for(predicate: object, what: str, bound_s: float = 60.0) -> None:
         if time.monotonic() > deadline:
             raise AssertionError(f"after {bound_s} s still not: {what}")
         time.sleep(0.05)
-
-
-class Node:
-    """A simulated DGX B200 with nvfabric.service pointed at it in ``manager``."""
-
-    def __init__(self, manager: UserManager, tmp_path: Path, extra: str = "") -> None:
-        self.m = manager
-        self.root = tmp_path / "node"
-        self.log = tmp_path / "nvfabric.log"
-        proc = run_cli("simulate", "dgx-b200", str(self.root))
-        assert proc.returncode == 0, proc.stderr
-        staging = tmp_path / "staging"
-        staging.mkdir()
-        proc = run_cli("unit", "install", "--root", str(staging))
-        assert proc.returncode == 0, proc.stderr
-        shutil.copyfile(staging / "etc/systemd/system" / UNIT, manager.units / UNIT)
-        for value in (str(self.root), str(self.log), str(NVFABRIC)):
-            assert not set(value) & set("%$\"\\ \n"), value  # no unit-file specifiers/quoting
-        dropin = manager.units / f"{UNIT}.d"
-        dropin.mkdir(exist_ok=True)
-        (dropin / "test.conf").write_text(
-            "[Service]\nExecStart=\n"
-            f"ExecStart={NVFABRIC} run --root {self.root} "
-            f"--gpu-reset-command \"{self.root}/bin/nvidia-smi -r\"\n"
-            f"StandardOutput=append:{self.log}\nStandardError=append:{self.log}\n"
-            + PROTECT_HOME + extra)
-        manager.systemctl("daemon-reload")
-
-    def text(self) -> str:
-        return self.log.read_text(errors="replace") if self.log.exists() else ""
-
-    def ready(self) -> dict[str, object]:
-        data = json.loads((self.root / "run/nvfabric/ready").read_text())
-        assert isinstance(data, dict)
-        return data
-
-    def gpu_states(self) -> set[str]:
-        data = json.loads((self.root / "var/lib/nvfabric-sim/gpus.json").read_text())
-        return {g["state"] for g in data["gpus"]}
-
-    def props(self, *names: str) -> dict[str, str]:
-        return self.m.show(UNIT, *names)
-
-    def start(self) -> float:
-        t0 = time.perf_counter()
-        self.m.systemctl("start", UNIT)
-        return time.perf_counter() - t0
-
-    def stop(self) -> float:
-        t0 = time.perf_counter()
-        self.m.systemctl("stop", UNIT)
-        return time.perf_counter() - t0
-
-    def cleanup(self) -> None:
-        self.m.systemctl("stop", UNIT, check=False)
-        self.m.systemctl("reset-failed", UNIT, check=False)
-        shutil.rmtree(self.m.units / f"{UNIT}.d", ignore_errors=True)
 
 
 @pytest.fixture

@@ -25,6 +25,7 @@ unified hierarchy at /sys/fs/cgroup/unified):
 from __future__ import annotations
 
 import itertools
+import json
 import os
 import shutil
 import signal
@@ -35,6 +36,15 @@ import time
 from pathlib import Path
 
 MANAGER = "/lib/systemd/systemd"
+UNIT = "nvfabric.service"
+NVFABRIC = Path(sys.executable).with_name("nvfabric")  # the entry point, as /usr/bin/nvfabric
+HOMES = ("/root/", "/home/", "/run/user/")
+#: The test's interpreter (the venv's, and the fakes' shebang) may live in a home directory
+#: (pyenv under /root here), which the unit's ProtectHome=yes hides: then, and only then, the
+#: drop-in relaxes it to read-only. /usr/bin/nvfabric of the package is not under a home.
+PROTECT_HOME = "ProtectHome=read-only\n" if os.path.realpath(sys.executable).startswith(
+    HOMES) else ""
+
 TOOLS = ("unshare", "nsenter", "systemctl", "mount")
 _counter = itertools.count()
 
@@ -200,3 +210,65 @@ class UserManager:
                                 key=lambda p: len(p.parts), reverse=True):
             directory.rmdir()
         cg.rmdir()
+
+
+def _nvfabric(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "nvfabric", *args], capture_output=True,
+                          text=True, timeout=120, check=False)
+
+
+class Node:
+    """A simulated DGX B200 with nvfabric.service pointed at it in ``manager``."""
+
+    def __init__(self, manager: UserManager, tmp_path: Path, extra: str = "") -> None:
+        self.m = manager
+        self.root = tmp_path / "node"
+        self.log = tmp_path / "nvfabric.log"
+        proc = _nvfabric("simulate", "dgx-b200", str(self.root))
+        assert proc.returncode == 0, proc.stderr
+        staging = tmp_path / "staging"
+        staging.mkdir()
+        proc = _nvfabric("unit", "install", "--root", str(staging))
+        assert proc.returncode == 0, proc.stderr
+        shutil.copyfile(staging / "etc/systemd/system" / UNIT, manager.units / UNIT)
+        for value in (str(self.root), str(self.log), str(NVFABRIC)):
+            assert not set(value) & set("%$\"\\ \n"), value  # no unit-file specifiers/quoting
+        dropin = manager.units / f"{UNIT}.d"
+        dropin.mkdir(exist_ok=True)
+        (dropin / "test.conf").write_text(
+            "[Service]\nExecStart=\n"
+            f"ExecStart={NVFABRIC} run --root {self.root} "
+            f"--gpu-reset-command \"{self.root}/bin/nvidia-smi -r\"\n"
+            f"StandardOutput=append:{self.log}\nStandardError=append:{self.log}\n"
+            + PROTECT_HOME + extra)
+        manager.systemctl("daemon-reload")
+
+    def text(self) -> str:
+        return self.log.read_text(errors="replace") if self.log.exists() else ""
+
+    def ready(self) -> dict[str, object]:
+        data = json.loads((self.root / "run/nvfabric/ready").read_text())
+        assert isinstance(data, dict)
+        return data
+
+    def gpu_states(self) -> set[str]:
+        data = json.loads((self.root / "var/lib/nvfabric-sim/gpus.json").read_text())
+        return {g["state"] for g in data["gpus"]}
+
+    def props(self, *names: str) -> dict[str, str]:
+        return self.m.show(UNIT, *names)
+
+    def start(self) -> float:
+        t0 = time.perf_counter()
+        self.m.systemctl("start", UNIT)
+        return time.perf_counter() - t0
+
+    def stop(self) -> float:
+        t0 = time.perf_counter()
+        self.m.systemctl("stop", UNIT)
+        return time.perf_counter() - t0
+
+    def cleanup(self) -> None:
+        self.m.systemctl("stop", UNIT, check=False)
+        self.m.systemctl("reset-failed", UNIT, check=False)
+        shutil.rmtree(self.m.units / f"{UNIT}.d", ignore_errors=True)
