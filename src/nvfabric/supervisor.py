@@ -355,6 +355,14 @@ def sd_notify(message: str, environ: dict[str, str] | None = None) -> bool:
         return False
 
 
+def notify_nothing_to_start(why: str) -> bool:
+    """A run that ends with exit 0 starting nothing (fabric ``none``, IMEX owned by another
+    starter): ``READY=1`` and ``STATUS=why`` first, so that a ``Type=notify`` unit counts it
+    as a successful start (a main process exiting before READY=1 is a failed start, result
+    ``protocol``). False when ``$NOTIFY_SOCKET`` is unset or unreachable."""
+    return sd_notify(f"READY=1\nSTATUS={why.splitlines()[0] if why else 'nothing to start'}")
+
+
 def watchdog_usec(environ: dict[str, str] | None = None, pid: int | None = None) -> int | None:
     """The watchdog interval systemd expects pings within, in microseconds, or None when no
     watchdog applies to this process, as sd_watchdog_enabled(3) decides: ``$WATCHDOG_USEC``

@@ -192,3 +192,20 @@ def test_a_supervisor_that_stops_pinging_is_killed_by_the_watchdog(
         print(f"\nsupervisor SIGSTOPped -> killed by the watchdog and running again: {took:.1f} s")
     finally:
         node.cleanup()
+
+
+def test_on_a_node_with_nothing_to_manage_the_start_succeeds_and_the_unit_ends(
+        manager: UserManager, tmp_path: Path) -> None:
+    # H100 PCIe: fabric none. nvfabric exits 0 at once; READY=1 first, or systemd would call
+    # it a failed start (result 'protocol') and an enabled unit would be red on every such node
+    node = Node(manager, tmp_path, profile="h100-pcie")
+    try:
+        node.start()
+        wait_for(lambda: node.props("ActiveState")["ActiveState"] == "inactive",
+                 "unit ended after starting nothing")
+        # (systemctl start returned 0: READY=1 came; StatusText is cleared once inactive)
+        assert node.props("Result", "NRestarts", "ExecMainStatus") == {
+            "Result": "success", "NRestarts": "0", "ExecMainStatus": "0"}
+        assert "fabric none: nothing to start" in node.text()
+    finally:
+        node.cleanup()

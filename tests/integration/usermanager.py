@@ -220,11 +220,12 @@ def _nvfabric(*args: str) -> subprocess.CompletedProcess[str]:
 class Node:
     """A simulated DGX B200 with nvfabric.service pointed at it in ``manager``."""
 
-    def __init__(self, manager: UserManager, tmp_path: Path, extra: str = "") -> None:
+    def __init__(self, manager: UserManager, tmp_path: Path, extra: str = "",
+                 profile: str = "dgx-b200") -> None:
         self.m = manager
         self.root = tmp_path / "node"
         self.log = tmp_path / "nvfabric.log"
-        proc = _nvfabric("simulate", "dgx-b200", str(self.root))
+        proc = _nvfabric("simulate", profile, str(self.root))
         assert proc.returncode == 0, proc.stderr
         staging = tmp_path / "staging"
         staging.mkdir()
