@@ -483,3 +483,22 @@ def test_status_says_what_the_unit_waits_for_in_order(
     ]
     assert messages[5:] == ["STOPPING=1", "STATUS=stopping fabricmanager",
                             "STATUS=stopping nvlsm"]
+
+
+def test_a_probe_answer_with_a_newline_cannot_forge_a_notify_assignment(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    listener = Listener(tmp_path / "notify.sock")
+    monkeypatch.setenv("NOTIFY_SOCKET", str(tmp_path / "notify.sock"))
+    answers = iter([GpuCheck(False, False, "unreadable", "nvidia-smi said:\nREADY=1")])
+
+    def probe() -> GpuCheck:
+        return next(answers, GpuCheck(True, True, "8 GPUs: completed x8", progress=(8, 8)))
+
+    fm = replace(sleeper("fabricmanager"), ready_gpus=True)
+    Supervisor([fm], Policy(probe_interval_s=0.01), log=StopOn("fabric ready in"),
+               probe=probe).run()
+    with listener:
+        messages = listener.messages
+    assert "STATUS=waiting for GPU fabric state: nvidia-smi said:\\x0aREADY=1" in messages
+    assert [m for m in messages if "READY=1" in m.split("\n")] == [
+        m for m in messages if m.startswith("READY=1\nSTATUS=fabric ready in")]

@@ -360,7 +360,7 @@ def notify_nothing_to_start(why: str) -> bool:
     starter): ``READY=1`` and ``STATUS=why`` first, so that a ``Type=notify`` unit counts it
     as a successful start (a main process exiting before READY=1 is a failed start, result
     ``protocol``). False when ``$NOTIFY_SOCKET`` is unset or unreachable."""
-    return sd_notify(f"READY=1\nSTATUS={why.splitlines()[0] if why else 'nothing to start'}")
+    return sd_notify(f"READY=1\nSTATUS={printable(why) if why else 'nothing to start'}")
 
 
 def watchdog_usec(environ: dict[str, str] | None = None, pid: int | None = None) -> int | None:
@@ -751,7 +751,10 @@ class Supervisor:
         return float("inf") if entry is None else max(0.0, entry[0] - time.monotonic())
 
     def _say_status(self, text: str) -> None:
-        """systemd's ``STATUS=`` (what ``systemctl status`` shows), sent when it changes."""
+        """systemd's ``STATUS=`` (what ``systemctl status`` shows), sent when it changes.
+        Control characters are escaped (:func:`printable`): a probe's answer with a newline
+        would otherwise be a second assignment (``READY=1``) in the datagram."""
+        text = printable(text)
         if text != self._status:
             self._status = text
             sd_notify("STATUS=" + text)
