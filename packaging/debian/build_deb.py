@@ -5,10 +5,12 @@ python-debian are installed there):
 
     build_deb.py --binary dist/nvfabric --unit packaging/systemd/nvfabric.service --out dist
 
-The package holds ``/usr/bin/nvfabric``, ``/lib/systemd/system/nvfabric.service``, the man
-page, ``copyright`` (generated: nvfabric and every component the binary bundles, with the
-license each declares), ``changelog.gz`` (a native package) and the lintian overrides, plus
-the maintainer scripts of this directory (they never start or enable the unit).
+The package holds ``/usr/bin/nvfabric``, ``/lib/systemd/system/nvfabric.service`` with the
+drop-in ``nvfabric.service.d/single-file-binary.conf`` (``NotifyAccess=all``: the one-file
+binary notifies from its second process), the man page, ``copyright`` (generated: nvfabric
+and every component the binary bundles, with the license each declares), ``changelog.gz`` (a
+native package) and the lintian overrides, plus the maintainer scripts of this directory
+(they never start or enable the unit).
 
 ``Depends`` is computed, not written by hand. The binary starts as PyInstaller's bootloader,
 which loads its libraries (glibc, libz) from the system before it unpacks the bundle: those
@@ -45,6 +47,8 @@ HERE = Path(__file__).resolve().parent
 PACKAGE = "nvfabric"
 MAINTAINER = "nvfabric maintainers <maintainers@users.noreply.a-seed-772cf4a6.example>"
 #: ELF e_machine -> Debian architecture (ELF spec, "e_machine"; dpkg's cputable).
+#: The package's drop-in for the unit (NotifyAccess=all: see single-file-binary.conf).
+DROPIN = "lib/systemd/system/nvfabric.service.d/single-file-binary.conf"
 ELF_ARCH = {62: "amd64", 183: "arm64"}
 VERSION_RX = re.compile(r"^[0-9][A-Za-z0-9.+~]*(-[A-Za-z0-9.+~]+)?$")
 GLIBC_RX = re.compile(r"\bGLIBC_([0-9]+(?:\.[0-9]+)+)\b")
@@ -286,6 +290,7 @@ def build(binary: Path, unit: Path, out_dir: Path) -> Path:
         files = {
             "usr/bin/nvfabric": (binary.read_bytes(), 0o755),
             "lib/systemd/system/nvfabric.service": (unit.read_bytes(), 0o644),
+            DROPIN: ((HERE / "single-file-binary.conf").read_bytes(), 0o644),
             "usr/share/man/man1/nvfabric.1.gz": (gz((HERE / "nvfabric.1").read_bytes()), 0o644),
             "usr/share/doc/nvfabric/copyright": (copyright_text(bundled).encode(), 0o644),
             # A version without a Debian revision is a native package: changelog.gz (Policy

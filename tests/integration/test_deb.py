@@ -19,6 +19,7 @@ from tests.integration.distbin import dist_binary
 UNIT = REPO / "packaging/systemd/nvfabric.service"
 #: The target system: systemd (so init-system-helpers, deb-systemd-helper) and no Python.
 ROOT_PACKAGES = ("systemd",)
+DROPIN = "/lib/systemd/system/nvfabric.service.d/single-file-binary.conf"
 WANTS_LINK = "etc/systemd/system/multi-user.target.wants/nvfabric.service"
 
 
@@ -67,7 +68,7 @@ def test_files_are_root_owned_with_the_right_modes(deb: Path) -> None:
     assert entries["/usr/bin/nvfabric"][0] == "-rwxr-xr-x"
     assert entries["/lib/systemd/system/nvfabric.service"][0] == "-rw-r--r--"
     assert {"/usr/share/doc/nvfabric/copyright", "/usr/share/doc/nvfabric/changelog.gz",
-            "/usr/share/man/man1/nvfabric.1.gz"} <= set(entries)
+            "/usr/share/man/man1/nvfabric.1.gz", DROPIN} <= set(entries)
     control = sh("dpkg-deb", "--info", str(deb)).stdout
     for script in ("postinst", "prerm", "postrm"):
         assert re.search(rf"\*\s+{script}\s+#!/bin/sh", control), control
@@ -99,6 +100,10 @@ def test_dpkg_installs_into_a_fresh_bookworm_root_without_starting_anything(
     assert stat.S_IMODE(binary.stat().st_mode) == 0o755 and binary.stat().st_uid == 0
     unit = root / "lib/systemd/system/nvfabric.service"
     assert unit.read_bytes() == UNIT.read_bytes()
+    # The package's drop-in, NotifyAccess=all (test_dist.py says why); systemd-analyze verify
+    # below reads it too (an unknown key in it would be on verify's stderr).
+    dropin = (root / DROPIN.lstrip("/")).read_text()
+    assert dropin.rstrip().endswith("[Service]\nNotifyAccess=all"), dropin
     # Recorded for purge (deb-systemd-helper update-state), neither enabled nor started.
     assert not (root / WANTS_LINK).exists()
     assert (root / "var/lib/systemd/deb-systemd-helper-enabled/nvfabric.service.dsh-also"
