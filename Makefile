@@ -57,6 +57,8 @@ DIST_SOURCES := pyproject.toml packaging/dist/nvfabric-entry.py \
 $(DIST_STAMP): pyproject.toml
 	test -x $(DIST_VENV)/bin/python || $(PY) -m venv $(DIST_VENV)
 	$(DIST_VENV)/bin/python -m pip install -q --upgrade pip
+	command -v gcc >/dev/null && test -f /usr/include/zlib.h || { echo "make dist: the" \
+	  "bootloader build needs gcc and zlib1g-dev (apt-get install gcc zlib1g-dev)" >&2; exit 1; }
 	rm -rf build/pyinstaller-src && mkdir -p build/pyinstaller-src
 	$(DIST_VENV)/bin/python -m pip download -q --no-deps --no-binary :all: \
 	  -d build/pyinstaller-src pyinstaller==$(PYINSTALLER_VERSION)
