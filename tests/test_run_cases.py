@@ -20,6 +20,7 @@ import pytest
 from nvfabric.simulate.fakes import gpus, set_faults
 
 from .cases import CASES
+from .conftest import run_cli
 from .runkit import Run, alive, codes, events, finding, sim, until
 
 B200_GUID = "0xe09d730300e400e8"
@@ -443,11 +444,43 @@ def test_ready_is_sent_to_notify_socket(tmp_path: Path, start: Callable[..., Run
         sock.bind(path)
         sock.settimeout(30)
         run = start(root, env={"NOTIFY_SOCKET": path})
-        message = sock.recv(4096).decode()
-        assert message.startswith("READY=1\n")
+        before = []
+        while not (message := sock.recv(4096).decode()).startswith("READY=1\n"):
+            before.append(message)
+        # STATUS= lines say what it waited for (fabric manager's GPU registration, n/m GPUs)
+        assert before[0] == "STATUS=fabricmanager started; waiting for GPU fabric state"
+        assert all(re.fullmatch(r"STATUS=waiting for GPU fabric registration: \d/8 GPUs "
+                                r"completed", m) for m in before[1:]), before
         run.signal(signal.SIGTERM)
         assert sock.recv(4096).decode() == "STOPPING=1"
     assert run.wait() == 0
+
+
+@pytest.mark.parametrize(("profile", "args", "status"), [
+    ("h100-pcie", (), "STATUS=fabric none: nothing to start ("),
+    ("gb200-tray", ("--imex-owner", "slurm"),
+     "STATUS=IMEX is owned by slurm; nvfabric starts nothing"),
+])
+def test_a_run_that_starts_nothing_still_tells_systemd_it_started(
+        tmp_path: Path, profile: str, args: tuple[str, ...], status: str) -> None:
+    # Type=notify: a main process that exits 0 before READY=1 is a failed start ('protocol')
+    root = sim(tmp_path, profile)
+    path = str(tmp_path / "notify.sock")
+    with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as sock:
+        sock.bind(path)
+        sock.settimeout(0)
+        proc = run_cli("run", "--root", str(root), *args, env={"NOTIFY_SOCKET": path})
+        assert proc.returncode == 0, proc.stderr
+        ready, status_line = sock.recv(4096).decode().split("\n")
+        with pytest.raises(BlockingIOError):
+            sock.recv(4096)
+        dry = run_cli("run", "--root", str(root), *args, "--dry-run",
+                      env={"NOTIFY_SOCKET": path})
+        assert dry.returncode == 0
+        with pytest.raises(BlockingIOError):  # a dry run tells systemd nothing
+            sock.recv(4096)
+    assert ready == "READY=1" and status_line.startswith(status)
+    assert events(root, event="exec") == []
 
 
 # ---------------------------------------------------------------- nvfabric run killed with -9

@@ -11,6 +11,8 @@ import signal
 import socket
 import stat
 import sys
+import threading
+import time
 from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
@@ -334,3 +336,150 @@ def test_control_characters_of_daemon_output_never_reach_the_terminal_raw() -> N
     text = stream.getvalue()
     assert "sm: \\x1b[2Jwiped\\x07\tok\\x9b\\x0dover" in text.splitlines()
     assert not any(ord(c) < 32 and c not in "\t\n" or 127 <= ord(c) < 160 for c in text)
+
+
+# ---------------------------------------------------------------- systemd: watchdog, STATUS=
+
+
+@pytest.mark.parametrize(("env", "pid", "expected"), [
+    ({}, 100, None),                                               # no watchdog configured
+    ({"WATCHDOG_USEC": "30000000"}, 100, 30_000_000),              # no pid: it is ours
+    ({"WATCHDOG_USEC": "30000000", "WATCHDOG_PID": "100"}, 100, 30_000_000),
+    ({"WATCHDOG_USEC": "30000000", "WATCHDOG_PID": "101"}, 100, None),  # a parent's: not ours
+    ({"WATCHDOG_USEC": "0"}, 100, None),
+    ({"WATCHDOG_USEC": "-5"}, 100, None),
+    ({"WATCHDOG_USEC": "30s"}, 100, None),
+    ({"WATCHDOG_USEC": "٣٠"}, 100, None),                          # Arabic-Indic digits
+    ({"WATCHDOG_USEC": "30000000", "WATCHDOG_PID": "x"}, 100, None),
+])
+def test_watchdog_usec_follows_sd_watchdog_enabled(env: dict[str, str], pid: int,
+                                                   expected: int | None) -> None:
+    assert supervisor.watchdog_usec(env, pid) == expected
+
+
+class Listener:
+    """A systemd-like receiver of sd_notify datagrams on ``path``, read as they come (in a
+    thread, as systemd does: the queue of a Unix datagram socket holds only 10)."""
+
+    def __init__(self, path: Path) -> None:
+        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+        self.sock.bind(str(path))
+        self.sock.settimeout(0.1)
+        self.messages: list[str] = []
+        self.done = False
+        self.thread = threading.Thread(target=self._read, daemon=True)
+        self.thread.start()
+
+    def _read(self) -> None:
+        while not self.done:
+            try:
+                self.messages.append(self.sock.recv(4096).decode())
+            except TimeoutError:
+                continue
+
+    def __enter__(self) -> Listener:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        time.sleep(0.05)
+        self.done = True
+        self.thread.join()
+        self.sock.close()
+
+
+def test_sd_notify_gives_up_on_a_receiver_that_never_reads(tmp_path: Path) -> None:
+    # a Unix datagram socket queues net.unix.max_dgram_qlen datagrams; then senders block
+    qlen = int(Path("/proc/sys/net/unix/max_dgram_qlen").read_text())
+    with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as sock:
+        sock.bind(str(tmp_path / "full.sock"))
+        env = {"NOTIFY_SOCKET": str(tmp_path / "full.sock")}
+        sent = 0
+        while True:
+            t0 = time.monotonic()
+            if not sd_notify("WATCHDOG=1", env):
+                waited = time.monotonic() - t0
+                break
+            sent += 1
+            assert sent <= qlen + 1, "the queue never filled"
+    assert sent >= qlen  # the queue took what it holds, then the sender gave up
+    assert 0.4 <= waited < 2.0  # bounded (0.5 s), never blocked for good
+
+
+class StopAfter(StopOn):
+    """A log that sends SIGTERM ``delay_s`` after a matching line (from a timer thread, so the
+    supervisor's loop is what keeps turning meanwhile)."""
+
+    def __init__(self, pattern: str, delay_s: float) -> None:
+        super().__init__(pattern)
+        self.delay_s = delay_s
+
+    def line(self, text: str) -> None:
+        self.lines.append(text)
+        if self.count and self.rx.search(text):
+            self.count = 0
+            threading.Timer(self.delay_s, os.kill, (os.getpid(), signal.SIGTERM)).start()
+
+
+def test_watchdog_pings_at_half_the_interval_and_children_do_not_inherit_it(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    listener = Listener(tmp_path / "notify.sock")
+    monkeypatch.setenv("NOTIFY_SOCKET", str(tmp_path / "notify.sock"))
+    monkeypatch.setenv("WATCHDOG_USEC", "200000")  # 0.2 s: a ping every 0.1 s
+    monkeypatch.setenv("WATCHDOG_PID", str(os.getpid()))
+    code = ("import os, time; print('env', os.environ.get('WATCHDOG_USEC'), "
+            "os.environ.get('WATCHDOG_PID'), os.environ.get('NOTIFY_SOCKET'), flush=True); "
+            "time.sleep(60)")
+    log = StopAfter("fabric ready in", 1.0)
+    started = time.monotonic()
+    outcome = Supervisor([service("fm", code)], log=log).run()
+    elapsed = time.monotonic() - started
+    with listener:
+        messages = listener.messages
+    assert outcome.exit_code == 0
+    pings = messages.count("WATCHDOG=1")
+    # one at once, then every 0.1 s for the ~1 s the unit ran: never fewer than half of them
+    assert 6 <= pings <= elapsed / 0.1 + 2, (pings, elapsed, messages)
+    assert "fm: env None None None" in log.lines
+
+
+def test_no_watchdog_ping_without_watchdog_usec_or_for_another_pid(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    listener = Listener(tmp_path / "notify.sock")
+    monkeypatch.setenv("NOTIFY_SOCKET", str(tmp_path / "notify.sock"))
+    monkeypatch.setenv("WATCHDOG_USEC", "200000")
+    monkeypatch.setenv("WATCHDOG_PID", str(os.getpid() + 1))  # meant for another process
+    outcome = Supervisor([sleeper()], log=StopAfter("fabric ready in", 0.3)).run()
+    with listener:
+        messages = listener.messages
+    assert outcome.exit_code == 0
+    assert "WATCHDOG=1" not in messages and messages[0].startswith("READY=1")
+
+
+def test_status_says_what_the_unit_waits_for_in_order(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    listener = Listener(tmp_path / "notify.sock")
+    monkeypatch.setenv("NOTIFY_SOCKET", str(tmp_path / "notify.sock"))
+    path = str(tmp_path / "ipc.sock")
+    answers = iter([GpuCheck(False, False, "8 GPUs: in_progress x8", progress=(0, 8)),
+                    GpuCheck(False, True, "8 GPUs: completed x3, in_progress x5",
+                             progress=(3, 8))])
+
+    def probe() -> GpuCheck:
+        return next(answers, GpuCheck(True, True, "8 GPUs: completed x8", progress=(8, 8)))
+
+    fm = replace(sleeper("fabricmanager"), ready_gpus=True)
+    outcome = Supervisor([service("nvlsm", SOCKET_SERVER, path, "0.1", ready_socket=path), fm],
+                         Policy(probe_interval_s=0.01), log=StopOn("fabric ready in"),
+                         probe=probe).run()
+    with listener:
+        messages = listener.messages
+    assert outcome.exit_code == 0
+    assert messages[:5] == [
+        f"STATUS=waiting for nvlsm IPC socket {path}",
+        "STATUS=fabricmanager started; waiting for GPU fabric state",
+        "STATUS=waiting for GPU fabric registration: 0/8 GPUs completed",
+        "STATUS=waiting for GPU fabric registration: 3/8 GPUs completed",
+        f"READY=1\nSTATUS=fabric ready in {outcome.ready_after_s:.1f} s",
+    ]
+    assert messages[5:] == ["STOPPING=1", "STATUS=stopping fabricmanager",
+                            "STATUS=stopping nvlsm"]

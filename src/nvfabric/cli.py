@@ -27,6 +27,7 @@ COMMANDS: dict[str, str] = {
     "domain": "nvfabric.commands.domain:domain",
     "fetch": "nvfabric.commands.fetch:fetch",
     "install": "nvfabric.commands.fetch:install",
+    "unit": "nvfabric.commands.unit:unit",
 }
 
 

@@ -64,6 +64,8 @@ CODES: frozenset[str] = frozenset(
         "download_failed",
         "archive_unsafe",
         "install_failed",
+        # The systemd unit (issue 12; README "Running as a service").
+        "unit_not_installed",
         # IMEX and the fleet check (issue 6; README "IMEX on GB200/GB300 trays").
         "imex_channel_permissions",
         "imex_channel_stray",

@@ -20,6 +20,10 @@ Behaviour (../shared/cases/RUN.md):
   prefix and fed to a classifier, so that a known failure line yields its finding at once.
 - Ready: ``READY=1`` on ``$NOTIFY_SOCKET`` (systemd Type=notify), a readiness file, a log line
   with the time it took. Directories are created 0700 and never widened (R06).
+- systemd: ``STATUS=`` says what the unit waits for (NVLSM's socket, GPU registration n/m,
+  ready, stopping, restart delay); with ``$WATCHDOG_USEC`` set for this process
+  (sd_watchdog_enabled(3)) a timer of the loop sends ``WATCHDOG=1`` every half interval, so a
+  loop that stops turning stops the pings and systemd's ``WatchdogSec=`` kills the unit.
 
 Processes are started with ``os.posix_spawn`` (argv only, stdin /dev/null, own process group,
 signal dispositions reset); nothing here runs a shell.
@@ -65,6 +69,11 @@ _STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
 #: ``systemctl reload`` must not stop the fabric).
 SIGHUP_IGNORED = "received SIGHUP: ignored (no reload; restart nvfabric run to apply changes)"
 _POLL_FALLBACK_S = 0.01
+_NOTIFY_TIMEOUT_S = 0.5
+#: What systemd hands the main process only (sd_notify(3), sd_listen_fds(3),
+#: sd_watchdog_enabled(3)): not passed on to the daemons, which must not notify or ping.
+_SYSTEMD_ENV = ("NOTIFY_SOCKET", "LISTEN_FDS", "LISTEN_PID", "LISTEN_FDNAMES", "WATCHDOG_USEC",
+                "WATCHDOG_PID")
 _MAX_LINE = 65536
 
 
@@ -77,7 +86,8 @@ class GpuCheck:
     log (``8 GPUs: completed x8``); ``error``: why the state could not be read, if so;
     ``supported``: False when no GPU has a fabric state (NVML "not supported", e.g. A100), so
     that the service's success line is the readiness signal; ``findings``: problems seen in
-    the state (a GPU completed with an error status), logged when the unit becomes ready.
+    the state (a GPU completed with an error status), logged when the unit becomes ready;
+    ``progress``: (completed, total) GPUs for systemd's ``STATUS=`` line, when counted.
     """
 
     ready: bool
@@ -86,6 +96,7 @@ class GpuCheck:
     error: str | None = None
     supported: bool = True
     findings: tuple[Finding, ...] = ()
+    progress: tuple[int, int] | None = None  # (GPUs completed, GPUs with a fabric state)
 
 
 class Classifier(Protocol):
@@ -335,10 +346,39 @@ def sd_notify(message: str, environ: dict[str, str] | None = None) -> bool:
     address = "\0" + path[1:] if path.startswith("@") else path
     try:
         with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as sock:
+            # A receiver that does not read (its queue holds net.unix.max_dgram_qlen
+            # datagrams, 10 by default) must not stall the supervisor's loop: bounded.
+            sock.settimeout(_NOTIFY_TIMEOUT_S)
             sock.sendto(message.encode(), address)
         return True
     except OSError:
         return False
+
+
+def notify_nothing_to_start(why: str) -> bool:
+    """A run that ends with exit 0 starting nothing (fabric ``none``, IMEX owned by another
+    starter): ``READY=1`` and ``STATUS=why`` first, so that a ``Type=notify`` unit counts it
+    as a successful start (a main process exiting before READY=1 is a failed start, result
+    ``protocol``). False when ``$NOTIFY_SOCKET`` is unset or unreachable."""
+    return sd_notify(f"READY=1\nSTATUS={why.splitlines()[0] if why else 'nothing to start'}")
+
+
+def watchdog_usec(environ: dict[str, str] | None = None, pid: int | None = None) -> int | None:
+    """The watchdog interval systemd expects pings within, in microseconds, or None when no
+    watchdog applies to this process, as sd_watchdog_enabled(3) decides: ``$WATCHDOG_USEC``
+    unset, not a positive decimal integer, or ``$WATCHDOG_PID`` set to another pid than
+    ``pid`` (default: this process; the variables are inherited by children, who must not
+    ping). Pure; never raises."""
+    env = environ if environ is not None else os.environ
+    text = env.get("WATCHDOG_USEC", "")
+    if not text.isascii() or not text.isdigit() or int(text) <= 0:
+        return None
+    owner = env.get("WATCHDOG_PID")
+    if owner is not None:
+        me = os.getpid() if pid is None else pid
+        if not owner.isascii() or not owner.isdigit() or int(owner) != me:
+            return None
+    return int(text)
 
 
 def socket_listening(path: str) -> bool:
@@ -577,7 +617,7 @@ class Supervisor:
         reap = self.policy.reap_orphans
         self._reap_orphans = os.getpid() == 1 if reap is None else reap
         self._env = {k: v for k, v in os.environ.items()
-                     if k not in ("NOTIFY_SOCKET", "LISTEN_FDS", "LISTEN_PID", "LISTEN_FDNAMES")}
+                     if k not in _SYSTEMD_ENV}
         # run state
         self._procs: list[_Proc] = []
         self._timers: dict[str, tuple[float, Callable[[], None]]] = {}
@@ -601,6 +641,8 @@ class Supervisor:
         self._last_probe: str | None = None  # the waiting service's last probe answer
         self._reap_pending = False
         self._outcome: Outcome | None = None
+        self._watchdog_s: float | None = None  # seconds between WATCHDOG=1 pings
+        self._status = ""  # the last STATUS= sent
         # machinery (set up in run)
         self._sel: selectors.BaseSelector | None = None
         self._sig_r = self._sig_w = -1
@@ -648,6 +690,10 @@ class Supervisor:
             self._old_handlers[sig] = signal.signal(sig, _noop_handler)
         self._sel.register(self._sig_r, selectors.EVENT_READ, self._on_signal)
         self._sel.register(self._wake_r, selectors.EVENT_READ, self._on_wake)
+        usec = watchdog_usec()
+        if usec is not None:
+            self._watchdog_s = usec / 2e6  # sd_watchdog_enabled(3): ping at half the interval
+            self._on_watchdog()
         if self._probe_fn is not None:
             self._probe_thread = threading.Thread(
                 target=self._probe_worker, name="nvfabric-gpu-probe", daemon=True)
@@ -686,6 +732,29 @@ class Supervisor:
         if not self._timers:
             return None
         return max(0.0, min(d for d, _ in self._timers.values()) - time.monotonic())
+
+    def _on_watchdog(self) -> None:
+        """Tell systemd the loop still turns, and ping again half an interval later."""
+        sd_notify("WATCHDOG=1")
+        assert self._watchdog_s is not None
+        self._at("watchdog", self._watchdog_s, self._on_watchdog)
+
+    def _ping_if_due(self) -> None:
+        """The watchdog timer, from a loop of its own (the GPU reset command's)."""
+        entry = self._timers.get("watchdog")
+        if entry is not None and entry[0] <= time.monotonic():
+            self._on_watchdog()
+
+    def _until_ping(self) -> float:
+        """Seconds until the next watchdog ping is due (inf without a watchdog)."""
+        entry = self._timers.get("watchdog")
+        return float("inf") if entry is None else max(0.0, entry[0] - time.monotonic())
+
+    def _say_status(self, text: str) -> None:
+        """systemd's ``STATUS=`` (what ``systemctl status`` shows), sent when it changes."""
+        if text != self._status:
+            self._status = text
+            sd_notify("STATUS=" + text)
 
     def _fire_timers(self) -> None:
         now = time.monotonic()
@@ -766,6 +835,7 @@ class Supervisor:
         if spec.ready_socket:
             self._watch_socket(proc)
         elif spec.ready_gpus:
+            self._say_status(f"{spec.name} started; waiting for {spec.ready_probe.label}")
             self._at("ready-timeout", self.policy.ready_timeout_s, self._on_ready_timeout)
             self._at("probe", self._probe_interval, self._request_probe)
         elif not spec.ready_line:
@@ -786,6 +856,7 @@ class Supervisor:
             self._at("socket-poll", _POLL_FALLBACK_S, lambda: self._on_socket_event(proc))
         self._at("socket-timeout", self.policy.socket_timeout_s,
                  lambda: self._on_socket_timeout(proc))
+        self._say_status(f"waiting for {proc.spec.name} IPC socket {path}")
         self._on_socket_event(proc)  # it may exist already
 
     def _on_socket_event(self, proc: _Proc) -> None:
@@ -843,7 +914,8 @@ class Supervisor:
                              backup=False, dir_mode=0o700)
             except OSError as err:
                 self.log.say(f"cannot write readiness file {self.ready_file}: {err}")
-        notified = sd_notify(f"READY=1\nSTATUS=fabric ready in {self._ready_after:.1f} s")
+        self._status = f"fabric ready in {self._ready_after:.1f} s"
+        notified = sd_notify(f"READY=1\nSTATUS={self._status}")
         pids = ", ".join(f"{p.spec.name} pid {p.pid}" for p in self._procs)
         self.log.say(f"fabric ready in {self._ready_after:.3f} s ({pids})"
                      + ("; READY=1 sent to $NOTIFY_SOCKET" if notified else ""))
@@ -907,6 +979,13 @@ class Supervisor:
             return
         words = proc.spec.ready_probe
         self._last_probe = result.error or result.summary
+        if not result.ready:
+            if result.progress is not None:
+                done, total = result.progress
+                self._say_status(f"waiting for GPU fabric registration: {done}/{total} GPUs "
+                                 "completed")
+            else:
+                self._say_status(f"waiting for {words.label}: {self._last_probe}")
         if result.error and result.error != self._probe_error_logged:
             self.log.say(f"{words.label} {words.waiting}: {result.error}")
             self._probe_error_logged = result.error
@@ -952,6 +1031,7 @@ class Supervisor:
                 {"services": names}))
             return False
         self.log.say(f"resetting GPUs before starting {names}: {' '.join(argv)}")
+        self._say_status(f"resetting GPUs before starting {names}")
         try:
             returncode, output, stopped_by = self._run_reset(argv)
         except OSError as err:
@@ -1019,10 +1099,11 @@ class Supervisor:
 
         try:
             while child.poll() is None and stopped_by is None:
+                self._ping_if_due()
                 left = deadline - time.monotonic()
                 if left <= 0:
                     break
-                for key, _ in sel.select(min(left, 0.5)):
+                for key, _ in sel.select(min(left, 0.5, self._until_ping())):
                     if key.data == "out":
                         if not drain():
                             sel.unregister(out_fd)
@@ -1273,7 +1354,7 @@ class Supervisor:
         self._phase = "stopping"
         self._stop_reason = reason
         for tag in list(self._timers):
-            if not tag.startswith("kill:"):
+            if not tag.startswith("kill:") and tag != "watchdog":
                 del self._timers[tag]
         for proc in self._procs:
             self._unwatch(proc)
@@ -1289,6 +1370,7 @@ class Supervisor:
                     return  # already asked, waiting for it
                 self.log.say(f"stopping {proc.spec.name} (pid {proc.pid}): SIGTERM, SIGKILL "
                              f"after {proc.spec.grace_s:g} s")
+                self._say_status(f"stopping {proc.spec.name}")
                 self._kill(proc, signal.SIGTERM)
                 self._at(f"kill:{proc.spec.name}", proc.spec.grace_s,
                          functools.partial(self._on_grace_over, proc))
@@ -1330,6 +1412,7 @@ class Supervisor:
         self._backoff_n += 1
         self._phase = "waiting"
         self.log.say(f"restarting the unit in {delay:g} s (restart {self._restarts + 1})")
+        self._say_status(f"restarting the unit in {delay:g} s")
         self._at("restart", delay, self._restart)
 
     def _restart(self) -> None:

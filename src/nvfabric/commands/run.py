@@ -50,6 +50,7 @@ from ..supervisor import (
     acquire_run_lock,
     ensure_dir,
     not_a_directory,
+    notify_nothing_to_start,
     printable,
     run_lock_holder,
     run_result,
@@ -80,7 +81,8 @@ def gpu_check(root: str) -> GpuCheck:
             f"{len(bad)} GPU(s) completed fabric registration with an error status: "
             + "; ".join(f"{g.label}: {g.status}" for g in bad),
             "run `nvfabric status` for the per-GPU verdict", {"count": len(bad)}),)
-    return GpuCheck(len(done) == len(supported), bool(done), summary, findings=findings)
+    return GpuCheck(len(done) == len(supported), bool(done), summary, findings=findings,
+                    progress=(len(done), len(supported)))
 
 
 def _generations(root: str, arch: str | None) -> set[str]:
@@ -420,6 +422,8 @@ def run_cmd(root: str, arch: str | None, as_json: bool, dry_run: bool, restart: 
         why = p.reasons[-1] if p.reasons else "no fabric service applies"
         if not as_json:
             Log().say(f"fabric none: nothing to start ({why})")
+        if not dry_run:
+            notify_nothing_to_start(f"fabric none: nothing to start ({why})")
         if stay and not dry_run:
             _stay()
         emit("nothing_to_do", 0, [])

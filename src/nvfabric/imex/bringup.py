@@ -32,6 +32,7 @@ from ..supervisor import (
     Policy,
     Supervisor,
     ensure_dir,
+    notify_nothing_to_start,
     run_result,
     wait_for_stop,
 )
@@ -288,6 +289,7 @@ def run(p: Plan, opts: ImexRunOptions, *, dry_run: bool, as_json: bool, stay: bo
             log.finding(f)
         _print_result("not_started", 0, list(prepared.warnings), prepared, as_json, "",
                       p.reasons)
+        notify_nothing_to_start(f"IMEX is owned by {d.owner}; nvfabric starts nothing")
         if stay:
             wait_for_stop("--stay: waiting for SIGTERM", log)
         return 0

@@ -1,0 +1,180 @@
+"""``nvfabric unit install`` and the unit's one text: the file the Debian package ships
+(packaging/systemd/nvfabric.service) is byte for byte what ``unit install`` writes, and the
+unit's timeouts fit the defaults of ``nvfabric run`` they are derived from."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import stat
+from pathlib import Path
+
+import pytest
+
+from nvfabric import unitfile
+from nvfabric.commands.run import run_cmd
+from tests.conftest import REPO, run_cli, run_json
+
+PACKAGED = REPO / "packaging" / "systemd" / "nvfabric.service"
+UNIT_PATH = "etc/systemd/system/nvfabric.service"
+
+
+def unit_values(text: str) -> dict[str, list[str]]:
+    """key -> every value it is given (comments skipped), the way systemd reads the file."""
+    out: dict[str, list[str]] = {}
+    for raw in text.splitlines():
+        line = raw.strip()
+        if not line or line.startswith(("#", ";", "[")):
+            continue
+        key, _, value = line.partition("=")
+        out.setdefault(key, []).append(value)
+    return out
+
+
+def seconds(value: str) -> float:
+    """A systemd time span of this unit (``10min``, ``45s``) in seconds."""
+    m = re.fullmatch(r"(\d+)(min|s)", value)
+    assert m, value
+    return int(m[1]) * (60 if m[2] == "min" else 1)
+
+
+def test_packaged_unit_is_byte_for_byte_what_unit_install_writes(tmp_path: Path) -> None:
+    proc = run_cli("unit", "install", "--root", str(tmp_path))
+    assert proc.returncode == 0, proc.stderr
+    written = (tmp_path / UNIT_PATH).read_bytes()
+    assert written == PACKAGED.read_bytes() == unitfile.unit_text().encode()
+
+
+def test_unit_keys_the_live_behaviour_depends_on() -> None:
+    v = unit_values(unitfile.unit_text())
+    assert v["Type"] == ["notify"] and v["NotifyAccess"] == ["main"]
+    assert v["ExecStart"] == ["/usr/bin/nvfabric run"]
+    assert v["KillMode"] == ["mixed"] and v["Restart"] == ["on-failure"]
+    assert set(" ".join(v["Conflicts"]).split()) == {
+        "nvidia-fabricmanager.service", "nvlsm.service", "nvidia-imex.service"}
+    assert "nvidia-persistenced.service" in v["After"] and \
+        "nvidia-persistenced.service" in v["Wants"]
+    assert v["StartLimitBurst"] and v["StartLimitIntervalSec"] and v["WatchdogSec"]
+
+
+def _default(option: str) -> float:
+    (param,) = [p for p in run_cmd.params if p.name == option]
+    assert isinstance(param.default, float)
+    return param.default
+
+
+def test_unit_timeouts_fit_the_run_defaults() -> None:
+    v = unit_values(unitfile.unit_text())
+    # start: NVLSM's socket, then GPU registration up to the registration_stuck report
+    assert seconds(v["TimeoutStartSec"][0]) > _default("socket_timeout") + \
+        _default("ready_timeout")
+    # stop: fabric manager then NVLSM, each SIGTERM then SIGKILL after --grace
+    assert seconds(v["TimeoutStopSec"][0]) > 2 * _default("grace")
+    # restart: systemd's, so nvfabric's in-process restart stays off (its default)
+    assert [p.default for p in run_cmd.params if p.name == "restart"] == ["never"]
+
+
+def test_install_writes_0644_then_is_idempotent_then_keeps_a_backup(tmp_path: Path) -> None:
+    data, code = run_json("unit", "install", "--root", str(tmp_path))
+    path = tmp_path / UNIT_PATH
+    assert code == 0
+    assert data["result"] == "written" and data["path"] == str(path) and data["backup"] is None
+    assert data["next"] == [f"systemctl --root {tmp_path} enable nvfabric.service"]
+    assert data["content"] == unitfile.unit_text()
+    assert stat.S_IMODE(path.stat().st_mode) == 0o644
+    before = path.stat().st_mtime_ns
+    data, code = run_json("unit", "install", "--root", str(tmp_path))
+    assert (code, data["result"]) == (0, "unchanged") and path.stat().st_mtime_ns == before
+    path.write_text("[Service]\nExecStart=/usr/bin/true\n")
+    proc = run_cli("unit", "install", "--root", str(tmp_path))
+    assert proc.returncode == 0
+    assert proc.stdout.splitlines()[:2] == [
+        f"replaced {path}", f"the previous file is kept as {path}.nvfabric.bak"]
+    assert (tmp_path / (UNIT_PATH + ".nvfabric.bak")).read_text() == \
+        "[Service]\nExecStart=/usr/bin/true\n"
+    assert path.read_text() == unitfile.unit_text()
+    assert sorted(os.listdir(path.parent)) == ["nvfabric.service", "nvfabric.service.nvfabric.bak"]
+
+
+def test_install_on_the_host_says_daemon_reload_and_enable() -> None:
+    assert unitfile.next_steps("/") == ["systemctl daemon-reload",
+                                        "systemctl enable --now nvfabric.service"]
+
+
+def test_install_names_the_package_unit_it_overrides(tmp_path: Path) -> None:
+    pkg = tmp_path / "usr/lib/systemd/system/nvfabric.service"
+    pkg.parent.mkdir(parents=True)
+    pkg.write_text(unitfile.unit_text())
+    data, code = run_json("unit", "install", "--root", str(tmp_path))
+    assert code == 0 and data["shadows"] == str(pkg)
+
+
+def test_dry_run_prints_exactly_the_unit_and_writes_nothing(tmp_path: Path) -> None:
+    proc = run_cli("unit", "install", "--root", str(tmp_path), "--dry-run")
+    assert proc.returncode == 0
+    assert proc.stdout == unitfile.unit_text()
+    assert proc.stderr == f"nvfabric: would write {tmp_path / UNIT_PATH}\n"
+    assert os.listdir(tmp_path) == []
+    data, code = run_json("unit", "install", "--root", str(tmp_path), "--dry-run")
+    assert (code, data["result"], data["dry_run"]) == (0, "would_write", True)
+    assert os.listdir(tmp_path) == []
+
+
+@pytest.mark.parametrize("kind", ["masked", "link", "directory"])
+def test_a_link_or_directory_at_the_unit_path_is_refused_and_left_alone(
+        tmp_path: Path, kind: str) -> None:
+    path = tmp_path / UNIT_PATH
+    path.parent.mkdir(parents=True)
+    other = tmp_path / "elsewhere.service"
+    other.write_text("mine\n")
+    if kind == "masked":  # `systemctl mask nvfabric.service`
+        path.symlink_to(os.devnull)
+    elif kind == "link":  # `systemctl link /somewhere/nvfabric.service`
+        path.symlink_to(other)
+    else:
+        path.mkdir()
+    data, code = run_json("unit", "install", "--root", str(tmp_path))
+    assert code == 1
+    err = data["error"]
+    assert err["code"] == "unit_not_installed" and err["path"] == str(path)
+    assert "nothing was written" in err["message"]
+    if kind == "masked":
+        assert "masked" in err["message"] and "systemctl unmask" in err["hint"]
+        assert os.readlink(path) == os.devnull
+    elif kind == "link":
+        assert os.readlink(path) == str(other) and other.read_text() == "mine\n"
+    assert sorted(os.listdir(path.parent)) == ["nvfabric.service"]
+
+
+def test_unit_dir_linked_out_of_the_root_is_refused(tmp_path: Path) -> None:
+    root, outside = tmp_path / "root", tmp_path / "outside"
+    (root / "etc/systemd").mkdir(parents=True)
+    outside.mkdir()
+    (root / "etc/systemd/system").symlink_to(outside)
+    proc = run_cli("unit", "install", "--root", str(root))
+    assert proc.returncode == 1
+    assert "outside the root" in proc.stderr and "Traceback" not in proc.stderr
+    assert os.listdir(outside) == []
+
+
+def test_unwritable_target_is_one_line_and_exit_1(tmp_path: Path) -> None:
+    # a file where the directory etc/systemd/system should be: the write cannot happen
+    (tmp_path / "etc/systemd").mkdir(parents=True)
+    (tmp_path / "etc/systemd/system").write_text("not a directory\n")
+    proc = run_cli("unit", "install", "--root", str(tmp_path))
+    assert proc.returncode == 1
+    (line,) = proc.stderr.splitlines()
+    assert line.startswith("nvfabric: unit_not_installed: ") and "etc/systemd/system" in line
+    assert (tmp_path / "etc/systemd/system").read_text() == "not a directory\n"
+
+
+def test_missing_root_is_a_usage_error(tmp_path: Path) -> None:
+    data, code = run_json("unit", "install", "--root", str(tmp_path / "nope"))
+    assert code == 2 and data["error"]["code"] == "input_unreadable"
+    assert not (tmp_path / "nope").exists()
+
+
+def test_unit_text_is_valid_utf8_ending_in_newline() -> None:
+    raw = PACKAGED.read_bytes()
+    assert raw.endswith(b"\n") and json.dumps(raw.decode("utf-8"))
