@@ -167,3 +167,27 @@ def test_on_a_hgx_node_prolog_and_epilog_do_nothing(tmp_path: Path, scontrol: Pa
     assert not (root / "run/nvfabric-slurm").exists()
     done = script(EPILOG, env)
     assert done.returncode == 0 and "started nothing" in done.stdout
+
+
+def test_unit_mode_restarts_the_vendor_unit_and_stops_it_when_the_domain_stays_down(
+        tray: Path, scontrol: Path, tmp_path: Path) -> None:
+    # A stand-in systemctl that records its argv and starts nothing: the domain never comes
+    # up, so the prolog restarts nvidia-imex.service, waits its bound, stops the unit again
+    # and drains the node with what nvfabric imex domain says.
+    log = tmp_path / "systemctl.calls"
+    systemctl = tmp_path / "systemctl"
+    systemctl.write_text(f"#!{sys.executable}\nimport json, sys\n"
+                         f"open({str(log)!r}, 'a').write(json.dumps(sys.argv[1:]) + '\\n')\n")
+    systemctl.chmod(0o755)
+    env = slurm_env(tray, scontrol, NVFABRIC_IMEX_START="unit", NVFABRIC_IMEX_WAIT="2",
+                    NVFABRIC_SYSTEMCTL=str(systemctl))
+    done = script(PROLOG, env)
+    assert done.returncode == 1
+    calls = [json.loads(line) for line in log.read_text().splitlines()]
+    assert calls == [["restart", "nvidia-imex.service"], ["stop", "nvidia-imex.service"]]
+    [call] = drains(scontrol)
+    assert call[3].startswith("Reason=nvfabric imex_domain_degraded: "), call
+    assert (tray / "etc/nvidia-imex/nodes_config.cfg").read_text() == "gb-07\n"
+    assert not (tray / "run/nvfabric-slurm/slurm-job").exists()
+    done = script(EPILOG, env)  # nothing recorded any more: the epilog stops nothing
+    assert done.returncode == 0 and len(log.read_text().splitlines()) == 2
