@@ -1,12 +1,13 @@
 """Benchmark of the single-file binary (``make dist``, issue 12 "A Debian package and a
 single-file binary").
 
-Figures: size of dist/nvfabric and of the Debian package (``make deb``); median start-up (wall time of a whole process) of
-``nvfabric --version`` and ``nvfabric plan --json`` on a simulated DGX B200, for the binary
-and for the interpreter's console script side by side (the binary unpacks its libraries into
-a private temporary directory at every start); peak RSS of ``plan --json``; and a fake
-daemon's start from the binary (``nvidia-smi -L`` of the simulated node). Builds the binary
-with ``make dist`` when it is missing or stale, and the package with ``make deb``.
+Figures: size of dist/nvfabric and of the Debian package (``make deb``); median start-up
+(wall time of a whole process) of ``nvfabric --version`` and ``nvfabric plan --json`` on a
+simulated DGX B200, for the binary and for the interpreter's console script side by side (the
+binary unpacks its libraries into a private temporary directory at every start); peak RSS of
+``plan --json``; and a fake daemon's start from the binary (``nvidia-smi -L`` of the
+simulated node). Builds the binary with ``make dist`` when it is missing or stale, and the
+package with ``make deb``.
 """
 
 from __future__ import annotations
