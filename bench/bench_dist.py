@@ -1,12 +1,13 @@
 """Benchmark of the single-file binary (``make dist``, issue 12 "A Debian package and a
 single-file binary").
 
-Figures: size of dist/nvfabric; median start-up (wall time of a whole process) of
-``nvfabric --version`` and ``nvfabric plan --json`` on a simulated DGX B200, for the binary
-and for the interpreter's console script side by side (the binary unpacks its libraries into
-a private temporary directory at every start); peak RSS of ``plan --json``; and a fake
-daemon's start from the binary (``nvidia-smi -L`` of the simulated node). Builds the binary
-with ``make dist`` when it is missing or stale.
+Figures: size of dist/nvfabric and of the Debian package (``make deb``); median start-up
+(wall time of a whole process) of ``nvfabric --version`` and ``nvfabric plan --json`` on a
+simulated DGX B200, for the binary and for the interpreter's console script side by side (the
+binary unpacks its libraries into a private temporary directory at every start); peak RSS of
+``plan --json``; and a fake daemon's start from the binary (``nvidia-smi -L`` of the
+simulated node). Builds the binary with ``make dist`` when it is missing or stale, and the
+package with ``make deb``.
 """
 
 from __future__ import annotations
@@ -31,6 +32,12 @@ NVFABRIC = [str(_SCRIPT)] if _SCRIPT.exists() else [PY, "-m", "nvfabric"]
 def main() -> int:
     subprocess.run(["make", "-s", "dist"], cwd=REPO, check=True, stdout=subprocess.DEVNULL)
     line("dist/nvfabric size", f"{BINARY.stat().st_size / 1e6:.1f} MB")
+    deb = subprocess.run(["make", "-s", "deb"], cwd=REPO, check=True, capture_output=True,
+                         text=True).stdout.strip().splitlines()[-1]
+    installed = subprocess.run(["dpkg-deb", "--field", deb, "Installed-Size"], check=True,
+                               capture_output=True, text=True).stdout.strip()
+    line(f"{os.path.basename(deb)} size / installed",
+         f"{os.path.getsize(deb) / 1e6:.1f} MB / {int(installed) / 1e3:.1f} MB")
     tmp = tempfile.mkdtemp(prefix="nvfabric-bench-dist-")
     try:
         root = os.path.join(tmp, "b200")

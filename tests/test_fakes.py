@@ -239,6 +239,26 @@ def test_imex_ready_then_ctl_reports_status_json_until_stopped(tmp_path: Path) -
     assert fake(root, "nvidia-imex-ctl", "-q").returncode == 1
 
 
+def test_imex_takes_the_trees_etc_hostname_as_its_own_host_name(tmp_path: Path) -> None:
+    # nvfabric's local check reads etc/hostname of a simulated root; the fake daemon must
+    # agree, or a host-name node list that nvfabric accepts would fail in the fake.
+    root = sim(tmp_path, "gb200-tray")
+    (root / "etc/hostname").write_text("gb-07\n", encoding="utf-8")
+    proc, _ = _imex(root, tmp_path, ["gb-07"])
+    try:
+        until(lambda: fake(root, "nvidia-imex-ctl", "-q").stdout.strip() == "READY",
+              "nvidia-imex-ctl -q says READY")
+    except AssertionError:
+        _stop(proc)
+        raise
+    proc.send_signal(signal.SIGTERM)
+    out, _ = proc.communicate(timeout=30)
+    assert "Treating node config entry 'gb-07' as a host name." in out
+    other, _ = _imex(root, tmp_path, ["node-01"])  # the built-in name is no longer this host
+    text, _ = other.communicate(timeout=30)
+    assert other.returncode == 1 and "No matching network interface" in text
+
+
 def test_imex_ctl_text_table_renders_the_18_node_capture_exactly() -> None:
     real = (CORPUS / "imex/aws-pcluster-p6e-gb200-18node-imex-ctl-N-570.172.txt").read_text(
         encoding="utf-8")

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from nvfabric.frozen import FAKE_FLAG, child_environment, fake_target
+from nvfabric.frozen import FAKE_FLAG, child_environment, fake_target, unit_for_binary
 from nvfabric.simulate import fakebin, fakes
 
 
@@ -70,3 +70,27 @@ def test_a_binary_path_that_no_shebang_can_hold_is_refused(
     with pytest.raises(NvfabricError) as err:
         fakes._launcher("nvlsm")
     assert err.value.exit_code == 2 and "#! line" in str(err.value)
+
+
+def test_the_binarys_unit_lets_its_child_notify_and_changes_nothing_else() -> None:
+    from nvfabric.unitfile import unit_text
+
+    shipped = unit_text()  # not frozen here: exactly as shipped
+    assert "\nNotifyAccess=main\n" in shipped
+    adapted = unit_for_binary(shipped)
+    assert "\nNotifyAccess=all\n" in adapted and "NotifyAccess=main" not in adapted
+    removed = [ln for ln in shipped.splitlines() if ln not in adapted.splitlines()]
+    added = [ln for ln in adapted.splitlines() if ln not in shipped.splitlines()]
+    assert removed == ["NotifyAccess=main"]
+    assert len(added) == 2 and added[0].startswith("# ") and added[1] == "NotifyAccess=all"
+    assert unit_for_binary("[Service]\nNotifyAccess=exec\n") == "[Service]\nNotifyAccess=exec\n"
+
+
+def test_unit_install_from_the_binary_writes_notify_access_all(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    import sys
+
+    from nvfabric.unitfile import unit_text
+
+    monkeypatch.setattr(sys, "frozen", True, raising=False)
+    assert "\nNotifyAccess=all\n" in unit_text()

@@ -122,6 +122,30 @@ def test_a_hanging_ctl_is_killed_with_its_children(tmp_path: Path) -> None:
     assert _dead(child)
 
 
+def test_a_ctl_call_in_flight_when_nvfabric_exits_is_killed(tmp_path: Path) -> None:
+    # nvfabric run's readiness probe calls ctl in a worker thread; when run stops, the thread
+    # is abandoned after a bounded join. The hung ctl (its own session) must not outlive it.
+    marker = tmp_path / "ctl.pid"
+    ctl_path = _script(tmp_path, f"echo $$ > {marker}\nexec sleep 300\n")
+    code = (
+        "import sys, threading, time\n"
+        "from nvfabric.imex import host\n"
+        f"t = threading.Thread(target=host.run_ctl, args=(({ctl_path!r}, '-q'), 60),"
+        " daemon=True)\n"
+        "t.start()\n"
+        f"while not __import__('os').path.exists({str(marker)!r}): time.sleep(0.01)\n"
+        "sys.exit(0)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], timeout=60, check=False)
+    assert done.returncode == 0
+    pid = int(marker.read_text())
+    for _ in range(500):
+        if _dead(pid):
+            break
+        time.sleep(0.01)
+    assert _dead(pid), "the in-flight nvidia-imex-ctl survived nvfabric's exit"
+
+
 def test_domain_command_reads_saved_outputs() -> None:
     out, rc = run_json("imex", "domain", "--from-file", str(JSON_DEGRADED))
     assert (rc, out["state"], out["findings"][0]["code"]) == (1, "DEGRADED",

@@ -49,6 +49,25 @@ def child_environment(env: dict[str, str]) -> dict[str, str]:
     return out
 
 
+#: The unit's line that the single-file binary cannot satisfy, and its replacement: READY=1
+#: and the watchdog pings come from the Python child of the bootloader, not the main pid.
+#: Source: systemd.exec(5) NotifyAccess=; measured in tests/integration/test_deb_systemd.py.
+UNIT_NOTIFY_MAIN = "NotifyAccess=main\n"
+UNIT_NOTIFY_BINARY = (
+    "# The single-file binary notifies from the bootloader's child process (nvfabric.frozen).\n"
+    "NotifyAccess=all\n"
+)
+
+
+def unit_for_binary(text: str) -> str:
+    """The unit text ``nvfabric unit install`` writes from the single-file binary: its
+    ``NotifyAccess=main`` line becomes ``NotifyAccess=all`` (a comment above says why); any
+    other text is returned unchanged. Pure. (The Debian package keeps the unit as shipped and
+    adds the same setting as a drop-in.)"""
+    return text.replace(UNIT_NOTIFY_MAIN, UNIT_NOTIFY_BINARY, 1) if (
+        "\n" + UNIT_NOTIFY_MAIN) in text else text
+
+
 def fake_target(script: str) -> tuple[str, str]:
     """(program, simulated root) of the launcher at ``script`` (``DIR/bin/PROG``, reached
     directly or through a vendor-path link such as ``DIR/usr/bin/nvidia-imex``)."""

@@ -31,31 +31,35 @@ def require(*tools: str) -> None:
             "apt-get install them)")
 
 
-def bookworm_tarball() -> Path:
-    """Path of the cached bookworm root tarball (apt variant plus python3), built if missing.
+def bookworm_tarball(include: tuple[str, ...] = ("python3",)) -> Path:
+    """Path of the cached bookworm root tarball (apt variant plus the packages ``include``,
+    python3 by default), built if missing; one tarball per package set.
 
     Raises AssertionError naming mmdebstrap when it is not installed, and
     ``subprocess.CalledProcessError`` when the build fails.
     """
     require("mmdebstrap")
     CACHE.mkdir(parents=True, exist_ok=True)
+    tarball = TARBALL if include == ("python3",) else CACHE / (
+        "bookworm-apt-" + "-".join(include) + ".tar")
     with open(CACHE / "bookworm.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
-        if TARBALL.is_file():
-            return TARBALL
-        tmp = TARBALL.with_suffix(f".tmp{os.getpid()}.tar")
+        if tarball.is_file():
+            return tarball
+        tmp = tarball.with_suffix(f".tmp{os.getpid()}.tar")
         subprocess.run(
-            ["mmdebstrap", "--quiet", "--variant=apt", "--include=python3", "bookworm",
-             str(tmp), MIRROR],
+            ["mmdebstrap", "--quiet", "--variant=apt", f"--include={','.join(include)}",
+             "bookworm", str(tmp), MIRROR],
             check=True, timeout=1200,
         )
-        os.replace(tmp, TARBALL)
-    return TARBALL
+        os.replace(tmp, tarball)
+    return tarball
 
 
-def fresh_root(dest: Path) -> Path:
-    """Unpack a private copy of the bookworm root into ``dest`` (created) and return it."""
-    tarball = bookworm_tarball()
+def fresh_root(dest: Path, include: tuple[str, ...] = ("python3",)) -> Path:
+    """Unpack a private copy of the bookworm root (apt variant plus ``include``) into
+    ``dest`` (created) and return it."""
+    tarball = bookworm_tarball(include)
     dest.mkdir(parents=True, exist_ok=True)
     subprocess.run(["tar", "-xf", str(tarball), "-C", str(dest)], check=True, timeout=600)
     return dest

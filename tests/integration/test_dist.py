@@ -3,8 +3,11 @@ daemons with no Python of the host involved: its output equals the interpreter's
 
 from __future__ import annotations
 
+import array
 import json
 import os
+import socket
+import struct
 import subprocess
 import sys
 from pathlib import Path
@@ -105,3 +108,36 @@ def test_run_brings_a_simulated_b200_to_ready_and_stops_in_order(tmp_path: Path)
     assert order[0] < order[1]
     until(lambda: not any(Path(f"/proc/{s['pid']}").exists() for s in ready["services"]),
           "the fake daemons to be gone")
+
+
+def test_ready_comes_from_the_bootloaders_child_so_the_package_sets_notify_access_all(
+        tmp_path: Path) -> None:
+    # The one-file binary is two processes: the main pid (PyInstaller's bootloader) and the
+    # Python child that runs nvfabric and sends READY=1. systemd's NotifyAccess=main would drop
+    # it; packaging/debian/single-file-binary.conf sets NotifyAccess=all for the package.
+    root = tmp_path / "b200"
+    assert binary("simulate", "dgx-b200", str(root)).returncode == 0
+    path = str(tmp_path / "notify.sock")
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    sock.bind(path)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_PASSCRED, 1)
+    sock.settimeout(60)
+    run = Run(root, command=(str(dist_binary()),), env={**BARE_ENV, "NOTIFY_SOCKET": path})
+    try:
+        sender = None
+        while sender is None:
+            data, ancdata, _, _ = sock.recvmsg(4096, socket.CMSG_SPACE(struct.calcsize("3i")))
+            if b"READY=1" in data.split(b"\n"):
+                for level, kind, cred in ancdata:
+                    if level == socket.SOL_SOCKET and kind == socket.SCM_CREDENTIALS:
+                        sender = array.array("i", cred[:struct.calcsize("3i")])[0]
+        assert sender != run.proc.pid
+        stat_line = Path(f"/proc/{sender}/stat").read_text()
+        assert int(stat_line.rsplit(")", 1)[1].split()[1]) == run.proc.pid  # its parent
+        run.signal()
+        assert run.wait() == 0, run.log
+    finally:
+        run.close()
+        sock.close()
+    dropin = (Path(__file__).resolve().parents[2] / "packaging/debian/single-file-binary.conf")
+    assert "[Service]\nNotifyAccess=all\n" in dropin.read_text()

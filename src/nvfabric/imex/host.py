@@ -10,12 +10,14 @@ enablement (``systemctl``, argv only, ``--root`` for an image root). Runs
 
 from __future__ import annotations
 
+import atexit
 import glob
 import os
 import signal
 import socket
 import stat
 import subprocess
+import threading
 from dataclasses import dataclass
 
 from .. import hostpath
@@ -301,13 +303,44 @@ class CtlResult:
         return self.rc is None
 
 
+#: Process groups of the ctl calls in flight (a readiness probe runs them in a worker thread).
+_LIVE_CTL: set[int] = set()
+_LIVE_LOCK = threading.Lock()
+
+
+@atexit.register
+def _kill_live_ctl() -> None:
+    """At exit, SIGKILL the group of every ctl call still in flight: a probe thread that is
+    abandoned when ``nvfabric run`` stops (its join is bounded) would otherwise leave a hung
+    ``nvidia-imex-ctl`` behind, in its own session, for good."""
+    with _LIVE_LOCK:
+        groups = list(_LIVE_CTL)
+    for pgid in groups:
+        try:
+            os.killpg(pgid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+
+
 def run_ctl(argv: tuple[str, ...], timeout_s: float = CTL_TIMEOUT_S) -> CtlResult:
     """Run ``nvidia-imex-ctl`` (argv only) with a hard timeout: it is known to hang. On
-    timeout its whole process group gets SIGKILL. Raises OSError when it cannot be executed."""
+    timeout its whole process group gets SIGKILL, and so does a call still in flight when
+    nvfabric exits (:func:`_kill_live_ctl`). Raises OSError when it cannot be executed."""
     proc = subprocess.Popen(
         list(argv), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
         start_new_session=True,
     )
+    with _LIVE_LOCK:
+        _LIVE_CTL.add(proc.pid)
+    try:
+        return _communicate(proc, argv, timeout_s)
+    finally:
+        with _LIVE_LOCK:
+            _LIVE_CTL.discard(proc.pid)
+
+
+def _communicate(proc: subprocess.Popen[bytes], argv: tuple[str, ...],
+                 timeout_s: float) -> CtlResult:
     try:
         out, err = proc.communicate(timeout=timeout_s)
     except subprocess.TimeoutExpired:

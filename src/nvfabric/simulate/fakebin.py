@@ -755,7 +755,7 @@ def nvidia_imex(argv: list[str]) -> int:
         return 1
     local = set(flt.get("local_ips") or _fib_trie(root) or node.get("local_ips")
                 or ["127.0.0.1"])
-    hostname = str(node.get("hostname", "node-01"))
+    hostname = _hostname(root) or str(node.get("hostname", "node-01"))
     me = None
     for i, entry in enumerate(entries):
         try:
@@ -784,6 +784,16 @@ def nvidia_imex(argv: list[str]) -> int:
         return d.crash()
     d.shutdown_delay()
     return 0
+
+
+def _hostname(root: str) -> str:
+    """The node's host name from its ``etc/hostname`` (first line), "" when absent: the same
+    file nvfabric reads (nvfabric.imex.host.local_names), so a tree whose host name was set
+    is one host for both."""
+    with contextlib.suppress(OSError, UnicodeDecodeError):
+        with open(os.path.join(root, "etc/hostname"), encoding="utf-8") as fh:
+            return fh.readline().strip()
+    return ""
 
 
 def _fib_trie(root: str) -> list[str]:

@@ -1,0 +1,187 @@
+"""packaging/slurm: the IMEX prolog and epilog under a real single-node Slurm (slurmctld,
+slurmd, munged as this test's children), on a simulated GB200 tray whose fake nvidia-imex and
+nvidia-imex-ctl are run by the single-file binary, as on a host without Python."""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+import subprocess
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.integration.debroot import REPO
+from tests.integration.distbin import dist_binary
+from tests.integration.slurmkit import Slurm
+
+SCRIPTS = REPO / "packaging/slurm"
+STATE_DIR = "run/nvfabric-slurm"
+
+
+def calls(root: Path) -> list[dict[str, object]]:
+    path = root / "var/lib/nvfabric-sim/calls.jsonl"
+    if not path.exists():
+        return []
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat", encoding="utf-8") as fh:
+            return fh.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def processes_of(root: Path) -> list[str]:
+    """Command lines of the processes that name ``root`` (the tray's daemons, ctl calls, a
+    background nvfabric run): none may be left once the epilog (or a failed prolog) is done."""
+    out = []
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit() or not alive(int(pid)):
+            continue
+        try:
+            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
+        except OSError:
+            continue
+        if str(root) + "/" in cmdline or cmdline.endswith(str(root) + " "):
+            out.append(f"{pid}: {cmdline}")
+    return out
+
+
+def until(predicate: object, what: str, bound: float = 60) -> None:
+    assert callable(predicate)
+    deadline = time.monotonic() + bound
+    while not predicate():
+        assert time.monotonic() < deadline, f"no {what} after {bound} s"
+        time.sleep(0.2)
+
+
+class Site:
+    """The running cluster plus the settings file its prolog and epilog read."""
+
+    def __init__(self, slurm: Slurm, defaults: Path, workdir: Path) -> None:
+        self.slurm = slurm
+        self.defaults = defaults
+        self.workdir = workdir
+        self.count = 0
+
+    def node_root(self, profile: str, faults: dict[str, object] | None = None) -> Path:
+        """A simulated node written by the binary, named like this Slurm node, and the
+        settings pointing the scripts at it."""
+        self.count += 1
+        root = self.workdir / f"{profile}-{self.count}"
+        done = subprocess.run([str(dist_binary()), "simulate", profile, str(root)],
+                              capture_output=True, text=True, timeout=120, check=False)
+        assert done.returncode == 0, done.stderr
+        (root / "etc/hostname").write_text(self.slurm.node + "\n")
+        if faults:
+            (root / "var/lib/nvfabric-sim/faults.json").write_text(json.dumps(faults))
+        self.defaults.write_text(
+            "# nvfabric Slurm IMEX settings of the test\n"
+            f"NVFABRIC={dist_binary()}\n"
+            f"NVFABRIC_ROOT={root}\n"
+            "NVFABRIC_IMEX_WAIT=8\n"
+            "NVFABRIC_IMEX_CTL_TIMEOUT=1\n")
+        return root
+
+
+@pytest.fixture(scope="module")
+def site(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Site]:
+    dist_binary()
+    work = tmp_path_factory.mktemp("slurm")
+    defaults = work / "nvfabric-slurm"
+    # Slurm gives its scripts none of slurmd's environment: these wrappers name the settings
+    # file (as /etc/default/nvfabric-slurm would be read on a real node) and exec the scripts.
+    wrappers = []
+    for part in ("prolog", "epilog"):
+        wrapper = work / f"{part}.sh"
+        wrapper.write_text("#!/bin/sh\n"
+                           f"NVFABRIC_SLURM_DEFAULTS={defaults}\n"
+                           "export NVFABRIC_SLURM_DEFAULTS\n"
+                           f"exec {SCRIPTS}/nvfabric-imex-{part}\n")
+        wrapper.chmod(0o755)
+        wrappers.append(wrapper)
+    with Slurm(work, wrappers[0], wrappers[1]) as slurm:
+        yield Site(slurm, defaults, work)
+
+
+def test_scripts_are_executable_posix_sh() -> None:
+    prolog = SCRIPTS / "nvfabric-imex-prolog"
+    assert prolog.read_text().startswith("#!/bin/sh\n")
+    assert prolog.stat().st_mode & stat.S_IXUSR
+    assert os.readlink(SCRIPTS / "nvfabric-imex-epilog") == "nvfabric-imex-prolog"
+    assert subprocess.run(["sh", "-n", str(prolog)], check=False).returncode == 0
+
+
+def test_srun_runs_the_prolog_that_brings_imex_up_and_the_epilog_that_stops_it(
+        site: Site) -> None:
+    root = site.node_root("gb200-tray")
+    done = site.slurm.run("srun", "-N1", "true")
+    assert done.returncode == 0, done.stdout + done.stderr + site.slurm.logs()
+    # The prolog wrote the job's node list, and nvidia-imex ran with it until the epilog.
+    assert (root / "etc/nvidia-imex/nodes_config.cfg").read_text() == site.slurm.node + "\n"
+    imex = [c for c in calls(root) if c["prog"] == "imex" and c["event"] == "exec"]
+    assert len(imex) == 1, calls(root)
+    log = (root / STATE_DIR / "run.log").read_text()
+    assert "fabric ready in" in log, log
+    site.slurm.idle()
+    until(lambda: not (root / STATE_DIR / "slurm-job").exists(), "epilog removing its record")
+    until(lambda: "all services stopped" in (root / STATE_DIR / "run.log").read_text(),
+          "nvfabric run stopping nvidia-imex")
+    assert not alive(int(imex[0]["pid"]))  # type: ignore[call-overload]
+    until(lambda: processes_of(root) == [], "no process of the tray left")
+    ctl = subprocess.run([str(root / "usr/bin/nvidia-imex-ctl"), "-q"], capture_output=True,
+                         text=True, timeout=60, check=False)
+    assert ctl.returncode == 1  # no daemon left: NOT READY
+    fields = site.slurm.node_fields()
+    assert "DRAIN" not in fields["State"], fields
+
+
+def test_a_prolog_whose_imex_never_gets_ready_drains_the_node_with_the_finding(
+        site: Site) -> None:
+    # nvidia-imex-ctl never answers: the daemon is never seen READY within the bound.
+    root = site.node_root("gb200-tray", {"imex-ctl": {"hang": True}})
+    t0 = time.monotonic()
+    done = site.slurm.run("srun", "-N1", "true")
+    assert done.returncode != 0, done.stdout + done.stderr
+    assert "Prolog failure" in done.stderr or "prolog" in done.stderr.lower(), done.stderr
+    assert time.monotonic() - t0 < 60
+    until(lambda: "DRAIN" in site.slurm.node_fields().get("State", ""), "drained node")
+    reason = site.slurm.node_fields()["Reason"]
+    assert reason.startswith("nvfabric imex_ctl_timeout: "), reason
+    # The prolog stopped what it had started: no nvfabric run, no nvidia-imex, no record.
+    assert not (root / STATE_DIR / "slurm-job").exists()
+    imex = [c for c in calls(root) if c["prog"] == "imex" and c["event"] == "exec"]
+    assert len(imex) == 1 and not alive(int(imex[0]["pid"]))  # type: ignore[call-overload]
+    # Nothing of the tray left either, not even the hung nvidia-imex-ctl of the last probe.
+    until(lambda: processes_of(root) == [], "no process of the tray left", bound=15)
+    slurmd_log = (site.workdir / "slurmd.log").read_text()
+    assert "imex_ctl_timeout" in slurmd_log  # the finding on the prolog's stderr
+    site.slurm.resume()
+
+
+def test_a_node_list_without_this_tray_is_refused_before_imex_starts(site: Site) -> None:
+    root = site.node_root("gb200-tray")
+    # This tray's name is not the Slurm node's: nvfabric imex config refuses the list.
+    (root / "etc/hostname").write_text("gb-99\n")
+    done = site.slurm.run("srun", "-N1", "true")
+    assert done.returncode != 0
+    until(lambda: "DRAIN" in site.slurm.node_fields().get("State", ""), "drained node")
+    reason = site.slurm.node_fields()["Reason"]
+    assert reason.startswith("nvfabric imex_no_local_interface: "), reason
+    assert not [c for c in calls(root) if c["prog"] == "imex"]
+    site.slurm.resume()
+
+
+def test_on_a_hgx_node_the_prolog_does_nothing(site: Site) -> None:
+    root = site.node_root("dgx-b200")
+    done = site.slurm.run("srun", "-N1", "true")
+    assert done.returncode == 0, done.stdout + done.stderr + site.slurm.logs()
+    assert not (root / STATE_DIR).exists()
+    assert calls(root) == []
+    site.slurm.idle()

@@ -1,0 +1,193 @@
+"""packaging/slurm/nvfabric-imex-prolog run directly (as slurmd would, with Slurm's variables
+and nothing else in the environment): validation of every value before it reaches an argv,
+the settings file read as data, the drain call's exact argv, and an epilog that never signals
+a process that is not the run its prolog started. The live Slurm test is
+tests/integration/test_slurm_imex.py."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import REPO
+from tests.runkit import sim
+
+PROLOG = REPO / "packaging/slurm/nvfabric-imex-prolog"
+EPILOG = REPO / "packaging/slurm/nvfabric-imex-epilog"
+NVFABRIC = Path(sys.executable).parent / "nvfabric"
+
+
+@pytest.fixture
+def scontrol(tmp_path: Path) -> Path:
+    """A stand-in scontrol that records its argv, one JSON list per call."""
+    log = tmp_path / "scontrol.calls"
+    path = tmp_path / "scontrol"
+    path.write_text(f"#!{sys.executable}\nimport json, sys\n"
+                    f"open({str(log)!r}, 'a').write(json.dumps(sys.argv[1:]) + '\\n')\n")
+    path.chmod(0o755)
+    return path
+
+
+def drains(scontrol: Path) -> list[list[str]]:
+    log = scontrol.parent / "scontrol.calls"
+    if not log.exists():
+        return []
+    return [json.loads(line) for line in log.read_text().splitlines()]
+
+
+def script(path: Path, env: dict[str, str],
+           timeout: float = 120) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([str(path)], env=env, capture_output=True, text=True,
+                          timeout=timeout, check=False)
+
+
+def slurm_env(root: Path, scontrol: Path, **extra: str) -> dict[str, str]:
+    return {"SLURM_JOB_ID": "41", "SLURMD_NODENAME": "gb-07", "SLURM_NODELIST": "gb-07",
+            "NVFABRIC": str(NVFABRIC), "NVFABRIC_ROOT": str(root),
+            "NVFABRIC_SCONTROL": str(scontrol), "NVFABRIC_IMEX_WAIT": "10",
+            "NVFABRIC_SLURM_DEFAULTS": str(root.parent / "no-such-defaults"), **extra}
+
+
+@pytest.fixture
+def tray(tmp_path: Path) -> Path:
+    root = sim(tmp_path, "gb200-tray")
+    (root / "etc/hostname").write_text("gb-07\n")
+    return root
+
+
+@pytest.mark.parametrize("name,value", [
+    ("SLURM_NODELIST", "gb-07;touch /tmp/nvfabric-pwned"),
+    ("SLURM_NODELIST", "$(touch /tmp/nvfabric-pwned)"),
+    ("SLURM_NODELIST", "-gb-07"),
+    ("SLURM_NODELIST", ""),
+    ("SLURM_JOB_ID", "41 42"),
+    ("SLURMD_NODENAME", "gb-07 State=RESUME"),
+])
+def test_a_bad_slurm_value_is_refused_before_any_command(
+        tray: Path, scontrol: Path, name: str, value: str) -> None:
+    env = slurm_env(tray, scontrol, **{name: value})
+    done = script(PROLOG, env)
+    assert done.returncode == 1
+    shown = name.replace("SLURM_NODELIST", "SLURM_JOB_NODELIST")
+    assert "config_invalid_value" in done.stderr and shown in done.stderr
+    assert not Path("/tmp/nvfabric-pwned").exists()
+    assert (tray / "etc/nvidia-imex/nodes_config.cfg").read_text() == "192.0.2.10\n"
+    if name == "SLURMD_NODENAME":
+        assert drains(scontrol) == []  # no node to drain by a name that is not one
+    else:
+        assert drains(scontrol)[0][:3] == ["update", "NodeName=gb-07", "State=DRAIN"]
+
+
+def test_the_settings_file_is_data_with_known_keys_and_the_environment_wins(
+        tray: Path, scontrol: Path, tmp_path: Path) -> None:
+    defaults = tmp_path / "nvfabric-slurm"
+    defaults.write_text("# comment\nNVFABRIC_IMEX_START=none\nNVFABRIC_ROOT=$(touch "
+                        f"{tmp_path}/ran)\n")
+    env = slurm_env(tray, scontrol, NVFABRIC_SLURM_DEFAULTS=str(defaults))
+    env.pop("NVFABRIC_ROOT")
+    done = script(PROLOG, env)
+    assert done.returncode == 1 and not (tmp_path / "ran").exists()
+    assert "NVFABRIC_ROOT must be a plain absolute path" in done.stderr
+    defaults.write_text("NVFABRIC_IMEX_STRAT=none\n")
+    done = script(PROLOG, slurm_env(tray, scontrol, NVFABRIC_SLURM_DEFAULTS=str(defaults)))
+    assert done.returncode == 1 and "line 1: not KEY=VALUE with a known key" in done.stderr
+    # The environment wins over the file: its valid NVFABRIC_IMEX_WAIT over the file's
+    # "forever" (else refused), its NVFABRIC_DRAIN=no over the file's yes (no drain call).
+    defaults.write_text("NVFABRIC_DRAIN=yes\nNVFABRIC_IMEX_WAIT=forever\n")
+    (scontrol.parent / "scontrol.calls").unlink()  # the two refusals above drained
+    done = script(PROLOG, slurm_env(tray, scontrol, NVFABRIC_SLURM_DEFAULTS=str(defaults),
+                                    NVFABRIC_DRAIN="no", SLURM_NODELIST="gb-[01-03]"))
+    assert done.returncode == 1 and "imex_no_local_interface" in done.stderr, done.stderr
+    assert drains(scontrol) == []
+
+
+def test_a_node_list_without_this_tray_drains_with_the_code_and_no_hint(
+        tray: Path, scontrol: Path) -> None:
+    done = script(PROLOG, slurm_env(tray, scontrol, SLURM_NODELIST="gb-[01-03]"))
+    assert done.returncode == 1
+    assert "job 41: imex_no_local_interface: " in done.stderr
+    assert "hint:" in done.stderr  # the operator's stderr keeps the hint
+    [call] = drains(scontrol)
+    assert call[:3] == ["update", "NodeName=gb-07", "State=DRAIN"]
+    assert call[3].startswith("Reason=nvfabric imex_no_local_interface: ")
+    assert "hint" not in call[3] and len(call[3]) <= len("Reason=") + 200
+    assert not (tray / "run/nvfabric-slurm/slurm-job").exists()
+
+
+def test_prolog_then_epilog_on_a_tray(tray: Path, scontrol: Path) -> None:
+    env = slurm_env(tray, scontrol)
+    done = script(PROLOG, env)
+    assert done.returncode == 0, done.stderr
+    assert "IMEX domain UP" in done.stdout
+    job, kind, pid = (tray / "run/nvfabric-slurm/slurm-job").read_text().split()
+    assert (job, kind) == ("41", "nvfabric")
+    assert (tray / "etc/nvidia-imex/nodes_config.cfg").read_text() == "gb-07\n"
+    done = script(EPILOG, env)
+    assert done.returncode == 0, done.stderr
+    assert f"stopping nvfabric run (pid {pid}, started for job 41)" in done.stdout
+    assert not Path(f"/proc/{pid}").exists() or _zombie(int(pid))
+    assert not (tray / "run/nvfabric-slurm/slurm-job").exists()
+    assert drains(scontrol) == []
+
+
+def _zombie(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z"
+    except OSError:
+        return True
+
+
+def test_the_epilog_never_signals_a_pid_that_is_not_the_recorded_run(
+        tray: Path, scontrol: Path) -> None:
+    other = subprocess.Popen(["sleep", "60"])
+    try:
+        state = tray / "run/nvfabric-slurm"
+        state.mkdir(parents=True)
+        (state / "slurm-job").write_text(f"40 nvfabric {other.pid}\n")
+        done = script(EPILOG, slurm_env(tray, scontrol))
+        assert done.returncode == 0, done.stderr
+        time.sleep(0.2)
+        assert other.poll() is None  # still running: not the nvfabric run it claims to be
+        assert not (state / "slurm-job").exists()
+    finally:
+        other.kill()
+        other.wait()
+
+
+def test_on_a_hgx_node_prolog_and_epilog_do_nothing(tmp_path: Path, scontrol: Path) -> None:
+    root = sim(tmp_path, "dgx-b200")
+    env = slurm_env(root, scontrol)
+    done = script(PROLOG, env)
+    assert done.returncode == 0 and "nothing to do" in done.stdout, done.stderr
+    assert not (root / "run/nvfabric-slurm").exists()
+    done = script(EPILOG, env)
+    assert done.returncode == 0 and "started nothing" in done.stdout
+
+
+def test_unit_mode_restarts_the_vendor_unit_and_stops_it_when_the_domain_stays_down(
+        tray: Path, scontrol: Path, tmp_path: Path) -> None:
+    # A stand-in systemctl that records its argv and starts nothing: the domain never comes
+    # up, so the prolog restarts nvidia-imex.service, waits its bound, stops the unit again
+    # and drains the node with what nvfabric imex domain says.
+    log = tmp_path / "systemctl.calls"
+    systemctl = tmp_path / "systemctl"
+    systemctl.write_text(f"#!{sys.executable}\nimport json, sys\n"
+                         f"open({str(log)!r}, 'a').write(json.dumps(sys.argv[1:]) + '\\n')\n")
+    systemctl.chmod(0o755)
+    env = slurm_env(tray, scontrol, NVFABRIC_IMEX_START="unit", NVFABRIC_IMEX_WAIT="2",
+                    NVFABRIC_SYSTEMCTL=str(systemctl))
+    done = script(PROLOG, env)
+    assert done.returncode == 1
+    calls = [json.loads(line) for line in log.read_text().splitlines()]
+    assert calls == [["restart", "nvidia-imex.service"], ["stop", "nvidia-imex.service"]]
+    [call] = drains(scontrol)
+    assert call[3].startswith("Reason=nvfabric imex_domain_degraded: "), call
+    assert (tray / "etc/nvidia-imex/nodes_config.cfg").read_text() == "gb-07\n"
+    assert not (tray / "run/nvfabric-slurm/slurm-job").exists()
+    done = script(EPILOG, env)  # nothing recorded any more: the epilog stops nothing
+    assert done.returncode == 0 and len(log.read_text().splitlines()) == 2
