@@ -125,6 +125,12 @@ def prepare(root: str, directory: str, entries: Sequence[Cached], arch: str) -> 
     controls = []
     for c, path in zip(entries, paths, strict=True):
         ctrl = control(path)
+        if not valid_name(ctrl.get("Package", "")):
+            # The name reaches dpkg's argv (the status check, the purge of a failed run): a
+            # value like "--instdir=/" would be read as an option there.
+            raise _unreadable(
+                f"{path}: control names package {ctrl.get('Package', '')!r}, not a Debian "
+                "package name", "the directory holds a damaged or foreign file: fetch again")
         if ctrl.get("Package") != c.artifact.package or ctrl.get("Version") != c.artifact.version \
                 or ctrl.get("Architecture") not in (deb_arch, "all"):
             raise _unreadable(
@@ -222,15 +228,18 @@ def _roll_back(root: str, added: Sequence[str]) -> list[str]:
     """Purge the packages a failed run newly added (``dpkg --root ROOT --purge``)."""
     if not added:
         return []
-    argv = ["dpkg", "--root", hostpath.check(os.path.abspath(root), "--root"), "--purge",
-            *added]
+    names = [n for n in added if valid_name(n)]
+    if not names:
+        return []
+    argv = ["dpkg", "--root", hostpath.check(os.path.abspath(root), "--root"), "--purge", "--",
+            *names]
     try:
         subprocess.run(argv, stdin=subprocess.DEVNULL, capture_output=True,
                        timeout=DPKG_TIMEOUT_S, check=False)
     except (OSError, subprocess.TimeoutExpired):
         return []
     still = status_of(root, added)
-    return [n for n in added if n not in still or still[n][0].endswith("not-installed")]
+    return [n for n in names if n not in still or still[n][0].endswith("not-installed")]
 
 
 def _failed(argv: Sequence[str], why: str, output: str, rolled: list[str],

@@ -1,0 +1,73 @@
+"""``install --from`` on hostile or odd inputs (issue 17, the fixer's round): values from a
+cached .deb that would reach dpkg's command line, paths that lead out of the root, records that
+hold more than one version, the driver on disk, the unit step after dpkg. Node trees from
+``nvfabric simulate`` with a dpkg database; dpkg itself is never run here (the real-tool cases
+are tests/integration/test_imex_image_flow.py)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from nvfabric.artifacts import cachefile, debinstall
+from nvfabric.artifacts.model import Artifact
+from tests.conftest import run_json
+from tests.test_artifacts_debinstall import (  # noqa: F401 - fixture
+    make_deb,
+    runfile_tray,
+)
+from tests.test_fetch_mirror import sha256
+
+
+def cache_deb(directory: Path, *, package: str = "nvidia-imex",
+              version: str = "580.126.20-1ubuntu1", arch: str = "arm64",
+              depends: str = "nvidia-modprobe", component: str = "imex",
+              driver: str = "580.126.20", name: str | None = None,
+              record_package: str | None = None) -> Path:
+    """One cached .deb with the control given and its record entry (merged into the record)."""
+    control = (f"Package: {package}\nVersion: {version}\nArchitecture: {arch}\n"
+               f"Maintainer: t <t@example.invalid>\nDepends: {depends}\n"
+               "Description: test package\n")
+    data = make_deb(control)
+    directory.mkdir(parents=True, exist_ok=True)
+    name = name or f"nvidia-imex_{version}_{arch}.deb"
+    (directory / name).write_bytes(data)
+    entry = Artifact(component, version, arch, f"http://127.0.0.1/{name}", sha256(data),
+                     len(data), "apt", record_package or package)
+    old = cachefile.read(str(directory)) if (directory / cachefile.RECORD).exists() else []
+    path = directory / cachefile.RECORD
+    rows = [c.to_json() for c in old] + [cachefile.Cached(entry, name, driver).to_json()]
+    path.write_text(json.dumps({"format": 1, "artifacts": rows}))
+    return directory / name
+
+
+# -- D2: names from the control paragraph reach dpkg's argv -------------------------------
+
+def test_a_package_name_that_is_an_option_never_reaches_dpkg(
+    runfile_tray: Path, tmp_path: Path  # noqa: F811
+) -> None:
+    cache_deb(tmp_path / "debs", package="--instdir=/tmp/elsewhere")
+    out, rc = run_json("install", "--from", str(tmp_path / "debs"), "--root", str(runfile_tray),
+                       "--dry-run")
+    assert rc == 2, out
+    assert out["error"]["code"] == "input_unreadable"
+    assert "'--instdir=/tmp/elsewhere', not a Debian package name" in out["error"]["message"]
+
+
+def test_the_purge_of_a_failed_run_ends_options_and_takes_only_package_names(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    seen: list[list[str]] = []
+
+    def fake_run(argv: list[str], **_: Any) -> Any:
+        seen.append(argv)
+        return None
+
+    monkeypatch.setattr(debinstall.subprocess, "run", fake_run)
+    monkeypatch.setattr(debinstall, "status_of", lambda root, names: {})
+    rolled = debinstall._roll_back(str(tmp_path), ["nvidia-imex", "--instdir=/"])
+    assert seen == [["dpkg", "--root", str(tmp_path), "--purge", "--", "nvidia-imex"]]
+    assert rolled == ["nvidia-imex"]
