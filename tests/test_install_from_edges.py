@@ -69,5 +69,36 @@ def test_the_purge_of_a_failed_run_ends_options_and_takes_only_package_names(
     monkeypatch.setattr(debinstall.subprocess, "run", fake_run)
     monkeypatch.setattr(debinstall, "status_of", lambda root, names: {})
     rolled = debinstall._roll_back(str(tmp_path), ["nvidia-imex", "--instdir=/"])
-    assert seen == [["dpkg", "--root", str(tmp_path), "--purge", "--", "nvidia-imex"]]
+    assert seen == [["dpkg", "--root", str(tmp_path), f"--log={tmp_path}/var/log/dpkg.log",
+                     "--purge", "--", "nvidia-imex"]]
     assert rolled == ["nvidia-imex"]
+
+
+# -- dpkg's log: dpkg --root writes the host's /var/log/dpkg.log unless told -----------------
+
+def test_dpkg_logs_into_the_image_root_never_the_hosts_log(
+    runfile_tray: Path, tmp_path: Path  # noqa: F811
+) -> None:
+    deb = cache_deb(tmp_path / "debs")
+    out, rc = run_json("install", "--from", str(tmp_path / "debs"), "--root", str(runfile_tray),
+                       "--dry-run")
+    assert rc == 0, out
+    assert out["commands"] == [["dpkg", "--root", str(runfile_tray),
+                                f"--log={runfile_tray}/var/log/dpkg.log",
+                                "--ignore-depends=nvidia-modprobe", "-i", str(deb)]]
+
+
+def test_a_root_whose_log_directory_leads_out_is_refused_before_dpkg(
+    runfile_tray: Path, tmp_path: Path  # noqa: F811
+) -> None:
+    (tmp_path / "hostlog").mkdir()
+    log = runfile_tray / "var/log"
+    if log.exists():
+        log.rmdir()
+    log.symlink_to(tmp_path / "hostlog")
+    cache_deb(tmp_path / "debs")
+    out, rc = run_json("install", "--from", str(tmp_path / "debs"), "--root", str(runfile_tray),
+                       "--dry-run")
+    assert rc == 2, out
+    assert out["error"]["code"] == "input_unreadable"
+    assert "dpkg log '/var/log/dpkg.log' resolves to" in out["error"]["message"]

@@ -42,6 +42,7 @@ from .transport import sha256_file
 from .versions import same
 
 DPKG_TIMEOUT_S = 900.0
+DPKG_LOG = "/var/log/dpkg.log"
 
 
 @dataclass(frozen=True)
@@ -184,16 +185,30 @@ def unsatisfied(missing: Sequence[tuple[Decision, str]], origin: DriverOrigin) -
     )
 
 
-def dpkg_argv(root: str, ignore: Sequence[str], paths: Sequence[str]) -> list[str]:
-    """``dpkg --root ROOT [--ignore-depends=a,b] -i FILE...``. ValueError when the root or a
-    path is not a plain absolute path, or a name is not a Debian package name."""
+def dpkg_base(root: str) -> list[str]:
+    """``dpkg --root ROOT [--log=ROOT/var/log/dpkg.log]``: dpkg 1.21's log stays
+    ``/var/log/dpkg.log`` of the host whatever ``--root`` says (dpkg(1) ``--log``; checked on
+    this machine: ``dpkg --root IMAGE -i`` appended to the host's log), so an image root gets
+    its own log, confined to the root. The live host (``/``) keeps dpkg's own setting
+    (dpkg.cfg may name another log). ValueError when the root is not a plain absolute path or
+    its log path leads out of it."""
     base = hostpath.check(os.path.abspath(root), "--root")
+    argv = ["dpkg", "--root", base]
+    if base != "/":
+        argv.append("--log=" + hostpath.confined(base, DPKG_LOG, "dpkg log"))
+    return argv
+
+
+def dpkg_argv(root: str, ignore: Sequence[str], paths: Sequence[str]) -> list[str]:
+    """``dpkg --root ROOT [--log=...] [--ignore-depends=a,b] -i FILE...`` (:func:`dpkg_base`).
+    ValueError when the root or a path is not a plain absolute path, or a name is not a Debian
+    package name."""
     for name in ignore:
         if not valid_name(name):
             raise ValueError(f"not a Debian package name: {name!r}")
     for p in paths:
         hostpath.check(p, "package file")
-    argv = ["dpkg", "--root", base]
+    argv = dpkg_base(root)
     if ignore:
         argv.append("--ignore-depends=" + ",".join(ignore))
     return [*argv, "-i", *paths]
@@ -231,12 +246,11 @@ def _roll_back(root: str, added: Sequence[str]) -> list[str]:
     names = [n for n in added if valid_name(n)]
     if not names:
         return []
-    argv = ["dpkg", "--root", hostpath.check(os.path.abspath(root), "--root"), "--purge", "--",
-            *names]
     try:
+        argv = [*dpkg_base(root), "--purge", "--", *names]
         subprocess.run(argv, stdin=subprocess.DEVNULL, capture_output=True,
                        timeout=DPKG_TIMEOUT_S, check=False)
-    except (OSError, subprocess.TimeoutExpired):
+    except (OSError, ValueError, subprocess.TimeoutExpired):
         return []
     still = status_of(root, added)
     return [n for n in names if n not in still or still[n][0].endswith("not-installed")]
