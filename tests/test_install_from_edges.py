@@ -16,22 +16,31 @@ from nvfabric.artifacts import cachefile, debinstall
 from nvfabric.artifacts.model import Artifact
 from tests.conftest import run_json
 from tests.test_artifacts_debinstall import (  # noqa: F401 - fixture
-    make_deb,
+    _ar,
+    _tgz,
     runfile_tray,
 )
 from tests.test_fetch_mirror import sha256
+
+
+def make_deb(control: str, files: tuple[str, ...]) -> bytes:
+    """A Debian binary package laid out as dpkg-deb does, holding ``files`` (host paths)."""
+    return _ar([("debian-binary", b"2.0\n"),
+                ("control.tar.gz", _tgz({"control": control.encode()})),
+                ("data.tar.gz", _tgz({f.lstrip("/"): b"#!/bin/sh\n" for f in files}))])
 
 
 def cache_deb(directory: Path, *, package: str = "nvidia-imex",
               version: str = "580.126.20-1ubuntu1", arch: str = "arm64",
               depends: str = "nvidia-modprobe", component: str = "imex",
               driver: str = "580.126.20", name: str | None = None,
-              record_package: str | None = None) -> Path:
+              record_package: str | None = None,
+              files: tuple[str, ...] = ("/usr/bin/nvidia-imex",)) -> Path:
     """One cached .deb with the control given and its record entry (merged into the record)."""
     control = (f"Package: {package}\nVersion: {version}\nArchitecture: {arch}\n"
                f"Maintainer: t <t@example.invalid>\nDepends: {depends}\n"
                "Description: test package\n")
-    data = make_deb(control)
+    data = make_deb(control, files)
     directory.mkdir(parents=True, exist_ok=True)
     name = name or f"nvidia-imex_{version}_{arch}.deb"
     (directory / name).write_bytes(data)
@@ -102,3 +111,55 @@ def test_a_root_whose_log_directory_leads_out_is_refused_before_dpkg(
     assert rc == 2, out
     assert out["error"]["code"] == "input_unreadable"
     assert "dpkg log '/var/log/dpkg.log' resolves to" in out["error"]["message"]
+
+
+# -- links that lead out of the root: dpkg follows them ------------------------------------
+
+def test_a_package_file_behind_a_link_out_of_the_root_is_refused_before_dpkg(
+    runfile_tray: Path, tmp_path: Path  # noqa: F811
+) -> None:
+    # debootstrap's own layout: var/run -> /run (absolute), i.e. the host's /run for dpkg.
+    outside = tmp_path / "host-run"
+    outside.mkdir()
+    run = runfile_tray / "var/run"
+    if run.is_dir() and not run.is_symlink():
+        run.rmdir()
+    run.symlink_to(outside)
+    cache_deb(tmp_path / "debs", files=("/usr/bin/nvidia-imex", "/var/run/nvidia-imex/pid"))
+    out, rc = run_json("install", "--from", str(tmp_path / "debs"), "--root", str(runfile_tray),
+                       "--dry-run")
+    assert rc == 2, out
+    assert out["error"]["code"] == "input_unreadable"
+    assert out["error"]["message"] == (
+        "refusing to install nvidia-imex: it writes /var/run/nvidia-imex/pid, and directory "
+        f"'/var/run/nvidia-imex' resolves to {outside}/nvidia-imex, outside the root "
+        f"{runfile_tray}")
+
+
+def test_a_dpkg_database_linked_out_of_the_root_is_refused_before_dpkg(
+    runfile_tray: Path, tmp_path: Path  # noqa: F811
+) -> None:
+    admin = runfile_tray / "var/lib/dpkg"
+    admin.rename(tmp_path / "elsewhere")
+    admin.symlink_to(tmp_path / "elsewhere")
+    cache_deb(tmp_path / "debs")
+    out, rc = run_json("install", "--from", str(tmp_path / "debs"), "--root", str(runfile_tray),
+                       "--dry-run")
+    assert rc == 2, out
+    assert out["error"]["message"].startswith(
+        "refusing to run dpkg: the dpkg database path '/var/lib/dpkg' resolves to "
+        f"{tmp_path / 'elsewhere'}")
+
+
+def test_links_that_stay_in_the_root_are_fine(
+    runfile_tray: Path, tmp_path: Path  # noqa: F811
+) -> None:
+    # Merged /usr: lib -> usr/lib (relative) stays in the root.
+    (runfile_tray / "usr/lib/systemd/system").mkdir(parents=True)
+    if not (runfile_tray / "lib").exists():
+        (runfile_tray / "lib").symlink_to("usr/lib")
+    cache_deb(tmp_path / "debs", files=("/usr/bin/nvidia-imex",
+                                        "/lib/systemd/system/nvidia-imex.service"))
+    out, rc = run_json("install", "--from", str(tmp_path / "debs"), "--root", str(runfile_tray),
+                       "--dry-run")
+    assert rc == 0, out

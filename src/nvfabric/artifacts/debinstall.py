@@ -5,7 +5,9 @@ Read first, decide second, act third:
 
 1. every file of the fetch record is checked against its published SHA-256, and its control
    paragraph against the record (package, version, architecture);
-2. the dpkg database under the root and the driver's origin (:mod:`.runfile`) are read once;
+2. every place dpkg would write (its database, each directory of each package's files) is
+   proven to resolve under the root with links followed (:func:`confine`); the dpkg database
+   under the root and the driver's origin (:mod:`.runfile`) are read once;
 3. every dependency is classified (:func:`.debdeps.decide`): any ``missing`` one refuses the
    whole install with ``dependency_unsatisfied`` before dpkg runs (``dpkg -i`` unpacks a
    package even when its dependencies are unmet, so refusing afterwards would be too late);
@@ -33,7 +35,7 @@ from ..findings import Finding
 from .apt import upstream, valid_name
 from .cachefile import Cached
 from .debdeps import Decision, Known, decide, provides
-from .dpkgdb import Database, control, driver_origin, read, status_of
+from .dpkgdb import Database, control, data_paths, driver_origin, read, status_of
 from .model import checksum_mismatch
 from .naming import arch_name
 from .runfile import DriverOrigin
@@ -43,6 +45,9 @@ from .versions import same
 
 DPKG_TIMEOUT_S = 900.0
 DPKG_LOG = "/var/log/dpkg.log"
+#: What dpkg --root writes of its database (dpkg(1) FILES: the admin directory and its parts).
+ADMIN_PATHS = ("/var/lib/dpkg", "/var/lib/dpkg/status", "/var/lib/dpkg/info",
+               "/var/lib/dpkg/updates", "/var/lib/dpkg/triggers")
 
 
 @dataclass(frozen=True)
@@ -119,8 +124,8 @@ def check_version(c: Cached, driver_version: str) -> None:
 
 def prepare(root: str, directory: str, entries: Sequence[Cached], arch: str) -> Prepared:
     """Steps 1-3 of the module doc for the ``.deb`` entries (all ``source == "apt"``) for
-    ``arch`` (canonical). Raises ``input_unreadable``, ``checksum_mismatch`` or
-    ``dependency_unsatisfied`` (exit 1, nothing run)."""
+    ``arch`` (canonical). Raises ``input_unreadable`` (exit 2: also a write that would leave the
+    root), ``checksum_mismatch`` or ``dependency_unsatisfied`` (exit 1, nothing run)."""
     paths = verify_files(directory, entries)
     deb_arch = arch_name("deb", arch)
     controls = []
@@ -141,6 +146,7 @@ def prepare(root: str, directory: str, entries: Sequence[Cached], arch: str) -> 
                 "the directory holds another file than was fetched: fetch again",
             )
         controls.append(ctrl)
+    confine(root, paths, controls)
     db: Database = read(root)
     origin = driver_origin(root)
     same_call = [Known(k["Package"], k["Version"], provides(k.get("Provides", "")))
@@ -162,6 +168,39 @@ def prepare(root: str, directory: str, entries: Sequence[Cached], arch: str) -> 
                           "use plain absolute paths (no newline, no '..') for --root and "
                           "--from") from None
     return Prepared(tuple(entries), paths, tuple(controls), decisions, origin, tuple(argv))
+
+
+def confine(root: str, paths: Sequence[str], controls: Sequence[dict[str, str]]) -> None:
+    """Prove that dpkg writes nothing outside ``root``: its database (:data:`ADMIN_PATHS`)
+    and every directory a package's files go into resolve under the root with every link
+    followed. dpkg follows a link it finds on the way (a ``var/run -> /run`` of a
+    debootstrapped root, a ``var/lib/dpkg`` linked elsewhere): checked on this machine, such
+    an install wrote the host's /run and a database outside the root. Raises
+    ``input_unreadable`` (exit 2) naming the path, before anything runs."""
+    if os.path.realpath(root) == "/":
+        return
+    try:
+        for admin in ADMIN_PATHS:
+            hostpath.confined(root, admin, "the dpkg database path")
+    except ValueError as err:
+        raise _unreadable(f"refusing to run dpkg: {err}",
+                          "dpkg would write there: make the link relative to the root or "
+                          "replace it by the directory") from None
+    for path, ctrl in zip(paths, controls, strict=True):
+        seen: set[str] = set()
+        for member, is_dir in data_paths(path):
+            where = member if is_dir else os.path.dirname(member)
+            if where in seen:
+                continue
+            seen.add(where)
+            try:
+                hostpath.confined(root, where, "directory")
+            except ValueError as err:
+                raise _unreadable(
+                    f"refusing to install {ctrl.get('Package')}: it writes {member}, and "
+                    f"{err}",
+                    "dpkg would follow that link out of the root: make it relative (e.g. "
+                    "var/run -> ../run) or install on the live node (--root /)") from None
 
 
 def unsatisfied(missing: Sequence[tuple[Decision, str]], origin: DriverOrigin) -> Finding:

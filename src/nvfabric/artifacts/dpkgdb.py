@@ -129,6 +129,26 @@ def control(deb: str) -> dict[str, str]:
         raise _unreadable(deb, f"not a readable Debian package ({err})") from None
 
 
+def data_paths(deb: str) -> list[tuple[str, bool]]:
+    """The paths the ``.deb`` at ``deb`` installs (host view, ``/usr/bin/nvidia-imex``), each
+    with whether it is a directory, in archive order (python-debian reads the data member;
+    nothing is run). Raises ``input_unreadable`` (exit 2) when the data cannot be read."""
+    from debian.debfile import DebError, DebFile
+
+    try:
+        with DebFile(deb) as pkg:
+            members = pkg.data.tgz().getmembers()
+    except (DebError, OSError, ValueError, KeyError, EOFError) as err:
+        raise _unreadable(deb, f"the package's data cannot be read ({err})") from None
+    out = []
+    for m in members:
+        name = m.name[2:] if m.name.startswith("./") else m.name
+        name = name.strip("/")
+        if name and name != ".":
+            out.append(("/" + name, m.isdir()))
+    return out
+
+
 def status_of(root: str, names: Iterable[str]) -> dict[str, tuple[str, str]]:
     """``name -> (Status, Version)`` for each of ``names`` found in the status file (every
     state, not only installed), re-read now."""
