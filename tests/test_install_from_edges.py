@@ -18,6 +18,8 @@ from tests.conftest import run_json
 from tests.test_artifacts_debinstall import (  # noqa: F401 - fixture
     _ar,
     _tgz,
+    dpkg_tree,
+    put,
     runfile_tray,
 )
 from tests.test_fetch_mirror import sha256
@@ -163,3 +165,36 @@ def test_links_that_stay_in_the_root_are_fine(
     out, rc = run_json("install", "--from", str(tmp_path / "debs"), "--root", str(runfile_tray),
                        "--dry-run")
     assert rc == 0, out
+
+
+# -- the driver on disk names the version when none is loaded ------------------------------
+
+def image_root(tmp_path: Path, driver: str) -> Path:
+    """An image root at boot-script time: a dpkg database, the runfile driver's files on disk
+    (NVML library of ``driver``, nvidia-modprobe), no module loaded (no /proc, no /sys)."""
+    root = tmp_path / "image"
+    dpkg_tree(root, {"libc6": ["/usr/lib/aarch64-linux-gnu/libc.so.6"]})
+    put(root, f"/usr/lib/aarch64-linux-gnu/libnvidia-ml.so.{driver}")
+    put(root, "/usr/bin/nvidia-modprobe")
+    return root
+
+
+def test_an_imex_deb_of_another_driver_than_the_one_on_disk_is_refused(tmp_path: Path) -> None:
+    root = image_root(tmp_path, "570.148.08")
+    cache_deb(tmp_path / "debs", version="580.126.20-1ubuntu1", driver="580.126.20")
+    out, rc = run_json("install", "--from", str(tmp_path / "debs"), "--root", str(root),
+                       "--arch", "arm64", "--dry-run")
+    assert rc == 1, out
+    assert out["error"]["code"] == "version_mismatch"
+    assert out["error"]["driver_version"] == "570.148.08"
+
+
+def test_the_driver_on_disk_is_the_version_matched_when_none_is_loaded(tmp_path: Path) -> None:
+    root = image_root(tmp_path, "580.126.20")
+    cache_deb(tmp_path / "debs", version="580.126.20-1ubuntu1", driver="580.126.20")
+    out, rc = run_json("install", "--from", str(tmp_path / "debs"), "--root", str(root),
+                       "--arch", "arm64", "--dry-run")
+    assert rc == 0, out
+    assert out["driver_version"] == "580.126.20"
+    assert out["reasons"] == [f"no driver loaded under {root}: matching the driver installed "
+                              "there (580.126.20, its NVML library)"]

@@ -117,14 +117,19 @@ def components_for(record: Sequence[Cached], arch: str | None) -> tuple[str, ...
 
 
 def driver_for(
-    record: Sequence[Cached], given: str | None, loaded: str | None, root: str
+    record: Sequence[Cached], given: str | None, loaded: str | None, root: str,
+    on_disk: str | None = None,
 ) -> tuple[str, tuple[str, ...]]:
     """(driver version to match, reasons): ``given`` (``--driver-version``), else ``loaded``
-    (the module under the root), else the one version the record was fetched for (an image
-    root at build time has no driver loaded). Raises usage_error (exit 2) when none of these
-    names exactly one version."""
+    (the module under the root), else ``on_disk`` (the version of the driver's NVML library
+    under the root, :func:`.dpkgdb.driver_origin`: an image root has the driver installed but
+    not loaded), else the one version the record was fetched for (an image root before its
+    driver). Raises usage_error (exit 2) when none of these names exactly one version."""
     if given or loaded:
         return str(given or loaded), ()
+    if on_disk:
+        return on_disk, (f"no driver loaded under {root}: matching the driver installed there "
+                         f"({on_disk}, its NVML library)",)
     fetched = sorted({c.driver_version for c in record})
     if len(fetched) != 1:
         from ..errors import usage_error

@@ -399,7 +399,7 @@ def _install_from(
     """``install --from DIR``: the boot step of the image flow (README, "Version-matched
     artifacts"). Facts first (the fetch record, the node's driver, the dpkg database, the IMEX
     owner), then the decisions, then dpkg, the archives and the unit."""
-    from ..artifacts import cachefile, debinstall
+    from ..artifacts import cachefile, debinstall, dpkgdb
     from ..artifacts.install import install_archive, install_dir
     from ..artifacts.naming import canonical_arch
     from ..imex import host as imex_host
@@ -409,7 +409,8 @@ def _install_from(
     directory = os.path.abspath(from_dir)
     record = cachefile.read(directory)
     loaded = None if driver_version else collect(root).driver_version
-    dv, why = cachefile.driver_for(record, driver_version, loaded, root)
+    on_disk = None if driver_version or loaded else dpkgdb.driver_origin(root).version
+    dv, why = cachefile.driver_for(record, driver_version, loaded, root, on_disk)
     reasons = list(why)
     # Offline: no repository is read, so gather() needs no CUDA repository distro ("redist").
     inputs = gather(root, dv, arch, components, "redist", None, None, fabric,
