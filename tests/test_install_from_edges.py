@@ -198,3 +198,42 @@ def test_the_driver_on_disk_is_the_version_matched_when_none_is_loaded(tmp_path:
     assert out["driver_version"] == "580.126.20"
     assert out["reasons"] == [f"no driver loaded under {root}: matching the driver installed "
                               "there (580.126.20, its NVML library)"]
+
+
+# -- one component, one entry ---------------------------------------------------------------
+
+def test_a_directory_with_a_deb_and_a_redist_archive_of_imex_is_refused(
+    runfile_tray: Path, tmp_path: Path  # noqa: F811
+) -> None:
+    # fetch --source redist, then fetch --source apt into the same --dest: both are recorded
+    # (the record merges by component, arch and source), and install --from took both.
+    from tests.test_fetch_mirror import make_archive
+
+    debs = tmp_path / "debs"
+    cache_deb(debs)
+    top = "nvidia-imex-linux-sbsa-580.126.20-archive"
+    data = make_archive(top, {"bin/nvidia-imex": b"imex"})
+    (debs / f"{top}.tar.xz").write_bytes(data)
+    cachefile.write(str(debs), [cachefile.Cached(
+        Artifact("imex", "580.126.20", "sbsa", f"http://127.0.0.1/{top}.tar.xz", sha256(data),
+                 len(data), "redist"), f"{top}.tar.xz", "580.126.20")])
+    assert len(cachefile.read(str(debs))) == 2
+    out, rc = run_json("install", "--from", str(debs), "--root", str(runfile_tray),
+                       "--prefix", str(tmp_path / "opt"), "--dry-run")
+    assert rc == 2, out
+    assert out["error"]["message"] == (
+        "the fetch record holds 2 imex entries for aarch64: apt nvidia-imex "
+        "580.126.20-1ubuntu1 (nvidia-imex_580.126.20-1ubuntu1_arm64.deb); redist imex "
+        f"580.126.20 ({top}.tar.xz)")
+
+
+def test_two_revisions_of_one_package_never_go_to_one_dpkg_run(
+    runfile_tray: Path, tmp_path: Path  # noqa: F811
+) -> None:
+    debs = tmp_path / "debs"
+    cache_deb(debs, version="580.126.20-1")
+    cache_deb(debs, version="580.126.20-1ubuntu1")
+    out, rc = run_json("install", "--from", str(debs), "--root", str(runfile_tray),
+                       "--dry-run")
+    assert rc == 2, out
+    assert "holds 2 imex entries for aarch64" in out["error"]["message"]

@@ -142,8 +142,9 @@ def driver_for(
 
 
 def pick(record: Sequence[Cached], components: Sequence[str], arch: str) -> list[Cached]:
-    """The entries of ``components`` for ``arch`` (canonical), in record order. Raises
-    usage_error (exit 2) naming the components the record lacks for that arch."""
+    """The one entry of each of ``components`` for ``arch`` (canonical), in record order.
+    Raises usage_error (exit 2) naming the components the record lacks for that arch, or the
+    entries of a component it holds more than once for it."""
     from ..errors import usage_error
     from .naming import canonical_arch
 
@@ -155,4 +156,16 @@ def pick(record: Sequence[Cached], components: Sequence[str], arch: str) -> list
         raise usage_error(f"the fetch record holds no {', '.join(missing)} for {arch}",
                           "fetch them at image build time: nvfabric fetch --components ... "
                           "--arch ... --dest DIR")
+    for comp in components:
+        same = [c for c in chosen if c.artifact.component == comp]
+        if len(same) > 1:
+            # Two versions of one component (a .deb and a redist archive fetched into one
+            # directory, or an edited record): installing both leaves two IMEX binaries, and
+            # two versions of one package in one dpkg run configure only the last.
+            listed = "; ".join(f"{c.artifact.source} {c.artifact.package or c.artifact.component} "
+                               f"{c.artifact.version} ({c.file})" for c in same)
+            raise usage_error(f"the fetch record holds {len(same)} {comp} entries for {arch}: "
+                              f"{listed}",
+                              "fetch each source into its own directory (nvfabric fetch --dest "
+                              "DIR) and install from the one the node needs")
     return chosen
