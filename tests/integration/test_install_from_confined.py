@@ -51,3 +51,41 @@ def test_a_package_writing_through_var_run_is_refused_and_the_hosts_run_is_untou
         in out["error"]["message"]
     assert not Path("/run", marker).exists(), "dpkg wrote the host's /run"
     assert (root / "var/lib/dpkg/status").read_bytes() == status
+
+
+def test_a_unit_step_that_fails_after_dpkg_purges_the_package_again(tmp_path: Path) -> None:
+    """systemctl fails after dpkg installed nvidia-imex (its postinst enabled the unit): the
+    node must not keep an enabled nvidia-imex.service its owner (none here) does not want."""
+    require("mmdebstrap", "dpkg", "dpkg-deb")
+    from tests.integration.test_imex_image_flow import build_imex_deb
+
+    arch = host_arch()
+    root = fresh_root(tmp_path / "root")
+    runfile_driver(root, arch)
+    deb = tmp_path / "debs" / f"nvidia-imex_{REVISION}_{arch}.deb"
+    deb.parent.mkdir()
+    deb.write_bytes(build_imex_deb(tmp_path, arch, "nvidia-modprobe"))
+    from nvfabric.artifacts import cachefile
+    from nvfabric.artifacts.model import Artifact
+
+    data = deb.read_bytes()
+    cachefile.write(str(deb.parent), [cachefile.Cached(
+        Artifact("imex", REVISION, arch, f"http://127.0.0.1/{deb.name}", sha256(data),
+                 len(data), "apt", "nvidia-imex"), deb.name, DRIVER)])
+    shim = tmp_path / "shim"
+    shim.mkdir()
+    (shim / "systemctl").write_text("#!/bin/sh\necho 'Failed to connect to bus' >&2\nexit 1\n")
+    (shim / "systemctl").chmod(0o755)
+    status = (root / "var/lib/dpkg/status").read_bytes()
+    out, rc = run_json("install", "--from", str(deb.parent), "--root", str(root), timeout=300,
+                       env={"PATH": f"{shim}:{os.environ['PATH']}"})
+    assert rc == 1, out
+    err = out["error"]
+    assert err["code"] == "install_failed"
+    assert err["message"].startswith(f"`systemctl --root {root} disable nvidia-imex.service` "
+                                     "failed (exit status 1): Failed to connect to bus")
+    assert err["rolled_back"] == ["nvidia-imex"]
+    assert subprocess.run(["dpkg", "--root", str(root), "-s", "nvidia-imex"],
+                          capture_output=True, timeout=60, check=False).returncode != 0
+    assert (root / "var/lib/dpkg/status").read_bytes() == status
+    assert not (root / "usr/bin/nvidia-imex").exists()

@@ -278,6 +278,35 @@ def apply(root: str, prepared: Prepared) -> list[dict[str, Any]]:
     return [{"package": n, "version": after[n][1], "status": after[n][0]} for n in names]
 
 
+def newly_added(root: str, prepared: Prepared) -> list[str]:
+    """The packages of ``prepared`` that are not installed under ``root`` now (read before
+    dpkg runs): what a failure after dpkg may purge again."""
+    names = [k["Package"] for k in prepared.controls]
+    have = {n for n, s in status_of(root, names).items() if s[0].endswith(" installed")}
+    return [n for n in names if n not in have]
+
+
+def unit_failed(root: str, prepared: Prepared, added: Sequence[str], argv: Sequence[str],
+                status: int, text: str, action: str) -> NvfabricError:
+    """``install_failed`` for a unit step (``systemctl ... nvidia-imex.service``) that failed
+    after dpkg installed the packages: the newly added ones are purged again, so that the unit
+    is not left as the package's postinst set it (enabled, on a node whose IMEX owner is the
+    DRA driver: two daemons, NV_ERR_IN_USE). An upgrade cannot be undone that way: named."""
+    rolled = _roll_back(root, added)
+    upgraded = [k["Package"] for k in prepared.controls if k["Package"] not in added]
+    undo = f"; purged again: {', '.join(rolled)}" if rolled else ""
+    hint = "make systemctl work under the root, then run install --from again"
+    if upgraded:
+        undo += f"; {', '.join(upgraded)} was installed before and stays"
+        hint += f"; until then set the unit by hand: systemctl {action} nvidia-imex.service"
+    return NvfabricError(
+        Finding("install_failed", "error",
+                f"`{' '.join(argv)}` failed (exit status {status}): {text}{undo}", hint,
+                {"argv": list(argv), "rolled_back": rolled}),
+        exit_code=1,
+    )
+
+
 def _roll_back(root: str, added: Sequence[str]) -> list[str]:
     """Purge the packages a failed run newly added (``dpkg --root ROOT --purge``)."""
     if not added:

@@ -460,8 +460,10 @@ def _install_from(
             verb = "would run" if dry_run else "running"
             con.print(f"{verb}: {safe(' '.join(prepared.argv))}", emoji=False)
     installed: list[dict[str, Any]] = []
+    added: list[str] = []
     if not dry_run:
         if prepared is not None:
+            added = debinstall.newly_added(root, prepared)
             installed += debinstall.apply(root, prepared)
         for c in archives:
             done = install_archive(os.path.join(directory, c.file), c.artifact, prefix)
@@ -494,14 +496,9 @@ def _install_from(
             unit["reason"] = f"the package ships no {HOST_UNIT}: nothing to enable or disable"
         elif not dry_run:
             rc, text = _systemctl(argv)
-            if rc != 0:
-                raise NvfabricError(
-                    Finding("install_failed", "error",
-                            f"`{' '.join(argv)}` failed (exit status {rc}): {text}",
-                            f"the packages are installed; set {HOST_UNIT} by hand: "
-                            f"systemctl {policy.action} {HOST_UNIT}",
-                            {"argv": argv}),
-                    exit_code=1)
+            if rc != 0 and prepared is not None:
+                raise debinstall.unit_failed(root, prepared, added, argv, rc, text,
+                                             policy.action)
             unit["state"] = imex_host.unit_state(root, live)
         unit["binary_present"] = dry_run or os.path.isfile(under(root, IMEX_BINARY))
         out["imex_unit"] = unit
