@@ -60,7 +60,7 @@ def cache_deb(directory: Path, *, package: str = "nvidia-imex",
 def test_a_package_name_that_is_an_option_never_reaches_dpkg(
     runfile_tray: Path, tmp_path: Path  # noqa: F811
 ) -> None:
-    cache_deb(tmp_path / "debs", package="--instdir=/tmp/elsewhere")
+    cache_deb(tmp_path / "debs", package="--instdir=/tmp/elsewhere", record_package="nvidia-imex")
     out, rc = run_json("install", "--from", str(tmp_path / "debs"), "--root", str(runfile_tray),
                        "--dry-run")
     assert rc == 2, out
@@ -237,3 +237,16 @@ def test_two_revisions_of_one_package_never_go_to_one_dpkg_run(
                        "--dry-run")
     assert rc == 2, out
     assert "holds 2 imex entries for aarch64" in out["error"]["message"]
+
+
+# -- the record's component and package agree -------------------------------------------------
+
+def test_a_record_that_calls_the_imex_deb_another_component_is_refused(tmp_path: Path) -> None:
+    root = image_root(tmp_path, "580.126.20")
+    cache_deb(tmp_path / "debs", component="libnvidia_nscq")
+    out, rc = run_json("install", "--from", str(tmp_path / "debs"), "--root", str(root),
+                       "--arch", "arm64", "--dry-run")
+    assert rc == 2, out
+    assert out["error"]["message"].endswith(
+        "the fetch record says libnvidia_nscq is package 'nvidia-imex', but libnvidia_nscq of "
+        "driver 580.126.20 is package 'libnvidia-nscq'")

@@ -37,7 +37,7 @@ from .cachefile import Cached
 from .debdeps import Decision, Known, decide, provides
 from .dpkgdb import Database, control, data_paths, driver_origin, read, status_of
 from .model import checksum_mismatch
-from .naming import arch_name
+from .naming import arch_name, package_name
 from .runfile import DriverOrigin
 from .tables import OWN_VERSION
 from .transport import sha256_file
@@ -130,6 +130,15 @@ def prepare(root: str, directory: str, entries: Sequence[Cached], arch: str) -> 
     deb_arch = arch_name("deb", arch)
     controls = []
     for c, path in zip(entries, paths, strict=True):
+        carrier = package_name("deb", c.artifact.component, c.driver_version)
+        if c.artifact.package != carrier:
+            # The component decides the version rule and the unit rule (imex): a record that
+            # calls nvidia-imex "nvlsm" would install it unchecked and leave its unit as is.
+            raise _unreadable(
+                f"{path}: the fetch record says {c.artifact.component} is package "
+                f"{c.artifact.package!r}, but {c.artifact.component} of driver "
+                f"{c.driver_version} is package {carrier!r}",
+                "the record was edited or damaged: fetch again")
         ctrl = control(path)
         if not valid_name(ctrl.get("Package", "")):
             # The name reaches dpkg's argv (the status check, the purge of a failed run): a
