@@ -250,3 +250,20 @@ def test_a_record_that_calls_the_imex_deb_another_component_is_refused(tmp_path:
     assert out["error"]["message"].endswith(
         "the fetch record says libnvidia_nscq is package 'nvidia-imex', but libnvidia_nscq of "
         "driver 580.126.20 is package 'libnvidia-nscq'")
+
+
+# -- a cached file that changed after fetch ---------------------------------------------------
+
+def test_a_changed_cached_deb_says_fetch_again_not_refresh_the_mirror(
+    runfile_tray: Path, tmp_path: Path  # noqa: F811
+) -> None:
+    deb = cache_deb(tmp_path / "debs")
+    deb.write_bytes(deb.read_bytes() + b"X")
+    out, rc = run_json("install", "--from", str(tmp_path / "debs"), "--root", str(runfile_tray))
+    assert rc == 1, out
+    err = out["error"]
+    assert err["code"] == "checksum_mismatch"
+    assert "the file changed after it was fetched; nothing was installed" in err["message"]
+    assert "nothing was kept" not in err["message"] and "mirror" not in err["hint"]
+    assert err["hint"].startswith("fetch again into that directory")
+    assert deb.exists(), "the file is left for inspection"

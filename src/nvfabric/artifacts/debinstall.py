@@ -36,7 +36,6 @@ from .apt import upstream, valid_name
 from .cachefile import Cached
 from .debdeps import Decision, Known, decide, provides
 from .dpkgdb import Database, control, data_paths, driver_origin, read, status_of
-from .model import checksum_mismatch
 from .naming import arch_name, package_name
 from .runfile import DriverOrigin
 from .tables import OWN_VERSION
@@ -94,7 +93,16 @@ def verify_files(directory: str, entries: Sequence[Cached]) -> tuple[str, ...]:
                               "fetch again into that directory (nvfabric fetch --dest DIR)")
         actual = sha256_file(path)
         if actual != c.artifact.sha256:
-            raise checksum_mismatch(path, c.artifact.sha256, actual)
+            # Not a download: the file was fetched and verified once and changed since; the
+            # fetch's own message (nothing kept, refresh the mirror) does not fit.
+            raise NvfabricError(Finding(
+                "checksum_mismatch", "error",
+                f"{path}: sha256 {actual} does not match {c.artifact.sha256}, the one the fetch "
+                "record names; the file changed after it was fetched; nothing was installed",
+                "fetch again into that directory at image build time (nvfabric fetch --dest "
+                "DIR); the file is left as it is for inspection",
+                {"url": path, "expected_sha256": c.artifact.sha256, "actual_sha256": actual},
+            ), exit_code=1)
         paths.append(path)
     return tuple(paths)
 
