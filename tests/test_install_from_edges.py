@@ -267,3 +267,33 @@ def test_a_changed_cached_deb_says_fetch_again_not_refresh_the_mirror(
     assert "nothing was kept" not in err["message"] and "mirror" not in err["hint"]
     assert err["hint"].startswith("fetch again into that directory")
     assert deb.exists(), "the file is left for inspection"
+
+
+# -- a dpkg run that added nothing --------------------------------------------------------
+
+def test_a_package_dpkg_refused_before_unpacking_is_not_reported_purged(
+    monkeypatch: pytest.MonkeyPatch, runfile_tray: Path, tmp_path: Path  # noqa: F811
+) -> None:
+    import subprocess
+
+    from nvfabric.errors import NvfabricError
+
+    cache_deb(tmp_path / "debs")
+    entries = cachefile.read(str(tmp_path / "debs"))
+    prepared = debinstall.prepare(str(runfile_tray), str(tmp_path / "debs"), entries, "aarch64")
+    calls: list[list[str]] = []
+
+    def refusing_dpkg(argv: list[str], **_: Any) -> subprocess.CompletedProcess[str]:
+        # What dpkg -i says for an arm64 .deb on an amd64 dpkg; it adds nothing.
+        calls.append(argv)
+        return subprocess.CompletedProcess(argv, 1, "", "dpkg: error processing archive: "
+                                           "package architecture (arm64) does not match "
+                                           "system (amd64)\n")
+
+    monkeypatch.setattr(debinstall.subprocess, "run", refusing_dpkg)
+    with pytest.raises(NvfabricError) as err:
+        debinstall.apply(str(runfile_tray), prepared)
+    assert err.value.finding.fields["rolled_back"] == []
+    assert "purged again" not in err.value.finding.message
+    assert "does not match system (amd64)" in err.value.finding.message
+    assert calls == [list(prepared.argv)], "no purge of what was never added"

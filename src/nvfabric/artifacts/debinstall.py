@@ -289,7 +289,9 @@ def apply(root: str, prepared: Prepared) -> list[dict[str, Any]]:
     bad = [n for n, k in zip(names, prepared.controls, strict=True)
            if after.get(n) != ("install ok installed", k["Version"])]
     if rc != 0 or bad:
-        rolled = _roll_back(root, [n for n in names if n not in before])
+        # Only what this run added to the database: a package dpkg refused before unpacking
+        # (another architecture, a bad archive) is not there, and was not "purged again".
+        rolled = _roll_back(root, [n for n in names if n not in before and n in after])
         why = f"exit status {rc}" if rc else f"not installed afterwards: {', '.join(bad)}"
         raise _failed(prepared.argv, why, out, rolled, [n for n in names if n in before])
     return [{"package": n, "version": after[n][1], "status": after[n][0]} for n in names]
