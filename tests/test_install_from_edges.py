@@ -297,3 +297,37 @@ def test_a_package_dpkg_refused_before_unpacking_is_not_reported_purged(
     assert "purged again" not in err.value.finding.message
     assert "does not match system (amd64)" in err.value.finding.message
     assert calls == [list(prepared.argv)], "no purge of what was never added"
+
+
+# -- NVML of two runfile drivers on disk ---------------------------------------------------
+
+def test_the_nvml_link_tells_the_runfile_driver_from_an_older_ones_leftovers(
+    tmp_path: Path,
+) -> None:
+    root = image_root(tmp_path, "580.126.20")
+    lib = root / "usr/lib/aarch64-linux-gnu"
+    (lib / "libnvidia-ml.so.570.148.08").write_bytes(b"x")  # the older runfile's, left behind
+    (lib / "libnvidia-ml.so.1").symlink_to("libnvidia-ml.so.580.126.20")
+    cache_deb(tmp_path / "debs", version="580.126.20-1ubuntu1", driver="580.126.20")
+    out, rc = run_json("install", "--from", str(tmp_path / "debs"), "--root", str(root),
+                       "--arch", "arm64", "--dry-run")
+    assert rc == 0, out
+    assert out["driver_origin"]["version"] == "580.126.20"
+    assert out["forced"][0]["version"] == "580.126.20"
+    assert "libnvidia-ml.so.1 leads to 580.126.20" in out["driver_origin"]["evidence"][0]
+
+
+def test_two_runfile_nvml_versions_without_a_link_leave_the_version_unknown() -> None:
+    from nvfabric.artifacts.runfile import DiskFile, classify
+
+    libs = [DiskFile("/usr/lib/aarch64-linux-gnu/libnvidia-ml.so.570.148.08", None),
+            DiskFile("/usr/lib/aarch64-linux-gnu/libnvidia-ml.so.580.126.20", None)]
+    modprobe = [("nvidia-modprobe", DiskFile("/usr/bin/nvidia-modprobe", None))]
+    unknown = classify(libs, modprobe)
+    assert (unknown.kind, unknown.version) == ("runfile", None)
+    assert unknown.provides[0].version is None
+    assert "names none of them alone" in unknown.evidence[0]
+    linked = classify(libs, modprobe, {"/usr/lib/aarch64-linux-gnu/libnvidia-ml.so.570.148.08"})
+    assert linked.version == "570.148.08" and linked.provides[0].version == "570.148.08"
+    one = classify(libs[1:], modprobe)
+    assert one.version == "580.126.20", "one version needs no link"
