@@ -14,6 +14,7 @@ import pytest
 
 from nvfabric.artifacts import cachefile, debinstall
 from nvfabric.artifacts.model import Artifact
+from nvfabric.errors import NvfabricError
 from tests.conftest import run_json
 from tests.test_artifacts_debinstall import (  # noqa: F401 - fixture
     _ar,
@@ -276,8 +277,6 @@ def test_a_package_dpkg_refused_before_unpacking_is_not_reported_purged(
 ) -> None:
     import subprocess
 
-    from nvfabric.errors import NvfabricError
-
     cache_deb(tmp_path / "debs")
     entries = cachefile.read(str(tmp_path / "debs"))
     prepared = debinstall.prepare(str(runfile_tray), str(tmp_path / "debs"), entries, "aarch64")
@@ -331,3 +330,15 @@ def test_two_runfile_nvml_versions_without_a_link_leave_the_version_unknown() ->
     assert linked.version == "570.148.08" and linked.provides[0].version == "570.148.08"
     one = classify(libs[1:], modprobe)
     assert one.version == "580.126.20", "one version needs no link"
+
+
+@pytest.mark.parametrize("fmt", [2, None, "1"])
+def test_a_record_of_another_format_is_not_read_as_this_one(tmp_path: Path, fmt: object) -> None:
+    cache_deb(tmp_path)
+    data = json.loads((tmp_path / cachefile.RECORD).read_text())
+    data["format"] = fmt
+    (tmp_path / cachefile.RECORD).write_text(json.dumps(data))
+    with pytest.raises(NvfabricError) as err:
+        cachefile.read(str(tmp_path))
+    assert err.value.exit_code == 2
+    assert f"record format {fmt!r}, this nvfabric reads format 1" in err.value.finding.message

@@ -24,6 +24,7 @@ from .model import SOURCES, Artifact, normal_sha256
 from .tables import COMPONENTS
 
 RECORD = "nvfabric-artifacts.json"
+FORMAT = 1
 _FILE_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._+~%=-]*$")
 
 
@@ -56,7 +57,7 @@ def write(directory: str, fetched: Sequence[Cached]) -> str:
     key = {(c.artifact.component, c.artifact.arch, c.artifact.source) for c in fetched}
     kept = [c for c in old if (c.artifact.component, c.artifact.arch, c.artifact.source) not in key]
     entries = [c.to_json() for c in [*kept, *fetched]]
-    write_atomic(path, json.dumps({"format": 1, "artifacts": entries}, indent=2) + "\n",
+    write_atomic(path, json.dumps({"format": FORMAT, "artifacts": entries}, indent=2) + "\n",
                  backup=False)
     return path
 
@@ -85,6 +86,10 @@ def read(directory: str) -> list[Cached]:
     rows = data.get("artifacts") if isinstance(data, dict) else None
     if not isinstance(rows, list):
         raise _bad(path, "no artifacts list")
+    if data.get("format") != FORMAT:
+        # Another layout (a later nvfabric's) is not read as this one.
+        raise _bad(path, f"record format {data.get('format')!r}, this nvfabric reads format "
+                   f"{FORMAT}")
     out = []
     for i, row in enumerate(rows):
         if not isinstance(row, dict):
