@@ -342,3 +342,16 @@ def test_a_record_of_another_format_is_not_read_as_this_one(tmp_path: Path, fmt:
         cachefile.read(str(tmp_path))
     assert err.value.exit_code == 2
     assert f"record format {fmt!r}, this nvfabric reads format 1" in err.value.finding.message
+
+
+def test_a_cached_deb_replaced_by_a_link_is_named_a_link(
+    runfile_tray: Path, tmp_path: Path  # noqa: F811
+) -> None:
+    deb = cache_deb(tmp_path / "debs")
+    real = tmp_path / "elsewhere.deb"
+    deb.rename(real)
+    deb.symlink_to(real)
+    out, rc = run_json("install", "--from", str(tmp_path / "debs"), "--root", str(runfile_tray),
+                       "--dry-run")
+    assert rc == 2, out
+    assert out["error"]["message"] == f"{deb}: a symbolic link, not the file fetch wrote"

@@ -88,7 +88,13 @@ def verify_files(directory: str, entries: Sequence[Cached]) -> tuple[str, ...]:
     paths = []
     for c in entries:
         path = os.path.join(os.path.abspath(directory), c.file)
-        if not os.path.isfile(path) or os.path.islink(path):
+        if os.path.islink(path):
+            # What is installed must be the file fetch verified into this directory, not
+            # whatever a link leads to (it may change after the check).
+            raise _unreadable(f"{path}: a symbolic link, not the file fetch wrote",
+                              "copy the directory with its files (cp -L, or fetch again into "
+                              "it: nvfabric fetch --dest DIR)")
+        if not os.path.isfile(path):
             raise _unreadable(f"{path}: listed in the fetch record but not in the directory",
                               "fetch again into that directory (nvfabric fetch --dest DIR)")
         actual = sha256_file(path)
