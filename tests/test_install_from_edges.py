@@ -23,7 +23,7 @@ from tests.test_artifacts_debinstall import (  # noqa: F401 - fixture
     put,
     runfile_tray,
 )
-from tests.test_fetch_mirror import sha256
+from tests.test_fetch_mirror import Mirror, mirror, sha256  # noqa: F401 - fixture
 
 
 def make_deb(control: str, files: tuple[str, ...]) -> bytes:
@@ -355,3 +355,57 @@ def test_a_cached_deb_replaced_by_a_link_is_named_a_link(
                        "--dry-run")
     assert rc == 2, out
     assert out["error"]["message"] == f"{deb}: a symbolic link, not the file fetch wrote"
+
+
+# -- fetch's and install's defaults under a root whose link leads out ----------------------
+
+def test_fetch_default_dest_through_a_link_out_of_the_root_is_refused(
+    mirror: Mirror, runfile_tray: Path, tmp_path: Path  # noqa: F811
+) -> None:
+    from tests.test_artifacts_debinstall import imex_index
+
+    imex_index(mirror, "580.126.20-1ubuntu1")
+    outside = tmp_path / "elsewhere"
+    outside.mkdir()
+    cache = runfile_tray / "var/cache"
+    if cache.exists():
+        import shutil
+
+        shutil.rmtree(cache)
+    cache.parent.mkdir(parents=True, exist_ok=True)
+    cache.symlink_to(outside)
+    out, rc = run_json("fetch", "--root", str(runfile_tray), "--source", "apt", "--mirror",
+                       mirror.url, "--components", "imex", "--retries", "0")
+    assert rc == 2, out
+    assert out["error"]["message"] == (
+        "--dest (default) '/var/cache/nvfabric/artifacts' resolves to "
+        f"{outside}/nvfabric/artifacts, outside the root {runfile_tray}")
+    assert list(outside.iterdir()) == [], "nothing written there"
+
+
+def test_install_default_prefix_through_a_link_out_of_the_root_is_refused(
+    runfile_tray: Path, tmp_path: Path  # noqa: F811
+) -> None:
+    from tests.test_fetch_mirror import make_archive
+
+    outside = tmp_path / "elsewhere"
+    outside.mkdir()
+    (runfile_tray / "opt").symlink_to(outside)
+    cache_deb(tmp_path / "debs")
+    out, rc = run_json("install", "--from", str(tmp_path / "debs"), "--root", str(runfile_tray),
+                       "--dry-run")
+    assert rc == 0, "a .deb alone never uses the prefix"
+    top = "libnvidia_nscq-linux-sbsa-580.126.20-archive"
+    data = make_archive(top, {"lib/libnvidia-nscq.so.580.126.20": b"nscq"})
+    (tmp_path / "c").mkdir()
+    (tmp_path / "c" / f"{top}.tar.xz").write_bytes(data)
+    cachefile.write(str(tmp_path / "c"), [cachefile.Cached(
+        Artifact("libnvidia_nscq", "580.126.20", "sbsa", f"http://127.0.0.1/{top}.tar.xz",
+                 sha256(data), len(data), "redist"), f"{top}.tar.xz", "580.126.20")])
+    out, rc = run_json("install", "--from", str(tmp_path / "c"), "--root", str(runfile_tray),
+                       "--fabric", "nvswitch")
+    assert rc == 2, out
+    assert out["error"]["message"] == (
+        f"--prefix (default) '/opt/nvfabric' resolves to {outside}/nvfabric, outside the root "
+        f"{runfile_tray}")
+    assert list(outside.iterdir()) == [], "nothing written there"

@@ -19,6 +19,7 @@ import click
 
 from ..errors import NvfabricError, usage_error
 from ..findings import Finding
+from ..hostpath import confined
 from ..inventory import Inventory, collect
 from ..inventory.fs import under
 from ..output import (
@@ -231,7 +232,7 @@ def fetch(
     from ..artifacts.resolve import cache_path
 
     inputs = gather(root, driver_version, arch, components, source, mirror, distro, fabric)
-    dest = dest or under(root, DEFAULT_DEST)
+    dest = dest or _default(root, DEFAULT_DEST, "--dest")
     if not inputs.components:
         _nothing(inputs, source, dry_run, as_json)
         return
@@ -326,8 +327,10 @@ def install(
         raise usage_error("--execute runs this host's package manager; it needs --root /",
                           "drop --execute to print the commands for the node under --root")
     inputs = gather(root, driver_version, arch, components, source, mirror, distro, fabric)
-    dest = dest or under(root, DEFAULT_DEST)
-    prefix = prefix or under(root, DEFAULT_PREFIX)
+    dest = dest or _default(root, DEFAULT_DEST, "--dest")
+    # The prefix takes redist archives only (apt on a runfile node: install --from checks it).
+    prefix = prefix or (_default(root, DEFAULT_PREFIX, "--prefix") if source == "redist"
+                        else under(root, DEFAULT_PREFIX))
     if not inputs.components:
         _nothing(inputs, source, dry_run, as_json)
         return
@@ -378,6 +381,17 @@ def install(
         print_json(out)
 
 
+def _default(root: str, host_path: str, flag: str) -> str:
+    """The default of ``flag`` (a host path) under ``root``, with every link followed: a
+    ``var/cache`` linked out of an image root would have fetch write the host's (or another
+    tree's) cache. Raises usage_error (exit 2) naming the flag when it leads out."""
+    try:
+        return confined(root, host_path, f"{flag} (default)")
+    except ValueError as err:
+        raise usage_error(str(err), f"pass {flag} DIR explicitly, or make the link in the "
+                          "root relative") from None
+
+
 def _nothing(inputs: Inputs, source: str, dry_run: bool, as_json: bool) -> None:
     """The node's plan needs no fabric artifact: say so, exit 0."""
     out = _header(inputs, source, None, dry_run)
@@ -424,6 +438,8 @@ def _install_from(
                           "not supported yet", "install RPMs with dnf (install --source rpm)")
     debs = [c for c in chosen if c.artifact.source == "apt"]
     archives = [c for c in chosen if c.artifact.source == "redist"]
+    if archives and prefix == under(root, DEFAULT_PREFIX):
+        prefix = _default(root, DEFAULT_PREFIX, "--prefix")  # before anything is installed
     findings = list(inputs.findings)
     out: dict[str, Any] = {
         "from": directory, "driver_version": inputs.driver_version, "arch": inputs.arch,
