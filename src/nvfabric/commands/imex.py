@@ -93,7 +93,9 @@ def channel_cmd(root: str, create: int | None, as_json: bool) -> None:
     present: str | None = None
     if create is not None:
         if facts.major is not None and not channels.needs_create(facts, create):
-            present = channels.channel_path(create)  # usable already: leave it as it is
+            # usable already: leave it as it is (the path shown under the root it was read in)
+            present = _confine(root, channels.channel_path(create), "IMEX channel",
+                               CHANNEL_LINK_HINT)
         else:
             created = _create(root, facts, create)
             facts = host.read_channels(root)
@@ -131,8 +133,15 @@ def _or_not_set(value: object) -> str:
     return str(value)
 
 
+#: The hint of a channel path that leaves --root through a link (nothing is made there).
+CHANNEL_LINK_HINT = ("the channel directory under --root links out of it: remove that link (or "
+                     "point it inside the root); nothing was created")
+
+
 def _create(root: str, facts: channels.ChannelFacts, number: int) -> str:
-    path = channels.channel_path(number)
+    """Make channel ``number``; the path it was made at, under ``root`` (exit 2 when that
+    path leads out of the root through a link, :func:`_confine`; nothing is made then)."""
+    path = _confine(root, channels.channel_path(number), "IMEX channel", CHANNEL_LINK_HINT)
     if facts.major is None:
         raise NvfabricError(channels.check(facts)[0])
     count = facts.channel_count
@@ -141,6 +150,8 @@ def _create(root: str, facts: channels.ChannelFacts, number: int) -> str:
                           f"use a channel below {count}")
     try:
         host.create_channel(root, number, facts.major)
+    except host.PathEscape as err:
+        raise usage_error(str(err), CHANNEL_LINK_HINT) from None
     except OSError as err:
         raise NvfabricError(Finding(
             "imex_channel_missing", "error",
@@ -326,13 +337,13 @@ def config_cmd(root: str, config_path: str, output: str | None, nodes_config: st
     _exit_for(findings)
 
 
-def _confine(root: str, path: str, what: str) -> str:
+def _confine(root: str, path: str, what: str,
+             hint: str = "give an absolute path inside --root, without '..'") -> str:
     """``path`` under ``root`` or a usage error (exit 2): no ``..``, nothing outside root."""
     try:
         return host.confined(root, path, what)
     except host.PathEscape as err:
-        raise usage_error(str(err), "give an absolute path inside --root, without '..'") \
-            from None
+        raise usage_error(str(err), hint) from None
 
 
 def _nodes_path(option: str | None, changes: dict[str, str], current: str) -> str:

@@ -19,6 +19,7 @@ from typing import Any
 from ..configs import keyvalue
 from ..configs.atomic import write_atomic
 from ..configs.keyvalue import ConfigValueError
+from ..errors import usage_error
 from ..findings import Finding
 from ..inventory.fs import under
 from ..output import console, print_findings, print_json
@@ -100,6 +101,13 @@ def prepare(opts: ImexRunOptions, driver_version: str | None) -> Prepared:
     refusals: list[Finding] = list(already_running(opts.root, ("imex",)))
     warnings: list[Finding] = []
     create = channels.needs_create(facts, 0)
+    if create:  # before anything is written: the node would be made outside the root
+        try:
+            host.channel_target(opts.root, 0)
+        except host.PathEscape as err:
+            raise usage_error(str(err), "the channel directory under --root links out of it: "
+                              "remove that link (or point it inside the root); nothing was "
+                              "started or created") from None
     if facts.major is None:
         refusals += channels.check(facts)
     else:
@@ -195,12 +203,13 @@ def apply(prepared: Prepared, opts: ImexRunOptions, log: Log) -> list[Finding]:
     if prepared.create_channel and prepared.facts.major is not None:
         try:
             node = host.create_channel(opts.root, 0, prepared.facts.major)
-            log.say(f"created IMEX channel {node.path} (c {node.major},{node.minor}, mode "
-                    f"0{node.mode:03o})")
-        except OSError as err:
+            log.say(f"created IMEX channel {host.channel_target(opts.root, 0)} (c "
+                    f"{node.major},{node.minor}, mode 0{node.mode:03o})")
+        except (OSError, host.PathEscape) as err:
+            why = err.strerror or err if isinstance(err, OSError) else err
             out.append(Finding(
                 "imex_channel_missing", "error",
-                f"cannot create {channels.channel_path(0)}: {err.strerror or err}",
+                f"cannot create {channels.channel_path(0)}: {why}",
                 "run nvfabric as root with the host's /dev (mknod needs CAP_MKNOD); or "
                 + channels.fixes(0, prepared.facts.major),
                 {"channel": 0, "major": prepared.facts.major}))

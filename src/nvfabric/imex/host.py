@@ -174,13 +174,23 @@ def read_channels(root: str) -> ChannelFacts:
     )
 
 
+def channel_target(root: str, number: int) -> str:
+    """Where ``channel<number>`` is made: its host path under ``root`` through
+    :func:`confined` (a ``dev/nvidia-caps-imex-channels`` that is a link out of the root is
+    PathEscape, so no world-writable device is ever made outside it)."""
+    return confined(root, channel_path(number), "IMEX channel")
+
+
 def create_channel(root: str, number: int, major: int) -> DevNode:
     """Make ``channel<number>`` (c major:number, mode 0666, as NVIDIA documents) atomically:
     mknod a temporary node beside it, chmod (the umask applies to mknod), rename over whatever
     was there (:func:`nvfabric.configs.atomic.staged`). The directory is created mode 0755.
-    Raises OSError (EPERM without CAP_MKNOD)."""
+    Raises PathEscape when the path leads out of ``root`` (:func:`channel_target`, checked
+    again just before mknod), OSError (EPERM without CAP_MKNOD)."""
     host_path = channel_path(number)
-    with staged(under(root, host_path), mode=CHANNEL_MODE, dir_mode=0o755) as tmp:
+    target = channel_target(root, number)
+    with staged(target, mode=CHANNEL_MODE, dir_mode=0o755) as tmp:
+        channel_target(root, number)  # the directory may have been made just now: still inside
         os.mknod(tmp, stat.S_IFCHR | CHANNEL_MODE, os.makedev(major, number))
     node = stat_node(root, host_path)
     assert node is not None
