@@ -160,3 +160,42 @@ def test_empty_shipped_config_is_refused(tmp_path: Path) -> None:
     assert out["error"]["code"] == "input_unreadable"
     assert "is empty" in out["error"]["message"] and str(cfg) in out["error"]["message"]
     assert not os.path.exists(root / "run/nvfabric/fabricmanager.cfg")
+
+
+# ---------------------------------------------------------------- keys fabric manager knows
+
+
+def test_unknown_fm_set_key_is_refused_with_the_nearest_known_key(tmp_path: Path) -> None:
+    root = sim(tmp_path, "hgx-h100")
+    out, rc = run_json("run", "--root", str(root), "--dry-run", "--fm-set", "LOG_LEVLE=2")
+    assert rc == 2
+    err = out["error"]
+    assert (err["code"], err["key"], err["nearest"]) == ("config_invalid_value", "LOG_LEVLE",
+                                                         "LOG_LEVEL")
+    assert "--fm-set LOG_LEVLE" in err["message"] and "did you mean LOG_LEVEL?" in err["hint"]
+    assert not (root / "run/nvfabric/fabricmanager.cfg").exists()
+
+
+def test_unknown_key_from_the_environment_is_refused(tmp_path: Path) -> None:
+    root = sim(tmp_path, "hgx-h100")
+    proc = run_cli("run", "--root", str(root), "--dry-run",
+                   env={"NVFM_CONFIG_LOGLEVEL": "3"})
+    assert proc.returncode == 2
+    assert "NVFM_CONFIG_LOGLEVEL" in proc.stderr and "did you mean LOG_LEVEL?" in proc.stderr
+
+
+def test_the_shipped_files_keys_are_the_reference() -> None:
+    from nvfabric.configs import fabricmanager as fmcfg
+    from tests.cases import CORPUS
+
+    bottlerocket = (CORPUS / "configs/bottlerocket-nvidia-fabricmanager.cfg").read_text()
+    full = (CORPUS / "configs/fabricmanager-535.216.01.cfg").read_text()
+    # LOG_FILE_MAX_SIZE is a key of the 535 file, not of Bottlerocket's trimmed one
+    fmcfg.effective(full, sets={"LOG_FILE_MAX_SIZE": "1024", "LOG_LEVEL": "2"})
+    fmcfg.effective(bottlerocket, sets={"LOG_LEVEL": "2", "FABRIC_MODE": "1"})
+    try:
+        fmcfg.effective(bottlerocket, sets={"LOG_FILE_MAX_SIZE": "1024"})
+    except fmcfg.ConfigError as err:
+        assert err.finding.fields["key"] == "LOG_FILE_MAX_SIZE"
+    else:
+        raise AssertionError("a key the shipped file does not list was accepted")

@@ -425,8 +425,9 @@ def run_cmd(root: str, arch: str | None, as_json: bool, dry_run: bool, restart: 
         emit("nothing_to_do", 0, [])
     shipped_path = cfg.resolve(fm_config)
     try:
-        with open(shipped_path, encoding="utf-8") as fh:
-            shipped = fh.read()
+        shipped = fmcfg.read_shipped(shipped_path)
+    except fmcfg.ShippedConfigError as err:
+        raise NvfabricError(err.finding, exit_code=2) from None
     except (OSError, UnicodeDecodeError) as err:
         problem = (err.strerror or str(err)) if isinstance(err, OSError) else "not UTF-8 text"
         raise NvfabricError(Finding(
