@@ -22,6 +22,7 @@ COMMANDS: dict[str, str] = {
     "simulate": "nvfabric.commands.simulate:simulate",
     "status": "nvfabric.commands.status:status",
     "wait": "nvfabric.commands.status:wait",
+    "ready": "nvfabric.commands.ready:ready",
     "doctor": "nvfabric.commands.doctor:doctor",
     "imex": "nvfabric.commands.imex:imex",
     "domain": "nvfabric.commands.domain:domain",

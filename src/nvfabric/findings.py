@@ -49,6 +49,7 @@ CODES: frozenset[str] = frozenset(
         "service_exited",
         "restart_needs_gpu_reset",
         "already_running",
+        "run_not_ready",
         "fabric_service_running",
         "nvml_unavailable",
         "input_unreadable",

@@ -77,7 +77,8 @@ class GpuCheck:
     log (``8 GPUs: completed x8``); ``error``: why the state could not be read, if so;
     ``supported``: False when no GPU has a fabric state (NVML "not supported", e.g. A100), so
     that the service's success line is the readiness signal; ``findings``: problems seen in
-    the state (a GPU completed with an error status), logged when the unit becomes ready.
+    the state (a GPU completed with an error status), logged when the unit becomes ready;
+    ``registered_gpus``: labels of the GPUs registered (completed), for R09's refusal.
     """
 
     ready: bool
@@ -86,6 +87,7 @@ class GpuCheck:
     error: str | None = None
     supported: bool = True
     findings: tuple[Finding, ...] = ()
+    registered_gpus: tuple[str, ...] = ()
 
 
 class Classifier(Protocol):
@@ -266,6 +268,68 @@ def run_lock_holder(state_dir: str) -> int | None:
     finally:
         os.close(fd)
     return None
+
+
+#: The readiness file of ``nvfabric run`` in its state directory (JSON, RUN.md R10).
+READY_FILE = "ready"
+
+
+def clear_stale_ready(state_dir: str) -> int | None:
+    """Remove ``<state_dir>/ready`` left by a run that is gone (``kill -9``, a crash): called
+    by a run that holds the run lock, so no live run can own the file. Returns the pid the
+    stale file named (0 when unreadable), None when there was none. Raises OSError when it
+    exists and cannot be removed."""
+    path = os.path.join(state_dir, READY_FILE)
+    try:
+        with open(path, encoding="utf-8", errors="replace") as fh:
+            text = fh.read(1 << 16)
+    except FileNotFoundError:
+        return None
+    except OSError:
+        text = ""
+    os.unlink(path)
+    try:
+        pid = json.loads(text).get("pid")
+    except (ValueError, AttributeError):
+        pid = None
+    return pid if isinstance(pid, int) and not isinstance(pid, bool) else 0
+
+
+def live_ready(state_dir: str) -> tuple[dict[str, object] | None, str]:
+    """The readiness of the run in ``state_dir`` (RUN.md R10): (the ready file's object, "")
+    when ``<state_dir>/ready`` exists and the pid inside is the live ``nvfabric run`` holding
+    the run lock; else (None, why: no file, unreadable, or stale: its pid does not hold the
+    lock). Reads only."""
+    path = os.path.join(state_dir, READY_FILE)
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except FileNotFoundError:
+        return None, f"no readiness file {path}: no run is ready"
+    except OSError as err:
+        return None, f"cannot read {path}: {err.strerror or err}"
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return None, f"{path} is not a regular file"
+        data = os.read(fd, 1 << 16)
+    finally:
+        os.close(fd)
+    try:
+        info = json.loads(data.decode("utf-8", "replace"))
+    except ValueError:
+        info = None
+    pid = info.get("pid") if isinstance(info, dict) else None
+    if not isinstance(pid, int) or isinstance(pid, bool) or pid <= 0:
+        return None, f"{path} names no run (no pid): stale or not written by nvfabric run"
+    try:
+        holder = run_lock_holder(state_dir)
+    except OSError as err:
+        return None, f"cannot read the run lock in {state_dir}: {err.strerror or err}"
+    if holder != pid:
+        who = "nobody holds the run lock" if holder is None else f"pid {holder} holds it"
+        return None, (f"{path} is stale: it names run pid {pid}, but {who} (the run ended "
+                      "without removing it, e.g. kill -9)")
+    assert isinstance(info, dict)
+    return info, ""
 
 
 def _lock_pid(fd: int) -> int:
@@ -835,7 +899,8 @@ class Supervisor:
         self._ready_after = self._ready_at - self._unit_started
         if self.ready_file:
             info = dict(self.ready_info)
-            info.update({"ready_after_s": round(self._ready_after, 3), "restarts": self._restarts,
+            info.update({"pid": os.getpid(), "ready_after_s": round(self._ready_after, 3),
+                         "restarts": self._restarts,
                          "services": [{"service": p.spec.name, "pid": p.pid}
                                       for p in self._procs]})
             try:
@@ -985,6 +1050,43 @@ class Supervisor:
                 "stop every CUDA client first (a GPU in use cannot be reset), or reboot",
                 {"services": names}))
             return False
+        return self._reset_verified(names, argv)
+
+    def _reset_verified(self, names: str, argv: Sequence[str]) -> bool:
+        """R09: after the reset command returned 0, the GPUs' fabric state is read again (the
+        probe, in this thread: nothing runs yet); a GPU still registered (the command did
+        nothing, or reset other GPUs), or a state that cannot be read, is not a reset: the
+        outcome is ``restart_needs_gpu_reset`` naming the GPUs and False."""
+        if self._probe_fn is None:  # nothing to read the state with (no GPU readiness)
+            self._registered = False
+            return True
+        with self._probe_lock:
+            try:
+                check = self._probe_fn()
+            except Exception as err:  # noqa: BLE001 - reported as an unverified reset
+                check = GpuCheck(False, False, "unreadable", f"{type(err).__name__}: {err}")
+        command = " ".join(argv)
+        if check.registered:
+            gpus = list(check.registered_gpus)
+            shown = ", ".join(gpus) if gpus else check.summary
+            self._refuse(Finding(
+                "restart_needs_gpu_reset", "error",
+                f"`{command}` returned 0 but GPUs are still registered with the NVLink fabric "
+                f"({shown}; {check.summary}): {names} was not started",
+                "the reset command did not reset these GPUs (wrong GPUs, or it does nothing): "
+                "stop CUDA clients and reset them (nvidia-smi -r), or reboot the node",
+                {"services": names, "gpus": gpus, "summary": check.summary}))
+            return False
+        if check.error is not None:
+            self._refuse(Finding(
+                "restart_needs_gpu_reset", "error",
+                f"`{command}` returned 0 but the GPUs' fabric state cannot be read to check "
+                f"it ({check.error}): {names} was not started",
+                "check the driver and nvidia-smi, then run again; the reset must be seen "
+                "before fabric manager starts", {"services": names, "gpus": [],
+                                                 "summary": check.summary}))
+            return False
+        self.log.say(f"GPU reset checked: {check.summary}")
         self._registered = False
         return True
 

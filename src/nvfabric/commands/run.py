@@ -41,6 +41,7 @@ from ..services import fabricmanager as fm
 from ..services.unit import RunConfig, build, environ_items
 from ..supervisor import (
     LOCK_FILE,
+    READY_FILE,
     GpuCheck,
     Log,
     Outcome,
@@ -48,6 +49,7 @@ from ..supervisor import (
     RunLock,
     Supervisor,
     acquire_run_lock,
+    clear_stale_ready,
     ensure_dir,
     not_a_directory,
     printable,
@@ -80,7 +82,8 @@ def gpu_check(root: str) -> GpuCheck:
             f"{len(bad)} GPU(s) completed fabric registration with an error status: "
             + "; ".join(f"{g.label}: {g.status}" for g in bad),
             "run `nvfabric status` for the per-GPU verdict", {"count": len(bad)}),)
-    return GpuCheck(len(done) == len(supported), bool(done), summary, findings=findings)
+    return GpuCheck(len(done) == len(supported), bool(done), summary, findings=findings,
+                    registered_gpus=tuple(g.label for g in done))
 
 
 def _generations(root: str, arch: str | None) -> set[str]:
@@ -376,9 +379,19 @@ def run_cmd(root: str, arch: str | None, as_json: bool, dry_run: bool, restart: 
         """One run per node: the lock (``--dry-run``: who holds it), before anything is
         written, reset or started and after every pure check. Its descriptor is never closed:
         the lock lasts as long as this process, however it ends."""
-        lock, busy = _take_lock(_state_dir(root, state_dir), dry_run)
+        state = _state_dir(root, state_dir)
+        lock, busy = _take_lock(state, dry_run)
         if busy is not None:
             emit("refused", 1, [busy], title="refused: another nvfabric run is active")
+        if lock is not None:  # R10: ours now; a ready file left by a run that is gone goes
+            try:
+                stale = clear_stale_ready(state)
+            except OSError as err:
+                raise usage_error(f"cannot remove the stale readiness file in {state}: "
+                                  f"{err.strerror or err}", "check --state-dir") from None
+            if stale is not None:
+                Log().say(f"removed the stale readiness file {state}/{READY_FILE} (run pid "
+                          f"{stale or 'unknown'} is gone)")
         return lock
 
     if p.fabric == "mnnvl":
