@@ -4,6 +4,7 @@ otherwise human text through rich (imported only then). Errors become one line o
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 import os
@@ -55,10 +56,68 @@ def console(stderr: bool = False) -> Any:
     return con
 
 
-def _on_broken_pipe() -> NoReturn:
-    """The reader went away (``nvfabric detect | head -1``): stop quietly, exit 0."""
+def _on_broken_pipe() -> None:
+    """The reader went away (``nvfabric status | head -1``): the rest of the output is
+    dropped and the command goes on to its own exit code (:class:`QuietOnBrokenPipe`)."""
     _quiet_stdout()
-    sys.exit(0)
+
+
+class QuietOnBrokenPipe:
+    """A text stream (sys.stdout, sys.stderr) whose reader may go away: a write or flush that
+    meets a broken pipe (EPIPE) points the descriptor at /dev/null and drops the text, so the
+    command ends with its own exit code (``nvfabric status | head -1`` on an unhealthy node
+    still exits 1), never with an internal error or the interpreter's exit code 120. Every
+    other attribute is the wrapped stream's."""
+
+    def __init__(self, stream: Any) -> None:
+        self._stream = stream
+        self.lost = False
+
+    def _gone(self) -> None:
+        self.lost = True
+        _quiet_fd(self._stream)
+
+    def write(self, text: str) -> int:
+        try:
+            return int(self._stream.write(text))
+        except BrokenPipeError:
+            self._gone()
+            return len(text)
+
+    def flush(self) -> None:
+        try:
+            self._stream.flush()
+        except BrokenPipeError:
+            self._gone()
+            with contextlib.suppress(OSError, ValueError):
+                self._stream.flush()  # what was buffered now goes to /dev/null
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._stream, name)
+
+
+def standard_streams() -> None:
+    """Called once before any command runs: descriptors 0, 1 and 2 that were closed
+    (``>&-``, ``2>&-``) are opened on /dev/null, so that no file nvfabric opens later (a lock,
+    a config) becomes its stdout, and sys.stdin/stdout/stderr (None then) are streams again;
+    stdout and stderr are wrapped in :class:`QuietOnBrokenPipe`."""
+    for fd, flags in ((0, os.O_RDONLY), (1, os.O_WRONLY), (2, os.O_WRONLY)):
+        try:
+            os.fstat(fd)
+        except OSError:
+            with contextlib.suppress(OSError):
+                null = os.open(os.devnull, flags)
+                if null != fd:
+                    os.dup2(null, fd)
+                    os.close(null)
+    if sys.stdin is None:
+        sys.stdin = open(os.devnull, encoding="utf-8")  # noqa: SIM115 - lives with the process
+    for name in ("stdout", "stderr"):
+        stream = getattr(sys, name)
+        if stream is None:
+            stream = open(os.devnull, "w", encoding="utf-8")  # noqa: SIM115 - as above
+        if not isinstance(stream, QuietOnBrokenPipe):
+            setattr(sys, name, QuietOnBrokenPipe(stream))
 
 
 def severity_style(severity: str) -> str:
@@ -153,8 +212,16 @@ def guarded(fn: F) -> F:
 def _quiet_stdout() -> None:
     """After a broken pipe, point stdout at /dev/null so the interpreter's final flush is
     silent."""
+    _quiet_fd(sys.stdout)
+
+
+def _quiet_fd(stream: Any) -> None:
+    """Point the descriptor of ``stream`` at /dev/null (its reader went away)."""
     try:
         devnull = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(devnull, sys.stdout.fileno())
-    except OSError:
+        try:
+            os.dup2(devnull, stream.fileno())
+        finally:
+            os.close(devnull)
+    except (OSError, ValueError, AttributeError):
         pass
