@@ -94,3 +94,70 @@ def test_a_closed_stdout_is_not_handed_to_a_file_nvfabric_opens(tmp_path: Path) 
     assert proc.returncode == 1, proc.stderr
     lock = root / "run/nvfabric/run.lock"
     assert lock.exists() and b"{" not in lock.read_bytes()
+
+
+# ---------------------------------------------------------------- disk full and lock errors
+
+
+def _run_on_a_full_state_dir(root: Path, free_pages: int) -> subprocess.CompletedProcess[str]:
+    """``nvfabric run --root ROOT --json`` in a private mount namespace (``unshare -m``) where
+    the state directory is a 16 KiB tmpfs filled up to ``free_pages`` pages of 4 KiB."""
+    state = root / "run/nvfabric"
+    state.mkdir(parents=True, exist_ok=True)
+    fill = 4 - free_pages
+    script = ('mount -t tmpfs -o size=16k,mode=0700 tmpfs "$1" || exit 99; '
+              'if [ "$2" -gt 0 ]; then dd if=/dev/zero of="$1/fill" bs=4k count="$2" '
+              '2>/dev/null; fi; shift 2; exec "$@"')
+    env = {k: v for k, v in os.environ.items() if k != "NVFABRIC_DEBUG"}
+    proc = subprocess.run(
+        ["unshare", "-m", "sh", "-c", script, "sh", str(state), str(fill), sys.executable,
+         "-m", "nvfabric", "run", "--root", str(root), "--json"],
+        capture_output=True, text=True, timeout=120, check=False, env=env)
+    assert proc.returncode != 99, "cannot mount a tmpfs in a private mount namespace"
+    return proc
+
+
+def test_a_full_state_dir_is_disk_full_naming_the_lock(tmp_path: Path) -> None:
+    import json
+
+    from tests.runkit import sim
+
+    root = sim(tmp_path, "dgx-b200")
+    proc = _run_on_a_full_state_dir(root, free_pages=0)
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    err = json.loads(proc.stdout)["error"]
+    assert err["code"] == "disk_full"
+    assert err["message"] == (f"cannot take the run lock {root}/run/nvfabric/run.lock: "
+                              "No space left on device")
+    assert "free space" in err["hint"] and "run as root" not in err["hint"]
+
+
+def test_a_full_disk_while_writing_the_config_names_the_config(tmp_path: Path) -> None:
+    import json
+
+    from tests.runkit import events, sim
+
+    root = sim(tmp_path, "dgx-b200")
+    proc = _run_on_a_full_state_dir(root, free_pages=1)  # the lock's pid fits, the config not
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    err = json.loads(proc.stdout)["error"]
+    assert err["code"] == "disk_full"
+    assert err["message"] == (f"{root}/run/nvfabric/fabricmanager.cfg: No space left on "
+                              "device")
+    assert not events(root, "nvlsm", "exec") and not events(root, "fabricmanager", "exec")
+
+
+def test_lock_errors_say_what_they_are(tmp_path: Path) -> None:
+    import errno
+
+    from nvfabric.output import os_error
+
+    lock = str(tmp_path / "run.lock")
+    for code, word, exit_code in ((errno.EACCES, "run as root", 2),
+                                  (errno.EROFS, "read-only", 2),
+                                  (errno.ENOLCK, "does not support locks", 2),
+                                  (errno.ENOSPC, "free space", 1)):
+        finding, rc = os_error(OSError(code, os.strerror(code)), "cannot take the run lock",
+                               lock)
+        assert rc == exit_code and word in finding.hint
+        assert finding.message == f"cannot take the run lock {lock}: {os.strerror(code)}"

@@ -50,6 +50,7 @@ CODES: frozenset[str] = frozenset(
         "restart_needs_gpu_reset",
         "already_running",
         "run_not_ready",
+        "disk_full",
         "fabric_service_running",
         "nvml_unavailable",
         "input_unreadable",

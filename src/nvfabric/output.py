@@ -5,6 +5,7 @@ otherwise human text through rich (imported only then). Errors become one line o
 from __future__ import annotations
 
 import contextlib
+import errno
 import functools
 import json
 import os
@@ -152,6 +153,39 @@ def fail(finding: Finding, exit_code: int, as_json: bool) -> NoReturn:
     sys.exit(exit_code)
 
 
+#: errno values of a full filesystem (ENOSPC, EDQUOT): a fault of the node, exit 1.
+_FULL = (errno.ENOSPC, errno.EDQUOT)
+
+
+def os_error(err: OSError, doing: str = "", path: str | None = None) -> tuple[Finding, int]:
+    """What an OSError is, as a finding naming the file and an exit code (README contract):
+    a full filesystem is ``disk_full`` (exit 1: the node is the problem, not the command
+    line); permissions, a read-only filesystem, locks the filesystem does not support and the
+    rest are ``input_unreadable`` (exit 2) with the hint that fits the errno. ``doing``: what
+    failed (``cannot take the run lock``); ``path``: the file when ``err`` has none."""
+    where = path or err.filename
+    what = f"{doing} {where}" if doing and where else (doing or str(where or ""))
+    reason = err.strerror or str(err)
+    message = f"{what}: {reason}" if what else reason
+    parent = os.path.dirname(str(where)) if where else "the filesystem"
+    if err.errno in _FULL:
+        return Finding("disk_full", "error", message,
+                       f"free space on the filesystem of {parent} (`df -h {parent}`), or pass "
+                       "a directory on another filesystem", {"path": where}), 1
+    hints = {
+        errno.EACCES: "run as root, or pass a path nvfabric may write",
+        errno.EPERM: "run as root (or with the capability this needs)",
+        errno.EROFS: f"{parent} is on a read-only filesystem: pass a path on a writable one",
+        errno.ENOLCK: f"the filesystem of {parent} does not support locks (NFS?): pass a "
+                      "local directory",
+        errno.ENOTDIR: "a file is where a directory should be: check the path",
+        errno.EISDIR: "a directory is where a file should be: check the path",
+    }
+    hint = hints.get(err.errno or 0, "check the path given and that it is the right kind "
+                     "(file or directory) and writable where nvfabric writes")
+    return Finding("input_unreadable", "error", message, hint, {"path": where}), 2
+
+
 def safe(value: object) -> str:
     """A value read from the node or an input file, made safe for rich console output: markup
     brackets escaped (``[/]`` in a sysfs file must not be taken as a style tag) and control
@@ -195,10 +229,7 @@ def guarded(fn: F) -> F:
         except OSError as err:
             if os.environ.get("NVFABRIC_DEBUG"):
                 raise
-            where = f"{err.filename}: " if err.filename else ""
-            fail(Finding("input_unreadable", "error", f"{where}{err.strerror or err}",
-                         "check the path given and that it is the right kind (file or "
-                         "directory) and writable where nvfabric writes"), 2, as_json)
+            fail(*os_error(err), as_json)
         except Exception as err:  # noqa: BLE001 - last resort, see docstring
             if os.environ.get("NVFABRIC_DEBUG"):
                 raise

@@ -31,6 +31,7 @@ from ..output import (
     console,
     guarded,
     json_option,
+    os_error,
     print_findings,
     print_json,
     root_option,
@@ -276,8 +277,8 @@ def _take_lock(state: str, dry_run: bool) -> tuple[RunLock | None, Finding | Non
             if not existed:
                 Log().say(f"created state directory {state} (mode 0700)")
     except OSError as err:
-        raise usage_error(f"cannot take the run lock {lock_path}: {err.strerror or err}",
-                          "run as root, or pass a writable --state-dir") from None
+        finding, code = os_error(err, "cannot take the run lock", lock_path)
+        raise NvfabricError(finding, code) from None
     return lock, None if holder is None else _already_running(holder, lock_path)
 
 
