@@ -161,3 +161,58 @@ def test_lock_errors_say_what_they_are(tmp_path: Path) -> None:
                                lock)
         assert rc == exit_code and word in finding.hint
         assert finding.message == f"cannot take the run lock {lock}: {os.strerror(code)}"
+
+
+# ---------------------------------------------------------------- run's inputs, run's listing
+
+
+def test_run_imex_peers_binary_is_exit_2_like_imex_config(tmp_path: Path) -> None:
+    import json
+
+    from tests.test_imex_run import tray
+
+    root = tray(tmp_path)
+    binary = tmp_path / "peers.bin"
+    binary.write_bytes(b"\x7fELF\x02\x01\x01\x00\xff\xfe\x00\x00")
+    config = subprocess.run([sys.executable, "-m", "nvfabric", "imex", "config", "--root",
+                             str(root), "--peers", str(binary), "--json"],
+                            capture_output=True, text=True, timeout=60, check=False)
+    assert config.returncode == 2
+    for args in (("--dry-run",), ()):
+        proc = subprocess.run([sys.executable, "-m", "nvfabric", "run", "--root", str(root),
+                               "--imex-peers", str(binary), "--json", *args],
+                              capture_output=True, text=True, timeout=60, check=False)
+        assert proc.returncode == 2, proc.stdout
+        err = json.loads(proc.stdout)["error"]
+        assert err["code"] == "input_unreadable"
+        assert f"--imex-peers {binary} is not a text file" in err["message"]
+    assert not (root / "run/nvfabric").exists()
+
+
+def test_a_refused_dry_run_lists_no_file_it_would_not_write(tmp_path: Path) -> None:
+    from tests.runkit import sim
+    from tests.test_imex_run import peers, tray
+
+    root = sim(tmp_path, "hgx-h100", {"fabricmanager": {"version": "570.133.20"}})
+    proc = subprocess.run([sys.executable, "-m", "nvfabric", "run", "--root", str(root),
+                           "--dry-run"], capture_output=True, text=True, timeout=60,
+                          check=False)
+    assert proc.returncode == 1
+    assert "version_mismatch" in proc.stderr
+    assert "file " not in proc.stdout and "  | " not in proc.stdout
+    assert "refused: nothing would be written or started" in proc.stdout
+    accepted = sim(tmp_path, "hgx-h100", name="ok")
+    ok = subprocess.run([sys.executable, "-m", "nvfabric", "run", "--root", str(accepted),
+                         "--dry-run"], capture_output=True, text=True, timeout=60, check=False)
+    assert ok.returncode == 0 and f"file {accepted}/run/nvfabric/fabricmanager.cfg" in ok.stdout
+    # a tray whose node list lacks this node: refused, so no node list and no mknod shown
+    (tmp_path / "t").mkdir()
+    tray_root = tray(tmp_path / "t")
+    (tray_root / "dev/nvidia-caps-imex-channels/channel0").unlink()
+    other = peers(tmp_path, "192.0.2.77")
+    refused = subprocess.run([sys.executable, "-m", "nvfabric", "run", "--root", str(tray_root),
+                              "--dry-run", "--imex-peers", other], capture_output=True,
+                             text=True, timeout=60, check=False)
+    assert refused.returncode == 1, refused.stderr
+    assert "file " not in refused.stdout and "action: mknod" not in refused.stdout
+    assert "refused: nothing would be created, written or started" in refused.stdout

@@ -225,7 +225,10 @@ def _emit(result: str, code: int, findings: Sequence[Finding], *, p: Plan, as_js
     sys.exit(code)
 
 
-def _dry_run_listing(unit: Unit) -> None:
+def _dry_run_listing(unit: Unit, refused: bool = False) -> None:
+    """The human ``--dry-run`` listing: argv in start order, notes, and the files ``run``
+    writes with their content; when the preflight refuses, no file (``run`` would write
+    none)."""
     out = click.echo
     out(f"fabric {unit.fabric}: {len(unit.services)} process(es), in start order")
     for s in unit.services:
@@ -236,7 +239,9 @@ def _dry_run_listing(unit: Unit) -> None:
             out("    ready when every GPU's fabric state is completed")
     for note in unit.notes:
         out(printable(f"  note: {note}"))
-    for f in unit.files:
+    if refused:
+        out("refused: nothing would be written or started")
+    for f in () if refused else unit.files:
         out(printable(f"file {f.path} (mode {f.mode:o}):"))
         for line in f.content.splitlines():
             out(printable(f"  | {line}"))
@@ -396,16 +401,21 @@ def run_cmd(root: str, arch: str | None, as_json: bool, dry_run: bool, restart: 
         return lock
 
     if p.fabric == "mnnvl":
-        hold()
         # ---- MNNVL / IMEX path (issue 6): nvfabric.imex.bringup. Never fabric manager. ----
         from ..diagnose import Classifier
         from ..imex import bringup
         from ..services import imex as imex_service
+        from .imex import _read_text_file
 
+        # the node list file is read like `imex config --peers` reads it (exit 2 when it is
+        # unreadable or not text), before the lock
+        peers_text = None if imex_peers is None else _read_text_file(imex_peers, "--imex-peers")
+        hold()
         imex_opts = bringup.ImexRunOptions(
             root=root, state_dir=state_dir, owner=imex_owner,
             paths=imex_service.ImexPaths(imex_bin, imex_ctl, imex_config),
             peers_file=imex_peers, local_addresses=imex_local_address,
+            peers_text=peers_text,
             ctl_timeout_s=imex_ctl_timeout, grace_s=grace)
         imex_policy = Policy(restart=restart, backoff_base_s=restart_delay,
                              backoff_cap_s=restart_max_delay, ready_timeout_s=ready_timeout)
@@ -459,7 +469,7 @@ def run_cmd(root: str, arch: str | None, as_json: bool, dry_run: bool, restart: 
     pre = preflight(unit, p, root=root, needs_reset=needs_reset, reset_argv=reset_argv)
     if dry_run:
         if not as_json:
-            _dry_run_listing(unit)
+            _dry_run_listing(unit, pre.refused)
         emit("refused" if pre.refused else "would_start", 1 if pre.refused else 0,
              list(pre.findings), unit=unit, title="preflight would refuse to start"
              if pre.refused else "preflight")

@@ -33,6 +33,7 @@ from ..supervisor import (
     Policy,
     Supervisor,
     ensure_dir,
+    printable,
     run_result,
     wait_for_stop,
 )
@@ -48,13 +49,16 @@ EFFECTIVE_NODES = "imex/nodes_config.cfg"
 class ImexRunOptions:
     """Operator choices (host paths; resolved under ``root``). ``owner``: ``--imex-owner``
     (None: detect); ``peers_file``: ``--imex-peers`` (None: the node list the shipped config
-    names); ``local_addresses``: ``--imex-local-address`` (empty: the node's interfaces)."""
+    names); ``peers_text``: that file's text, read by the command line like ``imex config
+    --peers`` reads it (an unreadable or binary file is exit 2 there); ``local_addresses``:
+    ``--imex-local-address`` (empty: the node's interfaces)."""
 
     root: str = "/"
     state_dir: str = "/run/nvfabric"
     owner: str | None = None
     paths: imex_service.ImexPaths = field(default_factory=imex_service.ImexPaths)
     peers_file: str | None = None
+    peers_text: str | None = None
     local_addresses: tuple[str, ...] = ()
     ctl_timeout_s: float = CTL_TIMEOUT_S
     grace_s: float = 10.0
@@ -166,11 +170,14 @@ def prepare(opts: ImexRunOptions, driver_version: str | None) -> Prepared:
 
 def _node_list(opts: ImexRunOptions, shipped: str | None
                ) -> tuple[tuple[nodes.Peer, ...], str, Finding | None]:
-    if opts.peers_file is not None:
+    text: str | None
+    if opts.peers_file is not None and opts.peers_text is not None:
+        where, text = opts.peers_file, opts.peers_text
+    elif opts.peers_file is not None:
         where = opts.peers_file
         try:
             with open(where, "rb") as fh:
-                text: str | None = fh.read(1 << 20).decode("utf-8")
+                text = fh.read(1 << 20).decode("utf-8")
         except OSError as err:
             return (), where, Finding("input_unreadable", "error",
                                       f"cannot read --imex-peers {where}: {err.strerror}",
@@ -357,21 +364,26 @@ def _print_dry_run(prepared: Prepared, as_json: bool, reasons: Sequence[str]) ->
 
     import click
 
+    def echo(text: str) -> None:  # values from the node and its files: escaped
+        click.echo(printable(text))
+
     d = prepared.ownership
-    click.echo(f"fabric mnnvl: IMEX owner {d.owner}"
-               + (f" (run by {d.runner})" if d.runner else "") + f", {d.source}")
+    echo(f"fabric mnnvl: IMEX owner {d.owner}"
+         + (f" (run by {d.runner})" if d.runner else "") + f", {d.source}")
     for r in d.reasons:
-        click.echo(f"  why: {r}")
+        echo(f"  why: {r}")
     if prepared.spec is not None:
-        click.echo(f"  {prepared.spec.name}: {shlex.join(prepared.spec.argv)}")
-        click.echo("    ready when `nvidia-imex-ctl -q` prints READY")
-    for a in prepared.actions():
-        click.echo(f"  action: {a}")
+        echo(f"  {prepared.spec.name}: {shlex.join(prepared.spec.argv)}")
+        echo("    ready when `nvidia-imex-ctl -q` prints READY")
+    if prepared.refusals:  # run would make and write nothing: nothing is shown as if it would
+        echo("refused: nothing would be created, written or started")
+    for a in () if prepared.refusals else prepared.actions():
+        echo(f"  action: {a}")
     for note in prepared.notes:
-        click.echo(f"  note: {note}")
-    for f in prepared.files:
-        click.echo(f"file {f.path} (mode {f.mode:o}):")
+        echo(f"  note: {note}")
+    for f in () if prepared.refusals else prepared.files:
+        echo(f"file {f.path} (mode {f.mode:o}):")
         for line in f.content.splitlines():
-            click.echo(f"  | {line}")
+            echo(f"  | {line}")
     if findings:
         print_findings(console(stderr=True), findings, "problems")
