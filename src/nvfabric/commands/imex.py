@@ -167,13 +167,18 @@ def _create(root: str, facts: channels.ChannelFacts, number: int) -> str:
 
 
 def _read_text_file(path: str, what: str, limit: int = 1 << 20) -> str:
-    """A UTF-8 text file given on the command line (up to ``limit`` bytes); usage error (exit
-    2) naming the option when it cannot be read or is not text (a binary file, NUL bytes)."""
+    """A UTF-8 text file given on the command line (up to ``limit`` bytes; ``-`` is stdin);
+    usage error (exit 2) naming the option when it cannot be read or is not text (a binary
+    file, NUL bytes)."""
     try:
-        with open(path, "rb") as fh:
-            data = fh.read(limit)
-    except OSError as err:
-        raise usage_error(f"cannot read {what} {path}: {err.strerror or err}",
+        if path == "-":  # stdin, as every command reads it
+            data = sys.stdin.buffer.read(limit)
+        else:
+            with open(path, "rb") as fh:
+                data = fh.read(limit)
+    except (OSError, AttributeError) as err:  # AttributeError: no binary stdin
+        why = err.strerror if isinstance(err, OSError) and err.strerror else str(err)
+        raise usage_error(f"cannot read {what} {path}: {why}",
                           "give a readable text file") from None
     try:
         text = data.decode("utf-8")
@@ -388,7 +393,7 @@ def _current_node_list(root: str, path: str, old_path: str) -> tuple[nodes.Peer,
 @click.option("--timeout", "timeout_s", type=click.FloatRange(0.1, 600), default=CTL_TIMEOUT_S,
               show_default=True, help="Hard timeout for each nvidia-imex-ctl call, seconds.")
 @click.option("--from-file", "from_file", default=None, metavar="FILE",
-              help="Read a saved `nvidia-imex-ctl -N` or `-N -j` output instead.")
+              help="Read a saved `nvidia-imex-ctl -N` or `-N -j` output instead ('-': stdin).")
 @json_option
 @guarded
 def domain_cmd(root: str, config_path: str, ctl_path: str, timeout_s: float,
