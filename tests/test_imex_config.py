@@ -343,8 +343,9 @@ def test_run_imex_peers_binary_file_is_refused_saying_so(tmp_path: Path) -> None
     peers = tmp_path / "peers.bin"
     peers.write_bytes(b"\xff\xfe1\x00")
     out, rc = run_json("run", "--root", str(root), "--imex-peers", str(peers), "--dry-run")
-    assert rc == 1
-    (f,) = [f for f in out["findings"] if f["code"] == "input_unreadable"]
+    assert rc == 2  # like `imex config --peers BINARY` (issue 10)
+    f = out["error"]
+    assert f["code"] == "input_unreadable"
     assert "is not a text file" in f["message"] and f["hint"]
 
 
