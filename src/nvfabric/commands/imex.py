@@ -219,7 +219,8 @@ def check_node_list(root: str, peers: tuple[nodes.Peer, ...], local: tuple[str, 
     findings = list(nodes.validate(peers, driver_version(root)))
     if not skip_local:
         addrs = local or host.node_addresses(root)
-        problem = nodes.check_local(peers, addrs, host.local_names(root))
+        problem = nodes.check_local(peers, addrs, host.local_names(root), host.resolve_names(
+            root, [p.text for p in peers if p.kind == "hostname"]))
         if problem:
             findings.append(problem)
     return findings

@@ -130,7 +130,8 @@ def prepare(opts: ImexRunOptions, driver_version: str | None) -> Prepared:
     else:
         refusals += [f for f in nodes.validate(peers, driver_version) if f.severity == "error"]
         addrs = opts.local_addresses or host.node_addresses(opts.root)
-        local = nodes.check_local(peers, addrs, host.local_names(opts.root))
+        local = nodes.check_local(peers, addrs, host.local_names(opts.root), host.resolve_names(
+            opts.root, [p.text for p in peers if p.kind == "hostname"]))
         if local is not None:
             refusals.append(local)
         notes.append(f"IMEX node list: {plural(len(peers), 'entry')} from {source} "

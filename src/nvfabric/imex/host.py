@@ -15,6 +15,7 @@ import signal
 import socket
 import stat
 import subprocess
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 from .. import hostpath
@@ -130,6 +131,10 @@ def _scripts(root: str, value: str) -> list[str]:
         rootlen = len(os.path.abspath(root).rstrip("/"))
         out += [m[rootlen:] if root != "/" else m for m in matches if os.path.isfile(m)]
     return out
+
+
+#: Seconds all resolver lookups of one node list check may take together.
+RESOLVE_TIMEOUT_S = 3.0
 
 
 # -- channels ---------------------------------------------------------------------------------
@@ -282,6 +287,53 @@ def local_addresses() -> tuple[str, ...]:
             if a.family in (socket.AF_INET, socket.AF_INET6):
                 out.add(a.address.split("%", 1)[0])
     return tuple(sorted(out))
+
+
+def parse_hosts(text: str) -> dict[str, tuple[str, ...]]:
+    """/etc/hosts text (hosts(5): an address, then its names; ``#`` comments) as lower-case
+    name -> addresses, in file order."""
+    out: dict[str, list[str]] = {}
+    for line in text.splitlines():
+        fields = line.split("#", 1)[0].split()
+        if len(fields) < 2:
+            continue
+        for name in fields[1:]:
+            out.setdefault(name.lower(), []).append(fields[0].split("%", 1)[0])
+    return {k: tuple(v) for k, v in out.items()}
+
+
+def resolve_names(root: str, names: Iterable[str],
+                  timeout_s: float = RESOLVE_TIMEOUT_S) -> dict[str, tuple[str, ...]]:
+    """Addresses of host names of a node list (lower-case name -> addresses): the node's
+    etc/hosts under ``root``; on the host itself (root ``/``) also the resolver
+    (getaddrinfo), all names together bounded by ``timeout_s`` (a resolver that hangs leaves
+    the names it did not answer unresolved). Names without an answer are absent."""
+    wanted = sorted({n.lower() for n in names if n})
+    if not wanted:
+        return {}
+    hosts = parse_hosts(read_text(under(root, "/etc/hosts"), limit=1 << 20) or "")
+    out = {n: hosts[n] for n in wanted if n in hosts}
+    missing = [n for n in wanted if n not in out]
+    if os.path.abspath(root) != "/" or not missing:
+        return out
+    import concurrent.futures
+
+    def lookup(name: str) -> tuple[str, ...]:
+        infos = socket.getaddrinfo(name, None, proto=socket.IPPROTO_TCP)
+        return tuple(sorted({str(i[4][0]).split("%", 1)[0] for i in infos}))
+
+    pool = concurrent.futures.ThreadPoolExecutor(max_workers=min(8, len(missing)))
+    try:
+        futures = {pool.submit(lookup, n): n for n in missing}
+        done, _ = concurrent.futures.wait(futures, timeout=timeout_s)
+        for fut in done:
+            try:
+                out[futures[fut]] = fut.result()
+            except OSError:  # socket.gaierror: unknown name
+                continue
+    finally:
+        pool.shutdown(wait=False, cancel_futures=True)
+    return out
 
 
 def local_names(root: str) -> tuple[str, ...]:
