@@ -77,7 +77,7 @@ def test_gb200_tray_comes_up_with_host_ownership(tmp_path: Path, start: Callable
     out = run.result()
     assert (out["result"], out["fabric"], out["imex"]["owner"]) == ("stopped", "mnnvl", "host")
     assert out["imex"]["channels"]["channels"][0]["kind"] == "char"
-    assert "IMEX: READY, domain UP (1 nodes)" in run.log
+    assert "IMEX: READY, domain UP (1 node)" in run.log
 
 
 def test_waiting_for_peers_is_not_ready_and_names_them(

@@ -131,8 +131,8 @@ class Policy:
 @dataclass(frozen=True)
 class Outcome:
     """How a run ended: ``exit_code`` (0 orderly stop, 1 failure), ``reason`` (``stopped``,
-    ``failed``), the findings (the failure first), seconds to ready of the last start (None if
-    never ready), restarts done."""
+    ``failed``), the findings (the failure first), seconds to ready of the last start (rounded
+    to milliseconds; None if never ready), restarts done."""
 
     exit_code: int
     reason: str
@@ -1444,18 +1444,20 @@ class Supervisor:
 
     def _keep_exits(self, what: str) -> None:
         """Keep the ``service_exited`` finding of a failure that ``restart="on-failure"``
-        handled (a warning with ``restarted``: the unit went on), for the outcome."""
+        handled, for the outcome: with the severity it was logged with (an error stays an
+        error) and ``restarted`` (True: the unit went on)."""
         for f in self._failure:
             if f.code == "service_exited":
                 self._past_exits.append(Finding(
-                    f.code, "warning", f"{f.message}; {what}", f.hint,
+                    f.code, f.severity, f"{f.message}; {what}", f.hint,
                     {**f.fields, "restarted": "restarted" in what}))
 
     def _finish(self, code: int, reason: str, findings: Sequence[Finding]) -> None:
         self._phase = "done"
         self._remove_ready_file()
+        ready_after = None if self._ready_after is None else round(self._ready_after, 3)
         self._outcome = Outcome(code, reason, (*self._past_exits, *findings, *self._notes),
-                                self._ready_after, self._restarts)
+                                ready_after, self._restarts)
 
 
 def _noop_handler(signum: int, frame: object) -> None:

@@ -21,6 +21,7 @@ from ..findings import Finding
 from ..inventory import Inventory, collect
 from ..inventory.fs import under
 from ..output import console, guarded, json_option, print_json, root_option, safe
+from ..words import plural
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -298,7 +299,7 @@ def install(
                 if con is not None:
                     state = "installed" if done.changed else "unchanged"
                     con.print(f"{state}: {safe(art.component)} {safe(art.version)} -> "
-                              f"{safe(done.path)} ({done.files} files)", emoji=False)
+                              f"{safe(done.path)} ({plural(done.files, 'file')})", emoji=False)
             out["installed"] = installed
             if con is not None and dry_run:
                 for item in installed:

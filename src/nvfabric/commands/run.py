@@ -59,6 +59,7 @@ from ..supervisor import (
     socket_listening,
     wait_for_stop,
 )
+from ..words import plural
 
 
 def gpu_check(root: str) -> GpuCheck:
@@ -70,7 +71,8 @@ def gpu_check(root: str) -> GpuCheck:
     if not gpus:
         return GpuCheck(False, False, "no GPU fabric state", "no GPU fabric state could be read")
     counts = Counter(str(g.state) for g in gpus)
-    summary = f"{len(gpus)} GPUs: " + ", ".join(f"{k} x{v}" for k, v in sorted(counts.items()))
+    summary = f"{plural(len(gpus), 'GPU')}: " + ", ".join(
+        f"{k} x{v}" for k, v in sorted(counts.items()))
     supported = [g for g in gpus if g.state != "not_supported"]
     if not supported:
         return GpuCheck(False, False, summary, supported=False)
@@ -80,7 +82,7 @@ def gpu_check(root: str) -> GpuCheck:
     if bad:
         findings = (Finding(
             "registration_error", "warning",
-            f"{len(bad)} GPU(s) completed fabric registration with an error status: "
+            f"{plural(len(bad), 'GPU')} completed fabric registration with an error status: "
             + "; ".join(f"{g.label}: {g.status}" for g in bad),
             "run `nvfabric status` for the per-GPU verdict", {"count": len(bad)}),)
     return GpuCheck(len(done) == len(supported), bool(done), summary, findings=findings,
@@ -230,7 +232,7 @@ def _dry_run_listing(unit: Unit, refused: bool = False) -> None:
     writes with their content; when the preflight refuses, no file (``run`` would write
     none)."""
     out = click.echo
-    out(f"fabric {unit.fabric}: {len(unit.services)} process(es), in start order")
+    out(f"fabric {unit.fabric}: {plural(len(unit.services), 'process')}, in start order")
     for s in unit.services:
         out(printable(f"  {s.name}: {shlex.join(s.argv)}"))
         if s.ready_socket:

@@ -249,7 +249,8 @@ def readiness_probe(ctl_binary: str, cfg_path: str,
                             "(killed; it hangs while the daemon does not answer)")
         domain = _domain(ctl_binary, cfg_path, timeout_s)
         if ctl.parse_query(result.stdout):
-            where = f", domain {domain.state} ({len(domain.nodes)} nodes)" if domain else ""
+            where = f", domain {domain.state} ({plural(len(domain.nodes), 'node')})" \
+                if domain else ""
             return GpuCheck(True, False, f"READY{where}")
         if domain is not None and domain.unreachable:
             why = f"domain {domain.state}, waiting for " + ", ".join(domain.unreachable[:6])

@@ -25,6 +25,7 @@ from typing import Any
 
 from ..findings import Finding
 from ..hostpath import check as check_path
+from ..words import plural
 
 STATES = ("UP", "DEGRADED", "DOWN")
 READY = "READY"
@@ -92,8 +93,8 @@ class DomainStatus:
         elif not self.nodes:
             why = "nvidia-imex-ctl lists no node (is the daemon running with a node list?)"
         elif self.bad_links:
-            why = (f"{len(self.bad_links)} link(s) down, e.g. {self.bad_links[0]}; every node "
-                   "reports READY")
+            why = (f"{plural(len(self.bad_links), 'link')} down, e.g. {self.bad_links[0]}; "
+                   "every node reports READY")
         else:
             why = "every node reports READY and nvidia-imex-ctl names no unreachable node"
         return Finding(

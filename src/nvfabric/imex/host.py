@@ -22,6 +22,7 @@ from .. import hostpath
 from ..configs.atomic import staged, write_atomic
 from ..inventory.fs import listdir, read_bytes, read_text, under
 from ..inventory.nvidia import driver_version, imex_major, loaded_modules
+from ..words import plural
 from .channels import ChannelFacts, DevNode, channel_path, parse_params
 from .facts import (
     CAPS_DIR,
@@ -60,7 +61,7 @@ def _dra_evidence(root: str) -> tuple[str, ...]:
             parts.append("checkpoint.json")
         domains = listdir(os.path.join(path, "domains"))
         if domains:
-            parts.append(f"{len(domains)} ComputeDomain(s)")
+            parts.append(plural(len(domains), "ComputeDomain"))
         out.append(f"kubelet plugin state {d}" + (f" ({', '.join(parts)})" if parts else ""))
     return tuple(out)
 
