@@ -767,4 +767,8 @@ def test_control_characters_and_markup_from_a_daemon_are_printed_literally(
         assert "fabric manager 550.54.15\\x1b[2J[/] does not match" in proc.stderr
         out = proc.stdout + proc.stderr
         assert not any(ord(c) < 32 and c not in "\t\n" or 127 <= ord(c) < 160 for c in out)
+    set_faults(str(root), {})  # a dry run that would start lists the file it would write
+    proc = subprocess.run([sys.executable, "-m", "nvfabric", "run", "--root", str(root),
+                           "--dry-run"], capture_output=True, text=True, timeout=60, check=False)
+    assert proc.returncode == 0, proc.stderr
     assert "  | # \\x1b]0;title\\x07 [bold]x[/]" in proc.stdout.splitlines()

@@ -51,6 +51,7 @@ CODES: frozenset[str] = frozenset(
         "already_running",
         "run_not_ready",
         "disk_full",
+        "restart_limit",
         "fabric_service_running",
         "nvml_unavailable",
         "input_unreadable",

@@ -108,6 +108,9 @@ class Policy:
     ``registered_at_start``: GPUs were already registered before the first start (a fabric
     manager ran before), so the first start is a restart for R04. ``gpu_reset_timeout_s``:
     the reset command's bound (then its process group is killed and nothing starts).
+    ``start_limit_burst`` starts of the unit within ``start_limit_interval_s`` end a crash
+    loop (systemd's StartLimitBurst/StartLimitIntervalSec; 0, the default here, turns the
+    limit off; ``nvfabric run`` sets 5 in 300 s).
     """
 
     restart: str = "never"
@@ -120,6 +123,8 @@ class Policy:
     gpu_reset_argv: tuple[str, ...] | None = None
     gpu_reset_timeout_s: float = 300.0
     registered_at_start: bool = False
+    start_limit_burst: int = 0
+    start_limit_interval_s: float = 300.0
     last_lines: int = 20
     reap_orphans: bool | None = None  # None: when running as PID 1
 
@@ -627,6 +632,7 @@ class Supervisor:
         ready_file: str | None = None,
         ready_info: dict[str, object] | None = None,
         pid_dir: str | None = None,
+        preflight: Callable[[], Sequence[Finding]] | None = None,
     ) -> None:
         if not specs:
             raise ValueError("a unit needs at least one service")
@@ -638,6 +644,8 @@ class Supervisor:
         self.ready_file = ready_file
         self.ready_info = dict(ready_info or {})
         self.pid_dir = pid_dir
+        self._preflight_fn = preflight
+        self._starts: deque[float] = deque()  # monotonic times of the unit's starts
         reap = self.policy.reap_orphans
         self._reap_orphans = os.getpid() == 1 if reap is None else reap
         self._env = {k: v for k, v in os.environ.items()
@@ -765,6 +773,7 @@ class Supervisor:
     # ----------------------------------------------------------------- start
 
     def _start_unit(self) -> None:
+        self._starts.append(time.monotonic())
         self._phase = "starting"
         self._procs = []
         self._unit_started = time.monotonic()
@@ -1424,6 +1433,8 @@ class Supervisor:
         if self.policy.restart != "on-failure":
             self._finish(1, "failed", self._failure)
             return
+        if self._start_limit_hit():
+            return
         ran_ready = self._ready_at is not None and (
             time.monotonic() - self._ready_at >= self.policy.backoff_cap_s)
         if ran_ready:
@@ -1434,7 +1445,49 @@ class Supervisor:
         self.log.say(f"restarting the unit in {delay:g} s (restart {self._restarts + 1})")
         self._at("restart", delay, self._restart)
 
+    def _start_limit_hit(self) -> bool:
+        """A crash loop: ``start_limit_burst`` starts within ``start_limit_interval_s``
+        (systemd's StartLimitBurst); the run ends with ``restart_limit`` (True)."""
+        burst, interval = self.policy.start_limit_burst, self.policy.start_limit_interval_s
+        now = time.monotonic()
+        while self._starts and now - self._starts[0] > interval:
+            self._starts.popleft()
+        if burst <= 0 or len(self._starts) < burst:
+            return False
+        self._refuse(Finding(
+            "restart_limit", "error",
+            f"the unit was started {len(self._starts)} times within {interval:g} s and failed "
+            f"each time: not restarted again (limit {burst} starts in {interval:g} s)",
+            "read the failures above (the first one says why); fix the cause and start "
+            "nvfabric run again, or change --restart-limit-burst/--restart-limit-interval",
+            {"starts": len(self._starts), "burst": burst, "interval_s": interval}))
+        return True
+
+    def _restart_preflight(self) -> bool:
+        """Before a restart, what would refuse a first start refuses it too (a binary removed
+        or replaced while the unit ran: missing, not executable, another version): the run
+        ends with that finding (False) instead of restarting forever."""
+        problems: list[Finding] = []
+        for spec in self.specs:
+            binary = spec.argv[0]
+            if not (os.path.isfile(binary) and os.access(binary, os.X_OK)):
+                problems.append(Finding(
+                    "binary_missing", "error",
+                    f"{spec.name} is no longer installed at {binary} (or not executable): the "
+                    "unit is not restarted", f"reinstall {spec.name}, then start nvfabric run "
+                    "again", {"service": spec.name, "path": binary}))
+        if not problems and self._preflight_fn is not None:
+            problems += [f for f in self._preflight_fn() if f.severity == "error"]
+        if not problems:
+            return True
+        for f in problems[1:]:
+            self.log.finding(f)
+        self._refuse(problems[0])
+        return False
+
     def _restart(self) -> None:
+        if not self._restart_preflight():  # not restarted: not counted, the failure is kept
+            return
         if not self._reset_gate():  # not restarted: not counted, the failure is kept
             return
         self._restarts += 1

@@ -205,6 +205,13 @@ def _check_fm_version(binary: str, driver: str | None) -> list[Finding]:
     return []
 
 
+def _restart_checks(unit: Unit, p: Plan) -> list[Finding]:
+    """What is checked again before an in-process restart (the supervisor checks the
+    binaries itself): fabric manager's version against the loaded driver, as at the start."""
+    return [f for spec in unit.services if spec.name == "fabricmanager"
+            for f in _check_fm_version(spec.argv[0], p.driver_version)]
+
+
 def _plain(findings: Sequence[Finding]) -> list[Finding]:
     """Findings with control characters escaped, for the human listing (rich escapes the
     markup): messages may quote a daemon's output."""
@@ -324,6 +331,11 @@ def _stay() -> None:
               help="First restart delay; doubles each time.")
 @click.option("--restart-max-delay", type=click.FloatRange(0.0), default=30.0, show_default=True,
               help="Cap of the restart delay.")
+@click.option("--restart-limit-burst", type=click.IntRange(0), default=5, show_default=True,
+              help="With --restart on-failure: this many starts within --restart-limit-interval "
+                   "end a crash loop (like systemd's StartLimitBurst; 0: no limit).")
+@click.option("--restart-limit-interval", type=click.FloatRange(0.0), default=300.0,
+              show_default=True, help="Seconds of the restart limit's window.")
 @click.option("--state-dir", default="/run/nvfabric", show_default=True,
               help="Where the effective config and the readiness file are written.")
 @click.option("--fm-bin", default=fm.BINARY, show_default=True)
@@ -351,7 +363,8 @@ def run_cmd(root: str, arch: str | None, as_json: bool, dry_run: bool, restart: 
             fm_sets: tuple[str, ...], fabric_mode: str | None, gpu_reset_command: str | None,
             gpu_reset_timeout: float, socket_timeout: float, ready_timeout: float, grace: float,
             restart_delay: float,
-            restart_max_delay: float, state_dir: str, fm_bin: str, fm_config: str,
+            restart_max_delay: float, restart_limit_burst: int, restart_limit_interval: float,
+            state_dir: str, fm_bin: str, fm_config: str,
             nvlsm_bin: str, nvlsm_config: str, nvlsm_pid_file: str,
             fm_sm_socket: str | None, imex_owner: str | None, imex_bin: str, imex_ctl: str,
             imex_config: str, imex_peers: str | None, imex_local_address: tuple[str, ...],
@@ -420,7 +433,9 @@ def run_cmd(root: str, arch: str | None, as_json: bool, dry_run: bool, restart: 
             peers_text=peers_text,
             ctl_timeout_s=imex_ctl_timeout, grace_s=grace)
         imex_policy = Policy(restart=restart, backoff_base_s=restart_delay,
-                             backoff_cap_s=restart_max_delay, ready_timeout_s=ready_timeout)
+                             backoff_cap_s=restart_max_delay, ready_timeout_s=ready_timeout,
+                             start_limit_burst=restart_limit_burst,
+                             start_limit_interval_s=restart_limit_interval)
         sys.exit(bringup.run(p, imex_opts, dry_run=dry_run, as_json=as_json, stay=stay,
                              policy=imex_policy, classifier=lambda name: Classifier("mnnvl")))
     reset_argv: tuple[str, ...] | None = None
@@ -478,7 +493,8 @@ def run_cmd(root: str, arch: str | None, as_json: bool, dry_run: bool, restart: 
     if pre.refused:
         emit("refused", 1, list(pre.findings), unit=unit, title="preflight: nothing was started")
     outcome = _supervise(unit, p, cfg, pre, restart, reset_argv, socket_timeout, ready_timeout,
-                         restart_delay, restart_max_delay, gpu_reset_timeout)
+                         restart_delay, restart_max_delay, gpu_reset_timeout,
+                         (restart_limit_burst, restart_limit_interval))
     findings = [*outcome.findings, *pre.findings]
     if not as_json and outcome.exit_code:
         # Each finding was logged with its hint when it happened; one closing line (no rich
@@ -491,7 +507,7 @@ def run_cmd(root: str, arch: str | None, as_json: bool, dry_run: bool, restart: 
 def _supervise(unit: Unit, p: Plan, cfg: RunConfig, pre: Preflight, restart: str,
                reset_argv: tuple[str, ...] | None, socket_timeout: float, ready_timeout: float,
                restart_delay: float, restart_max_delay: float,
-               gpu_reset_timeout: float) -> Outcome:
+               gpu_reset_timeout: float, start_limit: tuple[int, float]) -> Outcome:
     from ..diagnose import Classifier
 
     log = Log()
@@ -509,12 +525,13 @@ def _supervise(unit: Unit, p: Plan, cfg: RunConfig, pre: Preflight, restart: str
     policy = Policy(restart=restart, backoff_base_s=restart_delay,
                     backoff_cap_s=restart_max_delay, socket_timeout_s=socket_timeout,
                     ready_timeout_s=ready_timeout, gpu_reset_argv=reset_argv,
-                    gpu_reset_timeout_s=gpu_reset_timeout, registered_at_start=pre.registered)
+                    gpu_reset_timeout_s=gpu_reset_timeout, registered_at_start=pre.registered,
+                    start_limit_burst=start_limit[0], start_limit_interval_s=start_limit[1])
     info: dict[str, Any] = {"fabric": p.fabric, "driver_version": p.driver_version,
                             "management_port": p.management_port.to_json()
                             if p.management_port else None}
     sup = Supervisor(unit.services, policy, log=log,
                      classifier=lambda name: Classifier(p.fabric),
                      probe=lambda: gpu_check(cfg.root), ready_file=cfg.ready_file,
-                     ready_info=info, pid_dir=state_dir)
+                     ready_info=info, pid_dir=state_dir, preflight=lambda: _restart_checks(unit, p))
     return sup.run()
