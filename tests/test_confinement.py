@@ -199,3 +199,20 @@ def test_the_shipped_files_keys_are_the_reference() -> None:
         assert err.finding.fields["key"] == "LOG_FILE_MAX_SIZE"
     else:
         raise AssertionError("a key the shipped file does not list was accepted")
+
+
+def test_fetch_default_cache_through_a_link_out_of_the_root_is_refused(
+        tmp_path: Path, node: Callable[..., Path]) -> None:
+    root = node("hgx-h100")
+    outside = tmp_path / "elsewhere"
+    outside.mkdir()
+    (root / "var").mkdir(exist_ok=True)
+    (root / "var/cache").symlink_to(outside)
+    mirror = tmp_path / "mirror"
+    mirror.mkdir()
+    for command in ("fetch", "install"):
+        out, rc = run_json(command, "--root", str(root), "--mirror", str(mirror))
+        assert rc == 2, out
+        assert "--dest (default)" in out["error"]["message"]
+        assert "outside the root" in out["error"]["message"]
+    assert list(outside.iterdir()) == []

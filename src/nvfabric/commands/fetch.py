@@ -18,8 +18,8 @@ import click
 
 from ..errors import NvfabricError, usage_error
 from ..findings import Finding
+from ..hostpath import confined
 from ..inventory import Inventory, collect
-from ..inventory.fs import under
 from ..output import console, guarded, json_option, print_json, root_option, safe
 from ..words import plural
 
@@ -182,6 +182,17 @@ def _header(inputs: Inputs, source: str, resolution: Any, dry_run: bool) -> dict
     }
 
 
+def _confined_default(root: str, host_path: str, option: str) -> str:
+    """A default directory under ``root`` (``<root>/var/cache/nvfabric/artifacts``), through
+    the confinement check every created path takes (:func:`nvfabric.hostpath.confined`): a
+    link in the tree leading out of the root is exit 2, nothing is written there."""
+    try:
+        return confined(root, host_path, f"{option} (default)")
+    except ValueError as err:
+        raise usage_error(str(err), f"remove the link under --root, or pass {option} DIR") \
+            from None
+
+
 @click.command("fetch")
 @_common
 @guarded
@@ -200,7 +211,7 @@ def fetch(
     from ..artifacts.resolve import cache_path
 
     inputs = gather(root, driver_version, arch, components, source, mirror, distro)
-    dest = dest or under(root, DEFAULT_DEST)
+    dest = dest or _confined_default(root, DEFAULT_DEST, "--dest")
     if not inputs.components:
         _nothing(inputs, source, dry_run, as_json)
         return
@@ -266,8 +277,8 @@ def install(
         raise usage_error("--execute runs this host's package manager; it needs --root /",
                           "drop --execute to print the commands for the node under --root")
     inputs = gather(root, driver_version, arch, components, source, mirror, distro)
-    dest = dest or under(root, DEFAULT_DEST)
-    prefix = prefix or under(root, DEFAULT_PREFIX)
+    dest = dest or _confined_default(root, DEFAULT_DEST, "--dest")
+    prefix = prefix or _confined_default(root, DEFAULT_PREFIX, "--prefix")
     if not inputs.components:
         _nothing(inputs, source, dry_run, as_json)
         return
