@@ -54,7 +54,9 @@ def escapes(path: str, real: str) -> bool:
     """True when ``path``, built under a root seen by :func:`register` (the longest that
     contains it), really is ``real`` (where its links led, e.g. the target of an open
     descriptor), outside that root's real location. False for paths under no such root."""
-    full = os.path.abspath(path)
+    if not _ROOTS:
+        return False
+    full = path if path.startswith("/") else os.path.abspath(path)
     best = ""
     for base in _ROOTS:
         if (full == base or full.startswith(base + "/")) and len(base) > len(best):

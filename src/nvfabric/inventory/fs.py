@@ -109,9 +109,16 @@ def listdir(path: str) -> list[str]:
 def link_name(path: str) -> str | None:
     """Last component of a symlink's target (``driver`` -> ``mlx5_core``), or None (also when
     the directory holding it lies outside the root, see the module)."""
-    parent = os.path.dirname(path)
-    if hostpath.escapes(parent, os.path.realpath(parent)):
+    parent = os.path.dirname(path) or "."
+    try:
+        fd = os.open(parent, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
+    except OSError:
         return None
+    try:
+        if _outside(parent, fd):
+            return None
+    finally:
+        os.close(fd)
     try:
         return os.path.basename(os.readlink(path))
     except OSError:
