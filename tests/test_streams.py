@@ -218,3 +218,12 @@ def test_a_refused_dry_run_lists_no_file_it_would_not_write(tmp_path: Path) -> N
     assert refused.returncode == 1, refused.stderr
     assert "file " not in refused.stdout and "action: mknod" not in refused.stdout
     assert "refused: nothing would be created, written or started" in refused.stdout
+
+
+def test_listings_written_with_click_into_a_gone_reader_keep_exit_1(tmp_path: Path) -> None:
+    from tests.runkit import sim
+
+    root = sim(tmp_path, "hgx-h100", {"fabricmanager": {"version": "570.133.20"}})
+    proc = _nvfabric("run", "--root", str(root), "--dry-run", broken_stdout=True)
+    assert proc.returncode == 1, proc.stderr
+    assert b"version_mismatch" in proc.stderr and b"Traceback" not in proc.stderr
