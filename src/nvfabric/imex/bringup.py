@@ -82,6 +82,7 @@ class Prepared:
     files: tuple[PlannedFile, ...] = ()
     node_list: tuple[nodes.Peer, ...] = ()
     notes: tuple[str, ...] = ()
+    channel_at: str = ""  # where channel0 is made: its path under the root (confined)
 
     @property
     def starts_imex(self) -> bool:
@@ -90,7 +91,7 @@ class Prepared:
     def actions(self) -> list[str]:
         if not self.create_channel or self.facts.major is None:
             return []
-        path = channels.channel_path(0)
+        path = self.channel_at or channels.channel_path(0)
         return [f"mknod {path} c {self.facts.major} 0 && chmod 0666 {path}"]
 
 
@@ -105,9 +106,10 @@ def prepare(opts: ImexRunOptions, driver_version: str | None) -> Prepared:
     refusals: list[Finding] = list(already_running(opts.root, ("imex",)))
     warnings: list[Finding] = []
     create = channels.needs_create(facts, 0)
+    channel_at = ""
     if create:  # before anything is written: the node would be made outside the root
         try:
-            host.channel_target(opts.root, 0)
+            channel_at = host.channel_target(opts.root, 0)
         except host.PathEscape as err:
             raise usage_error(str(err), "the channel directory under --root links out of it: "
                               "remove that link (or point it inside the root); nothing was "
@@ -166,7 +168,7 @@ def prepare(opts: ImexRunOptions, driver_version: str | None) -> Prepared:
              PlannedFile(cfg_path, text, 0o644))
     notes.append(f"effective IMEX config: {cfg_path} (from {shipped_path}, which is not edited)")
     return Prepared(decision, facts, tuple(refusals), tuple(warnings), create, spec, files,
-                    peers, tuple(notes))
+                    peers, tuple(notes), channel_at)
 
 
 def _node_list(opts: ImexRunOptions, shipped: str | None
