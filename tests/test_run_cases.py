@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import signal
 import socket
 import stat
@@ -462,6 +463,26 @@ def test_r10_ready_file_of_a_killed_run_is_stale_and_removed_by_a_refused_run(
     assert "restart_needs_gpu_reset" in codes(second.result())
     assert not ready.exists()
     assert "removed the stale readiness file" in second.log
+
+
+def test_r10_a_blocked_run_removes_a_stale_ready_file(tmp_path: Path,
+                                                     start: Callable[..., Run]) -> None:
+    root = sim(tmp_path, "dgx-a100")
+    ready = root / "run/nvfabric/ready"
+    first = start(root)
+    first.wait_line(r"fabric ready in")
+    first.signal(signal.SIGKILL)
+    first.wait()
+    (fm,) = [e["pid"] for e in events(root, "fabricmanager", "exec")]
+    until(lambda: not alive(fm), "fabric manager is gone with the run")
+    assert ready.exists()
+    shutil.rmtree(root / "sys/module/nvidia")  # the driver unloaded: the plan is blocked
+    blocked = start(root, "--json")
+    assert blocked.wait() == 1
+    assert blocked.result()["result"] == "blocked"
+    assert not ready.exists()
+    rc, probe = _ready_probe(root)
+    assert rc == 1 and "no readiness file" in probe["findings"][0]["message"]
 
 
 def test_r10_a_run_refused_by_the_lock_leaves_the_live_runs_ready_file(

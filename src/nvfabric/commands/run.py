@@ -278,6 +278,20 @@ def _state_dir(root: str, state_dir: str) -> str:
     return state
 
 
+def _clear_stale_unlocked(root: str, state_dir: str) -> None:
+    """R10 for a run refused before it takes the lock (plan blockers): a readiness file that
+    no live run holds the lock for is removed, so it never outlives the run that wrote it.
+    Best effort: a state directory that is not valid or readable is left to the checks that
+    follow (they report it)."""
+    try:
+        state = confined(root, check_path(state_dir, "--state-dir"), "--state-dir")
+        if run_lock_holder(state) is None and clear_stale_ready(state) is not None:
+            Log().say(f"removed the stale readiness file {state}/{READY_FILE} (no run holds "
+                      "the lock)")
+    except (OSError, ValueError):
+        return
+
+
 def _take_lock(state: str, dry_run: bool) -> tuple[RunLock | None, Finding | None]:
     """``run``: the run lock, taken before anything is written or reset (the state directory
     is created for it); ``--dry-run``: only who holds it. A Finding when another run does."""
@@ -377,6 +391,8 @@ def run_cmd(root: str, arch: str | None, as_json: bool, dry_run: bool, restart: 
     p = plan(collect(root, arch))
     emit = functools.partial(_emit, p=p, as_json=as_json, dry_run=dry_run)
     if p.blocked:
+        if not dry_run:
+            _clear_stale_unlocked(root, state_dir)
         emit("blocked", 1, list(p.blockers), title="blocked: nothing was started")
     for path, what in ((state_dir, "--state-dir"), (fm_bin, "--fm-bin"),
                        (fm_config, "--fm-config"), (nvlsm_bin, "--nvlsm-bin"),
