@@ -227,3 +227,24 @@ def test_listings_written_with_click_into_a_gone_reader_keep_exit_1(tmp_path: Pa
     proc = _nvfabric("run", "--root", str(root), "--dry-run", broken_stdout=True)
     assert proc.returncode == 1, proc.stderr
     assert b"version_mismatch" in proc.stderr and b"Traceback" not in proc.stderr
+
+
+def test_a_full_disk_at_the_write_boundary_names_the_target_and_leaves_nothing(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import errno
+
+    from nvfabric.configs import atomic
+
+    target = tmp_path / "state/fabricmanager.cfg"
+    target.parent.mkdir()
+    target.write_text("OLD=1\n")
+
+    def full(_fd: int) -> None:
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))  # as a real fsync gives it
+
+    monkeypatch.setattr(atomic.os, "fsync", full)
+    with pytest.raises(OSError) as err:
+        atomic.write_atomic(str(target), "NEW=1\n", backup=False)
+    assert (err.value.errno, err.value.filename) == (errno.ENOSPC, str(target))
+    assert target.read_text() == "OLD=1\n"
+    assert sorted(p.name for p in target.parent.iterdir()) == ["fabricmanager.cfg"]
