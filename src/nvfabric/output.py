@@ -205,8 +205,11 @@ def guarded(fn: F) -> F:
     and an exit code; never a traceback unless NVFABRIC_DEBUG is set.
 
     An OSError or UnicodeDecodeError that escapes a command is about the files or directories
-    it was given (a file where a directory should be, a full disk, bytes that are not text):
-    exit 2 with the path. Anything else is a bug: exit 3.
+    it was given (a file where a directory should be, bytes that are not text): exit 2 with
+    the path and the hint of its errno; a full disk is ``disk_full``, exit 1
+    (:func:`os_error`). A broken stdout never gets here (:class:`QuietOnBrokenPipe`, installed
+    by :func:`standard_streams`); should one still escape, exit 0. Anything else is a bug:
+    exit 3.
     """
 
     @functools.wraps(fn)
