@@ -77,7 +77,7 @@ def test_gb200_tray_comes_up_with_host_ownership(tmp_path: Path, start: Callable
     out = run.result()
     assert (out["result"], out["fabric"], out["imex"]["owner"]) == ("stopped", "mnnvl", "host")
     assert out["imex"]["channels"]["channels"][0]["kind"] == "char"
-    assert "IMEX: READY, domain UP (1 nodes)" in run.log
+    assert "IMEX: READY, domain UP (1 node)" in run.log
 
 
 def test_waiting_for_peers_is_not_ready_and_names_them(
@@ -199,8 +199,8 @@ def test_dry_run_shows_argv_files_and_mknod_and_changes_nothing(tmp_path: Path) 
         str(root / "usr/bin/nvidia-imex"), "-c", str(root / "run/nvfabric/imex/config.cfg")]}]
     assert [f["path"] for f in out["files"]] == [str(root / "run/nvfabric/imex/nodes_config.cfg"),
                                                 str(root / "run/nvfabric/imex/config.cfg")]
-    assert out["actions"] == ["mknod /dev/nvidia-caps-imex-channels/channel0 c 234 0 && "
-                              "chmod 0666 /dev/nvidia-caps-imex-channels/channel0"]
+    channel = root / "dev/nvidia-caps-imex-channels/channel0"  # under the root (issue 10)
+    assert out["actions"] == [f"mknod {channel} c 234 0 && chmod 0666 {channel}"]
     assert not (root / "run/nvfabric").exists()
     assert stat.S_ISREG(os.lstat(root / "dev/nvidia-caps-imex-channels/channel0").st_mode)
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import signal
 import socket
 import stat
@@ -28,7 +29,7 @@ B200_GUID = "0xe09d730300e400e8"
 
 def test_run_md_lists_the_cases_tested_here() -> None:
     cases = load_run_cases()
-    for case in ("R01", "R02", "R03", "R04", "R05", "R06", "R07", "R08"):
+    for case in ("R01", "R02", "R03", "R04", "R05", "R06", "R07", "R08", "R09", "R10"):
         assert case in cases
     assert cases["R08"].startswith("a missing package is a fault of the node")
 
@@ -388,6 +389,119 @@ def test_r06_directories_created_0700_and_existing_ones_never_widened(
     assert not [line for line in second.lines if line.startswith("nvfabric: created")]
 
 
+# ---------------------------------------------------------------- R09 a reset is checked
+
+
+def test_r09_a_reset_that_did_nothing_does_not_start_fabric_manager(
+        tmp_path: Path, start: Callable[..., Run]) -> None:
+    assert "R09" in load_run_cases()
+    root = sim(tmp_path, "dgx-b200")
+    first = start(root)
+    first.wait_line(r"fabric ready in")
+    first.signal(signal.SIGTERM)
+    assert first.wait() == 0
+    assert {g["state"] for g in gpus(str(root))} == {"completed"}
+    second = start(root, "--json", "--gpu-reset-command", "true")  # returns 0, resets nothing
+    assert second.wait() == 1
+    result = second.result()
+    f = finding(result, "restart_needs_gpu_reset")
+    assert f["severity"] == "error" and "still registered" in f["message"]
+    assert len(f["gpus"]) == 8 and all(g.startswith("GPU ") for g in f["gpus"])
+    assert f["gpus"][0] in f["message"]
+    assert len(events(root, "fabricmanager", "exec")) == 1  # not started again
+    # a reset that resets: checked, then fabric manager starts
+    third = start(root, "--gpu-reset-command", f"{root}/bin/nvidia-smi -r")
+    third.wait_line(r"fabric ready in")
+    assert "GPU reset checked: 8 GPUs" in third.log
+    assert len(events(root, "fabricmanager", "exec")) == 2
+    third.signal(signal.SIGTERM)
+    assert third.wait() == 0
+
+
+def test_r09_the_in_process_restart_checks_the_reset_too(
+        tmp_path: Path, start: Callable[..., Run]) -> None:
+    root = sim(tmp_path, "dgx-b200", {"fabricmanager": {"crash_after_s": 0.8}})
+    run = start(root, "--json", "--restart", "on-failure", "--restart-delay", "0.05",
+                "--gpu-reset-command", "true")
+    run.wait_line(r"fabric ready in")
+    assert run.wait() == 1
+    result = run.result()
+    assert codes(result)[:2] == ["service_exited", "restart_needs_gpu_reset"]
+    assert "still registered" in finding(result, "restart_needs_gpu_reset")["message"]
+    assert result["restarts"] == 0 and len(events(root, "fabricmanager", "exec")) == 1
+
+
+# ---------------------------------------------------------------- R10 readiness of a live run
+
+
+def _ready_probe(root: Path) -> tuple[int, dict[str, Any]]:
+    proc = subprocess.run([sys.executable, "-m", "nvfabric", "ready", "--root", str(root),
+                           "--json"], capture_output=True, text=True, timeout=60, check=False)
+    return proc.returncode, json.loads(proc.stdout)
+
+
+def test_r10_ready_file_of_a_killed_run_is_stale_and_removed_by_a_refused_run(
+        tmp_path: Path, start: Callable[..., Run]) -> None:
+    assert "R10" in load_run_cases()
+    root = sim(tmp_path, "dgx-b200")
+    ready = root / "run/nvfabric/ready"
+    first = start(root)
+    first.wait_line(r"fabric ready in")
+    rc, probe = _ready_probe(root)
+    assert (rc, probe["ready"], probe["run"]["pid"]) == (0, True, first.proc.pid)
+    assert json.loads(ready.read_text(encoding="utf-8"))["pid"] == first.proc.pid
+    first.signal(signal.SIGKILL)
+    first.wait()
+    for e in events(root, None, "exec"):
+        until(lambda pid=e["pid"]: not alive(pid), "the daemons are gone with the run")
+    assert ready.exists()  # kill -9: nobody removed it ...
+    rc, probe = _ready_probe(root)  # ... but it no longer counts
+    assert (rc, probe["ready"]) == (1, False)
+    assert probe["findings"][0]["code"] == "run_not_ready"
+    assert f"names run pid {first.proc.pid}" in probe["findings"][0]["message"]
+    second = start(root, "--json")  # refused: GPUs registered, no reset command (R04)
+    assert second.wait() == 1
+    assert "restart_needs_gpu_reset" in codes(second.result())
+    assert not ready.exists()
+    assert "removed the stale readiness file" in second.log
+
+
+def test_r10_a_blocked_run_removes_a_stale_ready_file(tmp_path: Path,
+                                                     start: Callable[..., Run]) -> None:
+    root = sim(tmp_path, "dgx-a100")
+    ready = root / "run/nvfabric/ready"
+    first = start(root)
+    first.wait_line(r"fabric ready in")
+    first.signal(signal.SIGKILL)
+    first.wait()
+    (fm,) = [e["pid"] for e in events(root, "fabricmanager", "exec")]
+    until(lambda: not alive(fm), "fabric manager is gone with the run")
+    assert ready.exists()
+    shutil.rmtree(root / "sys/module/nvidia")  # the driver unloaded: the plan is blocked
+    blocked = start(root, "--json")
+    assert blocked.wait() == 1
+    assert blocked.result()["result"] == "blocked"
+    assert not ready.exists()
+    rc, probe = _ready_probe(root)
+    assert rc == 1 and "no readiness file" in probe["findings"][0]["message"]
+
+
+def test_r10_a_run_refused_by_the_lock_leaves_the_live_runs_ready_file(
+        tmp_path: Path, start: Callable[..., Run]) -> None:
+    root = sim(tmp_path, "dgx-b200")
+    first = start(root)
+    first.wait_line(r"fabric ready in")
+    second = start(root, "--json")
+    assert second.wait() == 1
+    assert codes(second.result()) == ["already_running"]
+    rc, probe = _ready_probe(root)
+    assert (rc, probe["run"]["pid"]) == (0, first.proc.pid)
+    first.signal(signal.SIGTERM)
+    assert first.wait() == 0
+    rc, probe = _ready_probe(root)
+    assert rc == 1 and "no readiness file" in probe["findings"][0]["message"]
+
+
 # ---------------------------------------------------------------- other platforms and modes
 
 
@@ -707,4 +821,8 @@ def test_control_characters_and_markup_from_a_daemon_are_printed_literally(
         assert "fabric manager 550.54.15\\x1b[2J[/] does not match" in proc.stderr
         out = proc.stdout + proc.stderr
         assert not any(ord(c) < 32 and c not in "\t\n" or 127 <= ord(c) < 160 for c in out)
+    set_faults(str(root), {})  # a dry run that would start lists the file it would write
+    proc = subprocess.run([sys.executable, "-m", "nvfabric", "run", "--root", str(root),
+                           "--dry-run"], capture_output=True, text=True, timeout=60, check=False)
+    assert proc.returncode == 0, proc.stderr
     assert "  | # \\x1b]0;title\\x07 [bold]x[/]" in proc.stdout.splitlines()

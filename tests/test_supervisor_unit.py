@@ -133,16 +133,49 @@ def test_r04_restart_after_registration_is_refused_without_a_reset_command() -> 
     assert "error restart_needs_gpu_reset" in log.text and "(hint: stop CUDA clients" in log.text
 
 
-def test_r04_reset_command_runs_before_the_restart() -> None:
+def _reset_aware_probe(marker: Path) -> Callable[[], GpuCheck]:
+    """GPUs registered, except in the first reading after the reset command (which creates
+    ``marker``): the reset is seen, as R09 wants it checked."""
+
+    def probe() -> GpuCheck:
+        if marker.exists():
+            marker.unlink()
+            return GpuCheck(False, False, "8 GPUs: not_started x8")
+        return GpuCheck(True, True, "8 GPUs: completed x8")
+
+    return probe
+
+
+def test_r04_reset_command_runs_before_the_restart(tmp_path: Path) -> None:
     log = StopOn("fabric ready in", count=2)
+    spec = service("fabricmanager", CRASH_AFTER_READY, ready_gpus=True,
+                   restart_needs_gpu_reset=True)
+    marker = tmp_path / "reset-done"
+    policy = Policy(restart="on-failure", backoff_base_s=0.01,
+                    gpu_reset_argv=(PY, "-c", f"print('GPUs reset'); open({str(marker)!r}, 'w')"))
+    outcome = Supervisor([spec], policy, log=log, probe=_reset_aware_probe(marker)).run()
+    assert outcome.exit_code == 0 and outcome.restarts == 1
+    text = log.text
+    assert text.index("gpu-reset: GPUs reset") < text.rindex("started fabricmanager")
+    assert text.index("GPU reset checked: 8 GPUs: not_started x8") < text.rindex(
+        "started fabricmanager")
+
+
+def test_r09_a_reset_that_leaves_gpus_registered_is_refused() -> None:
+    log = StopOn("^$")
     spec = service("fabricmanager", CRASH_AFTER_READY, ready_gpus=True,
                    restart_needs_gpu_reset=True)
     policy = Policy(restart="on-failure", backoff_base_s=0.01,
                     gpu_reset_argv=(PY, "-c", "print('GPUs reset')"))
-    outcome = Supervisor([spec], policy, log=log, probe=_probe()).run()
-    assert outcome.exit_code == 0 and outcome.restarts == 1
-    text = log.text
-    assert text.index("gpu-reset: GPUs reset") < text.rindex("started fabricmanager")
+    registered = GpuCheck(True, True, "2 GPUs: completed x2",
+                          registered_gpus=("GPU 0 (0000:18:00.0)", "GPU 1 (0000:2a:00.0)"))
+    outcome = Supervisor([spec], policy, log=log, probe=lambda: registered).run()
+    assert (outcome.exit_code, outcome.restarts) == (1, 0)
+    assert [f.code for f in outcome.findings] == ["service_exited", "restart_needs_gpu_reset"]
+    refusal = outcome.findings[1]
+    assert refusal.fields["gpus"] == ["GPU 0 (0000:18:00.0)", "GPU 1 (0000:2a:00.0)"]
+    assert "GPU 0 (0000:18:00.0), GPU 1 (0000:2a:00.0)" in refusal.message
+    assert log.text.count("started fabricmanager") == 1
 
 
 def test_r04_no_gpu_reset_needed_where_the_spec_does_not_ask() -> None:

@@ -89,6 +89,7 @@ class GpuCheck:
     that the service's success line is the readiness signal; ``findings``: problems seen in
     the state (a GPU completed with an error status), logged when the unit becomes ready;
     ``progress``: (completed, total) GPUs for systemd's ``STATUS=`` line, when counted.
+    ``registered_gpus``: labels of the GPUs registered (completed), for R09's refusal.
     """
 
     ready: bool
@@ -98,6 +99,7 @@ class GpuCheck:
     supported: bool = True
     findings: tuple[Finding, ...] = ()
     progress: tuple[int, int] | None = None  # (GPUs completed, GPUs with a fabric state)
+    registered_gpus: tuple[str, ...] = ()
 
 
 class Classifier(Protocol):
@@ -118,6 +120,9 @@ class Policy:
     ``registered_at_start``: GPUs were already registered before the first start (a fabric
     manager ran before), so the first start is a restart for R04. ``gpu_reset_timeout_s``:
     the reset command's bound (then its process group is killed and nothing starts).
+    ``start_limit_burst`` starts of the unit within ``start_limit_interval_s`` end a crash
+    loop (systemd's StartLimitBurst/StartLimitIntervalSec; 0, the default here, turns the
+    limit off; ``nvfabric run`` sets 5 in 300 s).
     """
 
     restart: str = "never"
@@ -130,6 +135,8 @@ class Policy:
     gpu_reset_argv: tuple[str, ...] | None = None
     gpu_reset_timeout_s: float = 300.0
     registered_at_start: bool = False
+    start_limit_burst: int = 0
+    start_limit_interval_s: float = 300.0
     last_lines: int = 20
     reap_orphans: bool | None = None  # None: when running as PID 1
 
@@ -141,8 +148,8 @@ class Policy:
 @dataclass(frozen=True)
 class Outcome:
     """How a run ended: ``exit_code`` (0 orderly stop, 1 failure), ``reason`` (``stopped``,
-    ``failed``), the findings (the failure first), seconds to ready of the last start (None if
-    never ready), restarts done."""
+    ``failed``), the findings (the failure first), seconds to ready of the last start (rounded
+    to milliseconds; None if never ready), restarts done."""
 
     exit_code: int
     reason: str
@@ -281,6 +288,68 @@ def run_lock_holder(state_dir: str) -> int | None:
     finally:
         os.close(fd)
     return None
+
+
+#: The readiness file of ``nvfabric run`` in its state directory (JSON, RUN.md R10).
+READY_FILE = "ready"
+
+
+def clear_stale_ready(state_dir: str) -> int | None:
+    """Remove ``<state_dir>/ready`` left by a run that is gone (``kill -9``, a crash): called
+    by a run that holds the run lock, so no live run can own the file. Returns the pid the
+    stale file named (0 when unreadable), None when there was none. Raises OSError when it
+    exists and cannot be removed."""
+    path = os.path.join(state_dir, READY_FILE)
+    try:
+        with open(path, encoding="utf-8", errors="replace") as fh:
+            text = fh.read(1 << 16)
+    except FileNotFoundError:
+        return None
+    except OSError:
+        text = ""
+    os.unlink(path)
+    try:
+        pid = json.loads(text).get("pid")
+    except (ValueError, AttributeError):
+        pid = None
+    return pid if isinstance(pid, int) and not isinstance(pid, bool) else 0
+
+
+def live_ready(state_dir: str) -> tuple[dict[str, object] | None, str]:
+    """The readiness of the run in ``state_dir`` (RUN.md R10): (the ready file's object, "")
+    when ``<state_dir>/ready`` exists and the pid inside is the live ``nvfabric run`` holding
+    the run lock; else (None, why: no file, unreadable, or stale: its pid does not hold the
+    lock). Reads only."""
+    path = os.path.join(state_dir, READY_FILE)
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except FileNotFoundError:
+        return None, f"no readiness file {path}: no run is ready"
+    except OSError as err:
+        return None, f"cannot read {path}: {err.strerror or err}"
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return None, f"{path} is not a regular file"
+        data = os.read(fd, 1 << 16)
+    finally:
+        os.close(fd)
+    try:
+        info = json.loads(data.decode("utf-8", "replace"))
+    except ValueError:
+        info = None
+    pid = info.get("pid") if isinstance(info, dict) else None
+    if not isinstance(pid, int) or isinstance(pid, bool) or pid <= 0:
+        return None, f"{path} names no run (no pid): stale or not written by nvfabric run"
+    try:
+        holder = run_lock_holder(state_dir)
+    except OSError as err:
+        return None, f"cannot read the run lock in {state_dir}: {err.strerror or err}"
+    if holder != pid:
+        who = "nobody holds the run lock" if holder is None else f"pid {holder} holds it"
+        return None, (f"{path} is stale: it names run pid {pid}, but {who} (the run ended "
+                      "without removing it, e.g. kill -9)")
+    assert isinstance(info, dict)
+    return info, ""
 
 
 def _lock_pid(fd: int) -> int:
@@ -607,6 +676,7 @@ class Supervisor:
         ready_file: str | None = None,
         ready_info: dict[str, object] | None = None,
         pid_dir: str | None = None,
+        preflight: Callable[[], Sequence[Finding]] | None = None,
     ) -> None:
         if not specs:
             raise ValueError("a unit needs at least one service")
@@ -618,6 +688,8 @@ class Supervisor:
         self.ready_file = ready_file
         self.ready_info = dict(ready_info or {})
         self.pid_dir = pid_dir
+        self._preflight_fn = preflight
+        self._starts: deque[float] = deque()  # monotonic times of the unit's starts
         reap = self.policy.reap_orphans
         self._reap_orphans = os.getpid() == 1 if reap is None else reap
         self._env = {k: v for k, v in os.environ.items()
@@ -777,6 +849,7 @@ class Supervisor:
     # ----------------------------------------------------------------- start
 
     def _start_unit(self) -> None:
+        self._starts.append(time.monotonic())
         self._phase = "starting"
         self._procs = []
         self._unit_started = time.monotonic()
@@ -914,7 +987,8 @@ class Supervisor:
         self._ready_after = self._ready_at - self._unit_started
         if self.ready_file:
             info = dict(self.ready_info)
-            info.update({"ready_after_s": round(self._ready_after, 3), "restarts": self._restarts,
+            info.update({"pid": os.getpid(), "ready_after_s": round(self._ready_after, 3),
+                         "restarts": self._restarts,
                          "services": [{"service": p.spec.name, "pid": p.pid}
                                       for p in self._procs]})
             try:
@@ -1073,6 +1147,43 @@ class Supervisor:
                 "stop every CUDA client first (a GPU in use cannot be reset), or reboot",
                 {"services": names}))
             return False
+        return self._reset_verified(names, argv)
+
+    def _reset_verified(self, names: str, argv: Sequence[str]) -> bool:
+        """R09: after the reset command returned 0, the GPUs' fabric state is read again (the
+        probe, in this thread: nothing runs yet); a GPU still registered (the command did
+        nothing, or reset other GPUs), or a state that cannot be read, is not a reset: the
+        outcome is ``restart_needs_gpu_reset`` naming the GPUs and False."""
+        if self._probe_fn is None:  # nothing to read the state with (no GPU readiness)
+            self._registered = False
+            return True
+        with self._probe_lock:
+            try:
+                check = self._probe_fn()
+            except Exception as err:  # noqa: BLE001 - reported as an unverified reset
+                check = GpuCheck(False, False, "unreadable", f"{type(err).__name__}: {err}")
+        command = " ".join(argv)
+        if check.registered:
+            gpus = list(check.registered_gpus)
+            shown = ", ".join(gpus) if gpus else check.summary
+            self._refuse(Finding(
+                "restart_needs_gpu_reset", "error",
+                f"`{command}` returned 0 but GPUs are still registered with the NVLink fabric "
+                f"({shown}; {check.summary}): {names} was not started",
+                "the reset command did not reset these GPUs (wrong GPUs, or it does nothing): "
+                "stop CUDA clients and reset them (nvidia-smi -r), or reboot the node",
+                {"services": names, "gpus": gpus, "summary": check.summary}))
+            return False
+        if check.error is not None:
+            self._refuse(Finding(
+                "restart_needs_gpu_reset", "error",
+                f"`{command}` returned 0 but the GPUs' fabric state cannot be read to check "
+                f"it ({check.error}): {names} was not started",
+                "check the driver and nvidia-smi, then run again; the reset must be seen "
+                "before fabric manager starts", {"services": names, "gpus": [],
+                                                 "summary": check.summary}))
+            return False
+        self.log.say(f"GPU reset checked: {check.summary}")
         self._registered = False
         return True
 
@@ -1412,6 +1523,8 @@ class Supervisor:
         if self.policy.restart != "on-failure":
             self._finish(1, "failed", self._failure)
             return
+        if self._start_limit_hit():
+            return
         ran_ready = self._ready_at is not None and (
             time.monotonic() - self._ready_at >= self.policy.backoff_cap_s)
         if ran_ready:
@@ -1423,7 +1536,49 @@ class Supervisor:
         self._say_status(f"restarting the unit in {delay:g} s")
         self._at("restart", delay, self._restart)
 
+    def _start_limit_hit(self) -> bool:
+        """A crash loop: ``start_limit_burst`` starts within ``start_limit_interval_s``
+        (systemd's StartLimitBurst); the run ends with ``restart_limit`` (True)."""
+        burst, interval = self.policy.start_limit_burst, self.policy.start_limit_interval_s
+        now = time.monotonic()
+        while self._starts and now - self._starts[0] > interval:
+            self._starts.popleft()
+        if burst <= 0 or len(self._starts) < burst:
+            return False
+        self._refuse(Finding(
+            "restart_limit", "error",
+            f"the unit was started {len(self._starts)} times within {interval:g} s and failed "
+            f"each time: not restarted again (limit {burst} starts in {interval:g} s)",
+            "read the failures above (the first one says why); fix the cause and start "
+            "nvfabric run again, or change --restart-limit-burst/--restart-limit-interval",
+            {"starts": len(self._starts), "burst": burst, "interval_s": interval}))
+        return True
+
+    def _restart_preflight(self) -> bool:
+        """Before a restart, what would refuse a first start refuses it too (a binary removed
+        or replaced while the unit ran: missing, not executable, another version): the run
+        ends with that finding (False) instead of restarting forever."""
+        problems: list[Finding] = []
+        for spec in self.specs:
+            binary = spec.argv[0]
+            if not (os.path.isfile(binary) and os.access(binary, os.X_OK)):
+                problems.append(Finding(
+                    "binary_missing", "error",
+                    f"{spec.name} is no longer installed at {binary} (or not executable): the "
+                    "unit is not restarted", f"reinstall {spec.name}, then start nvfabric run "
+                    "again", {"service": spec.name, "path": binary}))
+        if not problems and self._preflight_fn is not None:
+            problems += [f for f in self._preflight_fn() if f.severity == "error"]
+        if not problems:
+            return True
+        for f in problems[1:]:
+            self.log.finding(f)
+        self._refuse(problems[0])
+        return False
+
     def _restart(self) -> None:
+        if not self._restart_preflight():  # not restarted: not counted, the failure is kept
+            return
         if not self._reset_gate():  # not restarted: not counted, the failure is kept
             return
         self._restarts += 1
@@ -1433,18 +1588,20 @@ class Supervisor:
 
     def _keep_exits(self, what: str) -> None:
         """Keep the ``service_exited`` finding of a failure that ``restart="on-failure"``
-        handled (a warning with ``restarted``: the unit went on), for the outcome."""
+        handled, for the outcome: with the severity it was logged with (an error stays an
+        error) and ``restarted`` (True: the unit went on)."""
         for f in self._failure:
             if f.code == "service_exited":
                 self._past_exits.append(Finding(
-                    f.code, "warning", f"{f.message}; {what}", f.hint,
+                    f.code, f.severity, f"{f.message}; {what}", f.hint,
                     {**f.fields, "restarted": "restarted" in what}))
 
     def _finish(self, code: int, reason: str, findings: Sequence[Finding]) -> None:
         self._phase = "done"
         self._remove_ready_file()
+        ready_after = None if self._ready_after is None else round(self._ready_after, 3)
         self._outcome = Outcome(code, reason, (*self._past_exits, *findings, *self._notes),
-                                self._ready_after, self._restarts)
+                                ready_after, self._restarts)
 
 
 def _noop_handler(signum: int, frame: object) -> None:

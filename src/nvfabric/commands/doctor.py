@@ -21,6 +21,7 @@ import click
 
 from ..errors import usage_error
 from ..output import console, guarded, json_option, print_findings, print_json, root_option
+from ..words import plural
 
 
 def fabric_of_root(root: str) -> str:
@@ -72,7 +73,7 @@ def doctor(ctx: click.Context, root: str, fabric: str | None, logs: tuple[str, .
                     "findings": [f.to_json() for f in findings]})
     else:
         con = console()
-        con.print(f"{classifier.lines} lines read, fabric kind {fabric or 'unknown'}: "
-                  f"{len(findings)} finding(s)")
+        con.print(f"{plural(classifier.lines, 'line')} read, fabric kind {fabric or 'unknown'}: "
+                  f"{plural(len(findings), 'finding')}")
         print_findings(con, findings, "findings")
     sys.exit(1 if any(f.severity == "error" for f in findings) else 0)

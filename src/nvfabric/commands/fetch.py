@@ -31,6 +31,7 @@ from ..output import (
     root_option,
     safe,
 )
+from ..words import plural
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -371,7 +372,7 @@ def install(
                 if con is not None:
                     state = "installed" if done.changed else "unchanged"
                     con.print(f"{state}: {safe(art.component)} {safe(art.version)} -> "
-                              f"{safe(done.path)} ({done.files} files)", emoji=False)
+                              f"{safe(done.path)} ({plural(done.files, 'file')})", emoji=False)
             out["installed"] = installed
             if con is not None and dry_run:
                 for item in installed:

@@ -27,7 +27,8 @@ def staged(path: str, mode: int = 0o644, dir_mode: int = 0o755,
 
     The parent directory is created (``dir_mode``) when missing; an existing one keeps its
     mode (never widened, RUN.md R06). Nothing exists at the yielded name when the block
-    starts. Raises OSError on failure.
+    starts. Raises OSError on failure, naming ``path`` (not the temporary) when the failure
+    had no file of its own (a write or fsync that met a full disk: ENOSPC).
     """
     directory = os.path.dirname(os.path.abspath(path))
     if not os.path.isdir(directory):
@@ -39,6 +40,12 @@ def staged(path: str, mode: int = 0o644, dir_mode: int = 0o755,
         yield tmp
         os.chmod(tmp, mode)
         os.replace(tmp, path)
+    except OSError as err:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        if err.filename is None or err.filename == tmp:  # a write, fsync or the temporary:
+            raise OSError(err.errno, err.strerror, path) from err  # name the file it is for
+        raise
     except BaseException:
         with contextlib.suppress(OSError):
             os.unlink(tmp)

@@ -25,6 +25,7 @@ from typing import Any
 
 from ..findings import Finding
 from ..hostpath import check as check_path
+from ..words import plural
 
 STATES = ("UP", "DEGRADED", "DOWN")
 READY = "READY"
@@ -83,16 +84,17 @@ class DomainStatus:
         }
 
     def finding(self) -> Finding | None:
-        """``imex_domain_degraded`` (error) unless the domain is UP."""
-        if self.state == "UP" and not self.unreachable:
+        """``imex_domain_degraded`` (error) unless the domain is UP with at least one node
+        and no unreachable one (UP over 0 nodes, or with unreachable ones, is not healthy)."""
+        if self.state == "UP" and self.nodes and not self.unreachable:
             return None
         if self.unreachable:
             why = "unreachable " + ", ".join(self.unreachable)
         elif not self.nodes:
             why = "nvidia-imex-ctl lists no node (is the daemon running with a node list?)"
         elif self.bad_links:
-            why = (f"{len(self.bad_links)} link(s) down, e.g. {self.bad_links[0]}; every node "
-                   "reports READY")
+            why = (f"{plural(len(self.bad_links), 'link')} down, e.g. {self.bad_links[0]}; "
+                   "every node reports READY")
         else:
             why = "every node reports READY and nvidia-imex-ctl names no unreachable node"
         return Finding(
@@ -167,8 +169,19 @@ def parse_json(text: str) -> DomainStatus:
         f"{host or '?'} (node {nid}, no status reported)"
         for nid, host in sorted(referenced.items()) if nid not in known
     ]
-    return DomainStatus(data["status"].upper(), tuple(nodes), tuple(unreachable), tuple(bad),
+    return DomainStatus(_state(data["status"]), tuple(nodes), tuple(unreachable), tuple(bad),
                         _opt(data.get("timestamp")), "json")
+
+
+def _state(text: str) -> str:
+    """The domain status as printed (``UP``, ``DEGRADED``, ``DOWN``: :data:`STATES`, any
+    case); ValueError for any other: an unknown status is not judged healthy or not."""
+    state = text.strip().upper()
+    if state not in STATES:
+        shown = text if len(text) <= 40 else text[:40] + "..."
+        raise ValueError(f"unknown IMEX domain status {shown!r} (nvidia-imex-ctl prints "
+                         + ", ".join(STATES) + ")")
+    return state
 
 
 def _opt(value: object) -> str | None:
@@ -188,7 +201,7 @@ def parse_text(text: str) -> DomainStatus:
             continue
         m = _STATE_LINE.match(line)
         if m:
-            state = m.group(1).upper()
+            state = _state(m.group(1))
             continue
         m = _MATRIX_ROW.match(line)
         if m:

@@ -18,12 +18,14 @@ import socket
 import stat
 import subprocess
 import threading
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 from .. import hostpath
 from ..configs.atomic import staged, write_atomic
 from ..inventory.fs import listdir, read_bytes, read_text, under
 from ..inventory.nvidia import driver_version, imex_major, loaded_modules
+from ..words import plural
 from .channels import ChannelFacts, DevNode, channel_path, parse_params
 from .facts import (
     CAPS_DIR,
@@ -62,7 +64,7 @@ def _dra_evidence(root: str) -> tuple[str, ...]:
             parts.append("checkpoint.json")
         domains = listdir(os.path.join(path, "domains"))
         if domains:
-            parts.append(f"{len(domains)} ComputeDomain(s)")
+            parts.append(plural(len(domains), "ComputeDomain"))
         out.append(f"kubelet plugin state {d}" + (f" ({', '.join(parts)})" if parts else ""))
     return tuple(out)
 
@@ -135,6 +137,10 @@ def _scripts(root: str, value: str) -> list[str]:
     return out
 
 
+#: Seconds all resolver lookups of one node list check may take together.
+RESOLVE_TIMEOUT_S = 3.0
+
+
 # -- channels ---------------------------------------------------------------------------------
 
 
@@ -177,13 +183,23 @@ def read_channels(root: str) -> ChannelFacts:
     )
 
 
+def channel_target(root: str, number: int) -> str:
+    """Where ``channel<number>`` is made: its host path under ``root`` through
+    :func:`confined` (a ``dev/nvidia-caps-imex-channels`` that is a link out of the root is
+    PathEscape, so no world-writable device is ever made outside it)."""
+    return confined(root, channel_path(number), "IMEX channel")
+
+
 def create_channel(root: str, number: int, major: int) -> DevNode:
     """Make ``channel<number>`` (c major:number, mode 0666, as NVIDIA documents) atomically:
     mknod a temporary node beside it, chmod (the umask applies to mknod), rename over whatever
     was there (:func:`nvfabric.configs.atomic.staged`). The directory is created mode 0755.
-    Raises OSError (EPERM without CAP_MKNOD)."""
+    Raises PathEscape when the path leads out of ``root`` (:func:`channel_target`, checked
+    again just before mknod), OSError (EPERM without CAP_MKNOD)."""
     host_path = channel_path(number)
-    with staged(under(root, host_path), mode=CHANNEL_MODE, dir_mode=0o755) as tmp:
+    target = channel_target(root, number)
+    with staged(target, mode=CHANNEL_MODE, dir_mode=0o755) as tmp:
+        channel_target(root, number)  # the directory may have been made just now: still inside
         os.mknod(tmp, stat.S_IFCHR | CHANNEL_MODE, os.makedev(major, number))
     node = stat_node(root, host_path)
     assert node is not None
@@ -275,6 +291,53 @@ def local_addresses() -> tuple[str, ...]:
             if a.family in (socket.AF_INET, socket.AF_INET6):
                 out.add(a.address.split("%", 1)[0])
     return tuple(sorted(out))
+
+
+def parse_hosts(text: str) -> dict[str, tuple[str, ...]]:
+    """/etc/hosts text (hosts(5): an address, then its names; ``#`` comments) as lower-case
+    name -> addresses, in file order."""
+    out: dict[str, list[str]] = {}
+    for line in text.splitlines():
+        fields = line.split("#", 1)[0].split()
+        if len(fields) < 2:
+            continue
+        for name in fields[1:]:
+            out.setdefault(name.lower(), []).append(fields[0].split("%", 1)[0])
+    return {k: tuple(v) for k, v in out.items()}
+
+
+def resolve_names(root: str, names: Iterable[str],
+                  timeout_s: float = RESOLVE_TIMEOUT_S) -> dict[str, tuple[str, ...]]:
+    """Addresses of host names of a node list (lower-case name -> addresses): the node's
+    etc/hosts under ``root``; on the host itself (root ``/``) also the resolver
+    (getaddrinfo), all names together bounded by ``timeout_s`` (a resolver that hangs leaves
+    the names it did not answer unresolved). Names without an answer are absent."""
+    wanted = sorted({n.lower() for n in names if n})
+    if not wanted:
+        return {}
+    hosts = parse_hosts(read_text(under(root, "/etc/hosts"), limit=1 << 20) or "")
+    out = {n: hosts[n] for n in wanted if n in hosts}
+    missing = [n for n in wanted if n not in out]
+    if os.path.abspath(root) != "/" or not missing:
+        return out
+    import concurrent.futures
+
+    def lookup(name: str) -> tuple[str, ...]:
+        infos = socket.getaddrinfo(name, None, proto=socket.IPPROTO_TCP)
+        return tuple(sorted({str(i[4][0]).split("%", 1)[0] for i in infos}))
+
+    pool = concurrent.futures.ThreadPoolExecutor(max_workers=min(8, len(missing)))
+    try:
+        futures = {pool.submit(lookup, n): n for n in missing}
+        done, _ = concurrent.futures.wait(futures, timeout=timeout_s)
+        for fut in done:
+            try:
+                out[futures[fut]] = fut.result()
+            except OSError:  # socket.gaierror: unknown name
+                continue
+    finally:
+        pool.shutdown(wait=False, cancel_futures=True)
+    return out
 
 
 def local_names(root: str) -> tuple[str, ...]:

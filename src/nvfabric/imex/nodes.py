@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import ipaddress
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -148,16 +148,21 @@ def _norm(address: str) -> str:
 
 
 def local_entries(peers: Iterable[Peer], local_addresses: Iterable[str],
-                  local_names: Iterable[str] = ()) -> tuple[Peer, ...]:
-    """The entries that name this host: an address of one of its interfaces, or its host
-    name (short or fully qualified, case-insensitive)."""
+                  local_names: Iterable[str] = (),
+                  resolved: Mapping[str, Iterable[str]] | None = None) -> tuple[Peer, ...]:
+    """The entries that name this host: an address of one of its interfaces, or a host name
+    that is its own (short or fully qualified, case-insensitive) or that resolves
+    (``resolved``: lower-case name -> addresses, :func:`nvfabric.imex.host.resolve_names`)
+    to one of its addresses, as IMEX itself resolves the names of a Slurm host list."""
     addrs = {_norm(a) for a in local_addresses}
     names = {n.lower() for n in local_names if n}
     names |= {n.split(".", 1)[0] for n in names}
+    resolved = resolved or {}
     out = []
     for p in peers:
         if p.kind == "hostname":
-            if p.text.lower() in names:
+            name = p.text.lower()
+            if name in names or any(_norm(a) in addrs for a in resolved.get(name, ())):
                 out.append(p)
         elif _norm(p.text) in addrs:
             out.append(p)
@@ -165,10 +170,12 @@ def local_entries(peers: Iterable[Peer], local_addresses: Iterable[str],
 
 
 def check_local(peers: tuple[Peer, ...], local_addresses: Iterable[str],
-                local_names: Iterable[str] = ()) -> Finding | None:
-    """``imex_no_local_interface`` unless exactly one entry names this host."""
+                local_names: Iterable[str] = (),
+                resolved: Mapping[str, Iterable[str]] | None = None) -> Finding | None:
+    """``imex_no_local_interface`` unless exactly one entry names this host
+    (:func:`local_entries`)."""
     addrs = sorted({_norm(a) for a in local_addresses})
-    mine = local_entries(peers, addrs, local_names)
+    mine = local_entries(peers, addrs, local_names, resolved)
     if len(mine) == 1:
         return None
     fields: dict[str, Any] = {"local_addresses": addrs, "entries": [p.text for p in peers]}
