@@ -211,3 +211,78 @@ def test_nvlsm_is_found_through_its_newest_install_record(tmp_path: Path) -> Non
     assert argv[0] == f"{root}/opt/nvfabric/nvlsm-2025.06.6/sbin/nvlsm"
     assert argv[argv.index("-F") + 1] == \
         f"{root}/opt/nvfabric/nvlsm-2025.06.6/share/nvidia/nvlsm/nvlsm.conf"
+
+
+def _damage(where: Path, how: str) -> None:
+    """Damage the install record at ``where`` the way ``how`` names (not what install writes)."""
+    rec_path = where / ".nvfabric-install.json"
+    record = json.loads(rec_path.read_text(encoding="utf-8"))
+    binary = next(f for f in record["files"] if f["path"] == "bin/nv-fabricmanager")
+    if how == "not json":
+        rec_path.write_text("{broken", encoding="utf-8")
+        return
+    if how == "files not a list":
+        record["files"] = "bin/nv-fabricmanager"
+    elif how == "path with ..":
+        binary["path"] = "../../../../bin/nv-fabricmanager"
+    elif how == "absolute path":
+        binary["path"] = "/bin/nv-fabricmanager"
+    elif how == "mode not octal":
+        binary["mode"] = "rwx"
+    elif how == "sha256 not hex":
+        binary["sha256"] = None
+    elif how == "other component":
+        record["component"] = "nvlsm"
+    rec_path.write_text(json.dumps(record), encoding="utf-8")
+
+
+@pytest.mark.parametrize("how", ["not json", "files not a list", "path with ..",
+                                 "absolute path", "mode not octal", "sha256 not hex",
+                                 "other component"])
+def test_a_damaged_install_record_is_a_node_fault_never_exit_3(tmp_path: Path,
+                                                               how: str) -> None:
+    """A record whose entries are not what install writes offers nothing: run refuses with
+    exit 1 and says the record is damaged (before: '..' or a bad mode was exit 3, a broken
+    record was reported as 'no nvfabric install put one')."""
+    root = sim(tmp_path, "hgx-h100")
+    where = _install_fm(root, H100_DRIVER)
+    _remove_fm_package(root)
+    _damage(where, how)
+    out, rc, err = _run(root, "--dry-run")
+    assert (rc, out.get("result")) == (1, "refused"), (out, err)
+    by_code = {f["code"]: f for f in out["findings"]}
+    assert set(by_code) == {"binary_missing", "package_file_missing", "topology_file_missing"}
+    record = f"/opt/nvfabric/fabricmanager-{H100_DRIVER}/.nvfabric-install.json"
+    for f in by_code.values():
+        assert f"install record {record} is damaged" in f["message"], f["message"]
+        assert f["install_record"] == record and "reinstall" in f["hint"]
+    assert out["vendor_files"] == []
+
+
+def test_an_install_reached_through_a_link_out_of_the_root_is_not_used(tmp_path: Path) -> None:
+    """<root>/opt/nvfabric a link to a directory outside the root (a copied image tree): the
+    files match their record there, but they are not the node's; nothing is taken from it."""
+    root = sim(tmp_path, "hgx-h100")
+    _install_fm(root, H100_DRIVER)
+    _remove_fm_package(root)
+    outside = tmp_path / "elsewhere"
+    (root / "opt/nvfabric").rename(outside)
+    (root / "opt/nvfabric").symlink_to(outside)
+    out, rc, err = _run(root, "--dry-run")
+    assert (rc, out.get("result")) == (1, "refused"), (out, err)
+    assert {f["code"] for f in out["findings"]} == {
+        "binary_missing", "package_file_missing", "topology_file_missing"}
+    assert all("leading out of the root" in f["message"] for f in out["findings"])
+    assert not any(str(outside) in p["argv"][0] for p in out["processes"])
+
+
+def test_a_changed_installed_file_is_named_with_its_record(tmp_path: Path) -> None:
+    root = sim(tmp_path, "hgx-h100")
+    where = _install_fm(root, H100_DRIVER)
+    _remove_fm_package(root)
+    (where / "bin/nv-fabricmanager").write_text("#!/bin/sh\necho tampered\n", encoding="utf-8")
+    out, rc, _ = _run(root, "--dry-run")
+    (binary,) = [f for f in out["findings"] if f["code"] == "binary_missing"]
+    host = f"/opt/nvfabric/fabricmanager-{H100_DRIVER}"
+    assert rc == 1 and f"{host}/bin/nv-fabricmanager no longer matches its install record" \
+        in binary["message"]

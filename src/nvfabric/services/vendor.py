@@ -144,12 +144,24 @@ def resolve(root: str, fabric: str, typed: Mapping[str, str | None],
         if hit is not None and tree is not None:
             paths[vf.key], sources[vf.key] = hit, f"install record {tree.record}"
             continue
-        findings.append(_missing(vf, vendor, driver_version))
+        findings.append(_missing(vf, vendor, driver_version, tree))
     return Resolved(paths, sources, tuple(findings))
 
 
-def _missing(vf: VendorFile, vendor: str, driver_version: str | None) -> Finding:
+def _missing(vf: VendorFile, vendor: str, driver_version: str | None,
+             tree: InstalledTree | None = None) -> Finding:
     line = install_line(vf.component, driver_version)
+    why = tree.problem(vf.basename) if tree is not None else None
+    if tree is not None and why is not None:
+        return Finding(
+            _CODES[vf.key], "error",
+            f"{vf.what} is missing: {vendor} does not exist and the `nvfabric install` at "
+            f"{tree.host_dir} cannot be used: {why}",
+            f"reinstall it: `{line}` (a damaged install is replaced whole), or the "
+            "distribution's package" + ("" if vf.key == "topology" else f", or pass {vf.key} PATH"),
+            {"file": vf.key, "path": vendor, "component": vf.component, "install": line,
+             "install_record": tree.record},
+        )
     package = (f"the fabric manager package of driver {driver_version}" if driver_version
                else "the fabric manager package of the loaded driver") \
         if vf.component == "fabricmanager" else "the nvlsm package of the driver's CUDA release"
