@@ -286,3 +286,23 @@ def test_a_changed_installed_file_is_named_with_its_record(tmp_path: Path) -> No
     host = f"/opt/nvfabric/fabricmanager-{H100_DRIVER}"
     assert rc == 1 and f"{host}/bin/nv-fabricmanager no longer matches its install record" \
         in binary["message"]
+
+
+def test_a_vendor_path_linking_out_of_the_root_is_not_the_nodes_file(tmp_path: Path) -> None:
+    """A copied image tree's absolute link (/usr/bin/nv-fabricmanager -> a host path) is not
+    the node's binary: run refuses with the finding saying where the link leads (before, the
+    host's file was executed for the version check and would have been started)."""
+    root = sim(tmp_path, "hgx-h100")
+    host_binary = tmp_path / "host-bin/nv-fabricmanager"
+    host_binary.parent.mkdir()
+    shutil.copy(root / "bin/nv-fabricmanager", host_binary)
+    (root / "usr/bin/nv-fabricmanager").unlink()
+    (root / "usr/bin/nv-fabricmanager").symlink_to(host_binary)
+    out, rc, err = _run(root, "--dry-run")
+    assert (rc, out["result"]) == (1, "refused"), (out, err)
+    (binary,) = out["findings"]
+    assert binary["code"] == "binary_missing"
+    assert f"/usr/bin/nv-fabricmanager is a link leading out of the root (to {host_binary})" \
+        in binary["message"]
+    out, rc, _ = _run(root, "--dry-run", "--fm-bin", "/usr/bin/nv-fabricmanager")
+    assert rc == 2 and "leads out of the root" in out["error"]["message"]

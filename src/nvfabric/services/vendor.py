@@ -28,7 +28,7 @@ from typing import Any
 
 from ..artifacts.installed import InstalledTree, installed
 from ..findings import Finding
-from ..hostpath import under_root
+from ..hostpath import confined, under_root
 from . import fabricmanager as fm
 from . import nvlsm
 
@@ -91,7 +91,20 @@ class Resolved:
                 if self.sources[k].startswith("install record")]
 
 
+def _outside(root: str, path: str) -> str | None:
+    """Where ``path`` really leads, links followed, when that is outside ``root`` (a copied
+    image's absolute link such as ``/usr/bin/nv-fabricmanager -> /usr/local/bin/...`` points
+    at the host's file, not the node's); None when it stays inside."""
+    try:
+        confined(root, path)
+    except ValueError:
+        return os.path.realpath(under_root(root, path))
+    return None
+
+
 def _exists(root: str, path: str, kind: str) -> bool:
+    if _outside(root, path) is not None:
+        return False
     full = under_root(root, path)
     if kind == "dir":
         return os.path.isdir(full)
@@ -125,6 +138,9 @@ def resolve(root: str, fabric: str, typed: Mapping[str, str | None],
             if not _exists(root, given, vf.kind):
                 problem = {"exec": "not an executable file", "file": "no such file",
                            "dir": "no such directory"}[vf.kind]
+                away = _outside(root, given)
+                if away is not None:
+                    problem = f"leads out of the root (to {away})"
                 where = f" under --root {root}" if os.path.abspath(root) != "/" else ""
                 raise TypedPathMissing(f"{vf.key} {given}: {problem}{where}")
             paths[vf.key], sources[vf.key] = given, "typed"
@@ -144,18 +160,20 @@ def resolve(root: str, fabric: str, typed: Mapping[str, str | None],
         if hit is not None and tree is not None:
             paths[vf.key], sources[vf.key] = hit, f"install record {tree.record}"
             continue
-        findings.append(_missing(vf, vendor, driver_version, tree))
+        findings.append(_missing(vf, vendor, driver_version, tree, _outside(root, vendor)))
     return Resolved(paths, sources, tuple(findings))
 
 
 def _missing(vf: VendorFile, vendor: str, driver_version: str | None,
-             tree: InstalledTree | None = None) -> Finding:
+             tree: InstalledTree | None = None, away: str | None = None) -> Finding:
     line = install_line(vf.component, driver_version)
     why = tree.problem(vf.basename) if tree is not None else None
+    absent = f"{vendor} is a link leading out of the root (to {away}), not the node's file," \
+        if away is not None else f"{vendor} does not exist"
     if tree is not None and why is not None:
         return Finding(
             _CODES[vf.key], "error",
-            f"{vf.what} is missing: {vendor} does not exist and the `nvfabric install` at "
+            f"{vf.what} is missing: {absent} and the `nvfabric install` at "
             f"{tree.host_dir} cannot be used: {why}",
             f"reinstall it: `{line}` (a damaged install is replaced whole), or the "
             "distribution's package" + ("" if vf.key == "topology" else f", or pass {vf.key} PATH"),
@@ -168,7 +186,7 @@ def _missing(vf: VendorFile, vendor: str, driver_version: str | None,
     option = "" if vf.key == "topology" else f", or pass {vf.key} PATH"
     return Finding(
         _CODES[vf.key], "error",
-        f"{vf.what} is missing: {vendor} does not exist and no `nvfabric install` put one under "
+        f"{vf.what} is missing: {absent} and no `nvfabric install` put one under "
         "/opt/nvfabric: the node lacks " + package,
         f"install it: `{line}` (run then finds it through the install record), or the "
         f"distribution's package{option}",
