@@ -214,3 +214,33 @@ def test_killed_status_or_wait_takes_its_nvidia_smi_probe_along(
         proc.wait()
         if pidfile.exists() and not _gone(int(pidfile.read_text())):
             os.kill(int(pidfile.read_text()), signal.SIGKILL)
+
+
+@pytest.mark.parametrize("capture", ["k8s-test-infra-hw-qx-b200.xml",
+                                     "fabric-in-progress-580-wide-columns-gpuop2511.txt",
+                                     "csv"])
+@pytest.mark.parametrize("encoding", ["utf-16", "utf-16-le", "utf-16-be", "utf-8-sig",
+                                      "utf-32"])
+def test_a_capture_saved_as_utf16_or_with_a_bom_is_read_as_utf8_is(
+        tmp_path: Path, capture: str, encoding: str) -> None:
+    """PowerShell's `nvidia-smi -q > FILE` writes UTF-16 LE with a BOM: the same verdict as the
+    UTF-8 capture (before: 'not an nvidia-smi ... capture', exit 2)."""
+    if capture == "csv":
+        text = ("index, uuid, pci.bus_id, fabric.state, fabric.status, fabric.cliqueId, "
+                "fabric.clusterUuid\r\n0, GPU-a, 00000000:18:00.0, Completed, Success, 0, "
+                "00000000-0000-0000-0000-000000000000\r\n")
+    else:
+        text = (SMI / capture).read_text(encoding="utf-8")
+    plain, saved = tmp_path / "plain", tmp_path / "saved"
+    plain.write_bytes(text.encode("utf-8"))
+    saved.write_bytes(text.encode(encoding))
+    want, want_rc = run_json("status", "--from-nvidia-smi", str(plain), "--fabric", "nvswitch")
+    got, rc = run_json("status", "--from-nvidia-smi", str(saved), "--fabric", "nvswitch")
+    assert "error" not in got and (got, rc) == (want, want_rc)
+
+
+def test_a_binary_file_with_nul_bytes_is_refused_as_no_capture(tmp_path: Path) -> None:
+    blob = tmp_path / "core"
+    blob.write_bytes(b"\x7fELF\x02\x01\x01\x00" + bytes(range(256)) * 4)
+    out, rc = run_json("status", "--from-nvidia-smi", str(blob))
+    assert rc == 2 and "not an nvidia-smi capture" in out["error"]["message"]
