@@ -244,3 +244,42 @@ def test_a_binary_file_with_nul_bytes_is_refused_as_no_capture(tmp_path: Path) -
     blob.write_bytes(b"\x7fELF\x02\x01\x01\x00" + bytes(range(256)) * 4)
     out, rc = run_json("status", "--from-nvidia-smi", str(blob))
     assert rc == 2 and "not an nvidia-smi capture" in out["error"]["message"]
+
+
+_CSV_HEAD = ("index, uuid, pci.bus_id, fabric.state, fabric.status, fabric.cliqueId, "
+             "fabric.clusterUuid\n0, GPU-a, 00000000:18:00.0, Completed, Success, 0, "
+             "00000000-0000-0000-0000-000000000000\n")
+
+
+@pytest.mark.parametrize(("printed", "nvml_error"), [
+    ("[GPU requires reset]", "NVML_ERROR_RESET_REQUIRED"),
+    ("[GPU is lost]", "NVML_ERROR_GPU_IS_LOST"),
+    ("[Unknown Error]", "NVML_ERROR_UNKNOWN"),
+    ("[Insufficient Permissions]", "NVML_ERROR_NO_PERMISSION"),
+])
+def test_an_error_nvidia_smi_prints_for_the_fabric_state_is_a_gpu_fault_not_bad_input(
+        tmp_path: Path, printed: str, nvml_error: str) -> None:
+    """nvidia-smi prints nvmlErrorString in place of a value it could not read; that GPU is
+    not read (unhealthy, exit 1, as NVML's failed fabric query), never exit 2."""
+    capture = tmp_path / "fabric.csv"
+    capture.write_text(_CSV_HEAD + f"1, GPU-b, 00000000:19:00.0, {printed}, {printed}, "
+                       f"{printed}, {printed}\n", encoding="utf-8")
+    out, rc = run_json("status", "--from-nvidia-smi", str(capture), "--fabric", "nvswitch")
+    assert (rc, out.get("verdict")) == (1, "unhealthy"), out
+    (err,) = [f for f in out["findings"] if f["code"] == "nvml_unavailable"]
+    assert err["severity"] == "error" and err["gpu"] == 1 and err["nvml_error"] == nvml_error
+    assert err["pci"] == "00000000:19:00.0" and printed.strip("[]") in err["message"]
+
+
+def test_the_same_error_in_q_text_and_xml_is_the_same_finding(tmp_path: Path) -> None:
+    text = (SMI / "fabric-in-progress-580-wide-columns-gpuop2511.txt").read_text(encoding="utf-8")
+    xml = (SMI / "k8s-test-infra-hw-qx-b200.xml").read_text(encoding="utf-8")
+    assert ": In Progress" in text and "<state>Completed</state>" in xml
+    for name, body in (
+            ("q.txt", text.replace(": In Progress", ": GPU requires reset", 1)),
+            ("q.xml", xml.replace("<state>Completed</state>", "<state>Unknown Error</state>", 1))):
+        path = tmp_path / name
+        path.write_text(body, encoding="utf-8")
+        out, rc = run_json("status", "--from-nvidia-smi", str(path))
+        assert rc == 1 and out["verdict"] == "unhealthy", out
+        assert [f["gpu"] for f in out["findings"] if f["code"] == "nvml_unavailable"] == [0]

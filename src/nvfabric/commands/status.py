@@ -156,7 +156,7 @@ def evaluate(
     elif plan_fabric is not None:
         fabric, source = plan_fabric, "plan"
     else:
-        fabric, source = infer_fabric(health.gpus), "inferred"
+        fabric, source = infer_fabric(health.gpus, health.findings), "inferred"
     result = verdict(Inputs(
         gpus=health.gpus, fabric=fabric, services=services, pci_gpu_count=pci_count,
         grace_s=grace, fabric_mode=mode, reader_findings=health.findings,

@@ -13,8 +13,10 @@
   naming them (S08): a query that did not ask for fabric.status cannot tell Completed/Success
   from a failed registration.
 
-N/A anywhere is a value (None / ``not_supported``), never an error. Other nvidia-smi outputs
-(``nvlink --status``, ``topo --matrix``, ``-L``, the default table) carry no fabric state:
+N/A anywhere is a value (None / ``not_supported``), never an error; an NVML error string
+printed as the fabric State (``GPU requires reset``) is the GPU's read failure, reported as the
+NVML reader reports it (``nvml_unavailable``, reason ``fabric_info_error``). Other nvidia-smi
+outputs (``nvlink --status``, ``topo --matrix``, ``-L``, the default table) carry no fabric state:
 :func:`parse` raises :class:`SmiFormatError` naming what the text is. Pure: text in, values out.
 """
 
@@ -25,6 +27,7 @@ import re
 import xml.etree.ElementTree as ET
 from dataclasses import dataclass, field
 
+from ..findings import Finding
 from .mask import HealthField, decode_smi, summary_from_smi
 from .model import FabricHealth, GpuFabric, Source, state_from_smi, status_from_smi
 
@@ -99,11 +102,30 @@ class _Gpu:
     summary: str | None = None
     has_fabric: bool = False
 
-    def build(self, index: int, where: str = "") -> GpuFabric:
+    def build(self, index: int, where: str = "",
+              findings: list[Finding] | None = None) -> GpuFabric:
         """The GpuFabric; SmiFormatError naming the GPU (``where``, else its index and bus id)
         and the value when the fabric state, status, CliqueId or ClusterUUID is not one
         nvidia-smi prints."""
         v = self.values
+        failed = _read_error(v.get("state"))
+        if failed is not None:
+            # As the NVML reader reports a failed fabric query (health/nvml.py fabric_of):
+            # the GPU is listed without a fabric state and the reading has an error.
+            label = f"GPU {index}" + (f" ({self.pci})" if self.pci else "")
+            if findings is not None:
+                findings.append(Finding(
+                    "nvml_unavailable", "error",
+                    f"{label}: nvidia-smi could not read its fabric state: it printed "
+                    f"{v['state'].strip()!r} ({failed})",
+                    "check `nvidia-smi -q -i " + str(index) + "` and dmesg for Xid errors; "
+                    "'GPU requires reset' or 'GPU is lost': reset the GPU "
+                    "(`nvidia-smi -r`) or reboot, then restart fabric manager",
+                    {"reason": "fabric_info_error", "gpu": index, "pci": self.pci,
+                     "nvml_error": failed},
+                ))
+            return GpuFabric(index=index, uuid=_na(v.get("uuid")), pci=self.pci,
+                             name=_na(v.get("name")), state="not_supported", status=None)
         try:
             return GpuFabric(
                 index=index,
@@ -120,6 +142,25 @@ class _Gpu:
         except ValueError as err:
             label = where or f"GPU {index}" + (f" ({self.pci})" if self.pci else "")
             raise SmiFormatError(f"{label}: {err}") from None
+
+
+def _read_error(state: str | None) -> str | None:
+    """The NVML error name when nvidia-smi printed an error in place of the fabric State
+    (``Unknown Error``, ``GPU requires reset``, ``GPU is lost``, ``Insufficient
+    Permissions``; ``[...]`` in CSV: nvmlErrorString of the failed query), else None."""
+    if state is None:
+        return None
+    word = state.strip().strip("[]").strip().lower()
+    if word in ("n/a", "", "not supported", "unknown") or word in _STATE_WORDS:
+        return None
+    try:
+        name = status_from_smi(state)
+    except ValueError:
+        return None
+    return name if name not in (None, "success") else None
+
+
+_STATE_WORDS = frozenset({"completed", "in progress", "not started"})
 
 
 def _na(value: str | None) -> str | None:
@@ -215,9 +256,9 @@ def parse_text(text: str) -> FabricHealth:
                 decoded = decode_smi(key, value)
                 if decoded is not None:
                     cur.health.append(decoded)
-    return FabricHealth(
-        "nvidia-smi-text", tuple(g.build(i) for i, g in enumerate(gpus)), driver
-    )
+    errors: list[Finding] = []
+    built = tuple(g.build(i, findings=errors) for i, g in enumerate(gpus))
+    return FabricHealth("nvidia-smi-text", built, driver, tuple(errors))
 
 
 def parse_xml(text: str) -> FabricHealth:
@@ -229,6 +270,7 @@ def parse_xml(text: str) -> FabricHealth:
     if root.tag != "nvidia_smi_log":
         raise SmiFormatError(f"XML root is <{root.tag}>, not <nvidia_smi_log>")
     gpus: list[GpuFabric] = []
+    errors: list[Finding] = []
     for index, gpu in enumerate(root.findall("gpu")):
         fab = gpu.find("fabric")
         values = {
@@ -251,8 +293,9 @@ def parse_xml(text: str) -> FabricHealth:
                     if decoded is not None:
                         health.append(decoded)
         builder = _Gpu(pci=gpu.get("id"), values=values, health=health, summary=summary)
-        gpus.append(builder.build(index))
-    return FabricHealth("nvidia-smi-xml", tuple(gpus), _na(root.findtext("driver_version")))
+        gpus.append(builder.build(index, findings=errors))
+    return FabricHealth("nvidia-smi-xml", tuple(gpus), _na(root.findtext("driver_version")),
+                        tuple(errors))
 
 
 def _headerless_csv(text: str) -> bool:
@@ -299,6 +342,7 @@ def parse_csv(text: str) -> FabricHealth:
             f"CSV lacks the column{'s' if len(missing) > 1 else ''} the verdict needs: "
             f"{', '.join(missing)} (it has: {have}); capture with `{CSV_QUERY}`")
     gpus: list[GpuFabric] = []
+    errors: list[Finding] = []
     driver: str | None = None
     for n, row in enumerate(rows):
         where = f"CSV row {n + 1}"
@@ -310,8 +354,8 @@ def parse_csv(text: str) -> FabricHealth:
         index = _int(values.get("index"))
         driver = driver or _na(values.get("driver"))
         builder = _Gpu(pci=_na(values.get("pci")), values=values)
-        gpus.append(builder.build(index if index is not None else n, where))
-    return FabricHealth("nvidia-smi-csv", tuple(gpus), driver)
+        gpus.append(builder.build(index if index is not None else n, where, errors))
+    return FabricHealth("nvidia-smi-csv", tuple(gpus), driver, tuple(errors))
 
 
 SOURCES: tuple[Source, ...] = ("nvidia-smi-text", "nvidia-smi-xml", "nvidia-smi-csv")

@@ -156,13 +156,16 @@ class Verdict:
     reasons: tuple[str, ...] = field(default=())
 
 
-def infer_fabric(gpus: tuple[GpuFabric, ...]) -> str:
+def infer_fabric(gpus: tuple[GpuFabric, ...], reader_findings: tuple[Finding, ...] = ()) -> str:
     """The fabric kind a capture shows when no plan is at hand: GB200/GB300 -> mnnvl,
-    B100/B200/B300 -> nvlink5, any other GPU reporting a fabric state -> nvswitch, else none."""
+    B100/B200/B300 -> nvlink5, any other GPU reporting a fabric state -> nvswitch, else none.
+    A GPU whose fabric state could not be read (a reader finding with reason
+    ``fabric_info_error``: nvidia-smi printed an error, not N/A) has a fabric: nvswitch."""
     for pattern, kind in NAME_FABRIC:
         if any(g.name and pattern.search(g.name) for g in gpus):
             return kind
-    if any(g.state != "not_supported" for g in gpus):
+    if any(g.state != "not_supported" for g in gpus) or any(
+            f.fields.get("reason") == "fabric_info_error" for f in reader_findings):
         return "nvswitch"
     return "none"
 
