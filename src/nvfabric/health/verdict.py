@@ -258,7 +258,7 @@ def verdict(inp: Inputs) -> Verdict:
     failed = [g for g in completed if g.status not in (None, "success")]
     ok = [g for g in completed if g.status == "success"]
     if left_out:
-        _left_out(acc, left_out, completed)
+        _left_out(acc, left_out, completed, len(inp.gpus))
     _values_missing(acc, completed, fabric)
 
     for g in failed:
@@ -282,12 +282,14 @@ def verdict(inp: Inputs) -> Verdict:
     return acc.result()
 
 
-def _left_out(acc: _Acc, left_out: list[GpuFabric], completed: list[GpuFabric]) -> None:
-    """S06: GPUs still Not Started next to Completed ones were left out of the pass."""
+def _left_out(acc: _Acc, left_out: list[GpuFabric], completed: list[GpuFabric],
+              total: int) -> None:
+    """S06: GPUs still Not Started next to Completed ones were left out of the pass;
+    ``total`` is every GPU read (In Progress and Not Supported ones count too)."""
     labels = ", ".join(str(g.index) for g in left_out)
     acc.add("unhealthy", Finding(
         "partial_registration", "error",
-        f"{len(left_out)} of {len(left_out) + len(completed)} GPUs were left out of fabric "
+        f"{len(left_out)} of {total} GPUs were left out of fabric "
         f"registration (GPUs {labels} Not Started while {len(completed)} completed): waiting "
         "does not fix it",
         "fabric manager registers a baseboard's GPUs in one pass; a GPU it left out was "
