@@ -283,3 +283,21 @@ def test_the_same_error_in_q_text_and_xml_is_the_same_finding(tmp_path: Path) ->
         out, rc = run_json("status", "--from-nvidia-smi", str(path))
         assert rc == 1 and out["verdict"] == "unhealthy", out
         assert [f["gpu"] for f in out["findings"] if f["code"] == "nvml_unavailable"] == [0]
+
+
+@pytest.mark.parametrize("body", [
+    "index, uuid, pci.bus_id, fabric.state, fabric.status, fabric.cliqueId, fabric.clusterUuid\n",
+    '<?xml version="1.0" ?>\n<nvidia_smi_log><driver_version>570.148.08</driver_version>'
+    "<attached_gpus>8</attached_gpus></nvidia_smi_log>\n",
+    "==============NVSMI LOG==============\n\nDriver Version : 570.148.08\n"
+    "Attached GPUs : 8\n",
+])
+@pytest.mark.parametrize("fabric", [None, "none", "nvswitch"])
+def test_a_capture_of_no_gpu_is_refused_never_not_applicable(
+        tmp_path: Path, body: str, fabric: str | None) -> None:
+    capture = tmp_path / "capture"
+    capture.write_text(body, encoding="utf-8")
+    out, rc = run_json("status", "--from-nvidia-smi", str(capture),
+                       *(["--fabric", fabric] if fabric else []))
+    assert rc == 2 and out["error"]["code"] == "input_unreadable"
+    assert "lists no GPU" in out["error"]["message"]

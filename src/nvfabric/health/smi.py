@@ -85,11 +85,15 @@ def detect(text: str) -> str:
 def parse(text: str) -> FabricHealth:
     """Parse a capture of any of the three formats (see the module docstring)."""
     kind = detect(text)
-    if kind == "xml":
-        return parse_xml(text)
-    if kind == "csv":
-        return parse_csv(text)
-    return parse_text(text)
+    health = parse_xml(text) if kind == "xml" else parse_csv(text) if kind == "csv" \
+        else parse_text(text)
+    if not health.gpus:
+        # nvidia-smi on a node without GPUs prints "No devices were found", never an empty
+        # listing: a capture of no GPU was cut or emptied, and certifies nothing.
+        raise SmiFormatError(
+            f"the {'CSV' if kind == 'csv' else kind} capture lists no GPU (a header, or a "
+            "log header without GPU sections): nothing to judge")
+    return health
 
 
 @dataclass
