@@ -78,7 +78,8 @@ def _decode(data: bytes) -> str:
     except LogEncodingError as err:
         raise SmiFormatError(str(err).replace("not a log file", "not an nvidia-smi capture")) \
             from None
-    return data[skip:].decode(name, "replace")
+    text = data[skip:].decode(name, "replace")
+    return text.replace("\0", "") if name == "utf-8" else text  # NUL padding
 
 
 def read_capture(path: str) -> FabricHealth:
