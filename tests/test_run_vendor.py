@@ -52,7 +52,8 @@ def test_r08_missing_fabric_manager_package_is_one_finding_per_file(
     assert (rc, out["result"]) == (1, "refused")
     by_code = {f["code"]: f for f in out["findings"]}
     assert set(by_code) == {"binary_missing", "package_file_missing", "topology_file_missing"}
-    line = f"nvfabric install --components fabricmanager --driver-version {H100_DRIVER}"
+    line = (f"nvfabric install --root {root} --components fabricmanager --driver-version "
+            f"{H100_DRIVER}")
     for f in by_code.values():
         assert f["install"] == line and f"`{line}`" in f["hint"]
     assert by_code["binary_missing"]["path"] == "/usr/bin/nv-fabricmanager"
@@ -69,7 +70,7 @@ def test_r08_missing_nvlsm_package_on_nvlink5(tmp_path: Path) -> None:
     assert rc == 1
     found = {(f["code"], f["file"]) for f in out["findings"]}
     assert found == {("nvlsm_missing", "--nvlsm-bin"), ("package_file_missing", "--nvlsm-config")}
-    assert all(f["install"].startswith("nvfabric install --components nvlsm")
+    assert all(f["install"].startswith(f"nvfabric install --root {root} --components nvlsm")
                for f in out["findings"])
 
 
@@ -81,7 +82,7 @@ def test_r08_human_output_names_each_file_and_the_fix(tmp_path: Path) -> None:
     assert proc.returncode == 1
     text = " ".join(proc.stderr.split())
     assert "a vendor package is missing" in text
-    assert "nvfabric install --components fabricmanager" in text
+    assert f"nvfabric install --root {root} --components fabricmanager" in text
 
 
 @pytest.mark.parametrize(("flag", "what"), [("--fm-bin", "not an executable file"),
@@ -306,3 +307,13 @@ def test_a_vendor_path_linking_out_of_the_root_is_not_the_nodes_file(tmp_path: P
         in binary["message"]
     out, rc, _ = _run(root, "--dry-run", "--fm-bin", "/usr/bin/nv-fabricmanager")
     assert rc == 2 and "leads out of the root" in out["error"]["message"]
+
+
+def test_the_install_line_installs_into_the_node_that_was_checked() -> None:
+    """Following the hint of `run --root DIR` must install under DIR, not into the host."""
+    from nvfabric.services.vendor import install_line
+
+    assert install_line("fabricmanager", "550.90.07") == \
+        "nvfabric install --components fabricmanager --driver-version 550.90.07"
+    assert install_line("nvlsm", None, "/srv/images/node a") == \
+        "nvfabric install --root '/srv/images/node a' --components nvlsm"

@@ -22,6 +22,7 @@ For each, in order (RUN.md R08):
 from __future__ import annotations
 
 import os
+import shlex
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -113,10 +114,13 @@ def _exists(root: str, path: str, kind: str) -> bool:
     return os.path.isfile(full)
 
 
-def install_line(component: str, driver_version: str | None) -> str:
-    """The ``nvfabric install`` command that installs ``component`` for this driver."""
+def install_line(component: str, driver_version: str | None, root: str = "/") -> str:
+    """The ``nvfabric install`` command that installs ``component`` for this driver into the
+    node under ``root`` (``--root`` named, shell-quoted, unless it is ``/``: without it the
+    line would install into the host running it, not the node that was checked)."""
     version = f" --driver-version {driver_version}" if driver_version else ""
-    return f"nvfabric install --components {component}{version}"
+    where = "" if os.path.abspath(root) == "/" else f" --root {shlex.quote(os.path.abspath(root))}"
+    return f"nvfabric install{where} --components {component}{version}"
 
 
 def resolve(root: str, fabric: str, typed: Mapping[str, str | None],
@@ -160,13 +164,15 @@ def resolve(root: str, fabric: str, typed: Mapping[str, str | None],
         if hit is not None and tree is not None:
             paths[vf.key], sources[vf.key] = hit, f"install record {tree.record}"
             continue
-        findings.append(_missing(vf, vendor, driver_version, tree, _outside(root, vendor)))
+        findings.append(_missing(vf, vendor, driver_version, tree, _outside(root, vendor),
+                                 root))
     return Resolved(paths, sources, tuple(findings))
 
 
 def _missing(vf: VendorFile, vendor: str, driver_version: str | None,
-             tree: InstalledTree | None = None, away: str | None = None) -> Finding:
-    line = install_line(vf.component, driver_version)
+             tree: InstalledTree | None = None, away: str | None = None,
+             root: str = "/") -> Finding:
+    line = install_line(vf.component, driver_version, root)
     why = tree.problem(vf.basename) if tree is not None else None
     absent = f"{vendor} is a link leading out of the root (to {away}), not the node's file," \
         if away is not None else f"{vendor} does not exist"
