@@ -203,3 +203,30 @@ def test_el7_packages_from_a_mirror_on_an_ubuntu_build_host_are_yum(
                        "580.95.05", "--arch", "x86_64", "--components", "fabricmanager",
                        "--mirror", mirror.url, "--dry-run", "--retries", "0")
     assert rc == 0 and out["pins"][0] == "yum install -y nvidia-fabricmanager-580.95.05-1.el7"
+
+
+@pytest.mark.parametrize("distro", ["sles15", "opensuse15"])
+def test_sles_and_opensuse_get_zypper_lines_never_dnf(distro: str) -> None:
+    """SLES/openSUSE have no dnf: zypper installs the exact version and locks by name."""
+    arts = [_art("580.95.05-1", "nvidia-fabricmanager"),
+            rpm.Artifact("libnvidia_nscq", "580.95.05-1", "x86_64", "https://x/z.rpm", "0" * 64,
+                         None, "rpm", "libnvidia-nscq")]
+    assert rpm.package_manager(distro) == "zypper"
+    assert rpm.commands(arts, distro) == [
+        ["zypper", "--non-interactive", "install", "nvidia-fabricmanager-580.95.05-1",
+         "libnvidia-nscq-580.95.05-1"],
+        ["zypper", "addlock", "nvidia-fabricmanager", "libnvidia-nscq"]]
+
+
+def test_a_sles_root_gets_zypper_lines_from_fetch(mirror: Mirror, tmp_path: Path) -> None:  # noqa: F811
+    from tests.conftest import run_json
+
+    serve_repo(mirror, REPO)
+    (tmp_path / "etc").mkdir()
+    (tmp_path / "etc/os-release").write_text('ID="sles"\nVERSION_ID="15.6"\n')
+    out, rc = run_json("fetch", "--root", str(tmp_path), "--source", "rpm", "--driver-version",
+                       "580.95.05", "--arch", "x86_64", "--components", "fabricmanager",
+                       "--mirror", mirror.url, "--dry-run", "--retries", "0")
+    assert rc == 0 and out["pins"] == [
+        "zypper --non-interactive install nvidia-fabricmanager-580.95.05-1",
+        "zypper addlock nvidia-fabricmanager"]
