@@ -301,3 +301,18 @@ def test_a_capture_of_no_gpu_is_refused_never_not_applicable(
                        *(["--fabric", fabric] if fabric else []))
     assert rc == 2 and out["error"]["code"] == "input_unreadable"
     assert "lists no GPU" in out["error"]["message"]
+
+
+def test_the_readme_capture_line_with_noheader_is_read(tmp_path: Path) -> None:
+    """`--format=csv,noheader` of README's one capture line (7 columns, pci.bus_id third):
+    before, only the 6-column layout without pci.bus_id was known and this was 'not an
+    nvidia-smi ... capture'."""
+    capture = tmp_path / "noheader.csv"
+    capture.write_text(
+        "0, GPU-a, 00000000:18:00.0, Completed, Success, 0, "
+        "00000000-0000-0000-0000-000000000000\n"
+        "1, GPU-b, 00000000:2A:00.0, Not Started, N/A, N/A, N/A\n", encoding="utf-8")
+    out, rc = run_json("status", "--from-nvidia-smi", str(capture), "--fabric", "nvswitch")
+    assert (rc, out["verdict"], out["source"]) == (1, "unhealthy", "nvidia-smi-csv"), out
+    assert [g["pci"] for g in out["gpus"]] == ["00000000:18:00.0", "00000000:2A:00.0"]
+    assert "partial_registration" in {f["code"] for f in out["findings"]}

@@ -49,6 +49,10 @@ CSV_REQUIRED = ("fabric.state", "fabric.status", "fabric.cliqueId", "fabric.clus
 CSV_QUERY = ("nvidia-smi --query-gpu=index,uuid,pci.bus_id,fabric.state,fabric.status,"
              "fabric.cliqueId,fabric.clusterUuid --format=csv")
 
+#: The columns of :data:`CSV_QUERY`: a ``--format=csv,noheader`` capture of that line has
+#: these, in this order (7 fields; 6 fields are :data:`CSV_FIELDS`).
+QUERY_FIELDS = tuple(CSV_QUERY.split("=", 1)[1].split(" ", 1)[0].split(","))
+
 #: Other nvidia-smi outputs, recognised only to say what they are (regex, what it is).
 OTHER_OUTPUTS: tuple[tuple[re.Pattern[str], str], ...] = (
     (re.compile(r"(?m)^\s+Link \d+: "), "nvidia-smi nvlink --status"),
@@ -304,7 +308,9 @@ def parse_xml(text: str) -> FabricHealth:
 
 def _headerless_csv(text: str) -> bool:
     rows = [r for r in csv.reader(text.splitlines(), skipinitialspace=True) if r]
-    return bool(rows) and all(len(r) == len(CSV_FIELDS) and r[0].strip().isdigit() for r in rows)
+    widths = {len(r) for r in rows}
+    return bool(rows) and len(widths) == 1 and widths <= {len(CSV_FIELDS), len(QUERY_FIELDS)} \
+        and all(r[0].strip().isdigit() for r in rows)
 
 
 _CSV_COLUMNS = {
@@ -325,10 +331,10 @@ _CSV_COLUMNS = {
 
 def parse_csv(text: str) -> FabricHealth:
     """``--query-gpu=... --format=csv`` (header optional: without it, the column order of
-    :data:`CSV_FIELDS`). Unknown columns are ignored; a header without a column of
-    :data:`CSV_REQUIRED` is a SmiFormatError naming the missing ones; a row with another
-    number of fields, or with a value nvidia-smi does not print, is a SmiFormatError naming
-    the row."""
+    :data:`QUERY_FIELDS` for 7 fields, of :data:`CSV_FIELDS` for 6). Unknown columns are
+    ignored; a header without a column of :data:`CSV_REQUIRED` is a SmiFormatError naming
+    the missing ones; a row with another number of fields, or with a value nvidia-smi does
+    not print, is a SmiFormatError naming the row."""
     rows = [[c.strip() for c in r]
             for r in csv.reader(text.splitlines(), skipinitialspace=True) if any(r)]
     if not rows:
@@ -338,7 +344,8 @@ def parse_csv(text: str) -> FabricHealth:
         columns = [_CSV_COLUMNS.get(c.split(" [")[0].strip(), "") for c in first]
         rows = rows[1:]
     else:
-        columns = [_CSV_COLUMNS[c.lower()] for c in CSV_FIELDS]
+        layout = QUERY_FIELDS if len(rows[0]) == len(QUERY_FIELDS) else CSV_FIELDS
+        columns = [_CSV_COLUMNS[c.lower()] for c in layout]
     missing = [name for name in CSV_REQUIRED if _CSV_COLUMNS[name.lower()] not in columns]
     if missing:
         have = ", ".join(c.strip() for c in first if c.strip()) or "none"
