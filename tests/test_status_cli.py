@@ -316,3 +316,15 @@ def test_the_readme_capture_line_with_noheader_is_read(tmp_path: Path) -> None:
     assert (rc, out["verdict"], out["source"]) == (1, "unhealthy", "nvidia-smi-csv"), out
     assert [g["pci"] for g in out["gpus"]] == ["00000000:18:00.0", "00000000:2A:00.0"]
     assert "partial_registration" in {f["code"] for f in out["findings"]}
+
+
+@pytest.mark.parametrize("header", ["fabric.state", "gpu_bus_id"])
+def test_a_csv_naming_a_column_twice_is_refused(tmp_path: Path, header: str) -> None:
+    """Two fabric.state columns (Completed and Not Started) were read as the last one."""
+    capture = tmp_path / "twice.csv"
+    capture.write_text(
+        f"index, uuid, pci.bus_id, fabric.state, fabric.status, fabric.cliqueId, "
+        f"fabric.clusterUuid, {header}\n0, GPU-a, 00000000:18:00.0, Completed, Success, 0, "
+        "00000000-0000-0000-0000-000000000000, Not Started\n", encoding="utf-8")
+    out, rc = run_json("status", "--from-nvidia-smi", str(capture), "--fabric", "nvswitch")
+    assert rc == 2 and "names a column more than once" in out["error"]["message"]

@@ -342,6 +342,10 @@ def parse_csv(text: str) -> FabricHealth:
     first = [c.lower() for c in rows[0]]
     if first and not first[0].isdigit():
         columns = [_CSV_COLUMNS.get(c.split(" [")[0].strip(), "") for c in first]
+        twice = sorted({c for c, n in zip(first, columns, strict=True)
+                        if n and columns.count(n) > 1})
+        if twice:  # which of the two would the verdict read? neither is certain
+            raise SmiFormatError(f"CSV names a column more than once: {', '.join(twice)}")
         rows = rows[1:]
     else:
         layout = QUERY_FIELDS if len(rows[0]) == len(QUERY_FIELDS) else CSV_FIELDS
