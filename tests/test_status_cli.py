@@ -328,3 +328,27 @@ def test_a_csv_naming_a_column_twice_is_refused(tmp_path: Path, header: str) -> 
         "00000000-0000-0000-0000-000000000000, Not Started\n", encoding="utf-8")
     out, rc = run_json("status", "--from-nvidia-smi", str(capture), "--fabric", "nvswitch")
     assert rc == 2 and "names a column more than once" in out["error"]["message"]
+
+
+@pytest.mark.parametrize("name", ["k8s-test-infra-hw-qx-b200.xml", "q.txt"])
+def test_a_capture_cut_short_of_its_attached_gpus_is_never_healthy(tmp_path: Path,
+                                                                   name: str) -> None:
+    """'Attached GPUs : 8' and two GPU sections: the six GPUs not in the capture (S06's
+    left-out ones could be among them) were not read, so the verdict is at best degraded
+    (before: healthy, exit 0)."""
+    if name.endswith(".xml"):
+        xml = (SMI / name).read_text(encoding="utf-8")
+        head, *gpus = xml.split("<gpu id=")
+        body = head + "<gpu id=" + "<gpu id=".join(gpus[:2])
+        body = body[:body.rfind("</gpu>") + len("</gpu>")] + "\n</nvidia_smi_log>\n"
+    else:
+        from tests.cases import load_cases
+
+        (s06,) = [c for c in load_cases("S") if c["id"] == "S06"]
+        body = s06["input"][:s06["input"].index("GPU 00000000:52:00.0")]
+    capture = tmp_path / name
+    capture.write_text(body, encoding="utf-8")
+    out, rc = run_json("status", "--from-nvidia-smi", str(capture))
+    assert (rc, out["verdict"], len(out["gpus"])) == (1, "degraded", 2), out
+    (cut,) = [f for f in out["findings"] if f["code"] == "fabric_value_missing"]
+    assert (cut["attached_gpus"], cut["listed_gpus"]) == (8, 2)

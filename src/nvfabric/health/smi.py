@@ -223,6 +223,7 @@ def parse_text(text: str) -> FabricHealth:
     cur: _Gpu | None = None
     stack: list[tuple[int, str]] = []
     driver: str | None = None
+    attached: int | None = None
     for raw in text.splitlines():
         line = raw.rstrip("\r")
         stripped = line.strip()
@@ -252,6 +253,8 @@ def parse_text(text: str) -> FabricHealth:
         if cur is None:
             if not path and key == "driver version":
                 driver = _na(value)
+            elif not path and key == "attached gpus":
+                attached = _int_or_none(value)
             continue
         if not path and key in _GPU_KEYS:
             cur.values[_GPU_KEYS[key]] = value
@@ -266,7 +269,29 @@ def parse_text(text: str) -> FabricHealth:
                     cur.health.append(decoded)
     errors: list[Finding] = []
     built = tuple(g.build(i, findings=errors) for i, g in enumerate(gpus))
+    _cut(attached, len(built), errors)
     return FabricHealth("nvidia-smi-text", built, driver, tuple(errors))
+
+
+def _int_or_none(value: str) -> int | None:
+    text = value.strip()
+    return int(text) if text.isdigit() and len(text) <= 6 else None
+
+
+def _cut(attached: int | None, listed: int, findings: list[Finding]) -> None:
+    """A capture that says more GPUs are attached (``Attached GPUs : 8``,
+    ``<attached_gpus>``) than it lists was cut: the others were not read, so nothing is
+    certified about them (``fabric_value_missing``, warning: at best degraded)."""
+    if attached is None or not 0 < listed < attached:
+        return
+    findings.append(Finding(
+        "fabric_value_missing", "warning",
+        f"the capture lists {listed} of the {attached} GPUs it says are attached (Attached "
+        f"GPUs: {attached}): the fabric state of the other {attached - listed} was not read",
+        "capture every GPU: `nvidia-smi -q > FILE` whole (not an excerpt), or the CSV line "
+        f"`{CSV_QUERY}`",
+        {"attached_gpus": attached, "listed_gpus": listed},
+    ))
 
 
 def parse_xml(text: str) -> FabricHealth:
@@ -302,6 +327,7 @@ def parse_xml(text: str) -> FabricHealth:
                         health.append(decoded)
         builder = _Gpu(pci=gpu.get("id"), values=values, health=health, summary=summary)
         gpus.append(builder.build(index, findings=errors))
+    _cut(_int_or_none(root.findtext("attached_gpus") or ""), len(gpus), errors)
     return FabricHealth("nvidia-smi-xml", tuple(gpus), _na(root.findtext("driver_version")),
                         tuple(errors))
 
