@@ -317,3 +317,21 @@ def test_the_install_line_installs_into_the_node_that_was_checked() -> None:
         "nvfabric install --components fabricmanager --driver-version 550.90.07"
     assert install_line("nvlsm", None, "/srv/images/node a") == \
         "nvfabric install --root '/srv/images/node a' --components nvlsm"
+
+
+@pytest.mark.parametrize("value", ["usr/share/nvidia/nvswitch",
+                                   "/usr/share/../share/nvidia/nvswitch"])
+def test_a_shipped_topology_path_that_is_relative_or_has_dotdot_names_the_key(
+        tmp_path: Path, value: str) -> None:
+    """The shipped fabricmanager.cfg's TOPOLOGY_FILE_PATH with '..' was exit 3 (ValueError in
+    the vendor-file lookup); relative or '..', it is the config key's error, exit 2."""
+    root = sim(tmp_path, "hgx-h100")
+    cfg = root / "usr/share/nvidia/nvswitch/fabricmanager.cfg"
+    text = cfg.read_text(encoding="utf-8")
+    assert "\nTOPOLOGY_FILE_PATH=" in text
+    cfg.write_text("\n".join(f"TOPOLOGY_FILE_PATH={value}"
+                             if line.startswith("TOPOLOGY_FILE_PATH=") else line
+                             for line in text.split("\n")), encoding="utf-8")
+    out, rc, err = _run(root, "--dry-run")
+    assert rc == 2 and out["error"]["code"] == "config_invalid_value", (out, err)
+    assert "TOPOLOGY_FILE_PATH" in out["error"]["message"]

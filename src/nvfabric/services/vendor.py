@@ -30,6 +30,7 @@ from typing import Any
 from ..artifacts.installed import InstalledTree, installed
 from ..findings import Finding
 from ..hostpath import confined, under_root
+from ..hostpath import problem as path_problem
 from . import fabricmanager as fm
 from . import nvlsm
 
@@ -96,6 +97,8 @@ def _outside(root: str, path: str) -> str | None:
     """Where ``path`` really leads, links followed, when that is outside ``root`` (a copied
     image's absolute link such as ``/usr/bin/nv-fabricmanager -> /usr/local/bin/...`` points
     at the host's file, not the node's); None when it stays inside."""
+    if path_problem(path) is not None:  # relative or with '..': not a question of links
+        return None
     try:
         confined(root, path)
     except ValueError:
@@ -150,6 +153,10 @@ def resolve(root: str, fabric: str, typed: Mapping[str, str | None],
             paths[vf.key], sources[vf.key] = given, "typed"
             continue
         vendor = topology if (vf.key == "topology" and topology) else vf.vendor_path
+        if vf.key == "topology" and path_problem(vendor) is not None:
+            # The shipped config's TOPOLOGY_FILE_PATH is relative or has '..': the effective
+            # config's check names the key (config_invalid_value); nothing to look up here.
+            continue
         if _exists(root, vendor, vf.kind):
             paths[vf.key], sources[vf.key] = vendor, "vendor"
             continue
