@@ -135,8 +135,22 @@ def print_findings(con: Any, findings: list[Finding] | tuple[Finding, ...], titl
         con.print(
             f"  [{severity_style(f.severity)}]{f.severity:7}[/] {safe(f.code)}: {safe(f.message)}"
         )
+        seen = _seen(f)
+        if seen:
+            con.print(f"          {safe(seen)}")
         if f.hint:
             con.print(f"          hint: {safe(f.hint)}")
+
+
+def _seen(f: Finding) -> str | None:
+    """``seen 12000 times, first 1000.12, last 12999.12`` for a log finding that repeats
+    (``doctor``: fields ``count``, ``first_seen``, ``last_seen``); None otherwise."""
+    count = f.fields.get("count")
+    if not isinstance(count, int) or count < 2 or "first_seen" not in f.fields:
+        return None
+    first, last = f.fields.get("first_seen"), f.fields.get("last_seen")
+    span = f", first {first}, last {last}" if first and last else ""
+    return f"seen {count} times{span}"
 
 
 def fail(finding: Finding, exit_code: int, as_json: bool) -> NoReturn:

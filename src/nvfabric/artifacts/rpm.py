@@ -199,11 +199,20 @@ _YUM_DISTRO = re.compile(r"^(?:rhel[1-7]|amzn2)$")
 _EL_RELEASE = re.compile(r"\.el(\d+)(?:[._]|$)")
 
 
+#: CUDA repository distros of the SUSE family, whose package manager is zypper
+#: (NVIDIA/yum-packaging-fabric-manager README: "openSUSE15 or SLES15: zypper install
+#: cuda-drivers-fabricmanager-XXX").
+_ZYPPER_DISTRO = re.compile(r"^(?:sles|opensuse)[0-9]+$")
+
+
 def package_manager(distro: str | None, artifacts: Iterable[Artifact] = ()) -> str:
-    """``yum`` or ``dnf`` for a CUDA repository distro (``rhel7`` -> yum, ``rhel8``,
-    ``rhel9``, ``amzn2023`` -> dnf). Without a distro (a ``--mirror`` and no ``--distro``) the
-    packages' EL release tag decides (``.el7`` -> yum); dnf when nothing tells."""
+    """``yum``, ``dnf`` or ``zypper`` for a CUDA repository distro (``rhel7`` -> yum,
+    ``rhel8``, ``rhel9``, ``amzn2023`` -> dnf, ``sles15``, ``opensuse15`` -> zypper). Without
+    a distro (a ``--mirror`` and no ``--distro``) the packages' EL release tag decides
+    (``.el7`` -> yum); dnf when nothing tells."""
     if distro:
+        if _ZYPPER_DISTRO.match(distro):
+            return "zypper"
         return "yum" if _YUM_DISTRO.match(distro) else "dnf"
     for art in artifacts:
         found = _EL_RELEASE.search(art.version)
@@ -215,12 +224,18 @@ def package_manager(distro: str | None, artifacts: Iterable[Artifact] = ()) -> s
 def commands(artifacts: Iterable[Artifact], distro: str | None = None) -> list[list[str]]:
     """``dnf install -y name-ver-rel …`` then ``dnf versionlock add name-ver-rel …`` (needs
     the versionlock plugin: NVIDIA Driver Installation Guide, "Version locking"); ``yum`` in
-    place of ``dnf`` on RHEL/CentOS 7 and Amazon Linux 2 (:func:`package_manager`)."""
+    place of ``dnf`` on RHEL/CentOS 7 and Amazon Linux 2; on SLES/openSUSE ``zypper
+    --non-interactive install name-ver-rel …`` then ``zypper addlock name …``
+    (:func:`package_manager`)."""
     arts = list(artifacts)
     specs = [_spec(a) for a in arts if a.package]
     if not specs:
         return []
     tool = package_manager(distro, arts)
+    if tool == "zypper":
+        # zypper locks by package name (`zypper addlock NAME`: the installed version stays).
+        names = list(dict.fromkeys(a.package or "" for a in arts if a.package))
+        return [["zypper", "--non-interactive", "install", *specs], ["zypper", "addlock", *names]]
     return [[tool, "install", "-y", *specs], [tool, "versionlock", "add", *specs]]
 
 

@@ -101,7 +101,8 @@ def _stream(text: str, where: str) -> Iterator[tuple[str, dict[str, Any]]]:
 def read_reports(paths: tuple[str, ...]) -> list[fleet.NodeReport]:
     """Every report under ``paths``; usage error (exit 2) on anything unreadable. A report
     without ``hostname`` is named by its collector's line prefix (pdsh ``host: ``, kubectl
-    ``[pod/NAME/CONTAINER] ``), else by where it came from."""
+    ``[pod/NAME/CONTAINER] ``), else by where it came from: the file's name, and its line or
+    position when the file holds several reports (``fleet:3``, ``fleet[2]``)."""
     out: list[fleet.NodeReport] = []
     for path in paths:
         if path == "-":
@@ -115,7 +116,8 @@ def read_reports(paths: tuple[str, ...]) -> list[fleet.NodeReport]:
         else:
             sources = [(path, _read(path))]
         for where, text in sources:
-            for label, obj, prefix in _objects(text, where):
+            objects = list(_objects(text, where))
+            for label, obj, prefix in objects:
                 if "error" in obj and "gpus" not in obj:
                     err = obj["error"]
                     msg = err.get("message") if isinstance(err, dict) else err
@@ -123,8 +125,12 @@ def read_reports(paths: tuple[str, ...]) -> list[fleet.NodeReport]:
                            "status_error": msg}
                 if prefix is not None:
                     name = prefix
-                elif label != "-":
-                    name = os.path.splitext(os.path.basename(label))[0]
+                elif where != "-":
+                    # The file's name; with several reports in one file (JSON Lines, an
+                    # array) also the line or position: "fleet:3", "fleet[2]".
+                    name = os.path.splitext(os.path.basename(where))[0]
+                    if len(objects) > 1:
+                        name += label[len(where):]
                 else:
                     name = label
                 try:

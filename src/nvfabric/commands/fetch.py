@@ -89,6 +89,11 @@ class Inputs:
     findings: tuple[Finding, ...] = ()
 
 
+def _is_deb_distro(distro: str) -> bool:
+    """Whether a CUDA repository distro (``ubuntu2404``, ``rhel9``) ships .deb packages."""
+    return distro.startswith(("ubuntu", "debian"))
+
+
 def gather(
     root: str, driver_version: str | None, arch: str | None, components: str | None,
     source: str, mirror: str | None, distro: str | None, fabric: str | None = None,
@@ -160,9 +165,14 @@ def gather(
     if distro is not None and not re.match(r"^[a-z]+[0-9]+$", distro):
         raise usage_error(f"--distro {distro!r} is not a CUDA repository name like ubuntu2404",
                           "give the directory name of the CUDA repository, e.g. ubuntu2404, rhel9")
-    if source != "redist" and not mirror and not distro:
+    if source != "redist" and not distro:
+        # Also with a --mirror: the mirror replaces the repository's URL, not the node's
+        # distribution, which still decides the package manager (yum on RHEL/CentOS 7); a
+        # mirror of the other package family (rpm for an image built on Ubuntu) is not it.
         distro = distro_dir(dict(node().os_release))
-        if distro is None:
+        if mirror and distro is not None and (source == "apt") != _is_deb_distro(distro):
+            distro = None
+        if distro is None and not mirror:
             raise usage_error(
                 "cannot tell the CUDA repository distro from etc/os-release",
                 "pass --distro (e.g. ubuntu2404, rhel9) or --mirror",

@@ -66,6 +66,22 @@ class Report:
         }
 
 
+def _decode(data: bytes) -> str:
+    """A capture's text: UTF-8, or UTF-16/UTF-32 with or without a BOM (PowerShell's ``>`` and
+    Windows editors save UTF-16 LE), detected as ``doctor`` detects a log's encoding
+    (:func:`nvfabric.diagnose.detect_encoding`). SmiFormatError for other data with NUL bytes."""
+    from ..diagnose import LogEncodingError, detect_encoding
+    from ..health.smi import SmiFormatError
+
+    try:
+        name, skip = detect_encoding(data)
+    except LogEncodingError as err:
+        raise SmiFormatError(str(err).replace("not a log file", "not an nvidia-smi capture")) \
+            from None
+    text = data[skip:].decode(name, "replace")
+    return text.replace("\0", "") if name == "utf-8" else text  # NUL padding
+
+
 def read_capture(path: str) -> FabricHealth:
     """A saved nvidia-smi capture (``-`` for stdin). Unreadable or unrecognised -> exit 2."""
     from ..health.smi import SmiFormatError, parse
@@ -80,7 +96,7 @@ def read_capture(path: str) -> FabricHealth:
         raise usage_error(f"cannot read {path}: {err.strerror or err}",
                           "give a file saved from `nvidia-smi -q` (or -q -x)") from None
     try:
-        return parse(data.decode("utf-8", "replace"))
+        return parse(_decode(data))
     except SmiFormatError as err:
         raise usage_error(
             f"{path}: {err}",
@@ -141,7 +157,7 @@ def evaluate(
     elif plan_fabric is not None:
         fabric, source = plan_fabric, "plan"
     else:
-        fabric, source = infer_fabric(health.gpus), "inferred"
+        fabric, source = infer_fabric(health.gpus, health.findings), "inferred"
     result = verdict(Inputs(
         gpus=health.gpus, fabric=fabric, services=services, pci_gpu_count=pci_count,
         grace_s=grace, fabric_mode=mode, reader_findings=health.findings,

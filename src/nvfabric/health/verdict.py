@@ -157,13 +157,16 @@ class Verdict:
     reasons: tuple[str, ...] = field(default=())
 
 
-def infer_fabric(gpus: tuple[GpuFabric, ...]) -> str:
+def infer_fabric(gpus: tuple[GpuFabric, ...], reader_findings: tuple[Finding, ...] = ()) -> str:
     """The fabric kind a capture shows when no plan is at hand: GB200/GB300 -> mnnvl,
-    B100/B200/B300 -> nvlink5, any other GPU reporting a fabric state -> nvswitch, else none."""
+    B100/B200/B300 -> nvlink5, any other GPU reporting a fabric state -> nvswitch, else none.
+    A GPU whose fabric state could not be read (a reader finding with reason
+    ``fabric_info_error``: nvidia-smi printed an error, not N/A) has a fabric: nvswitch."""
     for pattern, kind in NAME_FABRIC:
         if any(g.name and pattern.search(g.name) for g in gpus):
             return kind
-    if any(g.state != "not_supported" for g in gpus):
+    if any(g.state != "not_supported" for g in gpus) or any(
+            f.fields.get("reason") == "fabric_info_error" for f in reader_findings):
         return "nvswitch"
     return "none"
 
@@ -261,7 +264,7 @@ def verdict(inp: Inputs) -> Verdict:
     failed = [g for g in completed if g.status not in (None, "success")]
     ok = [g for g in completed if g.status == "success"]
     if left_out:
-        _left_out(acc, left_out, completed)
+        _left_out(acc, left_out, completed, len(inp.gpus))
     _values_missing(acc, completed, fabric)
 
     for g in failed:
@@ -285,12 +288,14 @@ def verdict(inp: Inputs) -> Verdict:
     return acc.result()
 
 
-def _left_out(acc: _Acc, left_out: list[GpuFabric], completed: list[GpuFabric]) -> None:
-    """S06: GPUs still Not Started next to Completed ones were left out of the pass."""
+def _left_out(acc: _Acc, left_out: list[GpuFabric], completed: list[GpuFabric],
+              total: int) -> None:
+    """S06: GPUs still Not Started next to Completed ones were left out of the pass;
+    ``total`` is every GPU read (In Progress and Not Supported ones count too)."""
     labels = ", ".join(str(g.index) for g in left_out)
     acc.add("unhealthy", Finding(
         "partial_registration", "error",
-        f"{len(left_out)} of {len(left_out) + len(completed)} GPUs were left out of fabric "
+        f"{len(left_out)} of {total} GPUs were left out of fabric "
         f"registration (GPUs {labels} Not Started while {len(completed)} completed): waiting "
         "does not fix it",
         "fabric manager registers a baseboard's GPUs in one pass; a GPU it left out was "

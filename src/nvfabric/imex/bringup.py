@@ -97,6 +97,23 @@ class Prepared:
         return [f"mknod {path} c {self.facts.major} 0 && chmod 0666 {path}"]
 
 
+def _imex_install_line(root: str, driver_version: str | None) -> str:
+    """The ``nvfabric install`` line that puts nvidia-imex where ``run`` looks (the package's
+    ``/usr/bin``; a redist archive under ``/opt/nvfabric`` is not read for IMEX): the node's
+    package family from its os-release (rpm distributions: ``--source rpm``, else apt), with
+    ``--root`` when the node is not ``/`` (RUN.md R08)."""
+    import shlex
+
+    from ..artifacts.naming import distro_dir
+    from ..inventory.nvidia import os_release
+
+    distro = distro_dir(dict(os_release(root))) or ""
+    source = "apt" if not distro or distro.startswith(("ubuntu", "debian")) else "rpm"
+    where = "" if os.path.abspath(root) == "/" else f" --root {shlex.quote(os.path.abspath(root))}"
+    version = f" --driver-version {driver_version}" if driver_version else ""
+    return f"nvfabric install{where} --source {source} --components imex{version}"
+
+
 def prepare(opts: ImexRunOptions, driver_version: str | None) -> Prepared:
     """Read the node and decide; changes nothing."""
     decision = owner.decide(host.gather_evidence(opts.root), opts.owner, for_run=True)
@@ -140,13 +157,18 @@ def prepare(opts: ImexRunOptions, driver_version: str | None) -> Prepared:
             refusals.append(local)
         notes.append(f"IMEX node list: {plural(len(peers), 'entry')} from {source} "
                      f"({node_list_id(p.text for p in peers)})")
-    for binary, what in ((paths.binary, "nvidia-imex"), (paths.ctl, "nvidia-imex-ctl")):
+    for binary, what, flag in ((paths.binary, "nvidia-imex", "--imex-bin"),
+                               (paths.ctl, "nvidia-imex-ctl", "--imex-ctl")):
         real = opts.resolve(binary)
         if not (os.path.isfile(real) and os.access(real, os.X_OK)):
+            line = _imex_install_line(opts.root, driver_version)
             refusals.append(Finding(
                 "binary_missing", "error", f"{what} is not installed at {real} (or not "
-                "executable)", f"install the nvidia-imex package of driver {driver_version} "
-                f"or pass --imex-bin/--imex-ctl", {"service": "imex", "path": real}))
+                "executable): the node lacks the nvidia-imex package of driver "
+                f"{driver_version or 'loaded'}",
+                f"install it: `{line}` (prints the package manager's commands; add --execute "
+                f"to run them), or pass {flag}",
+                {"service": "imex", "path": real, "file": flag, "install": line}))
     state = opts.resolve(opts.state_dir)
     cfg_path = os.path.join(state, EFFECTIVE_CFG)
     nodes_path = os.path.join(state, EFFECTIVE_NODES)
