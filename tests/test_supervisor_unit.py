@@ -103,11 +103,13 @@ def test_socket_timeout_stops_the_service(tmp_path: Path) -> None:
 def test_restart_backoff_doubles_up_to_the_cap() -> None:
     log = StopOn(r"restart 5\)")
     outcome = Supervisor([service("fm", "raise SystemExit(3)")],
-                         Policy(restart="on-failure", backoff_base_s=0.01, backoff_cap_s=0.04),
+                         # the cap is also the time ready that resets the backoff: 0.4 s
+                         # stays above a loaded machine's start-to-exit of the child
+                         Policy(restart="on-failure", backoff_base_s=0.05, backoff_cap_s=0.4),
                          log=log).run()
     assert outcome.exit_code == 0  # the operator stopped it
     delays = [float(d) for d in re.findall(r"restarting the unit in ([\d.]+) s", log.text)]
-    assert delays == [0.01, 0.02, 0.04, 0.04, 0.04]
+    assert delays == [0.05, 0.1, 0.2, 0.4, 0.4]
     assert log.text.count("exited with code 3") == 5
 
 
