@@ -214,13 +214,15 @@ def test_r03_restart_on_failure_backs_off_exponentially_with_a_cap(
     # DGX A100: no fabric state in NVML (readiness is fabric manager's success line) and no
     # GPU reset needed before a restart.
     root = sim(tmp_path, "dgx-a100", {"fabricmanager": {"crash_after_s": 0.2}})
-    run = start(root, "--restart", "on-failure", "--restart-delay", "0.1",
-                "--restart-max-delay", "0.3")
+    # the max delay is also the time ready that resets the backoff: 0.6 s stays well above
+    # the fake's 0.2 s from its success line to its crash, even on a loaded machine
+    run = start(root, "--restart", "on-failure", "--restart-delay", "0.15",
+                "--restart-max-delay", "0.6")
     run.wait_line(r"restart 4\)")
     run.signal(signal.SIGTERM)
     assert run.wait() == 0
     delays = [float(m) for m in re.findall(r"restarting the unit in ([\d.]+) s", run.log)]
-    assert delays[:4] == [0.1, 0.2, 0.3, 0.3]
+    assert delays[:4] == [0.15, 0.3, 0.6, 0.6]
     assert len(events(root, "fabricmanager", "exec")) >= 4
     assert "taking fabricmanager's success line as readiness" in run.log
 
