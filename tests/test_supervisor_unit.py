@@ -502,3 +502,29 @@ def test_a_probe_answer_with_a_newline_cannot_forge_a_notify_assignment(
     assert "STATUS=waiting for GPU fabric state: nvidia-smi said:\\x0aREADY=1" in messages
     assert [m for m in messages if "READY=1" in m.split("\n")] == [
         m for m in messages if m.startswith("READY=1\nSTATUS=fabric ready in")]
+
+
+def test_status_of_a_path_that_is_not_utf8_is_sent_escaped_not_a_crash(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # a --root or socket directory whose name is not UTF-8 (Python holds the byte 0xff as
+    # the surrogate escape U+DCFF): the STATUS= line cannot be encoded as it is
+    listener = Listener(tmp_path / "notify.sock")
+    monkeypatch.setenv("NOTIFY_SOCKET", str(tmp_path / "notify.sock"))
+    odd = os.fsdecode(os.fsencode(str(tmp_path)) + b"/node\xff")
+    os.mkdir(odd)
+    path = odd + "/ipc.sock"
+    outcome = Supervisor([service("nvlsm", SOCKET_SERVER, path, "0.1", ready_socket=path),
+                          sleeper("fabricmanager")], log=StopOn("fabric ready in")).run()
+    with listener:
+        messages = listener.messages
+    assert outcome.exit_code == 0
+    assert messages[0] == f"STATUS=waiting for nvlsm IPC socket {tmp_path}/node\\xff/ipc.sock"
+    assert any(m.startswith("READY=1\n") for m in messages)
+
+
+def test_sd_notify_never_raises_for_text_that_is_not_utf8(tmp_path: Path) -> None:
+    with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as sock:
+        sock.bind(str(tmp_path / "n.sock"))
+        assert sd_notify("STATUS=a\udcffb", {"NOTIFY_SOCKET": str(tmp_path / "n.sock")})
+        assert sock.recv(100) == b"STATUS=a\\udcffb"
+    assert supervisor.printable("x\udcff\ud800\x1b") == "x\\xff\\ud800\\x1b"

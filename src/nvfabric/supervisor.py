@@ -220,11 +220,28 @@ def printable(text: str) -> str:
     """``text`` with C0 control characters (tab kept), DEL and C1 controls shown as ``\\xNN``:
     plain-text output (log lines, ``--dry-run`` listings) in which an escape sequence from a
     daemon or a config file would otherwise act on the terminal; a newline inside a value
-    cannot split one log line into two. Rich output uses :func:`nvfabric.output.safe`."""
-    if not any(ord(c) < 32 and c != "\t" or 127 <= ord(c) < 160 for c in text):
+    cannot split one log line into two. A byte that is not UTF-8 (a path given on the command
+    line or read from a directory, which Python holds as a lone surrogate U+DC80-U+DCFF,
+    PEP 383) is shown as ``\\xNN`` of that byte, so the result always encodes as UTF-8.
+    Rich output uses :func:`nvfabric.output.safe`."""
+    if not any(_escaped(c) for c in text):
         return text
-    return "".join(f"\\x{ord(c):02x}" if ord(c) < 32 and c != "\t" or 127 <= ord(c) < 160
-                   else c for c in text)
+    return "".join(_escape(c) if _escaped(c) else c for c in text)
+
+
+def _escaped(c: str) -> bool:
+    """A character :func:`printable` shows as ``\\xNN`` (or ``\\uNNNN``)."""
+    o = ord(c)
+    return o < 32 and c != "\t" or 127 <= o < 160 or 0xD800 <= o < 0xE000
+
+
+def _escape(c: str) -> str:
+    """How :func:`printable` shows an escaped character: ``\\xNN`` of a control character or
+    of the byte a surrogate escape stands for; ``\\uNNNN`` of another lone surrogate."""
+    o = ord(c)
+    if 0xDC80 <= o < 0xDD00:
+        return f"\\x{o - 0xDC00:02x}"
+    return f"\\u{o:04x}" if o >= 0xD800 else f"\\x{o:02x}"
 
 
 # --------------------------------------------------------------------------- host helpers
@@ -353,7 +370,9 @@ def sd_notify(message: str, environ: dict[str, str] | None = None) -> bool:
             # A receiver that does not read (its queue holds net.unix.max_dgram_qlen
             # datagrams, 10 by default) must not stall the supervisor's loop: bounded.
             sock.settimeout(_NOTIFY_TIMEOUT_S)
-            sock.sendto(message.encode(), address)
+            # never raises for text that is not UTF-8 (printable() escapes it where it
+            # matters; this is the belt for any other caller)
+            sock.sendto(message.encode("utf-8", "backslashreplace"), address)
         return True
     except OSError:
         return False
