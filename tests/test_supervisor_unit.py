@@ -528,3 +528,36 @@ def test_sd_notify_never_raises_for_text_that_is_not_utf8(tmp_path: Path) -> Non
         assert sd_notify("STATUS=a\udcffb", {"NOTIFY_SOCKET": str(tmp_path / "n.sock")})
         assert sock.recv(100) == b"STATUS=a\\udcffb"
     assert supervisor.printable("x\udcff\ud800\x1b") == "x\\xff\\ud800\\x1b"
+
+
+def test_a_long_probe_answer_keeps_the_status_datagram_within_what_systemd_reads(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # nvidia-smi's error output can be long; systemd drops a notify datagram over 4096 bytes
+    listener = Listener(tmp_path / "notify.sock")
+    monkeypatch.setenv("NOTIFY_SOCKET", str(tmp_path / "notify.sock"))
+    long_error = "NVML: " + "é" * 3000  # 6000 bytes of UTF-8
+    answers = iter([GpuCheck(False, False, "unreadable", long_error)])
+
+    def probe() -> GpuCheck:
+        return next(answers, GpuCheck(True, True, "8 GPUs: completed x8", progress=(8, 8)))
+
+    fm = replace(sleeper("fabricmanager"), ready_gpus=True)
+    Supervisor([fm], Policy(probe_interval_s=0.01), log=StopOn("fabric ready in"),
+               probe=probe).run()
+    with listener:
+        messages = listener.messages
+    waiting = [m for m in messages if m.startswith("STATUS=waiting for GPU fabric state: NVML")]
+    assert len(waiting) == 1 and waiting[0].endswith("é...")
+    assert len(waiting[0].encode()) <= len("STATUS=") + supervisor.STATUS_MAX_BYTES
+
+
+def test_ready_with_a_long_reason_stays_one_datagram_systemd_accepts(tmp_path: Path,
+                                                                    monkeypatch: pytest.MonkeyPatch
+                                                                    ) -> None:
+    with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as sock:
+        sock.bind(str(tmp_path / "n.sock"))
+        monkeypatch.setenv("NOTIFY_SOCKET", str(tmp_path / "n.sock"))
+        assert supervisor.notify_nothing_to_start("fabric none: " + "x" * 5000)
+        data = sock.recv(65536)
+    assert data.startswith(b"READY=1\nSTATUS=fabric none: xxx") and data.endswith(b"...")
+    assert len(data) <= 4096

@@ -71,6 +71,11 @@ _STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
 SIGHUP_IGNORED = "received SIGHUP: ignored (no reload; restart nvfabric run to apply changes)"
 _POLL_FALLBACK_S = 0.01
 _NOTIFY_TIMEOUT_S = 0.5
+#: The most bytes of STATUS= text sent. systemd reads a notify datagram into a buffer of
+#: NOTIFY_BUFFER_MAX (PIPE_BUF, 4096) bytes and ignores a longer one whole (src/core/manager.c,
+#: manager_dispatch_notify_fd: "exceeded maximum size"), READY=1 in it included; checked with
+#: systemd 252: READY=1 and a STATUS= of 4100 bytes in one datagram is a start timeout.
+STATUS_MAX_BYTES = 1024
 #: What systemd hands the main process only (sd_notify(3), sd_listen_fds(3),
 #: sd_watchdog_enabled(3)): not passed on to the daemons, which must not notify or ping.
 _SYSTEMD_ENV = ("NOTIFY_SOCKET", "LISTEN_FDS", "LISTEN_PID", "LISTEN_FDNAMES", "WATCHDOG_USEC",
@@ -378,12 +383,23 @@ def sd_notify(message: str, environ: dict[str, str] | None = None) -> bool:
         return False
 
 
+def status_text(text: str) -> str:
+    """``text`` as a ``STATUS=`` value: :func:`printable` (no newline can add an assignment,
+    always UTF-8) and at most :data:`STATUS_MAX_BYTES` bytes (cut at a character, ``...``
+    appended), so that the datagram it goes in stays within what systemd reads."""
+    text = printable(text)
+    data = text.encode()
+    if len(data) <= STATUS_MAX_BYTES:
+        return text
+    return data[:STATUS_MAX_BYTES - 3].decode("utf-8", "ignore") + "..."
+
+
 def notify_nothing_to_start(why: str) -> bool:
     """A run that ends with exit 0 starting nothing (fabric ``none``, IMEX owned by another
     starter): ``READY=1`` and ``STATUS=why`` first, so that a ``Type=notify`` unit counts it
     as a successful start (a main process exiting before READY=1 is a failed start, result
     ``protocol``). False when ``$NOTIFY_SOCKET`` is unset or unreachable."""
-    return sd_notify(f"READY=1\nSTATUS={printable(why) if why else 'nothing to start'}")
+    return sd_notify(f"READY=1\nSTATUS={status_text(why) if why else 'nothing to start'}")
 
 
 def watchdog_usec(environ: dict[str, str] | None = None, pid: int | None = None) -> int | None:
@@ -775,9 +791,10 @@ class Supervisor:
 
     def _say_status(self, text: str) -> None:
         """systemd's ``STATUS=`` (what ``systemctl status`` shows), sent when it changes.
-        Control characters are escaped (:func:`printable`): a probe's answer with a newline
-        would otherwise be a second assignment (``READY=1``) in the datagram."""
-        text = printable(text)
+        Control characters are escaped and the length bounded (:func:`status_text`): a
+        probe's answer with a newline would otherwise be a second assignment (``READY=1``) in
+        the datagram, and a datagram over 4096 bytes is dropped by systemd."""
+        text = status_text(text)
         if text != self._status:
             self._status = text
             sd_notify("STATUS=" + text)
