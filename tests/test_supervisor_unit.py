@@ -561,3 +561,19 @@ def test_ready_with_a_long_reason_stays_one_datagram_systemd_accepts(tmp_path: P
         data = sock.recv(65536)
     assert data.startswith(b"READY=1\nSTATUS=fabric none: xxx") and data.endswith(b"...")
     assert len(data) <= 4096
+
+
+def test_sd_notify_ignores_a_notify_socket_that_is_neither_absolute_nor_abstract(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # sd_notify(3) accepts "/path" or "@name" only; a relative name would reach whatever
+    # socket of that name is in the working directory
+    monkeypatch.chdir(tmp_path)
+    with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as sock:
+        sock.bind("notify.sock")
+        sock.settimeout(0.2)
+        assert not sd_notify("READY=1", {"NOTIFY_SOCKET": "notify.sock"})
+        assert not sd_notify("READY=1", {"NOTIFY_SOCKET": "@"})
+        with pytest.raises(TimeoutError):
+            sock.recv(100)
+        assert sd_notify("READY=1", {"NOTIFY_SOCKET": str(tmp_path / "notify.sock")})
+        assert sock.recv(100) == b"READY=1"

@@ -365,9 +365,12 @@ def ensure_dir(path: str, mode: int = 0o700) -> bool:
 
 def sd_notify(message: str, environ: dict[str, str] | None = None) -> bool:
     """Send ``message`` (``READY=1``) to ``$NOTIFY_SOCKET`` (sd_notify(3) protocol: one
-    datagram to a Unix socket, ``@`` for the abstract namespace). False when unset/failed."""
+    datagram to a Unix socket, ``@`` for the abstract namespace). False when unset, not an
+    absolute path or ``@name``, or the send failed (nobody listens, a full queue for 0.5 s)."""
     path = (environ if environ is not None else os.environ).get("NOTIFY_SOCKET")
-    if not path:
+    if not path or path[0] not in "/@" or path == "@":
+        # sd_notify(3): an absolute path or "@" and an abstract name; anything else (a
+        # relative name would be looked up in our working directory) is not systemd's
         return False
     address = "\0" + path[1:] if path.startswith("@") else path
     try:
