@@ -169,6 +169,20 @@ def test_unwritable_target_is_one_line_and_exit_1(tmp_path: Path) -> None:
     assert (tmp_path / "etc/systemd/system").read_text() == "not a directory\n"
 
 
+@pytest.mark.parametrize("blocked", ["etc/systemd/system", "etc/systemd", "etc"])
+def test_a_file_where_a_directory_should_be_is_named_not_blamed_on_permissions(
+        tmp_path: Path, blocked: str) -> None:
+    (tmp_path / blocked).parent.mkdir(parents=True, exist_ok=True)
+    (tmp_path / blocked).write_text("a file\n")
+    data, code = run_json("unit", "install", "--root", str(tmp_path))
+    assert code == 1 and data["error"]["code"] == "unit_not_installed"
+    assert data["error"]["message"] == (f"{tmp_path / blocked} is a file where a directory "
+                                        "should be; nothing was written")
+    assert f"move {tmp_path / blocked} away" in data["error"]["hint"]
+    assert "permission" not in data["error"]["hint"]
+    assert (tmp_path / blocked).read_text() == "a file\n"
+
+
 def test_missing_root_is_a_usage_error(tmp_path: Path) -> None:
     data, code = run_json("unit", "install", "--root", str(tmp_path / "nope"))
     assert code == 2 and data["error"]["code"] == "input_unreadable"
