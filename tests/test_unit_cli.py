@@ -14,6 +14,7 @@ import pytest
 
 from nvfabric import unitfile
 from nvfabric.commands.run import run_cmd
+from nvfabric.health.live import SMI_TIMEOUT_S
 from tests.conftest import REPO, run_cli, run_json
 
 PACKAGED = REPO / "packaging" / "systemd" / "nvfabric.service"
@@ -66,9 +67,11 @@ def _default(option: str) -> float:
 
 def test_unit_timeouts_fit_the_run_defaults() -> None:
     v = unit_values(unitfile.unit_text())
-    # start: NVLSM's socket, then GPU registration up to the registration_stuck report
-    assert seconds(v["TimeoutStartSec"][0]) > _default("socket_timeout") + \
-        _default("ready_timeout")
+    # start: the preflight's GPU probe, the GPU reset of a restart after registration (the
+    # drop-in README gives), NVLSM's socket, then GPU registration up to the
+    # registration_stuck report: all before systemd's start timeout
+    assert seconds(v["TimeoutStartSec"][0]) > SMI_TIMEOUT_S + _default("gpu_reset_timeout") \
+        + _default("socket_timeout") + _default("ready_timeout")
     # stop: fabric manager then NVLSM, each SIGTERM then SIGKILL after --grace
     assert seconds(v["TimeoutStopSec"][0]) > 2 * _default("grace")
     # restart: systemd's, so nvfabric's in-process restart stays off (its default)
