@@ -577,3 +577,17 @@ def test_sd_notify_ignores_a_notify_socket_that_is_neither_absolute_nor_abstract
             sock.recv(100)
         assert sd_notify("READY=1", {"NOTIFY_SOCKET": str(tmp_path / "notify.sock")})
         assert sock.recv(100) == b"READY=1"
+
+
+@pytest.mark.parametrize("grace_s, watchdog_usec", [(1e7, None), (10.0, str(10**14))])
+def test_a_timer_further_away_than_epoll_can_wait_is_waited_for_not_a_crash(
+        monkeypatch: pytest.MonkeyPatch, grace_s: float, watchdog_usec: str | None) -> None:
+    # epoll_wait's timeout is an int of milliseconds (about 24.8 days): a --grace of 1e7 s
+    # while stopping, or a watchdog interval of 100 million s once ready, is the only timer
+    if watchdog_usec is not None:
+        monkeypatch.setenv("WATCHDOG_USEC", watchdog_usec)
+        monkeypatch.setenv("WATCHDOG_PID", str(os.getpid()))
+    log = StopOn("fabric ready in")
+    outcome = Supervisor([sleeper("fm", grace_s=grace_s)], log=log).run()
+    assert (outcome.exit_code, outcome.reason) == (0, "stopped")
+    assert "fm stopped" in log.text

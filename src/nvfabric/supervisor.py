@@ -70,6 +70,10 @@ _STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
 #: ``systemctl reload`` must not stop the fabric).
 SIGHUP_IGNORED = "received SIGHUP: ignored (no reload; restart nvfabric run to apply changes)"
 _POLL_FALLBACK_S = 0.01
+#: The longest single wait of the loop: epoll_wait(2) takes its timeout in int milliseconds
+#: (Python raises OverflowError past about 24.8 days), and a --grace, --ready-timeout or
+#: $WATCHDOG_USEC may be longer; a timer further away is simply waited for again.
+_MAX_WAIT_S = 3600.0
 _NOTIFY_TIMEOUT_S = 0.5
 #: The most bytes of STATUS= text sent. systemd reads a notify datagram into a buffer of
 #: NOTIFY_BUFFER_MAX (PIPE_BUF, 4096) bytes and ignores a longer one whole (src/core/manager.c,
@@ -773,7 +777,8 @@ class Supervisor:
     def _next_timeout(self) -> float | None:
         if not self._timers:
             return None
-        return max(0.0, min(d for d, _ in self._timers.values()) - time.monotonic())
+        return min(_MAX_WAIT_S,
+                   max(0.0, min(d for d, _ in self._timers.values()) - time.monotonic()))
 
     def _on_watchdog(self) -> None:
         """Tell systemd the loop still turns, and ping again half an interval later."""
