@@ -150,6 +150,21 @@ def test_a_link_or_directory_at_the_unit_path_is_refused_and_left_alone(
     assert sorted(os.listdir(path.parent)) == ["nvfabric.service"]
 
 
+def test_a_backup_name_linked_out_of_the_root_is_replaced_not_written_through(
+        tmp_path: Path) -> None:
+    root, outside = tmp_path / "root", tmp_path / "precious"
+    (root / "etc/systemd/system").mkdir(parents=True)
+    (root / UNIT_PATH).write_text("[Service]\nExecStart=/usr/bin/old\n")
+    outside.write_text("precious\n")
+    (root / (UNIT_PATH + ".nvfabric.bak")).symlink_to(outside)
+    data, code = run_json("unit", "install", "--root", str(root))
+    assert code == 0 and data["result"] == "replaced"
+    assert outside.read_text() == "precious\n"
+    assert (root / (UNIT_PATH + ".nvfabric.bak")).read_text() == \
+        "[Service]\nExecStart=/usr/bin/old\n"
+    assert (root / UNIT_PATH).read_text() == unitfile.unit_text()
+
+
 def test_unit_dir_linked_out_of_the_root_is_refused(tmp_path: Path) -> None:
     root, outside = tmp_path / "root", tmp_path / "outside"
     (root / "etc/systemd").mkdir(parents=True)
