@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shlex
 import stat
 from pathlib import Path
 
@@ -98,6 +99,17 @@ def test_install_writes_0644_then_is_idempotent_then_keeps_a_backup(tmp_path: Pa
         "[Service]\nExecStart=/usr/bin/true\n"
     assert path.read_text() == unitfile.unit_text()
     assert sorted(os.listdir(path.parent)) == ["nvfabric.service", "nvfabric.service.nvfabric.bak"]
+
+
+@pytest.mark.parametrize("name", ["img 2", "it's", "a;b", "$x"])
+def test_the_next_step_printed_for_a_tree_is_quoted_for_the_shell(tmp_path: Path,
+                                                                   name: str) -> None:
+    root = tmp_path / name
+    root.mkdir()
+    data, code = run_json("unit", "install", "--root", str(root))
+    assert code == 0
+    (step,) = data["next"]
+    assert shlex.split(step) == ["systemctl", "--root", str(root), "enable", "nvfabric.service"]
 
 
 def test_install_on_the_host_says_daemon_reload_and_enable() -> None:

@@ -16,6 +16,7 @@ the write fails; the previous file is then untouched (configs/atomic.py).
 from __future__ import annotations
 
 import os
+import shlex
 import stat
 from dataclasses import dataclass
 from importlib import resources
@@ -127,7 +128,9 @@ def install(root: str, *, dry_run: bool = False, text: str | None = None) -> Ins
 def next_steps(root: str) -> list[str]:
     """The commands that make systemd load and start the installed unit: on the running
     system (``root`` is ``/``), daemon-reload then enable --now; in a tree (an image being
-    built), ``systemctl --root`` enable (offline: it only makes the wants/ link)."""
+    built), ``systemctl --root`` enable (offline: it only makes the wants/ link), quoted as a
+    shell reads it (shlex)."""
     if os.path.abspath(root) == "/":
         return ["systemctl daemon-reload", f"systemctl enable --now {UNIT_NAME}"]
-    return [f"systemctl --root {os.path.abspath(root)} enable {UNIT_NAME}"]
+    # quoted for a shell: the operator pastes it (an image tree may be "/srv/img 2")
+    return [shlex.join(["systemctl", "--root", os.path.abspath(root), "enable", UNIT_NAME])]
