@@ -11,8 +11,11 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+
 from tests.conftest import REPO
-from tests.integration.usermanager import remove_cgroup
+from tests.integration import usermanager
+from tests.integration.usermanager import UserManager, remove_cgroup
 
 CHILD = r"""
 import sys, time
@@ -61,3 +64,16 @@ def test_a_test_process_killed_outright_takes_its_user_manager_and_units_with_it
             remove_cgroup(c)
         if cgroups:
             subprocess.run(["rm", "-rf", "--", base], check=False)
+
+
+def test_a_host_without_a_unified_cgroup_hierarchy_fails_in_one_line_leaving_nothing(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    def no_unified() -> list[Path]:
+        raise AssertionError("no unified cgroup hierarchy at /sys/fs/cgroup(/unified): the "
+                             "systemd user manager cannot track its units")
+
+    monkeypatch.setattr(usermanager, "cgroup_roots", no_unified)
+    before = set(Path("/tmp").glob("nvf-sd-*"))
+    with pytest.raises(AssertionError, match="no unified cgroup hierarchy"):
+        UserManager()
+    assert set(Path("/tmp").glob("nvf-sd-*")) == before

@@ -112,13 +112,14 @@ class UserManager:
     its cgroups and runtime directory."""
 
     def __init__(self) -> None:
+        # what can fail first: nothing is made yet, so nothing is left behind
+        self.name = f"nvfabric-test-{os.getpid()}-{next(_counter)}"
+        self.cgroups = [root / self.name for root in cgroup_roots()]
         self.base = Path(tempfile.mkdtemp(prefix="nvf-sd-", dir="/tmp"))
         self.runtime = self.base / "xdg"
         self.home = self.base / "home"
         self.units = self.home / ".config" / "systemd" / "user"
         self.log = self.base / "manager.log"
-        self.name = f"nvfabric-test-{os.getpid()}-{next(_counter)}"
-        self.cgroups = [root / self.name for root in cgroup_roots()]
         self.proc: subprocess.Popen[bytes] | None = None
 
     @property
