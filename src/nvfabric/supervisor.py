@@ -70,7 +70,16 @@ _STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
 #: ``systemctl reload`` must not stop the fabric).
 SIGHUP_IGNORED = "received SIGHUP: ignored (no reload; restart nvfabric run to apply changes)"
 _POLL_FALLBACK_S = 0.01
+#: The longest single wait of the loop: epoll_wait(2) takes its timeout in int milliseconds
+#: (Python raises OverflowError past about 24.8 days), and a --grace, --ready-timeout or
+#: $WATCHDOG_USEC may be longer; a timer further away is simply waited for again.
+_MAX_WAIT_S = 3600.0
 _NOTIFY_TIMEOUT_S = 0.5
+#: The most bytes of STATUS= text sent. systemd reads a notify datagram into a buffer of
+#: NOTIFY_BUFFER_MAX (PIPE_BUF, 4096) bytes and ignores a longer one whole (src/core/manager.c,
+#: manager_dispatch_notify_fd: "exceeded maximum size"), READY=1 in it included; checked with
+#: systemd 252: READY=1 and a STATUS= of 4100 bytes in one datagram is a start timeout.
+STATUS_MAX_BYTES = 1024
 #: What systemd hands the main process only (sd_notify(3), sd_listen_fds(3),
 #: sd_watchdog_enabled(3)): not passed on to the daemons, which must not notify or ping.
 _SYSTEMD_ENV = ("NOTIFY_SOCKET", "LISTEN_FDS", "LISTEN_PID", "LISTEN_FDNAMES", "WATCHDOG_USEC",
@@ -227,11 +236,28 @@ def printable(text: str) -> str:
     """``text`` with C0 control characters (tab kept), DEL and C1 controls shown as ``\\xNN``:
     plain-text output (log lines, ``--dry-run`` listings) in which an escape sequence from a
     daemon or a config file would otherwise act on the terminal; a newline inside a value
-    cannot split one log line into two. Rich output uses :func:`nvfabric.output.safe`."""
-    if not any(ord(c) < 32 and c != "\t" or 127 <= ord(c) < 160 for c in text):
+    cannot split one log line into two. A byte that is not UTF-8 (a path given on the command
+    line or read from a directory, which Python holds as a lone surrogate U+DC80-U+DCFF,
+    PEP 383) is shown as ``\\xNN`` of that byte, so the result always encodes as UTF-8.
+    Rich output uses :func:`nvfabric.output.safe`."""
+    if not any(_escaped(c) for c in text):
         return text
-    return "".join(f"\\x{ord(c):02x}" if ord(c) < 32 and c != "\t" or 127 <= ord(c) < 160
-                   else c for c in text)
+    return "".join(_escape(c) if _escaped(c) else c for c in text)
+
+
+def _escaped(c: str) -> bool:
+    """A character :func:`printable` shows as ``\\xNN`` (or ``\\uNNNN``)."""
+    o = ord(c)
+    return o < 32 and c != "\t" or 127 <= o < 160 or 0xD800 <= o < 0xE000
+
+
+def _escape(c: str) -> str:
+    """How :func:`printable` shows an escaped character: ``\\xNN`` of a control character or
+    of the byte a surrogate escape stands for; ``\\uNNNN`` of another lone surrogate."""
+    o = ord(c)
+    if 0xDC80 <= o < 0xDD00:
+        return f"\\x{o - 0xDC00:02x}"
+    return f"\\u{o:04x}" if o >= 0xD800 else f"\\x{o:02x}"
 
 
 # --------------------------------------------------------------------------- host helpers
@@ -412,9 +438,12 @@ def ensure_dir(path: str, mode: int = 0o700) -> bool:
 
 def sd_notify(message: str, environ: dict[str, str] | None = None) -> bool:
     """Send ``message`` (``READY=1``) to ``$NOTIFY_SOCKET`` (sd_notify(3) protocol: one
-    datagram to a Unix socket, ``@`` for the abstract namespace). False when unset/failed."""
+    datagram to a Unix socket, ``@`` for the abstract namespace). False when unset, not an
+    absolute path or ``@name``, or the send failed (nobody listens, a full queue for 0.5 s)."""
     path = (environ if environ is not None else os.environ).get("NOTIFY_SOCKET")
-    if not path:
+    if not path or path[0] not in "/@" or path == "@":
+        # sd_notify(3): an absolute path or "@" and an abstract name; anything else (a
+        # relative name would be looked up in our working directory) is not systemd's
         return False
     address = "\0" + path[1:] if path.startswith("@") else path
     try:
@@ -422,10 +451,23 @@ def sd_notify(message: str, environ: dict[str, str] | None = None) -> bool:
             # A receiver that does not read (its queue holds net.unix.max_dgram_qlen
             # datagrams, 10 by default) must not stall the supervisor's loop: bounded.
             sock.settimeout(_NOTIFY_TIMEOUT_S)
-            sock.sendto(message.encode(), address)
+            # never raises for text that is not UTF-8 (printable() escapes it where it
+            # matters; this is the belt for any other caller)
+            sock.sendto(message.encode("utf-8", "backslashreplace"), address)
         return True
     except OSError:
         return False
+
+
+def status_text(text: str) -> str:
+    """``text`` as a ``STATUS=`` value: :func:`printable` (no newline can add an assignment,
+    always UTF-8) and at most :data:`STATUS_MAX_BYTES` bytes (cut at a character, ``...``
+    appended), so that the datagram it goes in stays within what systemd reads."""
+    text = printable(text)
+    data = text.encode()
+    if len(data) <= STATUS_MAX_BYTES:
+        return text
+    return data[:STATUS_MAX_BYTES - 3].decode("utf-8", "ignore") + "..."
 
 
 def notify_nothing_to_start(why: str) -> bool:
@@ -433,7 +475,7 @@ def notify_nothing_to_start(why: str) -> bool:
     starter): ``READY=1`` and ``STATUS=why`` first, so that a ``Type=notify`` unit counts it
     as a successful start (a main process exiting before READY=1 is a failed start, result
     ``protocol``). False when ``$NOTIFY_SOCKET`` is unset or unreachable."""
-    return sd_notify(f"READY=1\nSTATUS={printable(why) if why else 'nothing to start'}")
+    return sd_notify(f"READY=1\nSTATUS={status_text(why) if why else 'nothing to start'}")
 
 
 def watchdog_usec(environ: dict[str, str] | None = None, pid: int | None = None) -> int | None:
@@ -807,7 +849,8 @@ class Supervisor:
     def _next_timeout(self) -> float | None:
         if not self._timers:
             return None
-        return max(0.0, min(d for d, _ in self._timers.values()) - time.monotonic())
+        return min(_MAX_WAIT_S,
+                   max(0.0, min(d for d, _ in self._timers.values()) - time.monotonic()))
 
     def _on_watchdog(self) -> None:
         """Tell systemd the loop still turns, and ping again half an interval later."""
@@ -828,9 +871,10 @@ class Supervisor:
 
     def _say_status(self, text: str) -> None:
         """systemd's ``STATUS=`` (what ``systemctl status`` shows), sent when it changes.
-        Control characters are escaped (:func:`printable`): a probe's answer with a newline
-        would otherwise be a second assignment (``READY=1``) in the datagram."""
-        text = printable(text)
+        Control characters are escaped and the length bounded (:func:`status_text`): a
+        probe's answer with a newline would otherwise be a second assignment (``READY=1``) in
+        the datagram, and a datagram over 4096 bytes is dropped by systemd."""
+        text = status_text(text)
         if text != self._status:
             self._status = text
             sd_notify("STATUS=" + text)
