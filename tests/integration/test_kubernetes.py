@@ -133,7 +133,8 @@ def test_overlays_select_disjoint_gpu_products_and_args() -> None:
     # GB200/GB300: IMEX is the DRA driver's; nvfabric starts nothing and stays for its probes
     assert args["mnnvl-dra"] == ["run", "--root", "/", "--imex-owner", "dra", "--stay"]
     assert args["nvlink5"] == ["run", "--root", "/", "--restart", "on-failure", "--grace", "10",
-                               "--nvlsm-pid-file", "/run/nvidia-fabricmanager/nvlsm.pid"]
+                               "--nvlsm-pid-file", "/run/nvidia-fabricmanager/nvlsm.pid",
+                               "--stay"]
 
 
 @pytest.mark.parametrize("version", K8S_VERSIONS)
