@@ -12,6 +12,7 @@ import socket
 import stat
 import subprocess
 import sys
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -312,6 +313,68 @@ def test_r05_child_ignoring_sigterm_is_killed_after_the_grace_period(
     assert "fabricmanager (pid" in run.wait_line(r"ignored SIGTERM for 0.3 s: SIGKILL")
     run.wait_line(r"fabricmanager stopped \(killed by SIGKILL\)")
     run.wait_line(r"nvlsm stopped \(exited with code 0\)")
+
+
+def _stop_order(run: Run) -> tuple[str, str]:
+    fm = run.wait_line(r"fabricmanager stopped")
+    sm = run.wait_line(r"nvlsm stopped")
+    assert run.lines.index(fm) < run.lines.index(sm), run.log
+    return fm, sm
+
+
+def test_r05_a_stop_signal_delivered_twice_at_once_still_stops_in_order(
+        tmp_path: Path, start: Callable[..., Run]) -> None:
+    # One stop that reaches nvfabric twice within milliseconds (the one-file binary's
+    # bootloader forwards what it gets, and Talos or a terminal signals it too) is one request:
+    # fabric manager is given its grace period, not SIGKILLed.
+    root = sim(tmp_path, "dgx-b200", {"fabricmanager": {"stop_delay_s": 0.5}})
+    run = start(root)
+    run.wait_line(r"fabric ready in")
+    run.signal(signal.SIGTERM)
+    run.wait_line(r"stopping fabricmanager")
+    run.signal(signal.SIGTERM)
+    assert run.wait() == 0
+    assert "the same stop request, still stopping in order" in run.log
+    assert "killing what is left" not in run.log and "SIGKILL)" not in run.log
+    fm, sm = _stop_order(run)
+    assert "exited with code 0" in fm and "exited with code 0" in sm
+
+
+def test_r05_a_second_signal_after_the_window_kills_at_once(
+        tmp_path: Path, start: Callable[..., Run]) -> None:
+    from nvfabric.supervisor import REPEATED_STOP_WINDOW_S
+
+    root = sim(tmp_path, "dgx-b200", {"fabricmanager": {"ignore_sigterm": True}})
+    run = start(root, "--grace", "30")
+    run.wait_line(r"fabric ready in")
+    run.signal(signal.SIGTERM)
+    run.wait_line(r"stopping fabricmanager")
+    time.sleep(REPEATED_STOP_WINDOW_S + 0.2)
+    run.signal(signal.SIGTERM)
+    assert run.wait(bound=10) == 0
+    run.wait_line(r"received SIGTERM again: killing what is left")
+    run.wait_line(r"fabricmanager stopped \(killed by SIGKILL\)")
+
+
+def test_r05_sigterm_to_every_process_at_once_stops_cleanly(
+        tmp_path: Path, start: Callable[..., Run]) -> None:
+    # Talos stops an extension service with SIGTERM to every process of its container
+    # (containerd WithKillAll): nvfabric and both daemons get it together, so the daemons stop
+    # in whatever order they exit; nothing is restarted or SIGKILLed, and the run exits 0.
+    root = sim(tmp_path, "dgx-b200")
+    run = start(root, "--restart", "on-failure")
+    run.wait_line(r"fabric ready in")
+    pids = [run.proc.pid, *_children(run.proc.pid)]
+    assert len(pids) == 3
+    for pid in pids:
+        os.kill(pid, signal.SIGTERM)
+    assert run.wait() == 0, run.log
+    assert "killing what is left" not in run.log and "killed by SIGKILL" not in run.log
+    run.wait_line(r"all services stopped")
+    # nothing was started again
+    assert len(events(root, "fabricmanager", "exec")) == 1, run.log
+    assert len(events(root, "nvlsm", "exec")) == 1, run.log
+    assert not any(alive(p) for p in pids[1:])
 
 
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])

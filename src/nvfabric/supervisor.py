@@ -14,7 +14,9 @@ Behaviour (../shared/cases/RUN.md):
   unit in-process after 1, 2, 4 ... s (capped), except when a service that needs a GPU reset
   (R04) would be restarted after GPUs registered: then the operator's reset command runs
   first, or, without one, the outcome is a ``restart_needs_gpu_reset`` finding.
-- SIGTERM/SIGINT: orderly stop in reverse order, exit 0; a second signal kills at once (R05).
+- SIGTERM/SIGINT: orderly stop in reverse order, exit 0; a second signal kills at once (R05),
+  except within ``REPEATED_STOP_WINDOW_S`` of the first: that is the same stop request
+  delivered twice (a runtime's kill-all plus the one-file bootloader's forwarding).
   As PID 1 every exited child is reaped, orphans included.
 - Child output (stdout and stderr, merged) is forwarded line by line with the service name as
   prefix and fed to a classifier, so that a known failure line yields its finding at once.
@@ -66,6 +68,14 @@ _RESET_SIGNALS = (
     signal.SIGQUIT, signal.SIGUSR1, signal.SIGUSR2, signal.SIGCHLD, signal.SIGALRM,
 )
 _STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
+#: Seconds after the first stop signal within which another one is the same request, not an
+#: operator's "kill now". One stop reaches nvfabric twice within milliseconds where it runs as
+#: the child of the single-file binary's PyInstaller bootloader, which forwards every signal it
+#: gets to its child, and the sender signals both: Talos stops an extension service with
+#: SIGTERM to every process of the container (siderolabs/talos
+#: internal/app/machined/pkg/system/runner/containerd/containerd.go, ``task.Kill(SIGTERM,
+#: containerd.WithKillAll)``), and a terminal's Ctrl-C goes to the whole foreground group.
+REPEATED_STOP_WINDOW_S = 1.0
 #: The one line logged for a SIGHUP (ignored: nvfabric has no reload; a terminal closing or a
 #: ``systemctl reload`` must not stop the fabric).
 SIGHUP_IGNORED = "received SIGHUP: ignored (no reload; restart nvfabric run to apply changes)"
@@ -742,6 +752,7 @@ class Supervisor:
         self._phase = "idle"  # starting | ready | stopping | waiting | done
         self._stop_reason = ""
         self._shutdown = False
+        self._stop_signal_at: float | None = None  # monotonic time of the first stop signal
         self._failure: list[Finding] = []
         self._past_exits: list[Finding] = []  # service_exited of failures handled by a restart
         self._notes: list[Finding] = []
@@ -1477,14 +1488,22 @@ class Supervisor:
                            fields), proc, diagnosis)
 
     def _on_stop_signal(self, name: str) -> None:
+        now = time.monotonic()
         if self._phase == "stopping":
             if self._shutdown:
+                first = self._stop_signal_at
+                if first is not None and now - first < REPEATED_STOP_WINDOW_S:
+                    self.log.say(f"received {name} again {now - first:.3f} s after the first: "
+                                 "the same stop request, still stopping in order")
+                    return
                 self.log.say(f"received {name} again: killing what is left")
                 for proc in self._procs:
                     if proc.status is None:
                         self._kill(proc, signal.SIGKILL)
                 return
         self._shutdown = True
+        if self._stop_signal_at is None:
+            self._stop_signal_at = now
         if self.policy.restart == "on-failure":
             self._keep_exits("the run was stopped before its restart")
             self._failure = []  # failures are ours to handle; the operator asked for a stop

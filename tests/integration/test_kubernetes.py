@@ -132,7 +132,9 @@ def test_overlays_select_disjoint_gpu_products_and_args() -> None:
     assert not any("PCIe" in p for p in products["nvswitch"])
     # GB200/GB300: IMEX is the DRA driver's; nvfabric starts nothing and stays for its probes
     assert args["mnnvl-dra"] == ["run", "--root", "/", "--imex-owner", "dra", "--stay"]
-    assert args["nvlink5"] == ["run", "--root", "/", "--restart", "on-failure", "--grace", "10"]
+    assert args["nvlink5"] == ["run", "--root", "/", "--restart", "on-failure", "--grace", "10",
+                               "--nvlsm-pid-file", "/run/nvidia-fabricmanager/nvlsm.pid",
+                               "--stay"]
 
 
 @pytest.mark.parametrize("version", K8S_VERSIONS)
@@ -256,7 +258,8 @@ def _sandbox_pod(ds: dict[str, Any], node: Path, image: str) -> dict[str, Any]:
     for probe in ("startupProbe", "readinessProbe", "livenessProbe"):
         ctr[probe]["exec"]["command"] += ["--root", "/node"]
     under = {"run-fabricmanager": "run/nvidia-fabricmanager", "run-nvfabric": "run/nvfabric",
-             "var-log": "var/log", "host-systemd": "etc/systemd/system",
+             "var-log": "var/log", "var-cache": "var/cache/nvidia-fabricmanager",
+             "host-systemd": "etc/systemd/system",
              "kubelet-plugins": "var/lib/kubelet/plugins"}
     spec["volumes"] = [v for v in spec["volumes"] if v["name"] not in ("dev", "sys")]
     ctr["volumeMounts"] = [m for m in ctr["volumeMounts"] if m["name"] not in ("dev", "sys")]
