@@ -42,3 +42,16 @@ def test_daemonset_pod_stays_on_a_selected_node_with_nothing_to_start(
     assert run.proc.poll() is None, "run exited: the DaemonSet pod would crash-loop\n" + run.log
     run.signal(signal.SIGTERM)
     assert run.wait() == 0
+
+
+def test_daemonset_has_no_liveness_probe_that_could_restart_a_usable_fabric() -> None:
+    # `nvfabric status` exits 1 on a degraded (still usable) fabric: as a livenessProbe it would
+    # restart the container, so fabric manager, which on H100 and later needs a GPU reset
+    # first (RUN.md R04). nvfabric run is PID 1: its own death already ends the container.
+    ds = yaml.safe_load((REPO / "deploy/kubernetes/base/daemonset.yaml").read_text())
+    (ctr,) = ds["spec"]["template"]["spec"]["containers"]
+    assert "livenessProbe" not in ctr
+    assert ctr["readinessProbe"]["exec"]["command"][-1] == "status"
+    for overlay in (REPO / "deploy/kubernetes/overlays").iterdir():
+        for part in overlay.glob("*.yaml"):
+            assert "livenessProbe" not in part.read_text(), part
