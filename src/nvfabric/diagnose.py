@@ -31,6 +31,7 @@ from importlib import resources
 from typing import IO, Any
 
 from .findings import CODES, Finding, Severity
+from .strict import int_or_none
 
 MAX_KEYS = 64
 MAX_COLLECT = 32
@@ -255,7 +256,13 @@ class Classifier:
         for name, value in m.groupdict().items():
             if value is None:
                 continue
-            typed: Any = int(value) if name in sig.int_fields else value
+            typed: Any = value
+            if name in sig.int_fields:
+                # strict: ASCII digits, at most MAX_DIGITS (a 4,303-digit "rc" in a log line
+                # is no number: the field is left out, the line still classified)
+                typed = int_or_none(value, signed=True)
+                if typed is None:
+                    continue
             if name in sig.collect:
                 collected[name] = typed
             else:

@@ -11,13 +11,15 @@ from __future__ import annotations
 
 import os
 
+from .strict import control_free
+
 
 def problem(path: str) -> str | None:
     """Why ``path`` is not a valid host path value (a short phrase), or None when it is."""
     if not path.startswith("/"):
         return "must be an absolute path"
-    if any(c in path for c in "\n\r\x00"):
-        return "may not contain a newline or NUL"
+    if not control_free(path):
+        return "may not contain a newline, NUL or other control character"
     if ".." in path.split("/"):
         return "may not contain '..' (paths are resolved under --root and must stay there)"
     return None

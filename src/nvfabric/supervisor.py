@@ -53,6 +53,7 @@ from typing import IO, Protocol
 from .configs.atomic import write_atomic
 from .findings import Finding
 from .services import PlannedFile, ServiceSpec
+from .strict import int_or_none
 
 #: Signals whose disposition a child gets reset to the default (Python ignores SIGPIPE; a
 #: parent started under nohup ignores SIGHUP).
@@ -273,7 +274,7 @@ def _lock_pid(fd: int) -> int:
         text = os.pread(fd, 32, 0).decode("ascii", "replace").strip()
     except OSError:
         return 0
-    return int(text) if text.isdigit() else 0
+    return int_or_none(text, max_digits=10) or 0
 
 
 def not_a_directory(path: str) -> str | None:
@@ -469,7 +470,7 @@ def _fork_exec(argv: Sequence[str], env: dict[str, str], out: int) -> int:
     if failed:
         with contextlib.suppress(ChildProcessError):
             os.waitpid(pid, 0)
-        code = int(failed) if failed.isdigit() else errno.EIO
+        code = int_or_none(failed.decode("ascii", "replace"), high=4095) or errno.EIO
         raise OSError(code, os.strerror(code), args[0])
     return pid
 

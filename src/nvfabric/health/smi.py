@@ -22,6 +22,7 @@ import re
 import xml.etree.ElementTree as ET
 from dataclasses import dataclass, field
 
+from ..strict import BadValue, is_uint, to_int
 from .mask import HealthField, decode_smi, summary_from_smi
 from .model import FabricHealth, GpuFabric, Source, state_from_smi, status_from_smi
 
@@ -31,7 +32,6 @@ class SmiFormatError(ValueError):
 
 
 GPU_HEADER = re.compile(r"^GPU\s+([0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.[0-7])\s*$")
-KEY_VALUE = re.compile(r"^(?P<key>[^:]*?)\s*:\s?(?P<value>.*?)\s*$")
 UUID_RE = re.compile(r"^[0-9A-Fa-f]{8}(?:-[0-9A-Fa-f]{4}){3}-[0-9A-Fa-f]{12}$")
 CSV_FIELDS = ("index", "uuid", "fabric.state", "fabric.status", "fabric.cliqueId",
               "fabric.clusterUuid")
@@ -55,7 +55,7 @@ def detect(text: str) -> str:
     low = first.lower()
     if "," in first and ("fabric." in low or low.replace(" ", "").startswith("index,")):
         return "csv"
-    if "NVSMI LOG" in head or re.search(r"(?m)^\s*Fabric\s*$", text) or any(
+    if "NVSMI LOG" in head or any(ln.strip() == "Fabric" for ln in text.splitlines()) or any(
         GPU_HEADER.match(ln) for ln in head.splitlines()
     ):
         return "text"
@@ -123,23 +123,22 @@ def _int(value: str | None) -> int | None:
     if text is None:
         return None
     try:
-        return int(text, 0)
-    except ValueError:
+        return to_int(text, base=0)
+    except BadValue:
         return None
 
 
 def _clique(value: str | None) -> int | None:
-    """A CliqueId: N/A -> None, else a non-negative integer; ValueError otherwise."""
+    """A CliqueId: N/A -> None, else a non-negative integer (decimal, or hex with ``0x``: a
+    32-bit value in nvml.h); ValueError otherwise."""
     text = _na(value)
     if text is None:
         return None
     try:
-        number = int(text, 0)
-    except ValueError:
-        number = -1
-    if number < 0:
-        raise ValueError(f"unrecognised CliqueId {text!r}")
-    return number
+        return to_int(text, base=0, high=0xFFFFFFFF)
+    except BadValue:
+        shown = text if len(text) <= 40 else text[:40] + "..."
+        raise ValueError(f"unrecognised CliqueId {shown!r}") from None
 
 
 def _uuid(value: str | None) -> str | None:
@@ -149,7 +148,8 @@ def _uuid(value: str | None) -> str | None:
     if text is None:
         return None
     if not UUID_RE.match(text):
-        raise ValueError(f"unrecognised ClusterUUID {text!r}")
+        shown = text if len(text) <= 40 else text[:40] + "..."
+        raise ValueError(f"unrecognised ClusterUUID {shown!r}")
     return text.lower()
 
 
@@ -158,8 +158,19 @@ _FABRIC_KEYS = {"state": "state", "status": "status", "cliqueid": "clique_id",
 _GPU_KEYS = {"gpu uuid": "uuid", "product name": "name"}
 
 
+def _key_value(stripped: str) -> tuple[str, str] | None:
+    """``Key : Value`` of a stripped row (key up to the first colon, value without the blanks
+    around it), None for a row without a colon (a section name). Plain string operations: a
+    regular expression here backtracked for seconds on a long row with a blank run and no
+    colon (../shared/fuzz/smi-text-100k-line.txt)."""
+    key, sep, value = stripped.partition(":")
+    if not sep:
+        return None
+    return key.strip(), value.strip()
+
+
 def parse_text(text: str) -> FabricHealth:
-    """``nvidia-smi -q`` text (whole, or excerpts of it)."""
+    """``nvidia-smi -q`` text (whole, or excerpts of it). Linear in the text."""
     gpus: list[_Gpu] = []
     cur: _Gpu | None = None
     stack: list[tuple[int, str]] = []
@@ -178,7 +189,7 @@ def parse_text(text: str) -> FabricHealth:
         indent = len(line) - len(line.lstrip())
         while stack and stack[-1][0] >= indent:
             stack.pop()
-        kv = KEY_VALUE.match(stripped)
+        kv = _key_value(stripped)
         if kv is None:
             name = stripped.lower()
             stack.append((indent, name))
@@ -188,7 +199,7 @@ def parse_text(text: str) -> FabricHealth:
                     gpus.append(cur)
                 cur.has_fabric = True
             continue
-        key, value = kv.group("key").strip().lower(), kv.group("value")
+        key, value = kv[0].lower(), kv[1]
         path = [name for _, name in stack]
         if cur is None:
             if not path and key == "driver version":
@@ -214,7 +225,8 @@ def parse_xml(text: str) -> FabricHealth:
     """``nvidia-smi -q -x``: ``<nvidia_smi_log><gpu id="..."><fabric>...``."""
     try:
         root = ET.fromstring(text)
-    except ET.ParseError as err:
+    except (ET.ParseError, LookupError, ValueError, RecursionError) as err:
+        # expat's own errors; LookupError: an encoding= Python does not know
         raise SmiFormatError(f"malformed nvidia-smi XML: {err}") from None
     if root.tag != "nvidia_smi_log":
         raise SmiFormatError(f"XML root is <{root.tag}>, not <nvidia_smi_log>")
@@ -245,9 +257,18 @@ def parse_xml(text: str) -> FabricHealth:
     return FabricHealth("nvidia-smi-xml", tuple(gpus), _na(root.findtext("driver_version")))
 
 
+def _csv_rows(text: str) -> list[list[str]]:
+    """CSV rows; SmiFormatError for what the csv module refuses (a field over its 131,072
+    character limit, a NUL)."""
+    try:
+        return list(csv.reader(text.splitlines(), skipinitialspace=True))
+    except csv.Error as err:
+        raise SmiFormatError(f"unreadable CSV: {err}") from None
+
+
 def _headerless_csv(text: str) -> bool:
-    rows = [r for r in csv.reader(text.splitlines(), skipinitialspace=True) if r]
-    return bool(rows) and all(len(r) == len(CSV_FIELDS) and r[0].strip().isdigit() for r in rows)
+    rows = [r for r in _csv_rows(text) if r]
+    return bool(rows) and all(len(r) == len(CSV_FIELDS) and is_uint(r[0].strip()) for r in rows)
 
 
 _CSV_COLUMNS = {
@@ -270,12 +291,11 @@ def parse_csv(text: str) -> FabricHealth:
     """``--query-gpu=... --format=csv`` (header optional: without it, the column order of
     :data:`CSV_FIELDS`). Unknown columns are ignored; a row with another number of fields, or
     with a value nvidia-smi does not print, is a SmiFormatError naming the row."""
-    rows = [[c.strip() for c in r]
-            for r in csv.reader(text.splitlines(), skipinitialspace=True) if any(r)]
+    rows = [[c.strip() for c in r] for r in _csv_rows(text) if any(r)]
     if not rows:
         raise SmiFormatError("empty CSV")
     first = [c.lower() for c in rows[0]]
-    if first and not first[0].isdigit():
+    if first and not is_uint(first[0]):
         columns = [_CSV_COLUMNS.get(c.split(" [")[0].strip(), "") for c in first]
         rows = rows[1:]
     else:

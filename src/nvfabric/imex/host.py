@@ -21,6 +21,7 @@ from .. import hostpath
 from ..configs.atomic import staged, write_atomic
 from ..inventory.fs import listdir, read_bytes, read_text, under
 from ..inventory.nvidia import driver_version, imex_major, loaded_modules
+from ..strict import int_or_none
 from .channels import ChannelFacts, DevNode, channel_path, parse_params
 from .facts import (
     CAPS_DIR,
@@ -124,8 +125,8 @@ def _scripts(root: str, value: str) -> list[str]:
     out = []
     for item in value.split(","):
         item = item.strip()
-        if not item.startswith("/"):
-            continue
+        if hostpath.problem(item) is not None:
+            continue  # not an absolute, plain path (relative, NUL, control characters)
         matches = sorted(glob.glob(under(root, item)))
         rootlen = len(os.path.abspath(root).rstrip("/"))
         out += [m[rootlen:] if root != "/" else m for m in matches if os.path.isfile(m)]
@@ -244,10 +245,9 @@ def parse_if_inet6(text: str) -> tuple[str, ...]:
     for line in text.splitlines():
         parts = line.split()
         if parts and len(parts[0]) == 32:
-            try:
-                out.append(str(ipaddress.IPv6Address(int(parts[0], 16))))
-            except ValueError:
-                continue
+            number = int_or_none(parts[0], base=16)
+            if number is not None:
+                out.append(str(ipaddress.IPv6Address(number)))
     return tuple(out)
 
 

@@ -13,12 +13,14 @@ from __future__ import annotations
 
 import re
 
+from ..strict import is_uint
 from .fs import listdir, read_text, under
 
 #: Modules the plan cares about (names as under /sys/module).
 MODULES = ("nvidia", "nvidia_nvswitch", "mlx5_core", "mlx5_ib", "ib_umad", "ib_uverbs")
 
-_VERSION = re.compile(r"\b(\d{3}\.\d{1,3}(?:\.\d{1,3})?)\b")
+#: ASCII digits only (``\d`` alone would take Arabic-Indic or fullwidth digits).
+_VERSION = re.compile(r"\b(\d{3}\.\d{1,3}(?:\.\d{1,3})?)\b", re.ASCII)
 
 
 def loaded_modules(root: str) -> frozenset[str]:
@@ -55,7 +57,7 @@ def parse_proc_devices(text: str, name: str) -> int | None:
     """The major number of a character device ``name`` in ``/proc/devices`` text."""
     for line in text.splitlines():
         parts = line.split()
-        if len(parts) >= 2 and parts[1] == name and parts[0].isdigit():
+        if len(parts) >= 2 and parts[1] == name and is_uint(parts[0]):
             return int(parts[0])
     return None
 
@@ -69,7 +71,7 @@ def imex_channels(root: str) -> tuple[int, ...]:
     """Channel numbers under ``dev/nvidia-caps-imex-channels`` (``channel0`` -> 0)."""
     out = []
     for name in listdir(under(root, "/dev/nvidia-caps-imex-channels")):
-        if name.startswith("channel") and name[7:].isdigit():
+        if name.startswith("channel") and is_uint(name[7:]):
             out.append(int(name[7:]))
     return tuple(sorted(out))
 
