@@ -51,6 +51,11 @@ class BadValue(ValueError):
     message names the value and, for JSON, the path to it."""
 
 
+class NotJson(BadValue):
+    """Text that is not JSON at all (a syntax error), as opposed to JSON with a value past the
+    bounds: a reader that accepts other formats too may try them on this one."""
+
+
 def _shown(value: str) -> str:
     return repr(value if len(value) <= 40 else value[:40] + "...")
 
@@ -174,10 +179,26 @@ def parse_json(text: str | bytes) -> Any:
         doc = json.loads(text, parse_int=_json_int, parse_float=_json_float,
                          parse_constant=_json_constant)
     except json.JSONDecodeError as err:
-        raise BadValue(f"not JSON: {err.msg} (line {err.lineno} column {err.colno})") from None
+        raise NotJson(f"not JSON: {err.msg} (line {err.lineno} column {err.colno})") from None
     except RecursionError:
         raise BadValue("nested too deeply") from None
     return doc
+
+
+_DECODER = json.JSONDecoder(parse_int=_json_int, parse_float=_json_float,
+                            parse_constant=_json_constant)
+
+
+def raw_decode(text: str, pos: int) -> tuple[Any, int]:
+    """One JSON value of ``text`` starting at ``pos`` (a stream of concatenated objects), under
+    the rules of :func:`parse_json`: (value, end). NotJson for a syntax error (its message has
+    ``msg``), BadValue for a number past the bounds or nesting past the recursion limit."""
+    try:
+        return _DECODER.raw_decode(text, pos)
+    except json.JSONDecodeError as err:
+        raise NotJson(err.msg) from None
+    except RecursionError:
+        raise BadValue("nested too deeply") from None
 
 
 def _scan_depth(text: str) -> int:

@@ -80,7 +80,13 @@ def find_stanzas(index: bytes | mmap.mmap, names: Iterable[str],
     end = -1
     for at in starts:
         if at < end:
-            continue  # another Package line of a stanza already parsed: parse each stanza once
+            # a second Package field in one stanza (Debian Policy 5.1: a field appears once);
+            # refused, and never a re-parse of the stanza per line (that was quadratic)
+            raise NvfabricError(Finding(
+                "input_unreadable", "error",
+                f"{where}: a stanza has more than one Package field (offset {at})",
+                "the package index is damaged or not NVIDIA's: check --mirror and the "
+                "repository, then run again"), exit_code=2)
         start = index.rfind(b"\n\n", 0, at)
         start = 0 if start < 0 else start + 2
         end = index.find(b"\n\n", at)

@@ -160,10 +160,13 @@ def _read_text_file(path: str, what: str, limit: int = 1 << 20) -> str:
     2) naming the option when it cannot be read or is not text (a binary file, NUL bytes)."""
     try:
         with open(path, "rb") as fh:
-            data = fh.read(limit)
+            data = fh.read(limit + 1)
     except OSError as err:
         raise usage_error(f"cannot read {what} {path}: {err.strerror or err}",
                           "give a readable text file") from None
+    if len(data) > limit:
+        raise usage_error(f"{what} {path} is larger than {limit >> 20} MiB, the limit for it",
+                          "give the file itself, not a device or a larger file")
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError as err:

@@ -51,7 +51,11 @@ def simulate(profile: str | None, directory: str | None, spec_file: str | None,
         raise usage_error("missing DIR", "nvfabric simulate PROFILE DIR, or --spec FILE DIR")
     try:
         if spec_file:
-            spec = parse(node_of(load_spec(spec_file), spec_file))
+            raw = node_of(load_spec(spec_file), spec_file)
+            try:
+                spec = parse(raw)
+            except SpecError as err:  # name the file: every reader's error does
+                raise usage_error(f"{spec_file}: {err}") from None
             source = spec_file
         else:
             assert profile is not None

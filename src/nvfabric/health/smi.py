@@ -33,6 +33,9 @@ class SmiFormatError(ValueError):
 
 GPU_HEADER = re.compile(r"^GPU\s+([0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.[0-7])\s*$")
 UUID_RE = re.compile(r"^[0-9A-Fa-f]{8}(?:-[0-9A-Fa-f]{4}){3}-[0-9A-Fa-f]{12}$")
+#: The longest line of a text or CSV capture: nvidia-smi's rows are under 200 characters (the
+#: widest, 580's key column, ~90); a longer line is not nvidia-smi output.
+MAX_LINE = 4096
 CSV_FIELDS = ("index", "uuid", "fabric.state", "fabric.status", "fabric.cliqueId",
               "fabric.clusterUuid")
 
@@ -70,10 +73,12 @@ def detect(text: str) -> str:
 
 
 def parse(text: str) -> FabricHealth:
-    """Parse a capture of any of the three formats (see the module docstring)."""
+    """Parse a capture of any of the three formats (see the module docstring). Text and CSV
+    lines longer than :data:`MAX_LINE` are refused (SmiFormatError naming the line)."""
     kind = detect(text)
     if kind == "xml":
         return parse_xml(text)
+    _check_lines(text)
     if kind == "csv":
         return parse_csv(text)
     return parse_text(text)
@@ -156,6 +161,16 @@ def _uuid(value: str | None) -> str | None:
 _FABRIC_KEYS = {"state": "state", "status": "status", "cliqueid": "clique_id",
                 "clusteruuid": "cluster_uuid"}
 _GPU_KEYS = {"gpu uuid": "uuid", "product name": "name"}
+
+
+def _check_lines(text: str) -> None:
+    """SmiFormatError naming the first line over :data:`MAX_LINE` characters."""
+    if len(text) <= MAX_LINE:
+        return
+    for number, line in enumerate(text.splitlines(), 1):
+        if len(line) > MAX_LINE:
+            raise SmiFormatError(f"line {number} has {len(line)} characters, more than the "
+                                 f"{MAX_LINE} of any nvidia-smi line")
 
 
 def _key_value(stripped: str) -> tuple[str, str] | None:
