@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test test-integration bench lint clean
+.PHONY: demo test test-integration bench lint clean fuzz
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -32,6 +32,11 @@ test: lint pyc
 # .ci/run installs them first.
 test-integration: pyc
 	$(BIN)/pytest tests/integration
+
+# The long fuzz run (tests/fuzz): 1,000,000+ inputs over every reader, a count per reader and the
+# slowest input printed; failing or slow inputs are kept under build/fuzz. About 18 minutes.
+fuzz: pyc
+	$(BIN)/python -m tests.fuzz --inputs 1100000 --seconds 1080 --min-inputs 1000000
 
 bench: pyc
 	$(BIN)/python bench/run.py

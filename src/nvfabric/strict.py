@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import stat
 import sys
 from typing import Any
@@ -136,7 +137,10 @@ def one_line(value: str) -> bool:
 def control_free(value: str) -> bool:
     """No C0 control character, DEL, C1 control or Unicode line/paragraph separator: what a
     path, a host name or a config value read from a file may never hold."""
-    return not any(c < " " or "\x7f" <= c <= "\x9f" or c in "\u2028\u2029" for c in value)
+    return _CONTROL.search(value) is None
+
+
+_CONTROL = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029]")
 
 
 # --- JSON -----------------------------------------------------------------------------------
