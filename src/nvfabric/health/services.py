@@ -175,7 +175,7 @@ def _scan(root: str, names: tuple[str, ...]) -> tuple[int, float | None] | None:
             continue
         comm = read_text(os.path.join(proc, entry, "comm"))
         if comm in names:
-            pid = int(entry)
+            pid = to_int(entry)
             return pid, _age_from_stat(root, pid)
     return None
 
@@ -191,7 +191,7 @@ def _scan_host_for_root(root: str, names: tuple[str, ...]) -> tuple[int, float |
             continue
         raw = read_text(os.path.join("/proc", entry, "cmdline"), limit=1 << 16) or ""
         if any(arg.startswith(prefix) for arg in raw.split("\0")):
-            pid = int(entry)
+            pid = to_int(entry)
             return pid, _age_from_stat("/", pid)
     return None
 

@@ -200,7 +200,7 @@ def parse_text(text: str) -> DomainStatus:
     for line in text.splitlines():
         m = _NODE_LINE.match(line)
         if m:
-            nodes.append(_text_node(int(m.group(1)), m.group(2)))
+            nodes.append(_text_node(strict.to_int(m.group(1)), m.group(2)))
             continue
         m = _STATE_LINE.match(line)
         if m:
@@ -208,7 +208,7 @@ def parse_text(text: str) -> DomainStatus:
             continue
         m = _MATRIX_ROW.match(line)
         if m:
-            matrix[int(m.group(1))] = m.group(2).split()
+            matrix[strict.to_int(m.group(1))] = m.group(2).split()
             continue
         if timestamp is None and re.match(r"^\d{1,2}/\d{1,2}/\d{4} \d", line.strip(), re.ASCII):
             timestamp = line.strip()

@@ -82,13 +82,13 @@ def read_device(root: str, name: str, umads: dict[tuple[str, int], str]) -> IbDe
         pbase = f"{base}/ports/{pname}"
         ports.append(
             IbPort(
-                port=int(pname),
+                port=to_int(pname),
                 guid=guid_from_gid(read_text(f"{pbase}/gids/0")),
                 cap_mask=parse_cap_mask(read_text(f"{pbase}/cap_mask")),
                 state=read_text(f"{pbase}/state") or "",
                 phys_state=read_text(f"{pbase}/phys_state") or "",
                 link_layer=read_text(f"{pbase}/link_layer") or "",
-                umad=umads.get((name, int(pname))),
+                umad=umads.get((name, to_int(pname))),
             )
         )
     return IbDevice(name, pci, format_guid(read_text(f"{base}/node_guid")), tuple(ports))

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import re
 
-from ..strict import is_uint
+from ..strict import is_uint, to_int
 from .fs import listdir, read_text, under
 
 #: Modules the plan cares about (names as under /sys/module).
@@ -58,7 +58,7 @@ def parse_proc_devices(text: str, name: str) -> int | None:
     for line in text.splitlines():
         parts = line.split()
         if len(parts) >= 2 and parts[1] == name and is_uint(parts[0]):
-            return int(parts[0])
+            return to_int(parts[0])
     return None
 
 
@@ -72,7 +72,7 @@ def imex_channels(root: str) -> tuple[int, ...]:
     out = []
     for name in listdir(under(root, "/dev/nvidia-caps-imex-channels")):
         if name.startswith("channel") and is_uint(name[7:]):
-            out.append(int(name[7:]))
+            out.append(to_int(name[7:]))
     return tuple(sorted(out))
 
 

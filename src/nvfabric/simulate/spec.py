@@ -12,6 +12,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from ..strict import BadValue, to_int
+
 GUID = re.compile(r"0x[0-9a-fA-F]{16}")
 HEX4 = re.compile(r"[0-9a-fA-F]{4}")
 DRIVER = re.compile(r"\d{3}\.\d{1,3}(\.\d{1,3})?")
@@ -86,9 +88,9 @@ def _int(value: Any, key: str, low: int | None = None, high: int | None = None) 
     if isinstance(value, bool) or not isinstance(value, (int, str)):
         raise SpecError(f"{key}: expected an integer, got {value!r}")
     try:
-        number = int(value, 0) if isinstance(value, str) else value
-    except ValueError:
-        raise SpecError(f"{key}: expected an integer, got {value!r}") from None
+        number = to_int(value.strip(), base=0, signed=True) if isinstance(value, str) else value
+    except BadValue:
+        raise SpecError(f"{key}: expected an integer, got {str(value)[:40]!r}") from None
     if (low is not None and number < low) or (high is not None and number > high):
         raise SpecError(f"{key}: expected {low}..{high}, got {value!r}")
     return number
