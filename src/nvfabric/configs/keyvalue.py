@@ -84,6 +84,10 @@ def validate(key: str, value: str) -> None:
     if not one_line(value) or "\x00" in value:
         raise ConfigValueError(key, "value may not contain a newline, NUL or other line "
                                "separator (U+2028, U+0085, ...)")
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:  # a byte that is not UTF-8 from argv or the environment
+        raise ConfigValueError(key, "value is not UTF-8 text") from None
     if value != value.strip():
         raise ConfigValueError(key, "value may not start or end with blanks (they would be "
                                "lost when the file is read back)")
