@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test test-integration bench lint clean fuzz
+.PHONY: demo test test-integration bench lint clean fuzz sync-shared
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -37,6 +37,12 @@ test-integration: pyc
 # slowest input printed; failing or slow inputs are kept under build/fuzz. About 18 minutes.
 fuzz: pyc
 	$(BIN)/python -m tests.fuzz --inputs 1100000 --seconds 1080 --min-inputs 1000000
+
+# Refresh tests/data (the repository's copy of ../shared: cases, corpus, fuzz, bench starter)
+# from ../shared, or from SHARED=DIR; make test fails while the two differ.
+SHARED ?= ../shared
+sync-shared: $(STAMP)
+	NVFABRIC_SHARED=$(SHARED) $(BIN)/python -m tests.datasync
 
 bench: pyc
 	$(BIN)/python bench/run.py

@@ -3,7 +3,7 @@
 1. ``nvfabric status --from-nvidia-smi`` on 8-GPU captures: whole-process wall time (median of
    N runs) against ``python3 -c pass`` on the same interpreter.
 2. ``nvfabric doctor`` on a 200 MB synthetic fabric manager log (generated in a temp dir from
-   the line shapes of ../shared/corpus/logs/gpud-hgx-h100-535.161.08-fabricmanager.log, with
+   the line shapes of tests/data/corpus/logs/gpud-hgx-h100-535.161.08-fabricmanager.log, with
    0.1% failure lines): throughput and peak RSS (target >= 50 MB/s, < 60 MB), side by side with
    ``grep -E -c`` of the same signature needles.
 
@@ -24,7 +24,7 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-CORPUS = REPO.parent / "shared" / "corpus"
+CORPUS = REPO / "tests" / "data" / "corpus"
 RUNS = int(os.environ.get("BENCH_RUNS", "15"))
 LOG_MB = int(os.environ.get("BENCH_LOG_MB", "200"))
 

@@ -1,22 +1,28 @@
-"""Load the field cases of ../shared/cases and check a command's JSON against their `expect`.
+"""Load the field cases of tests/data/cases (the copy of ../shared/cases, tests/datasync.py)
+and check a command's JSON against their `expect`.
 
-The `expect` semantics are those of ../shared/cases/README.md: plain keys must be equal,
+The `expect` semantics are those of tests/data/cases/README.md: plain keys must be equal,
 `<key>_endswith` matches the end of a field, `verdict_in` lists acceptable verdicts, `codes`
 lists finding codes that must all be present (in `blockers` for plan, `findings` for status and
-doctor, the error finding for fetch), `exit_code` is the exit status, and a list of objects must
-each match some element of the output list by the fields given.
+doctor, the error finding for fetch), `codes_any` codes of which at least one must be,
+`exit_code` is the exit status, and a list of objects must each match some element of the
+output list by the fields given. Any other key is compared as a plain value, so a key this
+loader does not know fails loudly.
 """
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any
 
 import yaml
 
-SHARED = Path(__file__).resolve().parents[1].parent / "shared"
-CASES = SHARED / "cases"
-CORPUS = SHARED / "corpus"
+#: The repository's copy of ../shared (``make sync-shared`` refreshes it).
+DATA = Path(__file__).resolve().parent / "data"
+CASES = DATA / "cases"
+CORPUS = DATA / "corpus"
+FUZZ = DATA / "fuzz"
 
 
 def load_cases(prefix: str) -> list[dict[str, Any]]:
@@ -28,6 +34,19 @@ def load_cases(prefix: str) -> list[dict[str, Any]]:
         case["_file"] = path.name
         out.append(case)
     assert out, f"no {prefix} cases under {CASES}"
+    return out
+
+
+def load_run_cases() -> dict[str, str]:
+    """The cases of tests/data/cases/RUN.md: ``{"R01": "<title and text>", ...}`` in file order.
+
+    RUN.md lists them as markdown items ``- **R08: title.** text`` (continuation lines indented);
+    a case that is added there (R09, R10, ...) appears here with no change to this loader."""
+    text = (CASES / "RUN.md").read_text(encoding="utf-8")
+    out: dict[str, str] = {}
+    for found in re.finditer(r"^- \*\*(R\d+):\s*(.*?)(?=^- \*\*R\d+:|\Z)", text, re.M | re.S):
+        out[found.group(1)] = " ".join(found.group(2).replace("**", "").split())
+    assert out, f"no R cases in {CASES / 'RUN.md'}"
     return out
 
 
@@ -70,6 +89,9 @@ def check_expect(expect: dict[str, Any], output: dict[str, Any], exit_code: int)
             missing = set(want) - _codes(output)
             if missing:
                 problems.append(f"missing codes {sorted(missing)}; have {sorted(_codes(output))}")
+        elif key == "codes_any":
+            if not set(want) & _codes(output):
+                problems.append(f"none of the codes {sorted(want)}; have {sorted(_codes(output))}")
         elif key == "verdict_in":
             if output.get("verdict") not in want:
                 problems.append(f"verdict {output.get('verdict')!r} not in {want}")

@@ -1,4 +1,4 @@
-"""Redist manifests: the real ones of ../shared/corpus/redist and manifests made in the test."""
+"""Redist manifests: the real ones of tests/data/corpus/redist and manifests made in the test."""
 
 from __future__ import annotations
 

@@ -123,3 +123,44 @@ def test_no_repodata_names_the_url(mirror: Mirror) -> None:  # noqa: F811
 def test_rpmvercmp(a: str, b: str, expected: int) -> None:
     assert rpm.rpmvercmp(a, b) == expected
     assert rpm.rpmvercmp(b, a) == -expected
+
+
+def _art(version: str, package: str = "nvidia-fabric-manager") -> rpm.Artifact:
+    return rpm.Artifact("fabricmanager", version, "x86_64", "https://x/y.rpm", "0" * 64, None,
+                        "rpm", package)
+
+
+@pytest.mark.parametrize(("distro", "version", "tool"), [
+    ("rhel7", "570.172.08-1", "yum"), ("rhel6", "570.172.08-1", "yum"),
+    ("amzn2", "570.172.08-1", "yum"), ("rhel8", "570.172.08-1", "dnf"),
+    ("rhel9", "570.172.08-1.el7", "dnf"),  # the distro the operator named wins
+    ("rhel10", "580.95.05-1", "dnf"), ("amzn2023", "580.95.05-1", "dnf"),
+    ("fedora41", "580.95.05-1", "dnf"),
+    (None, "570.172.08-1.el7", "yum"), (None, "570.172.08-2.el9", "dnf"),
+    (None, "570.172.08-1.el8_10", "dnf"), (None, "570.172.08-1", "dnf"),
+])
+def test_yum_for_rhel_centos_7_dnf_for_8_and_later(distro: str | None, version: str,
+                                                    tool: str) -> None:
+    art = _art(version)
+    assert rpm.package_manager(distro, [art]) == tool
+    assert rpm.pin_lines([art], distro) == [
+        f"{tool} install -y nvidia-fabric-manager-{version}",
+        f"{tool} versionlock add nvidia-fabric-manager-{version}"]
+
+
+@pytest.mark.parametrize(("distro", "tool"), [("rhel7", "yum"), ("rhel9", "dnf")])
+def test_fetch_cli_prints_the_package_manager_of_the_repository(
+        mirror: Mirror, distro: str, tool: str) -> None:  # noqa: F811
+    from tests.conftest import run_json
+
+    serve_repo(mirror, REPO)
+    out, rc = run_json("fetch", "--source", "rpm", "--driver-version", "580.95.05", "--arch",
+                       "x86_64", "--components", "fabricmanager", "--mirror", mirror.url,
+                       "--distro", distro, "--dry-run", "--retries", "0")
+    assert rc == 0, out
+    assert out["pins"] == [f"{tool} install -y nvidia-fabricmanager-580.95.05-1",
+                           f"{tool} versionlock add nvidia-fabricmanager-580.95.05-1"]
+    out, rc = run_json("install", "--source", "rpm", "--driver-version", "580.95.05", "--arch",
+                       "x86_64", "--components", "fabricmanager", "--mirror", mirror.url,
+                       "--distro", distro, "--dry-run", "--retries", "0")
+    assert rc == 0 and out["commands"][0][:3] == [tool, "install", "-y"]

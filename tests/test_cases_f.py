@@ -1,4 +1,4 @@
-"""Every F (fetch) case of ../shared/cases through the real CLI, its input served by a local
+"""Every F (fetch) case of tests/data/cases through the real CLI, its input served by a local
 mirror on 127.0.0.1 exactly where the case says (``input (served as <mirror>/…)``).
 
 The case archives are not available (only their published checksums are), so the CLI runs
@@ -24,14 +24,6 @@ F_CASES = load_cases("F")
 #: Where a case's input is served when its options do not say (by --source).
 DEFAULT_PATH = {"redist": "redistrib_{driver_version}.json", "apt": "Packages"}
 
-#: Known contradictions inside a case file, each checked against the case's own input.
-#: F01: the input manifest publishes the IMEX archive as ``nvidia-imex-linux-linux-sbsa-…``
-#: while ``expect`` ends with ``nvidia-imex-linux-sbsa-…`` (the spelling of the real 13.0.2
-#: manifest in ../shared/corpus/redist). The case's own rule ("take relative_path from the
-#: manifest; never build the file name yourself") decides: the URL must end with the input's
-#: relative_path. Reported to the lead; remove the entry when the case file is corrected.
-ERRATA: dict[tuple[str, str], str] = {("F01", "imex"): "relative_path of the input manifest"}
-
 
 def served_path(case: dict[str, Any]) -> str:
     """The mirror path the case names for its input, e.g. ``redistrib_580.95.05.json``."""
@@ -54,19 +46,6 @@ def cli_args(case: dict[str, Any], url: str) -> list[str]:
     return args
 
 
-def expected_artifacts(case: dict[str, Any]) -> list[dict[str, Any]]:
-    """The case's expected artifacts with :data:`ERRATA` applied from the case's input."""
-    out = []
-    for item in case["expect"].get("artifacts", []):
-        item = dict(item)
-        if (case["id"], item["component"]) in ERRATA:
-            manifest = json.loads(case["input"])
-            platform = f"linux-{item['arch']}"
-            item["url_endswith"] = manifest[item["component"]][platform]["relative_path"]
-        out.append(item)
-    return out
-
-
 @pytest.mark.parametrize("case", F_CASES, ids=[c["id"] for c in F_CASES])
 def test_fetch_case(case: dict[str, Any], mirror: Mirror) -> None:  # noqa: F811
     assert case["command"] == "fetch"
@@ -82,7 +61,7 @@ def test_fetch_case(case: dict[str, Any], mirror: Mirror) -> None:  # noqa: F811
         assert error["sources_searched"], "the error names the sources searched"
         assert all(s.startswith(mirror.url) for s in error["sources_searched"])
         assert error["platform"] in error["message"]
-    for want in expected_artifacts(case):
+    for want in expect.get("artifacts", []):
         assert any(matches(want, have) for have in output["artifacts"]), (want, output)
     if case["options"]["source"] == "redist" and rc == 0:
         manifest = json.loads(case["input"])
@@ -98,13 +77,3 @@ def test_fetch_case(case: dict[str, Any], mirror: Mirror) -> None:  # noqa: F811
             assert any(p.startswith("apt-mark hold") and art["package"] in p
                        for p in output["pins"])
 
-
-def test_f01_erratum_still_describes_the_case_file() -> None:
-    """The erratum applies only while the case file contradicts itself."""
-    f01 = next(c for c in F_CASES if c["id"] == "F01")
-    manifest = json.loads(f01["input"])
-    imex = next(a for a in f01["expect"]["artifacts"] if a["component"] == "imex")
-    published = manifest["imex"]["linux-sbsa"]["relative_path"]
-    if published.endswith(imex["url_endswith"]):
-        pytest.fail("F01 is consistent now: drop its ERRATA entry")
-    assert published.startswith("imex/linux-sbsa/")

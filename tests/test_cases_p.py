@@ -1,4 +1,4 @@
-"""Every P (plan) case of ../shared/cases, through the real CLI on a simulated node."""
+"""Every P (plan) case of tests/data/cases, through the real CLI on a simulated node."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Every S (status) and D (doctor) case of ../shared/cases, through the real CLI.
+"""Every S (status) and D (doctor) case of tests/data/cases, through the real CLI.
 
 Options of a case name the word ``input`` where the case's input text goes: written to a file
 and passed as ``--from-nvidia-smi FILE`` (status) or ``--log FILE`` (doctor). A case with a
@@ -46,6 +46,9 @@ def test_status_case(case: dict[str, Any], tmp_path: Path, node: Callable[..., P
     ok = expect.get("verdict") in ("healthy", "not_applicable")
     expect.setdefault("exit_code", 0 if ok else 1)
     assert check_expect(expect, output, rc) == []
+    if rc == 2:  # refused input: one error object that names what is wrong and how to fix it
+        assert set(output) == {"error"} and output["error"]["hint"]
+        return
     assert {"verdict", "gpus", "findings"} <= set(output)
     for gpu in output["gpus"]:
         assert {"index", "uuid", "state", "status", "clique_id", "cluster_uuid",
@@ -63,6 +66,29 @@ def test_doctor_case(case: dict[str, Any], tmp_path: Path, node: Callable[..., P
     assert rc == (1 if errors else 0)
     for finding in output["findings"]:
         assert finding["hint"], f"{finding['code']} carries a hint"
+
+
+def test_s06_names_the_gpus_left_out(tmp_path: Path, node: Callable[..., Path]) -> None:
+    output, _ = _run_case(_case(S_CASES, "S06"), tmp_path, node)
+    (f,) = [f for f in output["findings"] if f["code"] == "partial_registration"]
+    assert (f["severity"], f["gpus"], f["completed_gpus"]) == ("error", [2, 5], 6)
+    assert f["pcis"] == ["00000000:52:00.0", "00000000:C3:00.0"]
+    assert "registration_stuck" not in {x["code"] for x in output["findings"]}
+
+
+def test_s07_names_the_values_not_read(tmp_path: Path, node: Callable[..., Path]) -> None:
+    output, rc = _run_case(_case(S_CASES, "S07"), tmp_path, node)
+    assert (output["verdict"], rc) == ("degraded", 1)
+    missing = {f["value"]: f["gpus"] for f in output["findings"]
+               if f["code"] == "fabric_value_missing"}
+    assert missing == {"ClusterUUID": [0, 1, 2, 3], "CliqueId": [0, 1, 2, 3]}
+
+
+def test_s08_names_the_missing_columns(tmp_path: Path, node: Callable[..., Path]) -> None:
+    output, rc = _run_case(_case(S_CASES, "S08"), tmp_path, node)
+    assert rc == 2
+    message = output["error"]["message"]
+    assert "fabric.status, fabric.cliqueId, fabric.clusterUuid (" in message
 
 
 def _case(cases: list[dict[str, Any]], cid: str) -> dict[str, Any]:

@@ -1,4 +1,4 @@
-"""The effective fabricmanager.cfg: shipped files from ../shared/corpus/configs, overrides,
+"""The effective fabricmanager.cfg: shipped files from tests/data/corpus/configs, overrides,
 validation, path preflight (case D06), and atomic writes that survive being killed."""
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """The signature catalogue and the classifier: examples, wording variants, platform awareness,
-aggregation, streams, bounded state, and every log/IMEX capture of ../shared/corpus."""
+aggregation, streams, bounded state, and every log/IMEX capture of tests/data/corpus."""
 
 from __future__ import annotations
 

@@ -323,3 +323,60 @@ def test_cli_human_output_prints_report_values_literally(tmp_path: Path) -> None
     proc = run_cli("domain", "check", str(path))
     assert proc.returncode == 0, proc.stderr
     assert "node list sha256:abc: 1 node (size 18)" in proc.stdout
+
+
+def hgx_report(name: str, fabric: str, gpus: int = 8, **gpu: Any) -> dict[str, Any]:
+    """A healthy HGX baseboard's status report: zero ClusterUUID, clique 0, no imex section."""
+    return {"verdict": "healthy", "hostname": name, "fabric": fabric,
+            "gpus": [{"index": g, "uuid": f"GPU-{name}-{g}", "state": "completed",
+                      "status": "success", "clique_id": 0,
+                      "cluster_uuid": "00000000-0000-0000-0000-000000000000",
+                      "health_summary": "healthy", **gpu} for g in range(gpus)]}
+
+
+def test_hgx_nodes_are_each_their_own_healthy_single_node_domain() -> None:
+    raw = [hgx_report(f"h100-{i}", "nvswitch") for i in range(3)]
+    raw += [hgx_report(f"b200-{i}", "nvlink5") for i in range(2)]
+    res = fleet.check([fleet.node_from_status(r, f"r{i}") for i, r in enumerate(raw)])
+    assert res.ok and res.all_findings() == ()
+    assert [(d.grouped_by, d.nodes, d.expected_size) for d in res.domains] == [
+        ("node", (r["hostname"],), 1) for r in raw]
+    assert {d.cluster_uuid for d in res.domains} == {"00000000-0000-0000-0000-000000000000"}
+
+
+def test_hgx_single_node_domains_next_to_gb200_racks() -> None:
+    raw = [report(0, t, []) for t in range(TRAYS)] + [hgx_report("h100-a", "nvswitch"),
+                                                      hgx_report("h100-b", "nvswitch")]
+    for r in raw[:TRAYS]:
+        del r["imex"]
+    res = fleet.check([fleet.node_from_status(r, "x") for r in raw])
+    assert res.ok
+    assert sorted((d.grouped_by, len(d.nodes), d.expected_size) for d in res.domains) == [
+        ("ClusterUUID", 18, 18), ("node", 1, 1), ("node", 1, 1)]
+
+
+def test_an_hgx_node_still_registering_is_named() -> None:
+    bad = hgx_report("b200-x", "nvlink5", state="in_progress", status=None)
+    res = fleet.check([fleet.node_from_status(bad, "x"),
+                       fleet.node_from_status(hgx_report("b200-y", "nvlink5"), "y")])
+    (f,) = res.all_findings()
+    assert (f.code, list(f.fields["nodes"])) == ("domain_gpus_not_attached", ["b200-x"])
+    assert "domain_not_nvlink_domain" not in {x.code for x in res.all_findings()}
+
+
+def test_cli_on_status_reports_of_two_simulated_hgx_nodes(tmp_path: Path) -> None:
+    from nvfabric.simulate import fakebin
+    from tests.runkit import sim
+
+    paths = []
+    for name, profile in (("h100", "hgx-h100"), ("b200", "dgx-b200")):
+        root = sim(tmp_path, profile, name=name)
+        fakebin._set_gpus(str(root), "completed")  # what the fake fabric manager does
+        out = run_cli("status", "--root", str(root), "--json")
+        path = tmp_path / f"{name}.json"
+        path.write_text(out.stdout, encoding="utf-8")
+        paths.append(str(path))
+    data, rc = run_json("domain", "check", *paths)
+    assert (rc, data["ok"], data["findings"]) == (0, True, [])
+    assert [(d["grouped_by"], d["count"], d["expected_size"]) for d in data["domains"]] == [
+        ("node", 1, 1), ("node", 1, 1)]

@@ -1,5 +1,5 @@
 """The fake daemons and tools of simulated nodes behave and print like the real ones: their
-output is checked against the captures in ../shared/corpus and read back by nvfabric's own
+output is checked against the captures in tests/data/corpus and read back by nvfabric's own
 parsers (health readers, diagnosis catalogue), as it would be on a real node."""
 
 from __future__ import annotations
@@ -91,7 +91,9 @@ def test_nvidia_smi_csv_query_and_a_bad_field(tmp_path: Path) -> None:
                "--format=csv")
     assert out.stdout.splitlines()[0] == "index, uuid, fabric.state, fabric.status"
     assert out.stdout.splitlines()[1].endswith(", Not Started, N/A")
-    assert len(parse_csv(out.stdout).gpus) == 8
+    full = fake(root, "nvidia-smi", "--query-gpu=index,uuid,fabric.state,fabric.status,"
+                "fabric.cliqueId,fabric.clusterUuid", "--format=csv")
+    assert len(parse_csv(full.stdout).gpus) == 8
     noheader = fake(root, "nvidia-smi", "--query-gpu", "fabric.state", "--format=csv,noheader")
     assert noheader.stdout.splitlines() == ["Not Started"] * 8
     bad = fake(root, "nvidia-smi", "--query-gpu=fabric.bogus", "--format=csv")

@@ -165,7 +165,7 @@ def component_archive(key: str, platform: str, version: str) -> tuple[str, bytes
 
 def redist_release(driver: str, nvlsm: str = "2025.06.6",
                    sbsa_libnvsdm: bool = False) -> RedistRelease:
-    """A manifest of the real schema (../shared/corpus/redist) with real archives."""
+    """A manifest of the real schema (tests/data/corpus/redist) with real archives."""
     manifest: dict[str, Any] = {
         "release_date": "2025-10-09", "release_label": driver,
         "release_product": "nvidia-driver",

@@ -1,5 +1,5 @@
-"""Every capture of ../shared/corpus/nvidia-smi parses, and gives the answer its provenance
-(../shared/corpus/PROVENANCE.md) says it shows; CSV query output; format detection."""
+"""Every capture of tests/data/corpus/nvidia-smi parses, and gives the answer its provenance
+(tests/data/corpus/PROVENANCE.md) says it shows; CSV query output; format detection."""
 
 from __future__ import annotations
 
@@ -148,11 +148,29 @@ def test_csv_without_header_uses_the_documented_column_order() -> None:
 
 
 def test_csv_with_other_columns_ignores_them() -> None:
-    h = parse("index, name, pci.bus_id, fabric.state\n0, NVIDIA B200, 00000000:18:00.0, "
-              "In Progress\n")
+    h = parse("index, name, pci.bus_id, fabric.state, fabric.status, fabric.cliqueId, "
+              "fabric.clusterUuid, power.draw\n0, NVIDIA B200, 00000000:18:00.0, In Progress, "
+              "N/A, N/A, N/A, 120 W\n")
     g = h.gpus[0]
     assert (g.name, g.pci, g.state) == ("NVIDIA B200", "00000000:18:00.0", "in_progress")
     assert infer_fabric(h.gpus) == "nvlink5"
+
+
+@pytest.mark.parametrize(("text", "missing"), [
+    ("index, pci.bus_id, fabric.state\n0, 00000000:18:00.0, Completed\n",
+     "fabric.status, fabric.cliqueId, fabric.clusterUuid"),
+    ("fabric.state, fabric.status\nCompleted, Success\n", "fabric.cliqueId, fabric.clusterUuid"),
+    ("index, fabric.status, fabric.cliqueId, fabric.clusterUuid\n0, Success, 0, [N/A]\n",
+     "fabric.state"),
+    ("index, fabric.state [enum], fabric.cliqueId, fabric.clusterUuid\n0, Completed, 0, x\n",
+     "fabric.status"),
+], ids=["state-only", "no-clique-no-cluster", "no-state", "units-suffix"])
+def test_csv_without_the_columns_the_verdict_needs_names_them(text: str, missing: str) -> None:
+    """S08, the kind: any needed column missing is refused, naming each and the capture line."""
+    with pytest.raises(SmiFormatError) as err:
+        parse(text)
+    assert f"needs: {missing} (" in str(err.value)
+    assert "--query-gpu=index,uuid,pci.bus_id,fabric.state,fabric.status" in str(err.value)
 
 
 @pytest.mark.parametrize("text", ["", "hello\n", "<html></html>", "index, uuid\n0, GPU-a\n"],

@@ -1,4 +1,4 @@
-"""nvidia-imex-ctl output: the captures of ../shared/corpus/imex (-N text of an 18-node
+"""nvidia-imex-ctl output: the captures of tests/data/corpus/imex (-N text of an 18-node
 P6e-GB200, -N -j DEGRADED and UP), the -q query, unreachable nodes named, and the hard timeout
 on a ctl that hangs."""
 

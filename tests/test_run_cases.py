@@ -1,4 +1,4 @@
-"""The RUN.md cases (../shared/cases/RUN.md, R01-R06), each against a simulated node with the
+"""The RUN.md cases (tests/data/cases/RUN.md, R01-R06), each against a simulated node with the
 fake daemons running as real child processes of a real ``nvfabric run`` process."""
 
 from __future__ import annotations
@@ -19,17 +19,17 @@ import pytest
 
 from nvfabric.simulate.fakes import gpus, set_faults
 
-from .cases import CASES
+from .cases import CASES, load_run_cases
 from .runkit import Run, alive, codes, events, finding, sim, until
 
 B200_GUID = "0xe09d730300e400e8"
-RUN_MD = CASES / "RUN.md"
 
 
 def test_run_md_lists_the_cases_tested_here() -> None:
-    text = RUN_MD.read_text(encoding="utf-8")
-    for case in ("R01", "R02", "R03", "R04", "R05", "R06"):
-        assert f"**{case}:" in text
+    cases = load_run_cases()
+    for case in ("R01", "R02", "R03", "R04", "R05", "R06", "R07", "R08"):
+        assert case in cases
+    assert cases["R08"].startswith("a missing package is a fault of the node")
 
 
 # ---------------------------------------------------------------- R01 order and GUID handoff
@@ -535,7 +535,7 @@ def test_state_dir_that_is_a_file_is_a_clear_usage_error(
 
 
 RUN_KEYS = {"result", "exit_code", "dry_run", "fabric", "processes", "files", "ready_after_s",
-            "restarts", "findings", "reasons"}
+            "restarts", "findings", "reasons", "vendor_files"}
 
 
 def _run_json(root: Path, *args: str) -> tuple[dict[str, Any], int]:

@@ -120,8 +120,9 @@ def test_csv_row_with_unrecognised_state_is_exit_2_naming_row_and_value() -> Non
 def test_markup_and_control_characters_from_a_capture_are_printed_literally() -> None:
     # Tester report 1/14: `[/]` in a capture crashed the human output (exit 3); escape
     # sequences reached the terminal raw.
-    text = ("index, pci.bus_id, driver_version, fabric.state, fabric.status\n"
-            "0, 0000[/]:18:00.0, 580.1[bold]\x1b[31m, Completed, Success\n")
+    text = ("index, pci.bus_id, driver_version, fabric.state, fabric.status, fabric.cliqueId, "
+            "fabric.clusterUuid\n0, 0000[/]:18:00.0, 580.1[bold]\x1b[31m, Completed, Success, "
+            "0, 00000000-0000-0000-0000-000000000000\n")
     proc = run_cli("status", "--from-nvidia-smi", "-", stdin=text)
     assert proc.returncode == 0, proc.stderr
     assert "0000[/]:18:00.0" in proc.stdout

@@ -19,14 +19,26 @@ Platform awareness: the same line can mean different things on different fabric 
 (NV_WARN_NOTHING_TO_DO is information on a node without NVSwitch, NVLSM missing on an NVLink 5
 baseboard); signatures carry ``by_fabric`` overrides, chosen by the kind given to the
 classifier (``None``: unknown).
+
+Catalogue lookups: a signature with ``lookup`` takes an extracted number (an SXid, an Xid) to a
+table shipped as data (``data/sxid.yaml``: NVIDIA Fabric Manager User Guide, NVSwitch SXid
+Errors; ``data/xid.yaml``: NVIDIA Xid catalogue, NVLink Xids). The entry's class picks the
+outcome (``by_class``; ``unknown`` for a number the table lacks, where a null code means "no
+finding") and its name rides along as ``catalogue_name``/``catalogue_class`` fields.
+
+Encodings: a log is UTF-8 (bytes that are not become U+FFFD). A UTF-16 or UTF-32 log (a BOM, or
+NUL bytes between ASCII characters, as Windows tools write it) is decoded as such; a stream
+with NUL bytes that is neither is refused (:class:`LogEncodingError`), never read as a log
+without findings.
 """
 
 from __future__ import annotations
 
+import codecs
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
-from functools import lru_cache
+from functools import cache, lru_cache
 from importlib import resources
 from typing import IO, Any
 
@@ -53,6 +65,16 @@ class Outcome:
 
 
 @dataclass(frozen=True)
+class Lookup:
+    """A signature's catalogue lookup: ``table`` (``sxid``, ``xid``), the extracted integer
+    field ``key`` it looks up, and the outcome per entry class (``unknown``: not listed)."""
+
+    table: str
+    key: str
+    by_class: Mapping[str, Outcome]
+
+
+@dataclass(frozen=True)
 class Signature:
     """One row of the catalogue (see the data file's header for the keys)."""
 
@@ -67,9 +89,36 @@ class Signature:
     set_fields: Mapping[str, Any] = field(default_factory=dict)
     examples: tuple[str, ...] = ()
     scan: re.Pattern[bytes] | None = None
+    lookup: Lookup | None = None
 
     def outcome(self, fabric: str | None) -> Outcome:
         return self.by_fabric.get(fabric or "unknown", self.default)
+
+
+#: The longest number a fabric log field holds (64-bit handles print 20 digits); longer ones
+#: are not a log's (and past 4,300 digits ``int()`` itself refuses them).
+MAX_DIGITS = 20
+
+
+class LogInputError(ValueError):
+    """A log that nvfabric refuses to read (doctor: exit 2, ``input_unreadable``)."""
+
+
+class LogValueError(LogInputError):
+    """A value in a log line that no fabric log prints (a number of thousands of digits)."""
+
+
+def _number(value: str, sig: str, name: str) -> int:
+    """An extracted integer field; :class:`LogValueError` past :data:`MAX_DIGITS` digits."""
+    if len(value) > MAX_DIGITS:
+        raise LogValueError(
+            f"a number of {len(value)} digits in a line of the {sig} kind (field {name}); "
+            f"fabric logs print at most {MAX_DIGITS}: not a real log line")
+    number = int_or_none(value, signed=True)  # ASCII digits only (nvfabric.strict)
+    if number is None:
+        raise LogValueError(f"{value!r} in a line of the {sig} kind (field {name}) is not "
+                            "a number (ASCII digits)")
+    return number
 
 
 class CatalogueError(ValueError):
@@ -125,6 +174,7 @@ def parse_catalogue(rows: Any) -> tuple[Signature, ...]:
         collect = tuple(row.get("collect") or ())
         if not ints <= groups or not set(collect) <= groups:
             raise CatalogueError(f"{sid}: int/collect name fields the pattern does not capture")
+        lookup = _lookup(row.get("lookup"), default, sid, ints)
         scan = None
         if row.get("scan"):
             try:
@@ -135,9 +185,54 @@ def parse_catalogue(rows: Any) -> tuple[Signature, ...]:
             id=sid, needle=needle, pattern=pattern, default=default, by_fabric=by_fabric, scan=scan,
             source=str(row.get("source") or ""), int_fields=ints, collect=collect,
             set_fields=dict(row.get("set") or {}),
-            examples=tuple(str(e) for e in row.get("examples") or ()),
+            examples=tuple(str(e) for e in row.get("examples") or ()), lookup=lookup,
         ))
     return tuple(out)
+
+
+def _lookup(spec: Any, default: Outcome, sid: str, ints: frozenset[str]) -> Lookup | None:
+    if spec is None:
+        return None
+    if not isinstance(spec, Mapping) or spec.get("table") not in TABLES:
+        raise CatalogueError(f"{sid}: lookup needs a table of {sorted(TABLES)}")
+    key = spec.get("key")
+    if key not in ints:
+        raise CatalogueError(f"{sid}: lookup key {key!r} is not an int field")
+    by_class: dict[str, Outcome] = {}
+    for cls, over in (spec.get("by_class") or {}).items():
+        if not isinstance(over, Mapping):
+            raise CatalogueError(f"{sid}: lookup.by_class.{cls}: not a mapping")
+        by_class[str(cls)] = _outcome(over, default, f"{sid}.lookup.by_class.{cls}")
+    return Lookup(str(spec["table"]), str(key), by_class)
+
+
+#: Catalogue tables shipped as data: name -> file under nvfabric/data.
+TABLES = {"sxid": "data/sxid.yaml", "xid": "data/xid.yaml"}
+
+
+@cache
+def lookup_table(name: str) -> Mapping[int, Mapping[str, str]]:
+    """A shipped catalogue table as ``{number: {"class": ..., "name": ..., ...}}``.
+
+    ``sxid`` (data/sxid.yaml, NVIDIA Fabric Manager User Guide "NVSwitch SXid Errors"):
+    classes ``nonfatal``, ``fatal``, ``always_fatal``, ``other``. ``xid`` (data/xid.yaml, NVIDIA
+    Xid catalogue): class ``nvlink``, name the mnemonic, plus ``description`` and
+    ``resolution``. KeyError for another name."""
+    import yaml
+
+    text = resources.files("nvfabric").joinpath(TABLES[name]).read_text("utf-8")
+    data = yaml.safe_load(text)
+    out: dict[int, dict[str, str]] = {}
+    if name == "sxid":
+        for cls, rows in data["classes"].items():
+            for number, label in rows.items():
+                out[int(number)] = {"class": str(cls), "name": str(label)}
+    else:
+        for number, entry in data["xids"].items():
+            out[int(number)] = {"class": "nvlink", "name": str(entry["mnemonic"]),
+                                "description": str(entry["description"]),
+                                "resolution": str(entry["resolution"])}
+    return out
 
 
 @lru_cache(maxsize=1)
@@ -240,29 +335,40 @@ class Classifier:
             if m is None:
                 continue
             outcome = sig.outcome(self.fabric)
+            extra: dict[str, Any] = {}
+            if sig.lookup is not None:
+                outcome, extra = self._look_up(sig.lookup, outcome, m)
             if outcome.code is None or outcome.code in codes:
                 continue
             codes.add(outcome.code)
-            entry = self._record(sig, outcome, m, line)
+            entry = self._record(sig, outcome, m, line, extra)
             if entry is not None:
                 new.append(entry)
         return [e.finding() for e in new]
 
+    @staticmethod
+    def _look_up(lookup: Lookup, outcome: Outcome, m: re.Match[str]
+                 ) -> tuple[Outcome, dict[str, Any]]:
+        """The outcome and the catalogue fields for the number the line carries."""
+        raw = m.group(lookup.key)
+        entry = (lookup_table(lookup.table).get(_number(raw, lookup.table, lookup.key))
+                 if raw is not None else None)
+        cls = entry["class"] if entry else "unknown"
+        extra: dict[str, Any] = {"catalogue_class": cls}
+        if entry:
+            extra.update({f"catalogue_{k}": v for k, v in entry.items() if k != "class"})
+        return lookup.by_class.get(cls, outcome), extra
+
     def _record(
-        self, sig: Signature, outcome: Outcome, m: re.Match[str], line: str
+        self, sig: Signature, outcome: Outcome, m: re.Match[str], line: str,
+        extra: Mapping[str, Any] | None = None,
     ) -> _Entry | None:
-        fields: dict[str, Any] = dict(sig.set_fields)
+        fields: dict[str, Any] = {**sig.set_fields, **(extra or {})}
         collected: dict[str, Any] = {}
         for name, value in m.groupdict().items():
             if value is None:
                 continue
-            typed: Any = value
-            if name in sig.int_fields:
-                # strict: ASCII digits, at most MAX_DIGITS (a 4,303-digit "rc" in a log line
-                # is no number: the field is left out, the line still classified)
-                typed = int_or_none(value, signed=True)
-                if typed is None:
-                    continue
+            typed: Any = _number(value, sig.id, name) if name in sig.int_fields else value
             if name in sig.collect:
                 collected[name] = typed
             else:
@@ -298,16 +404,79 @@ class Classifier:
         return [e.finding() for e in self._entries.values()]
 
 
+class LogEncodingError(LogInputError):
+    """A log stream that is not text in an encoding nvfabric reads (UTF-8, UTF-16, UTF-32)."""
+
+
+#: Byte order marks, longest first (the UTF-32 LE mark starts with the UTF-16 LE one).
+_BOMS: tuple[tuple[bytes, str], ...] = (
+    (codecs.BOM_UTF32_LE, "utf-32-le"), (codecs.BOM_UTF32_BE, "utf-32-be"),
+    (codecs.BOM_UTF8, "utf-8"), (codecs.BOM_UTF16_LE, "utf-16-le"),
+    (codecs.BOM_UTF16_BE, "utf-16-be"),
+)
+
+
+def detect_encoding(head: bytes) -> tuple[str, int]:
+    """``(encoding, BOM length)`` of a log from its first bytes: a BOM decides; without one,
+    NUL bytes in every other (every fourth) position of ASCII text mean UTF-16 (UTF-32) without
+    a BOM. Raises :class:`LogEncodingError` for other data holding NUL bytes (a binary file, a
+    core dump): such a stream is not a log."""
+    for bom, name in _BOMS:
+        if head.startswith(bom):
+            return name, len(bom)
+    sample = head[:4096]
+    if b"\0" not in sample:
+        return "utf-8", 0
+    even, odd = sample[0::2], sample[1::2]
+    for name, step in (("utf-32-le", 4), ("utf-32-be", 4)):
+        zeros = [sample[i::step] for i in range(step)]
+        text = zeros[0] if name.endswith("le") else zeros[3]
+        rest = zeros[1:] if name.endswith("le") else zeros[:3]
+        if len(sample) >= 8 and all(set(z) == {0} for z in rest) and 0 not in text:
+            return name, 0
+    if len(sample) >= 4 and set(odd) == {0} and 0 not in even:
+        return "utf-16-le", 0
+    if len(sample) >= 4 and set(even) == {0} and 0 not in odd:
+        return "utf-16-be", 0
+    raise LogEncodingError(
+        "holds NUL bytes and is neither UTF-8, UTF-16 nor UTF-32 text: not a log file")
+
+
+def _utf8_blocks(stream: IO[bytes]) -> Iterator[bytes]:
+    """The stream's bytes as UTF-8, block by block, whatever its detected encoding."""
+    first = stream.read(BLOCK)
+    name, skip = detect_encoding(first)
+    if name == "utf-8":
+        if first[skip:]:
+            yield first[skip:]
+        while block := stream.read(BLOCK):
+            yield block
+        return
+    decoder = codecs.getincrementaldecoder(name)(errors="replace")
+    block = first[skip:]
+    while block:
+        text = decoder.decode(block)
+        if text:
+            yield text.encode("utf-8")
+        block = stream.read(BLOCK)
+    tail = decoder.decode(b"", final=True)
+    if tail:
+        yield tail.encode("utf-8")
+
+
 def classify_stream(classifier: Classifier, stream: IO[bytes]) -> int:
     """Feed a binary stream to ``classifier`` in blocks of :data:`BLOCK` bytes; only lines that
     contain a needle are decoded and fed (the result is the same as feeding every line). Memory
-    is bounded by the block size and :data:`MAX_LINE` (longer lines are cut). Returns bytes read.
+    is bounded by the block size and :data:`MAX_LINE` (longer lines are cut). UTF-16/UTF-32
+    logs are transcoded first (:func:`detect_encoding`; raises :class:`LogEncodingError` for a
+    stream that is not text). Returns the bytes scanned (as UTF-8).
     """
     needles = classifier.scanners
     carry = b""
     total = 0
+    blocks = _utf8_blocks(stream)
     while True:
-        block = stream.read(BLOCK)
+        block = next(blocks, b"")
         total += len(block)
         if not block:
             if carry:

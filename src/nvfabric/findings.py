@@ -78,6 +78,11 @@ CODES: frozenset[str] = frozenset(
         "domain_report_missing",
         "domain_size_mismatch",
         "domain_report_duplicate",
+        # Field truth round 2 (issue 9; README "Finding codes").
+        "nvlink_xid_error",
+        "nvlink_training_warning",
+        "fabric_value_missing",
+        "package_file_missing",
     }
 )
 

@@ -46,7 +46,7 @@ import threading
 import time
 import warnings
 from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import IO, Protocol
 
@@ -157,13 +157,15 @@ RUN_RESULTS = ("stopped", "failed", "nothing_to_do", "not_started", "blocked", "
 def run_result(result: str, exit_code: int, fabric: str, findings: Sequence[Finding], *,
                dry_run: bool = False, processes: Sequence[ServiceSpec] = (),
                files: Sequence[PlannedFile] = (), ready_after_s: float | None = None,
-               restarts: int = 0, reasons: Sequence[str] = ()) -> dict[str, object]:
+               restarts: int = 0, reasons: Sequence[str] = (),
+               vendor_files: Sequence[Mapping[str, str]] = ()) -> dict[str, object]:
     """The one JSON shape of ``nvfabric run`` for every outcome, with and without
     ``--dry-run`` (README, ``run`` section): every key always present, lists empty and
     ``ready_after_s`` null where they do not apply. ``processes``/``files``: the unit's, in
     start order (what it starts and writes, or would), empty when no unit was built (blocked,
-    nothing to do, another run holds the lock). ``reasons``: the plan's. ValueError for a
-    ``result`` not in :data:`RUN_RESULTS`."""
+    nothing to do, another run holds the lock). ``reasons``: the plan's. ``vendor_files``:
+    which vendor file run uses and where it came from (``{"file", "path", "source"}``,
+    :mod:`nvfabric.services.vendor`). ValueError for a ``result`` not in :data:`RUN_RESULTS`."""
     if result not in RUN_RESULTS:
         raise ValueError(f"unknown run result {result!r}")
     return {
@@ -177,6 +179,7 @@ def run_result(result: str, exit_code: int, fabric: str, findings: Sequence[Find
         "restarts": restarts,
         "findings": [f.to_json() for f in findings],
         "reasons": list(reasons),
+        "vendor_files": [dict(v) for v in vendor_files],
     }
 
 

@@ -502,6 +502,11 @@ def targets() -> list[Target]:
     from nvfabric.simulate import SpecError
 
     try:
+        from nvfabric.diagnose import LogInputError
+        log_errors: tuple[type[BaseException], ...] = (LogInputError,)
+    except ImportError:  # older trees: doctor refused nothing
+        log_errors = ()
+    try:
         from nvfabric.strict import BadValue
     except ImportError:  # a tree without nvfabric.strict (fuzzing an older commit)
         BadValue = ValueError  # type: ignore[misc,assignment]  # noqa: N806
@@ -515,7 +520,8 @@ def targets() -> list[Target]:
         Target("services-pidfiles-slurm", _SERVICES.seeds, _services, (NvfabricError,),
                limit=70_000, teardown=_SERVICES.teardown),
         Target("nvidia-smi", lambda: _files("nvidia-smi/*"), _smi, (SmiFormatError,)),
-        Target("logs", lambda: _files("logs/*", "imex/*.log", "imex/*.txt"), _log),
+        Target("logs", lambda: _files("logs/*", "imex/*.log", "imex/*.txt"), _log,
+               log_errors),
         Target("redist", lambda: _files("redist/*.json"), _redist, (NvfabricError,)),
         Target("apt", _apt_seeds, _apt, (NvfabricError,)),
         Target("rpm", _seed_text(_PRIMARY, _REPOMD), _rpm, (NvfabricError,)),

@@ -15,14 +15,16 @@ from . import apt, rpm
 from .model import Artifact
 
 
-def commands(source: str, artifacts: Sequence[Artifact]) -> list[list[str]]:
+def commands(source: str, artifacts: Sequence[Artifact],
+             distro: str | None = None) -> list[list[str]]:
     """apt: ``apt-get install -y --no-install-recommends name=version…``, ``apt-mark hold
-    name…``; rpm: ``dnf install -y name-ver-rel…``, ``dnf versionlock add name-ver-rel…``;
-    redist: none."""
+    name…``; rpm: ``dnf install -y name-ver-rel…``, ``dnf versionlock add name-ver-rel…``
+    (``yum`` for RHEL/CentOS 7 and Amazon Linux 2 repositories: ``distro``, else the
+    packages' ``.elN`` tag); redist: none."""
     if source == "apt":
         return apt.commands(artifacts)
     if source == "rpm":
-        return rpm.commands(artifacts)
+        return rpm.commands(artifacts, distro)
     return []
 
 

@@ -211,18 +211,42 @@ _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.+-]*$")
 _EVR_RE = re.compile(r"^([0-9]+:)?[0-9][A-Za-z0-9._+~]*-[A-Za-z0-9._+~]+$")
 
 
-def commands(artifacts: Iterable[Artifact]) -> list[list[str]]:
+#: CUDA repository distros whose package manager is yum, not dnf: RHEL/CentOS 7 (and older)
+#: and Amazon Linux 2 (dnf replaced yum in RHEL 8 and Amazon Linux 2023; NVIDIA Driver
+#: Installation Guide, RHEL 7 and Amazon Linux 2 sections use yum and yum-plugin-versionlock).
+_YUM_DISTRO = re.compile(r"^(?:rhel[1-7]|amzn2)$")
+#: The release tag of an EL package (``580.95.05-1.el7``), when the distro is not known.
+_EL_RELEASE = re.compile(r"\.el(\d+)(?:[._]|$)")
+
+
+def package_manager(distro: str | None, artifacts: Iterable[Artifact] = ()) -> str:
+    """``yum`` or ``dnf`` for a CUDA repository distro (``rhel7`` -> yum, ``rhel8``,
+    ``rhel9``, ``amzn2023`` -> dnf). Without a distro (a ``--mirror`` and no ``--distro``) the
+    packages' EL release tag decides (``.el7`` -> yum); dnf when nothing tells."""
+    if distro:
+        return "yum" if _YUM_DISTRO.match(distro) else "dnf"
+    for art in artifacts:
+        found = _EL_RELEASE.search(art.version)
+        if found:
+            return "yum" if int(found.group(1)) <= 7 else "dnf"
+    return "dnf"
+
+
+def commands(artifacts: Iterable[Artifact], distro: str | None = None) -> list[list[str]]:
     """``dnf install -y name-ver-rel …`` then ``dnf versionlock add name-ver-rel …`` (needs
-    the versionlock plugin: NVIDIA Driver Installation Guide, "Version locking")."""
-    specs = [_spec(a) for a in artifacts if a.package]
+    the versionlock plugin: NVIDIA Driver Installation Guide, "Version locking"); ``yum`` in
+    place of ``dnf`` on RHEL/CentOS 7 and Amazon Linux 2 (:func:`package_manager`)."""
+    arts = list(artifacts)
+    specs = [_spec(a) for a in arts if a.package]
     if not specs:
         return []
-    return [["dnf", "install", "-y", *specs], ["dnf", "versionlock", "add", *specs]]
+    tool = package_manager(distro, arts)
+    return [[tool, "install", "-y", *specs], [tool, "versionlock", "add", *specs]]
 
 
-def pin_lines(artifacts: Iterable[Artifact]) -> list[str]:
+def pin_lines(artifacts: Iterable[Artifact], distro: str | None = None) -> list[str]:
     """The shell lines of :func:`commands`, for an operator to read or paste."""
-    return [" ".join(argv) for argv in commands(artifacts)]
+    return [" ".join(argv) for argv in commands(artifacts, distro)]
 
 
 def _spec(art: Artifact) -> str:

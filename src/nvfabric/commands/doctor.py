@@ -6,6 +6,10 @@ nvidia-fabricmanager -o cat | nvfabric doctor --log -`` works. The fabric kind t
 platform-dependent lines comes from ``--fabric`` or, with ``--root``, from the node's plan;
 without either it is unknown and such lines say both meanings.
 
+Logs in UTF-16/UTF-32 (a BOM, or NUL bytes between ASCII characters) are decoded; a file
+with NUL bytes that is no text in those encodings is refused (exit 2), never read as "no
+findings".
+
 Exit codes: 0 no error-level finding; 1 at least one; 2 unreadable input.
 """
 
@@ -62,7 +66,7 @@ class _Capped:
 def doctor(ctx: click.Context, root: str, fabric: str | None, logs: tuple[str, ...],
            as_json: bool) -> None:
     """Explain fabric logs: each known failure line becomes a finding with a hint."""
-    from ..diagnose import Classifier, classify_stream
+    from ..diagnose import Classifier, LogEncodingError, LogInputError, classify_stream
 
     source = ctx.get_parameter_source("root")
     if fabric is None and source is not None and source.name != "DEFAULT":
@@ -82,6 +86,13 @@ def doctor(ctx: click.Context, root: str, fabric: str | None, logs: tuple[str, .
         except OSError as err:
             raise usage_error(f"cannot read {path}: {err.strerror or err}",
                               "give a readable log file, or - for stdin") from None
+        except LogEncodingError as err:
+            raise usage_error(f"{path}: {err}",
+                              "give the log as text (UTF-8, or UTF-16/UTF-32 as Windows "
+                              "tools save it), e.g. `journalctl -k -o short-iso > FILE`") from None
+        except LogInputError as err:
+            raise usage_error(f"{path}: {err}",
+                              "give the log as the daemon or the kernel wrote it") from None
     findings = classifier.findings()
     if as_json:
         print_json({"fabric": fabric, "lines": classifier.lines,

@@ -215,7 +215,7 @@ def fetch(
             row = art.to_json(path)
             row["state"] = state
             rows.append(row)
-    pins = [" ".join(argv) for argv in commands(source, resolution.artifacts)]
+    pins = [" ".join(argv) for argv in commands(source, resolution.artifacts, inputs.distro)]
     out = _header(inputs, source, resolution, dry_run)
     out["artifacts"] = rows
     if pins:
@@ -276,7 +276,7 @@ def install(
     con = None if as_json else console()
     with transport:
         if source != "redist":
-            argvs = commands(source, resolution.artifacts)
+            argvs = commands(source, resolution.artifacts, inputs.distro)
             out["commands"] = argvs
             out["executed"] = bool(execute and not dry_run)
             if con is not None:

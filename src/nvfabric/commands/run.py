@@ -36,7 +36,7 @@ from ..output import (
     root_option,
 )
 from ..plan import Plan
-from ..services import Unit, already_running, nvlsm
+from ..services import Unit, already_running, nvlsm, vendor
 from ..services import fabricmanager as fm
 from ..services.unit import RunConfig, build, environ_items
 from ..supervisor import (
@@ -207,15 +207,18 @@ def _plain(findings: Sequence[Finding]) -> list[Finding]:
 
 def _emit(result: str, code: int, findings: Sequence[Finding], *, p: Plan, as_json: bool,
           dry_run: bool, title: str = "", unit: Unit | None = None,
-          outcome: Outcome | None = None) -> NoReturn:
-    """Print the outcome (the one JSON shape, :func:`nvfabric.supervisor.run_result`, or the
-    findings with their hints) and exit with ``code``."""
+          outcome: Outcome | None = None, vendor_files: vendor.Resolved | None = None
+          ) -> NoReturn:
+    """Print the outcome (the one JSON shape, :func:`nvfabric.supervisor.run_result`, plus
+    ``vendor_files``: which file run uses and where it came from, or the findings with their
+    hints) and exit with ``code``."""
     if as_json:
         print_json(run_result(
             result, code, p.fabric, findings, dry_run=dry_run,
             processes=unit.services if unit else (), files=unit.files if unit else (),
             ready_after_s=outcome.ready_after_s if outcome else None,
-            restarts=outcome.restarts if outcome else 0, reasons=p.reasons))
+            restarts=outcome.restarts if outcome else 0, reasons=p.reasons,
+            vendor_files=vendor_files.to_json() if vendor_files is not None else ()))
     elif findings and title:
         print_findings(console(stderr=True), _plain(findings), title)
     sys.exit(code)
@@ -406,14 +409,30 @@ def run_cmd(root: str, arch: str | None, as_json: bool, dry_run: bool, restart: 
         if not reset_argv or any("\x00" in a for a in reset_argv):
             raise usage_error("--gpu-reset-command: empty or contains NUL")
     try:
+        sets = fmcfg.parse_sets(fm_sets)
+    except fmcfg.ConfigError as err:
+        raise NvfabricError(err.finding, exit_code=2) from None
+    vend = _vendor_files(root, p, sets, {"--fm-bin": ("fm_bin", fm_bin),
+                                         "--fm-config": ("fm_config", fm_config),
+                                         "--nvlsm-bin": ("nvlsm_bin", nvlsm_bin),
+                                         "--nvlsm-config": ("nvlsm_config", nvlsm_config)})
+    if vend.findings:  # R08: a vendor package is missing: a fault of the node
+        emit("refused", 1, list(vend.findings), vendor_files=vend,
+             title="refused: a vendor package is missing; nothing was started")
+    fm_bin = vend.paths.get("--fm-bin", fm_bin)
+    fm_config = vend.paths.get("--fm-config", fm_config)
+    nvlsm_bin = vend.paths.get("--nvlsm-bin", nvlsm_bin)
+    nvlsm_config = vend.paths.get("--nvlsm-config", nvlsm_config)
+    try:
         cfg = RunConfig(
             root=root, state_dir=state_dir,
             fm=fm.FabricManagerPaths(fm_bin, fm_config),
             nvlsm=nvlsm.NvlsmPaths(nvlsm_bin, nvlsm_config, nvlsm_pid_file),
-            socket=fm_sm_socket, fm_sets=tuple(fmcfg.parse_sets(fm_sets).items()),
+            socket=fm_sm_socket, fm_sets=tuple(sets.items()),
             environ=environ_items(os.environ), fabric_mode=fabric_mode, grace_s=grace)
     except fmcfg.ConfigError as err:
         raise NvfabricError(err.finding, exit_code=2) from None
+    emit = functools.partial(emit, vendor_files=vend)
     if p.fabric == "none":
         if stay:  # a DaemonSet pod that stays: still one per node
             hold()
@@ -440,6 +459,7 @@ def run_cmd(root: str, arch: str | None, as_json: bool, dry_run: bool, restart: 
         raise NvfabricError(err.finding, exit_code=2) from None
     except ValueError as err:
         raise usage_error(str(err)) from None
+    unit = replace(unit, notes=(*unit.notes, *vend.notes()))
     hold()
     pre = preflight(unit, p, root=root, needs_reset=needs_reset, reset_argv=reset_argv)
     if dry_run:
@@ -459,6 +479,46 @@ def run_cmd(root: str, arch: str | None, as_json: bool, dry_run: bool, restart: 
         Log().say(f"run failed: {findings[0].code}: {findings[0].message}" if findings
                   else "run failed")
     emit(outcome.reason, outcome.exit_code, findings, unit=unit, outcome=outcome)
+
+
+def _vendor_files(root: str, p: Plan, sets: dict[str, str],
+                  options: dict[str, tuple[str, str]]) -> vendor.Resolved:
+    """Where fabric manager's (and NVLSM's) files come from (:mod:`nvfabric.services.vendor`):
+    ``options`` maps each option to its click parameter name and value; only a value the
+    operator typed counts as typed. When the topology directory comes from an install, the
+    fabric manager keys that point at the missing vendor directory (TOPOLOGY_FILE_PATH,
+    DATABASE_PATH) are set to it in ``sets``, unless the operator set them. A typed path that
+    does not exist is exit 2."""
+    ctx = click.get_current_context()
+    typed = {opt: (value if (src := ctx.get_parameter_source(name)) is not None
+                   and src.name != "DEFAULT" else None)
+             for opt, (name, value) in options.items()}
+    topology = None if "TOPOLOGY_FILE_PATH" in sets else vendor.TOPOLOGY_DIR
+    try:
+        vend = vendor.resolve(root, p.fabric, typed, p.driver_version, topology)
+        shipped_keys: dict[str, str] = {}
+        if "--fm-config" in vend.paths:
+            try:
+                with open(under_root(root, vend.paths["--fm-config"]), encoding="utf-8") as fh:
+                    text = fh.read()
+                eff = fmcfg.Effective(keyvalue.parse(text), text)
+                shipped_keys = {k: v for k in ("TOPOLOGY_FILE_PATH", "DATABASE_PATH")
+                                if (v := eff.get(k))}
+            except (OSError, UnicodeDecodeError):
+                pass  # read again (and refused with its reason) where the unit is built
+        shipped_topology = shipped_keys.get("TOPOLOGY_FILE_PATH")
+        if topology and shipped_topology and shipped_topology != topology:
+            vend = vendor.resolve(root, p.fabric, typed, p.driver_version, shipped_topology)
+    except vendor.TypedPathMissing as err:
+        raise usage_error(str(err), "give the path where the file is, or leave the option out: "
+                          "run then uses the vendor path or what `nvfabric install` "
+                          "installed") from None
+    if vend.sources.get("topology", "").startswith("install record"):
+        missing = shipped_topology or vendor.TOPOLOGY_DIR
+        for key in ("TOPOLOGY_FILE_PATH", "DATABASE_PATH"):
+            if key not in sets and shipped_keys.get(key, missing) == missing:
+                sets[key] = vend.paths["topology"]
+    return vend
 
 
 def _supervise(unit: Unit, p: Plan, cfg: RunConfig, pre: Preflight, restart: str,

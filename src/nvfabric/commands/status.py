@@ -83,8 +83,9 @@ def read_capture(path: str) -> FabricHealth:
     except SmiFormatError as err:
         raise usage_error(
             f"{path}: {err}",
-            "save `nvidia-smi -q > FILE` (or `nvidia-smi -q -x`, or `--query-gpu=index,uuid,"
-            "fabric.state,fabric.status,fabric.cliqueId,fabric.clusterUuid --format=csv`)",
+            "save `nvidia-smi -q > FILE` (or `nvidia-smi -q -x`, or `nvidia-smi --query-gpu="
+            "index,uuid,pci.bus_id,fabric.state,fabric.status,fabric.cliqueId,"
+            "fabric.clusterUuid --format=csv`)",
         ) from None
 
 

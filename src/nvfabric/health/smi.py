@@ -2,13 +2,16 @@
 
 - ``nvidia-smi -q`` text: indentation-structured ``Key : Value`` rows; GPU blocks start with
   ``GPU 00000000:18:00.0``; the key column is 34 characters wide up to driver 560 and wider
-  from 580 (../shared/corpus/nvidia-smi/fabric-in-progress-580-wide-columns-gpuop2511.txt), so
+  from 580 (tests/data/corpus/nvidia-smi/fabric-in-progress-580-wide-columns-gpuop2511.txt), so
   nothing here depends on columns. Excerpts without a GPU header (a bare ``Fabric`` block,
   ``grep -C3`` output with ``--`` separators, dedented blocks pasted into an issue) still parse:
   each ``Fabric`` block without its own GPU header becomes the next GPU.
-- ``nvidia-smi -q -x`` XML (DTD nvsmi_device_v13, ../shared/corpus/nvidia-smi/*.xml).
+- ``nvidia-smi -q -x`` XML (DTD nvsmi_device_v13, tests/data/corpus/nvidia-smi/*.xml).
 - ``nvidia-smi --query-gpu=index,uuid,fabric.state,fabric.status,fabric.cliqueId,
-  fabric.clusterUuid --format=csv`` (with or without the header line; ``[N/A]`` allowed).
+  fabric.clusterUuid --format=csv`` (with or without the header line; ``[N/A]`` allowed). A
+  header without any of the columns the verdict needs (:data:`CSV_REQUIRED`) is refused,
+  naming them (S08): a query that did not ask for fabric.status cannot tell Completed/Success
+  from a failed registration.
 
 N/A anywhere is a value (None / ``not_supported``), never an error. Other nvidia-smi outputs
 (``nvlink --status``, ``topo --matrix``, ``-L``, the default table) carry no fabric state:
@@ -38,6 +41,13 @@ UUID_RE = re.compile(r"^[0-9A-Fa-f]{8}(?:-[0-9A-Fa-f]{4}){3}-[0-9A-Fa-f]{12}$")
 MAX_LINE = 4096
 CSV_FIELDS = ("index", "uuid", "fabric.state", "fabric.status", "fabric.cliqueId",
               "fabric.clusterUuid")
+#: The --query-gpu columns every verdict reads: the state, the status that tells a completed
+#: registration's success from its failure, and the clique and ClusterUUID that say which
+#: NVLink domain the GPU is in (health.verdict).
+CSV_REQUIRED = ("fabric.state", "fabric.status", "fabric.cliqueId", "fabric.clusterUuid")
+#: The one capture line that has them all (README, status).
+CSV_QUERY = ("nvidia-smi --query-gpu=index,uuid,pci.bus_id,fabric.state,fabric.status,"
+             "fabric.cliqueId,fabric.clusterUuid --format=csv")
 
 #: Other nvidia-smi outputs, recognised only to say what they are (regex, what it is).
 OTHER_OUTPUTS: tuple[tuple[re.Pattern[str], str], ...] = (
@@ -304,8 +314,10 @@ _CSV_COLUMNS = {
 
 def parse_csv(text: str) -> FabricHealth:
     """``--query-gpu=... --format=csv`` (header optional: without it, the column order of
-    :data:`CSV_FIELDS`). Unknown columns are ignored; a row with another number of fields, or
-    with a value nvidia-smi does not print, is a SmiFormatError naming the row."""
+    :data:`CSV_FIELDS`). Unknown columns are ignored; a header without a column of
+    :data:`CSV_REQUIRED` is a SmiFormatError naming the missing ones; a row with another
+    number of fields, or with a value nvidia-smi does not print, is a SmiFormatError naming
+    the row."""
     rows = [[c.strip() for c in r] for r in _csv_rows(text) if any(r)]
     if not rows:
         raise SmiFormatError("empty CSV")
@@ -315,8 +327,12 @@ def parse_csv(text: str) -> FabricHealth:
         rows = rows[1:]
     else:
         columns = [_CSV_COLUMNS[c.lower()] for c in CSV_FIELDS]
-    if "state" not in columns:
-        raise SmiFormatError("CSV has no fabric.state column")
+    missing = [name for name in CSV_REQUIRED if _CSV_COLUMNS[name.lower()] not in columns]
+    if missing:
+        have = ", ".join(c.strip() for c in first if c.strip()) or "none"
+        raise SmiFormatError(
+            f"CSV lacks the column{'s' if len(missing) > 1 else ''} the verdict needs: "
+            f"{', '.join(missing)} (it has: {have}); capture with `{CSV_QUERY}`")
     gpus: list[GpuFabric] = []
     driver: str | None = None
     for n, row in enumerate(rows):

@@ -2,8 +2,8 @@
 the services' liveness and every GPU's fabric registration. No I/O, no clock: elapsed times
 come in as numbers.
 
-Rules (from the field cases ../shared/cases/S*.yaml and the NVIDIA Fabric Manager User Guide,
-"GPU fabric registration" / "NVLink 5"):
+Rules (from the field cases tests/data/cases/S*.yaml, the copy of ../shared/cases, and the
+NVIDIA Fabric Manager User Guide, "GPU fabric registration" / "NVLink 5"):
 
 - No fabric reported (state not_supported / N/A everywhere) where the fabric kind is ``none``
   (or unknown) -> ``not_applicable`` (S01: PCIe cards are never "unhealthy").
@@ -20,6 +20,17 @@ Rules (from the field cases ../shared/cases/S*.yaml and the NVIDIA Fabric Manage
   normal on single-node NVSwitch platforms (S05) and an error on ``mnnvl`` trays.
 - Some GPUs report a fabric state and others none (``Not Supported`` among ``Completed``) ->
   ``partial_registration`` (unhealthy): those GPUs are off the NVLink fabric.
+- Left out is not pending (S06): once some GPUs of the node are ``completed``, a GPU still
+  ``not_started`` was left out of fabric manager's pass (fabric manager registers a baseboard's
+  GPUs in one pass) -> ``partial_registration`` (unhealthy), whatever the grace period. A GPU
+  ``in_progress`` next to completed ones may still be registering: pending within the grace
+  period (or when it cannot be known), unhealthy after it on a live node.
+- Never certify what was not read (S07): a value the verdict needs that the capture or NVML
+  does not give is ``fabric_value_missing`` naming it, and the verdict is at best
+  ``degraded``: the Status of a completed GPU (N/A: success cannot be told from failure), and
+  on ``mnnvl`` its ClusterUUID and CliqueId (the NVLink domain IMEX and NCCL form).
+- Every GPU ``Not Supported`` on an ``nvlink5`` or ``mnnvl`` platform (which always reports a
+  fabric state) -> ``fabric_info_not_supported`` (unhealthy): the driver gives no fabric info.
 - GPUs fine but fabric manager not running on an nvswitch/nvlink5 node -> ``fm_inactive``
   (degraded: fabric manager handles NVSwitch errors and GPU resets at run time). On mnnvl
   trays the IMEX daemon counts only where the host owns IMEX (its unit, or ``nvfabric run``:
@@ -85,7 +96,7 @@ CUDA_802 = (
 
 #: Product name patterns -> fabric kind, used only when no plan is available (an offline
 #: capture without --root). Source: NVIDIA product names as nvidia-smi prints them
-#: (../shared/corpus/nvidia-smi/*: "NVIDIA GB200", "NVIDIA B200", "NVIDIA H100 80GB HBM3").
+#: (tests/data/corpus/nvidia-smi/*: "NVIDIA GB200", "NVIDIA B200", "NVIDIA H100 80GB HBM3").
 NAME_FABRIC: tuple[tuple[re.Pattern[str], str], ...] = (
     (re.compile(r"\bGB[23]00\b"), "mnnvl"),
     (re.compile(r"\bB[123]00\b"), "nvlink5"),
@@ -237,10 +248,15 @@ def verdict(inp: Inputs) -> Verdict:
             "of `nvidia-smi -q`, check `dmesg` for Xid errors, then reset the GPU",
             {"gpus": [g.index for g in silent], "states": sorted({g.state for g in reporting})},
         ))
-    registering = [g for g in gpus if g.state in ("in_progress", "not_started")]
     completed = [g for g in gpus if g.state == "completed"]
+    left_out = [g for g in gpus if g.state == "not_started"] if completed else []
+    registering = [g for g in gpus if g.state == "in_progress"
+                   or (g.state == "not_started" and not completed)]
     failed = [g for g in completed if g.status not in (None, "success")]
-    ok = [g for g in completed if g.status in (None, "success")]
+    ok = [g for g in completed if g.status == "success"]
+    if left_out:
+        _left_out(acc, left_out, completed)
+    _values_missing(acc, completed, fabric)
 
     for g in failed:
         acc.add("unhealthy", Finding(
@@ -261,6 +277,47 @@ def verdict(inp: Inputs) -> Verdict:
     if not registering:
         _services_when_fine(inp, acc, fabric)
     return acc.result()
+
+
+def _left_out(acc: _Acc, left_out: list[GpuFabric], completed: list[GpuFabric]) -> None:
+    """S06: GPUs still Not Started next to Completed ones were left out of the pass."""
+    labels = ", ".join(str(g.index) for g in left_out)
+    acc.add("unhealthy", Finding(
+        "partial_registration", "error",
+        f"{len(left_out)} of {len(left_out) + len(completed)} GPUs were left out of fabric "
+        f"registration (GPUs {labels} Not Started while {len(completed)} completed): waiting "
+        "does not fix it",
+        "fabric manager registers a baseboard's GPUs in one pass; a GPU it left out was "
+        "excluded or has NVLink trouble: check fabric manager's log for the GPU "
+        "(`nvfabric doctor --log /var/log/fabricmanager.log`; excluded GPUs, NVLink training "
+        "or Xid errors), `dmesg` for Xid errors, then reset the GPUs and restart fabric "
+        "manager (or reboot)",
+        {"gpus": [g.index for g in left_out], "pcis": [g.pci for g in left_out],
+         "completed_gpus": len(completed)},
+    ))
+
+
+def _values_missing(acc: _Acc, completed: list[GpuFabric], fabric: str | None) -> None:
+    """S07: a value the verdict needs that was not read makes it at best degraded."""
+    needs = [("status", "Status")]
+    if fabric == "mnnvl":
+        needs += [("cluster_uuid", "ClusterUUID"), ("clique_id", "CliqueId")]
+    for attr, printed in needs:
+        unread = [g for g in completed if getattr(g, attr) is None]
+        if not unread:
+            continue
+        labels = ", ".join(str(g.index) for g in unread)
+        acc.add("degraded", Finding(
+            "fabric_value_missing", "warning",
+            f"{len(unread)} completed GPUs (GPUs {labels}) report no fabric {printed} (N/A "
+            "or missing): the fabric cannot be certified healthy without it",
+            "read it where it is printed: `nvidia-smi -q` (Fabric section) or `nvidia-smi "
+            "--query-gpu=index,uuid,fabric.state,fabric.status,fabric.cliqueId,"
+            "fabric.clusterUuid --format=csv`; on a GB200/GB300 tray a completed registration "
+            "without ClusterUUID/CliqueId means the NVLink domain is not formed: check the "
+            "NVLink switch trays / NMX partition and the driver version",
+            {"value": printed, "gpus": [g.index for g in unread]},
+        ))
 
 
 def _no_fabric_reported(inp: Inputs, acc: _Acc) -> Verdict:
@@ -293,11 +350,13 @@ def _no_fabric_reported(inp: Inputs, acc: _Acc) -> Verdict:
             ))
         return acc.result()
     acc.add("unhealthy", Finding(
-        "registration_error", "error",
-        f"no GPU reports a fabric state on a {fabric} platform, which needs one",
-        "the driver may be too old for this platform or not fully loaded: check `nvidia-smi -q` "
-        "Fabric section and `dmesg`",
-        {"fabric": fabric},
+        "fabric_info_not_supported", "error",
+        f"every GPU reports fabric State 'Not Supported' on a {fabric} platform, which always "
+        "reports one: the driver gives no fabric info, so nothing is registered",
+        "the driver may be too old for this platform or not fully loaded: check the driver "
+        "branch supports these GPUs' NVLink fabric, `nvidia-smi -q` (Fabric section) and "
+        "`dmesg`; on a GB200/GB300 tray also that it is in an NVLink partition of the rack",
+        {"fabric": fabric, "gpus": [g.index for g in inp.gpus]},
     ))
     return acc.result()
 

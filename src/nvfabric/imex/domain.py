@@ -4,8 +4,11 @@ list. Pure: takes parsed reports, returns findings.
 A node list (the IMEX nodes_config.cfg shared by its nodes) is usable only when its nodes are
 trays of one multi-node NVLink domain: their GPUs share one ClusterUUID and one CliqueId, every
 GPU has completed fabric registration, and the list is no larger than the domain (18 compute
-trays for GB200/GB300 NVL72). HGX/DGX baseboard nodes are each their own NVLink domain, so two
-of them in one list is an error, not a domain. Sources: NVIDIA IMEX guide, "Deployment
+trays for GB200/GB300 NVL72). HGX/DGX baseboard nodes (fabric ``nvswitch``/``nvlink5``, and
+``none``) are each their own single-node NVLink domain: without a node list each is a domain of
+its own (grouped by ``node``; its zero ClusterUUID is normal, the NVL72 size does not apply,
+only its GPUs' registration is checked), and two of them in one node list is an error, not a
+domain. Sources: NVIDIA IMEX guide, "Deployment
 Models"; NVML ``nvmlGpuFabricInfo_t`` (clusterUuid, cliqueId); DESIGN.md status contract.
 
 Report keys read: ``gpus[].{index, uuid, state, status, clique_id, cluster_uuid}`` (required
@@ -279,9 +282,12 @@ def check(nodes: Sequence[NodeReport], domain_size: int = DOMAIN_SIZE_NVL72,
     else:
         by_list: dict[str, list[NodeReport]] = {}
         by_uuid: dict[str, list[NodeReport]] = {}
+        alone: list[NodeReport] = []
         for n in nodes:
             if n.node_list_id:
                 by_list.setdefault(n.node_list_id, []).append(n)
+            elif n.fabric is not None and n.fabric != "mnnvl":
+                alone.append(n)  # an HGX/DGX baseboard: its own NVLink domain
             else:
                 common = n.uuids().most_common(1)
                 by_uuid.setdefault(common[0][0] if common else "unattached", []).append(n)
@@ -294,6 +300,8 @@ def check(nodes: Sequence[NodeReport], domain_size: int = DOMAIN_SIZE_NVL72,
             groups.append((key, "node list", members, absent))
         for key, members in by_uuid.items():
             groups.append((key, "ClusterUUID", members, None))
+        for n in alone:
+            groups.append((n.name, "node", [n], None))
     domains = [
         _check_group(key, how, members, missing, domain_size, node_lists)
         for key, how, members, missing in groups
@@ -341,9 +349,36 @@ def _majority(members: Sequence[NodeReport], values: Callable[[NodeReport], Coun
         hint, {field_name: main, "nodes": odd})
 
 
+def _single_node(node: NodeReport) -> Domain:
+    """An HGX/DGX baseboard node as its own NVLink domain (domain size 1): healthy when each
+    GPU that reports a fabric state completed registration with success; a zero ClusterUUID is
+    what such a node reports (NVML: no multi-node domain), never a fault here."""
+    bad = [f"GPU {g.index}: " + (f"state {g.state or 'unknown'}" if g.state != "completed"
+                                 else f"status {g.status}")
+           for g in node.gpus
+           if g.state not in ("completed", "not_supported")
+           or (g.state == "completed" and g.status not in ("success", None))]
+    findings: list[Finding] = []
+    if bad:
+        findings.append(Finding(
+            "domain_gpus_not_attached", "error",
+            f"node {node.name} ({node.fabric}, its own NVLink domain): GPUs not registered with "
+            "its NVLink fabric: " + ", ".join(bad[:4]) + (", ..." if len(bad) > 4 else ""),
+            "run `nvfabric status` on the node: registration in progress or failed means "
+            "fabric manager (and NVLSM on B200/B300) must be checked there",
+            {"nodes": {node.name: bad}}))
+    uuids = sorted({g.cluster_uuid for g in node.gpus if g.cluster_uuid})
+    cliques = sorted({g.clique_id for g in node.gpus if g.clique_id is not None})
+    return Domain(node.name, "node", (node.name,), 1, None,
+                  uuids[0] if len(uuids) == 1 else None,
+                  cliques[0] if len(cliques) == 1 else None, (), tuple(findings))
+
+
 def _check_group(key: str, how: str, members: list[NodeReport],
                  missing: tuple[str, ...] | None, size: int,
                  node_lists: Mapping[str, Sequence[str]] | None) -> Domain:
+    if how == "node":
+        return _single_node(members[0])
     findings: list[Finding] = []
     names = tuple(m.name for m in members)
     where = f"{how} {key}"
