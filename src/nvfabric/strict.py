@@ -45,6 +45,7 @@ MAX_JSON_DEPTH = 64
 
 _DEC = frozenset("0123456789")
 _HEX = frozenset("0123456789abcdefABCDEF")
+_OCT = frozenset("01234567")
 
 
 class BadValue(ValueError):
@@ -66,9 +67,10 @@ def to_int(value: str, *, base: int = 10, signed: bool = False, what: str = "val
            max_digits: int = MAX_DIGITS) -> int:
     """``value`` (already stripped by the caller where the format allows blanks) as an int.
 
-    ``base`` 10, 16 (optional ``0x``/``0X``) or 0 (``0x`` means hex, else decimal; a leading
-    zero is decimal, as nvidia-smi prints ``00000000``). ``signed`` allows one leading ``-``.
-    ``low``/``high`` bound the result (inclusive). Raises :class:`BadValue` naming ``what``.
+    ``base`` 10, 8 (file modes, ``0644``), 16 (optional ``0x``/``0X``) or 0 (``0x`` means
+    hex, else decimal; a leading zero is decimal, as nvidia-smi prints ``00000000``).
+    ``signed`` allows one leading ``-``; ``low``/``high`` bound the result (inclusive).
+    Raises :class:`BadValue` naming ``what``.
     """
     digits = value
     negative = False
@@ -79,9 +81,9 @@ def to_int(value: str, *, base: int = 10, signed: bool = False, what: str = "val
         digits, radix = digits[2:], 16
     elif base == 0:
         radix = 10
-    allowed = _HEX if radix == 16 else _DEC
+    allowed = _HEX if radix == 16 else (_OCT if radix == 8 else _DEC)
     if not digits or not all(c in allowed for c in digits):
-        kind = "a hex number" if radix == 16 else (
+        kind = "a hex number" if radix == 16 else "an octal number" if radix == 8 else (
             "an integer" if signed else "a non-negative integer")
         raise BadValue(f"{what} {_shown(value)} is not {kind} (ASCII digits only)")
     if len(digits) > max_digits:

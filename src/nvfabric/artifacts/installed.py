@@ -16,6 +16,7 @@ import os
 from dataclasses import dataclass
 
 from ..hostpath import under_root
+from ..strict import int_or_none
 from . import versions
 from .install import read_record
 from .transport import sha256_file
@@ -53,7 +54,7 @@ class InstalledTree:
         """Host path of the recorded file named ``basename`` (the shallowest if several;
         ``executable``: its recorded mode has an execute bit), or None; only if intact."""
         hits = sorted((r for r in self.files if os.path.basename(r[0]) == basename
-                       and (not executable or int(r[2], 8) & 0o111)),
+                       and (not executable or (int_or_none(r[2], base=8) or 0) & 0o111)),
                       key=lambda r: (r[0].count("/"), r[0]))
         for rel, digest, _ in hits:
             if self._intact(rel, digest):

@@ -216,7 +216,7 @@ _EVR_RE = re.compile(r"^([0-9]+:)?[0-9][A-Za-z0-9._+~]*-[A-Za-z0-9._+~]+$")
 #: Installation Guide, RHEL 7 and Amazon Linux 2 sections use yum and yum-plugin-versionlock).
 _YUM_DISTRO = re.compile(r"^(?:rhel[1-7]|amzn2)$")
 #: The release tag of an EL package (``580.95.05-1.el7``), when the distro is not known.
-_EL_RELEASE = re.compile(r"\.el(\d+)(?:[._]|$)")
+_EL_RELEASE = re.compile(r"\.el([0-9]{1,4})(?:[._]|$)")
 
 
 def package_manager(distro: str | None, artifacts: Iterable[Artifact] = ()) -> str:
