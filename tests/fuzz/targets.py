@@ -485,6 +485,37 @@ def _imex_config(data: bytes) -> None:
                 raise Broken(f"{key}={want!r} read back as {back.get(key)!r}")
 
 
+_RECORD_DIR: list[str] = []
+
+
+def _record_seeds() -> list[bytes]:
+    record = {"component": "fabricmanager", "version": "580.95.05", "arch": "x86_64",
+              "url": "https://example.invalid/fm.tar.xz", "archive_sha256": "ab" * 32,
+              "files": [{"path": "bin/nv-fabricmanager", "sha256": "cd" * 32, "size": 10,
+                         "mode": "0755"},
+                        {"path": "share/nvidia/nvswitch/fabricmanager.cfg",
+                         "sha256": "ef" * 32, "size": 3, "mode": "0644"}],
+              "links": [{"path": "lib/libnvfm.so", "target": "libnvfm.so.1"}]}
+    return [json.dumps(record, indent=1).encode()]
+
+
+def _install_record(data: bytes) -> None:
+    """``.nvfabric-install.json`` as ``run`` reads it back (artifacts/installed.py)."""
+    from nvfabric.artifacts import installed
+
+    if not _RECORD_DIR:
+        _RECORD_DIR.append(tempfile.mkdtemp(prefix="nvfabric-fuzz-rec-"))
+    root = _RECORD_DIR[0]
+    tree = os.path.join(root, "opt/nvfabric/fabricmanager-580.95.05")
+    os.makedirs(tree, exist_ok=True)
+    with open(os.path.join(tree, ".nvfabric-install.json"), "wb") as fh:
+        fh.write(data)
+    found = installed.installed(root, "fabricmanager")
+    if found is not None:
+        found.find("nv-fabricmanager", executable=True)
+        found.find_dir("_topology")
+
+
 def _number_seeds() -> list[bytes]:
     return [b"0", b"-1", b"0xa751e84a", b"570.148.08", b"32766", b"4096", b"65535",
             b"00000000", b"1.5", b"12345.67"]
@@ -532,6 +563,9 @@ def targets() -> list[Target]:
         Target("imex-ctl", lambda: _files("imex/*imex-ctl*"), _ctl, (ValueError,)),
         Target("domain-reports", _report_seeds, _reports, (NvfabricError,)),
         Target("node-spec", _spec_seeds, _spec, (NvfabricError, SpecError), limit=100_000),
+        Target("install-record", _record_seeds, _install_record, limit=100_000,
+               teardown=lambda: [shutil.rmtree(d, ignore_errors=True) for d in _RECORD_DIR]
+               and None),
         Target("fm-config", lambda: _files("configs/*.cfg"), _fm_config, (ConfigError,)),
         Target("imex-config", lambda: _files("imex/*config*"), _imex_config),
     ]
