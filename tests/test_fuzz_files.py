@@ -276,3 +276,16 @@ def test_stdin_is_not_read_past_the_cap() -> None:
         [sys.executable, "-m", "nvfabric", "status", "--from-nvidia-smi", "-"],
         stdin=open("/dev/zero", "rb"), capture_output=True, text=True, timeout=60, check=False)
     _one_line_exit_2(proc, "-", "larger than")
+
+
+def test_imex_config_over_the_cap_is_refused_not_cut(tmp_path: Path) -> None:
+    # a cut config, patched and written back, would lose its tail: refused whole
+    root = tmp_path / "n"
+    assert run_cli("simulate", "gb200-tray", str(root)).returncode == 0
+    cfg = root / "etc/nvidia-imex/config.cfg"
+    cfg.parent.mkdir(parents=True, exist_ok=True)
+    cfg.write_text("# padding\n" * 120_000 + "SERVER_PORT=50000\n")
+    before = cfg.read_bytes()
+    proc = run_cli("imex", "config", "--root", str(root), "--peer", "192.0.2.10")
+    _one_line_exit_2(proc, "config.cfg", "larger than 1 MiB")
+    assert cfg.read_bytes() == before
