@@ -289,3 +289,19 @@ def test_imex_config_over_the_cap_is_refused_not_cut(tmp_path: Path) -> None:
     proc = run_cli("imex", "config", "--root", str(root), "--peer", "192.0.2.10")
     _one_line_exit_2(proc, "config.cfg", "larger than 1 MiB")
     assert cfg.read_bytes() == before
+
+
+_LOL = "".join(f'<!ENTITY l{i} "' + f"&l{i - 1};" * 10 + '">' for i in range(1, 10))
+
+
+@pytest.mark.parametrize("xml,needle", [
+    ("<nvidia_smi_log><gpu></nvidia_smi_log>", "mismatched tag"),
+    ('<!DOCTYPE x [<!ENTITY l0 "lol">' + _LOL + ']><nvidia_smi_log><driver_version>&l9;'
+     "</driver_version></nvidia_smi_log>", "amplification"),
+    ("<nvidia_smi_log>" + "<gpu>" * 50_000, "XML"),
+])
+def test_smi_xml_library_failures_are_input_unreadable(tmp_path: Path, xml: str,
+                                                       needle: str) -> None:
+    path = tmp_path / "q.xml"
+    path.write_text(xml)
+    _one_line_exit_2(run_cli("status", "--from-nvidia-smi", str(path)), str(path), needle)
