@@ -1149,7 +1149,7 @@ class Supervisor:
             with contextlib.suppress(OSError):
                 path = os.path.join(self.pid_dir, f"{proc.spec.name}.pid")
                 with open(path, encoding="utf-8") as fh:
-                    mine = fh.read().strip() == str(proc.pid)
+                    mine = fh.read(64).strip() == str(proc.pid)  # a pid file: one short line
                 if mine:
                     os.unlink(path)
         if proc.watch is not None:
