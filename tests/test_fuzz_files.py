@@ -305,3 +305,13 @@ def test_smi_xml_library_failures_are_input_unreadable(tmp_path: Path, xml: str,
     path = tmp_path / "q.xml"
     path.write_text(xml)
     _one_line_exit_2(run_cli("status", "--from-nvidia-smi", str(path)), str(path), needle)
+
+
+@pytest.mark.parametrize("expression", ["gb-[1-99999]", "x[1-9][1-9][1-9][1-9][1-9]"])
+def test_slurm_hostlist_past_4096_hosts_is_refused_before_expanding(
+        tmp_path: Path, expression: str) -> None:
+    # python-hostlist would build and nvfabric parse up to 100,000 names (seconds of CPU)
+    root = tmp_path / "n"
+    assert run_cli("simulate", "gb200-tray", str(root)).returncode == 0
+    _one_line_exit_2(run_cli("imex", "config", "--root", str(root), "--peers-slurm",
+                             expression, "--dry-run"), "too large")

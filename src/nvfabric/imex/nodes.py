@@ -30,6 +30,9 @@ _HOSTNAME = re.compile(rf"{_LABEL}(?:\.{_LABEL})*")
 
 #: Characters of a Slurm hostlist expression (SLURM_JOB_NODELIST of a very large job fits).
 MAX_HOSTLIST = 1 << 16
+#: Hosts one expression may name: an IMEX domain is a rack or a few (NVL72: 18 trays); 4,096
+#: is far past any, and keeps the expansion well under a second.
+MAX_SLURM_HOSTS = 4096
 
 
 class PeerError(ValueError):
@@ -93,7 +96,9 @@ def expand_slurm(expression: str) -> tuple[Peer, ...]:
     if any(ord(c) < 32 or ord(c) == 127 for c in expression.strip()):
         raise PeerError(f"bad Slurm hostlist {shown!r}: it holds control characters (a "
                         "newline, a tab)")
-    try:
+    limit = hostlist.MAX_SIZE
+    hostlist.MAX_SIZE = MAX_SLURM_HOSTS  # its own size guard, at nvfabric's bound (no 100,000
+    try:                                 # names built and parsed first: seconds of CPU)
         names: list[str] = hostlist.expand_hostlist(expression.strip())
     except hostlist.BadHostlist as err:
         raise PeerError(f"bad Slurm hostlist {shown!r}: {err}") from None
@@ -102,6 +107,10 @@ def expand_slurm(expression: str) -> tuple[Peer, ...]:
         # (``[][`` + newline + ``]``: RecursionError, ../shared/fuzz)
         why = "nested too deeply" if isinstance(err, RecursionError) else str(err)
         raise PeerError(f"bad Slurm hostlist {shown!r}: {why}") from None
+    finally:
+        hostlist.MAX_SIZE = limit
+    if len(names) > MAX_SLURM_HOSTS:
+        raise PeerError(f"Slurm hostlist {shown!r} names more than {MAX_SLURM_HOSTS} hosts")
     if not names:
         raise PeerError(f"Slurm hostlist {expression!r} is empty")
     return tuple(parse_entry(n) for n in names)
