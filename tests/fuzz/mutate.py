@@ -30,6 +30,7 @@ TOKENS: tuple[bytes, ...] = (
     b"/", b"/../../etc/passwd", b"GPU 00000000:18:00.0\n", b"Fabric\n", b"    State : ",
     b"Package: nvidia-fabricmanager\n", b"Size: ", b"Version: 580.95.05-1\n", b"\n\n",
     b"Domain State: UP\n", b"Node #0 - ", b"0 C C C\n", b"FM_SM_IPC_INTERFACE=/", b"rc: ",
+    b"[1-99999]", b"[0-9999999999]", b"[1-9][1-9][1-9]", b"/a" * 3000,
 )
 
 #: Openers for deep nesting, and what closes them (empty: an unclosed run).
