@@ -69,7 +69,8 @@ def _repeat(rng: random.Random, data: bytes) -> bytes:
         return b"x" * rng.randint(1, 20000)
     lines = data.splitlines(keepends=True)
     line = rng.choice(lines) if lines else data
-    times = rng.choice((2, 10, 100, 1000, 5000))
+    # never more than ~400 KB of repeats: the mutator itself must not be what fills memory
+    times = min(rng.choice((2, 10, 100, 1000, 5000)), max(1, 400_000 // max(1, len(line))))
     if rng.random() < 0.5:
         at = rng.randint(0, len(data))
         return data[:at] + line * times + data[at:]

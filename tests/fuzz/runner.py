@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import random
+import resource
 import signal
 import time
 import traceback
@@ -22,6 +23,8 @@ from tests.fuzz.targets import Broken, Target, _nvfabric_error, targets
 
 #: An input still running after this many seconds is stopped (and fails as slow).
 HANG_S = 20
+#: One input that raises the process's peak memory by this much is reported (and kept).
+MEMORY_JUMP_MIB = 256
 
 
 class _Hang(Exception):
@@ -43,6 +46,8 @@ class Stats:
     slowest_size: int = 0
     slowest_path: str = ""
     elapsed_s: float = 0.0
+    #: The largest rise of the process's peak RSS one input caused, in MiB.
+    memory_jump_mib: int = 0
 
 
 @dataclass
@@ -57,14 +62,15 @@ class Report:
 
     def ok(self, min_inputs: int) -> bool:
         return (self.total >= min_inputs and all(s.failures == 0 for s in self.stats)
-                and all(s.slowest_s <= self.slow_s for s in self.stats))
+                and all(s.slowest_s <= self.slow_s for s in self.stats)
+                and all(s.memory_jump_mib < MEMORY_JUMP_MIB for s in self.stats))
 
     def text(self) -> str:
         rows = [f"{'reader':26} {'inputs':>9} {'refused':>9} {'failures':>8} "
-                f"{'slowest s':>9} {'bytes':>8}"]
+                f"{'slowest s':>9} {'bytes':>8} {'+MiB':>5}"]
         for s in self.stats:
             rows.append(f"{s.name:26} {s.inputs:>9} {s.documented:>9} {s.failures:>8} "
-                        f"{s.slowest_s:>9.3f} {s.slowest_size:>8}")
+                        f"{s.slowest_s:>9.3f} {s.slowest_size:>8} {s.memory_jump_mib:>5}")
             for what, count in sorted(s.distinct.items()):
                 rows.append(f"    failure x{count}: {what}")
         worst = max(self.stats, key=lambda s: s.slowest_s, default=None)
@@ -106,6 +112,7 @@ def run_target(target: Target, rng: random.Random, budget_s: float, max_inputs: 
     start = time.monotonic()
     previous = signal.signal(signal.SIGALRM, _alarm)
     saved = 0
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss >> 10
     try:
         queue = list(seeds)
         while stats.inputs < max_inputs and time.monotonic() - start < budget_s:
@@ -131,6 +138,12 @@ def run_target(target: Target, rng: random.Random, budget_s: float, max_inputs: 
             finally:
                 signal.alarm(0)
             took = time.perf_counter() - t0
+            rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss >> 10
+            if rss - peak > stats.memory_jump_mib:
+                stats.memory_jump_mib = rss - peak
+                if rss - peak >= MEMORY_JUMP_MIB and out:
+                    _save(out, f"{target.name}-memory", 0, data, f"+{rss - peak} MiB\n")
+            peak = max(peak, rss)
             if failure is not None:
                 stats.failures += 1
                 key = _where(failure)
@@ -184,8 +197,9 @@ def run_all(inputs: int, seconds: float, seed: int, slow_s: float, only: set[str
                            out)
         results[target.name] = stats
         if progress is not None:
+            rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss >> 10
             progress.write(f"fuzz: {stats.name}: {stats.inputs} inputs, {stats.failures} "
                            f"failures, slowest {stats.slowest_s:.3f} s "
-                           f"({stats.elapsed_s:.0f} s)\n")
+                           f"({stats.elapsed_s:.0f} s; peak RSS so far {rss} MiB)\n")
             progress.flush()
     return Report([results[t.name] for t in chosen], slow_s, time.monotonic() - start)
