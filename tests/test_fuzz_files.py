@@ -315,3 +315,11 @@ def test_slurm_hostlist_past_4096_hosts_is_refused_before_expanding(
     assert run_cli("simulate", "gb200-tray", str(root)).returncode == 0
     _one_line_exit_2(run_cli("imex", "config", "--root", str(root), "--peers-slurm",
                              expression, "--dry-run"), "too large")
+
+
+def test_apt_version_with_a_4301_digit_revision_is_input_unreadable(tmp_path: Path) -> None:
+    # found by make fuzz: python-debian compares revisions with int() (4,300-digit limit)
+    stanza = ("Package: nvidia-fabricmanager\nVersion: 580.95.05-{rev}\nArchitecture: amd64\n"
+              "Filename: ./fm_{n}.deb\nSize: 10\nSHA256: " + "a" * 64 + "\n\n")
+    index = stanza.format(rev="1", n=1) + stanza.format(rev="1" * 4301, n=2)
+    _one_line_exit_2(_apt(tmp_path, index.encode()), "Packages", "more than 40 digits")

@@ -28,7 +28,7 @@ from functools import cmp_to_key
 
 from ..errors import NvfabricError
 from ..findings import Finding
-from ..strict import BadValue, to_int
+from ..strict import MAX_DIGITS, BadValue, to_int
 from .indexed import not_in_index, package_names, wanted_version
 from .model import (
     Artifact,
@@ -40,6 +40,9 @@ from .model import (
 )
 from .naming import arch_name
 from .versions import same
+
+#: A digit run longer than any version field (nvfabric.strict.MAX_DIGITS).
+_LONG_NUMBER = re.compile(f"[0-9]{{{MAX_DIGITS + 1}}}")
 
 
 @dataclass(frozen=True)
@@ -101,10 +104,19 @@ def find_stanzas(index: bytes | mmap.mmap, names: Iterable[str],
                 f"{where}: stanza of {para.get('Package', '')!r}: {err}",
                 "the package index is damaged or not NVIDIA's: check --mirror and the "
                 "repository, then run again"), exit_code=2) from None
+        version = para.get("Version", "")
+        if _LONG_NUMBER.search(version):
+            # python-debian compares each digit run with int(): past 4,300 digits it raises
+            raise NvfabricError(Finding(
+                "input_unreadable", "error",
+                f"{where}: stanza of {para.get('Package', '')!r}: Version {version[:40]!r}... "
+                f"has a number of more than {MAX_DIGITS} digits",
+                "the package index is damaged or not NVIDIA's: check --mirror and the "
+                "repository, then run again"), exit_code=2)
         out.append(
             DebStanza(
                 package=para.get("Package", ""),
-                version=para.get("Version", ""),
+                version=version,
                 architecture=para.get("Architecture", ""),
                 filename=para.get("Filename", ""),
                 sha256=para.get("SHA256", ""),
