@@ -45,6 +45,7 @@ from importlib import resources
 from typing import IO, Any
 
 from .findings import CODES, Finding, Severity
+from .strict import int_or_none
 
 MAX_KEYS = 64
 MAX_COLLECT = 32
@@ -115,7 +116,11 @@ def _number(value: str, sig: str, name: str) -> int:
         raise LogValueError(
             f"a number of {len(value)} digits in a line of the {sig} kind (field {name}); "
             f"fabric logs print at most {MAX_DIGITS}: not a real log line")
-    return int(value)
+    number = int_or_none(value, signed=True)  # ASCII digits only (nvfabric.strict)
+    if number is None:
+        raise LogValueError(f"{value!r} in a line of the {sig} kind (field {name}) is not "
+                            "a number (ASCII digits)")
+    return number
 
 
 class CatalogueError(ValueError):

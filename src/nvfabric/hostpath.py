@@ -18,13 +18,20 @@ from __future__ import annotations
 
 import os
 
+from .strict import control_free
+
+#: The longest path Linux takes (include/uapi/linux/limits.h, terminating NUL included).
+PATH_MAX = 4096
+
 
 def problem(path: str) -> str | None:
     """Why ``path`` is not a valid host path value (a short phrase), or None when it is."""
     if not path.startswith("/"):
         return "must be an absolute path"
-    if any(c in path for c in "\n\r\x00"):
-        return "may not contain a newline or NUL"
+    if len(path) >= PATH_MAX or len(path.encode("utf-8", "surrogatepass")) >= PATH_MAX:
+        return f"is longer than PATH_MAX ({PATH_MAX} bytes)"
+    if not control_free(path):
+        return "may not contain a newline, NUL or other control character"
     if ".." in path.split("/"):
         return "may not contain '..' (paths are resolved under --root and must stay there)"
     return None

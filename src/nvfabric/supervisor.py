@@ -60,6 +60,7 @@ from .configs.atomic import write_atomic
 from .execinfo import INTERPRETER_HINT, exec_error, missing_interpreter
 from .findings import Finding
 from .services import PlannedFile, ServiceSpec
+from .strict import int_or_none
 
 #: Signals whose disposition a child gets reset to the default (Python ignores SIGPIPE; a
 #: parent started under nohup ignores SIGHUP).
@@ -393,7 +394,7 @@ def _lock_pid(fd: int) -> int:
         text = os.pread(fd, 32, 0).decode("ascii", "replace").strip()
     except OSError:
         return 0
-    return int(text) if text.isdigit() else 0
+    return int_or_none(text, max_digits=10) or 0
 
 
 def not_a_directory(path: str) -> str | None:
@@ -634,7 +635,7 @@ def _fork_exec(argv: Sequence[str], env: dict[str, str], out: int) -> int:
     if failed:
         with contextlib.suppress(ChildProcessError):
             os.waitpid(pid, 0)
-        code = int(failed) if failed.isdigit() else errno.EIO
+        code = int_or_none(failed.decode("ascii", "replace"), high=4095) or errno.EIO
         raise OSError(code, os.strerror(code), args[0])
     return pid
 
@@ -1400,7 +1401,7 @@ class Supervisor:
             with contextlib.suppress(OSError):
                 path = os.path.join(self.pid_dir, f"{proc.spec.name}.pid")
                 with open(path, encoding="utf-8") as fh:
-                    mine = fh.read().strip() == str(proc.pid)
+                    mine = fh.read(64).strip() == str(proc.pid)  # a pid file: one short line
                 if mine:
                     os.unlink(path)
         if proc.watch is not None:

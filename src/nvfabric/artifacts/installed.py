@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..hostpath import confined, under_root
+from ..strict import int_or_none
 from . import versions
 from .install import RECORD, read_record
 from .transport import sha256_file
@@ -84,7 +85,7 @@ class InstalledTree:
         if self.damaged is not None:
             return None
         hits = sorted((r for r in self.files if os.path.basename(r[0]) == basename
-                       and (not executable or int(r[2], 8) & 0o111)),
+                       and (not executable or (int_or_none(r[2], base=8) or 0) & 0o111)),
                       key=lambda r: (r[0].count("/"), r[0]))
         for rel, digest, _ in hits:
             if self._intact(rel, digest):

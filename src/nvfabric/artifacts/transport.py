@@ -25,6 +25,7 @@ from typing import IO, Any
 
 from ..configs.atomic import atomic_writer
 from ..errors import usage_error
+from ..strict import int_or_none
 from .model import checksum_mismatch, download_failed
 
 #: HTTP statuses worth retrying (RFC 9110 15.5.9, 15.6; RFC 6585 4 for 429).
@@ -235,7 +236,7 @@ class Transport:
                 if resp.status_code != 200:
                     raise download_failed(url, f"HTTP {resp.status_code}", 1)
                 length = resp.headers.get("content-length")
-                announced = int(length) if length and length.isdigit() else None
+                announced = int_or_none(length)  # Content-Length: ASCII digits or nothing
                 # A body shorter than announced (or, with no length header, shorter than the
                 # published size) was cut in transit: retry. A complete body of another size
                 # is another file: the checksum check reports it.

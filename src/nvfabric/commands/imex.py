@@ -173,14 +173,17 @@ def _read_text_file(path: str, what: str, limit: int = 1 << 20) -> str:
     file, NUL bytes)."""
     try:
         if path == "-":  # stdin, as every command reads it
-            data = sys.stdin.buffer.read(limit)
+            data = sys.stdin.buffer.read(limit + 1)
         else:
             with open(path, "rb") as fh:
-                data = fh.read(limit)
+                data = fh.read(limit + 1)
     except (OSError, AttributeError) as err:  # AttributeError: no binary stdin
         why = err.strerror if isinstance(err, OSError) and err.strerror else str(err)
         raise usage_error(f"cannot read {what} {path}: {why}",
                           "give a readable text file") from None
+    if len(data) > limit:
+        raise usage_error(f"{what} {path} is larger than {limit >> 20} MiB, the limit for it",
+                          "give the file itself, not a device or a larger file")
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError as err:

@@ -82,19 +82,18 @@ def _decode(data: bytes) -> str:
     return text.replace("\0", "") if name == "utf-8" else text  # NUL padding
 
 
+#: The largest nvidia-smi capture read: `nvidia-smi -q -x` of an 8-GPU node is ~250 KB; 16 MiB
+#: holds any real one, and `/dev/zero` or a 500 MB file is refused instead of filling memory.
+MAX_CAPTURE_BYTES = 16 << 20
+
+
 def read_capture(path: str) -> FabricHealth:
     """A saved nvidia-smi capture (``-`` for stdin). Unreadable or unrecognised -> exit 2."""
     from ..health.smi import SmiFormatError, parse
+    from ..strict import read_capped
 
-    try:
-        if path == "-":
-            data = sys.stdin.buffer.read()
-        else:
-            with open(path, "rb") as fh:
-                data = fh.read()
-    except OSError as err:
-        raise usage_error(f"cannot read {path}: {err.strerror or err}",
-                          "give a file saved from `nvidia-smi -q` (or -q -x)") from None
+    data = read_capped(path, MAX_CAPTURE_BYTES, "an nvidia-smi capture",
+                       "give a file saved from `nvidia-smi -q` (or -q -x)")
     try:
         return parse(_decode(data))
     except SmiFormatError as err:

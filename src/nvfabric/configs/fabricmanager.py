@@ -30,6 +30,7 @@ from dataclasses import dataclass
 from .. import hostpath
 from ..findings import Finding
 from ..hostpath import confined, under_root
+from ..strict import int_or_none
 from . import keyvalue
 from .atomic import write_atomic
 
@@ -51,7 +52,6 @@ PATH_KEYS: dict[str, str] = {
     "FM_SM_IPC_INTERFACE": "parent",
 }
 
-_INT = re.compile(r"-?\d+")
 _GUID = re.compile(r"0x[0-9a-fA-F]{16}")
 
 #: Allowed values of enumerated and numeric keys (User Guide, "Fabric Manager Config Options").
@@ -96,7 +96,7 @@ def check_value(key: str, value: str) -> None:
     if key in _CHOICES and value not in _CHOICES[key]:
         allowed = ", ".join(sorted(_CHOICES[key]))
         raise ConfigError(invalid(key, f"{value!r} is not one of {allowed}"))
-    if key in _PORTS and not (_INT.fullmatch(value) and 0 <= int(value) <= 65535):
+    if key in _PORTS and int_or_none(value, high=65535) is None:
         raise ConfigError(invalid(key, f"{value!r} is not a TCP port (0-65535)"))
     if key == "FM_SM_MGMT_PORT_GUID" and not _GUID.fullmatch(value):
         raise ConfigError(invalid(key, f"{value!r} is not 0x followed by 16 hex digits"))

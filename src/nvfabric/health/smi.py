@@ -28,6 +28,7 @@ import xml.etree.ElementTree as ET
 from dataclasses import dataclass, field
 
 from ..findings import Finding
+from ..strict import BadValue, is_uint, to_int
 from .mask import HealthField, decode_smi, summary_from_smi
 from .model import FabricHealth, GpuFabric, Source, state_from_smi, status_from_smi
 
@@ -37,8 +38,10 @@ class SmiFormatError(ValueError):
 
 
 GPU_HEADER = re.compile(r"^GPU\s+([0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.[0-7])\s*$")
-KEY_VALUE = re.compile(r"^(?P<key>[^:]*?)\s*:\s?(?P<value>.*?)\s*$")
 UUID_RE = re.compile(r"^[0-9A-Fa-f]{8}(?:-[0-9A-Fa-f]{4}){3}-[0-9A-Fa-f]{12}$")
+#: The longest line of a text or CSV capture: nvidia-smi's rows are under 200 characters (the
+#: widest, 580's key column, ~90); a longer line is not nvidia-smi output.
+MAX_LINE = 4096
 CSV_FIELDS = ("index", "uuid", "fabric.state", "fabric.status", "fabric.cliqueId",
               "fabric.clusterUuid")
 #: The --query-gpu columns every verdict reads: the state, the status that tells a completed
@@ -72,7 +75,7 @@ def detect(text: str) -> str:
     low = first.lower()
     if "," in first and ("fabric." in low or low.replace(" ", "").startswith("index,")):
         return "csv"
-    if "NVSMI LOG" in head or re.search(r"(?m)^\s*Fabric\s*$", text) or any(
+    if "NVSMI LOG" in head or any(ln.strip() == "Fabric" for ln in text.splitlines()) or any(
         GPU_HEADER.match(ln) for ln in head.splitlines()
     ):
         return "text"
@@ -87,10 +90,14 @@ def detect(text: str) -> str:
 
 
 def parse(text: str) -> FabricHealth:
-    """Parse a capture of any of the three formats (see the module docstring)."""
+    """Parse a capture of any of the three formats (see the module docstring). Text and CSV
+    lines longer than :data:`MAX_LINE` are refused (SmiFormatError naming the line)."""
     kind = detect(text)
-    health = parse_xml(text) if kind == "xml" else parse_csv(text) if kind == "csv" \
-        else parse_text(text)
+    if kind == "xml":
+        health = parse_xml(text)
+    else:
+        _check_lines(text)
+        health = parse_csv(text) if kind == "csv" else parse_text(text)
     if not health.gpus:
         # nvidia-smi on a node without GPUs prints "No devices were found", never an empty
         # listing: a capture of no GPU was cut or emptied, and certifies nothing.
@@ -182,23 +189,22 @@ def _int(value: str | None) -> int | None:
     if text is None:
         return None
     try:
-        return int(text, 0)
-    except ValueError:
+        return to_int(text, base=0)
+    except BadValue:
         return None
 
 
 def _clique(value: str | None) -> int | None:
-    """A CliqueId: N/A -> None, else a non-negative integer; ValueError otherwise."""
+    """A CliqueId: N/A -> None, else a non-negative integer (decimal, or hex with ``0x``: a
+    32-bit value in nvml.h); ValueError otherwise."""
     text = _na(value)
     if text is None:
         return None
     try:
-        number = int(text, 0)
-    except ValueError:
-        number = -1
-    if number < 0:
-        raise ValueError(f"unrecognised CliqueId {text!r}")
-    return number
+        return to_int(text, base=0, high=0xFFFFFFFF)
+    except BadValue:
+        shown = text if len(text) <= 40 else text[:40] + "..."
+        raise ValueError(f"unrecognised CliqueId {shown!r}") from None
 
 
 def _uuid(value: str | None) -> str | None:
@@ -208,7 +214,8 @@ def _uuid(value: str | None) -> str | None:
     if text is None:
         return None
     if not UUID_RE.match(text):
-        raise ValueError(f"unrecognised ClusterUUID {text!r}")
+        shown = text if len(text) <= 40 else text[:40] + "..."
+        raise ValueError(f"unrecognised ClusterUUID {shown!r}")
     return text.lower()
 
 
@@ -217,8 +224,29 @@ _FABRIC_KEYS = {"state": "state", "status": "status", "cliqueid": "clique_id",
 _GPU_KEYS = {"gpu uuid": "uuid", "product name": "name"}
 
 
+def _check_lines(text: str) -> None:
+    """SmiFormatError naming the first line over :data:`MAX_LINE` characters."""
+    if len(text) <= MAX_LINE:
+        return
+    for number, line in enumerate(text.splitlines(), 1):
+        if len(line) > MAX_LINE:
+            raise SmiFormatError(f"line {number} has {len(line)} characters, more than the "
+                                 f"{MAX_LINE} of any nvidia-smi line")
+
+
+def _key_value(stripped: str) -> tuple[str, str] | None:
+    """``Key : Value`` of a stripped row (key up to the first colon, value without the blanks
+    around it), None for a row without a colon (a section name). Plain string operations: a
+    regular expression here backtracked for seconds on a long row with a blank run and no
+    colon (../shared/fuzz/smi-text-100k-line.txt)."""
+    key, sep, value = stripped.partition(":")
+    if not sep:
+        return None
+    return key.strip(), value.strip()
+
+
 def parse_text(text: str) -> FabricHealth:
-    """``nvidia-smi -q`` text (whole, or excerpts of it)."""
+    """``nvidia-smi -q`` text (whole, or excerpts of it). Linear in the text."""
     gpus: list[_Gpu] = []
     cur: _Gpu | None = None
     stack: list[tuple[int, str]] = []
@@ -238,7 +266,7 @@ def parse_text(text: str) -> FabricHealth:
         indent = len(line) - len(line.lstrip())
         while stack and stack[-1][0] >= indent:
             stack.pop()
-        kv = KEY_VALUE.match(stripped)
+        kv = _key_value(stripped)
         if kv is None:
             name = stripped.lower()
             stack.append((indent, name))
@@ -248,7 +276,7 @@ def parse_text(text: str) -> FabricHealth:
                     gpus.append(cur)
                 cur.has_fabric = True
             continue
-        key, value = kv.group("key").strip().lower(), kv.group("value")
+        key, value = kv[0].lower(), kv[1]
         path = [name for _, name in stack]
         if cur is None:
             if not path and key == "driver version":
@@ -298,7 +326,8 @@ def parse_xml(text: str) -> FabricHealth:
     """``nvidia-smi -q -x``: ``<nvidia_smi_log><gpu id="..."><fabric>...``."""
     try:
         root = ET.fromstring(text)
-    except ET.ParseError as err:
+    except (ET.ParseError, LookupError, ValueError, RecursionError) as err:
+        # expat's own errors; LookupError: an encoding= Python does not know
         raise SmiFormatError(f"malformed nvidia-smi XML: {err}") from None
     if root.tag != "nvidia_smi_log":
         raise SmiFormatError(f"XML root is <{root.tag}>, not <nvidia_smi_log>")
@@ -332,11 +361,20 @@ def parse_xml(text: str) -> FabricHealth:
                         tuple(errors))
 
 
+def _csv_rows(text: str) -> list[list[str]]:
+    """CSV rows; SmiFormatError for what the csv module refuses (a field over its 131,072
+    character limit, a NUL)."""
+    try:
+        return list(csv.reader(text.splitlines(), skipinitialspace=True))
+    except csv.Error as err:
+        raise SmiFormatError(f"unreadable CSV: {err}") from None
+
+
 def _headerless_csv(text: str) -> bool:
-    rows = [r for r in csv.reader(text.splitlines(), skipinitialspace=True) if r]
+    rows = [r for r in _csv_rows(text) if r]
     widths = {len(r) for r in rows}
     return bool(rows) and len(widths) == 1 and widths <= {len(CSV_FIELDS), len(QUERY_FIELDS)} \
-        and all(r[0].strip().isdigit() for r in rows)
+        and all(is_uint(r[0].strip()) for r in rows)
 
 
 _CSV_COLUMNS = {
@@ -361,12 +399,11 @@ def parse_csv(text: str) -> FabricHealth:
     ignored; a header without a column of :data:`CSV_REQUIRED` is a SmiFormatError naming
     the missing ones; a row with another number of fields, or with a value nvidia-smi does
     not print, is a SmiFormatError naming the row."""
-    rows = [[c.strip() for c in r]
-            for r in csv.reader(text.splitlines(), skipinitialspace=True) if any(r)]
+    rows = [[c.strip() for c in r] for r in _csv_rows(text) if any(r)]
     if not rows:
         raise SmiFormatError("empty CSV")
     first = [c.lower() for c in rows[0]]
-    if first and not first[0].isdigit():
+    if first and not is_uint(first[0]):
         columns = [_CSV_COLUMNS.get(c.split(" [")[0].strip(), "") for c in first]
         twice = sorted({c for c, n in zip(first, columns, strict=True)
                         if n and columns.count(n) > 1})

@@ -23,8 +23,10 @@ from dataclasses import dataclass
 
 from .. import hostpath
 from ..configs.atomic import staged, write_atomic
+from ..errors import usage_error
 from ..inventory.fs import listdir, read_bytes, read_text, under
 from ..inventory.nvidia import driver_version, imex_major, loaded_modules
+from ..strict import int_or_none
 from ..words import plural
 from .channels import ChannelFacts, DevNode, channel_path, parse_params
 from .facts import (
@@ -129,8 +131,8 @@ def _scripts(root: str, value: str) -> list[str]:
     out = []
     for item in value.split(","):
         item = item.strip()
-        if not item.startswith("/"):
-            continue
+        if hostpath.problem(item) is not None:
+            continue  # not an absolute, plain path (relative, NUL, control characters)
         matches = sorted(glob.glob(under(root, item)))
         rootlen = len(os.path.abspath(root).rstrip("/"))
         out += [m[rootlen:] if root != "/" else m for m in matches if os.path.isfile(m)]
@@ -224,12 +226,22 @@ def confined(root: str, host_path: str, what: str = "path") -> str:
         raise PathEscape(str(err)) from None
 
 
+#: The largest IMEX config or node list read (they are a few KiB; 1 MiB is thousands of nodes).
+MAX_CONFIG_BYTES = 1 << 20
+
+
 def read_file(root: str, host_path: str) -> str | None:
-    """Text of a config file under ``root`` (not stripped, up to 1 MiB, bad UTF-8 replaced),
-    None when missing, unreadable or not a regular file: read with
+    """Text of a config file under ``root`` (not stripped, bad UTF-8 replaced), None when
+    missing, unreadable or not a regular file; ``input_unreadable`` naming it when larger than
+    :data:`MAX_CONFIG_BYTES` (never cut). Read with
     :func:`nvfabric.inventory.fs.read_bytes` (non-blocking open, regular files only), so a FIFO
     or device in place of config.cfg / nodes_config.cfg never makes a command wait."""
-    data = read_bytes(under(root, host_path), limit=1 << 20)
+    data = read_bytes(under(root, host_path), limit=MAX_CONFIG_BYTES + 1)
+    if data is not None and len(data) > MAX_CONFIG_BYTES:
+        # never cut: a truncated config patched and written back would lose its tail
+        raise usage_error(f"{under(root, host_path)}: larger than {MAX_CONFIG_BYTES >> 20} MiB, "
+                          "the limit for an IMEX config or node list",
+                          "give the config file itself (IMEX's are a few KiB)")
     return None if data is None else data.decode("utf-8", "replace")
 
 
@@ -263,10 +275,9 @@ def parse_if_inet6(text: str) -> tuple[str, ...]:
     for line in text.splitlines():
         parts = line.split()
         if parts and len(parts[0]) == 32:
-            try:
-                out.append(str(ipaddress.IPv6Address(int(parts[0], 16))))
-            except ValueError:
-                continue
+            number = int_or_none(parts[0], base=16)
+            if number is not None:
+                out.append(str(ipaddress.IPv6Address(number)))
     return tuple(out)
 
 

@@ -13,6 +13,8 @@ import os
 from stat import S_ISREG
 
 from .. import hostpath
+from ..errors import usage_error
+from ..strict import BadValue, to_int
 
 #: Non-blocking: opening a FIFO for reading would otherwise wait for a writer.
 _READ_FLAGS = os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC
@@ -82,14 +84,31 @@ def read_bytes(path: str, limit: int = 32768) -> bytes | None:
 
 
 def read_hex(path: str) -> int | None:
-    """A ``0x``-prefixed (or bare) hex attribute as an int, or None."""
+    """A ``0x``-prefixed (or bare) hex attribute as an int (strict: ASCII hex digits,
+    bounded, :func:`nvfabric.strict.to_int`), or None when missing or not hex."""
     text = read_text(path)
     if not text:
         return None
     try:
-        return int(text, 16)
-    except ValueError:
+        return to_int(text, base=16)
+    except BadValue:
         return None
+
+
+def read_int(path: str, *, signed: bool = False, low: int | None = None,
+             high: int | None = None) -> int | None:
+    """A decimal attribute (``numa_node`` ``-1``, a umad ``port``) as an int; None when the
+    file is missing, unreadable or empty (the driver did not write it). A value the kernel
+    never writes (``²``, ``--1``, ``1_0``, 4,000 digits) is not silently dropped: it is
+    ``input_unreadable`` (exit 2) naming the file, as for every other reader."""
+    text = read_text(path)
+    if not text:
+        return None
+    try:
+        return to_int(text, signed=signed, low=low, high=high, what=os.path.basename(path))
+    except BadValue as err:
+        raise usage_error(f"{path}: {err}",
+                          "the node tree holds a value the kernel never writes there") from None
 
 
 def listdir(path: str) -> list[str]:
