@@ -184,6 +184,9 @@ def build(c: Collected, label: str) -> Triage:
     if c.lspci and c.lspci.without_ids:
         reasons.append(f"{c.lspci.without_ids} lspci entries without vendor:device IDs (lspci "
                        "run without -nn and without -x) were left out")
+    if c.lspci and c.lspci.duplicates:
+        reasons.append(f"{c.lspci.duplicates} lspci entries repeat a PCI address already "
+                       "listed (the lspci output appears twice): the first entry counts")
 
     health = None
     smi_problem = None

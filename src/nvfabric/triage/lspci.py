@@ -129,6 +129,10 @@ class LspciParser:
     def __init__(self) -> None:
         self.entries: list[Entry] = []
         self.dropped = 0
+        #: entries whose address an earlier entry already had (a block written twice, or
+        #: ``lspci -d 10de:* -v -xxx`` beside ``-nnDvvvxxxx``): the first one counts
+        self.duplicates = 0
+        self._addresses: set[str] = set()
         self.hex_rows = 0
         self._cur: Entry | None = None
         self._in_vpd = False
@@ -200,11 +204,18 @@ class LspciParser:
 
     def _push(self, e: Entry) -> None:
         self._in_vpd = False
+        if e.address in self._addresses:
+            # one PCI address is one function: a second entry for it (the lspci block
+            # repeated, two lspci commands in one report) would count it twice
+            self.duplicates += 1
+            self._cur = None
+            return
         if len(self.entries) >= MAX_FUNCTIONS:
             self.dropped += 1
             self._cur = None
             return
         self.entries.append(e)
+        self._addresses.add(e.address)
         self._cur = e
 
     def _hex(self, m: re.Match[str]) -> None:
