@@ -55,3 +55,19 @@ def test_lspci_block_written_twice_counts_each_function_once(tmp_path: Path) -> 
     assert "gpu_missing_from_driver" not in [f["code"] for f in out["findings"]]
     assert proc.returncode == 0, proc.stdout
     assert any("repeat a PCI address" in r for r in out["reasons"])
+
+
+def test_ibstat_written_twice_counts_each_device_once() -> None:
+    bl = blocks()
+    i = block_index(bl, "/usr/sbin/ibstat")
+    bl.insert(i + 1, bl[i])
+    t = judged(bl)
+    names = [d.name for d in t.inventory.infiniband]
+    assert names == ["mlx5_0", "mlx5_1", "mlx5_2", "mlx5_3"]
+    pci = {d.name: d.pci for d in t.inventory.infiniband}
+    assert pci == {"mlx5_0": "0000:05:00.0", "mlx5_1": "0000:06:00.0",
+                   "mlx5_2": "0000:07:00.0", "mlx5_3": "0000:08:00.0"}
+    assert not any("a guess" in r for r in t.reasons), t.reasons
+    assert any("printed again" in r for r in t.reasons)
+    assert t.plan.management_port is not None
+    assert t.plan.management_port.guid == "0xe09d730300e400e8"

@@ -222,6 +222,9 @@ def build(c: Collected, label: str) -> Triage:
                        or "none") + "); ib_umad cannot be known")
 
     devices = c.ibstat.devices() if c.ibstat else ()
+    if c.ibstat and c.ibstat.duplicates:
+        reasons.append(f"{c.ibstat.duplicates} ibstat devices printed again (the ibstat output "
+                       "appears twice): the first one counts")
     if devices:
         att = ibstat_mod.attach(devices, functions, ibstat_mod.mst_pairs(texts.get("mst", "")))
         devices = att.devices

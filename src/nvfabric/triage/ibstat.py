@@ -67,6 +67,10 @@ class IbstatParser:
 
     def __init__(self) -> None:
         self._cas: list[_Ca] = []
+        #: a CA printed again (the ibstat output twice in one report): the first one counts
+        self.duplicates = 0
+        self._names: set[str] = set()
+        self._skip = False
 
     def line(self, raw: str) -> None:
         line = raw.rstrip("\r\n")
@@ -74,10 +78,19 @@ class IbstatParser:
             return
         m = _CA.match(line)
         if m:
-            if len(self._cas) < MAX_DEVICES:
-                self._cas.append(_Ca(m.group("name"), {}, []))
+            name = m.group("name")
+            self._skip = name in self._names
+            if self._skip:
+                # one device name is one device: its lines again would add a second device
+                # of the same name, paired with another PCI function
+                self.duplicates += 1
+            elif len(self._cas) < MAX_DEVICES:
+                self._cas.append(_Ca(name, {}, []))
+                self._names.add(name)
+            else:
+                self._skip = True
             return
-        if not self._cas:
+        if not self._cas or self._skip:
             return
         ca = self._cas[-1]
         p = _PORT.match(line)
