@@ -71,3 +71,61 @@ def test_ibstat_written_twice_counts_each_device_once() -> None:
     assert any("printed again" in r for r in t.reasons)
     assert t.plan.management_port is not None
     assert t.plan.management_port.guid == "0xe09d730300e400e8"
+
+
+# --- SR-IOV virtual functions beside the LPFs ----------------------------------------------
+
+#: A ConnectX VF as lspci -nnDvvvxxxx prints it (name from pci.ids; a VF has no VPD; its
+#: config space reads vendor/device 0xffff, lspci takes the IDs from sysfs).
+VF_ENTRY = """0000:05:00.{fn} Infiniband controller [0207]: Mellanox Technologies ConnectX Family \
+mlx5Gen Virtual Function [15b3:101e]
+\tSubsystem: Mellanox Technologies Device [15b3:0087]
+\tControl: I/O- Mem- BusMaster+ SpecCycle- MemWINV- VGASnoop- ParErr- Stepping- SERR- FastB2B-
+\tNUMA node: 0
+\tIOMMU group: 20{fn}
+\tCapabilities: [60] Express (v2) Endpoint, MSI 00
+\tCapabilities: [9c] MSI-X: Enable+ Count=12 Masked-
+\tKernel driver in use: mlx5_core
+\tKernel modules: mlx5_core
+{hex}
+
+"""
+
+
+def _vf_hex(first: str) -> str:
+    rows = [first] + [f"{off:02x}: " + " ".join(["00"] * 16) for off in range(16, 256, 16)]
+    return "\n".join(rows)
+
+
+def _with_vfs(bl: list[str], first_row: str) -> list[str]:
+    """Two VFs of the first LPF (05:00.4, 05:00.5: the SR-IOV capability's offset 4, stride
+    1) in lspci, and their RDMA devices mlx5_4, mlx5_5 in ibstat; mlx5_0's port has the
+    IsSMDisabled bit set, so the management port is the next LPF's."""
+    bl = list(bl)
+    i = block_index(bl, "/usr/bin/lspci -nnDvvvxxxx")
+    vfs = "".join(VF_ENTRY.format(fn=fn, hex=_vf_hex(first_row)) for fn in (4, 5))
+    cut = bl[i].index("0000:06:00.0")
+    bl[i] = bl[i][:cut] + vfs + bl[i][cut:]
+    j = block_index(bl, "/usr/sbin/ibstat")
+    ib = bl[j]
+    ca0 = ib[ib.index("CA 'mlx5_0'"):ib.index("CA 'mlx5_1'")]
+    extra = "".join(ca0.replace("mlx5_0", f"mlx5_{n}")
+                    .replace("0xe09d730300e400e8", f"0xe09d7303ffff00{n:02x}") for n in (4, 5))
+    ib = ib.replace(ca0, ca0.replace("Capability mask: 0xa751e84a", "Capability mask: 0xa751ec4a"))
+    cut = ib.index("Running InfiniBand commands for device")
+    bl[j] = ib[:cut].rstrip("\n") + "\n" + extra + "\n" + ib[cut:]
+    return bl
+
+
+def test_virtual_functions_take_the_rdma_numbers_after_every_physical_function() -> None:
+    for first_row in ("00: ff ff ff ff 06 04 10 00 00 00 07 02 00 00 00 00",
+                      "00: b3 15 1e 10 06 04 10 00 00 00 07 02 00 00 00 00"):
+        t = judged(_with_vfs(blocks(), first_row))
+        pci = {d.name: d.pci for d in t.inventory.infiniband}
+        assert pci == {"mlx5_0": "0000:05:00.0", "mlx5_1": "0000:06:00.0",
+                       "mlx5_2": "0000:07:00.0", "mlx5_3": "0000:08:00.0",
+                       "mlx5_4": "0000:05:00.4", "mlx5_5": "0000:05:00.5"}, first_row
+        mp = t.plan.management_port
+        assert mp is not None
+        assert (mp.device, mp.guid) == ("mlx5_1", "0xe09d730300e400e9")
+        assert t.exit_code == 0, codes(t)

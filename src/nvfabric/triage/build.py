@@ -226,7 +226,8 @@ def build(c: Collected, label: str) -> Triage:
         reasons.append(f"{c.ibstat.duplicates} ibstat devices printed again (the ibstat output "
                        "appears twice): the first one counts")
     if devices:
-        att = ibstat_mod.attach(devices, functions, ibstat_mod.mst_pairs(texts.get("mst", "")))
+        att = ibstat_mod.attach(devices, functions, ibstat_mod.mst_pairs(texts.get("mst", "")),
+                                c.lspci.virtual_functions() if c.lspci else frozenset())
         devices = att.devices
         reasons.append(att.reason)
 

@@ -163,12 +163,16 @@ class Attachment:
 
 
 def attach(devices: tuple[IbDevice, ...], functions: tuple[PciFunction, ...],
-           pairs: dict[str, str] | None = None) -> Attachment:
+           pairs: dict[str, str] | None = None,
+           virtual: frozenset[str] = frozenset()) -> Attachment:
     """Give each device its PCI function. ``pairs`` (from ``mst status -v``) win; otherwise
     ``mlx5_N`` devices are paired with the ConnectX functions bound to mlx5_core in PCI
     address order: mlx5_core registers its RDMA devices in probe order, which is PCI order,
     and the kernel numbers them in that order (Linux drivers/infiniband/hw/mlx5 and
-    ib_register_device's ``%d`` names). Renamed devices (``ibp5s0``) stay unpaired."""
+    ib_register_device's ``%d`` names). SR-IOV virtual functions (``virtual``, addresses)
+    get their RDMA devices only when VFs are enabled, after every physical function was
+    probed, so the physical functions take the first numbers and the VFs the next, each in
+    PCI address order. Renamed devices (``ibp5s0``) stay unpaired."""
     pairs = pairs or {}
     known = {f.address for f in functions}
     if pairs:
@@ -179,6 +183,7 @@ def attach(devices: tuple[IbDevice, ...], functions: tuple[PciFunction, ...],
                           "with their PCI functions by `mst status -v`")
     mlx = [f for f in functions if f.vendor == MELLANOX and (f.class_code >> 16) == 0x02
            and f.driver in (None, "mlx5_core")]
+    mlx.sort(key=lambda f: (f.address in virtual, f.address))
     numbered = sorted((d for d in devices if _MLX5.fullmatch(d.name)),
                       key=lambda d: _index(d.name))
     mapping = {d.name: f.address for d, f in zip(numbered, mlx, strict=False)}

@@ -55,6 +55,10 @@ SYSFS_ENTRY = re.compile(
 )
 HEX_ROW = re.compile(r"^(?P<off>[0-9a-fA-F]{2,3}): (?P<bytes>(?:[0-9a-fA-F]{2} ?){1,16})\s*$")
 SUBSYSTEM = re.compile(r"\[(?P<vendor>[0-9a-fA-F]{4}):(?P<device>[0-9a-fA-F]{4})\]\s*$")
+#: The SR-IOV capability's line naming its virtual functions' device ID (pciutils ls-ecaps.c
+#: ``VF offset: 4, stride: 1, Device ID: 101e``).
+SRIOV_VF_DEVICE = re.compile(
+    r"\bVF offset: \d+, stride: \d+, Device ID: (?P<device>[0-9a-fA-F]{4})")
 VPD_FIELD = re.compile(r"^\[(?P<kw>[0-9A-Z]{2})\] [^:]*: ?(?P<value>.*)$")
 _ESCAPE = re.compile(r"\\x([0-9a-fA-F]{2})|\\\\")
 
@@ -86,6 +90,8 @@ class Entry:
     vpd_seen: bool = False
     vpd_unreadable: bool = False
     config: bytearray = field(default_factory=bytearray)
+    #: the device ID this function's SR-IOV capability gives its virtual functions
+    vf_device: int | None = None
 
     def function(self) -> PciFunction | None:
         """The inventory's value for this function; None when neither the text nor the hex
@@ -184,6 +190,10 @@ class LspciParser:
             value = stripped.split(":", 1)[1].strip()
             if _NUMBER.fullmatch(value):  # ASCII digits only ("-1": none; "²" is no number)
                 cur.numa_node = int(value)
+        elif stripped.startswith("VF offset:"):
+            vm = SRIOV_VF_DEVICE.search(stripped)
+            if vm:
+                cur.vf_device = int(vm.group("device"), 16)
         elif stripped.startswith("Kernel driver in use:"):
             cur.driver = stripped.split(":", 1)[1].strip() or None
 
@@ -255,6 +265,21 @@ class LspciParser:
         """Every function with known IDs, in address order."""
         out = [f for f in (e.function() for e in self.entries) if f is not None]
         return tuple(sorted(out, key=lambda f: f.address))
+
+    def virtual_functions(self) -> frozenset[str]:
+        """Addresses of the SR-IOV virtual functions: entries pci.ids names ``Virtual
+        Function`` (``ConnectX Family mlx5Gen Virtual Function [15b3:101e]``), or whose vendor
+        and device are those a physical function's SR-IOV capability gives its VFs. The kernel
+        creates a VF's RDMA device only when VFs are enabled, after every physical function
+        was probed, so VFs take the highest ``mlx5_N`` numbers (see ibstat.attach)."""
+        vf_ids = {(e.vendor, e.vf_device) for e in self.entries if e.vf_device is not None}
+        out = set()
+        for e in self.entries:
+            fn = e.function()
+            ids = (fn.vendor, fn.device) if fn is not None else (e.vendor, e.device)
+            if "Virtual Function" in e.name or ids in vf_ids:
+                out.add(e.address)
+        return frozenset(out)
 
     @property
     def without_ids(self) -> int:
