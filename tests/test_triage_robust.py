@@ -129,3 +129,33 @@ def test_virtual_functions_take_the_rdma_numbers_after_every_physical_function()
         assert mp is not None
         assert (mp.device, mp.guid) == ("mlx5_1", "0xe09d730300e400e9")
         assert t.exit_code == 0, codes(t)
+
+
+# --- a report cut inside a section ------------------------------------------------------------
+
+def _cut_after(marker: str, occurrence: int) -> bytes:
+    text = SEPARATOR.join(blocks())
+    pos = -1
+    for _ in range(occurrence):
+        pos = text.index(marker, pos + 1)
+    return text[:pos].encode()
+
+
+def test_the_section_a_cut_report_ends_in_is_named_kept_in_part() -> None:
+    # cut inside lspci after two of the eight GPUs (the LPFs come first in address order)
+    t = triage_stream(io.BytesIO(_cut_after("3D controller [0302]", 3)), "cut")
+    cut = [m for m in t.missing if m.status == "truncated"]
+    assert [m.name for m in cut] == ["lspci -nnDvvvxxxx"]
+    assert "lspci cut short" in t.node_line()
+    assert len(t.inventory.gpus) == 2
+    assert "report_truncated" in codes(t)
+    # cut inside the nvidia-smi --query section: its GPUs are only a part
+    t = triage_stream(io.BytesIO(_cut_after("GPU 00000000:96:00.0", 1)), "cut")
+    assert [m.name for m in t.missing if m.status == "truncated"] == ["nvidia-smi --query"]
+    assert "lspci cut short" not in t.node_line()
+
+
+def test_a_whole_report_has_no_section_kept_in_part() -> None:
+    t = judged(blocks())
+    assert [m for m in t.missing if m.status == "truncated"] == []
+    assert "cut short" not in t.node_line()

@@ -85,6 +85,8 @@ class Triage:
             return (f"PCI functions unknown (no lspci section); {inv.arch}; driver "
                     f"{inv.driver_version or 'unknown'} -> fabric not judged")
         parts = [", ".join(p.products) or "no NVIDIA GPU"]
+        if self.extras.get("lspci_cut"):
+            parts[0] += " (lspci cut short: the functions after the cut are unknown)"
         if inv.nvswitches:
             parts.append(f"{len(inv.nvswitches)} NVSwitch(es)")
         if inv.lpfs:
@@ -313,6 +315,9 @@ def build(c: Collected, label: str) -> Triage:
     findings += check(kind, driver, ran, lpf_guids)
 
     missing = _missing(c)
+    cut = _cut_section(c)
+    if cut is not None:
+        missing.append(cut)
     if c.outcome.damage or not c.outcome.complete:
         last = c.sections[-1].header.strip() if c.sections else "nothing"
         findings.append(Finding(
@@ -341,7 +346,8 @@ def build(c: Collected, label: str) -> Triage:
         report=report, inventory=inv, plan=p, verdict=result, gpus=gpus,
         findings=tuple(findings), missing=tuple(missing), reasons=tuple(reasons),
         services={"fabricmanager": _unit_json(fm), "imex": _unit_json(imex)},
-        extras={"imex_params": imex_params, "pci_known": fabric_known},
+        extras={"imex_params": imex_params, "pci_known": fabric_known,
+                "lspci_cut": cut is not None and c.last_key == "lspci"},
     )
 
 
@@ -410,6 +416,19 @@ def _missing(c: Collected) -> list[Missing]:
         else:
             out.append(Missing(label, "missing", "not in the report"))
     return out
+
+
+def _cut_section(c: Collected) -> Missing | None:
+    """The section a report cut short ends in, when it is one triage reads: what it holds
+    was read, what the node printed after the cut was not (an lspci cut after two of eight
+    GPUs lists two)."""
+    if c.outcome.complete and not c.outcome.damage or c.last_key is None:
+        return None
+    label = dict(EXPECTED).get(c.last_key)
+    if label is None:
+        return None
+    return Missing(label, "truncated", "the report ends inside this section: only its "
+                   "first part was read")
 
 
 def _dedupe(findings: list[Finding]) -> list[Finding]:
