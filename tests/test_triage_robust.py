@@ -159,3 +159,36 @@ def test_a_whole_report_has_no_section_kept_in_part() -> None:
     t = judged(blocks())
     assert [m for m in t.missing if m.status == "truncated"] == []
     assert "cut short" not in t.node_line()
+
+
+# --- a driver whose version the report lacks is not "not loaded" -----------------------------
+
+def test_nvidia_in_proc_modules_without_a_version_section_is_not_driver_not_loaded() -> None:
+    bl = blocks()
+    for header in ("*** /proc/driver/nvidia/version", "/usr/bin/nvidia-smi --query"):
+        del bl[block_index(bl, header)]
+    t = judged(bl)
+    assert "nvidia" in t.inventory.modules
+    assert "driver_not_loaded" not in codes(t)
+    missing = [f for f in t.findings if f.code == "report_section_missing"]
+    assert [f.fields["plan_blocker"] for f in missing] == ["driver_not_loaded"]
+    assert "driver version unknown" in t.node_line()
+    assert "not loaded" not in t.node_line()
+    assert t.exit_code == 0
+
+
+def test_a_report_cut_before_proc_modules_says_the_driver_version_is_unknown() -> None:
+    t = triage_stream(io.BytesIO(_cut_after("*** /proc/modules", 1)), "cut")
+    assert "driver version unknown" in t.node_line()
+
+
+def test_proc_modules_without_nvidia_still_says_driver_not_loaded() -> None:
+    bl = blocks()
+    i = block_index(bl, "*** /proc/modules")
+    bl[i] = "\n".join(line for line in bl[i].splitlines() if not line.startswith("nvidia "))
+    for header in ("*** /proc/driver/nvidia/version", "/usr/bin/nvidia-smi --query"):
+        del bl[block_index(bl, header)]
+    t = judged(bl)
+    assert "driver_not_loaded" in codes(t)
+    assert "driver not loaded" in t.node_line()
+    assert t.exit_code == 1

@@ -92,7 +92,12 @@ class Triage:
         if inv.lpfs:
             parts.append(f"{len(inv.lpfs)} LPF(s)")
         parts.append(inv.arch)
-        parts.append(f"driver {inv.driver_version or 'not loaded'}")
+        if inv.driver_version:
+            parts.append(f"driver {inv.driver_version}")
+        elif self.extras.get("driver_unknown"):
+            parts.append("driver version unknown (no /proc/driver/nvidia/version)")
+        else:
+            parts.append("driver not loaded")
         line = "; ".join(parts) + f" -> fabric {p.fabric}"
         if p.services:
             line += ": " + " -> ".join(p.services)
@@ -347,7 +352,8 @@ def build(c: Collected, label: str) -> Triage:
         findings=tuple(findings), missing=tuple(missing), reasons=tuple(reasons),
         services={"fabricmanager": _unit_json(fm), "imex": _unit_json(imex)},
         extras={"imex_params": imex_params, "pci_known": fabric_known,
-                "lspci_cut": cut is not None and c.last_key == "lspci"},
+                "lspci_cut": cut is not None and c.last_key == "lspci",
+                "driver_unknown": driver is None and "driver_not_loaded" in unknown},
     )
 
 
@@ -364,8 +370,11 @@ def _unknown_facts(c: Collected, modules: frozenset[str],
         out["management_port_not_found"] = "ibstat"
     if not have_modules:
         out["missing_kernel_module"] = "/proc/modules"
-        if driver is None and c.seen.get("version") != "ok":
-            out["driver_not_loaded"] = "/proc/driver/nvidia/version"
+    if driver is None and c.seen.get("version") != "ok" and (
+            not have_modules or "nvidia" in modules):
+        # /proc/modules lists nvidia (or is missing): the module may well be loaded, only its
+        # version is not in the report (the plan's driver_not_loaded is about the version)
+        out["driver_not_loaded"] = "/proc/driver/nvidia/version"
     return out
 
 
