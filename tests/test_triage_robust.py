@@ -192,3 +192,37 @@ def test_proc_modules_without_nvidia_still_says_driver_not_loaded() -> None:
     assert "driver_not_loaded" in codes(t)
     assert "driver not loaded" in t.node_line()
     assert t.exit_code == 1
+
+
+# --- gzip damage before the first block, and bytes after the last ---------------------------
+
+def test_text_appended_after_a_whole_gzip_report_is_ignored_not_truncation(
+        tmp_path: Path) -> None:
+    path = tmp_path / "appended.log.gz"
+    path.write_bytes(B200.read_bytes() + b"node-01 notes: fabric down since Monday\n")
+    proc = run_cli("triage", str(path), "--json")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    out = json.loads(proc.stdout)
+    assert out["report"]["complete"] is True
+    assert "report_truncated" not in [f["code"] for f in out["findings"]]
+    assert [m for m in out["missing"] if m["status"] == "truncated"] == []
+    assert any("after the report's last block" in r for r in out["reasons"])
+
+
+def test_a_damaged_member_before_the_epilogue_is_still_truncation(tmp_path: Path) -> None:
+    data = B200.read_bytes()
+    t = triage_stream(io.BytesIO(data[: len(data) // 2] + b"\x1f\x8bgarbage"), "half")
+    assert t.report["complete"] is False
+    assert "report_truncated" in codes(t)
+
+
+def test_a_gzip_cut_before_its_first_block_is_named_damaged(tmp_path: Path) -> None:
+    path = tmp_path / "cut.log.gz"
+    path.write_bytes(B200.read_bytes()[:20])
+    proc = run_cli("triage", str(path))
+    assert proc.returncode == 2
+    assert "Traceback" not in proc.stderr
+    err = proc.stderr.strip()
+    assert len(err.splitlines()) == 1, err
+    assert "gzip stream ends in the middle of a member" in err
+    assert "not an nvidia-bug-report log" not in err

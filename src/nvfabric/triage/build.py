@@ -319,21 +319,27 @@ def build(c: Collected, label: str) -> Triage:
                           if p.guid is not None)
     findings += check(kind, driver, ran, lpf_guids)
 
+    damage = c.outcome.damage
+    if damage and c.outcome.complete:
+        # the epilogue was read: the report is whole; what follows it (text appended to the
+        # .gz, a broken member after the end) is no part of it
+        reasons.append(f"after the report's last block: {damage}; ignored")
+        damage = None
     missing = _missing(c)
-    cut = _cut_section(c)
+    cut = _cut_section(c, damage)
     if cut is not None:
         missing.append(cut)
-    if c.outcome.damage or not c.outcome.complete:
+    if damage or not c.outcome.complete:
         last = c.sections[-1].header.strip() if c.sections else "nothing"
         findings.append(Finding(
             "report_truncated", "warning",
             "the report ends before its last block ("
-            + (c.outcome.damage or "no 'End of NVIDIA bug report log file.' line")
+            + (damage or "no 'End of NVIDIA bug report log file.' line")
             + f"); last block read: {last[:120]}",
             "what follows that block was not judged: ask for the whole nvidia-bug-report.log.gz "
             "(the script may have hung: `nvidia-bug-report.sh --safe-mode` skips the parts "
             "that hang)",
-            {"section": last[:120], "damage": c.outcome.damage}))
+            {"section": last[:120], "damage": damage}))
 
     findings = _dedupe(findings)
     findings.sort(key=lambda f: SEVERITY_ORDER[f.severity])
@@ -341,7 +347,7 @@ def build(c: Collected, label: str) -> Triage:
         "file": label,
         "gzip": c.outcome.compressed,
         "bytes": c.outcome.bytes_read,
-        "complete": c.outcome.complete and not c.outcome.damage,
+        "complete": c.outcome.complete and not damage,
         "sections": c.outcome.sections,
         "script_version": head["script_version"],
         "date": head["date"],
@@ -427,11 +433,11 @@ def _missing(c: Collected) -> list[Missing]:
     return out
 
 
-def _cut_section(c: Collected) -> Missing | None:
+def _cut_section(c: Collected, damage: str | None) -> Missing | None:
     """The section a report cut short ends in, when it is one triage reads: what it holds
     was read, what the node printed after the cut was not (an lspci cut after two of eight
     GPUs lists two)."""
-    if c.outcome.complete and not c.outcome.damage or c.last_key is None:
+    if c.outcome.complete and not damage or c.last_key is None:
         return None
     label = dict(EXPECTED).get(c.last_key)
     if label is None:
