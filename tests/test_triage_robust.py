@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from nvfabric.triage import triage_stream
-from tests.conftest import REPO, run_cli
+from tests.conftest import REPO, run_cli, run_json
 
 B200 = REPO / "tests" / "data" / "bugreports" / "dgx-b200-healthy.log.gz"
 SEPARATOR = "\n" + "_" * 44 + "\n"
@@ -226,3 +226,27 @@ def test_a_gzip_cut_before_its_first_block_is_named_damaged(tmp_path: Path) -> N
     assert len(err.splitlines()) == 1, err
     assert "gzip stream ends in the middle of a member" in err
     assert "not an nvidia-bug-report log" not in err
+
+
+def _plan_key(p: dict[str, Any]) -> tuple[Any, ...]:
+    mp = p.get("management_port") or {}
+    return (p["fabric"], p["services"], mp.get("device"), mp.get("guid"),
+            sorted(b["code"] for b in p["blockers"]))
+
+
+def test_simulate_a_report_whose_vfs_ibstat_does_not_list_plans_as_triage(
+        tmp_path: Path) -> None:
+    """VFs without an RDMA device in ibstat (mlx5_4/5 taken out): the tree gives them names
+    no reported device has, instead of refusing the spec ('mlx5_1 appears twice')."""
+    bl = _with_vfs(blocks(), "00: b3 15 1e 10 06 04 10 00 00 00 07 02 00 00 00 00")
+    j = block_index(bl, "/usr/sbin/ibstat")
+    bl[j] = bl[j][:bl[j].index("CA 'mlx5_4'")] + "\n" + bl[j][bl[j].index("Running InfiniBand"):]
+    path = tmp_path / "vfs.log"
+    path.write_text(SEPARATOR.join(bl))
+    tree = tmp_path / "node"
+    proc = run_cli("simulate", "--from-bug-report", str(path), str(tree))
+    assert proc.returncode == 0, proc.stderr
+    triaged, _ = run_json("triage", str(path))
+    planned, _ = run_json("plan", "--root", str(tree))
+    assert _plan_key(planned) == _plan_key(triaged["plan"])
+    assert _plan_key(planned)[2:4] == ("mlx5_1", "0xe09d730300e400e9")
