@@ -250,3 +250,34 @@ def test_simulate_a_report_whose_vfs_ibstat_does_not_list_plans_as_triage(
     planned, _ = run_json("plan", "--root", str(tree))
     assert _plan_key(planned) == _plan_key(triaged["plan"])
     assert _plan_key(planned)[2:4] == ("mlx5_1", "0xe09d730300e400e9")
+
+
+# --- lspci not run as root: the VPD says "Not readable" ------------------------------------
+
+def test_connectx_vpd_not_readable_is_not_judged_as_no_lpf() -> None:
+    """lspci prints ``Not readable`` under the VPD capability when it is not root (pciutils
+    ls-vpd.c): which ConnectX function is an LPF is then unknown, so neither
+    management_port_not_found nor fabric manager's -g being 'no LPF port' is an error."""
+    bl = blocks()
+    i = block_index(bl, "/usr/bin/lspci -nnDvvvxxxx")
+    lines = bl[i].split("\n")
+    out: list[str] = []
+    in_vpd = False
+    for line in lines:
+        if line == "\tCapabilities: [48] Vital Product Data":
+            out += [line, "\t\tNot readable"]
+            in_vpd = True
+        elif in_vpd:
+            in_vpd = line != "\t\tEnd"
+        else:
+            out.append(line)
+    bl[i] = "\n".join(out)
+    assert bl[i].count("Not readable") == 4
+    t = judged(bl)
+    assert "management_port_not_found" not in codes(t)
+    assert "management_port_mismatch" not in codes(t)
+    info = [f for f in t.findings if f.code == "report_section_missing"]
+    assert [f.fields["plan_blocker"] for f in info] == ["management_port_not_found"]
+    assert "Not readable" in info[0].message
+    assert ("ConnectX VPD in lspci", "unreadable") in [(m.name, m.status) for m in t.missing]
+    assert t.exit_code == 0

@@ -30,6 +30,8 @@ from .units import UnitState
 from .units import parse as parse_unit
 
 SEVERITY_ORDER = {"error": 0, "warning": 1, "info": 2}
+#: The "section" of a plan blocker that only says lspci could not read the ConnectX VPD.
+VPD_UNREADABLE = "lspci -nnDvvvxxxx"
 _UNAME_ARCH = re.compile(r"\b(x86_64|aarch64|arm64|ppc64le|s390x|riscv64)\b")
 _SCRIPT_VERSION = re.compile(r"^nvidia-bug-report\.sh Version: (\S+)", re.M)
 _DATE = re.compile(r"^Date: (.*)$", re.M)
@@ -253,13 +255,20 @@ def build(c: Collected, label: str) -> Triage:
 
     findings: list[Finding] = []
     unknown = _unknown_facts(c, modules, driver)
+    hidden = c.lspci.vpd_unreadable() if c.lspci else frozenset()
+    vpd_unknown = bool(hidden) and not inv.lpfs
+    if vpd_unknown:
+        # lspci printed the ConnectX VPD as "Not readable": which function is an LPF (SMDL=
+        # SW_MNG) is not in the report, so no LPF is no fact about the node
+        unknown["management_port_not_found"] = VPD_UNREADABLE
     for b in p.blockers:
         why = unknown.get(b.code)
         if why is not None:
             findings.append(Finding(
                 "report_section_missing", "info",
-                f"not judged: the plan's {b.code} only says the report has no {why} "
-                "section",
+                f"not judged: the plan's {b.code} only says the report has no "
+                + ("readable ConnectX VPD (lspci printed 'Not readable': the script was not "
+                   "run as root)" if why == VPD_UNREADABLE else f"{why} section"),
                 "ask for the missing section from the node (or the whole, current "
                 "nvidia-bug-report.log.gz, run as root)",
                 {"section": why, "plan_blocker": b.code}))
@@ -313,7 +322,7 @@ def build(c: Collected, label: str) -> Triage:
                                                   tm.group(1)}))
     ran = Ran(fm=fm, imex=imex, versions=versions, in_use=tuple(c.in_use_sections))
     lpf_guids = None
-    if c.seen.get("ibstat") == "ok":
+    if c.seen.get("ibstat") == "ok" and not vpd_unknown:
         lpf = {f.address for f in inv.lpfs}
         lpf_guids = tuple(p.guid for d in inv.infiniband if d.pci in lpf for p in d.ports
                           if p.guid is not None)
@@ -326,6 +335,10 @@ def build(c: Collected, label: str) -> Triage:
         reasons.append(f"after the report's last block: {damage}; ignored")
         damage = None
     missing = _missing(c)
+    if hidden:
+        missing.append(Missing("ConnectX VPD in lspci", "unreadable",
+                               f"'Not readable' on {len(hidden)} Mellanox function(s): "
+                               "which are LPFs is unknown"))
     cut = _cut_section(c, damage)
     if cut is not None:
         missing.append(cut)

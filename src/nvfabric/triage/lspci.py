@@ -281,6 +281,16 @@ class LspciParser:
                 out.add(e.address)
         return frozenset(out)
 
+    def vpd_unreadable(self) -> frozenset[str]:
+        """Addresses of the Mellanox functions whose VPD lspci printed as ``Not readable``
+        (lspci, or the whole script, not run as root): whether they are LPFs is unknown."""
+        out = set()
+        for e in self.entries:
+            fn = e.function()
+            if fn is not None and fn.vendor == MELLANOX and e.vpd_unreadable:
+                out.add(e.address)
+        return frozenset(out)
+
     @property
     def without_ids(self) -> int:
         """Entries whose vendor/device IDs the text did not give (no ``-nn``, no hex)."""
