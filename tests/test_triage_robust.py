@@ -281,3 +281,29 @@ def test_connectx_vpd_not_readable_is_not_judged_as_no_lpf() -> None:
     assert "Not readable" in info[0].message
     assert ("ConnectX VPD in lspci", "unreadable") in [(m.name, m.status) for m in t.missing]
     assert t.exit_code == 0
+
+
+# --- what a parser keeps is bounded by what it reads, not by the section ---------------------
+
+def test_ibstat_keeps_only_the_fields_it_reads() -> None:
+    """An ibstat section with 20,000 distinct ``Key: value`` lines (a hostile or garbled
+    report) keeps the six fields the inventory reads per device and port, no more."""
+    from nvfabric.triage.ibstat import IbstatParser
+
+    text = gzip.decompress(B200.read_bytes()).decode()
+    start = text.index("CA 'mlx5_0'")
+    section = text[start:text.index("Running InfiniBand commands for device")]
+    p = IbstatParser()
+    for n, line in enumerate(section.splitlines()):
+        p.line(line)
+        if n == 3:
+            for k in range(20_000):
+                word = "".join(chr(ord("a") + int(d)) for d in str(k))
+                p.line(f"        Extra {word}: {k}")
+    kept = [set(ca.values) for ca in p._cas] + [set(pt.values) for ca in p._cas
+                                                 for pt in ca.ports]
+    # ibstat prints 7 fields per device and 9 per port
+    assert max(len(keys) for keys in kept) <= 9, [len(keys) for keys in kept]
+    devices = p.devices()
+    assert [d.ports[0].guid for d in devices] == [
+        "0xe09d730300e400e8", "0xe09d730300e400e9", "0xe09d730300e400ea", "0xe09d730300e400eb"]

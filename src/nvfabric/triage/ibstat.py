@@ -33,6 +33,11 @@ PHYS_STATES = {"Sleep": "1: Sleep", "Polling": "2: Polling", "Disabled": "3: Dis
                "LinkUp": "5: LinkUp", "LinkErrorRecovery": "6: LinkErrorRecovery",
                "PhyTest": "7: Phy Test"}
 
+#: The ibstat fields read (lower case): every other ``Key: value`` line is dropped, so what
+#: is kept per device and port is bounded whatever the section holds.
+KEYS = frozenset({"node guid", "state", "physical state", "capability mask", "port guid",
+                  "link layer"})
+
 _CA = re.compile(r"^CA '(?P<name>[^']{1,64})'\s*$")
 _PORT = re.compile(r"^\s+Port (?P<port>[0-9]{1,3}):\s*$")
 _KV = re.compile(r"^\s+(?P<key>[A-Za-z][A-Za-z ]*?):\s*(?P<value>.*?)\s*$")
@@ -101,8 +106,11 @@ class IbstatParser:
         kv = _KV.match(line)
         if kv is None:
             return
+        key = kv.group("key").lower()
+        if key not in KEYS:
+            return
         target = ca.ports[-1].values if ca.ports else ca.values
-        target.setdefault(kv.group("key").lower(), kv.group("value"))
+        target.setdefault(key, kv.group("value"))
 
     def devices(self) -> tuple[IbDevice, ...]:
         """Every device in plain string order of names (as ``ibstat -l`` lists them), ports
