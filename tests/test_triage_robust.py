@@ -307,3 +307,30 @@ def test_ibstat_keeps_only_the_fields_it_reads() -> None:
     devices = p.devices()
     assert [d.ports[0].guid for d in devices] == [
         "0xe09d730300e400e8", "0xe09d730300e400e9", "0xe09d730300e400ea", "0xe09d730300e400eb"]
+
+
+def test_lspci_vpd_kept_is_bounded_and_the_lpfs_after_it_still_read() -> None:
+    """1,000 ConnectX functions with 64 full VPD fields each (16 MB of VPD) before the DGX
+    B200's real entries: the VPD kept stays near its bound, and the four LPFs after it still
+    show SMDL=SW_MNG (their Mellanox vendor field is always kept)."""
+    from nvfabric.triage.lspci import LspciParser
+
+    vpd = ["\tCapabilities: [48] Vital Product Data", "\t\tProduct Name: X",
+           "\t\tRead-only fields:"]
+    vpd += [f"\t\t[V{chr(65 + i % 26)}] Vendor specific: {i:03d}" + "y" * 248
+            for i in range(64)]
+    vpd += ["\t\tEnd", "\tKernel driver in use: mlx5_core", ""]
+    p = LspciParser()
+    for n in range(1000):
+        p.line(f"0000:{0xa0 + n // 32:02x}:{n % 32:02x}.1 Ethernet controller [0200]: "
+               "Mellanox Technologies MT2910 Family [ConnectX-7] [15b3:1021]")
+        for line in vpd:
+            p.line(line)
+    text = gzip.decompress(B200.read_bytes()).decode()
+    section = text[text.index("/usr/bin/lspci -nnDvvvxxxx\n") + 27:]
+    for line in section[:section.index(SEPARATOR)].splitlines():
+        p.line(line)
+    kept = sum(len(f.value) for e in p.entries for f in e.vpd_fields)
+    assert kept <= 2 << 20, kept  # its 1 MiB bound plus one vendor field per function
+    lpfs = [f.address for f in p.functions() if f.sw_mng]
+    assert lpfs == ["0000:05:00.0", "0000:06:00.0", "0000:07:00.0", "0000:08:00.0"]

@@ -26,6 +26,7 @@ from ..plan import SERVICES_BY_FABRIC, Plan, plan
 from . import ibstat as ibstat_mod
 from .checks import Ran, check, nvlsm_running
 from .collect import EXPECTED, Collected
+from .lspci import MAX_VPD_BYTES
 from .units import UnitState
 from .units import parse as parse_unit
 
@@ -193,6 +194,10 @@ def build(c: Collected, label: str) -> Triage:
     if c.lspci and c.lspci.without_ids:
         reasons.append(f"{c.lspci.without_ids} lspci entries without vendor:device IDs (lspci "
                        "run without -nn and without -x) were left out")
+    if c.lspci and c.lspci.vpd_dropped:
+        reasons.append(f"{c.lspci.vpd_dropped} VPD fields past the {MAX_VPD_BYTES >> 20} MiB "
+                       "kept of lspci's VPD were left out (each function's Mellanox vendor "
+                       "field, which holds SMDL, is always kept)")
     if c.lspci and c.lspci.duplicates:
         reasons.append(f"{c.lspci.duplicates} lspci entries repeat a PCI address already "
                        "listed (the lspci output appears twice): the first entry counts")

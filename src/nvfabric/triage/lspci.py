@@ -40,6 +40,10 @@ MAX_CONFIG = 256
 MAX_LINE = 1024
 #: Most VPD fields kept per function (a ConnectX image has about ten).
 MAX_VPD_FIELDS = 64
+#: Most VPD value bytes kept over all functions (a ConnectX image has about 300; 8192 functions
+#: of 64 full fields would be 130 MB). Past it only a function's first Mellanox vendor field
+#: (``MLX:...``, the one holding ``SMDL=SW_MNG``) is kept, at most 255 bytes each.
+MAX_VPD_BYTES = 1 << 20
 _NUMBER = re.compile(r"[0-9]{1,9}")
 
 _ADDR = r"(?a)(?P<addr>(?:[0-9a-fA-F]{4,8}:)?[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-7])"
@@ -139,6 +143,9 @@ class LspciParser:
         #: ``lspci -d 10de:* -v -xxx`` beside ``-nnDvvvxxxx``): the first one counts
         self.duplicates = 0
         self._addresses: set[str] = set()
+        #: VPD value bytes kept, and fields dropped past :data:`MAX_VPD_BYTES`
+        self.vpd_bytes = 0
+        self.vpd_dropped = 0
         self.hex_rows = 0
         self._cur: Entry | None = None
         self._in_vpd = False
@@ -258,8 +265,16 @@ class LspciParser:
             if kw == "RV":
                 cur.vpd_checksum = value.startswith("checksum good")
                 return
-            if len(cur.vpd_fields) < MAX_VPD_FIELDS:
-                cur.vpd_fields.append(VpdField(self._vpd_section, kw, unescape(value)))
+            if len(cur.vpd_fields) >= MAX_VPD_FIELDS:
+                return
+            data = unescape(value)[:255]  # a VPD keyword's length is one byte
+            if self.vpd_bytes + len(data) > MAX_VPD_BYTES and not (
+                    data.startswith(b"MLX:") and not any(
+                        f.value.startswith(b"MLX:") for f in cur.vpd_fields)):
+                self.vpd_dropped += 1
+                return
+            self.vpd_bytes += len(data)
+            cur.vpd_fields.append(VpdField(self._vpd_section, kw, data))
 
     def functions(self) -> tuple[PciFunction, ...]:
         """Every function with known IDs, in address order."""
