@@ -334,3 +334,28 @@ def test_lspci_vpd_kept_is_bounded_and_the_lpfs_after_it_still_read() -> None:
     assert kept <= 2 << 20, kept  # its 1 MiB bound plus one vendor field per function
     lpfs = [f.address for f in p.functions() if f.sw_mng]
     assert lpfs == ["0000:05:00.0", "0000:06:00.0", "0000:07:00.0", "0000:08:00.0"]
+
+
+def test_simulate_a_node_with_more_connectx_functions_than_a_spec_holds(
+        tmp_path: Path) -> None:
+    """70 SR-IOV VFs on the first LPF (74 ConnectX functions; a spec holds 64): the tree keeps
+    the LPFs and says what it left out, and plans as triage does."""
+    bl = blocks()
+    i = block_index(bl, "/usr/bin/lspci -nnDvvvxxxx")
+    vfs = ""
+    for k in range(4, 74):  # ARI: function number k is device k >> 3, function k & 7
+        vfs += VF_ENTRY.format(fn=k, hex=_vf_hex("00: ff ff ff ff 06 04 10 00 00 00 07 02"
+                                                 " 00 00 00 00")).replace(
+            f"0000:05:00.{k} ", f"0000:05:{k >> 3:02x}.{k & 7} ", 1)
+    cut = bl[i].index("0000:06:00.0")
+    bl[i] = bl[i][:cut] + vfs + bl[i][cut:]
+    path = tmp_path / "vfs.log"
+    path.write_text(SEPARATOR.join(bl))
+    tree = tmp_path / "node"
+    proc = run_cli("simulate", "--from-bug-report", str(path), str(tree))
+    assert proc.returncode == 0, proc.stderr
+    assert "74 ConnectX functions: 64 simulated" in proc.stdout
+    triaged, _ = run_json("triage", str(path))
+    planned, _ = run_json("plan", "--root", str(tree))
+    assert _plan_key(planned) == _plan_key(triaged["plan"])
+    assert _plan_key(planned)[2:4] == ("mlx5_0", "0xe09d730300e400e8")
