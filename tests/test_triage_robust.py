@@ -359,3 +359,19 @@ def test_simulate_a_node_with_more_connectx_functions_than_a_spec_holds(
     planned, _ = run_json("plan", "--root", str(tree))
     assert _plan_key(planned) == _plan_key(triaged["plan"])
     assert _plan_key(planned)[2:4] == ("mlx5_0", "0xe09d730300e400e8")
+
+
+def test_simulate_says_when_the_tree_lacks_what_triage_did_not_judge(tmp_path: Path) -> None:
+    """The old plain report has no ibstat: triage does not judge the management port
+    (report_section_missing), the tree has LPFs without ports, so plan there blocks with
+    management_port_not_found; simulate says so instead of leaving the two to disagree."""
+    report = REPO / "tests" / "data" / "bugreports" / "dgx-b200-old-plain-cut.log"
+    tree = tmp_path / "node"
+    out, rc = run_json("simulate", "--from-bug-report", str(report), str(tree))
+    assert rc == 0
+    triaged, _ = run_json("triage", str(report))
+    planned, _ = run_json("plan", "--root", str(tree))
+    assert "management_port_not_found" in [b["code"] for b in planned["blockers"]]
+    assert [b["code"] for b in triaged["plan"]["blockers"]] == ["ib_stack_missing"]
+    assert any(n.startswith("the report lacks ibstat: triage did not judge the plan's "
+                            "ib_stack_missing") for n in out["notes"]), out["notes"]
