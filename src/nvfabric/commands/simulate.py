@@ -70,6 +70,14 @@ def simulate(profile: str | None, directory: str | None, spec_file: str | None,
                     "dump): its PCI functions are unknown, so there is no node to build",
                     "ask for the whole nvidia-bug-report.log.gz, written as root")
             raw, notes = node_spec(triaged.inventory)
+            for f in triaged.findings:
+                if f.code == "report_section_missing" and "plan_blocker" in f.fields:
+                    # the tree cannot hold "unknown": say that plan on it judges what the
+                    # report could not tell (no ibstat: LPFs without ports)
+                    notes.append(f"the report lacks {f.fields['section']}: triage did not "
+                                 f"judge the plan's {f.fields['plan_blocker']}, but the tree "
+                                 "is built without it, so plan and detect there judge a "
+                                 "node that lacks it (their blockers may be this gap)")
             spec = parse(raw)
             source = report_file
         elif spec_file:
