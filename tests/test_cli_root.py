@@ -67,3 +67,21 @@ def test_an_empty_root_is_a_usage_error() -> None:
     proc = run_cli("detect", "--root", "")
     assert proc.returncode == 2
     assert "--root" in proc.stderr and "Traceback" not in proc.stderr
+
+
+@pytest.mark.parametrize("raw", [b"node-\xff", b"node\nname", b"node\x1b[31m"])
+@pytest.mark.parametrize("command", ["plan", "run --dry-run", "status", "simulate dgx-b200"])
+def test_a_root_text_cannot_hold_is_refused_in_one_line(tmp_path: Path, raw: bytes,
+                                                        command: str) -> None:
+    # a --root (or simulate's DIR) of bytes that are not UTF-8, or with control characters,
+    # would reach configs, argv and the fakes' files as text: exit 2 naming it, never exit 3
+    import os
+
+    bad = os.fsdecode(bytes(tmp_path) + b"/" + raw)
+    words = command.split()
+    args = [*words, bad] if words[0] == "simulate" else [*words, "--root", bad]
+    proc = run_cli(*args)
+    assert proc.returncode == 2, proc.stderr
+    assert "Traceback" not in proc.stderr and "internal_error" not in proc.stderr
+    assert "UTF-8" in proc.stderr or "control character" in proc.stderr
+    assert not any(tmp_path.iterdir())  # nothing was written

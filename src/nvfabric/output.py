@@ -20,13 +20,36 @@ from .findings import Finding
 
 F = TypeVar("F", bound=Callable[..., Any])
 
+def checked_root(value: str) -> str:
+    """``value`` made absolute (relative to the working directory); ValueError when it cannot
+    be a root: not valid UTF-8 (undecodable bytes kept by os.fsdecode), control characters or
+    PATH_MAX (:func:`nvfabric.hostpath.problem`). Paths under a root go into configs and argv
+    as text, so a root that text cannot hold is refused here, once."""
+    from .hostpath import problem
+
+    root = os.path.abspath(value)
+    try:
+        root.encode("utf-8")
+    except UnicodeEncodeError:
+        raise ValueError(
+            f"{root.encode('utf-8', 'surrogateescape')!r} is not valid UTF-8: nvfabric writes "
+            "paths under the root into configs and argv as text") from None
+    why = problem(root)
+    if why is not None:
+        raise ValueError(f"{root!r} {why}")
+    return root
+
+
 def absolute_root(_ctx: click.Context, _param: click.Parameter, value: str) -> str:
-    """``--root`` made absolute once, at the CLI edge (relative to the working directory), so
-    that no command has to: paths built under it go into argv and config files, which take
-    absolute paths only. An empty value is a usage error (exit 2)."""
+    """``--root`` made absolute once, at the CLI edge (:func:`checked_root`), so that no
+    command has to: paths built under it go into argv and config files, which take absolute
+    paths only. An empty or unusable value is a usage error (exit 2)."""
     if not value:
         raise click.BadParameter("must name a directory (use / for this host)")
-    return os.path.abspath(value)
+    try:
+        return checked_root(value)
+    except ValueError as err:
+        raise click.BadParameter(str(err)) from None
 
 
 #: Shared option decorators so that every command spells them the same way.

@@ -9,7 +9,7 @@ from typing import Any
 import click
 
 from ..errors import usage_error
-from ..output import console, guarded, json_option, print_json, safe
+from ..output import checked_root, console, guarded, json_option, print_json, safe
 
 #: Largest node spec read (a spec is a few KB; a case file with its input a few tens).
 MAX_SPEC_BYTES = 1 << 20
@@ -57,6 +57,10 @@ def simulate(profile: str | None, directory: str | None, spec_file: str | None,
     if not directory:
         raise usage_error("missing DIR", "nvfabric simulate PROFILE DIR, --spec FILE DIR or "
                           "--from-bug-report FILE DIR")
+    try:
+        directory = checked_root(directory)
+    except ValueError as err:
+        raise usage_error(f"DIR {err}") from None
     notes: list[str] = []
     try:
         if report_file:
