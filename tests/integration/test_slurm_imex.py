@@ -17,6 +17,7 @@ import pytest
 from tests.integration.debroot import REPO
 from tests.integration.distbin import dist_binary
 from tests.integration.slurmkit import Slurm
+from tests.runkit import alive
 
 SCRIPTS = REPO / "packaging/slurm"
 STATE_DIR = "run/nvfabric-slurm"
@@ -27,14 +28,6 @@ def calls(root: Path) -> list[dict[str, object]]:
     if not path.exists():
         return []
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
-
-
-def alive(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat", encoding="utf-8") as fh:
-            return fh.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except OSError:
-        return False
 
 
 def processes_of(root: Path) -> list[str]:

@@ -27,6 +27,7 @@ from nvfabric.simulate.fakes import calls
 from tests.conftest import REPO, run_cli
 from tests.integration.debroot import require
 from tests.integration.usermanager import NVFABRIC, UNIT, Node, UserManager
+from tests.runkit import alive
 
 
 @pytest.fixture(scope="module")
@@ -54,14 +55,6 @@ def node(manager: UserManager, tmp_path: Path) -> Iterator[Node]:
         yield n
     finally:
         n.cleanup()
-
-
-def alive(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat", encoding="utf-8") as fh:
-            return fh.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except OSError:
-        return False
 
 
 def service_pids(ready: dict[str, object]) -> dict[str, int]:

@@ -16,6 +16,7 @@ import pytest
 from tests.conftest import REPO
 from tests.integration import usermanager
 from tests.integration.usermanager import UserManager, remove_cgroup
+from tests.runkit import alive
 
 CHILD = r"""
 import sys, time
@@ -29,14 +30,6 @@ m.systemctl("start", "sleeper.service")
 print(m.pid, m.show("sleeper.service", "MainPID")["MainPID"], m.base, *m.cgroups, flush=True)
 time.sleep(300)
 """
-
-
-def alive(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat", encoding="utf-8") as fh:
-            return fh.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except OSError:
-        return False
 
 
 def test_a_test_process_killed_outright_takes_its_user_manager_and_units_with_it() -> None:
