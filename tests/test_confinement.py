@@ -140,14 +140,24 @@ def test_shipped_config_that_is_a_link_to_an_unrelated_file_is_refused(
     cfg = root / "usr/share/nvidia/nvswitch/fabricmanager.cfg"
     unrelated = tmp_path / "passwd"
     unrelated.write_text("root:x:0:0:root:/root:/bin/bash\n")
+    inside = root / "etc/passwd"
+    inside.parent.mkdir(exist_ok=True)
+    inside.write_text(unrelated.read_text())
     cfg.unlink()
-    cfg.symlink_to(unrelated)
-    for args in (("--dry-run",), ("--dry-run", "--json"), ()):
-        proc = subprocess.run([sys.executable, "-m", "nvfabric", "run", "--root", str(root),
-                               *args], capture_output=True, text=True, timeout=60, check=False)
-        assert proc.returncode == 2, proc.stderr
-        assert "root:x:0:0" not in proc.stdout + proc.stderr
-        assert "is a symbolic link" in proc.stdout + proc.stderr
+    # a link out of the root: the vendor file is missing from the node (R08: exit 1, the
+    # finding names where the link leads); a link to another file of the tree: not the
+    # vendor's file (exit 2). Neither is copied or printed.
+    for target, code, words in ((unrelated, 1, "link leading out of the root"),
+                                (Path("../../../../etc/passwd"), 2, "is a symbolic link")):
+        cfg.unlink(missing_ok=True)
+        cfg.symlink_to(target)
+        for args in (("--dry-run",), ("--dry-run", "--json"), ()):
+            proc = subprocess.run([sys.executable, "-m", "nvfabric", "run", "--root",
+                                   str(root), *args], capture_output=True, text=True,
+                                  timeout=60, check=False)
+            assert proc.returncode == code, proc.stderr
+            assert "root:x:0:0" not in proc.stdout + proc.stderr
+            assert words in proc.stdout + proc.stderr
     assert not events(root, "fabricmanager", "exec")
 
 
