@@ -265,7 +265,10 @@ def test_failed_write_removes_what_was_written(tmp_path: Path,
 
 
 def test_human_output_shows_control_characters_escaped(tmp_path: Path) -> None:
+    # a DIR with a control character is refused (its paths would reach configs and argv),
+    # and the refusal shows it escaped: nothing raw reaches the terminal
     target = tmp_path / "n\x1b[2Jx"
     proc = run_cli("simulate", "no-gpu", str(target))
-    assert proc.returncode == 0, proc.stderr
-    assert "\x1b" not in proc.stdout and "n\\x1b[2Jx" in proc.stdout
+    assert proc.returncode == 2, proc.stderr
+    assert "\x1b" not in proc.stdout + proc.stderr and "n\\x1b[2Jx" in proc.stderr
+    assert not target.exists()
