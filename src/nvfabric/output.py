@@ -15,7 +15,7 @@ from typing import Any, NoReturn, TypeVar
 
 import click
 
-from .errors import NvfabricError
+from .errors import NvfabricError, usage_error
 from .findings import Finding
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -41,15 +41,13 @@ def checked_root(value: str) -> str:
 
 
 def absolute_root(_ctx: click.Context, _param: click.Parameter, value: str) -> str:
-    """``--root`` made absolute once, at the CLI edge (:func:`checked_root`), so that no
-    command has to: paths built under it go into argv and config files, which take absolute
-    paths only. An empty or unusable value is a usage error (exit 2)."""
+    """``--root`` made absolute once, at the CLI edge, so that no command has to: paths built
+    under it go into argv and config files, which take absolute paths only. An empty value is a
+    usage error (exit 2); :func:`guarded` refuses one that text cannot hold
+    (:func:`checked_root`), as one line or one JSON object."""
     if not value:
         raise click.BadParameter("must name a directory (use / for this host)")
-    try:
-        return checked_root(value)
-    except ValueError as err:
-        raise click.BadParameter(str(err)) from None
+    return os.path.abspath(value)
 
 
 #: Shared option decorators so that every command spells them the same way.
@@ -253,6 +251,11 @@ def guarded(fn: F) -> F:
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         as_json = bool(kwargs.get("as_json"))
         try:
+            if isinstance(kwargs.get("root"), str):
+                try:
+                    kwargs["root"] = checked_root(kwargs["root"])
+                except ValueError as err:
+                    raise usage_error(f"--root {err}") from None
             return fn(*args, **kwargs)
         except NvfabricError as err:
             fail(err.finding, err.exit_code, as_json)
