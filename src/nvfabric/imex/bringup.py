@@ -123,7 +123,14 @@ def prepare(opts: ImexRunOptions, driver_version: str | None) -> Prepared:
                      if f.code != "imex_channel_missing" or not create]
     paths = opts.paths
     shipped_path = opts.resolve(paths.shipped_config)
-    shipped = host.read_file(opts.root, paths.shipped_config)
+    why = host.shipped_problem(opts.root, paths.shipped_config)
+    shipped = host.read_file(opts.root, paths.shipped_config) if why is None else None
+    if why is None and shipped is not None and not keyvalue.parse(shipped).items():
+        why = "is empty (no KEY=VALUE line)"
+    if why is not None:
+        raise usage_error(f"the shipped IMEX config {shipped_path} {why}",
+                          "reinstall the nvidia-imex package (its config.cfg is a regular file "
+                          "with the keys of that version), or pass --imex-config")
     notes = []
     if shipped is None:
         notes.append(f"no shipped IMEX config at {shipped_path}: using nvfabric's minimal "
