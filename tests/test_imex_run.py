@@ -304,3 +304,25 @@ def test_missing_shipped_imex_config_still_uses_the_minimal_config(tmp_path: Pat
     assert rc == 0, out
     cfg = [f["content"] for f in out["files"] if f["path"].endswith("imex/config.cfg")][0]
     assert "no shipped config.cfg was found" in cfg
+
+
+@pytest.mark.parametrize("kind", ["missing", "link-out", "dangling", "directory"])
+def test_unread_node_list_says_why(tmp_path: Path, kind: str) -> None:
+    """A nodes_config.cfg that links out of the root is read as missing (never followed), but
+    the message said 'does not exist' of a file that is there: it names the link now."""
+    root = tray(tmp_path)
+    path = root / "etc/nvidia-imex/nodes_config.cfg"
+    path.unlink()
+    if kind == "link-out":
+        path.symlink_to("/etc/passwd")
+    elif kind == "dangling":
+        path.symlink_to("nowhere.cfg")
+    elif kind == "directory":
+        path.mkdir()
+    out, rc = run_json("run", "--root", str(root), "--dry-run")
+    assert (rc, codes(out)) == (1, ["config_invalid_value"])
+    message = finding(out, "config_invalid_value")["message"]
+    assert str(path) in message
+    assert {"missing": "does not exist", "link-out": "symbolic link to '/etc/passwd'",
+            "dangling": "symbolic link to 'nowhere.cfg'",
+            "directory": "is not a regular file"}[kind] in message

@@ -12,6 +12,7 @@ only through :class:`nvfabric.supervisor.Supervisor`. ``prepare`` changes nothin
 from __future__ import annotations
 
 import os
+import stat
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -205,7 +206,7 @@ def _node_list(opts: ImexRunOptions, shipped: str | None
         if text is None:
             return (), where, Finding(
                 "config_invalid_value", "error",
-                f"no IMEX node list: {opts.resolve(where)} does not exist",
+                f"no IMEX node list: {opts.resolve(where)} {_unread_why(opts.root, where)}",
                 "write the addresses of every tray of the domain there (`nvfabric imex config "
                 "--peers FILE`), or pass --imex-peers FILE", {"key": "IMEX_NODE_CONFIG_FILE"})
     assert text is not None
@@ -214,6 +215,26 @@ def _node_list(opts: ImexRunOptions, shipped: str | None
     except nodes.PeerError as err:
         return (), where, Finding("config_invalid_value", "error", f"{where}: {err}",
                                   "one IP address or host name per line", {"key": "nodes"})
+
+
+def _unread_why(root: str, where: str) -> str:
+    """Why :func:`host.read_file` gave nothing for ``where`` under ``root``: it does not
+    exist, it is a link that leaves the root (read as missing, never followed out), or it is
+    not a readable regular file. One phrase, for the finding's message."""
+    path = under(root, where)
+    try:
+        st = os.lstat(path)
+    except OSError:
+        return "does not exist"
+    if stat.S_ISLNK(st.st_mode):
+        try:
+            target = os.readlink(path)
+        except OSError:
+            target = "?"
+        return f"is a symbolic link to {target!r} that leaves the root or leads nowhere"
+    if not stat.S_ISREG(st.st_mode):
+        return "is not a regular file"
+    return "cannot be read"
 
 
 def apply(prepared: Prepared, opts: ImexRunOptions, log: Log) -> list[Finding]:
