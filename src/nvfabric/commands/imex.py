@@ -29,6 +29,7 @@ from ..output import (
     console,
     guarded,
     json_option,
+    os_error,
     print_findings,
     print_json,
     root_option,
@@ -307,10 +308,10 @@ def config_cmd(root: str, config_path: str, output: str | None, nodes_config: st
             for f in files:
                 host.write_file(root, f["path"], f["content"])
         except OSError as err:
-            raise NvfabricError(Finding(
-                "config_invalid_value", "error", f"cannot write {err.filename}: {err.strerror}",
-                "run as root, or give --output/--nodes-config in a writable place",
-                {"key": "path"})) from None
+            # A full disk is disk_full (exit 1), permissions and the rest say what they are
+            # (exit 2): the README's contract, the same words as `run`.
+            problem, code = os_error(err, "cannot write", under(root, f["path"]))
+            raise NvfabricError(problem, exit_code=code) from None
         written = bool(files)
     data: dict[str, Any] = {
         "config": target,
