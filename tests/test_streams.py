@@ -89,12 +89,13 @@ def test_a_closed_stdout_is_not_handed_to_a_file_nvfabric_opens(tmp_path: Path) 
     # the JSON of the refusal would be written into it
     from tests.runkit import sim
 
-    root = sim(tmp_path, "dgx-b200")
-    (root / "bin/nv-fabricmanager").unlink()  # preflight refuses, after taking the lock
+    # preflight refuses after taking the lock: fabric manager of another version (a missing
+    # binary is refused earlier, with the vendor files, before the lock is taken)
+    root = sim(tmp_path, "dgx-b200", {"fabricmanager": {"version": "570.133.20"}})
     proc = _nvfabric("run", "--root", str(root), "--json", close=(1,))
     assert proc.returncode == 1, proc.stderr
     assert b"Traceback" not in proc.stderr and b"internal_error" not in proc.stderr
-    assert b"binary_missing" not in proc.stderr  # the JSON went to /dev/null, not to stderr
+    assert b"version_mismatch" not in proc.stderr  # the JSON went to /dev/null, not to stderr
     lock = root / "run/nvfabric/run.lock"
     assert lock.read_bytes().strip().isdigit()  # only the run's pid
 
