@@ -10,6 +10,7 @@
 
 from __future__ import annotations
 
+import os
 import sys
 from typing import Any
 
@@ -35,6 +36,11 @@ from ..output import (
     root_option,
     safe,
 )
+
+
+def _shown(root: str, host_path: str) -> str:
+    """``host_path`` as it is made under ``root`` (itself under ``/``)."""
+    return under(root, host_path) if os.path.abspath(root) != "/" else host_path
 
 
 @click.group("imex")
@@ -313,12 +319,15 @@ def config_cmd(root: str, config_path: str, output: str | None, nodes_config: st
             problem, code = os_error(err, "cannot write", under(root, f["path"]))
             raise NvfabricError(problem, exit_code=code) from None
         written = bool(files)
+    # Paths as made, under --root (as `run` lists its files); "config"/"nodes_config" stay
+    # host paths: the values the written config names.
+    shown = [{"path": _shown(root, f["path"]), "content": f["content"]} for f in files]
     data: dict[str, Any] = {
         "config": target,
         "nodes_config": nodes_path,
         "node_list": [p.text for p in current],
         "node_list_id": node_list_id(p.text for p in current) if current else None,
-        "files": files,
+        "files": shown,
         "written": written,
         "refused": bool(errors),
         "findings": [f.to_json() for f in findings],
@@ -327,7 +336,7 @@ def config_cmd(root: str, config_path: str, output: str | None, nodes_config: st
         print_json(data)
     else:
         con = console()
-        for f in files:
+        for f in shown:
             if written:
                 verb = "wrote"
             elif errors:
