@@ -216,3 +216,18 @@ def test_fetch_default_cache_through_a_link_out_of_the_root_is_refused(
         assert "--dest (default)" in out["error"]["message"]
         assert "outside the root" in out["error"]["message"]
     assert list(outside.iterdir()) == []
+
+
+def test_a_channel_node_that_is_itself_a_link_out_is_named_so(
+        tmp_path: Path, node: Callable[..., Path]) -> None:
+    """channel1 a dangling link to a file outside the root: refused (nothing made there), and
+    the hint no longer blames 'the channel directory', which is a plain directory here."""
+    root = node("gb200-tray")
+    outside = tmp_path / "elsewhere"
+    outside.mkdir()
+    (root / CHANNELS / "channel1").symlink_to(outside / "f")
+    out, rc = run_json("imex", "channel", "--root", str(root), "--create", "1")
+    assert rc == 2 and out["error"]["code"] == "input_unreadable"
+    assert f"resolves to {outside}/f, outside the root {root}" in out["error"]["message"]
+    assert "the channel node itself" in out["error"]["hint"]
+    assert list(outside.iterdir()) == []

@@ -142,8 +142,9 @@ def _or_not_set(value: object) -> str:
 
 
 #: The hint of a channel path that leaves --root through a link (nothing is made there).
-CHANNEL_LINK_HINT = ("the channel directory under --root links out of it: remove that link (or "
-                     "point it inside the root); nothing was created")
+CHANNEL_LINK_HINT = ("a link on the channel's path under --root (the channel directory, a "
+                     "directory above it, or the channel node itself) leads out of it: remove "
+                     "that link (or point it inside the root); nothing was created")
 
 
 def _create(root: str, facts: channels.ChannelFacts, number: int) -> str:

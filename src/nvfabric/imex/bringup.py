@@ -114,9 +114,10 @@ def prepare(opts: ImexRunOptions, driver_version: str | None) -> Prepared:
         try:
             channel_at = host.channel_target(opts.root, 0)
         except host.PathEscape as err:
-            raise usage_error(str(err), "the channel directory under --root links out of it: "
-                              "remove that link (or point it inside the root); nothing was "
-                              "started or created") from None
+            raise usage_error(str(err), "a link on the channel's path under --root (the "
+                              "channel directory, a directory above it, or the channel "
+                              "node itself) leads out of it: remove that link (or point it "
+                              "inside the root); nothing was started or created") from None
     if facts.major is None:
         refusals += channels.check(facts)
     else:
