@@ -10,6 +10,8 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
+import pytest
+
 from tests.conftest import run_cli, run_json
 from tests.runkit import events, sim
 from tests.test_imex_run import tray
@@ -174,6 +176,19 @@ def test_unknown_fm_set_key_is_refused_with_the_nearest_known_key(tmp_path: Path
                                                          "LOG_LEVEL")
     assert "--fm-set LOG_LEVLE" in err["message"] and "did you mean LOG_LEVEL?" in err["hint"]
     assert not (root / "run/nvfabric/fabricmanager.cfg").exists()
+
+
+@pytest.mark.parametrize("typed", ["log_level", "Log_Levle"])
+def test_a_key_in_the_wrong_case_is_told_the_known_key(tmp_path: Path, typed: str) -> None:
+    """Fabric manager's keys are upper case (and it matches them exactly): `log_level=2` is
+    refused, and the hint names LOG_LEVEL (difflib alone found no key near the lower case)."""
+    root = sim(tmp_path, "hgx-h100")
+    out, rc = run_json("run", "--root", str(root), "--dry-run", "--fm-set", f"{typed}=2")
+    assert rc == 2
+    err = out["error"]
+    assert (err["code"], err["key"], err["nearest"]) == ("config_invalid_value", typed,
+                                                         "LOG_LEVEL")
+    assert "did you mean LOG_LEVEL?" in err["hint"]
 
 
 def test_unknown_key_from_the_environment_is_refused(tmp_path: Path) -> None:
