@@ -10,6 +10,8 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
+import pytest
+
 from tests.conftest import run_cli, run_json
 from tests.runkit import events, sim
 from tests.test_imex_run import tray
@@ -186,6 +188,19 @@ def test_unknown_fm_set_key_is_refused_with_the_nearest_known_key(tmp_path: Path
     assert not (root / "run/nvfabric/fabricmanager.cfg").exists()
 
 
+@pytest.mark.parametrize("typed", ["log_level", "Log_Levle"])
+def test_a_key_in_the_wrong_case_is_told_the_known_key(tmp_path: Path, typed: str) -> None:
+    """Fabric manager's keys are upper case (and it matches them exactly): `log_level=2` is
+    refused, and the hint names LOG_LEVEL (difflib alone found no key near the lower case)."""
+    root = sim(tmp_path, "hgx-h100")
+    out, rc = run_json("run", "--root", str(root), "--dry-run", "--fm-set", f"{typed}=2")
+    assert rc == 2
+    err = out["error"]
+    assert (err["code"], err["key"], err["nearest"]) == ("config_invalid_value", typed,
+                                                         "LOG_LEVEL")
+    assert "did you mean LOG_LEVEL?" in err["hint"]
+
+
 def test_unknown_key_from_the_environment_is_refused(tmp_path: Path) -> None:
     root = sim(tmp_path, "hgx-h100")
     proc = run_cli("run", "--root", str(root), "--dry-run",
@@ -225,4 +240,19 @@ def test_fetch_default_cache_through_a_link_out_of_the_root_is_refused(
         assert rc == 2, out
         assert "--dest (default)" in out["error"]["message"]
         assert "outside the root" in out["error"]["message"]
+    assert list(outside.iterdir()) == []
+
+
+def test_a_channel_node_that_is_itself_a_link_out_is_named_so(
+        tmp_path: Path, node: Callable[..., Path]) -> None:
+    """channel1 a dangling link to a file outside the root: refused (nothing made there), and
+    the hint no longer blames 'the channel directory', which is a plain directory here."""
+    root = node("gb200-tray")
+    outside = tmp_path / "elsewhere"
+    outside.mkdir()
+    (root / CHANNELS / "channel1").symlink_to(outside / "f")
+    out, rc = run_json("imex", "channel", "--root", str(root), "--create", "1")
+    assert rc == 2 and out["error"]["code"] == "input_unreadable"
+    assert f"resolves to {outside}/f, outside the root {root}" in out["error"]["message"]
+    assert "the channel node itself" in out["error"]["hint"]
     assert list(outside.iterdir()) == []

@@ -331,7 +331,7 @@ def test_config_refused_says_refused_not_would_write(tray: Path) -> None:
     proc = run_cli("imex", "config", "--root", str(tray), "--peer", "198.51.100.99",
                    "--local-address", "198.51.100.1")
     assert proc.returncode == 1
-    assert "refused, not written: /etc/nvidia-imex/nodes_config.cfg" in proc.stdout
+    assert f"refused, not written: {tray}/etc/nvidia-imex/nodes_config.cfg" in proc.stdout
     assert "would write" not in proc.stdout
 
 
@@ -430,3 +430,20 @@ def test_hosts_file_parsing() -> None:
     text = "# comment\n10.0.0.1  a.example  A\nfe80::1%eth0 b\n\n10.0.0.2 a\nbad\n"
     assert parse_hosts(text) == {"a.example": ("10.0.0.1",), "a": ("10.0.0.1", "10.0.0.2"),
                                  "b": ("fe80::1",)}
+
+
+def test_written_files_are_shown_under_the_root(tmp_path: Path) -> None:
+    """Issue 10: printed paths show the root they were made under (`run` lists its files so);
+    `imex config --root R` said `wrote /etc/nvidia-imex/nodes_config.cfg` of R's file."""
+    from tests.test_imex_run import tray
+
+    root = tray(tmp_path)
+    made = root / "etc/nvidia-imex/nodes_config.cfg"
+    out, rc = run_json("imex", "config", "--root", str(root), "--peer", "192.0.2.10",
+                       "--peer", "192.0.2.11")
+    assert rc == 0, out
+    assert [f["path"] for f in out["files"]] == [str(made)]
+    assert out["nodes_config"] == "/etc/nvidia-imex/nodes_config.cfg"  # the value, host view
+    assert made.read_text() == "192.0.2.10\n192.0.2.11\n"
+    proc = run_cli("imex", "config", "--root", str(root), "--peer", "192.0.2.10", "--dry-run")
+    assert f"would write {made}" in proc.stdout

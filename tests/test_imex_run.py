@@ -284,3 +284,63 @@ def test_mnnvl_run_json_has_the_one_run_shape(tmp_path: Path) -> None:
     assert set(run_result("would_start", 0, "mnnvl", [])) <= set(out)
     assert out["dry_run"] is True and out["fabric"] == "mnnvl" and "imex" in out
     assert [p["service"] for p in out["processes"]] == ["imex"]
+
+
+@pytest.mark.parametrize("kind", ["link-out", "link-in", "empty", "comments-only"])
+def test_shipped_imex_config_that_is_a_link_or_empty_is_refused(tmp_path: Path, kind: str) -> None:
+    """Like fabric manager's shipped file (issue 10 section 2): a config.cfg that is a link
+    (to /etc/passwd, or even to a copy inside the tree) or has no KEY=VALUE line is exit 2
+    naming it; before the fix the link was read as missing and nvfabric's minimal config was
+    written instead, and an empty file gave a config of nvfabric's keys alone."""
+    root = tray(tmp_path)
+    cfg = root / "etc/nvidia-imex/config.cfg"
+    if kind == "link-out":
+        cfg.unlink()
+        cfg.symlink_to("/etc/passwd")
+    elif kind == "link-in":
+        (root / "etc/nvidia-imex/config.cfg.real").write_text(cfg.read_text())
+        cfg.unlink()
+        cfg.symlink_to("config.cfg.real")
+    elif kind == "empty":
+        cfg.write_text("")
+    else:
+        cfg.write_text("# LOG_LEVEL=4\n\n")
+    for extra in (["--dry-run"], []):
+        out, rc = run_json("run", "--root", str(root), *extra)
+        assert rc == 2, out
+        assert out["error"]["code"] == "input_unreadable"
+        assert str(cfg) in out["error"]["message"]
+        assert ("symbolic link" if kind.startswith("link") else "no KEY=VALUE") \
+            in out["error"]["message"]
+        assert not (root / "run/nvfabric/imex").exists()
+
+
+def test_missing_shipped_imex_config_still_uses_the_minimal_config(tmp_path: Path) -> None:
+    root = tray(tmp_path)
+    (root / "etc/nvidia-imex/config.cfg").unlink()
+    out, rc = run_json("run", "--root", str(root), "--dry-run")
+    assert rc == 0, out
+    cfg = [f["content"] for f in out["files"] if f["path"].endswith("imex/config.cfg")][0]
+    assert "no shipped config.cfg was found" in cfg
+
+
+@pytest.mark.parametrize("kind", ["missing", "link-out", "dangling", "directory"])
+def test_unread_node_list_says_why(tmp_path: Path, kind: str) -> None:
+    """A nodes_config.cfg that links out of the root is read as missing (never followed), but
+    the message said 'does not exist' of a file that is there: it names the link now."""
+    root = tray(tmp_path)
+    path = root / "etc/nvidia-imex/nodes_config.cfg"
+    path.unlink()
+    if kind == "link-out":
+        path.symlink_to("/etc/passwd")
+    elif kind == "dangling":
+        path.symlink_to("nowhere.cfg")
+    elif kind == "directory":
+        path.mkdir()
+    out, rc = run_json("run", "--root", str(root), "--dry-run")
+    assert (rc, codes(out)) == (1, ["config_invalid_value"])
+    message = finding(out, "config_invalid_value")["message"]
+    assert str(path) in message
+    assert {"missing": "does not exist", "link-out": "symbolic link to '/etc/passwd'",
+            "dangling": "symbolic link to 'nowhere.cfg'",
+            "directory": "is not a regular file"}[kind] in message

@@ -91,3 +91,32 @@ def test_a_signal_during_a_blocked_nvml_read_ends_within_a_second() -> None:
         proc.wait(timeout=30)
         assert time.monotonic() - sent < BOUND_S
         assert proc.returncode == 128 + sig
+
+
+@pytest.mark.parametrize("command", [("status",), ("wait", "--timeout", "120")])
+def test_sigkill_of_the_command_during_a_hanging_probe_leaves_no_probe_behind(
+        tmp_path: Path, command: tuple[str, ...]) -> None:
+    """SIGKILL runs no handler of ours: the probe (in its own session, so no terminal signal
+    reaches it) used to stay behind with PPID 1, hung, for as long as nvidia-smi hangs. It
+    gets PR_SET_PDEATHSIG = SIGKILL, as `run`'s daemons get SIGTERM."""
+    root = sim(tmp_path, "hgx-h100")
+    set_faults(str(root), {"nvidia-smi": {"hang": True}})
+    env = {k: v for k, v in os.environ.items() if k != "NVFABRIC_DEBUG"}
+    proc = subprocess.Popen([sys.executable, "-m", "nvfabric", *command, "--root", str(root)],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
+    probes: set[int] = set()
+
+    def probing() -> bool:
+        probes.update(_children_of(proc.pid))
+        return bool(probes)
+
+    try:
+        until(probing, "the fabric-state probe is running")
+        proc.kill()
+        proc.wait(timeout=30)
+        until(lambda: not any(_alive(p) for p in probes),
+              "the probe dies with the SIGKILLed command", bound=5)
+    finally:
+        for pid in probes:  # only the probe this test started, by pid
+            if _alive(pid):
+                os.kill(pid, signal.SIGKILL)

@@ -4,6 +4,7 @@ command's own exit code and is never an internal error."""
 
 from __future__ import annotations
 
+import errno
 import os
 import subprocess
 import sys
@@ -86,12 +87,11 @@ def test_closed_stdout_or_stderr_is_never_an_internal_error(
 def test_a_closed_stdout_is_not_handed_to_a_file_nvfabric_opens(tmp_path: Path) -> None:
     # with fd 1 closed, the run lock (the first file `run` opens) would become "stdout" and
     # the JSON of the refusal would be written into it
-    from nvfabric.simulate.fakes import set_faults
     from tests.runkit import sim
 
-    root = sim(tmp_path, "dgx-b200")
-    # the version check is preflight after the lock (a missing binary is refused before it)
-    set_faults(str(root), {"fabricmanager": {"version": "570.133.20"}})
+    # preflight refuses after taking the lock: fabric manager of another version (a missing
+    # binary is refused earlier, with the vendor files, before the lock is taken)
+    root = sim(tmp_path, "dgx-b200", {"fabricmanager": {"version": "570.133.20"}})
     proc = _nvfabric("run", "--root", str(root), "--json", close=(1,))
     assert proc.returncode == 1, proc.stderr
     assert b"Traceback" not in proc.stderr and b"internal_error" not in proc.stderr
@@ -250,3 +250,38 @@ def test_a_full_disk_at_the_write_boundary_names_the_target_and_leaves_nothing(
     assert (err.value.errno, err.value.filename) == (errno.ENOSPC, str(target))
     assert target.read_text() == "OLD=1\n"
     assert sorted(p.name for p in target.parent.iterdir()) == ["fabricmanager.cfg"]
+
+
+@pytest.mark.parametrize(("code", "finding_code", "exit_code", "word"), [
+    (errno.ENOSPC, "disk_full", 1, "free space"),
+    (errno.EROFS, "input_unreadable", 2, "read-only"),
+])
+def test_imex_config_write_error_says_what_it_is(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, code: int, finding_code: str,
+        exit_code: int, word: str) -> None:
+    """`imex config` made every write error `config_invalid_value` with 'run as root' (a full
+    disk included), exit 1 or 2 by accident; it goes through output.os_error like `run`."""
+    import json
+
+    from click.testing import CliRunner
+
+    from nvfabric.cli import main
+    from nvfabric.configs import atomic
+    from tests.test_imex_run import tray
+
+    root = tray(tmp_path)
+    cfg = root / "etc/nvidia-imex/config.cfg"
+    before = cfg.read_text()
+
+    def failing(_fd: int) -> None:
+        raise OSError(code, os.strerror(code))  # what a real fsync gives on that filesystem
+
+    monkeypatch.setattr(atomic.os, "fsync", failing)
+    result = CliRunner().invoke(main, ["imex", "config", "--root", str(root), "--peer",
+                                       "192.0.2.10", "--set", "LOG_LEVEL=2", "--json"])
+    assert result.exit_code == exit_code, result.output
+    error = json.loads(result.stdout)["error"]
+    assert error["code"] == finding_code and word in error["hint"]
+    assert os.strerror(code) in error["message"]
+    assert "run as root" not in error["hint"]
+    assert cfg.read_text() == before

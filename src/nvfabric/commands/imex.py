@@ -10,6 +10,7 @@
 
 from __future__ import annotations
 
+import os
 import sys
 from typing import Any
 
@@ -29,11 +30,17 @@ from ..output import (
     console,
     guarded,
     json_option,
+    os_error,
     print_findings,
     print_json,
     root_option,
     safe,
 )
+
+
+def _shown(root: str, host_path: str) -> str:
+    """``host_path`` as it is made under ``root`` (itself under ``/``)."""
+    return under(root, host_path) if os.path.abspath(root) != "/" else host_path
 
 
 @click.group("imex")
@@ -135,8 +142,9 @@ def _or_not_set(value: object) -> str:
 
 
 #: The hint of a channel path that leaves --root through a link (nothing is made there).
-CHANNEL_LINK_HINT = ("the channel directory under --root links out of it: remove that link (or "
-                     "point it inside the root); nothing was created")
+CHANNEL_LINK_HINT = ("a link on the channel's path under --root (the channel directory, a "
+                     "directory above it, or the channel node itself) leads out of it: remove "
+                     "that link (or point it inside the root); nothing was created")
 
 
 def _create(root: str, facts: channels.ChannelFacts, number: int) -> str:
@@ -310,17 +318,20 @@ def config_cmd(root: str, config_path: str, output: str | None, nodes_config: st
             for f in files:
                 host.write_file(root, f["path"], f["content"])
         except OSError as err:
-            raise NvfabricError(Finding(
-                "config_invalid_value", "error", f"cannot write {err.filename}: {err.strerror}",
-                "run as root, or give --output/--nodes-config in a writable place",
-                {"key": "path"})) from None
+            # A full disk is disk_full (exit 1), permissions and the rest say what they are
+            # (exit 2): the README's contract, the same words as `run`.
+            problem, code = os_error(err, "cannot write", under(root, f["path"]))
+            raise NvfabricError(problem, exit_code=code) from None
         written = bool(files)
+    # Paths as made, under --root (as `run` lists its files); "config"/"nodes_config" stay
+    # host paths: the values the written config names.
+    shown = [{"path": _shown(root, f["path"]), "content": f["content"]} for f in files]
     data: dict[str, Any] = {
         "config": target,
         "nodes_config": nodes_path,
         "node_list": [p.text for p in current],
         "node_list_id": node_list_id(p.text for p in current) if current else None,
-        "files": files,
+        "files": shown,
         "written": written,
         "refused": bool(errors),
         "findings": [f.to_json() for f in findings],
@@ -329,7 +340,7 @@ def config_cmd(root: str, config_path: str, output: str | None, nodes_config: st
         print_json(data)
     else:
         con = console()
-        for f in files:
+        for f in shown:
             if written:
                 verb = "wrote"
             elif errors:

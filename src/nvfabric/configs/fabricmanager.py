@@ -160,7 +160,10 @@ def check_known(shipped: str, environ: Mapping[str, str], sets: Mapping[str, str
     for key, source in named:
         if key in known:
             continue
-        near = difflib.get_close_matches(key, sorted(known), n=1, cutoff=0.6)
+        # Keys are upper case: compare in upper case, so `log_level` is told LOG_LEVEL.
+        by_upper = {k.upper(): k for k in sorted(known)}
+        near = [by_upper[m] for m in difflib.get_close_matches(key.upper(), list(by_upper),
+                                                                n=1, cutoff=0.6)]
         hint = (f"did you mean {near[0]}? " if near else "") + (
             "the keys fabric manager knows are those of its shipped fabricmanager.cfg")
         raise ConfigError(Finding(

@@ -7,9 +7,11 @@ This is the contract the supervisor relies on: :func:`read` returns one GpuFabri
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import os
 import signal
 import subprocess
+import sys
 import threading
 from collections.abc import Callable, Iterator
 
@@ -71,7 +73,7 @@ def run_bounded(argv: list[str], timeout: float) -> tuple[int | None, bytes, byt
     program cannot be started."""
     proc = subprocess.Popen(  # noqa: S603 - argv list, no shell
         argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-        start_new_session=True,
+        start_new_session=True, preexec_fn=_die_with_parent(),
     )
     try:
         out, err = proc.communicate(timeout=timeout)
@@ -92,6 +94,30 @@ def run_bounded(argv: list[str], timeout: float) -> tuple[int | None, bytes, byt
             with contextlib.suppress(subprocess.TimeoutExpired):
                 proc.wait(timeout=1.0)
     return proc.returncode, out, err
+
+
+#: prctl(2) option (<linux/prctl.h> PR_SET_PDEATHSIG = 1): the signal a process gets when
+#: its parent thread exits.
+_PR_SET_PDEATHSIG = 1
+
+
+def _die_with_parent() -> Callable[[], None] | None:
+    """On Linux, a ``preexec_fn`` that gives the probe PR_SET_PDEATHSIG = SIGKILL (prctl(2)):
+    a caller killed with SIGKILL runs no ``finally``, and the probe, in its own session, would
+    otherwise run on with PPID 1 for as long as nvidia-smi hangs. The libc function is looked
+    up here, in the parent; the child only calls it (and exits when the caller is already
+    gone). None elsewhere."""
+    if not sys.platform.startswith("linux"):
+        return None
+    prctl = ctypes.CDLL(None, use_errno=True).prctl
+    parent = os.getpid()
+
+    def child() -> None:
+        prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+        if os.getppid() != parent:  # the caller died before the prctl: nobody to answer
+            os._exit(127)
+
+    return child
 
 
 def _kill_group(pgid: int) -> None:

@@ -12,6 +12,7 @@ only through :class:`nvfabric.supervisor.Supervisor`. ``prepare`` changes nothin
 from __future__ import annotations
 
 import os
+import stat
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -130,9 +131,10 @@ def prepare(opts: ImexRunOptions, driver_version: str | None) -> Prepared:
         try:
             channel_at = host.channel_target(opts.root, 0)
         except host.PathEscape as err:
-            raise usage_error(str(err), "the channel directory under --root links out of it: "
-                              "remove that link (or point it inside the root); nothing was "
-                              "started or created") from None
+            raise usage_error(str(err), "a link on the channel's path under --root (the "
+                              "channel directory, a directory above it, or the channel "
+                              "node itself) leads out of it: remove that link (or point it "
+                              "inside the root); nothing was started or created") from None
     if facts.major is None:
         refusals += channels.check(facts)
     else:
@@ -140,7 +142,14 @@ def prepare(opts: ImexRunOptions, driver_version: str | None) -> Prepared:
                      if f.code != "imex_channel_missing" or not create]
     paths = opts.paths
     shipped_path = opts.resolve(paths.shipped_config)
-    shipped = host.read_file(opts.root, paths.shipped_config)
+    why = host.shipped_problem(opts.root, paths.shipped_config)
+    shipped = host.read_file(opts.root, paths.shipped_config) if why is None else None
+    if why is None and shipped is not None and not keyvalue.parse(shipped).items():
+        why = "is empty (no KEY=VALUE line)"
+    if why is not None:
+        raise usage_error(f"the shipped IMEX config {shipped_path} {why}",
+                          "reinstall the nvidia-imex package (its config.cfg is a regular file "
+                          "with the keys of that version), or pass --imex-config")
     notes = []
     if shipped is None:
         notes.append(f"no shipped IMEX config at {shipped_path}: using nvfabric's minimal "
@@ -220,7 +229,7 @@ def _node_list(opts: ImexRunOptions, shipped: str | None
         if text is None:
             return (), where, Finding(
                 "config_invalid_value", "error",
-                f"no IMEX node list: {opts.resolve(where)} does not exist",
+                f"no IMEX node list: {opts.resolve(where)} {_unread_why(opts.root, where)}",
                 "write the addresses of every tray of the domain there (`nvfabric imex config "
                 "--peers FILE`), or pass --imex-peers FILE", {"key": "IMEX_NODE_CONFIG_FILE"})
     assert text is not None
@@ -229,6 +238,26 @@ def _node_list(opts: ImexRunOptions, shipped: str | None
     except nodes.PeerError as err:
         return (), where, Finding("config_invalid_value", "error", f"{where}: {err}",
                                   "one IP address or host name per line", {"key": "nodes"})
+
+
+def _unread_why(root: str, where: str) -> str:
+    """Why :func:`host.read_file` gave nothing for ``where`` under ``root``: it does not
+    exist, it is a link that leaves the root (read as missing, never followed out), or it is
+    not a readable regular file. One phrase, for the finding's message."""
+    path = under(root, where)
+    try:
+        st = os.lstat(path)
+    except OSError:
+        return "does not exist"
+    if stat.S_ISLNK(st.st_mode):
+        try:
+            target = os.readlink(path)
+        except OSError:
+            target = "?"
+        return f"is a symbolic link to {target!r} that leaves the root or leads nowhere"
+    if not stat.S_ISREG(st.st_mode):
+        return "is not a regular file"
+    return "cannot be read"
 
 
 def apply(prepared: Prepared, opts: ImexRunOptions, log: Log) -> list[Finding]:

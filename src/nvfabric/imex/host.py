@@ -230,6 +230,28 @@ def confined(root: str, host_path: str, what: str = "path") -> str:
 MAX_CONFIG_BYTES = 1 << 20
 
 
+def shipped_problem(root: str, host_path: str) -> str | None:
+    """Why the shipped config at ``host_path`` under ``root`` is not the vendor's file: a
+    symbolic link (``is a symbolic link (to X)``: a link to ``/etc/passwd`` would be copied
+    and printed, as for fabric manager's shipped file), or something that is not a regular
+    file; None when it is a regular file or missing (a missing one is documented: the
+    minimal config is used)."""
+    path = under(root, host_path)
+    try:
+        st = os.lstat(path)
+    except OSError:
+        return None
+    if stat.S_ISLNK(st.st_mode):
+        try:
+            target = os.readlink(path)
+        except OSError:
+            target = "?"
+        return f"is a symbolic link (to {target!r}), not the vendor's file"
+    if not stat.S_ISREG(st.st_mode):
+        return "is not a regular file"
+    return None
+
+
 def read_file(root: str, host_path: str) -> str | None:
     """Text of a config file under ``root`` (not stripped, bad UTF-8 replaced), None when
     missing, unreadable or not a regular file; ``input_unreadable`` naming it when larger than
