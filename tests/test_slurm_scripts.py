@@ -191,3 +191,32 @@ def test_unit_mode_restarts_the_vendor_unit_and_stops_it_when_the_domain_stays_d
     assert not (tray / "run/nvfabric-slurm/slurm-job").exists()
     done = script(EPILOG, env)  # nothing recorded any more: the epilog stops nothing
     assert done.returncode == 0 and len(log.read_text().splitlines()) == 2
+
+
+@pytest.mark.parametrize("drop,bad", [
+    (("SLURM_NODELIST",), {}),
+    ((), {"SLURM_NODELIST": "gb-07;reboot"}),
+    (("SLURM_JOB_ID",), {}),
+    ((), {"SLURM_JOB_ID": "41 42"}),
+])
+def test_the_epilog_stops_the_recorded_run_whatever_the_job_values_say(
+        tray: Path, scontrol: Path, drop: tuple[str, ...], bad: dict[str, str]) -> None:
+    # The epilog needs no node list and no job number to stop what the prolog recorded: a
+    # missing or odd value must not leave IMEX running on the node (it did: the epilog
+    # validated the prolog's values first, failed, drained the node and stopped nothing).
+    done = script(PROLOG, slurm_env(tray, scontrol))
+    assert done.returncode == 0, done.stderr
+    pid = (tray / "run/nvfabric-slurm/slurm-job").read_text().split()[2]
+    env = slurm_env(tray, scontrol, **bad)
+    for name in drop:
+        env.pop(name)
+    done = script(EPILOG, env)
+    assert done.returncode == 0, done.stderr
+    assert f"stopping nvfabric run (pid {pid}, started for job 41)" in done.stdout
+    assert not Path(f"/proc/{pid}").exists() or _zombie(int(pid))
+    assert not (tray / "run/nvfabric-slurm/slurm-job").exists()
+    assert drains(scontrol) == []
+    # A job number the epilog cannot use is said on stderr and never reaches an argv.
+    if "SLURM_JOB_ID" in drop or "SLURM_JOB_ID" in bad:
+        assert "SLURM_JOB_ID is not a job number: ignored" in done.stderr
+        assert "41 42" not in done.stdout
