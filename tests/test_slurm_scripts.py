@@ -220,3 +220,38 @@ def test_the_epilog_stops_the_recorded_run_whatever_the_job_values_say(
     if "SLURM_JOB_ID" in drop or "SLURM_JOB_ID" in bad:
         assert "SLURM_JOB_ID is not a job number: ignored" in done.stderr
         assert "41 42" not in done.stdout
+
+
+def test_the_prolog_returns_only_once_its_nvfabric_run_declared_ready(
+        tray: Path, scontrol: Path) -> None:
+    # The job starts when the prolog exits 0: by then the run the prolog started must have
+    # said ready itself (its ready file, "fabric ready in"), not only nvidia-imex-ctl's domain
+    # UP; it raced: the run's first probe came before nvidia-imex was READY, the prolog saw
+    # the domain UP and returned, and the epilog stopped a run that never declared ready
+    # (tests/integration/test_slurm_imex.py, under load). The fault makes that lag 4 s.
+    (tray / "var/lib/nvfabric-sim/faults.json").write_text(
+        json.dumps({"imex-ctl": {"ready_delay_s": 4}}))
+    state = tray / "run/nvfabric-slurm"
+    state.mkdir(parents=True)
+    (state / "ready").write_text("{}\n")  # a stale one, left by a SIGKILLed run, counts not
+    env = slurm_env(tray, scontrol)
+    try:
+        done = script(PROLOG, env)
+        assert done.returncode == 0, done.stderr
+        assert json.loads((state / "ready").read_text())["services"], "not the run's ready file"
+        assert "fabric ready in" in (state / "run.log").read_text()
+    finally:
+        script(EPILOG, env)
+
+
+def test_a_run_that_never_reports_ready_fails_the_prolog_with_imex_not_ready(
+        tray: Path, scontrol: Path) -> None:
+    (tray / "var/lib/nvfabric-sim/faults.json").write_text(
+        json.dumps({"imex-ctl": {"ready_delay_s": 600}}))
+    done = script(PROLOG, slurm_env(tray, scontrol, NVFABRIC_IMEX_WAIT="4"))
+    assert done.returncode == 1
+    assert "job 41: imex_not_ready: IMEX domain UP but nvfabric run has not reported ready" \
+        in done.stderr, done.stderr
+    [call] = drains(scontrol)
+    assert call[3].startswith("Reason=nvfabric imex_not_ready: "), call
+    assert not (tray / "run/nvfabric-slurm/slurm-job").exists()  # the run it started stopped
