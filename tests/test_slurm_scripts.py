@@ -6,10 +6,14 @@ tests/integration/test_slurm_imex.py."""
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
+import signal
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -47,17 +51,52 @@ def script(path: Path, env: dict[str, str],
 
 
 def slurm_env(root: Path, scontrol: Path, **extra: str) -> dict[str, str]:
+    # NVFABRIC_IMEX_WAIT: a bound, not a duration: a ready tray returns in 1-3 s, but a loaded
+    # 2-core machine (seven test suites at once) has taken over 10 s for fake daemon starts.
     return {"SLURM_JOB_ID": "41", "SLURMD_NODENAME": "gb-07", "SLURM_NODELIST": "gb-07",
             "NVFABRIC": str(NVFABRIC), "NVFABRIC_ROOT": str(root),
-            "NVFABRIC_SCONTROL": str(scontrol), "NVFABRIC_IMEX_WAIT": "10",
+            "NVFABRIC_SCONTROL": str(scontrol), "NVFABRIC_IMEX_WAIT": "40",
             "NVFABRIC_SLURM_DEFAULTS": str(root.parent / "no-such-defaults"), **extra}
 
 
+def processes_naming(root: Path) -> list[int]:
+    """Pids of the processes whose command line names ``root`` (the run a prolog started in
+    its own session, nvidia-imex, a ctl call)."""
+    mark = str(root).encode()
+    pids = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit() and int(entry.name) != os.getpid():
+            try:
+                if mark in (entry / "cmdline").read_bytes():
+                    pids.append(int(entry.name))
+            except OSError:
+                continue
+    return pids
+
+
 @pytest.fixture
-def tray(tmp_path: Path) -> Path:
+def tray(tmp_path: Path) -> Iterator[Path]:
+    """A simulated GB200 tray named gb-07; afterwards nothing naming it is left running, also
+    when the test failed before its epilog (the prolog's run lives in its own session: only
+    its pid stops it)."""
     root = sim(tmp_path, "gb200-tray")
     (root / "etc/hostname").write_text("gb-07\n")
-    return root
+    yield root
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        pids = processes_naming(root)
+        for pid in pids:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, sig)
+        deadline = time.monotonic() + 15
+        while pids and time.monotonic() < deadline:
+            pids = [p for p in pids if _alive(p)]
+            time.sleep(0.05)
+        if not pids:
+            break
+
+
+def _alive(pid: int) -> bool:
+    return Path(f"/proc/{pid}").exists() and not _zombie(pid)
 
 
 @pytest.mark.parametrize("name,value", [
