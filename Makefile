@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test test-integration bench lint clean dist deb image talos-image sync-shared
+.PHONY: demo test test-integration bench lint clean dist deb image talos-image fuzz sync-shared
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -69,6 +69,11 @@ talos-image: dist/nvfabric
 	$(PODMAN) build $(PODMAN_BUILD_FLAGS) -f deploy/talos/Containerfile --build-arg BASE=$(TALOS_BASE) \
 	  --build-arg VERSION=$(VERSION) --build-arg REVISION=$$(git rev-parse HEAD) \
 	  -t $(TALOS_IMAGE) build/talos
+
+# The long fuzz run (tests/fuzz): 1,000,000+ inputs over every reader, a count per reader and the
+# slowest input printed; failing or slow inputs are kept under build/fuzz. About 18 minutes.
+fuzz: pyc
+	$(BIN)/python -m tests.fuzz --inputs 1100000 --seconds 1080 --min-inputs 1000000
 
 # Refresh tests/data (the repository's copy of ../shared: cases, corpus, fuzz, bench starter)
 # from ../shared, or from SHARED=DIR; make test fails while the two differ.

@@ -211,9 +211,13 @@ def test_unit_argv_uses_systemctl_root_for_an_image_and_now_on_a_live_host() -> 
 
 def test_dpkg_argv_forces_only_named_packages_and_checks_every_value() -> None:
     assert debinstall.dpkg_argv("/r", ["nvidia-modprobe"], ["/d/a.deb"]) == [
-        "dpkg", "--root", "/r", "--ignore-depends=nvidia-modprobe", "-i", "/d/a.deb"]
-    assert debinstall.dpkg_argv("/r", [], ["/d/a.deb"]) == ["dpkg", "--root", "/r", "-i",
-                                                           "/d/a.deb"]
+        "dpkg", "--root", "/r", "--log=/r/var/log/dpkg.log", "--ignore-depends=nvidia-modprobe",
+        "-i", "/d/a.deb"]
+    assert debinstall.dpkg_argv("/r", [], ["/d/a.deb"]) == [
+        "dpkg", "--root", "/r", "--log=/r/var/log/dpkg.log", "-i", "/d/a.deb"]
+    # The live host keeps dpkg's own log setting.
+    assert debinstall.dpkg_argv("/", [], ["/d/a.deb"]) == ["dpkg", "--root", "/", "-i",
+                                                          "/d/a.deb"]
     for bad in (["--force-all"], ["a,b"], ["Nvidia"]):
         with pytest.raises(ValueError):
             debinstall.dpkg_argv("/r", bad, ["/d/a.deb"])
@@ -366,6 +370,7 @@ def test_install_from_dry_run_forces_only_nvidia_modprobe_and_leaves_the_unit_of
     assert rc == 0, out
     assert out["fabric"] == "mnnvl" and out["driver_version"] == "580.126.20"
     assert out["commands"] == [["dpkg", "--root", str(runfile_tray),
+                                f"--log={runfile_tray}/var/log/dpkg.log",
                                 "--ignore-depends=nvidia-modprobe", "-i", str(deb)]]
     assert [f["package"] for f in out["forced"]] == ["nvidia-modprobe"]
     assert out["installed"] == []
@@ -456,6 +461,7 @@ def test_install_source_apt_on_a_runfile_node_takes_dpkg_not_apt_get(
     assert rc == 0, out
     assert out["route"] == "dpkg" and out["dry_run"] is True, "nothing runs without --execute"
     assert out["commands"] == [["dpkg", "--root", str(runfile_tray),
+                                f"--log={runfile_tray}/var/log/dpkg.log",
                                 "--ignore-depends=nvidia-modprobe", "-i",
                                 str(tmp_path / "d/nvidia-imex_580.126.20-1ubuntu1_arm64.deb")]]
     assert not any("apt-get" in " ".join(c) for c in out["commands"])

@@ -4,6 +4,7 @@ mirror; RPM naming by branch (``nvidia-fabric-manager`` before R580)."""
 from __future__ import annotations
 
 import lzma
+from pathlib import Path
 
 import pytest
 
@@ -164,3 +165,68 @@ def test_fetch_cli_prints_the_package_manager_of_the_repository(
                        "x86_64", "--components", "fabricmanager", "--mirror", mirror.url,
                        "--distro", distro, "--dry-run", "--retries", "0")
     assert rc == 0 and out["commands"][0][:3] == [tool, "install", "-y"]
+
+
+@pytest.mark.parametrize(("os_release", "tool"), [
+    ('ID="centos"\nVERSION_ID="7"\n', "yum"), ('ID="rhel"\nVERSION_ID="7.9"\n', "yum"),
+    ('ID="ol"\nVERSION_ID="7.9"\n', "yum"), ('ID="amzn"\nVERSION_ID="2"\n', "yum"),
+    ('ID="rocky"\nVERSION_ID="8.10"\n', "dnf"), ("ID=rhel\nVERSION_ID=9.4\n", "dnf"),
+    ('ID="amzn"\nVERSION_ID="2023"\n', "dnf"),
+    ('ID=ubuntu\nVERSION_ID="24.04"\n', "dnf"),  # an rpm mirror from an Ubuntu build host
+])
+def test_with_a_mirror_the_roots_os_release_still_picks_yum_or_dnf(
+        mirror: Mirror, tmp_path: Path, os_release: str, tool: str) -> None:  # noqa: F811
+    """A --mirror replaces the repository URL, not the node: a CentOS 7 root gets yum lines."""
+    from tests.conftest import run_json
+
+    serve_repo(mirror, REPO)
+    (tmp_path / "etc").mkdir()
+    (tmp_path / "etc/os-release").write_text(os_release)
+    for command in ("fetch", "install"):
+        out, rc = run_json(command, "--root", str(tmp_path), "--source", "rpm",
+                           "--driver-version", "580.95.05", "--arch", "x86_64", "--components",
+                           "fabricmanager", "--mirror", mirror.url, "--dry-run", "--retries", "0")
+        assert rc == 0, out
+        argv = out["pins"][0] if command == "fetch" else " ".join(out["commands"][0])
+        assert argv == f"{tool} install -y nvidia-fabricmanager-580.95.05-1"
+
+
+def test_el7_packages_from_a_mirror_on_an_ubuntu_build_host_are_yum(
+        mirror: Mirror, tmp_path: Path) -> None:  # noqa: F811
+    """The packages' .el7 tag still decides when the root's distribution is of the deb family."""
+    from tests.conftest import run_json
+
+    serve_repo(mirror, [pkg("nvidia-fabricmanager", "580.95.05", "1.el7")])
+    (tmp_path / "etc").mkdir()
+    (tmp_path / "etc/os-release").write_text('ID=ubuntu\nVERSION_ID="24.04"\n')
+    out, rc = run_json("fetch", "--root", str(tmp_path), "--source", "rpm", "--driver-version",
+                       "580.95.05", "--arch", "x86_64", "--components", "fabricmanager",
+                       "--mirror", mirror.url, "--dry-run", "--retries", "0")
+    assert rc == 0 and out["pins"][0] == "yum install -y nvidia-fabricmanager-580.95.05-1.el7"
+
+
+@pytest.mark.parametrize("distro", ["sles15", "opensuse15"])
+def test_sles_and_opensuse_get_zypper_lines_never_dnf(distro: str) -> None:
+    """SLES/openSUSE have no dnf: zypper installs the exact version and locks by name."""
+    arts = [_art("580.95.05-1", "nvidia-fabricmanager"),
+            rpm.Artifact("libnvidia_nscq", "580.95.05-1", "x86_64", "https://x/z.rpm", "0" * 64,
+                         None, "rpm", "libnvidia-nscq")]
+    assert rpm.package_manager(distro) == "zypper"
+    assert rpm.commands(arts, distro) == [
+        ["zypper", "--non-interactive", "install", "nvidia-fabricmanager-580.95.05-1",
+         "libnvidia-nscq-580.95.05-1"],
+        ["zypper", "addlock", "nvidia-fabricmanager", "libnvidia-nscq"]]
+
+
+def test_a_sles_root_gets_zypper_lines_from_fetch(mirror: Mirror, tmp_path: Path) -> None:  # noqa: F811
+    from tests.conftest import run_json
+
+    serve_repo(mirror, REPO)
+    (tmp_path / "etc").mkdir()
+    (tmp_path / "etc/os-release").write_text('ID="sles"\nVERSION_ID="15.6"\n')
+    out, rc = run_json("fetch", "--root", str(tmp_path), "--source", "rpm", "--driver-version",
+                       "580.95.05", "--arch", "x86_64", "--components", "fabricmanager",
+                       "--mirror", mirror.url, "--dry-run", "--retries", "0")
+    assert rc == 0 and out["pins"] == [
+        "zypper --non-interactive install nvidia-fabricmanager-580.95.05-1",
+        "zypper addlock nvidia-fabricmanager"]

@@ -181,6 +181,36 @@ def test_write_atomic_never_widens_an_existing_directory(tmp_path: Path) -> None
     assert stat.S_IMODE(directory.stat().st_mode) == 0o700
 
 
+def test_write_atomic_replaces_a_link_at_the_backup_name_never_writes_through_it(
+        tmp_path: Path) -> None:
+    # a node tree (--root) whose x.cfg.nvfabric.bak links to a file outside the tree
+    outside = tmp_path / "outside"
+    outside.write_text("precious\n")
+    target = tmp_path / "root" / "x.cfg"
+    target.parent.mkdir()
+    target.write_text("OLD=1\n")
+    os.chmod(target, 0o600)
+    backup = Path(str(target) + ".nvfabric.bak")
+    backup.symlink_to(outside)
+    write_atomic(str(target), "NEW=1\n")
+    assert outside.read_text() == "precious\n"
+    assert not backup.is_symlink() and backup.read_text() == "OLD=1\n"
+    assert stat.S_IMODE(backup.stat().st_mode) == 0o600
+    assert target.read_text() == "NEW=1\n"
+
+
+def test_write_atomic_with_a_directory_at_the_backup_name_fails_and_changes_nothing(
+        tmp_path: Path) -> None:
+    target = tmp_path / "x.cfg"
+    target.write_text("OLD=1\n")
+    Path(str(target) + ".nvfabric.bak").mkdir()
+    with pytest.raises(OSError):
+        write_atomic(str(target), "NEW=1\n")
+    assert target.read_text() == "OLD=1\n"
+    assert os.listdir(str(target) + ".nvfabric.bak") == []
+    assert sorted(os.listdir(tmp_path)) == ["x.cfg", "x.cfg.nvfabric.bak"]
+
+
 _KILL_IN_FSYNC = """
 import os, signal, sys
 import nvfabric.configs.atomic as atomic

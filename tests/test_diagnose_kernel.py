@@ -260,8 +260,35 @@ def test_a_utf16_block_boundary_in_the_middle_of_a_character_is_harmless() -> No
 def test_binary_data_is_refused_not_read_as_no_findings(head: bytes) -> None:
     with pytest.raises(LogEncodingError):
         detect_encoding(head + b"\x00\x13\x88" * 100)
-    with pytest.raises(LogEncodingError):
-        classify_stream(Classifier(), io.BytesIO(head + TEXT.encode()))
+    if head.strip(b"\x00"):  # a run of NULs before text is padding (test below)
+        with pytest.raises(LogEncodingError):
+            classify_stream(Classifier(), io.BytesIO(head + TEXT.encode()))
+
+
+@pytest.mark.parametrize("shape", ["copytruncate prefix", "prefix past the first block",
+                                   "crash block mid-file", "crash block at the end"])
+def test_nul_padding_in_a_utf8_log_is_dropped_not_a_refusal(shape: str) -> None:
+    """logrotate's copytruncate leaves a log starting with NULs up to the writer's offset; a
+    crash leaves NUL-filled blocks in a syslog. The text around them is read as it is (before:
+    'holds NUL bytes ...: not a log file', exit 2, every finding lost)."""
+    text = TEXT.encode()
+    raw = {"copytruncate prefix": b"\x00" * 4000 + text,
+           "prefix past the first block": b"\x00" * (3 << 20) + text,
+           "crash block mid-file": text + b"\x00" * 4096 + text,
+           "crash block at the end": text * 2 + b"\x00" * 4096}[shape]
+    c = Classifier("nvswitch")
+    classify_stream(c, io.BytesIO(raw))
+    found = {f.code: f for f in c.findings()}
+    assert set(found) == {"nvlink_xid_error", "version_mismatch"}
+    assert found["nvlink_xid_error"].fields["count"] == (1 if "prefix" in shape else 2)
+    assert "\x00" not in found["version_mismatch"].fields["line"]
+
+
+def test_a_file_of_nul_bytes_only_is_refused(tmp_path: Path) -> None:
+    log = tmp_path / "zeros.log"
+    log.write_bytes(b"\x00" * (1 << 20))
+    output, rc = run_json("doctor", "--log", str(log))
+    assert rc == 2 and "only NUL bytes" in output["error"]["message"]
 
 
 def test_doctor_reads_a_utf16_log_and_refuses_a_binary_one(tmp_path: Path) -> None:

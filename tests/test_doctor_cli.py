@@ -73,3 +73,15 @@ def test_unreadable_log_under_json_carries_a_hint(tmp_path: Path) -> None:
     out, rc = run_json("doctor", "--log", str(tmp_path / "missing.log"))
     assert (rc, out["error"]["code"]) == (2, "input_unreadable")
     assert out["error"]["hint"]
+
+
+def test_human_output_says_how_often_a_line_repeated(tmp_path: Path) -> None:
+    """The driver's ImexSessionApi line by the thousand: the text output gives the count and
+    the first/last time as --json does (before: one line, no count)."""
+    log = tmp_path / "kern.log"
+    log.write_text("".join(
+        f"[{1000 + i}.5] NVRM: _fabricNotifyEvent: Unable to notify ImexSessionApi\n"
+        for i in range(12000)), encoding="utf-8")
+    proc = run_cli("doctor", "--log", str(log))
+    assert proc.returncode == 0
+    assert "seen 12000 times, first 1000.5, last 12999.5" in proc.stdout

@@ -380,3 +380,24 @@ def test_cli_on_status_reports_of_two_simulated_hgx_nodes(tmp_path: Path) -> Non
     assert (rc, data["ok"], data["findings"]) == (0, True, [])
     assert [(d["grouped_by"], d["count"], d["expected_size"]) for d in data["domains"]] == [
         ("node", 1, 1), ("node", 1, 1)]
+
+
+@pytest.mark.parametrize("layout", ["jsonl", "array"])
+def test_reports_without_hostname_in_one_file_are_named_by_line_not_one_name(
+        tmp_path: Path, layout: str) -> None:
+    """Two HGX nodes' reports (no hostname) in one JSON Lines file or array: two nodes named
+    by file and line/position (before: both named by the file's stem, and a duplicate-name
+    warning told the operator to give each node its own host name)."""
+    one, two = hgx_report("x", "nvswitch"), hgx_report("y", "nvlink5")
+    for r, tag in ((one, "a"), (two, "b")):
+        r.pop("hostname", None)
+        for i, g in enumerate(r["gpus"]):
+            g["uuid"] = f"GPU-{tag}-{i}"
+    path = tmp_path / "fleet.json"
+    path.write_text(json.dumps([one, two]) if layout == "array"
+                    else json.dumps(one) + "\n" + json.dumps(two) + "\n", encoding="utf-8")
+    out, rc = run_json("domain", "check", str(path))
+    assert rc == 0, out
+    assert not [f for f in out["findings"] if f["code"] == "domain_report_duplicate"]
+    names = sorted(n for d in out["domains"] for n in d["nodes"])
+    assert names == (["fleet:1", "fleet:2"] if layout == "jsonl" else ["fleet[0]", "fleet[1]"])

@@ -40,6 +40,7 @@ class Route:
     statuses: list[int] = field(default_factory=list)
     delay_s: float = 0.0
     truncate_to: int | None = None
+    location: str | None = None  # a redirect: answered with ``status`` (3xx) and this Location
     hits: int = 0
 
 
@@ -66,6 +67,12 @@ class Mirror:
                 if route.delay_s:
                     mirror.stopping.wait(route.delay_s)
                 status = route.statuses.pop(0) if route.statuses else route.status
+                if route.location is not None:
+                    self.send_response(status)
+                    self.send_header("Location", route.location)
+                    self.send_header("Content-Length", "0")
+                    self.end_headers()
+                    return
                 if status != 200:
                     self._answer(status, b"")
                     return
@@ -369,3 +376,44 @@ def test_mirror_directory_is_read_as_files(tmp_path: Path) -> None:
         assert t.get(f"{base}/missing") is None
         t.download(f"{base}/a.bin", str(tmp_path / "out.bin"), sha256(b"local"))
     assert (tmp_path / "out.bin").read_bytes() == b"local"
+
+
+# -- redirects (issue 10): only to http(s) under the mirror's scheme policy ---------------
+
+
+def test_redirect_under_the_mirror_is_followed(mirror: Mirror, tmp_path: Path) -> None:
+    mirror.add("new/a.bin", b"moved")
+    mirror.add("a.bin", status=301, location="/new/a.bin")
+    mirror.add("b.bin", status=302, location=f"{mirror.url}/new/a.bin")
+    with Transport(FAST, mirror=mirror.url, sleep=no_sleep) as t:
+        assert t.get(f"{mirror.url}/a.bin") == b"moved"
+        assert t.get(f"{mirror.url}/b.bin") == b"moved"
+
+
+@pytest.mark.parametrize("location", [
+    "file:///etc/passwd", "ftp://127.0.0.1/a.bin", "gopher://127.0.0.1/", "data:,hello",
+    "http://192.0.2.1/a.bin",  # plain http outside the mirror
+])
+def test_redirect_out_of_the_scheme_policy_is_download_failed(
+        mirror: Mirror, tmp_path: Path, location: str) -> None:
+    secret = tmp_path / "secret"
+    secret.write_bytes(b"do not read")
+    mirror.add("a.bin", status=302, location=location.replace("/etc/passwd", str(secret)))
+    with Transport(FAST, mirror=mirror.url, sleep=no_sleep) as t, \
+            pytest.raises(NvfabricError) as err:
+        t.download(f"{mirror.url}/a.bin", str(tmp_path / "out.bin"), sha256(b"do not read"))
+    assert err.value.exit_code == 1
+    assert err.value.finding.code == "download_failed"
+    message = err.value.finding.message
+    assert "redirected to" in message or "invalid URL" in message  # httpx refuses data:
+    assert "(after 1 attempt);" in message
+    assert not (tmp_path / "out.bin").exists()
+
+
+def test_a_redirect_loop_ends(mirror: Mirror) -> None:
+    mirror.add("a.bin", status=302, location="/b.bin")
+    mirror.add("b.bin", status=302, location="/a.bin")
+    with Transport(FAST, mirror=mirror.url, sleep=no_sleep) as t, \
+            pytest.raises(NvfabricError) as err:
+        t.get(f"{mirror.url}/a.bin")
+    assert err.value.exit_code == 1 and "redirects" in err.value.finding.message

@@ -37,8 +37,6 @@ READABLE: dict[str, tuple[Any, ...]] = {
     "gb200-fabric-unhealthy-grep-C3-dra626.txt":
         ("text", 1, None, ("completed", "success", 2, "00000000-0000-0000-0000-000000000001"),
          "unhealthy", "unhealthy"),
-    "nvidia-smi-query-header-580.159.04-wide-columns-gpuop2511.txt":
-        ("text", 0, "580.159.04", None, None, "not_applicable"),
     "k8s-test-infra-hw-qx-gb200.xml":
         ("xml", 4, "580.173.02", ("completed", "success", 2,
                                   "00000001-0000-0000-0000-000000000001"), "healthy", "healthy"),
@@ -63,6 +61,9 @@ OTHERS: dict[str, str] = {
     "h100-passthrough-vm-nvidia-smi-topo-matrix.txt": "topo --matrix",
     "hgx-h100-550.90.07-nvidia-smi.txt": "default table",
     "geforce-525.125.06-nvidia-smi-err.txt": "default table",
+    # The banner and header of an 8-GPU node's `nvidia-smi -q`, cut before the GPU sections:
+    # a capture of no GPU certifies nothing (it was `not_applicable`, exit 0, before).
+    "nvidia-smi-query-header-580.159.04-wide-columns-gpuop2511.txt": "text capture lists no GPU",
 }
 
 

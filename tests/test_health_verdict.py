@@ -209,3 +209,14 @@ def test_imex_owned_elsewhere_says_why_it_is_not_judged() -> None:
     v = verdict(Inputs(gpus(OK, 4, cluster_uuid=CLUSTER, clique_id=2), "mnnvl", down("imex"),
                        4, imex_owner="slurm"))
     assert any("owned by slurm" in r for r in v.reasons)
+
+
+def test_left_out_counts_every_gpu_read_not_only_the_finished_ones() -> None:
+    """8 GPUs: 6 Completed, one In Progress, one Not Started: '1 of 8' (before: '1 of 7',
+    the In Progress GPU dropped from the count)."""
+    v = verdict(Inputs(gpus(OK, 6) + (replace(REG, index=6),
+                                      replace(REG, index=7, state="not_started")), "nvlink5"))
+    (left,) = [f for f in v.findings if f.code == "partial_registration"
+               and f.severity == "error"]
+    assert left.message.startswith("1 of 8 GPUs were left out of fabric registration (GPUs 7 ")
+    assert "while 6 completed" in left.message and left.fields["gpus"] == [7]

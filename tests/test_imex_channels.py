@@ -169,7 +169,7 @@ def test_channel_create_makes_a_character_device_with_mode_0666(
     finally:
         os.umask(old_umask)
     assert (rc, out["findings"], out["created"]) == (
-        0, [], "/dev/nvidia-caps-imex-channels/channel0")
+        0, [], f"{root}/dev/nvidia-caps-imex-channels/channel0")
     st = os.lstat(root / "dev/nvidia-caps-imex-channels/channel0")
     assert stat.S_ISCHR(st.st_mode)
     assert (os.major(st.st_rdev), os.minor(st.st_rdev)) == (234, 0)
@@ -185,11 +185,11 @@ def test_channel_create_leaves_a_usable_channel_alone_and_says_it_exists(
     before = os.lstat(root / "dev/nvidia-caps-imex-channels/channel5")
     proc = run_cli("imex", "channel", "--root", str(root), "--create", "5")
     assert proc.returncode == 0, proc.stderr
-    assert "/dev/nvidia-caps-imex-channels/channel5 exists already" in proc.stdout
+    assert f"{root}/dev/nvidia-caps-imex-channels/channel5 exists already" in proc.stdout
     assert "created" not in proc.stdout
     out, rc = run_json("imex", "channel", "--root", str(root), "--create", "5")
     assert (rc, out["created"], out["already_present"]) == (
-        0, None, "/dev/nvidia-caps-imex-channels/channel5")
+        0, None, f"{root}/dev/nvidia-caps-imex-channels/channel5")
     assert os.lstat(root / "dev/nvidia-caps-imex-channels/channel5").st_ino == before.st_ino
 
 

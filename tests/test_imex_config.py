@@ -343,8 +343,9 @@ def test_run_imex_peers_binary_file_is_refused_saying_so(tmp_path: Path) -> None
     peers = tmp_path / "peers.bin"
     peers.write_bytes(b"\xff\xfe1\x00")
     out, rc = run_json("run", "--root", str(root), "--imex-peers", str(peers), "--dry-run")
-    assert rc == 1
-    (f,) = [f for f in out["findings"] if f["code"] == "input_unreadable"]
+    assert rc == 2  # like `imex config --peers BINARY` (issue 10)
+    f = out["error"]
+    assert f["code"] == "input_unreadable"
     assert "is not a text file" in f["message"] and f["hint"]
 
 
@@ -392,3 +393,40 @@ def test_a_one_entry_list_without_this_host_says_the_only_entry() -> None:
     found = nodes.check_local((nodes.parse_entry("198.51.100.9"),), ("198.51.100.1",), ())
     assert found is not None
     assert found.message.startswith("the only IMEX node list entry is not an address of this")
+
+
+def test_config_slurm_hostlist_finds_this_node_by_a_resolved_address(tray: Path) -> None:
+    # Issue 10: a Slurm host list whose names are not this host's name (etc/hostname is the
+    # cloud name) but resolve (etc/hosts) to one of its addresses passes the local check
+    # without --skip-local-check, as IMEX itself resolves them.
+    (tray / "etc/hostname").write_text("ip-192-0-2-2\n")
+    (tray / "etc/hosts").write_text("127.0.0.1 localhost\n192.0.2.1 gb-01\n"
+                                    "192.0.2.2 gb-02.cluster gb-02  # this tray\n")
+    out, rc = run_json("imex", "config", "--root", str(tray), "--peers-slurm", "gb-[01-04]",
+                       "--dry-run", "--local-address", "192.0.2.2")
+    assert rc == 0, out
+    assert "imex_no_local_interface" not in [f["code"] for f in out["findings"]]
+    # the same list on a node none of whose names or addresses it holds is still refused
+    out, rc = run_json("imex", "config", "--root", str(tray), "--peers-slurm", "gb-[01-04]",
+                       "--dry-run", "--local-address", "192.0.2.9")
+    assert rc == 1
+    assert "imex_no_local_interface" in [f["code"] for f in out["findings"]]
+    # two names resolving to this host: exactly one entry must name it
+    (tray / "etc/hosts").write_text("192.0.2.2 gb-01 gb-02\n")
+    out, rc = run_json("imex", "config", "--root", str(tray), "--peers-slurm", "gb-[01-04]",
+                       "--dry-run", "--local-address", "192.0.2.2")
+    assert rc == 1 and "2 IMEX node list entries name this host" in json_messages(out)
+
+
+def json_messages(out: dict[str, object]) -> str:
+    findings = out.get("findings")
+    assert isinstance(findings, list)
+    return " ".join(str(f["message"]) for f in findings)
+
+
+def test_hosts_file_parsing() -> None:
+    from nvfabric.imex.host import parse_hosts
+
+    text = "# comment\n10.0.0.1  a.example  A\nfe80::1%eth0 b\n\n10.0.0.2 a\nbad\n"
+    assert parse_hosts(text) == {"a.example": ("10.0.0.1",), "a": ("10.0.0.1", "10.0.0.2"),
+                                 "b": ("fe80::1",)}

@@ -207,3 +207,41 @@ def test_domain_with_a_relative_root_runs_the_roots_ctl(tmp_path: Path) -> None:
         cwd=tmp_path.parent, capture_output=True, text=True, timeout=60, check=False)
     assert proc.returncode == 0, proc.stderr
     assert json.loads(proc.stdout)["state"] == "UP"
+
+
+# -- issue 10: stdin, checked statuses, UP that is not healthy --------------------------------
+
+
+def test_domain_from_file_dash_reads_stdin() -> None:
+    out, rc = run_json("imex", "domain", "--from-file", "-", stdin=TEXT_UP.read_text())
+    assert (rc, out["state"], len(out["nodes"])) == (0, "UP", 18)
+    out, rc = run_json("imex", "domain", "--from-file", "-", stdin=JSON_DEGRADED.read_text())
+    assert (rc, out["state"]) == (1, "DEGRADED")
+
+
+@pytest.mark.parametrize("state", ["HEALTHY", "UP?", "", "READY"])
+def test_an_unknown_domain_status_is_refused(tmp_path: Path, state: str) -> None:
+    data = json.loads(JSON_UP.read_text())
+    data["status"] = state
+    saved = tmp_path / "n.json"
+    saved.write_text(json.dumps(data))
+    out, rc = run_json("imex", "domain", "--from-file", str(saved))
+    assert rc == 2 and out["error"]["code"] == "input_unreadable"
+    assert "unknown IMEX domain status" in out["error"]["message"]
+    text = TEXT_UP.read_text().replace("Domain State: UP", f"Domain State: {state or 'X?'}")
+    out, rc = run_json("imex", "domain", "--from-file", "-", stdin=text)
+    assert rc == 2 and "unknown IMEX domain status" in out["error"]["message"]
+
+
+def test_up_with_no_node_or_an_unreachable_one_is_not_healthy(tmp_path: Path) -> None:
+    out, rc = run_json("imex", "domain", "--from-file", "-", stdin="Nodes:\n\nDomain State: UP\n")
+    assert rc == 1 and out["findings"][0]["code"] == "imex_domain_degraded"
+    assert "lists no node" in out["findings"][0]["message"]
+    empty = {"nodes": {}, "timestamp": "5/22/2025 19:46:40.891", "status": "UP"}
+    out, rc = run_json("imex", "domain", "--from-file", "-", stdin=json.dumps(empty))
+    assert rc == 1
+    lost = TEXT_UP.read_text().replace("198.51.100.2    - READY ", "198.51.100.2    - UNAVAILABLE ",
+                                       1)
+    out, rc = run_json("imex", "domain", "--from-file", "-", stdin=lost)
+    assert (rc, out["state"]) == (1, "UP")
+    assert any("198.51.100.2" in u for u in out["unreachable"])

@@ -77,7 +77,7 @@ def test_dra_plugin_state_makes_dra_the_owner(tray: Path) -> None:
     add_dra(tray, domains=2)
     out, rc = run_json("imex", "owner", "--root", str(tray))
     assert (out["owner"], rc) == ("dra", 0)
-    assert "2 ComputeDomain(s)" in out["evidence"][0]
+    assert "2 ComputeDomains" in out["evidence"][0]
 
 
 def test_dra_with_enabled_host_unit_is_a_conflict_with_the_exact_fix(tray: Path) -> None:

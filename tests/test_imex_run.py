@@ -12,6 +12,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import pytest
 import yaml
 
 from nvfabric.configs import keyvalue
@@ -77,7 +78,7 @@ def test_gb200_tray_comes_up_with_host_ownership(tmp_path: Path, start: Callable
     out = run.result()
     assert (out["result"], out["fabric"], out["imex"]["owner"]) == ("stopped", "mnnvl", "host")
     assert out["imex"]["channels"]["channels"][0]["kind"] == "char"
-    assert "IMEX: READY, domain UP (1 nodes)" in run.log
+    assert "IMEX: READY, domain UP (1 node)" in run.log
 
 
 def test_waiting_for_peers_is_not_ready_and_names_them(
@@ -199,8 +200,8 @@ def test_dry_run_shows_argv_files_and_mknod_and_changes_nothing(tmp_path: Path) 
         str(root / "usr/bin/nvidia-imex"), "-c", str(root / "run/nvfabric/imex/config.cfg")]}]
     assert [f["path"] for f in out["files"]] == [str(root / "run/nvfabric/imex/nodes_config.cfg"),
                                                 str(root / "run/nvfabric/imex/config.cfg")]
-    assert out["actions"] == ["mknod /dev/nvidia-caps-imex-channels/channel0 c 234 0 && "
-                              "chmod 0666 /dev/nvidia-caps-imex-channels/channel0"]
+    channel = root / "dev/nvidia-caps-imex-channels/channel0"  # under the root (issue 10)
+    assert out["actions"] == [f"mknod {channel} c 234 0 && chmod 0666 {channel}"]
     assert not (root / "run/nvfabric").exists()
     assert stat.S_ISREG(os.lstat(root / "dev/nvidia-caps-imex-channels/channel0").st_mode)
 
@@ -210,6 +211,24 @@ def test_missing_imex_binary_is_refused(tmp_path: Path) -> None:
     (root / "usr/bin/nvidia-imex").unlink()
     out, rc = run_json("run", "--root", str(root))
     assert (rc, codes(out)) == (1, ["binary_missing"])
+
+
+@pytest.mark.parametrize(("os_release", "source"), [
+    ('ID=ubuntu\nVERSION_ID="24.04"\n', "apt"), ('ID="rhel"\nVERSION_ID="9.4"\n', "rpm")])
+def test_missing_imex_package_names_the_install_line_for_this_node(
+        tmp_path: Path, os_release: str, source: str) -> None:
+    """RUN.md R08 on a GB200 tray: each missing IMEX file has the `nvfabric install` line that
+    fixes it, for this node (--root) and its package family (before: no line at all)."""
+    root = tray(tmp_path)
+    (root / "etc/os-release").write_text(os_release, encoding="utf-8")
+    (root / "usr/bin/nvidia-imex").unlink()
+    (root / "usr/bin/nvidia-imex-ctl").unlink()
+    out, rc = run_json("run", "--root", str(root), "--dry-run")
+    assert rc == 1 and codes(out) == ["binary_missing", "binary_missing"]
+    line = f"nvfabric install --root {root} --source {source} --components imex --driver-version"
+    assert [f["file"] for f in out["findings"]] == ["--imex-bin", "--imex-ctl"]
+    assert all(f["install"].startswith(line) and f["install"] in f["hint"]
+               for f in out["findings"])
 
 
 def test_hanging_ctl_past_the_ready_timeout_is_imex_not_ready_never_fabric_manager(

@@ -184,7 +184,7 @@ def test_b200_with_only_ordinary_nics_and_one_unreadable_vpd_names_them() -> Non
                                  (port(1, "0x0a0b0c0300e00001", 0xA651E848),))]))
     (blocker,) = p.blockers
     assert blocker.code == "management_port_not_found" and blocker.message.startswith(NO_LPF)
-    assert "2 ConnectX function(s) on PCI, none with SMDL=SW_MNG" in blocker.message
+    assert "2 ConnectX functions on PCI, none with SMDL=SW_MNG" in blocker.message
     assert "no readable VPD on 0000:06:00.0" in blocker.message
     assert blocker.fields["without_vpd"] == ["0000:06:00.0"]
     assert "root" in blocker.hint

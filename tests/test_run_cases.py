@@ -6,11 +6,13 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import signal
 import socket
 import stat
 import subprocess
 import sys
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -28,7 +30,7 @@ B200_GUID = "0xe09d730300e400e8"
 
 def test_run_md_lists_the_cases_tested_here() -> None:
     cases = load_run_cases()
-    for case in ("R01", "R02", "R03", "R04", "R05", "R06", "R07", "R08"):
+    for case in ("R01", "R02", "R03", "R04", "R05", "R06", "R07", "R08", "R09", "R10"):
         assert case in cases
     assert cases["R08"].startswith("a missing package is a fault of the node")
 
@@ -213,13 +215,15 @@ def test_r03_restart_on_failure_backs_off_exponentially_with_a_cap(
     # DGX A100: no fabric state in NVML (readiness is fabric manager's success line) and no
     # GPU reset needed before a restart.
     root = sim(tmp_path, "dgx-a100", {"fabricmanager": {"crash_after_s": 0.2}})
-    run = start(root, "--restart", "on-failure", "--restart-delay", "0.1",
-                "--restart-max-delay", "0.3")
+    # the max delay is also the time ready that resets the backoff: 0.6 s stays well above
+    # the fake's 0.2 s from its success line to its crash, even on a loaded machine
+    run = start(root, "--restart", "on-failure", "--restart-delay", "0.15",
+                "--restart-max-delay", "0.6")
     run.wait_line(r"restart 4\)")
     run.signal(signal.SIGTERM)
     assert run.wait() == 0
     delays = [float(m) for m in re.findall(r"restarting the unit in ([\d.]+) s", run.log)]
-    assert delays[:4] == [0.1, 0.2, 0.3, 0.3]
+    assert delays[:4] == [0.15, 0.3, 0.6, 0.6]
     assert len(events(root, "fabricmanager", "exec")) >= 4
     assert "taking fabricmanager's success line as readiness" in run.log
 
@@ -311,6 +315,68 @@ def test_r05_child_ignoring_sigterm_is_killed_after_the_grace_period(
     run.wait_line(r"nvlsm stopped \(exited with code 0\)")
 
 
+def _stop_order(run: Run) -> tuple[str, str]:
+    fm = run.wait_line(r"fabricmanager stopped")
+    sm = run.wait_line(r"nvlsm stopped")
+    assert run.lines.index(fm) < run.lines.index(sm), run.log
+    return fm, sm
+
+
+def test_r05_a_stop_signal_delivered_twice_at_once_still_stops_in_order(
+        tmp_path: Path, start: Callable[..., Run]) -> None:
+    # One stop that reaches nvfabric twice within milliseconds (the one-file binary's
+    # bootloader forwards what it gets, and Talos or a terminal signals it too) is one request:
+    # fabric manager is given its grace period, not SIGKILLed.
+    root = sim(tmp_path, "dgx-b200", {"fabricmanager": {"stop_delay_s": 0.5}})
+    run = start(root)
+    run.wait_line(r"fabric ready in")
+    run.signal(signal.SIGTERM)
+    run.wait_line(r"stopping fabricmanager")
+    run.signal(signal.SIGTERM)
+    assert run.wait() == 0
+    assert "the same stop request, still stopping in order" in run.log
+    assert "killing what is left" not in run.log and "SIGKILL)" not in run.log
+    fm, sm = _stop_order(run)
+    assert "exited with code 0" in fm and "exited with code 0" in sm
+
+
+def test_r05_a_second_signal_after_the_window_kills_at_once(
+        tmp_path: Path, start: Callable[..., Run]) -> None:
+    from nvfabric.supervisor import REPEATED_STOP_WINDOW_S
+
+    root = sim(tmp_path, "dgx-b200", {"fabricmanager": {"ignore_sigterm": True}})
+    run = start(root, "--grace", "30")
+    run.wait_line(r"fabric ready in")
+    run.signal(signal.SIGTERM)
+    run.wait_line(r"stopping fabricmanager")
+    time.sleep(REPEATED_STOP_WINDOW_S + 0.2)
+    run.signal(signal.SIGTERM)
+    assert run.wait(bound=10) == 0
+    run.wait_line(r"received SIGTERM again: killing what is left")
+    run.wait_line(r"fabricmanager stopped \(killed by SIGKILL\)")
+
+
+def test_r05_sigterm_to_every_process_at_once_stops_cleanly(
+        tmp_path: Path, start: Callable[..., Run]) -> None:
+    # Talos stops an extension service with SIGTERM to every process of its container
+    # (containerd WithKillAll): nvfabric and both daemons get it together, so the daemons stop
+    # in whatever order they exit; nothing is restarted or SIGKILLed, and the run exits 0.
+    root = sim(tmp_path, "dgx-b200")
+    run = start(root, "--restart", "on-failure")
+    run.wait_line(r"fabric ready in")
+    pids = [run.proc.pid, *_children(run.proc.pid)]
+    assert len(pids) == 3
+    for pid in pids:
+        os.kill(pid, signal.SIGTERM)
+    assert run.wait() == 0, run.log
+    assert "killing what is left" not in run.log and "killed by SIGKILL" not in run.log
+    run.wait_line(r"all services stopped")
+    # nothing was started again
+    assert len(events(root, "fabricmanager", "exec")) == 1, run.log
+    assert len(events(root, "nvlsm", "exec")) == 1, run.log
+    assert not any(alive(p) for p in pids[1:])
+
+
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
 def test_r05_signal_during_start_stops_and_exits_0(
         tmp_path: Path, start: Callable[..., Run], sig: int) -> None:
@@ -386,6 +452,119 @@ def test_r06_directories_created_0700_and_existing_ones_never_widened(
     second.signal(signal.SIGTERM)
     assert second.wait() == 0
     assert not [line for line in second.lines if line.startswith("nvfabric: created")]
+
+
+# ---------------------------------------------------------------- R09 a reset is checked
+
+
+def test_r09_a_reset_that_did_nothing_does_not_start_fabric_manager(
+        tmp_path: Path, start: Callable[..., Run]) -> None:
+    assert "R09" in load_run_cases()
+    root = sim(tmp_path, "dgx-b200")
+    first = start(root)
+    first.wait_line(r"fabric ready in")
+    first.signal(signal.SIGTERM)
+    assert first.wait() == 0
+    assert {g["state"] for g in gpus(str(root))} == {"completed"}
+    second = start(root, "--json", "--gpu-reset-command", "true")  # returns 0, resets nothing
+    assert second.wait() == 1
+    result = second.result()
+    f = finding(result, "restart_needs_gpu_reset")
+    assert f["severity"] == "error" and "still registered" in f["message"]
+    assert len(f["gpus"]) == 8 and all(g.startswith("GPU ") for g in f["gpus"])
+    assert f["gpus"][0] in f["message"]
+    assert len(events(root, "fabricmanager", "exec")) == 1  # not started again
+    # a reset that resets: checked, then fabric manager starts
+    third = start(root, "--gpu-reset-command", f"{root}/bin/nvidia-smi -r")
+    third.wait_line(r"fabric ready in")
+    assert "GPU reset checked: 8 GPUs" in third.log
+    assert len(events(root, "fabricmanager", "exec")) == 2
+    third.signal(signal.SIGTERM)
+    assert third.wait() == 0
+
+
+def test_r09_the_in_process_restart_checks_the_reset_too(
+        tmp_path: Path, start: Callable[..., Run]) -> None:
+    root = sim(tmp_path, "dgx-b200", {"fabricmanager": {"crash_after_s": 0.8}})
+    run = start(root, "--json", "--restart", "on-failure", "--restart-delay", "0.05",
+                "--gpu-reset-command", "true")
+    run.wait_line(r"fabric ready in")
+    assert run.wait() == 1
+    result = run.result()
+    assert codes(result)[:2] == ["service_exited", "restart_needs_gpu_reset"]
+    assert "still registered" in finding(result, "restart_needs_gpu_reset")["message"]
+    assert result["restarts"] == 0 and len(events(root, "fabricmanager", "exec")) == 1
+
+
+# ---------------------------------------------------------------- R10 readiness of a live run
+
+
+def _ready_probe(root: Path) -> tuple[int, dict[str, Any]]:
+    proc = subprocess.run([sys.executable, "-m", "nvfabric", "ready", "--root", str(root),
+                           "--json"], capture_output=True, text=True, timeout=60, check=False)
+    return proc.returncode, json.loads(proc.stdout)
+
+
+def test_r10_ready_file_of_a_killed_run_is_stale_and_removed_by_a_refused_run(
+        tmp_path: Path, start: Callable[..., Run]) -> None:
+    assert "R10" in load_run_cases()
+    root = sim(tmp_path, "dgx-b200")
+    ready = root / "run/nvfabric/ready"
+    first = start(root)
+    first.wait_line(r"fabric ready in")
+    rc, probe = _ready_probe(root)
+    assert (rc, probe["ready"], probe["run"]["pid"]) == (0, True, first.proc.pid)
+    assert json.loads(ready.read_text(encoding="utf-8"))["pid"] == first.proc.pid
+    first.signal(signal.SIGKILL)
+    first.wait()
+    for e in events(root, None, "exec"):
+        until(lambda pid=e["pid"]: not alive(pid), "the daemons are gone with the run")
+    assert ready.exists()  # kill -9: nobody removed it ...
+    rc, probe = _ready_probe(root)  # ... but it no longer counts
+    assert (rc, probe["ready"]) == (1, False)
+    assert probe["findings"][0]["code"] == "run_not_ready"
+    assert f"names run pid {first.proc.pid}" in probe["findings"][0]["message"]
+    second = start(root, "--json")  # refused: GPUs registered, no reset command (R04)
+    assert second.wait() == 1
+    assert "restart_needs_gpu_reset" in codes(second.result())
+    assert not ready.exists()
+    assert "removed the stale readiness file" in second.log
+
+
+def test_r10_a_blocked_run_removes_a_stale_ready_file(tmp_path: Path,
+                                                     start: Callable[..., Run]) -> None:
+    root = sim(tmp_path, "dgx-a100")
+    ready = root / "run/nvfabric/ready"
+    first = start(root)
+    first.wait_line(r"fabric ready in")
+    first.signal(signal.SIGKILL)
+    first.wait()
+    (fm,) = [e["pid"] for e in events(root, "fabricmanager", "exec")]
+    until(lambda: not alive(fm), "fabric manager is gone with the run")
+    assert ready.exists()
+    shutil.rmtree(root / "sys/module/nvidia")  # the driver unloaded: the plan is blocked
+    blocked = start(root, "--json")
+    assert blocked.wait() == 1
+    assert blocked.result()["result"] == "blocked"
+    assert not ready.exists()
+    rc, probe = _ready_probe(root)
+    assert rc == 1 and "no readiness file" in probe["findings"][0]["message"]
+
+
+def test_r10_a_run_refused_by_the_lock_leaves_the_live_runs_ready_file(
+        tmp_path: Path, start: Callable[..., Run]) -> None:
+    root = sim(tmp_path, "dgx-b200")
+    first = start(root)
+    first.wait_line(r"fabric ready in")
+    second = start(root, "--json")
+    assert second.wait() == 1
+    assert codes(second.result()) == ["already_running"]
+    rc, probe = _ready_probe(root)
+    assert (rc, probe["run"]["pid"]) == (0, first.proc.pid)
+    first.signal(signal.SIGTERM)
+    assert first.wait() == 0
+    rc, probe = _ready_probe(root)
+    assert rc == 1 and "no readiness file" in probe["findings"][0]["message"]
 
 
 # ---------------------------------------------------------------- other platforms and modes
@@ -707,4 +886,8 @@ def test_control_characters_and_markup_from_a_daemon_are_printed_literally(
         assert "fabric manager 550.54.15\\x1b[2J[/] does not match" in proc.stderr
         out = proc.stdout + proc.stderr
         assert not any(ord(c) < 32 and c not in "\t\n" or 127 <= ord(c) < 160 for c in out)
+    set_faults(str(root), {})  # a dry run that would start lists the file it would write
+    proc = subprocess.run([sys.executable, "-m", "nvfabric", "run", "--root", str(root),
+                           "--dry-run"], capture_output=True, text=True, timeout=60, check=False)
+    assert proc.returncode == 0, proc.stderr
     assert "  | # \\x1b]0;title\\x07 [bold]x[/]" in proc.stdout.splitlines()

@@ -161,7 +161,10 @@ def test_run_json_keeps_every_crash_of_a_run_with_restarts(
     assert result["restarts"] >= 2 and len(exits) >= result["restarts"]
     assert all((f["service"], f["exit_code"]) == ("fabricmanager", 3) for f in exits)
     assert [f["restarted"] for f in exits[:result["restarts"]]] == [True] * result["restarts"]
-    assert all(f["severity"] == "warning" for f in exits)
+    assert all(f["severity"] == "error" for f in exits)  # as logged (issue 10)
+    logged = [line for line in run.lines if "service_exited" in line]
+    assert logged and all(line.startswith("nvfabric: error service_exited") for line in logged)
+    assert result["ready_after_s"] == round(result["ready_after_s"], 3)
     assert len({f["message"] for f in exits}) == len(exits)  # one per crash (pid, restart n)
 
 

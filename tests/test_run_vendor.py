@@ -52,7 +52,8 @@ def test_r08_missing_fabric_manager_package_is_one_finding_per_file(
     assert (rc, out["result"]) == (1, "refused")
     by_code = {f["code"]: f for f in out["findings"]}
     assert set(by_code) == {"binary_missing", "package_file_missing", "topology_file_missing"}
-    line = f"nvfabric install --components fabricmanager --driver-version {H100_DRIVER}"
+    line = (f"nvfabric install --root {root} --components fabricmanager --driver-version "
+            f"{H100_DRIVER}")
     for f in by_code.values():
         assert f["install"] == line and f"`{line}`" in f["hint"]
     assert by_code["binary_missing"]["path"] == "/usr/bin/nv-fabricmanager"
@@ -69,7 +70,7 @@ def test_r08_missing_nvlsm_package_on_nvlink5(tmp_path: Path) -> None:
     assert rc == 1
     found = {(f["code"], f["file"]) for f in out["findings"]}
     assert found == {("nvlsm_missing", "--nvlsm-bin"), ("package_file_missing", "--nvlsm-config")}
-    assert all(f["install"].startswith("nvfabric install --components nvlsm")
+    assert all(f["install"].startswith(f"nvfabric install --root {root} --components nvlsm")
                for f in out["findings"])
 
 
@@ -81,7 +82,7 @@ def test_r08_human_output_names_each_file_and_the_fix(tmp_path: Path) -> None:
     assert proc.returncode == 1
     text = " ".join(proc.stderr.split())
     assert "a vendor package is missing" in text
-    assert "nvfabric install --components fabricmanager" in text
+    assert f"nvfabric install --root {root} --components fabricmanager" in text
 
 
 @pytest.mark.parametrize(("flag", "what"), [("--fm-bin", "not an executable file"),
@@ -211,3 +212,126 @@ def test_nvlsm_is_found_through_its_newest_install_record(tmp_path: Path) -> Non
     assert argv[0] == f"{root}/opt/nvfabric/nvlsm-2025.06.6/sbin/nvlsm"
     assert argv[argv.index("-F") + 1] == \
         f"{root}/opt/nvfabric/nvlsm-2025.06.6/share/nvidia/nvlsm/nvlsm.conf"
+
+
+def _damage(where: Path, how: str) -> None:
+    """Damage the install record at ``where`` the way ``how`` names (not what install writes)."""
+    rec_path = where / ".nvfabric-install.json"
+    record = json.loads(rec_path.read_text(encoding="utf-8"))
+    binary = next(f for f in record["files"] if f["path"] == "bin/nv-fabricmanager")
+    if how == "not json":
+        rec_path.write_text("{broken", encoding="utf-8")
+        return
+    if how == "files not a list":
+        record["files"] = "bin/nv-fabricmanager"
+    elif how == "path with ..":
+        binary["path"] = "../../../../bin/nv-fabricmanager"
+    elif how == "absolute path":
+        binary["path"] = "/bin/nv-fabricmanager"
+    elif how == "mode not octal":
+        binary["mode"] = "rwx"
+    elif how == "sha256 not hex":
+        binary["sha256"] = None
+    elif how == "other component":
+        record["component"] = "nvlsm"
+    rec_path.write_text(json.dumps(record), encoding="utf-8")
+
+
+@pytest.mark.parametrize("how", ["not json", "files not a list", "path with ..",
+                                 "absolute path", "mode not octal", "sha256 not hex",
+                                 "other component"])
+def test_a_damaged_install_record_is_a_node_fault_never_exit_3(tmp_path: Path,
+                                                               how: str) -> None:
+    """A record whose entries are not what install writes offers nothing: run refuses with
+    exit 1 and says the record is damaged (before: '..' or a bad mode was exit 3, a broken
+    record was reported as 'no nvfabric install put one')."""
+    root = sim(tmp_path, "hgx-h100")
+    where = _install_fm(root, H100_DRIVER)
+    _remove_fm_package(root)
+    _damage(where, how)
+    out, rc, err = _run(root, "--dry-run")
+    assert (rc, out.get("result")) == (1, "refused"), (out, err)
+    by_code = {f["code"]: f for f in out["findings"]}
+    assert set(by_code) == {"binary_missing", "package_file_missing", "topology_file_missing"}
+    record = f"/opt/nvfabric/fabricmanager-{H100_DRIVER}/.nvfabric-install.json"
+    for f in by_code.values():
+        assert f"install record {record} is damaged" in f["message"], f["message"]
+        assert f["install_record"] == record and "reinstall" in f["hint"]
+    assert out["vendor_files"] == []
+
+
+def test_an_install_reached_through_a_link_out_of_the_root_is_not_used(tmp_path: Path) -> None:
+    """<root>/opt/nvfabric a link to a directory outside the root (a copied image tree): the
+    files match their record there, but they are not the node's; nothing is taken from it."""
+    root = sim(tmp_path, "hgx-h100")
+    _install_fm(root, H100_DRIVER)
+    _remove_fm_package(root)
+    outside = tmp_path / "elsewhere"
+    (root / "opt/nvfabric").rename(outside)
+    (root / "opt/nvfabric").symlink_to(outside)
+    out, rc, err = _run(root, "--dry-run")
+    assert (rc, out.get("result")) == (1, "refused"), (out, err)
+    assert {f["code"] for f in out["findings"]} == {
+        "binary_missing", "package_file_missing", "topology_file_missing"}
+    assert all("leading out of the root" in f["message"] for f in out["findings"])
+    assert not any(str(outside) in p["argv"][0] for p in out["processes"])
+
+
+def test_a_changed_installed_file_is_named_with_its_record(tmp_path: Path) -> None:
+    root = sim(tmp_path, "hgx-h100")
+    where = _install_fm(root, H100_DRIVER)
+    _remove_fm_package(root)
+    (where / "bin/nv-fabricmanager").write_text("#!/bin/sh\necho tampered\n", encoding="utf-8")
+    out, rc, _ = _run(root, "--dry-run")
+    (binary,) = [f for f in out["findings"] if f["code"] == "binary_missing"]
+    host = f"/opt/nvfabric/fabricmanager-{H100_DRIVER}"
+    assert rc == 1 and f"{host}/bin/nv-fabricmanager no longer matches its install record" \
+        in binary["message"]
+
+
+def test_a_vendor_path_linking_out_of_the_root_is_not_the_nodes_file(tmp_path: Path) -> None:
+    """A copied image tree's absolute link (/usr/bin/nv-fabricmanager -> a host path) is not
+    the node's binary: run refuses with the finding saying where the link leads (before, the
+    host's file was executed for the version check and would have been started)."""
+    root = sim(tmp_path, "hgx-h100")
+    host_binary = tmp_path / "host-bin/nv-fabricmanager"
+    host_binary.parent.mkdir()
+    shutil.copy(root / "bin/nv-fabricmanager", host_binary)
+    (root / "usr/bin/nv-fabricmanager").unlink()
+    (root / "usr/bin/nv-fabricmanager").symlink_to(host_binary)
+    out, rc, err = _run(root, "--dry-run")
+    assert (rc, out["result"]) == (1, "refused"), (out, err)
+    (binary,) = out["findings"]
+    assert binary["code"] == "binary_missing"
+    assert f"/usr/bin/nv-fabricmanager is a link leading out of the root (to {host_binary})" \
+        in binary["message"]
+    out, rc, _ = _run(root, "--dry-run", "--fm-bin", "/usr/bin/nv-fabricmanager")
+    assert rc == 2 and "leads out of the root" in out["error"]["message"]
+
+
+def test_the_install_line_installs_into_the_node_that_was_checked() -> None:
+    """Following the hint of `run --root DIR` must install under DIR, not into the host."""
+    from nvfabric.services.vendor import install_line
+
+    assert install_line("fabricmanager", "550.90.07") == \
+        "nvfabric install --components fabricmanager --driver-version 550.90.07"
+    assert install_line("nvlsm", None, "/srv/images/node a") == \
+        "nvfabric install --root '/srv/images/node a' --components nvlsm"
+
+
+@pytest.mark.parametrize("value", ["usr/share/nvidia/nvswitch",
+                                   "/usr/share/../share/nvidia/nvswitch"])
+def test_a_shipped_topology_path_that_is_relative_or_has_dotdot_names_the_key(
+        tmp_path: Path, value: str) -> None:
+    """The shipped fabricmanager.cfg's TOPOLOGY_FILE_PATH with '..' was exit 3 (ValueError in
+    the vendor-file lookup); relative or '..', it is the config key's error, exit 2."""
+    root = sim(tmp_path, "hgx-h100")
+    cfg = root / "usr/share/nvidia/nvswitch/fabricmanager.cfg"
+    text = cfg.read_text(encoding="utf-8")
+    assert "\nTOPOLOGY_FILE_PATH=" in text
+    cfg.write_text("\n".join(f"TOPOLOGY_FILE_PATH={value}"
+                             if line.startswith("TOPOLOGY_FILE_PATH=") else line
+                             for line in text.split("\n")), encoding="utf-8")
+    out, rc, err = _run(root, "--dry-run")
+    assert rc == 2 and out["error"]["code"] == "config_invalid_value", (out, err)
+    assert "TOPOLOGY_FILE_PATH" in out["error"]["message"]

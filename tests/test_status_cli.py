@@ -214,3 +214,141 @@ def test_killed_status_or_wait_takes_its_nvidia_smi_probe_along(
         proc.wait()
         if pidfile.exists() and not _gone(int(pidfile.read_text())):
             os.kill(int(pidfile.read_text()), signal.SIGKILL)
+
+
+@pytest.mark.parametrize("capture", ["k8s-test-infra-hw-qx-b200.xml",
+                                     "fabric-in-progress-580-wide-columns-gpuop2511.txt",
+                                     "csv"])
+@pytest.mark.parametrize("encoding", ["utf-16", "utf-16-le", "utf-16-be", "utf-8-sig",
+                                      "utf-32"])
+def test_a_capture_saved_as_utf16_or_with_a_bom_is_read_as_utf8_is(
+        tmp_path: Path, capture: str, encoding: str) -> None:
+    """PowerShell's `nvidia-smi -q > FILE` writes UTF-16 LE with a BOM: the same verdict as the
+    UTF-8 capture (before: 'not an nvidia-smi ... capture', exit 2)."""
+    if capture == "csv":
+        text = ("index, uuid, pci.bus_id, fabric.state, fabric.status, fabric.cliqueId, "
+                "fabric.clusterUuid\r\n0, GPU-a, 00000000:18:00.0, Completed, Success, 0, "
+                "00000000-0000-0000-0000-000000000000\r\n")
+    else:
+        text = (SMI / capture).read_text(encoding="utf-8")
+    plain, saved = tmp_path / "plain", tmp_path / "saved"
+    plain.write_bytes(text.encode("utf-8"))
+    saved.write_bytes(text.encode(encoding))
+    want, want_rc = run_json("status", "--from-nvidia-smi", str(plain), "--fabric", "nvswitch")
+    got, rc = run_json("status", "--from-nvidia-smi", str(saved), "--fabric", "nvswitch")
+    assert "error" not in got and (got, rc) == (want, want_rc)
+
+
+def test_a_binary_file_with_nul_bytes_is_refused_as_no_capture(tmp_path: Path) -> None:
+    blob = tmp_path / "core"
+    blob.write_bytes(b"\x7fELF\x02\x01\x01\x00" + bytes(range(256)) * 4)
+    out, rc = run_json("status", "--from-nvidia-smi", str(blob))
+    assert rc == 2 and "not an nvidia-smi capture" in out["error"]["message"]
+
+
+_CSV_HEAD = ("index, uuid, pci.bus_id, fabric.state, fabric.status, fabric.cliqueId, "
+             "fabric.clusterUuid\n0, GPU-a, 00000000:18:00.0, Completed, Success, 0, "
+             "00000000-0000-0000-0000-000000000000\n")
+
+
+@pytest.mark.parametrize(("printed", "nvml_error"), [
+    ("[GPU requires reset]", "NVML_ERROR_RESET_REQUIRED"),
+    ("[GPU is lost]", "NVML_ERROR_GPU_IS_LOST"),
+    ("[Unknown Error]", "NVML_ERROR_UNKNOWN"),
+    ("[Insufficient Permissions]", "NVML_ERROR_NO_PERMISSION"),
+])
+def test_an_error_nvidia_smi_prints_for_the_fabric_state_is_a_gpu_fault_not_bad_input(
+        tmp_path: Path, printed: str, nvml_error: str) -> None:
+    """nvidia-smi prints nvmlErrorString in place of a value it could not read; that GPU is
+    not read (unhealthy, exit 1, as NVML's failed fabric query), never exit 2."""
+    capture = tmp_path / "fabric.csv"
+    capture.write_text(_CSV_HEAD + f"1, GPU-b, 00000000:19:00.0, {printed}, {printed}, "
+                       f"{printed}, {printed}\n", encoding="utf-8")
+    out, rc = run_json("status", "--from-nvidia-smi", str(capture), "--fabric", "nvswitch")
+    assert (rc, out.get("verdict")) == (1, "unhealthy"), out
+    (err,) = [f for f in out["findings"] if f["code"] == "nvml_unavailable"]
+    assert err["severity"] == "error" and err["gpu"] == 1 and err["nvml_error"] == nvml_error
+    assert err["pci"] == "00000000:19:00.0" and printed.strip("[]") in err["message"]
+
+
+def test_the_same_error_in_q_text_and_xml_is_the_same_finding(tmp_path: Path) -> None:
+    text = (SMI / "fabric-in-progress-580-wide-columns-gpuop2511.txt").read_text(encoding="utf-8")
+    xml = (SMI / "k8s-test-infra-hw-qx-b200.xml").read_text(encoding="utf-8")
+    assert ": In Progress" in text and "<state>Completed</state>" in xml
+    for name, body in (
+            ("q.txt", text.replace(": In Progress", ": GPU requires reset", 1)),
+            ("q.xml", xml.replace("<state>Completed</state>", "<state>Unknown Error</state>", 1))):
+        path = tmp_path / name
+        path.write_text(body, encoding="utf-8")
+        out, rc = run_json("status", "--from-nvidia-smi", str(path))
+        assert rc == 1 and out["verdict"] == "unhealthy", out
+        assert [f["gpu"] for f in out["findings"] if f["code"] == "nvml_unavailable"] == [0]
+
+
+@pytest.mark.parametrize("body", [
+    "index, uuid, pci.bus_id, fabric.state, fabric.status, fabric.cliqueId, fabric.clusterUuid\n",
+    '<?xml version="1.0" ?>\n<nvidia_smi_log><driver_version>570.148.08</driver_version>'
+    "<attached_gpus>8</attached_gpus></nvidia_smi_log>\n",
+    "==============NVSMI LOG==============\n\nDriver Version : 570.148.08\n"
+    "Attached GPUs : 8\n",
+])
+@pytest.mark.parametrize("fabric", [None, "none", "nvswitch"])
+def test_a_capture_of_no_gpu_is_refused_never_not_applicable(
+        tmp_path: Path, body: str, fabric: str | None) -> None:
+    capture = tmp_path / "capture"
+    capture.write_text(body, encoding="utf-8")
+    out, rc = run_json("status", "--from-nvidia-smi", str(capture),
+                       *(["--fabric", fabric] if fabric else []))
+    assert rc == 2 and out["error"]["code"] == "input_unreadable"
+    assert "lists no GPU" in out["error"]["message"]
+
+
+def test_the_readme_capture_line_with_noheader_is_read(tmp_path: Path) -> None:
+    """`--format=csv,noheader` of README's one capture line (7 columns, pci.bus_id third):
+    before, only the 6-column layout without pci.bus_id was known and this was 'not an
+    nvidia-smi ... capture'."""
+    capture = tmp_path / "noheader.csv"
+    capture.write_text(
+        "0, GPU-a, 00000000:18:00.0, Completed, Success, 0, "
+        "00000000-0000-0000-0000-000000000000\n"
+        "1, GPU-b, 00000000:2A:00.0, Not Started, N/A, N/A, N/A\n", encoding="utf-8")
+    out, rc = run_json("status", "--from-nvidia-smi", str(capture), "--fabric", "nvswitch")
+    assert (rc, out["verdict"], out["source"]) == (1, "unhealthy", "nvidia-smi-csv"), out
+    assert [g["pci"] for g in out["gpus"]] == ["00000000:18:00.0", "00000000:2A:00.0"]
+    assert "partial_registration" in {f["code"] for f in out["findings"]}
+
+
+@pytest.mark.parametrize("header", ["fabric.state", "gpu_bus_id"])
+def test_a_csv_naming_a_column_twice_is_refused(tmp_path: Path, header: str) -> None:
+    """Two fabric.state columns (Completed and Not Started) were read as the last one."""
+    capture = tmp_path / "twice.csv"
+    capture.write_text(
+        f"index, uuid, pci.bus_id, fabric.state, fabric.status, fabric.cliqueId, "
+        f"fabric.clusterUuid, {header}\n0, GPU-a, 00000000:18:00.0, Completed, Success, 0, "
+        "00000000-0000-0000-0000-000000000000, Not Started\n", encoding="utf-8")
+    out, rc = run_json("status", "--from-nvidia-smi", str(capture), "--fabric", "nvswitch")
+    assert rc == 2 and "names a column more than once" in out["error"]["message"]
+
+
+@pytest.mark.parametrize("name", ["k8s-test-infra-hw-qx-b200.xml", "q.txt"])
+def test_a_capture_cut_short_of_its_attached_gpus_is_never_healthy(tmp_path: Path,
+                                                                   name: str) -> None:
+    """'Attached GPUs : 8' and two GPU sections: the six GPUs not in the capture (S06's
+    left-out ones could be among them) were not read, so the verdict is at best degraded
+    (before: healthy, exit 0)."""
+    if name.endswith(".xml"):
+        xml = (SMI / name).read_text(encoding="utf-8")
+        head, *gpus = xml.split("<gpu id=")
+        body = head + "<gpu id=" + "<gpu id=".join(gpus[:2])
+        body = body[:body.rfind("</gpu>") + len("</gpu>")] + "\n</nvidia_smi_log>\n"
+    else:
+        from tests.cases import load_cases
+
+        (s06,) = [c for c in load_cases("S") if c["id"] == "S06"]
+        body = s06["input"][:s06["input"].index("GPU 00000000:52:00.0")]
+    capture = tmp_path / name
+    capture.write_text(body, encoding="utf-8")
+    out, rc = run_json("status", "--from-nvidia-smi", str(capture))
+    assert (rc, out["verdict"], len(out["gpus"])) == (1, "degraded", 2), out
+    (cut,) = [f for f in out["findings"] if f["code"] == "fabric_value_missing"]
+    assert (cut["attached_gpus"], cut["listed_gpus"]) == (8, 2)

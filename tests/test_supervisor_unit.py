@@ -101,13 +101,16 @@ def test_socket_timeout_stops_the_service(tmp_path: Path) -> None:
 
 
 def test_restart_backoff_doubles_up_to_the_cap() -> None:
+    # the backoff resets once the unit stayed ready for the cap: a service that exits at once
+    # (sh, not a Python start-up of ~50 ms on a loaded machine) stays far below a 0.4 s cap
     log = StopOn(r"restart 5\)")
-    outcome = Supervisor([service("fm", "raise SystemExit(3)")],
-                         Policy(restart="on-failure", backoff_base_s=0.01, backoff_cap_s=0.04),
+    fails = ServiceSpec(name="fm", argv=("/bin/sh", "-c", "exit 3"))
+    outcome = Supervisor([fails],
+                         Policy(restart="on-failure", backoff_base_s=0.1, backoff_cap_s=0.4),
                          log=log).run()
     assert outcome.exit_code == 0  # the operator stopped it
     delays = [float(d) for d in re.findall(r"restarting the unit in ([\d.]+) s", log.text)]
-    assert delays == [0.01, 0.02, 0.04, 0.04, 0.04]
+    assert delays == [0.1, 0.2, 0.4, 0.4, 0.4]
     assert log.text.count("exited with code 3") == 5
 
 
@@ -133,16 +136,49 @@ def test_r04_restart_after_registration_is_refused_without_a_reset_command() -> 
     assert "error restart_needs_gpu_reset" in log.text and "(hint: stop CUDA clients" in log.text
 
 
-def test_r04_reset_command_runs_before_the_restart() -> None:
+def _reset_aware_probe(marker: Path) -> Callable[[], GpuCheck]:
+    """GPUs registered, except in the first reading after the reset command (which creates
+    ``marker``): the reset is seen, as R09 wants it checked."""
+
+    def probe() -> GpuCheck:
+        if marker.exists():
+            marker.unlink()
+            return GpuCheck(False, False, "8 GPUs: not_started x8")
+        return GpuCheck(True, True, "8 GPUs: completed x8")
+
+    return probe
+
+
+def test_r04_reset_command_runs_before_the_restart(tmp_path: Path) -> None:
     log = StopOn("fabric ready in", count=2)
+    spec = service("fabricmanager", CRASH_AFTER_READY, ready_gpus=True,
+                   restart_needs_gpu_reset=True)
+    marker = tmp_path / "reset-done"
+    policy = Policy(restart="on-failure", backoff_base_s=0.01,
+                    gpu_reset_argv=(PY, "-c", f"print('GPUs reset'); open({str(marker)!r}, 'w')"))
+    outcome = Supervisor([spec], policy, log=log, probe=_reset_aware_probe(marker)).run()
+    assert outcome.exit_code == 0 and outcome.restarts == 1
+    text = log.text
+    assert text.index("gpu-reset: GPUs reset") < text.rindex("started fabricmanager")
+    assert text.index("GPU reset checked: 8 GPUs: not_started x8") < text.rindex(
+        "started fabricmanager")
+
+
+def test_r09_a_reset_that_leaves_gpus_registered_is_refused() -> None:
+    log = StopOn("^$")
     spec = service("fabricmanager", CRASH_AFTER_READY, ready_gpus=True,
                    restart_needs_gpu_reset=True)
     policy = Policy(restart="on-failure", backoff_base_s=0.01,
                     gpu_reset_argv=(PY, "-c", "print('GPUs reset')"))
-    outcome = Supervisor([spec], policy, log=log, probe=_probe()).run()
-    assert outcome.exit_code == 0 and outcome.restarts == 1
-    text = log.text
-    assert text.index("gpu-reset: GPUs reset") < text.rindex("started fabricmanager")
+    registered = GpuCheck(True, True, "2 GPUs: completed x2",
+                          registered_gpus=("GPU 0 (0000:18:00.0)", "GPU 1 (0000:2a:00.0)"))
+    outcome = Supervisor([spec], policy, log=log, probe=lambda: registered).run()
+    assert (outcome.exit_code, outcome.restarts) == (1, 0)
+    assert [f.code for f in outcome.findings] == ["service_exited", "restart_needs_gpu_reset"]
+    refusal = outcome.findings[1]
+    assert refusal.fields["gpus"] == ["GPU 0 (0000:18:00.0)", "GPU 1 (0000:2a:00.0)"]
+    assert "GPU 0 (0000:18:00.0), GPU 1 (0000:2a:00.0)" in refusal.message
+    assert log.text.count("started fabricmanager") == 1
 
 
 def test_r04_no_gpu_reset_needed_where_the_spec_does_not_ask() -> None:
@@ -502,3 +538,92 @@ def test_a_probe_answer_with_a_newline_cannot_forge_a_notify_assignment(
     assert "STATUS=waiting for GPU fabric state: nvidia-smi said:\\x0aREADY=1" in messages
     assert [m for m in messages if "READY=1" in m.split("\n")] == [
         m for m in messages if m.startswith("READY=1\nSTATUS=fabric ready in")]
+
+
+def test_status_of_a_path_that_is_not_utf8_is_sent_escaped_not_a_crash(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # a --root or socket directory whose name is not UTF-8 (Python holds the byte 0xff as
+    # the surrogate escape U+DCFF): the STATUS= line cannot be encoded as it is
+    listener = Listener(tmp_path / "notify.sock")
+    monkeypatch.setenv("NOTIFY_SOCKET", str(tmp_path / "notify.sock"))
+    odd = os.fsdecode(os.fsencode(str(tmp_path)) + b"/node\xff")
+    os.mkdir(odd)
+    path = odd + "/ipc.sock"
+    outcome = Supervisor([service("nvlsm", SOCKET_SERVER, path, "0.1", ready_socket=path),
+                          sleeper("fabricmanager")], log=StopOn("fabric ready in")).run()
+    with listener:
+        messages = listener.messages
+    assert outcome.exit_code == 0
+    assert messages[0] == f"STATUS=waiting for nvlsm IPC socket {tmp_path}/node\\xff/ipc.sock"
+    assert any(m.startswith("READY=1\n") for m in messages)
+
+
+def test_sd_notify_never_raises_for_text_that_is_not_utf8(tmp_path: Path) -> None:
+    with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as sock:
+        sock.bind(str(tmp_path / "n.sock"))
+        assert sd_notify("STATUS=a\udcffb", {"NOTIFY_SOCKET": str(tmp_path / "n.sock")})
+        assert sock.recv(100) == b"STATUS=a\\udcffb"
+    assert supervisor.printable("x\udcff\ud800\x1b") == "x\\xff\\ud800\\x1b"
+
+
+def test_a_long_probe_answer_keeps_the_status_datagram_within_what_systemd_reads(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # nvidia-smi's error output can be long; systemd drops a notify datagram over 4096 bytes
+    listener = Listener(tmp_path / "notify.sock")
+    monkeypatch.setenv("NOTIFY_SOCKET", str(tmp_path / "notify.sock"))
+    long_error = "NVML: " + "é" * 3000  # 6000 bytes of UTF-8
+    answers = iter([GpuCheck(False, False, "unreadable", long_error)])
+
+    def probe() -> GpuCheck:
+        return next(answers, GpuCheck(True, True, "8 GPUs: completed x8", progress=(8, 8)))
+
+    fm = replace(sleeper("fabricmanager"), ready_gpus=True)
+    Supervisor([fm], Policy(probe_interval_s=0.01), log=StopOn("fabric ready in"),
+               probe=probe).run()
+    with listener:
+        messages = listener.messages
+    waiting = [m for m in messages if m.startswith("STATUS=waiting for GPU fabric state: NVML")]
+    assert len(waiting) == 1 and waiting[0].endswith("é...")
+    assert len(waiting[0].encode()) <= len("STATUS=") + supervisor.STATUS_MAX_BYTES
+
+
+def test_ready_with_a_long_reason_stays_one_datagram_systemd_accepts(tmp_path: Path,
+                                                                    monkeypatch: pytest.MonkeyPatch
+                                                                    ) -> None:
+    with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as sock:
+        sock.bind(str(tmp_path / "n.sock"))
+        monkeypatch.setenv("NOTIFY_SOCKET", str(tmp_path / "n.sock"))
+        assert supervisor.notify_nothing_to_start("fabric none: " + "x" * 5000)
+        data = sock.recv(65536)
+    assert data.startswith(b"READY=1\nSTATUS=fabric none: xxx") and data.endswith(b"...")
+    assert len(data) <= 4096
+
+
+def test_sd_notify_ignores_a_notify_socket_that_is_neither_absolute_nor_abstract(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # sd_notify(3) accepts "/path" or "@name" only; a relative name would reach whatever
+    # socket of that name is in the working directory
+    monkeypatch.chdir(tmp_path)
+    with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as sock:
+        sock.bind("notify.sock")
+        sock.settimeout(0.2)
+        assert not sd_notify("READY=1", {"NOTIFY_SOCKET": "notify.sock"})
+        assert not sd_notify("READY=1", {"NOTIFY_SOCKET": "@"})
+        with pytest.raises(TimeoutError):
+            sock.recv(100)
+        assert sd_notify("READY=1", {"NOTIFY_SOCKET": str(tmp_path / "notify.sock")})
+        assert sock.recv(100) == b"READY=1"
+
+
+@pytest.mark.parametrize("grace_s, watchdog_usec", [(1e7, None), (10.0, str(10**14))])
+def test_a_timer_further_away_than_epoll_can_wait_is_waited_for_not_a_crash(
+        monkeypatch: pytest.MonkeyPatch, grace_s: float, watchdog_usec: str | None) -> None:
+    # epoll_wait's timeout is an int of milliseconds (about 24.8 days): a --grace of 1e7 s
+    # while stopping, or a watchdog interval of 100 million s once ready, is the only timer
+    if watchdog_usec is not None:
+        monkeypatch.setenv("WATCHDOG_USEC", watchdog_usec)
+        monkeypatch.setenv("WATCHDOG_PID", str(os.getpid()))
+    log = StopOn("fabric ready in")
+    outcome = Supervisor([sleeper("fm", grace_s=grace_s)], log=log).run()
+    assert (outcome.exit_code, outcome.reason) == (0, "stopped")
+    assert "fm stopped" in log.text

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shlex
 import stat
 from pathlib import Path
 
@@ -14,6 +15,7 @@ import pytest
 
 from nvfabric import unitfile
 from nvfabric.commands.run import run_cmd
+from nvfabric.health.live import SMI_TIMEOUT_S
 from tests.conftest import REPO, run_cli, run_json
 
 PACKAGED = REPO / "packaging" / "systemd" / "nvfabric.service"
@@ -66,9 +68,11 @@ def _default(option: str) -> float:
 
 def test_unit_timeouts_fit_the_run_defaults() -> None:
     v = unit_values(unitfile.unit_text())
-    # start: NVLSM's socket, then GPU registration up to the registration_stuck report
-    assert seconds(v["TimeoutStartSec"][0]) > _default("socket_timeout") + \
-        _default("ready_timeout")
+    # start: the preflight's GPU probe, the GPU reset of a restart after registration (the
+    # drop-in README gives), NVLSM's socket, then GPU registration up to the
+    # registration_stuck report: all before systemd's start timeout
+    assert seconds(v["TimeoutStartSec"][0]) > SMI_TIMEOUT_S + _default("gpu_reset_timeout") \
+        + _default("socket_timeout") + _default("ready_timeout")
     # stop: fabric manager then NVLSM, each SIGTERM then SIGKILL after --grace
     assert seconds(v["TimeoutStopSec"][0]) > 2 * _default("grace")
     # restart: systemd's, so nvfabric's in-process restart stays off (its default)
@@ -95,6 +99,17 @@ def test_install_writes_0644_then_is_idempotent_then_keeps_a_backup(tmp_path: Pa
         "[Service]\nExecStart=/usr/bin/true\n"
     assert path.read_text() == unitfile.unit_text()
     assert sorted(os.listdir(path.parent)) == ["nvfabric.service", "nvfabric.service.nvfabric.bak"]
+
+
+@pytest.mark.parametrize("name", ["img 2", "it's", "a;b", "$x"])
+def test_the_next_step_printed_for_a_tree_is_quoted_for_the_shell(tmp_path: Path,
+                                                                   name: str) -> None:
+    root = tmp_path / name
+    root.mkdir()
+    data, code = run_json("unit", "install", "--root", str(root))
+    assert code == 0
+    (step,) = data["next"]
+    assert shlex.split(step) == ["systemctl", "--root", str(root), "enable", "nvfabric.service"]
 
 
 def test_install_on_the_host_says_daemon_reload_and_enable() -> None:
@@ -147,6 +162,21 @@ def test_a_link_or_directory_at_the_unit_path_is_refused_and_left_alone(
     assert sorted(os.listdir(path.parent)) == ["nvfabric.service"]
 
 
+def test_a_backup_name_linked_out_of_the_root_is_replaced_not_written_through(
+        tmp_path: Path) -> None:
+    root, outside = tmp_path / "root", tmp_path / "precious"
+    (root / "etc/systemd/system").mkdir(parents=True)
+    (root / UNIT_PATH).write_text("[Service]\nExecStart=/usr/bin/old\n")
+    outside.write_text("precious\n")
+    (root / (UNIT_PATH + ".nvfabric.bak")).symlink_to(outside)
+    data, code = run_json("unit", "install", "--root", str(root))
+    assert code == 0 and data["result"] == "replaced"
+    assert outside.read_text() == "precious\n"
+    assert (root / (UNIT_PATH + ".nvfabric.bak")).read_text() == \
+        "[Service]\nExecStart=/usr/bin/old\n"
+    assert (root / UNIT_PATH).read_text() == unitfile.unit_text()
+
+
 def test_unit_dir_linked_out_of_the_root_is_refused(tmp_path: Path) -> None:
     root, outside = tmp_path / "root", tmp_path / "outside"
     (root / "etc/systemd").mkdir(parents=True)
@@ -167,6 +197,20 @@ def test_unwritable_target_is_one_line_and_exit_1(tmp_path: Path) -> None:
     (line,) = proc.stderr.splitlines()
     assert line.startswith("nvfabric: unit_not_installed: ") and "etc/systemd/system" in line
     assert (tmp_path / "etc/systemd/system").read_text() == "not a directory\n"
+
+
+@pytest.mark.parametrize("blocked", ["etc/systemd/system", "etc/systemd", "etc"])
+def test_a_file_where_a_directory_should_be_is_named_not_blamed_on_permissions(
+        tmp_path: Path, blocked: str) -> None:
+    (tmp_path / blocked).parent.mkdir(parents=True, exist_ok=True)
+    (tmp_path / blocked).write_text("a file\n")
+    data, code = run_json("unit", "install", "--root", str(tmp_path))
+    assert code == 1 and data["error"]["code"] == "unit_not_installed"
+    assert data["error"]["message"] == (f"{tmp_path / blocked} is a file where a directory "
+                                        "should be; nothing was written")
+    assert f"move {tmp_path / blocked} away" in data["error"]["hint"]
+    assert "permission" not in data["error"]["hint"]
+    assert (tmp_path / blocked).read_text() == "a file\n"
 
 
 def test_missing_root_is_a_usage_error(tmp_path: Path) -> None:

@@ -22,6 +22,7 @@ COMMANDS: dict[str, str] = {
     "simulate": "nvfabric.commands.simulate:simulate",
     "status": "nvfabric.commands.status:status",
     "wait": "nvfabric.commands.status:wait",
+    "ready": "nvfabric.commands.ready:ready",
     "doctor": "nvfabric.commands.doctor:doctor",
     "triage": "nvfabric.commands.triage:triage_cmd",
     "imex": "nvfabric.commands.imex:imex",
@@ -33,7 +34,15 @@ COMMANDS: dict[str, str] = {
 
 
 class LazyGroup(click.Group):
-    """A click group whose subcommands are imported on first use."""
+    """A click group whose subcommands are imported on first use; before anything runs, the
+    standard streams are made safe to write to (:func:`nvfabric.output.standard_streams`:
+    closed descriptors on /dev/null, a broken pipe never changes the exit code)."""
+
+    def main(self, *args: Any, **kwargs: Any) -> Any:
+        from .output import standard_streams
+
+        standard_streams()
+        return super().main(*args, **kwargs)
 
     def list_commands(self, ctx: click.Context) -> list[str]:
         return list(COMMANDS)

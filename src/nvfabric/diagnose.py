@@ -27,9 +27,11 @@ outcome (``by_class``; ``unknown`` for a number the table lacks, where a null co
 finding") and its name rides along as ``catalogue_name``/``catalogue_class`` fields.
 
 Encodings: a log is UTF-8 (bytes that are not become U+FFFD). A UTF-16 or UTF-32 log (a BOM, or
-NUL bytes between ASCII characters, as Windows tools write it) is decoded as such; a stream
-with NUL bytes that is neither is refused (:class:`LogEncodingError`), never read as a log
-without findings.
+NUL bytes between ASCII characters, as Windows tools write it) is decoded as such. NUL bytes
+in runs within UTF-8 text are padding, dropped: logrotate's ``copytruncate`` leaves the file
+starting with NULs up to the writer's old offset, and a crash leaves NUL-filled blocks in a
+syslog. A stream with other NUL bytes (a binary file), or nothing but NULs, is refused
+(:class:`LogEncodingError`), never read as a log without findings.
 """
 
 from __future__ import annotations
@@ -43,6 +45,7 @@ from importlib import resources
 from typing import IO, Any
 
 from .findings import CODES, Finding, Severity
+from .strict import int_or_none
 
 MAX_KEYS = 64
 MAX_COLLECT = 32
@@ -113,7 +116,11 @@ def _number(value: str, sig: str, name: str) -> int:
         raise LogValueError(
             f"a number of {len(value)} digits in a line of the {sig} kind (field {name}); "
             f"fabric logs print at most {MAX_DIGITS}: not a real log line")
-    return int(value)
+    number = int_or_none(value, signed=True)  # ASCII digits only (nvfabric.strict)
+    if number is None:
+        raise LogValueError(f"{value!r} in a line of the {sig} kind (field {name}) is not "
+                            "a number (ASCII digits)")
+    return number
 
 
 class CatalogueError(ValueError):
@@ -433,19 +440,45 @@ def detect_encoding(head: bytes) -> tuple[str, int]:
         return "utf-16-le", 0
     if len(sample) >= 4 and set(even) == {0} and 0 not in odd:
         return "utf-16-be", 0
+    if _nul_padded_text(sample):
+        return "utf-8", 0
     raise LogEncodingError(
         "holds NUL bytes and is neither UTF-8, UTF-16 nor UTF-32 text: not a log file")
 
 
+#: NUL padding: a run of at least this many NUL bytes (an ASCII character in UTF-16 has one).
+_NUL_RUN = re.compile(rb"\0{8,}")
+#: Control bytes that text does not hold (tab, newline, CR, form feed and ESC excepted).
+_BINARY_BYTES = re.compile(rb"[\x01-\x08\x0b\x0e-\x1a\x1c-\x1f\x7f]")
+
+
+def _nul_padded_text(sample: bytes) -> bool:
+    """Whether ``sample`` is UTF-8 text whose NUL bytes all stand in runs of padding (or is
+    padding only, the start of a copytruncated log), with hardly any other control byte."""
+    rest = _NUL_RUN.sub(b"", sample)
+    if b"\0" in rest:
+        return False
+    return len(_BINARY_BYTES.findall(rest)) <= len(rest) // 100
+
+
 def _utf8_blocks(stream: IO[bytes]) -> Iterator[bytes]:
-    """The stream's bytes as UTF-8, block by block, whatever its detected encoding."""
+    """The stream's bytes as UTF-8, block by block, whatever its detected encoding; NUL bytes
+    of a UTF-8 stream (padding, :func:`_nul_padded_text`) are dropped. Raises
+    :class:`LogEncodingError` for a stream of NUL bytes only."""
     first = stream.read(BLOCK)
     name, skip = detect_encoding(first)
     if name == "utf-8":
-        if first[skip:]:
-            yield first[skip:]
-        while block := stream.read(BLOCK):
-            yield block
+        seen = False
+        block = first[skip:]
+        while block:
+            if b"\0" in block:
+                block = block.replace(b"\0", b"")
+            if block:
+                seen = True
+                yield block
+            block = stream.read(BLOCK)
+        if not seen and first:
+            raise LogEncodingError("holds only NUL bytes: not a log file")
         return
     decoder = codecs.getincrementaldecoder(name)(errors="replace")
     block = first[skip:]

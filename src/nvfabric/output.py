@@ -4,6 +4,8 @@ otherwise human text through rich (imported only then). Errors become one line o
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import functools
 import json
 import os
@@ -55,10 +57,68 @@ def console(stderr: bool = False) -> Any:
     return con
 
 
-def _on_broken_pipe() -> NoReturn:
-    """The reader went away (``nvfabric detect | head -1``): stop quietly, exit 0."""
+def _on_broken_pipe() -> None:
+    """The reader went away (``nvfabric status | head -1``): the rest of the output is
+    dropped and the command goes on to its own exit code (:class:`QuietOnBrokenPipe`)."""
     _quiet_stdout()
-    sys.exit(0)
+
+
+class QuietOnBrokenPipe:
+    """A text stream (sys.stdout, sys.stderr) whose reader may go away: a write or flush that
+    meets a broken pipe (EPIPE) points the descriptor at /dev/null and drops the text, so the
+    command ends with its own exit code (``nvfabric status | head -1`` on an unhealthy node
+    still exits 1), never with an internal error or the interpreter's exit code 120. Every
+    other attribute is the wrapped stream's."""
+
+    def __init__(self, stream: Any) -> None:
+        self._stream = stream
+        self.lost = False
+
+    def _gone(self) -> None:
+        self.lost = True
+        _quiet_fd(self._stream)
+
+    def write(self, text: str) -> int:
+        try:
+            return int(self._stream.write(text))
+        except BrokenPipeError:
+            self._gone()
+            return len(text)
+
+    def flush(self) -> None:
+        try:
+            self._stream.flush()
+        except BrokenPipeError:
+            self._gone()
+            with contextlib.suppress(OSError, ValueError):
+                self._stream.flush()  # what was buffered now goes to /dev/null
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._stream, name)
+
+
+def standard_streams() -> None:
+    """Called once before any command runs: descriptors 0, 1 and 2 that were closed
+    (``>&-``, ``2>&-``) are opened on /dev/null, so that no file nvfabric opens later (a lock,
+    a config) becomes its stdout, and sys.stdin/stdout/stderr (None then) are streams again;
+    stdout and stderr are wrapped in :class:`QuietOnBrokenPipe`."""
+    for fd, flags in ((0, os.O_RDONLY), (1, os.O_WRONLY), (2, os.O_WRONLY)):
+        try:
+            os.fstat(fd)
+        except OSError:
+            with contextlib.suppress(OSError):
+                null = os.open(os.devnull, flags)
+                if null != fd:
+                    os.dup2(null, fd)
+                    os.close(null)
+    if sys.stdin is None:
+        sys.stdin = open(os.devnull, encoding="utf-8")  # noqa: SIM115 - lives with the process
+    for name in ("stdout", "stderr"):
+        stream = getattr(sys, name)
+        if stream is None:
+            stream = open(os.devnull, "w", encoding="utf-8")  # noqa: SIM115 - as above
+        if not isinstance(stream, QuietOnBrokenPipe):
+            setattr(sys, name, QuietOnBrokenPipe(stream))
 
 
 def severity_style(severity: str) -> str:
@@ -75,8 +135,22 @@ def print_findings(con: Any, findings: list[Finding] | tuple[Finding, ...], titl
         con.print(
             f"  [{severity_style(f.severity)}]{f.severity:7}[/] {safe(f.code)}: {safe(f.message)}"
         )
+        seen = _seen(f)
+        if seen:
+            con.print(f"          {safe(seen)}")
         if f.hint:
             con.print(f"          hint: {safe(f.hint)}")
+
+
+def _seen(f: Finding) -> str | None:
+    """``seen 12000 times, first 1000.12, last 12999.12`` for a log finding that repeats
+    (``doctor``: fields ``count``, ``first_seen``, ``last_seen``); None otherwise."""
+    count = f.fields.get("count")
+    if not isinstance(count, int) or count < 2 or "first_seen" not in f.fields:
+        return None
+    first, last = f.fields.get("first_seen"), f.fields.get("last_seen")
+    span = f", first {first}, last {last}" if first and last else ""
+    return f"seen {count} times{span}"
 
 
 def fail(finding: Finding, exit_code: int, as_json: bool) -> NoReturn:
@@ -91,6 +165,39 @@ def fail(finding: Finding, exit_code: int, as_json: bool) -> NoReturn:
     message = " ".join(f"nvfabric: {finding.code}: {finding.message}{hint}".splitlines())
     sys.stderr.write(message + "\n")
     sys.exit(exit_code)
+
+
+#: errno values of a full filesystem (ENOSPC, EDQUOT): a fault of the node, exit 1.
+_FULL = (errno.ENOSPC, errno.EDQUOT)
+
+
+def os_error(err: OSError, doing: str = "", path: str | None = None) -> tuple[Finding, int]:
+    """What an OSError is, as a finding naming the file and an exit code (README contract):
+    a full filesystem is ``disk_full`` (exit 1: the node is the problem, not the command
+    line); permissions, a read-only filesystem, locks the filesystem does not support and the
+    rest are ``input_unreadable`` (exit 2) with the hint that fits the errno. ``doing``: what
+    failed (``cannot take the run lock``); ``path``: the file when ``err`` has none."""
+    where = path or err.filename
+    what = f"{doing} {where}" if doing and where else (doing or str(where or ""))
+    reason = err.strerror or str(err)
+    message = f"{what}: {reason}" if what else reason
+    parent = os.path.dirname(str(where)) if where else "the filesystem"
+    if err.errno in _FULL:
+        return Finding("disk_full", "error", message,
+                       f"free space on the filesystem of {parent} (`df -h {parent}`), or pass "
+                       "a directory on another filesystem", {"path": where}), 1
+    hints = {
+        errno.EACCES: "run as root, or pass a path nvfabric may write",
+        errno.EPERM: "run as root (or with the capability this needs)",
+        errno.EROFS: f"{parent} is on a read-only filesystem: pass a path on a writable one",
+        errno.ENOLCK: f"the filesystem of {parent} does not support locks (NFS?): pass a "
+                      "local directory",
+        errno.ENOTDIR: "a file is where a directory should be: check the path",
+        errno.EISDIR: "a directory is where a file should be: check the path",
+    }
+    hint = hints.get(err.errno or 0, "check the path given and that it is the right kind "
+                     "(file or directory) and writable where nvfabric writes")
+    return Finding("input_unreadable", "error", message, hint, {"path": where}), 2
 
 
 def safe(value: object) -> str:
@@ -112,8 +219,11 @@ def guarded(fn: F) -> F:
     and an exit code; never a traceback unless NVFABRIC_DEBUG is set.
 
     An OSError or UnicodeDecodeError that escapes a command is about the files or directories
-    it was given (a file where a directory should be, a full disk, bytes that are not text):
-    exit 2 with the path. Anything else is a bug: exit 3.
+    it was given (a file where a directory should be, bytes that are not text): exit 2 with
+    the path and the hint of its errno; a full disk is ``disk_full``, exit 1
+    (:func:`os_error`). A broken stdout never gets here (:class:`QuietOnBrokenPipe`, installed
+    by :func:`standard_streams`); should one still escape, exit 0. Anything else is a bug:
+    exit 3.
     """
 
     @functools.wraps(fn)
@@ -136,10 +246,7 @@ def guarded(fn: F) -> F:
         except OSError as err:
             if os.environ.get("NVFABRIC_DEBUG"):
                 raise
-            where = f"{err.filename}: " if err.filename else ""
-            fail(Finding("input_unreadable", "error", f"{where}{err.strerror or err}",
-                         "check the path given and that it is the right kind (file or "
-                         "directory) and writable where nvfabric writes"), 2, as_json)
+            fail(*os_error(err), as_json)
         except Exception as err:  # noqa: BLE001 - last resort, see docstring
             if os.environ.get("NVFABRIC_DEBUG"):
                 raise
@@ -153,8 +260,16 @@ def guarded(fn: F) -> F:
 def _quiet_stdout() -> None:
     """After a broken pipe, point stdout at /dev/null so the interpreter's final flush is
     silent."""
+    _quiet_fd(sys.stdout)
+
+
+def _quiet_fd(stream: Any) -> None:
+    """Point the descriptor of ``stream`` at /dev/null (its reader went away)."""
     try:
         devnull = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(devnull, sys.stdout.fileno())
-    except OSError:
+        try:
+            os.dup2(devnull, stream.fileno())
+        finally:
+            os.close(devnull)
+    except (OSError, ValueError, AttributeError):
         pass

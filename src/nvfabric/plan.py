@@ -25,6 +25,7 @@ from typing import Any
 from .findings import Finding
 from .inventory.model import MELLANOX, Inventory
 from .inventory.products import lookup
+from .words import plural
 
 FABRICS = ("none", "nvswitch", "nvlink5", "mnnvl")
 SERVICES_BY_FABRIC: dict[str, tuple[str, ...]] = {
@@ -122,7 +123,7 @@ def plan(inv: Inventory) -> Plan:
         fabric = "nvlink5"
         if lpfs:
             reasons.append(
-                f"{len(lpfs)} ConnectX LPF(s) with VPD SMDL=SW_MNG on PCI ("
+                f"{plural(len(lpfs), 'ConnectX LPF')} with VPD SMDL=SW_MNG on PCI ("
                 + ", ".join(f.address for f in lpfs)
                 + "): NVLink 5 baseboard, NVLSM then fabric manager"
             )
@@ -190,7 +191,7 @@ def _no_lpf(inv: Inventory) -> Finding:
     if not connectx:
         detail = "no ConnectX function on PCI at all"
     else:
-        detail = f"{len(connectx)} ConnectX function(s) on PCI, none with SMDL=SW_MNG"
+        detail = f"{plural(len(connectx), 'ConnectX function')} on PCI, none with SMDL=SW_MNG"
         if no_vpd:
             detail += f"; no readable VPD on {', '.join(no_vpd)}"
     return Finding(

@@ -14,7 +14,9 @@ Behaviour (../shared/cases/RUN.md):
   unit in-process after 1, 2, 4 ... s (capped), except when a service that needs a GPU reset
   (R04) would be restarted after GPUs registered: then the operator's reset command runs
   first, or, without one, the outcome is a ``restart_needs_gpu_reset`` finding.
-- SIGTERM/SIGINT: orderly stop in reverse order, exit 0; a second signal kills at once (R05).
+- SIGTERM/SIGINT: orderly stop in reverse order, exit 0; a second signal kills at once (R05),
+  except within ``REPEATED_STOP_WINDOW_S`` of the first: that is the same stop request
+  delivered twice (a runtime's kill-all plus the one-file bootloader's forwarding).
   As PID 1 every exited child is reaped, orphans included.
 - Child output (stdout and stderr, merged) is forwarded line by line with the service name as
   prefix and fed to a classifier, so that a known failure line yields its finding at once.
@@ -58,6 +60,7 @@ from .configs.atomic import write_atomic
 from .execinfo import INTERPRETER_HINT, exec_error, missing_interpreter
 from .findings import Finding
 from .services import PlannedFile, ServiceSpec
+from .strict import int_or_none
 
 #: Signals whose disposition a child gets reset to the default (Python ignores SIGPIPE; a
 #: parent started under nohup ignores SIGHUP).
@@ -66,11 +69,28 @@ _RESET_SIGNALS = (
     signal.SIGQUIT, signal.SIGUSR1, signal.SIGUSR2, signal.SIGCHLD, signal.SIGALRM,
 )
 _STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
+#: Seconds after the first stop signal within which another one is the same request, not an
+#: operator's "kill now". One stop reaches nvfabric twice within milliseconds where it runs as
+#: the child of the single-file binary's PyInstaller bootloader, which forwards every signal it
+#: gets to its child, and the sender signals both: Talos stops an extension service with
+#: SIGTERM to every process of the container (siderolabs/talos
+#: internal/app/machined/pkg/system/runner/containerd/containerd.go, ``task.Kill(SIGTERM,
+#: containerd.WithKillAll)``), and a terminal's Ctrl-C goes to the whole foreground group.
+REPEATED_STOP_WINDOW_S = 1.0
 #: The one line logged for a SIGHUP (ignored: nvfabric has no reload; a terminal closing or a
 #: ``systemctl reload`` must not stop the fabric).
 SIGHUP_IGNORED = "received SIGHUP: ignored (no reload; restart nvfabric run to apply changes)"
 _POLL_FALLBACK_S = 0.01
+#: The longest single wait of the loop: epoll_wait(2) takes its timeout in int milliseconds
+#: (Python raises OverflowError past about 24.8 days), and a --grace, --ready-timeout or
+#: $WATCHDOG_USEC may be longer; a timer further away is simply waited for again.
+_MAX_WAIT_S = 3600.0
 _NOTIFY_TIMEOUT_S = 0.5
+#: The most bytes of STATUS= text sent. systemd reads a notify datagram into a buffer of
+#: NOTIFY_BUFFER_MAX (PIPE_BUF, 4096) bytes and ignores a longer one whole (src/core/manager.c,
+#: manager_dispatch_notify_fd: "exceeded maximum size"), READY=1 in it included; checked with
+#: systemd 252: READY=1 and a STATUS= of 4100 bytes in one datagram is a start timeout.
+STATUS_MAX_BYTES = 1024
 #: What systemd hands the main process only (sd_notify(3), sd_listen_fds(3),
 #: sd_watchdog_enabled(3)): not passed on to the daemons, which must not notify or ping.
 _SYSTEMD_ENV = ("NOTIFY_SOCKET", "LISTEN_FDS", "LISTEN_PID", "LISTEN_FDNAMES", "WATCHDOG_USEC",
@@ -89,6 +109,7 @@ class GpuCheck:
     that the service's success line is the readiness signal; ``findings``: problems seen in
     the state (a GPU completed with an error status), logged when the unit becomes ready;
     ``progress``: (completed, total) GPUs for systemd's ``STATUS=`` line, when counted.
+    ``registered_gpus``: labels of the GPUs registered (completed), for R09's refusal.
     """
 
     ready: bool
@@ -98,6 +119,7 @@ class GpuCheck:
     supported: bool = True
     findings: tuple[Finding, ...] = ()
     progress: tuple[int, int] | None = None  # (GPUs completed, GPUs with a fabric state)
+    registered_gpus: tuple[str, ...] = ()
 
 
 class Classifier(Protocol):
@@ -118,6 +140,9 @@ class Policy:
     ``registered_at_start``: GPUs were already registered before the first start (a fabric
     manager ran before), so the first start is a restart for R04. ``gpu_reset_timeout_s``:
     the reset command's bound (then its process group is killed and nothing starts).
+    ``start_limit_burst`` starts of the unit within ``start_limit_interval_s`` end a crash
+    loop (systemd's StartLimitBurst/StartLimitIntervalSec; 0, the default here, turns the
+    limit off; ``nvfabric run`` sets 5 in 300 s).
     """
 
     restart: str = "never"
@@ -130,6 +155,8 @@ class Policy:
     gpu_reset_argv: tuple[str, ...] | None = None
     gpu_reset_timeout_s: float = 300.0
     registered_at_start: bool = False
+    start_limit_burst: int = 0
+    start_limit_interval_s: float = 300.0
     last_lines: int = 20
     reap_orphans: bool | None = None  # None: when running as PID 1
 
@@ -141,8 +168,8 @@ class Policy:
 @dataclass(frozen=True)
 class Outcome:
     """How a run ended: ``exit_code`` (0 orderly stop, 1 failure), ``reason`` (``stopped``,
-    ``failed``), the findings (the failure first), seconds to ready of the last start (None if
-    never ready), restarts done."""
+    ``failed``), the findings (the failure first), seconds to ready of the last start (rounded
+    to milliseconds; None if never ready), restarts done."""
 
     exit_code: int
     reason: str
@@ -220,11 +247,28 @@ def printable(text: str) -> str:
     """``text`` with C0 control characters (tab kept), DEL and C1 controls shown as ``\\xNN``:
     plain-text output (log lines, ``--dry-run`` listings) in which an escape sequence from a
     daemon or a config file would otherwise act on the terminal; a newline inside a value
-    cannot split one log line into two. Rich output uses :func:`nvfabric.output.safe`."""
-    if not any(ord(c) < 32 and c != "\t" or 127 <= ord(c) < 160 for c in text):
+    cannot split one log line into two. A byte that is not UTF-8 (a path given on the command
+    line or read from a directory, which Python holds as a lone surrogate U+DC80-U+DCFF,
+    PEP 383) is shown as ``\\xNN`` of that byte, so the result always encodes as UTF-8.
+    Rich output uses :func:`nvfabric.output.safe`."""
+    if not any(_escaped(c) for c in text):
         return text
-    return "".join(f"\\x{ord(c):02x}" if ord(c) < 32 and c != "\t" or 127 <= ord(c) < 160
-                   else c for c in text)
+    return "".join(_escape(c) if _escaped(c) else c for c in text)
+
+
+def _escaped(c: str) -> bool:
+    """A character :func:`printable` shows as ``\\xNN`` (or ``\\uNNNN``)."""
+    o = ord(c)
+    return o < 32 and c != "\t" or 127 <= o < 160 or 0xD800 <= o < 0xE000
+
+
+def _escape(c: str) -> str:
+    """How :func:`printable` shows an escaped character: ``\\xNN`` of a control character or
+    of the byte a surrogate escape stands for; ``\\uNNNN`` of another lone surrogate."""
+    o = ord(c)
+    if 0xDC80 <= o < 0xDD00:
+        return f"\\x{o - 0xDC00:02x}"
+    return f"\\u{o:04x}" if o >= 0xD800 else f"\\x{o:02x}"
 
 
 # --------------------------------------------------------------------------- host helpers
@@ -283,12 +327,74 @@ def run_lock_holder(state_dir: str) -> int | None:
     return None
 
 
+#: The readiness file of ``nvfabric run`` in its state directory (JSON, RUN.md R10).
+READY_FILE = "ready"
+
+
+def clear_stale_ready(state_dir: str) -> int | None:
+    """Remove ``<state_dir>/ready`` left by a run that is gone (``kill -9``, a crash): called
+    by a run that holds the run lock, so no live run can own the file. Returns the pid the
+    stale file named (0 when unreadable), None when there was none. Raises OSError when it
+    exists and cannot be removed."""
+    path = os.path.join(state_dir, READY_FILE)
+    try:
+        with open(path, encoding="utf-8", errors="replace") as fh:
+            text = fh.read(1 << 16)
+    except FileNotFoundError:
+        return None
+    except OSError:
+        text = ""
+    os.unlink(path)
+    try:
+        pid = json.loads(text).get("pid")
+    except (ValueError, AttributeError):
+        pid = None
+    return pid if isinstance(pid, int) and not isinstance(pid, bool) else 0
+
+
+def live_ready(state_dir: str) -> tuple[dict[str, object] | None, str]:
+    """The readiness of the run in ``state_dir`` (RUN.md R10): (the ready file's object, "")
+    when ``<state_dir>/ready`` exists and the pid inside is the live ``nvfabric run`` holding
+    the run lock; else (None, why: no file, unreadable, or stale: its pid does not hold the
+    lock). Reads only."""
+    path = os.path.join(state_dir, READY_FILE)
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except FileNotFoundError:
+        return None, f"no readiness file {path}: no run is ready"
+    except OSError as err:
+        return None, f"cannot read {path}: {err.strerror or err}"
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return None, f"{path} is not a regular file"
+        data = os.read(fd, 1 << 16)
+    finally:
+        os.close(fd)
+    try:
+        info = json.loads(data.decode("utf-8", "replace"))
+    except ValueError:
+        info = None
+    pid = info.get("pid") if isinstance(info, dict) else None
+    if not isinstance(pid, int) or isinstance(pid, bool) or pid <= 0:
+        return None, f"{path} names no run (no pid): stale or not written by nvfabric run"
+    try:
+        holder = run_lock_holder(state_dir)
+    except OSError as err:
+        return None, f"cannot read the run lock in {state_dir}: {err.strerror or err}"
+    if holder != pid:
+        who = "nobody holds the run lock" if holder is None else f"pid {holder} holds it"
+        return None, (f"{path} is stale: it names run pid {pid}, but {who} (the run ended "
+                      "without removing it, e.g. kill -9)")
+    assert isinstance(info, dict)
+    return info, ""
+
+
 def _lock_pid(fd: int) -> int:
     try:
         text = os.pread(fd, 32, 0).decode("ascii", "replace").strip()
     except OSError:
         return 0
-    return int(text) if text.isdigit() else 0
+    return int_or_none(text, max_digits=10) or 0
 
 
 def not_a_directory(path: str) -> str | None:
@@ -343,9 +449,12 @@ def ensure_dir(path: str, mode: int = 0o700) -> bool:
 
 def sd_notify(message: str, environ: dict[str, str] | None = None) -> bool:
     """Send ``message`` (``READY=1``) to ``$NOTIFY_SOCKET`` (sd_notify(3) protocol: one
-    datagram to a Unix socket, ``@`` for the abstract namespace). False when unset/failed."""
+    datagram to a Unix socket, ``@`` for the abstract namespace). False when unset, not an
+    absolute path or ``@name``, or the send failed (nobody listens, a full queue for 0.5 s)."""
     path = (environ if environ is not None else os.environ).get("NOTIFY_SOCKET")
-    if not path:
+    if not path or path[0] not in "/@" or path == "@":
+        # sd_notify(3): an absolute path or "@" and an abstract name; anything else (a
+        # relative name would be looked up in our working directory) is not systemd's
         return False
     address = "\0" + path[1:] if path.startswith("@") else path
     try:
@@ -353,10 +462,23 @@ def sd_notify(message: str, environ: dict[str, str] | None = None) -> bool:
             # A receiver that does not read (its queue holds net.unix.max_dgram_qlen
             # datagrams, 10 by default) must not stall the supervisor's loop: bounded.
             sock.settimeout(_NOTIFY_TIMEOUT_S)
-            sock.sendto(message.encode(), address)
+            # never raises for text that is not UTF-8 (printable() escapes it where it
+            # matters; this is the belt for any other caller)
+            sock.sendto(message.encode("utf-8", "backslashreplace"), address)
         return True
     except OSError:
         return False
+
+
+def status_text(text: str) -> str:
+    """``text`` as a ``STATUS=`` value: :func:`printable` (no newline can add an assignment,
+    always UTF-8) and at most :data:`STATUS_MAX_BYTES` bytes (cut at a character, ``...``
+    appended), so that the datagram it goes in stays within what systemd reads."""
+    text = printable(text)
+    data = text.encode()
+    if len(data) <= STATUS_MAX_BYTES:
+        return text
+    return data[:STATUS_MAX_BYTES - 3].decode("utf-8", "ignore") + "..."
 
 
 def notify_nothing_to_start(why: str) -> bool:
@@ -364,7 +486,7 @@ def notify_nothing_to_start(why: str) -> bool:
     starter): ``READY=1`` and ``STATUS=why`` first, so that a ``Type=notify`` unit counts it
     as a successful start (a main process exiting before READY=1 is a failed start, result
     ``protocol``). False when ``$NOTIFY_SOCKET`` is unset or unreachable."""
-    return sd_notify(f"READY=1\nSTATUS={printable(why) if why else 'nothing to start'}")
+    return sd_notify(f"READY=1\nSTATUS={status_text(why) if why else 'nothing to start'}")
 
 
 def watchdog_usec(environ: dict[str, str] | None = None, pid: int | None = None) -> int | None:
@@ -513,7 +635,7 @@ def _fork_exec(argv: Sequence[str], env: dict[str, str], out: int) -> int:
     if failed:
         with contextlib.suppress(ChildProcessError):
             os.waitpid(pid, 0)
-        code = int(failed) if failed.isdigit() else errno.EIO
+        code = int_or_none(failed.decode("ascii", "replace"), high=4095) or errno.EIO
         raise OSError(code, os.strerror(code), args[0])
     return pid
 
@@ -607,6 +729,7 @@ class Supervisor:
         ready_file: str | None = None,
         ready_info: dict[str, object] | None = None,
         pid_dir: str | None = None,
+        preflight: Callable[[], Sequence[Finding]] | None = None,
     ) -> None:
         if not specs:
             raise ValueError("a unit needs at least one service")
@@ -618,6 +741,8 @@ class Supervisor:
         self.ready_file = ready_file
         self.ready_info = dict(ready_info or {})
         self.pid_dir = pid_dir
+        self._preflight_fn = preflight
+        self._starts: deque[float] = deque()  # monotonic times of the unit's starts
         reap = self.policy.reap_orphans
         self._reap_orphans = os.getpid() == 1 if reap is None else reap
         self._env = {k: v for k, v in os.environ.items()
@@ -628,6 +753,7 @@ class Supervisor:
         self._phase = "idle"  # starting | ready | stopping | waiting | done
         self._stop_reason = ""
         self._shutdown = False
+        self._stop_signal_at: float | None = None  # monotonic time of the first stop signal
         self._failure: list[Finding] = []
         self._past_exits: list[Finding] = []  # service_exited of failures handled by a restart
         self._notes: list[Finding] = []
@@ -735,7 +861,8 @@ class Supervisor:
     def _next_timeout(self) -> float | None:
         if not self._timers:
             return None
-        return max(0.0, min(d for d, _ in self._timers.values()) - time.monotonic())
+        return min(_MAX_WAIT_S,
+                   max(0.0, min(d for d, _ in self._timers.values()) - time.monotonic()))
 
     def _on_watchdog(self) -> None:
         """Tell systemd the loop still turns, and ping again half an interval later."""
@@ -756,9 +883,10 @@ class Supervisor:
 
     def _say_status(self, text: str) -> None:
         """systemd's ``STATUS=`` (what ``systemctl status`` shows), sent when it changes.
-        Control characters are escaped (:func:`printable`): a probe's answer with a newline
-        would otherwise be a second assignment (``READY=1``) in the datagram."""
-        text = printable(text)
+        Control characters are escaped and the length bounded (:func:`status_text`): a
+        probe's answer with a newline would otherwise be a second assignment (``READY=1``) in
+        the datagram, and a datagram over 4096 bytes is dropped by systemd."""
+        text = status_text(text)
         if text != self._status:
             self._status = text
             sd_notify("STATUS=" + text)
@@ -777,6 +905,7 @@ class Supervisor:
     # ----------------------------------------------------------------- start
 
     def _start_unit(self) -> None:
+        self._starts.append(time.monotonic())
         self._phase = "starting"
         self._procs = []
         self._unit_started = time.monotonic()
@@ -914,7 +1043,8 @@ class Supervisor:
         self._ready_after = self._ready_at - self._unit_started
         if self.ready_file:
             info = dict(self.ready_info)
-            info.update({"ready_after_s": round(self._ready_after, 3), "restarts": self._restarts,
+            info.update({"pid": os.getpid(), "ready_after_s": round(self._ready_after, 3),
+                         "restarts": self._restarts,
                          "services": [{"service": p.spec.name, "pid": p.pid}
                                       for p in self._procs]})
             try:
@@ -1073,6 +1203,43 @@ class Supervisor:
                 "stop every CUDA client first (a GPU in use cannot be reset), or reboot",
                 {"services": names}))
             return False
+        return self._reset_verified(names, argv)
+
+    def _reset_verified(self, names: str, argv: Sequence[str]) -> bool:
+        """R09: after the reset command returned 0, the GPUs' fabric state is read again (the
+        probe, in this thread: nothing runs yet); a GPU still registered (the command did
+        nothing, or reset other GPUs), or a state that cannot be read, is not a reset: the
+        outcome is ``restart_needs_gpu_reset`` naming the GPUs and False."""
+        if self._probe_fn is None:  # nothing to read the state with (no GPU readiness)
+            self._registered = False
+            return True
+        with self._probe_lock:
+            try:
+                check = self._probe_fn()
+            except Exception as err:  # noqa: BLE001 - reported as an unverified reset
+                check = GpuCheck(False, False, "unreadable", f"{type(err).__name__}: {err}")
+        command = " ".join(argv)
+        if check.registered:
+            gpus = list(check.registered_gpus)
+            shown = ", ".join(gpus) if gpus else check.summary
+            self._refuse(Finding(
+                "restart_needs_gpu_reset", "error",
+                f"`{command}` returned 0 but GPUs are still registered with the NVLink fabric "
+                f"({shown}; {check.summary}): {names} was not started",
+                "the reset command did not reset these GPUs (wrong GPUs, or it does nothing): "
+                "stop CUDA clients and reset them (nvidia-smi -r), or reboot the node",
+                {"services": names, "gpus": gpus, "summary": check.summary}))
+            return False
+        if check.error is not None:
+            self._refuse(Finding(
+                "restart_needs_gpu_reset", "error",
+                f"`{command}` returned 0 but the GPUs' fabric state cannot be read to check "
+                f"it ({check.error}): {names} was not started",
+                "check the driver and nvidia-smi, then run again; the reset must be seen "
+                "before fabric manager starts", {"services": names, "gpus": [],
+                                                 "summary": check.summary}))
+            return False
+        self.log.say(f"GPU reset checked: {check.summary}")
         self._registered = False
         return True
 
@@ -1234,7 +1401,7 @@ class Supervisor:
             with contextlib.suppress(OSError):
                 path = os.path.join(self.pid_dir, f"{proc.spec.name}.pid")
                 with open(path, encoding="utf-8") as fh:
-                    mine = fh.read().strip() == str(proc.pid)
+                    mine = fh.read(64).strip() == str(proc.pid)  # a pid file: one short line
                 if mine:
                     os.unlink(path)
         if proc.watch is not None:
@@ -1322,14 +1489,22 @@ class Supervisor:
                            fields), proc, diagnosis)
 
     def _on_stop_signal(self, name: str) -> None:
+        now = time.monotonic()
         if self._phase == "stopping":
             if self._shutdown:
+                first = self._stop_signal_at
+                if first is not None and now - first < REPEATED_STOP_WINDOW_S:
+                    self.log.say(f"received {name} again {now - first:.3f} s after the first: "
+                                 "the same stop request, still stopping in order")
+                    return
                 self.log.say(f"received {name} again: killing what is left")
                 for proc in self._procs:
                     if proc.status is None:
                         self._kill(proc, signal.SIGKILL)
                 return
         self._shutdown = True
+        if self._stop_signal_at is None:
+            self._stop_signal_at = now
         if self.policy.restart == "on-failure":
             self._keep_exits("the run was stopped before its restart")
             self._failure = []  # failures are ours to handle; the operator asked for a stop
@@ -1412,6 +1587,8 @@ class Supervisor:
         if self.policy.restart != "on-failure":
             self._finish(1, "failed", self._failure)
             return
+        if self._start_limit_hit():
+            return
         ran_ready = self._ready_at is not None and (
             time.monotonic() - self._ready_at >= self.policy.backoff_cap_s)
         if ran_ready:
@@ -1423,7 +1600,49 @@ class Supervisor:
         self._say_status(f"restarting the unit in {delay:g} s")
         self._at("restart", delay, self._restart)
 
+    def _start_limit_hit(self) -> bool:
+        """A crash loop: ``start_limit_burst`` starts within ``start_limit_interval_s``
+        (systemd's StartLimitBurst); the run ends with ``restart_limit`` (True)."""
+        burst, interval = self.policy.start_limit_burst, self.policy.start_limit_interval_s
+        now = time.monotonic()
+        while self._starts and now - self._starts[0] > interval:
+            self._starts.popleft()
+        if burst <= 0 or len(self._starts) < burst:
+            return False
+        self._refuse(Finding(
+            "restart_limit", "error",
+            f"the unit was started {len(self._starts)} times within {interval:g} s and failed "
+            f"each time: not restarted again (limit {burst} starts in {interval:g} s)",
+            "read the failures above (the first one says why); fix the cause and start "
+            "nvfabric run again, or change --restart-limit-burst/--restart-limit-interval",
+            {"starts": len(self._starts), "burst": burst, "interval_s": interval}))
+        return True
+
+    def _restart_preflight(self) -> bool:
+        """Before a restart, what would refuse a first start refuses it too (a binary removed
+        or replaced while the unit ran: missing, not executable, another version): the run
+        ends with that finding (False) instead of restarting forever."""
+        problems: list[Finding] = []
+        for spec in self.specs:
+            binary = spec.argv[0]
+            if not (os.path.isfile(binary) and os.access(binary, os.X_OK)):
+                problems.append(Finding(
+                    "binary_missing", "error",
+                    f"{spec.name} is no longer installed at {binary} (or not executable): the "
+                    "unit is not restarted", f"reinstall {spec.name}, then start nvfabric run "
+                    "again", {"service": spec.name, "path": binary}))
+        if not problems and self._preflight_fn is not None:
+            problems += [f for f in self._preflight_fn() if f.severity == "error"]
+        if not problems:
+            return True
+        for f in problems[1:]:
+            self.log.finding(f)
+        self._refuse(problems[0])
+        return False
+
     def _restart(self) -> None:
+        if not self._restart_preflight():  # not restarted: not counted, the failure is kept
+            return
         if not self._reset_gate():  # not restarted: not counted, the failure is kept
             return
         self._restarts += 1
@@ -1433,18 +1652,20 @@ class Supervisor:
 
     def _keep_exits(self, what: str) -> None:
         """Keep the ``service_exited`` finding of a failure that ``restart="on-failure"``
-        handled (a warning with ``restarted``: the unit went on), for the outcome."""
+        handled, for the outcome: with the severity it was logged with (an error stays an
+        error) and ``restarted`` (True: the unit went on)."""
         for f in self._failure:
             if f.code == "service_exited":
                 self._past_exits.append(Finding(
-                    f.code, "warning", f"{f.message}; {what}", f.hint,
+                    f.code, f.severity, f"{f.message}; {what}", f.hint,
                     {**f.fields, "restarted": "restarted" in what}))
 
     def _finish(self, code: int, reason: str, findings: Sequence[Finding]) -> None:
         self._phase = "done"
         self._remove_ready_file()
+        ready_after = None if self._ready_after is None else round(self._ready_after, 3)
         self._outcome = Outcome(code, reason, (*self._past_exits, *findings, *self._notes),
-                                self._ready_after, self._restarts)
+                                ready_after, self._restarts)
 
 
 def _noop_handler(signum: int, frame: object) -> None:

@@ -9,12 +9,14 @@ into a tree.
 
 Errors: :class:`UnitError` (a finding, exit 1) when the path is a symbolic link (a masked
 unit is a link to ``/dev/null``; writing through or over it would unmask it) or not a file,
-or when the write fails; the previous file is then untouched (configs/atomic.py).
+when a file stands where one of its directories should be (named in the message), or when
+the write fails; the previous file is then untouched (configs/atomic.py).
 """
 
 from __future__ import annotations
 
 import os
+import shlex
 import stat
 from dataclasses import dataclass
 from importlib import resources
@@ -23,6 +25,7 @@ from .configs.atomic import write_atomic
 from .errors import NvfabricError
 from .findings import Finding
 from .hostpath import under_root
+from .supervisor import not_a_directory
 
 UNIT_NAME = "nvfabric.service"
 #: Where the administrator's units live (systemd.unit(5)): what ``unit install`` writes.
@@ -82,6 +85,11 @@ def install(root: str, *, dry_run: bool = False, text: str | None = None) -> Ins
         st = os.lstat(path)
     except FileNotFoundError:
         st = None
+    except NotADirectoryError:
+        blocker = not_a_directory(os.path.dirname(path)) or os.path.dirname(path)
+        raise UnitError(f"{blocker} is a file where a directory should be; nothing was "
+                        "written", f"move {blocker} away (systemd reads units from the "
+                        f"directory {UNIT_DIR}), then install again", path) from None
     except OSError as err:
         raise UnitError(f"cannot read {path}: {err.strerror or err}",
                         "check the permissions of etc/systemd/system", path) from None
@@ -124,7 +132,9 @@ def install(root: str, *, dry_run: bool = False, text: str | None = None) -> Ins
 def next_steps(root: str) -> list[str]:
     """The commands that make systemd load and start the installed unit: on the running
     system (``root`` is ``/``), daemon-reload then enable --now; in a tree (an image being
-    built), ``systemctl --root`` enable (offline: it only makes the wants/ link)."""
+    built), ``systemctl --root`` enable (offline: it only makes the wants/ link), quoted as a
+    shell reads it (shlex)."""
     if os.path.abspath(root) == "/":
         return ["systemctl daemon-reload", f"systemctl enable --now {UNIT_NAME}"]
-    return [f"systemctl --root {os.path.abspath(root)} enable {UNIT_NAME}"]
+    # quoted for a shell: the operator pastes it (an image tree may be "/srv/img 2")
+    return [shlex.join(["systemctl", "--root", os.path.abspath(root), "enable", UNIT_NAME])]

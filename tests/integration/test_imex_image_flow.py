@@ -164,8 +164,11 @@ def test_runfile_node_gets_imex_with_only_nvidia_modprobe_forced_and_the_unit_of
         ("nvidia-modprobe", "nvidia-modprobe", DRIVER, "/usr/bin/nvidia-modprobe")]
     assert [f["code"] for f in out["findings"]] == ["dependency_forced"]
     deb_path = tmp_path / "debs" / f"nvidia-imex_{REVISION}_{arch}.deb"
-    assert out["commands"] == [["dpkg", "--root", str(root), "--ignore-depends=nvidia-modprobe",
-                                "-i", str(deb_path)]]
+    assert out["commands"] == [["dpkg", "--root", str(root), f"--log={root}/var/log/dpkg.log",
+                                "--ignore-depends=nvidia-modprobe", "-i", str(deb_path)]]
+    # dpkg logged into the image's own log, not the host's /var/log/dpkg.log.
+    assert f"install nvidia-imex:{arch} <none> {REVISION}" in (
+        root / "var/log/dpkg.log").read_text()
     status = dpkg_status(root, "nvidia-imex")
     assert status.returncode == 0
     assert "Status: install ok installed" in status.stdout

@@ -19,7 +19,9 @@ unified hierarchy at /sys/fs/cgroup/unified):
   manager's private socket (what ``systemctl --user`` talks to) and its notify socket;
   ``HOME``/``XDG_CONFIG_HOME`` are private too, so no unit of the host user is loaded and the
   test's units go in ``$XDG_CONFIG_HOME/systemd/user``.
-- stopped by its pid: SIGTERM (the manager stops its units and exits), SIGKILL after a bound.
+- stopped by its pid: SIGTERM (the manager stops its units and exits), SIGKILL after a bound;
+  and by the kernel when the test process dies without stopping it (PR_SET_PDEATHSIG:
+  SIGTERM; the thread that calls ``start()`` must outlive the manager, as pytest's does).
 """
 
 from __future__ import annotations
@@ -48,13 +50,21 @@ PROTECT_HOME = "ProtectHome=read-only\n" if os.path.realpath(sys.executable).sta
 TOOLS = ("unshare", "nsenter", "systemctl", "mount")
 _counter = itertools.count()
 
-#: Runs in the new mount namespace (argv: cgroup.procs files, "--", the manager's argv): the
-#: tmpfs on /run/systemd with an empty system/ and the inaccessible/ nodes, then this very
-#: process joins the test's cgroup and becomes the manager (exec: same pid).
+#: Runs in the new mount namespace (argv: the test's pid, cgroup.procs files, "--", the
+#: manager's argv): the manager is to get SIGTERM when the test process dies, however it dies
+#: (PR_SET_PDEATHSIG, kept across execve; a CI timeout's SIGTERM or a SIGKILL runs no
+#: finally: and would leave the manager and its units running), then the tmpfs on
+#: /run/systemd with an empty system/ and the inaccessible/ nodes, then this very process
+#: joins the test's cgroup and becomes the manager (exec: same pid).
 LAUNCHER = r"""
-import os, stat, subprocess, sys
+import ctypes, os, signal, stat, subprocess, sys
 cut = sys.argv.index("--")
-procs, argv = sys.argv[1:cut], sys.argv[cut + 1:]
+parent, procs, argv = int(sys.argv[1]), sys.argv[2:cut], sys.argv[cut + 1:]
+PR_SET_PDEATHSIG = 1
+if ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM) != 0:
+    sys.exit("prctl(PR_SET_PDEATHSIG) failed")
+if os.getppid() != parent:  # the test died before prctl: no manager
+    sys.exit("the test process is gone")
 subprocess.run(["mount", "-t", "tmpfs", "-o", "mode=0755", "tmpfs", "/run/systemd"], check=True)
 os.mkdir("/run/systemd/system")
 # What PID 1 makes at boot (make_inaccessible_nodes): a service's ProtectHome=,
@@ -102,13 +112,14 @@ class UserManager:
     its cgroups and runtime directory."""
 
     def __init__(self) -> None:
+        # what can fail first: nothing is made yet, so nothing is left behind
+        self.name = f"nvfabric-test-{os.getpid()}-{next(_counter)}"
+        self.cgroups = [root / self.name for root in cgroup_roots()]
         self.base = Path(tempfile.mkdtemp(prefix="nvf-sd-", dir="/tmp"))
         self.runtime = self.base / "xdg"
         self.home = self.base / "home"
         self.units = self.home / ".config" / "systemd" / "user"
         self.log = self.base / "manager.log"
-        self.name = f"nvfabric-test-{os.getpid()}-{next(_counter)}"
-        self.cgroups = [root / self.name for root in cgroup_roots()]
         self.proc: subprocess.Popen[bytes] | None = None
 
     @property
@@ -132,8 +143,8 @@ class UserManager:
         for cg in self.cgroups:
             cg.mkdir()
         argv = ["unshare", "-m", "--propagation", "private", "--", sys.executable, "-c",
-                LAUNCHER, *(str(cg / "cgroup.procs") for cg in self.cgroups), "--",
-                MANAGER, "--user"]
+                LAUNCHER, str(os.getpid()), *(str(cg / "cgroup.procs") for cg in self.cgroups),
+                "--", MANAGER, "--user"]
         with open(self.log, "wb") as log:
             self.proc = subprocess.Popen(argv, env=self.env(), stdin=subprocess.DEVNULL,
                                          stdout=log, stderr=subprocess.STDOUT)
@@ -188,28 +199,31 @@ class UserManager:
                 self.proc.kill()
                 self.proc.wait()
         for cg in self.cgroups:
-            self._remove(cg)
+            remove_cgroup(cg)
         shutil.rmtree(self.base, ignore_errors=True)
 
-    def _remove(self, cg: Path) -> None:
-        if not cg.is_dir():
-            return
-        for _ in range(100):
-            pids = []
-            for procs in cg.rglob("cgroup.procs"):
-                pids += [int(x) for x in procs.read_text().split()]
-            if not pids:
-                break
-            for pid in pids:
-                try:
-                    os.kill(pid, signal.SIGKILL)
-                except ProcessLookupError:
-                    pass
-            time.sleep(0.05)
-        for directory in sorted((p for p in cg.rglob("*") if p.is_dir()),
-                                key=lambda p: len(p.parts), reverse=True):
-            directory.rmdir()
-        cg.rmdir()
+
+def remove_cgroup(cg: Path) -> None:
+    """Kill, by pid, what is left in the test's cgroup ``cg`` (only processes its manager
+    started can be there), then remove it and its children, depth first."""
+    if not cg.is_dir():
+        return
+    for _ in range(100):
+        pids = []
+        for procs in cg.rglob("cgroup.procs"):
+            pids += [int(x) for x in procs.read_text().split()]
+        if not pids:
+            break
+        for pid in pids:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        time.sleep(0.05)
+    for directory in sorted((p for p in cg.rglob("*") if p.is_dir()),
+                            key=lambda p: len(p.parts), reverse=True):
+        directory.rmdir()
+    cg.rmdir()
 
 
 def _nvfabric(*args: str) -> subprocess.CompletedProcess[str]:

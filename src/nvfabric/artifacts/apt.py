@@ -28,6 +28,7 @@ from functools import cmp_to_key
 
 from ..errors import NvfabricError
 from ..findings import Finding
+from ..strict import MAX_DIGITS, BadValue, to_int
 from .indexed import not_in_index, package_names, wanted_version
 from .model import (
     Artifact,
@@ -39,6 +40,9 @@ from .model import (
 )
 from .naming import arch_name
 from .versions import same
+
+#: A digit run longer than any version field (nvfabric.strict.MAX_DIGITS).
+_LONG_NUMBER = re.compile(f"[0-9]{{{MAX_DIGITS + 1}}}")
 
 
 @dataclass(frozen=True)
@@ -56,10 +60,14 @@ class DebStanza:
     provides: str = ""
 
 
-def find_stanzas(index: bytes | mmap.mmap, names: Iterable[str]) -> list[DebStanza]:
+def find_stanzas(index: bytes | mmap.mmap, names: Iterable[str],
+                 where: str = "Packages index") -> list[DebStanza]:
     """Every stanza of ``index`` (bytes, or an mmap of an index file) whose ``Package`` field
     is one of ``names``, parsed with python-debian, in index order. Other stanzas are not
-    parsed: a search for the literal ``\\nPackage:`` line of the wanted names picks them."""
+    parsed: a search for the literal ``\\nPackage:`` line of the wanted names picks them, and
+    each stanza is parsed once however many such lines it has (linear in the index).
+    Raises ``input_unreadable`` naming ``where`` when a picked stanza's ``Size`` is not a
+    plain number."""
     wanted = sorted({n for n in names if n})
     if not wanted:
         return []
@@ -72,21 +80,47 @@ def find_stanzas(index: bytes | mmap.mmap, names: Iterable[str]) -> list[DebStan
         starts.append(0)
     starts += [m.start() + 1 for m in re.finditer(rb"\n" + line, index)]
     out: list[DebStanza] = []
+    end = -1
     for at in starts:
+        if at < end:
+            # a second Package field in one stanza (Debian Policy 5.1: a field appears once);
+            # refused, and never a re-parse of the stanza per line (that was quadratic)
+            raise NvfabricError(Finding(
+                "input_unreadable", "error",
+                f"{where}: a stanza has more than one Package field (offset {at})",
+                "the package index is damaged or not NVIDIA's: check --mirror and the "
+                "repository, then run again"), exit_code=2)
         start = index.rfind(b"\n\n", 0, at)
         start = 0 if start < 0 else start + 2
         end = index.find(b"\n\n", at)
         end = len(index) if end < 0 else end
         para = Packages(index[start:end].decode("utf-8", "replace"))
-        size_text = para.get("Size", "")
+        size_text = para.get("Size", "").strip()
+        try:
+            size = to_int(size_text, what="Size") if size_text else None
+        except BadValue as err:
+            raise NvfabricError(Finding(
+                "input_unreadable", "error",
+                f"{where}: stanza of {para.get('Package', '')!r}: {err}",
+                "the package index is damaged or not NVIDIA's: check --mirror and the "
+                "repository, then run again"), exit_code=2) from None
+        version = para.get("Version", "")
+        if _LONG_NUMBER.search(version):
+            # python-debian compares each digit run with int(): past 4,300 digits it raises
+            raise NvfabricError(Finding(
+                "input_unreadable", "error",
+                f"{where}: stanza of {para.get('Package', '')!r}: Version {version[:40]!r}... "
+                f"has a number of more than {MAX_DIGITS} digits",
+                "the package index is damaged or not NVIDIA's: check --mirror and the "
+                "repository, then run again"), exit_code=2)
         out.append(
             DebStanza(
                 package=para.get("Package", ""),
-                version=para.get("Version", ""),
+                version=version,
                 architecture=para.get("Architecture", ""),
                 filename=para.get("Filename", ""),
                 sha256=para.get("SHA256", ""),
-                size=int(size_text) if size_text.isdigit() else None,
+                size=size,
                 description=para.get("Description", ""),
                 provides=para.get("Provides", ""),
             )
@@ -138,7 +172,7 @@ def resolve(
     versions the index does have, the platform and ``searched`` (every URL read)."""
     deb_arch = arch_name("deb", request.arch)
     names = package_names("deb", deb_arch, request, searched)
-    stanzas = find_stanzas(index, names.values())
+    stanzas = find_stanzas(index, names.values(), searched[-1] if searched else "Packages")
     out: list[Artifact] = []
     for comp in request.components:
         name = names[comp]

@@ -24,6 +24,7 @@ from .model import SOURCES, Artifact, normal_sha256
 from .tables import COMPONENTS
 
 RECORD = "nvfabric-artifacts.json"
+FORMAT = 1
 _FILE_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._+~%=-]*$")
 
 
@@ -56,7 +57,7 @@ def write(directory: str, fetched: Sequence[Cached]) -> str:
     key = {(c.artifact.component, c.artifact.arch, c.artifact.source) for c in fetched}
     kept = [c for c in old if (c.artifact.component, c.artifact.arch, c.artifact.source) not in key]
     entries = [c.to_json() for c in [*kept, *fetched]]
-    write_atomic(path, json.dumps({"format": 1, "artifacts": entries}, indent=2) + "\n",
+    write_atomic(path, json.dumps({"format": FORMAT, "artifacts": entries}, indent=2) + "\n",
                  backup=False)
     return path
 
@@ -85,6 +86,10 @@ def read(directory: str) -> list[Cached]:
     rows = data.get("artifacts") if isinstance(data, dict) else None
     if not isinstance(rows, list):
         raise _bad(path, "no artifacts list")
+    if data.get("format") != FORMAT:
+        # Another layout (a later nvfabric's) is not read as this one.
+        raise _bad(path, f"record format {data.get('format')!r}, this nvfabric reads format "
+                   f"{FORMAT}")
     out = []
     for i, row in enumerate(rows):
         if not isinstance(row, dict):
@@ -117,14 +122,19 @@ def components_for(record: Sequence[Cached], arch: str | None) -> tuple[str, ...
 
 
 def driver_for(
-    record: Sequence[Cached], given: str | None, loaded: str | None, root: str
+    record: Sequence[Cached], given: str | None, loaded: str | None, root: str,
+    on_disk: str | None = None,
 ) -> tuple[str, tuple[str, ...]]:
     """(driver version to match, reasons): ``given`` (``--driver-version``), else ``loaded``
-    (the module under the root), else the one version the record was fetched for (an image
-    root at build time has no driver loaded). Raises usage_error (exit 2) when none of these
-    names exactly one version."""
+    (the module under the root), else ``on_disk`` (the version of the driver's NVML library
+    under the root, :func:`.dpkgdb.driver_origin`: an image root has the driver installed but
+    not loaded), else the one version the record was fetched for (an image root before its
+    driver). Raises usage_error (exit 2) when none of these names exactly one version."""
     if given or loaded:
         return str(given or loaded), ()
+    if on_disk:
+        return on_disk, (f"no driver loaded under {root}: matching the driver installed there "
+                         f"({on_disk}, its NVML library)",)
     fetched = sorted({c.driver_version for c in record})
     if len(fetched) != 1:
         from ..errors import usage_error
@@ -137,8 +147,9 @@ def driver_for(
 
 
 def pick(record: Sequence[Cached], components: Sequence[str], arch: str) -> list[Cached]:
-    """The entries of ``components`` for ``arch`` (canonical), in record order. Raises
-    usage_error (exit 2) naming the components the record lacks for that arch."""
+    """The one entry of each of ``components`` for ``arch`` (canonical), in record order.
+    Raises usage_error (exit 2) naming the components the record lacks for that arch, or the
+    entries of a component it holds more than once for it."""
     from ..errors import usage_error
     from .naming import canonical_arch
 
@@ -150,4 +161,16 @@ def pick(record: Sequence[Cached], components: Sequence[str], arch: str) -> list
         raise usage_error(f"the fetch record holds no {', '.join(missing)} for {arch}",
                           "fetch them at image build time: nvfabric fetch --components ... "
                           "--arch ... --dest DIR")
+    for comp in components:
+        same = [c for c in chosen if c.artifact.component == comp]
+        if len(same) > 1:
+            # Two versions of one component (a .deb and a redist archive fetched into one
+            # directory, or an edited record): installing both leaves two IMEX binaries, and
+            # two versions of one package in one dpkg run configure only the last.
+            listed = "; ".join(f"{c.artifact.source} {c.artifact.package or c.artifact.component} "
+                               f"{c.artifact.version} ({c.file})" for c in same)
+            raise usage_error(f"the fetch record holds {len(same)} {comp} entries for {arch}: "
+                              f"{listed}",
+                              "fetch each source into its own directory (nvfabric fetch --dest "
+                              "DIR) and install from the one the node needs")
     return chosen

@@ -5,7 +5,9 @@ Read first, decide second, act third:
 
 1. every file of the fetch record is checked against its published SHA-256, and its control
    paragraph against the record (package, version, architecture);
-2. the dpkg database under the root and the driver's origin (:mod:`.runfile`) are read once;
+2. every place dpkg would write (its database, each directory of each package's files) is
+   proven to resolve under the root with links followed (:func:`confine`); the dpkg database
+   under the root and the driver's origin (:mod:`.runfile`) are read once;
 3. every dependency is classified (:func:`.debdeps.decide`): any ``missing`` one refuses the
    whole install with ``dependency_unsatisfied`` before dpkg runs (``dpkg -i`` unpacks a
    package even when its dependencies are unmet, so refusing afterwards would be too late);
@@ -33,15 +35,18 @@ from ..findings import Finding
 from .apt import upstream, valid_name
 from .cachefile import Cached
 from .debdeps import Decision, Known, decide, provides
-from .dpkgdb import Database, control, driver_origin, read, status_of
-from .model import checksum_mismatch
-from .naming import arch_name
+from .dpkgdb import Database, control, data_paths, driver_origin, read, status_of
+from .naming import arch_name, package_name
 from .runfile import DriverOrigin
 from .tables import OWN_VERSION
 from .transport import sha256_file
 from .versions import same
 
 DPKG_TIMEOUT_S = 900.0
+DPKG_LOG = "/var/log/dpkg.log"
+#: What dpkg --root writes of its database (dpkg(1) FILES: the admin directory and its parts).
+ADMIN_PATHS = ("/var/lib/dpkg", "/var/lib/dpkg/status", "/var/lib/dpkg/info",
+               "/var/lib/dpkg/updates", "/var/lib/dpkg/triggers")
 
 
 @dataclass(frozen=True)
@@ -83,12 +88,27 @@ def verify_files(directory: str, entries: Sequence[Cached]) -> tuple[str, ...]:
     paths = []
     for c in entries:
         path = os.path.join(os.path.abspath(directory), c.file)
-        if not os.path.isfile(path) or os.path.islink(path):
+        if os.path.islink(path):
+            # What is installed must be the file fetch verified into this directory, not
+            # whatever a link leads to (it may change after the check).
+            raise _unreadable(f"{path}: a symbolic link, not the file fetch wrote",
+                              "copy the directory with its files (cp -L, or fetch again into "
+                              "it: nvfabric fetch --dest DIR)")
+        if not os.path.isfile(path):
             raise _unreadable(f"{path}: listed in the fetch record but not in the directory",
                               "fetch again into that directory (nvfabric fetch --dest DIR)")
         actual = sha256_file(path)
         if actual != c.artifact.sha256:
-            raise checksum_mismatch(path, c.artifact.sha256, actual)
+            # Not a download: the file was fetched and verified once and changed since; the
+            # fetch's own message (nothing kept, refresh the mirror) does not fit.
+            raise NvfabricError(Finding(
+                "checksum_mismatch", "error",
+                f"{path}: sha256 {actual} does not match {c.artifact.sha256}, the one the fetch "
+                "record names; the file changed after it was fetched; nothing was installed",
+                "fetch again into that directory at image build time (nvfabric fetch --dest "
+                "DIR); the file is left as it is for inspection",
+                {"url": path, "expected_sha256": c.artifact.sha256, "actual_sha256": actual},
+            ), exit_code=1)
         paths.append(path)
     return tuple(paths)
 
@@ -118,13 +138,28 @@ def check_version(c: Cached, driver_version: str) -> None:
 
 def prepare(root: str, directory: str, entries: Sequence[Cached], arch: str) -> Prepared:
     """Steps 1-3 of the module doc for the ``.deb`` entries (all ``source == "apt"``) for
-    ``arch`` (canonical). Raises ``input_unreadable``, ``checksum_mismatch`` or
-    ``dependency_unsatisfied`` (exit 1, nothing run)."""
+    ``arch`` (canonical). Raises ``input_unreadable`` (exit 2: also a write that would leave the
+    root), ``checksum_mismatch`` or ``dependency_unsatisfied`` (exit 1, nothing run)."""
     paths = verify_files(directory, entries)
     deb_arch = arch_name("deb", arch)
     controls = []
     for c, path in zip(entries, paths, strict=True):
+        carrier = package_name("deb", c.artifact.component, c.driver_version)
+        if c.artifact.package != carrier:
+            # The component decides the version rule and the unit rule (imex): a record that
+            # calls nvidia-imex "nvlsm" would install it unchecked and leave its unit as is.
+            raise _unreadable(
+                f"{path}: the fetch record says {c.artifact.component} is package "
+                f"{c.artifact.package!r}, but {c.artifact.component} of driver "
+                f"{c.driver_version} is package {carrier!r}",
+                "the record was edited or damaged: fetch again")
         ctrl = control(path)
+        if not valid_name(ctrl.get("Package", "")):
+            # The name reaches dpkg's argv (the status check, the purge of a failed run): a
+            # value like "--instdir=/" would be read as an option there.
+            raise _unreadable(
+                f"{path}: control names package {ctrl.get('Package', '')!r}, not a Debian "
+                "package name", "the directory holds a damaged or foreign file: fetch again")
         if ctrl.get("Package") != c.artifact.package or ctrl.get("Version") != c.artifact.version \
                 or ctrl.get("Architecture") not in (deb_arch, "all"):
             raise _unreadable(
@@ -134,6 +169,7 @@ def prepare(root: str, directory: str, entries: Sequence[Cached], arch: str) -> 
                 "the directory holds another file than was fetched: fetch again",
             )
         controls.append(ctrl)
+    confine(root, paths, controls)
     db: Database = read(root)
     origin = driver_origin(root)
     same_call = [Known(k["Package"], k["Version"], provides(k.get("Provides", "")))
@@ -157,6 +193,39 @@ def prepare(root: str, directory: str, entries: Sequence[Cached], arch: str) -> 
     return Prepared(tuple(entries), paths, tuple(controls), decisions, origin, tuple(argv))
 
 
+def confine(root: str, paths: Sequence[str], controls: Sequence[dict[str, str]]) -> None:
+    """Prove that dpkg writes nothing outside ``root``: its database (:data:`ADMIN_PATHS`)
+    and every directory a package's files go into resolve under the root with every link
+    followed. dpkg follows a link it finds on the way (a ``var/run -> /run`` of a
+    debootstrapped root, a ``var/lib/dpkg`` linked elsewhere): checked on this machine, such
+    an install wrote the host's /run and a database outside the root. Raises
+    ``input_unreadable`` (exit 2) naming the path, before anything runs."""
+    if os.path.realpath(root) == "/":
+        return
+    try:
+        for admin in ADMIN_PATHS:
+            hostpath.confined(root, admin, "the dpkg database path")
+    except ValueError as err:
+        raise _unreadable(f"refusing to run dpkg: {err}",
+                          "dpkg would write there: make the link relative to the root or "
+                          "replace it by the directory") from None
+    for path, ctrl in zip(paths, controls, strict=True):
+        seen: set[str] = set()
+        for member, is_dir in data_paths(path):
+            where = member if is_dir else os.path.dirname(member)
+            if where in seen:
+                continue
+            seen.add(where)
+            try:
+                hostpath.confined(root, where, "directory")
+            except ValueError as err:
+                raise _unreadable(
+                    f"refusing to install {ctrl.get('Package')}: it writes {member}, and "
+                    f"{err}",
+                    "dpkg would follow that link out of the root: make it relative (e.g. "
+                    "var/run -> ../run) or install on the live node (--root /)") from None
+
+
 def unsatisfied(missing: Sequence[tuple[Decision, str]], origin: DriverOrigin) -> Finding:
     """``dependency_unsatisfied``: the install is refused; names every missing dependency and
     the driver's origin."""
@@ -178,16 +247,30 @@ def unsatisfied(missing: Sequence[tuple[Decision, str]], origin: DriverOrigin) -
     )
 
 
-def dpkg_argv(root: str, ignore: Sequence[str], paths: Sequence[str]) -> list[str]:
-    """``dpkg --root ROOT [--ignore-depends=a,b] -i FILE...``. ValueError when the root or a
-    path is not a plain absolute path, or a name is not a Debian package name."""
+def dpkg_base(root: str) -> list[str]:
+    """``dpkg --root ROOT [--log=ROOT/var/log/dpkg.log]``: dpkg 1.21's log stays
+    ``/var/log/dpkg.log`` of the host whatever ``--root`` says (dpkg(1) ``--log``; checked on
+    this machine: ``dpkg --root IMAGE -i`` appended to the host's log), so an image root gets
+    its own log, confined to the root. The live host (``/``) keeps dpkg's own setting
+    (dpkg.cfg may name another log). ValueError when the root is not a plain absolute path or
+    its log path leads out of it."""
     base = hostpath.check(os.path.abspath(root), "--root")
+    argv = ["dpkg", "--root", base]
+    if base != "/":
+        argv.append("--log=" + hostpath.confined(base, DPKG_LOG, "dpkg log"))
+    return argv
+
+
+def dpkg_argv(root: str, ignore: Sequence[str], paths: Sequence[str]) -> list[str]:
+    """``dpkg --root ROOT [--log=...] [--ignore-depends=a,b] -i FILE...`` (:func:`dpkg_base`).
+    ValueError when the root or a path is not a plain absolute path, or a name is not a Debian
+    package name."""
     for name in ignore:
         if not valid_name(name):
             raise ValueError(f"not a Debian package name: {name!r}")
     for p in paths:
         hostpath.check(p, "package file")
-    argv = ["dpkg", "--root", base]
+    argv = dpkg_base(root)
     if ignore:
         argv.append("--ignore-depends=" + ",".join(ignore))
     return [*argv, "-i", *paths]
@@ -212,25 +295,58 @@ def apply(root: str, prepared: Prepared) -> list[dict[str, Any]]:
     bad = [n for n, k in zip(names, prepared.controls, strict=True)
            if after.get(n) != ("install ok installed", k["Version"])]
     if rc != 0 or bad:
-        rolled = _roll_back(root, [n for n in names if n not in before])
+        # Only what this run added to the database: a package dpkg refused before unpacking
+        # (another architecture, a bad archive) is not there, and was not "purged again".
+        rolled = _roll_back(root, [n for n in names if n not in before and n in after])
         why = f"exit status {rc}" if rc else f"not installed afterwards: {', '.join(bad)}"
         raise _failed(prepared.argv, why, out, rolled, [n for n in names if n in before])
     return [{"package": n, "version": after[n][1], "status": after[n][0]} for n in names]
+
+
+def newly_added(root: str, prepared: Prepared) -> list[str]:
+    """The packages of ``prepared`` that are not installed under ``root`` now (read before
+    dpkg runs): what a failure after dpkg may purge again."""
+    names = [k["Package"] for k in prepared.controls]
+    have = {n for n, s in status_of(root, names).items() if s[0].endswith(" installed")}
+    return [n for n in names if n not in have]
+
+
+def unit_failed(root: str, prepared: Prepared, added: Sequence[str], argv: Sequence[str],
+                status: int, text: str, action: str) -> NvfabricError:
+    """``install_failed`` for a unit step (``systemctl ... nvidia-imex.service``) that failed
+    after dpkg installed the packages: the newly added ones are purged again, so that the unit
+    is not left as the package's postinst set it (enabled, on a node whose IMEX owner is the
+    DRA driver: two daemons, NV_ERR_IN_USE). An upgrade cannot be undone that way: named."""
+    rolled = _roll_back(root, added)
+    upgraded = [k["Package"] for k in prepared.controls if k["Package"] not in added]
+    undo = f"; purged again: {', '.join(rolled)}" if rolled else ""
+    hint = "make systemctl work under the root, then run install --from again"
+    if upgraded:
+        undo += f"; {', '.join(upgraded)} was installed before and stays"
+        hint += f"; until then set the unit by hand: systemctl {action} nvidia-imex.service"
+    return NvfabricError(
+        Finding("install_failed", "error",
+                f"`{' '.join(argv)}` failed (exit status {status}): {text}{undo}", hint,
+                {"argv": list(argv), "rolled_back": rolled}),
+        exit_code=1,
+    )
 
 
 def _roll_back(root: str, added: Sequence[str]) -> list[str]:
     """Purge the packages a failed run newly added (``dpkg --root ROOT --purge``)."""
     if not added:
         return []
-    argv = ["dpkg", "--root", hostpath.check(os.path.abspath(root), "--root"), "--purge",
-            *added]
+    names = [n for n in added if valid_name(n)]
+    if not names:
+        return []
     try:
+        argv = [*dpkg_base(root), "--purge", "--", *names]
         subprocess.run(argv, stdin=subprocess.DEVNULL, capture_output=True,
                        timeout=DPKG_TIMEOUT_S, check=False)
-    except (OSError, subprocess.TimeoutExpired):
+    except (OSError, ValueError, subprocess.TimeoutExpired):
         return []
     still = status_of(root, added)
-    return [n for n in added if n not in still or still[n][0].endswith("not-installed")]
+    return [n for n in names if n not in still or still[n][0].endswith("not-installed")]
 
 
 def _failed(argv: Sequence[str], why: str, output: str, rolled: list[str],

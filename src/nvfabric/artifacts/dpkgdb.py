@@ -103,6 +103,7 @@ def driver_origin(root: str) -> DriverOrigin:
     """Runfile or packages (:func:`.runfile.classify`) from the NVML library files and the
     runfile's binaries found under ``root``, with their owners in its dpkg file lists."""
     libs = []
+    current = []
     for d in RUNFILE_LIB_DIRS:
         full = under(root, d)
         if os.path.islink(full):
@@ -110,11 +111,17 @@ def driver_origin(root: str) -> DriverOrigin:
         for path in sorted(glob.glob(glob.escape(full) + "/" + DRIVER_VERSION_LIB + "*")):
             if os.path.isfile(path) and not os.path.islink(path):
                 libs.append(d + "/" + os.path.basename(path))
+        try:
+            target = os.readlink(os.path.join(full, DRIVER_VERSION_LIB + "1"))
+        except OSError:
+            continue
+        if "/" not in target:  # the installer's link is a bare name in the same directory
+            current.append(d + "/" + target)
     bins = [(name, host) for name, host in RUNFILE_PROVIDES.items()
             if os.path.isfile(under(root, host))]
     owner = owners(root, [*libs, *(host for _, host in bins)])
     return classify([DiskFile(p, owner.get(p)) for p in libs],
-                    [(name, DiskFile(host, owner.get(host))) for name, host in bins])
+                    [(name, DiskFile(host, owner.get(host))) for name, host in bins], current)
 
 
 def control(deb: str) -> dict[str, str]:
@@ -127,6 +134,26 @@ def control(deb: str) -> dict[str, str]:
             return {k: str(v) for k, v in pkg.debcontrol().items()}
     except (DebError, OSError, ValueError, KeyError) as err:
         raise _unreadable(deb, f"not a readable Debian package ({err})") from None
+
+
+def data_paths(deb: str) -> list[tuple[str, bool]]:
+    """The paths the ``.deb`` at ``deb`` installs (host view, ``/usr/bin/nvidia-imex``), each
+    with whether it is a directory, in archive order (python-debian reads the data member;
+    nothing is run). Raises ``input_unreadable`` (exit 2) when the data cannot be read."""
+    from debian.debfile import DebError, DebFile
+
+    try:
+        with DebFile(deb) as pkg:
+            members = pkg.data.tgz().getmembers()
+    except (DebError, OSError, ValueError, KeyError, EOFError) as err:
+        raise _unreadable(deb, f"the package's data cannot be read ({err})") from None
+    out = []
+    for m in members:
+        name = m.name[2:] if m.name.startswith("./") else m.name
+        name = name.strip("/")
+        if name and name != ".":
+            out.append(("/" + name, m.isdir()))
+    return out
 
 
 def status_of(root: str, names: Iterable[str]) -> dict[str, tuple[str, str]]:

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..configs.atomic import write_atomic
+from ..strict import BadValue, control_free, parse_json
 from .model import Artifact
 from .safetar import extract
 from .transport import sha256_file
@@ -111,14 +112,35 @@ def build_record(directory: str, artifact: Artifact) -> dict[str, Any]:
     }
 
 
+#: An install record lists each file of one archive: a few KiB; 64 MiB is far past any.
+MAX_RECORD = 64 << 20
+
+
 def read_record(directory: str) -> dict[str, Any] | None:
     """The install record in ``directory``, or None when absent or unreadable."""
     try:
-        with open(os.path.join(directory, RECORD), encoding="utf-8") as fh:
-            data = json.load(fh)
-    except (OSError, ValueError):
-        return None
-    return data if isinstance(data, dict) else None
+        with open(os.path.join(directory, RECORD), "rb") as fh:
+            data = parse_json(fh.read(MAX_RECORD + 1))
+    except (OSError, BadValue):
+        return None  # a damaged record (a number past the bounds, nesting): install again
+    return data if _well_formed(data) else None
+
+
+def _well_formed(data: object) -> bool:
+    """A record of the shape :func:`record` writes: ``files`` objects with string ``path`` and
+    ``sha256``, ``links`` objects with string ``path`` and ``target``, paths without NUL or
+    control characters. Anything else is a damaged record (the install is redone)."""
+    if not isinstance(data, dict):
+        return False
+    for key, fields in (("files", ("path", "sha256")), ("links", ("path", "target"))):
+        entries = data.get(key, [])
+        if not isinstance(entries, list):
+            return False
+        for entry in entries:
+            if not isinstance(entry, dict) or not all(
+                    isinstance(entry.get(f), str) and control_free(entry[f]) for f in fields):
+                return False
+    return True
 
 
 def verify(directory: str, record: dict[str, Any]) -> list[str]:

@@ -158,7 +158,8 @@ def download_failed(url: str, reason: str, attempts: int) -> NvfabricError:
         Finding(
             "download_failed",
             "error",
-            f"{url}: {reason} (after {attempts} attempt(s)); nothing was kept",
+            f"{url}: {reason} (after {attempts} attempt{'' if attempts == 1 else 's'}); "
+            "nothing was kept",
             "check the network path to the source or use --mirror; rerun to retry",
             {"url": url, "attempts": attempts},
         ),

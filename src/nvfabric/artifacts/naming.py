@@ -4,6 +4,7 @@ names per driver branch, CUDA repository distro directory. Pure functions.
 
 from __future__ import annotations
 
+from ..strict import is_uint
 from .tables import ARCH_ALIASES, ARCH_NAMES, DISTROS, KINDS, NEVER_FOR_FABRIC, PACKAGE_NAMES
 from .versions import at_least, fields
 
@@ -55,7 +56,7 @@ def distro_dir(os_release: dict[str, str]) -> str | None:
         return None
     prefix, how = rule
     parts = version.split(".")
-    if not all(p.isdigit() for p in parts):
+    if not all(is_uint(p) for p in parts):
         return None
     return prefix + ("".join(parts) if how == "nodot" else parts[0])
 

@@ -20,7 +20,7 @@ def commands(source: str, artifacts: Sequence[Artifact],
     """apt: ``apt-get install -y --no-install-recommends name=version…``, ``apt-mark hold
     name…``; rpm: ``dnf install -y name-ver-rel…``, ``dnf versionlock add name-ver-rel…``
     (``yum`` for RHEL/CentOS 7 and Amazon Linux 2 repositories: ``distro``, else the
-    packages' ``.elN`` tag); redist: none."""
+    packages' ``.elN`` tag; ``zypper`` for SLES/openSUSE); redist: none."""
     if source == "apt":
         return apt.commands(artifacts)
     if source == "rpm":

@@ -12,11 +12,11 @@ Pure: bytes in, values out.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from ..strict import BadValue, int_or_none, parse_json
 from .model import (
     Artifact,
     Request,
@@ -78,8 +78,8 @@ def parse_manifest(data: bytes, url: str) -> Manifest:
     JSON object. Platform entries with an unsafe ``relative_path`` or a missing/invalid
     ``sha256`` are dropped and reported in ``problems`` (they can then not be resolved)."""
     try:
-        doc = json.loads(data.decode("utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as err:
+        doc = parse_json(data)
+    except BadValue as err:
         raise bad_source(url, f"not a JSON manifest ({err})") from None
     if not isinstance(doc, dict):
         raise bad_source(url, "not a JSON object")
@@ -117,8 +117,8 @@ def _file(entry: Mapping[str, Any]) -> RedistFile | str:
     if sha is None:
         return "missing or invalid sha256"
     size_text = entry.get("size")
-    size = int(size_text) if isinstance(size_text, str) and size_text.isdigit() else None
-    if isinstance(size_text, int):
+    size = int_or_none(size_text) if isinstance(size_text, str) else None
+    if isinstance(size_text, int) and not isinstance(size_text, bool) and size_text >= 0:
         size = size_text
     md5 = entry.get("md5")
     return RedistFile(path, sha, size, md5 if isinstance(md5, str) else None)

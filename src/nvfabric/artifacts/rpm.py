@@ -19,6 +19,7 @@ from dataclasses import dataclass
 
 from ..errors import NvfabricError
 from ..findings import Finding
+from ..strict import BadValue, to_int
 from .indexed import not_in_index, package_names, wanted_version
 from .model import (
     Artifact,
@@ -71,7 +72,7 @@ def parse_repomd(data: bytes, url: str) -> PrimaryRef:
     document is not repomd or has no safe primary location."""
     try:
         root = ET.fromstring(data)
-    except ET.ParseError as err:
+    except (ET.ParseError, LookupError, ValueError, RecursionError) as err:
         raise bad_source(url, f"not XML ({err})") from None
     for node in root.iter(f"{REPO_NS}data"):
         if node.get("type") != "primary":
@@ -89,10 +90,22 @@ def parse_repomd(data: bytes, url: str) -> PrimaryRef:
     raise bad_source(url, "no primary metadata in repomd.xml")
 
 
-def find_packages(primary: bytes, names: Iterable[str]) -> list[RpmPackage]:
+def find_packages(primary: bytes, names: Iterable[str],
+                  where: str = "primary metadata") -> list[RpmPackage]:
     """Every ``<package>`` of primary metadata whose name is one of ``names``, in order.
-    Streams the document (iterparse) and drops each element once read."""
-    wanted = set(names)
+    Streams the document (iterparse) and drops each element once read. Raises
+    ``input_unreadable`` naming ``where`` for what expat refuses (an empty document, an
+    ``encoding=`` Python does not know, bad XML) and for a ``size`` that is not a plain
+    number in a wanted package."""
+    try:
+        return _find_packages(primary, set(names), where)
+    except (ET.ParseError, LookupError, ValueError, RecursionError) as err:
+        if isinstance(err, BadValue):
+            raise bad_source(where, str(err)) from None
+        raise bad_source(where, f"not XML ({err})") from None
+
+
+def _find_packages(primary: bytes, wanted: set[str], where: str) -> list[RpmPackage]:
     out: list[RpmPackage] = []
     for _event, elem in ET.iterparse(io.BytesIO(primary), events=("end",)):
         if elem.tag != f"{COMMON_NS}package":
@@ -114,11 +127,14 @@ def find_packages(primary: bytes, names: Iterable[str]) -> list[RpmPackage]:
                     checksum_type=chk.get("type", "") if chk is not None else "",
                     checksum=(chk.text or "").strip() if chk is not None else "",
                     href=loc.get("href", "") if loc is not None else "",
-                    size=int(size_text) if size_text.isdigit() else None,
+                    size=to_int(size_text, what=f"{name} size") if size_text else None,
                 )
             )
         elem.clear()
     return out
+
+
+_DIGITS = frozenset("0123456789")
 
 
 def rpmvercmp(a: str, b: str) -> int:
@@ -134,12 +150,15 @@ def rpmvercmp(a: str, b: str) -> int:
             continue
         if x == "~" or y == "~":
             return -1 if x == "~" else 1
-        if x.isdigit() != y.isdigit():
-            return 1 if x.isdigit() else -1
-        if x.isdigit():
-            xi, yi = int(x), int(y)
-            if xi != yi:
-                return 1 if xi > yi else -1
+        x_num, y_num = x[0] in _DIGITS, y[0] in _DIGITS
+        if x_num != y_num:
+            return 1 if x_num else -1
+        if x_num:
+            # as rpmvercmp.c: leading zeros dropped, the longer run is larger, else the
+            # string order; no int() (a run may be thousands of digits long)
+            xs, ys = x.lstrip("0"), y.lstrip("0")
+            if (len(xs), xs) != (len(ys), ys):
+                return 1 if (len(xs), xs) > (len(ys), ys) else -1
         elif x != y:
             return 1 if x > y else -1
     if len(sa) == len(sb):
@@ -156,7 +175,8 @@ def resolve(
     ``artifact_not_available`` naming package, versions present, platform and ``searched``."""
     rpm_arch = arch_name("rpm", request.arch)
     names = package_names("rpm", rpm_arch, request, searched)
-    packages = find_packages(primary, names.values())
+    packages = find_packages(primary, names.values(),
+                             searched[-1] if searched else "primary metadata")
     out: list[Artifact] = []
     for comp in request.components:
         name = names[comp]
@@ -196,14 +216,23 @@ _EVR_RE = re.compile(r"^([0-9]+:)?[0-9][A-Za-z0-9._+~]*-[A-Za-z0-9._+~]+$")
 #: Installation Guide, RHEL 7 and Amazon Linux 2 sections use yum and yum-plugin-versionlock).
 _YUM_DISTRO = re.compile(r"^(?:rhel[1-7]|amzn2)$")
 #: The release tag of an EL package (``580.95.05-1.el7``), when the distro is not known.
-_EL_RELEASE = re.compile(r"\.el(\d+)(?:[._]|$)")
+_EL_RELEASE = re.compile(r"\.el([0-9]{1,4})(?:[._]|$)")
+
+
+#: CUDA repository distros of the SUSE family, whose package manager is zypper
+#: (NVIDIA/yum-packaging-fabric-manager README: "openSUSE15 or SLES15: zypper install
+#: cuda-drivers-fabricmanager-XXX").
+_ZYPPER_DISTRO = re.compile(r"^(?:sles|opensuse)[0-9]+$")
 
 
 def package_manager(distro: str | None, artifacts: Iterable[Artifact] = ()) -> str:
-    """``yum`` or ``dnf`` for a CUDA repository distro (``rhel7`` -> yum, ``rhel8``,
-    ``rhel9``, ``amzn2023`` -> dnf). Without a distro (a ``--mirror`` and no ``--distro``) the
-    packages' EL release tag decides (``.el7`` -> yum); dnf when nothing tells."""
+    """``yum``, ``dnf`` or ``zypper`` for a CUDA repository distro (``rhel7`` -> yum,
+    ``rhel8``, ``rhel9``, ``amzn2023`` -> dnf, ``sles15``, ``opensuse15`` -> zypper). Without
+    a distro (a ``--mirror`` and no ``--distro``) the packages' EL release tag decides
+    (``.el7`` -> yum); dnf when nothing tells."""
     if distro:
+        if _ZYPPER_DISTRO.match(distro):
+            return "zypper"
         return "yum" if _YUM_DISTRO.match(distro) else "dnf"
     for art in artifacts:
         found = _EL_RELEASE.search(art.version)
@@ -215,12 +244,18 @@ def package_manager(distro: str | None, artifacts: Iterable[Artifact] = ()) -> s
 def commands(artifacts: Iterable[Artifact], distro: str | None = None) -> list[list[str]]:
     """``dnf install -y name-ver-rel …`` then ``dnf versionlock add name-ver-rel …`` (needs
     the versionlock plugin: NVIDIA Driver Installation Guide, "Version locking"); ``yum`` in
-    place of ``dnf`` on RHEL/CentOS 7 and Amazon Linux 2 (:func:`package_manager`)."""
+    place of ``dnf`` on RHEL/CentOS 7 and Amazon Linux 2; on SLES/openSUSE ``zypper
+    --non-interactive install name-ver-rel …`` then ``zypper addlock name …``
+    (:func:`package_manager`)."""
     arts = list(artifacts)
     specs = [_spec(a) for a in arts if a.package]
     if not specs:
         return []
     tool = package_manager(distro, arts)
+    if tool == "zypper":
+        # zypper locks by package name (`zypper addlock NAME`: the installed version stays).
+        names = list(dict.fromkeys(a.package or "" for a in arts if a.package))
+        return [["zypper", "--non-interactive", "install", *specs], ["zypper", "addlock", *names]]
     return [[tool, "install", "-y", *specs], [tool, "versionlock", "add", *specs]]
 
 

@@ -13,7 +13,7 @@ the runfile, at the runfile's driver version.
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -76,12 +76,17 @@ def library_version(path: str) -> str | None:
 
 
 def classify(
-    libraries: Sequence[DiskFile], binaries: Sequence[tuple[str, DiskFile]]
+    libraries: Sequence[DiskFile], binaries: Sequence[tuple[str, DiskFile]],
+    current: Collection[str] = (),
 ) -> DriverOrigin:
     """Decide the driver's origin from the NVML library files found (``libraries``, any order)
     and the candidate runfile files found (``binaries``: (package name, file) pairs of
     :data:`.tables.RUNFILE_PROVIDES` entries that exist). A packaged library wins over an
-    unowned one (a package install over an old runfile leaves the package in charge)."""
+    unowned one (a package install over an old runfile leaves the package in charge).
+    Unowned libraries of several versions (an older runfile's left behind) are told apart by
+    ``current``, the paths the ``libnvidia-ml.so.1`` links resolve to (what the loader uses,
+    as the installer's ldconfig set them); when those name no single version, the version is
+    unknown (None) and the evidence lists them all."""
     versioned = [(f, library_version(f.path)) for f in libraries]
     versioned = [(f, v) for f, v in versioned if v is not None]
     owned = [(f, v) for f, v in versioned if f.owner is not None]
@@ -96,13 +101,24 @@ def classify(
             "unknown", None, None, (),
             (f"no {DRIVER_VERSION_LIB}<version> in the driver library directories",),
         )
+    versions = sorted({v for _, v in versioned if v is not None})
+    live = sorted({v for f, v in versioned if v is not None and f.path in current})
     f, v = sorted(versioned, key=lambda fv: fv[0].path)[0]
     evidence = [f"{f.path} is owned by no package: the driver came from the runfile ({v})"]
+    chosen: str | None = v
+    if len(versions) > 1:
+        chosen = live[0] if len(live) == 1 else None
+        paths = ", ".join(sorted(f.path for f, _ in versioned))
+        evidence = [f"NVML libraries of {len(versions)} driver versions, owned by no package: "
+                    f"{paths}; " + (f"libnvidia-ml.so.1 leads to {chosen}: the runfile driver "
+                                    f"is {chosen}" if chosen else
+                                    "libnvidia-ml.so.1 names none of them alone: the runfile "
+                                    "driver's version is unknown")]
     provides = []
     for name, file in binaries:
         if file.owner is None:
-            provides.append(OnDisk(name, v, file.path))
+            provides.append(OnDisk(name, chosen, file.path))
             evidence.append(f"{name}: {file.path} on disk, owned by no package")
         else:
             evidence.append(f"{name}: {file.path} is owned by package {file.owner}")
-    return DriverOrigin("runfile", v, None, tuple(provides), tuple(evidence))
+    return DriverOrigin("runfile", chosen, None, tuple(provides), tuple(evidence))

@@ -6,7 +6,11 @@ against the published value, and only then renamed into place: a failed or misma
 download leaves nothing behind. Timeouts, connection errors, truncated bodies and 408/429/5xx
 answers are retried with exponential backoff; 404/410 mean "not published". ``https`` is
 always allowed; plain ``http`` only under an explicit mirror URL; ``file`` only under an
-explicit mirror directory. A progress bar is drawn on stderr only when it is a terminal.
+explicit mirror directory. Redirects are followed by hand (at most :data:`MAX_REDIRECTS`),
+each target checked before it is requested: https, or http under the mirror; a redirect to
+``file://`` or any other scheme, or to plain http elsewhere, is ``download_failed`` (exit 1):
+the source misbehaved, the command line did not. A progress bar is drawn on stderr only when
+it is a terminal.
 """
 
 from __future__ import annotations
@@ -21,12 +25,16 @@ from typing import IO, Any
 
 from ..configs.atomic import atomic_writer
 from ..errors import usage_error
+from ..strict import int_or_none
 from .model import checksum_mismatch, download_failed
 
 #: HTTP statuses worth retrying (RFC 9110 15.5.9, 15.6; RFC 6585 4 for 429).
 RETRY_STATUS = frozenset({408, 429, 500, 502, 503, 504})
 #: HTTP statuses meaning the file is not published there.
 MISSING_STATUS = frozenset({404, 410})
+#: HTTP redirect statuses (RFC 9110 15.4) and how many are followed for one request.
+REDIRECT_STATUS = frozenset({301, 302, 303, 307, 308})
+MAX_REDIRECTS = 10
 CHUNK = 1 << 16
 
 
@@ -146,11 +154,29 @@ class Transport:
 
     # -- internals -----------------------------------------------------------------------
 
-    def _check(self, url: str) -> None:
+    def _allowed(self, url: str, schemes: tuple[str, ...] = ("http", "file")) -> bool:
+        """https anywhere; a scheme of ``schemes`` only under the explicit mirror."""
         scheme = urllib.parse.urlsplit(url).scheme
         if scheme == "https":
-            return
-        if scheme in ("http", "file") and self.mirror and url.startswith(self.mirror):
+            return True
+        return scheme in schemes and bool(self.mirror) and url.startswith(str(self.mirror))
+
+    def _redirect(self, url: str, resp: Any) -> str:
+        """Where a redirect answer of ``url`` leads (relative locations resolved), checked
+        before it is requested: https, or http under the mirror; never ``file://`` or another
+        scheme (``download_failed``)."""
+        location = resp.headers.get("location")
+        if not location:
+            raise download_failed(url, f"HTTP {resp.status_code} without a Location", 1)
+        target = urllib.parse.urljoin(url, str(location))
+        if not self._allowed(target, ("http",)):
+            shown = target if len(target) <= 200 else target[:200] + "..."
+            raise download_failed(url, f"redirected to {shown!r}: a redirect is followed only "
+                                  "to https, or to plain http under --mirror", 1)
+        return target
+
+    def _check(self, url: str) -> None:
+        if self._allowed(url):
             return
         raise usage_error(
             f"refusing {url!r}: only https, or http/file under an explicit --mirror",
@@ -180,14 +206,29 @@ class Transport:
 
         if self._client is None:
             self._client = httpx.Client(
-                timeout=httpx.Timeout(self.policy.timeout_s), follow_redirects=True,
+                timeout=httpx.Timeout(self.policy.timeout_s), follow_redirects=False,
                 headers={"User-Agent": "nvfabric"},
             )
         try:
-            with self._client.stream("GET", url) as resp:
-                final = str(resp.url)
-                if final != url:
-                    self._check(final)
+            self._get(url, sink, size)
+        except httpx.TimeoutException as err:
+            raise _Transient(
+                f"timed out ({type(err).__name__}, {self.policy.timeout_s} s)"
+            ) from None
+        except (httpx.NetworkError, httpx.RemoteProtocolError) as err:
+            raise _Transient(f"connection failed: {err}") from None
+        except (httpx.HTTPError, httpx.InvalidURL) as err:  # a bad URL or header from it
+            raise download_failed(url, f"the source answered with an invalid URL or header "
+                                  f"({type(err).__name__}: {err})", 1) from None
+
+    def _get(self, url: str, sink: Callable[[bytes], None], size: int | None) -> None:
+        """One GET of ``url``, following up to :data:`MAX_REDIRECTS` checked redirects."""
+        target = url
+        for _ in range(MAX_REDIRECTS + 1):
+            with self._client.stream("GET", target) as resp:
+                if resp.status_code in REDIRECT_STATUS:
+                    target = self._redirect(target, resp)
+                    continue
                 if resp.status_code in MISSING_STATUS:
                     raise NotPublished(url)
                 if resp.status_code in RETRY_STATUS:
@@ -195,7 +236,7 @@ class Transport:
                 if resp.status_code != 200:
                     raise download_failed(url, f"HTTP {resp.status_code}", 1)
                 length = resp.headers.get("content-length")
-                announced = int(length) if length and length.isdigit() else None
+                announced = int_or_none(length)  # Content-Length: ASCII digits or nothing
                 # A body shorter than announced (or, with no length header, shorter than the
                 # published size) was cut in transit: retry. A complete body of another size
                 # is another file: the checksum check reports it.
@@ -208,12 +249,8 @@ class Transport:
                         advance(len(chunk))
                 if expected is not None and got < expected:
                     raise _Transient(f"truncated body: {got} of {expected} bytes")
-        except httpx.TimeoutException as err:
-            raise _Transient(
-                f"timed out ({type(err).__name__}, {self.policy.timeout_s} s)"
-            ) from None
-        except (httpx.NetworkError, httpx.RemoteProtocolError) as err:
-            raise _Transient(f"connection failed: {err}") from None
+                return
+        raise download_failed(url, f"more than {MAX_REDIRECTS} redirects", 1)
 
     @staticmethod
     def _attempt_file(url: str, sink: Callable[[bytes], None]) -> None:

@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import re
 
-_VERSION_RE = re.compile(r"^[0-9]+(\.[0-9]+){1,3}$")
+#: At most 12 digits a field (\Z, not $: a trailing newline is not part of a version).
+_VERSION_RE = re.compile(r"^[0-9]{1,12}(\.[0-9]{1,12}){1,3}\Z")
 
 
 def is_version(text: str) -> bool:

@@ -15,12 +15,16 @@ Exit codes: 0 no error-level finding; 1 at least one; 2 unreadable input.
 
 from __future__ import annotations
 
+import os
+import stat
 import sys
+from typing import IO, cast
 
 import click
 
 from ..errors import usage_error
 from ..output import console, guarded, json_option, print_findings, print_json, root_option
+from ..words import plural
 
 
 def fabric_of_root(root: str) -> str:
@@ -29,6 +33,26 @@ def fabric_of_root(root: str) -> str:
     from ..plan import plan
 
     return plan(collect(root)).fabric
+
+
+#: The most one log input may hold. Logs are streamed in blocks (constant memory), so this only
+#: bounds time: 16 GiB is years of a fabric manager log; an endless stream stops here.
+MAX_LOG_BYTES = 16 << 30
+
+
+class _Capped:
+    """A binary stream that refuses (``input_unreadable``) to go past :data:`MAX_LOG_BYTES`."""
+
+    def __init__(self, stream: IO[bytes], path: str) -> None:
+        self.stream, self.path, self.total = stream, path, 0
+
+    def read(self, size: int = -1) -> bytes:
+        block = self.stream.read(size)
+        self.total += len(block)
+        if self.total > MAX_LOG_BYTES:
+            raise usage_error(f"{self.path}: more than {MAX_LOG_BYTES >> 30} GiB, the limit "
+                              "for one log input", "give the part of the log that matters")
+        return block
 
 
 @click.command("doctor")
@@ -52,10 +76,14 @@ def doctor(ctx: click.Context, root: str, fabric: str | None, logs: tuple[str, .
     for path in logs:
         try:
             if path == "-":
-                classify_stream(classifier, sys.stdin.buffer)
+                classify_stream(classifier, cast(IO[bytes], _Capped(sys.stdin.buffer, path)))
             else:
                 with open(path, "rb") as fh:
-                    classify_stream(classifier, fh)
+                    if stat.S_ISCHR(os.fstat(fh.fileno()).st_mode) or stat.S_ISBLK(
+                            os.fstat(fh.fileno()).st_mode):
+                        raise usage_error(f"{path} is a device, not a log file",
+                                          "give a log file, or - for stdin")
+                    classify_stream(classifier, cast(IO[bytes], _Capped(fh, path)))
         except OSError as err:
             raise usage_error(f"cannot read {path}: {err.strerror or err}",
                               "give a readable log file, or - for stdin") from None
@@ -72,7 +100,7 @@ def doctor(ctx: click.Context, root: str, fabric: str | None, logs: tuple[str, .
                     "findings": [f.to_json() for f in findings]})
     else:
         con = console()
-        con.print(f"{classifier.lines} lines read, fabric kind {fabric or 'unknown'}: "
-                  f"{len(findings)} finding(s)")
+        con.print(f"{plural(classifier.lines, 'line')} read, fabric kind {fabric or 'unknown'}: "
+                  f"{plural(len(findings), 'finding')}")
         print_findings(con, findings, "findings")
     sys.exit(1 if any(f.severity == "error" for f in findings) else 0)

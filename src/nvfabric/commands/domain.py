@@ -7,7 +7,6 @@ A REPORT is a file holding one JSON object or JSON Lines (one report per line), 
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import sys
@@ -16,6 +15,7 @@ from typing import Any
 
 import click
 
+from .. import strict
 from ..errors import usage_error
 from ..imex import domain as fleet
 from ..imex import nodes
@@ -52,9 +52,11 @@ def _objects(text: str, where: str) -> Iterator[tuple[str, dict[str, Any], str |
     if not stripped:
         raise usage_error(f"{where}: empty report", "give `nvfabric status --json` output")
     try:
-        whole = json.loads(stripped)
-    except json.JSONDecodeError:
-        whole = None
+        whole = strict.parse_json(stripped)
+    except strict.NotJson:
+        whole = None  # JSON Lines, concatenated objects or prefixed lines: read below
+    except strict.BadValue as err:
+        raise usage_error(f"{where}: {err}", "give `nvfabric status --json` output") from None
     if isinstance(whole, dict):
         yield where, whole, None
         return
@@ -78,7 +80,6 @@ def _objects(text: str, where: str) -> Iterator[tuple[str, dict[str, Any], str |
 def _stream(text: str, where: str) -> Iterator[tuple[str, dict[str, Any]]]:
     """A stream of objects: JSON Lines or concatenated (indented) objects; text between them
     is skipped."""
-    decoder = json.JSONDecoder()
     pos = 0
     number = 1
     while True:
@@ -87,10 +88,13 @@ def _stream(text: str, where: str) -> Iterator[tuple[str, dict[str, Any]]]:
             break
         number += text.count("\n", pos, start)
         try:
-            obj, pos = decoder.raw_decode(text, start)
-        except json.JSONDecodeError as err:
-            raise usage_error(f"{where}:{number}: bad JSON: {err.msg}",
+            obj, pos = strict.raw_decode(text, start)
+        except strict.NotJson as err:
+            raise usage_error(f"{where}:{number}: bad JSON: {err}",
                               "give `nvfabric status --json` output, whole") from None
+        except strict.BadValue as err:
+            raise usage_error(f"{where}:{number}: {err}",
+                              "give `nvfabric status --json` output") from None
         if not isinstance(obj, dict):
             raise usage_error(f"{where}:{number}: not a JSON object",
                               "give `nvfabric status --json` objects")
@@ -101,11 +105,12 @@ def _stream(text: str, where: str) -> Iterator[tuple[str, dict[str, Any]]]:
 def read_reports(paths: tuple[str, ...]) -> list[fleet.NodeReport]:
     """Every report under ``paths``; usage error (exit 2) on anything unreadable. A report
     without ``hostname`` is named by its collector's line prefix (pdsh ``host: ``, kubectl
-    ``[pod/NAME/CONTAINER] ``), else by where it came from."""
+    ``[pod/NAME/CONTAINER] ``), else by where it came from: the file's name, and its line or
+    position when the file holds several reports (``fleet:3``, ``fleet[2]``)."""
     out: list[fleet.NodeReport] = []
     for path in paths:
         if path == "-":
-            sources = [("-", sys.stdin.read())]
+            sources = [("-", _read("-"))]
         elif os.path.isdir(path):
             names = sorted(n for n in os.listdir(path) if n.endswith(".json"))
             if not names:
@@ -115,7 +120,8 @@ def read_reports(paths: tuple[str, ...]) -> list[fleet.NodeReport]:
         else:
             sources = [(path, _read(path))]
         for where, text in sources:
-            for label, obj, prefix in _objects(text, where):
+            objects = list(_objects(text, where))
+            for label, obj, prefix in objects:
                 if "error" in obj and "gpus" not in obj:
                     err = obj["error"]
                     msg = err.get("message") if isinstance(err, dict) else err
@@ -123,8 +129,12 @@ def read_reports(paths: tuple[str, ...]) -> list[fleet.NodeReport]:
                            "status_error": msg}
                 if prefix is not None:
                     name = prefix
-                elif label != "-":
-                    name = os.path.splitext(os.path.basename(label))[0]
+                elif where != "-":
+                    # The file's name; with several reports in one file (JSON Lines, an
+                    # array) also the line or position: "fleet:3", "fleet[2]".
+                    name = os.path.splitext(os.path.basename(where))[0]
+                    if len(objects) > 1:
+                        name += label[len(where):]
                 else:
                     name = label
                 try:
@@ -138,13 +148,15 @@ def read_reports(paths: tuple[str, ...]) -> list[fleet.NodeReport]:
     return out
 
 
+#: The most a report input may hold: 64 MiB is tens of thousands of nodes' reports.
+MAX_REPORT_BYTES = 64 << 20
+
+
 def _read(path: str) -> str:
-    try:
-        with open(path, encoding="utf-8", errors="replace") as fh:
-            return fh.read(64 << 20)
-    except OSError as err:
-        raise usage_error(f"cannot read {path}: {err.strerror or err}",
-                          "give a readable file or directory") from None
+    """A report file (``-``: stdin), refused over :data:`MAX_REPORT_BYTES` (never cut)."""
+    data = strict.read_capped(path, MAX_REPORT_BYTES, "domain reports",
+                              "give a readable file or directory")
+    return data.decode("utf-8", "replace")
 
 
 def read_node_lists(paths: tuple[str, ...]) -> dict[str, tuple[str, ...]]:

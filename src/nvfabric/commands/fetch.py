@@ -19,6 +19,7 @@ import click
 
 from ..errors import NvfabricError, usage_error
 from ..findings import Finding
+from ..hostpath import confined
 from ..inventory import Inventory, collect
 from ..inventory.fs import under
 from ..output import (
@@ -30,6 +31,7 @@ from ..output import (
     root_option,
     safe,
 )
+from ..words import plural
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -85,6 +87,11 @@ class Inputs:
     fabric: str | None
     distro: str | None
     findings: tuple[Finding, ...] = ()
+
+
+def _is_deb_distro(distro: str) -> bool:
+    """Whether a CUDA repository distro (``ubuntu2404``, ``rhel9``) ships .deb packages."""
+    return distro.startswith(("ubuntu", "debian"))
 
 
 def gather(
@@ -158,9 +165,14 @@ def gather(
     if distro is not None and not re.match(r"^[a-z]+[0-9]+$", distro):
         raise usage_error(f"--distro {distro!r} is not a CUDA repository name like ubuntu2404",
                           "give the directory name of the CUDA repository, e.g. ubuntu2404, rhel9")
-    if source != "redist" and not mirror and not distro:
+    if source != "redist" and not distro:
+        # Also with a --mirror: the mirror replaces the repository's URL, not the node's
+        # distribution, which still decides the package manager (yum on RHEL/CentOS 7); a
+        # mirror of the other package family (rpm for an image built on Ubuntu) is not it.
         distro = distro_dir(dict(node().os_release))
-        if distro is None:
+        if mirror and distro is not None and (source == "apt") != _is_deb_distro(distro):
+            distro = None
+        if distro is None and not mirror:
             raise usage_error(
                 "cannot tell the CUDA repository distro from etc/os-release",
                 "pass --distro (e.g. ubuntu2404, rhel9) or --mirror",
@@ -231,7 +243,7 @@ def fetch(
     from ..artifacts.resolve import cache_path
 
     inputs = gather(root, driver_version, arch, components, source, mirror, distro, fabric)
-    dest = dest or under(root, DEFAULT_DEST)
+    dest = dest or _default(root, DEFAULT_DEST, "--dest")
     if not inputs.components:
         _nothing(inputs, source, dry_run, as_json)
         return
@@ -326,8 +338,10 @@ def install(
         raise usage_error("--execute runs this host's package manager; it needs --root /",
                           "drop --execute to print the commands for the node under --root")
     inputs = gather(root, driver_version, arch, components, source, mirror, distro, fabric)
-    dest = dest or under(root, DEFAULT_DEST)
-    prefix = prefix or under(root, DEFAULT_PREFIX)
+    dest = dest or _default(root, DEFAULT_DEST, "--dest")
+    # The prefix takes redist archives only (apt on a runfile node: install --from checks it).
+    prefix = prefix or (_default(root, DEFAULT_PREFIX, "--prefix") if source == "redist"
+                        else under(root, DEFAULT_PREFIX))
     if not inputs.components:
         _nothing(inputs, source, dry_run, as_json)
         return
@@ -368,7 +382,7 @@ def install(
                 if con is not None:
                     state = "installed" if done.changed else "unchanged"
                     con.print(f"{state}: {safe(art.component)} {safe(art.version)} -> "
-                              f"{safe(done.path)} ({done.files} files)", emoji=False)
+                              f"{safe(done.path)} ({plural(done.files, 'file')})", emoji=False)
             out["installed"] = installed
             if con is not None and dry_run:
                 for item in installed:
@@ -376,6 +390,17 @@ def install(
                               f"{safe(item['version'])} -> {safe(item['path'])}", emoji=False)
     if as_json:
         print_json(out)
+
+
+def _default(root: str, host_path: str, flag: str) -> str:
+    """The default of ``flag`` (a host path) under ``root``, with every link followed: a
+    ``var/cache`` linked out of an image root would have fetch write the host's (or another
+    tree's) cache. Raises usage_error (exit 2) naming the flag when it leads out."""
+    try:
+        return confined(root, host_path, f"{flag} (default)")
+    except ValueError as err:
+        raise usage_error(str(err), f"pass {flag} DIR explicitly, or make the link in the "
+                          "root relative") from None
 
 
 def _nothing(inputs: Inputs, source: str, dry_run: bool, as_json: bool) -> None:
@@ -399,7 +424,7 @@ def _install_from(
     """``install --from DIR``: the boot step of the image flow (README, "Version-matched
     artifacts"). Facts first (the fetch record, the node's driver, the dpkg database, the IMEX
     owner), then the decisions, then dpkg, the archives and the unit."""
-    from ..artifacts import cachefile, debinstall
+    from ..artifacts import cachefile, debinstall, dpkgdb
     from ..artifacts.install import install_archive, install_dir
     from ..artifacts.naming import canonical_arch
     from ..imex import host as imex_host
@@ -409,7 +434,8 @@ def _install_from(
     directory = os.path.abspath(from_dir)
     record = cachefile.read(directory)
     loaded = None if driver_version else collect(root).driver_version
-    dv, why = cachefile.driver_for(record, driver_version, loaded, root)
+    on_disk = None if driver_version or loaded else dpkgdb.driver_origin(root).version
+    dv, why = cachefile.driver_for(record, driver_version, loaded, root, on_disk)
     reasons = list(why)
     # Offline: no repository is read, so gather() needs no CUDA repository distro ("redist").
     inputs = gather(root, dv, arch, components, "redist", None, None, fabric,
@@ -423,6 +449,8 @@ def _install_from(
                           "not supported yet", "install RPMs with dnf (install --source rpm)")
     debs = [c for c in chosen if c.artifact.source == "apt"]
     archives = [c for c in chosen if c.artifact.source == "redist"]
+    if archives and prefix == under(root, DEFAULT_PREFIX):
+        prefix = _default(root, DEFAULT_PREFIX, "--prefix")  # before anything is installed
     findings = list(inputs.findings)
     out: dict[str, Any] = {
         "from": directory, "driver_version": inputs.driver_version, "arch": inputs.arch,
@@ -459,8 +487,10 @@ def _install_from(
             verb = "would run" if dry_run else "running"
             con.print(f"{verb}: {safe(' '.join(prepared.argv))}", emoji=False)
     installed: list[dict[str, Any]] = []
+    added: list[str] = []
     if not dry_run:
         if prepared is not None:
+            added = debinstall.newly_added(root, prepared)
             installed += debinstall.apply(root, prepared)
         for c in archives:
             done = install_archive(os.path.join(directory, c.file), c.artifact, prefix)
@@ -493,14 +523,9 @@ def _install_from(
             unit["reason"] = f"the package ships no {HOST_UNIT}: nothing to enable or disable"
         elif not dry_run:
             rc, text = _systemctl(argv)
-            if rc != 0:
-                raise NvfabricError(
-                    Finding("install_failed", "error",
-                            f"`{' '.join(argv)}` failed (exit status {rc}): {text}",
-                            f"the packages are installed; set {HOST_UNIT} by hand: "
-                            f"systemctl {policy.action} {HOST_UNIT}",
-                            {"argv": argv}),
-                    exit_code=1)
+            if rc != 0 and prepared is not None:
+                raise debinstall.unit_failed(root, prepared, added, argv, rc, text,
+                                             policy.action)
             unit["state"] = imex_host.unit_state(root, live)
         unit["binary_present"] = dry_run or os.path.isfile(under(root, IMEX_BINARY))
         out["imex_unit"] = unit

@@ -94,7 +94,9 @@ def channel_cmd(root: str, create: int | None, as_json: bool) -> None:
     present: str | None = None
     if create is not None:
         if facts.major is not None and not channels.needs_create(facts, create):
-            present = channels.channel_path(create)  # usable already: leave it as it is
+            # usable already: leave it as it is (the path shown under the root it was read in)
+            present = _confine(root, channels.channel_path(create), "IMEX channel",
+                               CHANNEL_LINK_HINT)
         else:
             created = _create(root, facts, create)
             facts = host.read_channels(root)
@@ -132,8 +134,15 @@ def _or_not_set(value: object) -> str:
     return str(value)
 
 
+#: The hint of a channel path that leaves --root through a link (nothing is made there).
+CHANNEL_LINK_HINT = ("the channel directory under --root links out of it: remove that link (or "
+                     "point it inside the root); nothing was created")
+
+
 def _create(root: str, facts: channels.ChannelFacts, number: int) -> str:
-    path = channels.channel_path(number)
+    """Make channel ``number``; the path it was made at, under ``root`` (exit 2 when that
+    path leads out of the root through a link, :func:`_confine`; nothing is made then)."""
+    path = _confine(root, channels.channel_path(number), "IMEX channel", CHANNEL_LINK_HINT)
     if facts.major is None:
         raise NvfabricError(channels.check(facts)[0])
     count = facts.channel_count
@@ -142,6 +151,8 @@ def _create(root: str, facts: channels.ChannelFacts, number: int) -> str:
                           f"use a channel below {count}")
     try:
         host.create_channel(root, number, facts.major)
+    except host.PathEscape as err:
+        raise usage_error(str(err), CHANNEL_LINK_HINT) from None
     except OSError as err:
         raise NvfabricError(Finding(
             "imex_channel_missing", "error",
@@ -157,14 +168,22 @@ def _create(root: str, facts: channels.ChannelFacts, number: int) -> str:
 
 
 def _read_text_file(path: str, what: str, limit: int = 1 << 20) -> str:
-    """A UTF-8 text file given on the command line (up to ``limit`` bytes); usage error (exit
-    2) naming the option when it cannot be read or is not text (a binary file, NUL bytes)."""
+    """A UTF-8 text file given on the command line (up to ``limit`` bytes; ``-`` is stdin);
+    usage error (exit 2) naming the option when it cannot be read or is not text (a binary
+    file, NUL bytes)."""
     try:
-        with open(path, "rb") as fh:
-            data = fh.read(limit)
-    except OSError as err:
-        raise usage_error(f"cannot read {what} {path}: {err.strerror or err}",
+        if path == "-":  # stdin, as every command reads it
+            data = sys.stdin.buffer.read(limit + 1)
+        else:
+            with open(path, "rb") as fh:
+                data = fh.read(limit + 1)
+    except (OSError, AttributeError) as err:  # AttributeError: no binary stdin
+        why = err.strerror if isinstance(err, OSError) and err.strerror else str(err)
+        raise usage_error(f"cannot read {what} {path}: {why}",
                           "give a readable text file") from None
+    if len(data) > limit:
+        raise usage_error(f"{what} {path} is larger than {limit >> 20} MiB, the limit for it",
+                          "give the file itself, not a device or a larger file")
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError as err:
@@ -204,7 +223,8 @@ def check_node_list(root: str, peers: tuple[nodes.Peer, ...], local: tuple[str, 
     findings = list(nodes.validate(peers, driver_version(root)))
     if not skip_local:
         addrs = local or host.node_addresses(root)
-        problem = nodes.check_local(peers, addrs, host.local_names(root))
+        problem = nodes.check_local(peers, addrs, host.local_names(root), host.resolve_names(
+            root, [p.text for p in peers if p.kind == "hostname"]))
         if problem:
             findings.append(problem)
     return findings
@@ -327,13 +347,13 @@ def config_cmd(root: str, config_path: str, output: str | None, nodes_config: st
     _exit_for(findings)
 
 
-def _confine(root: str, path: str, what: str) -> str:
+def _confine(root: str, path: str, what: str,
+             hint: str = "give an absolute path inside --root, without '..'") -> str:
     """``path`` under ``root`` or a usage error (exit 2): no ``..``, nothing outside root."""
     try:
         return host.confined(root, path, what)
     except host.PathEscape as err:
-        raise usage_error(str(err), "give an absolute path inside --root, without '..'") \
-            from None
+        raise usage_error(str(err), hint) from None
 
 
 def _nodes_path(option: str | None, changes: dict[str, str], current: str) -> str:
@@ -378,7 +398,7 @@ def _current_node_list(root: str, path: str, old_path: str) -> tuple[nodes.Peer,
 @click.option("--timeout", "timeout_s", type=click.FloatRange(0.1, 600), default=CTL_TIMEOUT_S,
               show_default=True, help="Hard timeout for each nvidia-imex-ctl call, seconds.")
 @click.option("--from-file", "from_file", default=None, metavar="FILE",
-              help="Read a saved `nvidia-imex-ctl -N` or `-N -j` output instead.")
+              help="Read a saved `nvidia-imex-ctl -N` or `-N -j` output instead ('-': stdin).")
 @json_option
 @guarded
 def domain_cmd(root: str, config_path: str, ctl_path: str, timeout_s: float,

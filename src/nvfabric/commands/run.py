@@ -32,6 +32,7 @@ from ..output import (
     console,
     guarded,
     json_option,
+    os_error,
     print_findings,
     print_json,
     root_option,
@@ -42,6 +43,7 @@ from ..services import fabricmanager as fm
 from ..services.unit import RunConfig, build, environ_items
 from ..supervisor import (
     LOCK_FILE,
+    READY_FILE,
     GpuCheck,
     Log,
     Outcome,
@@ -49,6 +51,7 @@ from ..supervisor import (
     RunLock,
     Supervisor,
     acquire_run_lock,
+    clear_stale_ready,
     ensure_dir,
     not_a_directory,
     notify_nothing_to_start,
@@ -58,6 +61,7 @@ from ..supervisor import (
     socket_listening,
     wait_for_stop,
 )
+from ..words import plural
 
 
 def gpu_check(root: str) -> GpuCheck:
@@ -69,7 +73,8 @@ def gpu_check(root: str) -> GpuCheck:
     if not gpus:
         return GpuCheck(False, False, "no GPU fabric state", "no GPU fabric state could be read")
     counts = Counter(str(g.state) for g in gpus)
-    summary = f"{len(gpus)} GPUs: " + ", ".join(f"{k} x{v}" for k, v in sorted(counts.items()))
+    summary = f"{plural(len(gpus), 'GPU')}: " + ", ".join(
+        f"{k} x{v}" for k, v in sorted(counts.items()))
     supported = [g for g in gpus if g.state != "not_supported"]
     if not supported:
         return GpuCheck(False, False, summary, supported=False)
@@ -79,11 +84,12 @@ def gpu_check(root: str) -> GpuCheck:
     if bad:
         findings = (Finding(
             "registration_error", "warning",
-            f"{len(bad)} GPU(s) completed fabric registration with an error status: "
+            f"{plural(len(bad), 'GPU')} completed fabric registration with an error status: "
             + "; ".join(f"{g.label}: {g.status}" for g in bad),
             "run `nvfabric status` for the per-GPU verdict", {"count": len(bad)}),)
     return GpuCheck(len(done) == len(supported), bool(done), summary, findings=findings,
-                    progress=(len(done), len(supported)))
+                    progress=(len(done), len(supported)),
+                    registered_gpus=tuple(g.label for g in done))
 
 
 def _generations(root: str, arch: str | None) -> set[str]:
@@ -207,6 +213,13 @@ def _check_fm_version(binary: str, driver: str | None) -> list[Finding]:
     return []
 
 
+def _restart_checks(unit: Unit, p: Plan) -> list[Finding]:
+    """What is checked again before an in-process restart (the supervisor checks the
+    binaries itself): fabric manager's version against the loaded driver, as at the start."""
+    return [f for spec in unit.services if spec.name == "fabricmanager"
+            for f in _check_fm_version(spec.argv[0], p.driver_version)]
+
+
 def _plain(findings: Sequence[Finding]) -> list[Finding]:
     """Findings with control characters escaped, for the human listing (rich escapes the
     markup): messages may quote a daemon's output."""
@@ -232,9 +245,12 @@ def _emit(result: str, code: int, findings: Sequence[Finding], *, p: Plan, as_js
     sys.exit(code)
 
 
-def _dry_run_listing(unit: Unit) -> None:
+def _dry_run_listing(unit: Unit, refused: bool = False) -> None:
+    """The human ``--dry-run`` listing: argv in start order, notes, and the files ``run``
+    writes with their content; when the preflight refuses, no file (``run`` would write
+    none)."""
     out = click.echo
-    out(f"fabric {unit.fabric}: {len(unit.services)} process(es), in start order")
+    out(f"fabric {unit.fabric}: {plural(len(unit.services), 'process')}, in start order")
     for s in unit.services:
         out(printable(f"  {s.name}: {shlex.join(s.argv)}"))
         if s.ready_socket:
@@ -243,7 +259,9 @@ def _dry_run_listing(unit: Unit) -> None:
             out("    ready when every GPU's fabric state is completed")
     for note in unit.notes:
         out(printable(f"  note: {note}"))
-    for f in unit.files:
+    if refused:
+        out("refused: nothing would be written or started")
+    for f in () if refused else unit.files:
         out(printable(f"file {f.path} (mode {f.mode:o}):"))
         for line in f.content.splitlines():
             out(printable(f"  | {line}"))
@@ -271,6 +289,20 @@ def _state_dir(root: str, state_dir: str) -> str:
     return state
 
 
+def _clear_stale_unlocked(root: str, state_dir: str) -> None:
+    """R10 for a run refused before it takes the lock (plan blockers): a readiness file that
+    no live run holds the lock for is removed, so it never outlives the run that wrote it.
+    Best effort: a state directory that is not valid or readable is left to the checks that
+    follow (they report it)."""
+    try:
+        state = confined(root, check_path(state_dir, "--state-dir"), "--state-dir")
+        if run_lock_holder(state) is None and clear_stale_ready(state) is not None:
+            Log().say(f"removed the stale readiness file {state}/{READY_FILE} (no run holds "
+                      "the lock)")
+    except (OSError, ValueError):
+        return
+
+
 def _take_lock(state: str, dry_run: bool) -> tuple[RunLock | None, Finding | None]:
     """``run``: the run lock, taken before anything is written or reset (the state directory
     is created for it); ``--dry-run``: only who holds it. A Finding when another run does."""
@@ -284,8 +316,8 @@ def _take_lock(state: str, dry_run: bool) -> tuple[RunLock | None, Finding | Non
             if not existed:
                 Log().say(f"created state directory {state} (mode 0700)")
     except OSError as err:
-        raise usage_error(f"cannot take the run lock {lock_path}: {err.strerror or err}",
-                          "run as root, or pass a writable --state-dir") from None
+        finding, code = os_error(err, "cannot take the run lock", lock_path)
+        raise NvfabricError(finding, code) from None
     return lock, None if holder is None else _already_running(holder, lock_path)
 
 
@@ -324,6 +356,11 @@ def _stay() -> None:
               help="First restart delay; doubles each time.")
 @click.option("--restart-max-delay", type=click.FloatRange(0.0), default=30.0, show_default=True,
               help="Cap of the restart delay.")
+@click.option("--restart-limit-burst", type=click.IntRange(0), default=5, show_default=True,
+              help="With --restart on-failure: this many starts within --restart-limit-interval "
+                   "end a crash loop (like systemd's StartLimitBurst; 0: no limit).")
+@click.option("--restart-limit-interval", type=click.FloatRange(0.0), default=300.0,
+              show_default=True, help="Seconds of the restart limit's window.")
 @click.option("--state-dir", default="/run/nvfabric", show_default=True,
               help="Where the effective config and the readiness file are written.")
 @click.option("--fm-bin", default=fm.BINARY, show_default=True)
@@ -351,7 +388,8 @@ def run_cmd(root: str, arch: str | None, as_json: bool, dry_run: bool, restart: 
             fm_sets: tuple[str, ...], fabric_mode: str | None, gpu_reset_command: str | None,
             gpu_reset_timeout: float, socket_timeout: float, ready_timeout: float, grace: float,
             restart_delay: float,
-            restart_max_delay: float, state_dir: str, fm_bin: str, fm_config: str,
+            restart_max_delay: float, restart_limit_burst: int, restart_limit_interval: float,
+            state_dir: str, fm_bin: str, fm_config: str,
             nvlsm_bin: str, nvlsm_config: str, nvlsm_pid_file: str,
             fm_sm_socket: str | None, imex_owner: str | None, imex_bin: str, imex_ctl: str,
             imex_config: str, imex_peers: str | None, imex_local_address: tuple[str, ...],
@@ -364,6 +402,8 @@ def run_cmd(root: str, arch: str | None, as_json: bool, dry_run: bool, restart: 
     p = plan(collect(root, arch))
     emit = functools.partial(_emit, p=p, as_json=as_json, dry_run=dry_run)
     if p.blocked:
+        if not dry_run:
+            _clear_stale_unlocked(root, state_dir)
         emit("blocked", 1, list(p.blockers), title="blocked: nothing was started")
     for path, what in ((state_dir, "--state-dir"), (fm_bin, "--fm-bin"),
                        (fm_config, "--fm-config"), (nvlsm_bin, "--nvlsm-bin"),
@@ -387,25 +427,42 @@ def run_cmd(root: str, arch: str | None, as_json: bool, dry_run: bool, restart: 
         """One run per node: the lock (``--dry-run``: who holds it), before anything is
         written, reset or started and after every pure check. Its descriptor is never closed:
         the lock lasts as long as this process, however it ends."""
-        lock, busy = _take_lock(_state_dir(root, state_dir), dry_run)
+        state = _state_dir(root, state_dir)
+        lock, busy = _take_lock(state, dry_run)
         if busy is not None:
             emit("refused", 1, [busy], title="refused: another nvfabric run is active")
+        if lock is not None:  # R10: ours now; a ready file left by a run that is gone goes
+            try:
+                stale = clear_stale_ready(state)
+            except OSError as err:
+                raise usage_error(f"cannot remove the stale readiness file in {state}: "
+                                  f"{err.strerror or err}", "check --state-dir") from None
+            if stale is not None:
+                Log().say(f"removed the stale readiness file {state}/{READY_FILE} (run pid "
+                          f"{stale or 'unknown'} is gone)")
         return lock
 
     if p.fabric == "mnnvl":
-        hold()
         # ---- MNNVL / IMEX path (issue 6): nvfabric.imex.bringup. Never fabric manager. ----
         from ..diagnose import Classifier
         from ..imex import bringup
         from ..services import imex as imex_service
+        from .imex import _read_text_file
 
+        # the node list file is read like `imex config --peers` reads it (exit 2 when it is
+        # unreadable or not text), before the lock
+        peers_text = None if imex_peers is None else _read_text_file(imex_peers, "--imex-peers")
+        hold()
         imex_opts = bringup.ImexRunOptions(
             root=root, state_dir=state_dir, owner=imex_owner,
             paths=imex_service.ImexPaths(imex_bin, imex_ctl, imex_config),
             peers_file=imex_peers, local_addresses=imex_local_address,
+            peers_text=peers_text,
             ctl_timeout_s=imex_ctl_timeout, grace_s=grace)
         imex_policy = Policy(restart=restart, backoff_base_s=restart_delay,
-                             backoff_cap_s=restart_max_delay, ready_timeout_s=ready_timeout)
+                             backoff_cap_s=restart_max_delay, ready_timeout_s=ready_timeout,
+                             start_limit_burst=restart_limit_burst,
+                             start_limit_interval_s=restart_limit_interval)
         sys.exit(bringup.run(p, imex_opts, dry_run=dry_run, as_json=as_json, stay=stay,
                              policy=imex_policy, classifier=lambda name: Classifier("mnnvl")))
     reset_argv: tuple[str, ...] | None = None
@@ -454,8 +511,9 @@ def run_cmd(root: str, arch: str | None, as_json: bool, dry_run: bool, restart: 
         emit("nothing_to_do", 0, [])
     shipped_path = cfg.resolve(fm_config)
     try:
-        with open(shipped_path, encoding="utf-8") as fh:
-            shipped = fh.read()
+        shipped = fmcfg.read_shipped(shipped_path)
+    except fmcfg.ShippedConfigError as err:
+        raise NvfabricError(err.finding, exit_code=2) from None
     except (OSError, UnicodeDecodeError) as err:
         problem = (err.strerror or str(err)) if isinstance(err, OSError) else "not UTF-8 text"
         raise NvfabricError(Finding(
@@ -474,14 +532,15 @@ def run_cmd(root: str, arch: str | None, as_json: bool, dry_run: bool, restart: 
     pre = preflight(unit, p, root=root, needs_reset=needs_reset, reset_argv=reset_argv)
     if dry_run:
         if not as_json:
-            _dry_run_listing(unit)
+            _dry_run_listing(unit, pre.refused)
         emit("refused" if pre.refused else "would_start", 1 if pre.refused else 0,
              list(pre.findings), unit=unit, title="preflight would refuse to start"
              if pre.refused else "preflight")
     if pre.refused:
         emit("refused", 1, list(pre.findings), unit=unit, title="preflight: nothing was started")
     outcome = _supervise(unit, p, cfg, pre, restart, reset_argv, socket_timeout, ready_timeout,
-                         restart_delay, restart_max_delay, gpu_reset_timeout)
+                         restart_delay, restart_max_delay, gpu_reset_timeout,
+                         (restart_limit_burst, restart_limit_interval))
     findings = [*outcome.findings, *pre.findings]
     if not as_json and outcome.exit_code:
         # Each finding was logged with its hint when it happened; one closing line (no rich
@@ -534,7 +593,7 @@ def _vendor_files(root: str, p: Plan, sets: dict[str, str],
 def _supervise(unit: Unit, p: Plan, cfg: RunConfig, pre: Preflight, restart: str,
                reset_argv: tuple[str, ...] | None, socket_timeout: float, ready_timeout: float,
                restart_delay: float, restart_max_delay: float,
-               gpu_reset_timeout: float) -> Outcome:
+               gpu_reset_timeout: float, start_limit: tuple[int, float]) -> Outcome:
     from ..diagnose import Classifier
 
     log = Log()
@@ -552,12 +611,13 @@ def _supervise(unit: Unit, p: Plan, cfg: RunConfig, pre: Preflight, restart: str
     policy = Policy(restart=restart, backoff_base_s=restart_delay,
                     backoff_cap_s=restart_max_delay, socket_timeout_s=socket_timeout,
                     ready_timeout_s=ready_timeout, gpu_reset_argv=reset_argv,
-                    gpu_reset_timeout_s=gpu_reset_timeout, registered_at_start=pre.registered)
+                    gpu_reset_timeout_s=gpu_reset_timeout, registered_at_start=pre.registered,
+                    start_limit_burst=start_limit[0], start_limit_interval_s=start_limit[1])
     info: dict[str, Any] = {"fabric": p.fabric, "driver_version": p.driver_version,
                             "management_port": p.management_port.to_json()
                             if p.management_port else None}
     sup = Supervisor(unit.services, policy, log=log,
                      classifier=lambda name: Classifier(p.fabric),
                      probe=lambda: gpu_check(cfg.root), ready_file=cfg.ready_file,
-                     ready_info=info, pid_dir=state_dir)
+                     ready_info=info, pid_dir=state_dir, preflight=lambda: _restart_checks(unit, p))
     return sup.run()

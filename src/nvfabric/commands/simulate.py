@@ -70,10 +70,22 @@ def simulate(profile: str | None, directory: str | None, spec_file: str | None,
                     "dump): its PCI functions are unknown, so there is no node to build",
                     "ask for the whole nvidia-bug-report.log.gz, written as root")
             raw, notes = node_spec(triaged.inventory)
+            for f in triaged.findings:
+                if f.code == "report_section_missing" and "plan_blocker" in f.fields:
+                    # the tree cannot hold "unknown": say that plan on it judges what the
+                    # report could not tell (no ibstat: LPFs without ports)
+                    notes.append(f"the report lacks {f.fields['section']}: triage did not "
+                                 f"judge the plan's {f.fields['plan_blocker']}, but the tree "
+                                 "is built without it, so plan and detect there judge a "
+                                 "node that lacks it (their blockers may be this gap)")
             spec = parse(raw)
             source = report_file
         elif spec_file:
-            spec = parse(node_of(load_spec(spec_file), spec_file))
+            raw = node_of(load_spec(spec_file), spec_file)
+            try:
+                spec = parse(raw)
+            except SpecError as err:  # name the file: every reader's error does
+                raise usage_error(f"{spec_file}: {err}") from None
             source = spec_file
         else:
             assert profile is not None
@@ -112,8 +124,9 @@ def simulate(profile: str | None, directory: str | None, spec_file: str | None,
 
 def load_spec(path: str) -> Any:
     """The YAML document of a node spec file. NvfabricError (exit 2) naming the file when it
-    is not a regular file, is over :data:`MAX_SPEC_BYTES`, is not UTF-8, or is not YAML."""
-    import yaml
+    is not a regular file, is over :data:`MAX_SPEC_BYTES`, is not UTF-8, or is not YAML
+    (:func:`nvfabric.strict.load_yaml`: bounded aliases and nesting, every PyYAML failure)."""
+    from ..strict import load_yaml
 
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
@@ -136,10 +149,8 @@ def load_spec(path: str) -> Any:
         raise usage_error(
             f"node spec {path} is not UTF-8 text (byte 0x{data[err.start]:02x} at offset "
             f"{err.start})", "give a YAML node spec saved as UTF-8") from None
-    try:
-        return yaml.safe_load(text)
-    except yaml.YAMLError as err:
-        raise usage_error(f"node spec {path} is not YAML: {' '.join(str(err).split())}") from None
+    return load_yaml(text, f"node spec {path}", "give a YAML node spec "
+                     "(../shared/cases/README.md, \"Node spec\")")
 
 
 def node_of(raw: Any, path: str) -> Any:

@@ -66,21 +66,36 @@ class Report:
         }
 
 
+def _decode(data: bytes) -> str:
+    """A capture's text: UTF-8, or UTF-16/UTF-32 with or without a BOM (PowerShell's ``>`` and
+    Windows editors save UTF-16 LE), detected as ``doctor`` detects a log's encoding
+    (:func:`nvfabric.diagnose.detect_encoding`). SmiFormatError for other data with NUL bytes."""
+    from ..diagnose import LogEncodingError, detect_encoding
+    from ..health.smi import SmiFormatError
+
+    try:
+        name, skip = detect_encoding(data)
+    except LogEncodingError as err:
+        raise SmiFormatError(str(err).replace("not a log file", "not an nvidia-smi capture")) \
+            from None
+    text = data[skip:].decode(name, "replace")
+    return text.replace("\0", "") if name == "utf-8" else text  # NUL padding
+
+
+#: The largest nvidia-smi capture read: `nvidia-smi -q -x` of an 8-GPU node is ~250 KB; 16 MiB
+#: holds any real one, and `/dev/zero` or a 500 MB file is refused instead of filling memory.
+MAX_CAPTURE_BYTES = 16 << 20
+
+
 def read_capture(path: str) -> FabricHealth:
     """A saved nvidia-smi capture (``-`` for stdin). Unreadable or unrecognised -> exit 2."""
     from ..health.smi import SmiFormatError, parse
+    from ..strict import read_capped
 
+    data = read_capped(path, MAX_CAPTURE_BYTES, "an nvidia-smi capture",
+                       "give a file saved from `nvidia-smi -q` (or -q -x)")
     try:
-        if path == "-":
-            data = sys.stdin.buffer.read()
-        else:
-            with open(path, "rb") as fh:
-                data = fh.read()
-    except OSError as err:
-        raise usage_error(f"cannot read {path}: {err.strerror or err}",
-                          "give a file saved from `nvidia-smi -q` (or -q -x)") from None
-    try:
-        return parse(data.decode("utf-8", "replace"))
+        return parse(_decode(data))
     except SmiFormatError as err:
         raise usage_error(
             f"{path}: {err}",
@@ -141,7 +156,7 @@ def evaluate(
     elif plan_fabric is not None:
         fabric, source = plan_fabric, "plan"
     else:
-        fabric, source = infer_fabric(health.gpus), "inferred"
+        fabric, source = infer_fabric(health.gpus, health.findings), "inferred"
     result = verdict(Inputs(
         gpus=health.gpus, fabric=fabric, services=services, pci_gpu_count=pci_count,
         grace_s=grace, fabric_mode=mode, reader_findings=health.findings,

@@ -11,7 +11,7 @@ from __future__ import annotations
 import contextlib
 import os
 import secrets
-import shutil
+import stat
 from collections.abc import Iterator
 from typing import BinaryIO
 
@@ -27,7 +27,8 @@ def staged(path: str, mode: int = 0o644, dir_mode: int = 0o755,
 
     The parent directory is created (``dir_mode``) when missing; an existing one keeps its
     mode (never widened, RUN.md R06). Nothing exists at the yielded name when the block
-    starts. Raises OSError on failure.
+    starts. Raises OSError on failure, naming ``path`` (not the temporary) when the failure
+    had no file of its own (a write or fsync that met a full disk: ENOSPC).
     """
     directory = os.path.dirname(os.path.abspath(path))
     if not os.path.isdir(directory):
@@ -39,6 +40,12 @@ def staged(path: str, mode: int = 0o644, dir_mode: int = 0o755,
         yield tmp
         os.chmod(tmp, mode)
         os.replace(tmp, path)
+    except OSError as err:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        if err.filename is None or err.filename == tmp:  # a write, fsync or the temporary:
+            raise OSError(err.errno, err.strerror, path) from err  # name the file it is for
+        raise
     except BaseException:
         with contextlib.suppress(OSError):
             os.unlink(tmp)
@@ -69,14 +76,19 @@ def write_atomic(path: str, content: str | bytes, mode: int = 0o644, backup: boo
 
     The parent directory is created (``dir_mode``, default 0o755) when missing; an existing
     one keeps its mode (never widened, RUN.md R06). When ``backup`` is set and the
-    file exists with different content, it is copied to ``path + ".nvfabric.bak"`` first.
+    file exists with different content, it is copied to ``path + ".nvfabric.bak"`` first,
+    itself atomically and with the old file's mode: whatever is at the backup's name is
+    replaced, never written through (a symbolic link there, say out of a ``--root`` tree,
+    is replaced by the copy and its target left alone; a directory there fails the write).
     Raises OSError on failure; the previous file is then untouched.
     """
     data = content.encode() if isinstance(content, str) else content
     if backup and os.path.isfile(path):
         with open(path, "rb") as fh:
             old = fh.read()
+            old_mode = stat.S_IMODE(os.fstat(fh.fileno()).st_mode)
         if old != data:
-            shutil.copy2(path, path + ".nvfabric.bak")
+            with atomic_writer(path + ".nvfabric.bak", old_mode, dir_mode) as out:
+                out.write(old)
     with atomic_writer(path, mode, dir_mode) as out:
         out.write(data)

@@ -20,14 +20,17 @@ are unchanged) so that the daemon, which runs in nvfabric's mount namespace, fin
 
 from __future__ import annotations
 
+import difflib
 import os
 import re
+import stat
 from collections.abc import Mapping
 from dataclasses import dataclass
 
 from .. import hostpath
 from ..findings import Finding
 from ..hostpath import confined, under_root
+from ..strict import int_or_none
 from . import keyvalue
 from .atomic import write_atomic
 
@@ -49,7 +52,6 @@ PATH_KEYS: dict[str, str] = {
     "FM_SM_IPC_INTERFACE": "parent",
 }
 
-_INT = re.compile(r"-?\d+")
 _GUID = re.compile(r"0x[0-9a-fA-F]{16}")
 
 #: Allowed values of enumerated and numeric keys (User Guide, "Fabric Manager Config Options").
@@ -94,7 +96,7 @@ def check_value(key: str, value: str) -> None:
     if key in _CHOICES and value not in _CHOICES[key]:
         allowed = ", ".join(sorted(_CHOICES[key]))
         raise ConfigError(invalid(key, f"{value!r} is not one of {allowed}"))
-    if key in _PORTS and not (_INT.fullmatch(value) and 0 <= int(value) <= 65535):
+    if key in _PORTS and int_or_none(value, high=65535) is None:
         raise ConfigError(invalid(key, f"{value!r} is not a TCP port (0-65535)"))
     if key == "FM_SM_MGMT_PORT_GUID" and not _GUID.fullmatch(value):
         raise ConfigError(invalid(key, f"{value!r} is not 0x followed by 16 hex digits"))
@@ -132,14 +134,98 @@ class Effective:
         return self.cfg.get(key)
 
 
+#: ``KEY=`` at the start of a line, commented out or not: the keys a shipped file documents.
+_DOCUMENTED_KEY = re.compile(r"^\s*#?\s*([A-Z][A-Z0-9_]*)\s*=", re.MULTILINE)
+
+
+def known_keys(shipped: str) -> frozenset[str]:
+    """The keys fabric manager of the shipped file's version knows: every ``KEY=`` line of
+    the shipped file (set, or commented out as documentation), plus the keys nvfabric sets
+    itself (``DAEMONIZE``, ``FM_SM_MGMT_PORT_GUID``, ``FABRIC_MODE``) and those it checks
+    from the User Guide (:data:`PATH_KEYS`, choices, ports: ``FABRIC_NODE_CONFIG_FILE`` is
+    one a trimmed shipped file may lack). The shipped file of a version lists its keys
+    (../shared/corpus/configs/fabricmanager-535.216.01.cfg)."""
+    return (frozenset(_DOCUMENTED_KEY.findall(shipped)) | OWNED_KEYS | {"FABRIC_MODE"}
+            | frozenset(PATH_KEYS) | frozenset(_CHOICES) | frozenset(_PORTS))
+
+
+def check_known(shipped: str, environ: Mapping[str, str], sets: Mapping[str, str]) -> None:
+    """ConfigError (``config_invalid_value`` naming the key and where it came from, the
+    nearest known key in the hint, :mod:`difflib`) for an override of a key that fabric
+    manager does not know (:func:`known_keys`): a typo would otherwise be appended to the
+    config and silently ignored by fabric manager."""
+    known = known_keys(shipped)
+    named = [(k, f"{ENV_PREFIX}{k}") for k in env_overrides(environ)]
+    named += [(k, f"--fm-set {k}") for k in sets]
+    for key, source in named:
+        if key in known:
+            continue
+        near = difflib.get_close_matches(key, sorted(known), n=1, cutoff=0.6)
+        hint = (f"did you mean {near[0]}? " if near else "") + (
+            "the keys fabric manager knows are those of its shipped fabricmanager.cfg")
+        raise ConfigError(Finding(
+            "config_invalid_value", "error",
+            f"fabricmanager.cfg {key} ({source}): not a key fabric manager knows (not in the "
+            "shipped fabricmanager.cfg)", hint,
+            {"key": key, "nearest": near[0] if near else None}))
+
+
+class ShippedConfigError(ValueError):
+    """The shipped fabricmanager.cfg is not something to build on: a link, not a regular
+    file, or without a single key. ``finding`` is an ``input_unreadable``."""
+
+    def __init__(self, finding: Finding) -> None:
+        super().__init__(finding.message)
+        self.finding = finding
+
+
+def read_shipped(path: str, limit: int = 1 << 20) -> str:
+    """The text of the shipped fabricmanager.cfg at ``path`` (already under the root).
+
+    Refused (ShippedConfigError): a symbolic link (a link to an unrelated file, ``/etc/
+    passwd``, would be copied into the effective config and printed), anything that is not a
+    regular file (opened with O_NOFOLLOW and O_NONBLOCK, so a FIFO never blocks), a file over
+    ``limit`` bytes, and a file without a ``KEY=VALUE`` line (empty: fabric manager would run
+    on its built-in defaults, not the vendor's file). Raises OSError when it cannot be opened
+    (missing) and UnicodeDecodeError for bytes that are not UTF-8."""
+
+    def refuse(why: str) -> ShippedConfigError:
+        return ShippedConfigError(Finding(
+            "input_unreadable", "error", f"the shipped fabric manager config {path} {why}",
+            "reinstall the fabric manager package (its fabricmanager.cfg is a regular file "
+            "with the keys of that version), or pass --fm-config", {"path": path}))
+
+    if os.path.islink(path):
+        raise refuse(f"is a symbolic link (to {os.readlink(path)}), not the vendor's file")
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise refuse("is not a regular file")
+        data = b""
+        while len(data) <= limit:
+            chunk = os.read(fd, limit + 1 - len(data))
+            if not chunk:
+                break
+            data += chunk
+    finally:
+        os.close(fd)
+    if len(data) > limit:
+        raise refuse(f"is larger than {limit} bytes")
+    text = data.decode("utf-8")
+    if not keyvalue.parse(text).items():
+        raise refuse("is empty (no KEY=VALUE line)")
+    return text
+
+
 def effective(shipped: str, *, root: str = "/", guid: str | None = None,
               fabric_mode: str | None = None, environ: Mapping[str, str] | None = None,
               sets: Mapping[str, str] | None = None) -> Effective:
     """Build the effective config from the shipped text. Pure.
 
     Raises ConfigError (a ``config_invalid_value`` finding naming the key) for a malformed
-    or forbidden override.
+    or forbidden override, or one of a key fabric manager does not know (:func:`check_known`).
     """
+    check_known(shipped, environ or {}, sets or {})
     operator: dict[str, str] = {}
     operator.update(env_overrides(environ or {}))
     operator.update(sets or {})

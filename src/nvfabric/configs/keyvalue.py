@@ -5,7 +5,10 @@ blank lines, one key per line; examples: ../shared/corpus/configs/fabricmanager-
 :func:`parse` keeps every line, so :func:`render` of an unpatched file gives the same text;
 :func:`patch` changes values in place (first occurrence of a key; a commented-out
 ``#KEY=...`` is left as documentation) and appends keys the file lacks at the end.
-Values are validated: no newline, no NUL (a value with a newline would inject a second key).
+Values are validated so that what is written reads back identically: no line boundary of
+``str.splitlines()`` (``\n``, ``\r``, ``\v``, ``\f``, ``\x1c``-``\x1e``, ``\x85``, U+2028,
+U+2029: a value with one would inject a second key), no NUL, no blanks around the value
+(:func:`parse` strips them).
 """
 
 from __future__ import annotations
@@ -14,7 +17,9 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-KEY = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+from ..strict import one_line
+
+KEY = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,127}")
 
 
 class ConfigValueError(ValueError):
@@ -71,11 +76,21 @@ def parse(text: str) -> KeyValueFile:
 
 
 def validate(key: str, value: str) -> None:
-    """Raise ConfigValueError unless ``key`` is an identifier and ``value`` a single line."""
+    """Raise ConfigValueError unless ``key`` is an identifier and ``value`` reads back as
+    written: one line by ``str.splitlines()`` (every Unicode line boundary), no NUL, no
+    leading or trailing blanks."""
     if not KEY.fullmatch(key):
         raise ConfigValueError(key, "not a valid config key")
-    if any(c in value for c in "\n\r\x00"):
-        raise ConfigValueError(key, "value may not contain a newline or NUL")
+    if not one_line(value) or "\x00" in value:
+        raise ConfigValueError(key, "value may not contain a newline, NUL or other line "
+                               "separator (U+2028, U+0085, ...)")
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:  # a byte that is not UTF-8 from argv or the environment
+        raise ConfigValueError(key, "value is not UTF-8 text") from None
+    if value != value.strip():
+        raise ConfigValueError(key, "value may not start or end with blanks (they would be "
+                               "lost when the file is read back)")
 
 
 def patch(cfg: KeyValueFile, changes: Mapping[str, str]) -> KeyValueFile:

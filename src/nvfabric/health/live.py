@@ -101,10 +101,13 @@ def _kill_group(pgid: int) -> None:
 
 @contextlib.contextmanager
 def exit_on_sigterm() -> Iterator[None]:
-    """While inside, SIGTERM raises ``SystemExit(143)`` (128 + SIGTERM, the shell's figure) in
-    the main thread instead of ending the process at once, so ``finally`` clauses run: the one
-    in :func:`run_bounded` kills a running probe's process group. The previous handler is put
-    back on leaving. Outside the main thread (no signal handlers there) it does nothing."""
+    """While inside, SIGTERM and SIGINT raise ``SystemExit(128 + signal)`` (143, 130: the
+    shell's figures, never 1, which means "unhealthy") in the main thread at once, also while
+    a probe runs (a helper thread's join and a child's pipes are interrupted), so ``finally``
+    clauses run: the one in :func:`run_bounded` kills a running probe's process group; an
+    NVML read blocked in its helper thread is left behind (a daemon thread). The previous
+    handlers are put back on leaving. Outside the main thread (no signal handlers there) it
+    does nothing."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
@@ -112,11 +115,12 @@ def exit_on_sigterm() -> Iterator[None]:
     def handler(signum: int, frame: object) -> None:
         raise SystemExit(128 + signum)
 
-    previous = signal.signal(signal.SIGTERM, handler)
+    previous = {sig: signal.signal(sig, handler) for sig in (signal.SIGTERM, signal.SIGINT)}
     try:
         yield
     finally:
-        signal.signal(signal.SIGTERM, previous)
+        for sig, old in previous.items():
+            signal.signal(sig, old)
 
 
 def _bounded(read: Callable[[], FabricHealth], timeout: float) -> FabricHealth:

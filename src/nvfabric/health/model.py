@@ -69,6 +69,7 @@ _ERROR_WORDS: dict[str, str] = {
     "interrupt request issue": "NVML_ERROR_IRQ_ISSUE",
     "nvml shared library not found": "NVML_ERROR_LIBRARY_NOT_FOUND",
     "gpu requires restart": "NVML_ERROR_RESET_REQUIRED",
+    "gpu requires reset": "NVML_ERROR_RESET_REQUIRED",  # nvidia-smi's own wording
     "unknown error": "NVML_ERROR_UNKNOWN",
     "insufficient memory": "NVML_ERROR_MEMORY",
 }

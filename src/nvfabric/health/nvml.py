@@ -158,7 +158,10 @@ HINT_INSTALL = (
 
 
 def _text(value: Any) -> str:
-    return value.decode() if isinstance(value, bytes) else str(value)
+    """A string NVML returned (UUID, name, bus id): bytes decoded as UTF-8 with bad bytes
+    replaced (a driver's odd byte in a product name is not an input error), control
+    characters kept for the renderer to escape."""
+    return value.decode("utf-8", "replace") if isinstance(value, bytes) else str(value)
 
 
 def read() -> FabricHealth:

@@ -31,8 +31,11 @@ import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from ..configs.fabricmanager import PATH_KEYS as FM_PATH_KEYS
 from ..configs.keyvalue import parse as parse_cfg
+from ..errors import usage_error
 from ..inventory.fs import listdir, read_text, under
+from ..strict import control_free, int_or_none, is_uint, to_float, to_int
 from .verdict import ServiceState
 
 
@@ -70,25 +73,35 @@ FM_CONFIGS = (
     "/etc/nvidia/fabricmanager.cfg",
 )
 FM_CMD_PORT_DEFAULT = 6666
+#: The largest pid Linux hands out (PID_MAX_LIMIT, 2^22, include/linux/threads.h).
+PID_MAX = 1 << 22
 TCP_LISTEN = "0A"
 
 
 def fm_config(root: str) -> dict[str, str]:
-    """Effective key/values of the first fabric manager config found, {} when none."""
+    """Effective key/values of the first fabric manager config found, {} when none.
+
+    Raises NvfabricError ``input_unreadable`` (exit 2) naming the file and key when a path key
+    (``FM_SM_IPC_INTERFACE``, ``FM_CMD_UNIX_SOCKET_PATH``, ...) holds what no path may: a NUL,
+    a newline or another control character (:func:`nvfabric.hostpath.problem`)."""
     for path in FM_CONFIGS:
         text = read_text(under(root, path), limit=1 << 20)
         if text is not None:
-            return parse_cfg(text).items()
+            items = parse_cfg(text).items()
+            for key in FM_PATH_KEYS:
+                value = items.get(key, "")
+                if value and not control_free(value):
+                    raise usage_error(
+                        f"{under(root, path)}: {key} {value[:80]!r} may not contain a NUL, "
+                        "newline or other control character",
+                        "fix the fabric manager config: a path key holds one absolute path")
+            return items
     return {}
 
 
 def fabric_mode(root: str) -> int | None:
     """FABRIC_MODE of fabric manager's config (0 bare metal, 1 shared NVSwitch, 2 vGPU)."""
-    value = fm_config(root).get("FABRIC_MODE")
-    try:
-        return int(value) if value is not None else None
-    except ValueError:
-        return None
+    return int_or_none(fm_config(root).get("FABRIC_MODE"), high=2)
 
 
 def _is_host(root: str) -> bool:
@@ -96,7 +109,7 @@ def _is_host(root: str) -> bool:
 
 
 def _has_process_table(root: str) -> bool:
-    return any(name.isdigit() for name in listdir(under(root, "/proc")))
+    return any(is_uint(name) for name in listdir(under(root, "/proc")))
 
 
 def _age_from_stat(root: str, pid: int) -> float | None:
@@ -106,8 +119,8 @@ def _age_from_stat(root: str, pid: int) -> float | None:
         return None
     try:
         fields = stat_text.rsplit(")", 1)[1].split()
-        start_ticks = int(fields[19])  # field 22 overall; fields[0] is field 3 (state)
-        up = float(uptime.split()[0])
+        start_ticks = to_int(fields[19])  # field 22 overall; fields[0] is field 3 (state)
+        up = to_float(uptime.split()[0])
         return max(0.0, up - start_ticks / os.sysconf("SC_CLK_TCK"))
     except (IndexError, ValueError, OSError):
         return None
@@ -139,10 +152,8 @@ def _pid_alive_on_host(pid: int) -> bool:
 def _from_pidfile(root: str, path: str, table: bool) -> tuple[int, float | None] | None:
     full = under(root, path)
     text = read_text(full)
-    if not text or not text.split()[0].isdigit():
-        return None
-    pid = int(text.split()[0])
-    if pid <= 0:
+    pid = int_or_none(text.split()[0], max_digits=10) if text else None
+    if pid is None or not 0 < pid <= PID_MAX:
         return None
     if table or _is_host(root):
         if not os.path.isdir(under(root, f"/proc/{pid}")) or zombie(root, pid):
@@ -160,11 +171,11 @@ def _from_pidfile(root: str, path: str, table: bool) -> tuple[int, float | None]
 def _scan(root: str, names: tuple[str, ...]) -> tuple[int, float | None] | None:
     proc = under(root, "/proc")
     for entry in listdir(proc):
-        if not entry.isdigit():
+        if not is_uint(entry):
             continue
         comm = read_text(os.path.join(proc, entry, "comm"))
         if comm in names:
-            pid = int(entry)
+            pid = to_int(entry)
             return pid, _age_from_stat(root, pid)
     return None
 
@@ -174,13 +185,13 @@ def _scan_host_for_root(root: str, names: tuple[str, ...]) -> tuple[int, float |
     of its command line is a path under the root (the fakes run ``<root>/usr/bin/...``)."""
     prefix = os.path.realpath(root).rstrip("/") + "/"
     for entry in listdir("/proc"):
-        if not entry.isdigit():
+        if not is_uint(entry):
             continue
         if read_text(os.path.join("/proc", entry, "comm")) not in names:
             continue
         raw = read_text(os.path.join("/proc", entry, "cmdline"), limit=1 << 16) or ""
         if any(arg.startswith(prefix) for arg in raw.split("\0")):
-            pid = int(entry)
+            pid = to_int(entry)
             return pid, _age_from_stat("/", pid)
     return None
 
@@ -192,9 +203,9 @@ def _listening_tcp(root: str, port: int) -> bool:
             cols = line.split()
             if len(cols) > 3 and cols[3] == TCP_LISTEN:
                 try:
-                    if int(cols[1].rsplit(":", 1)[1], 16) == port:
+                    if int_or_none(cols[1].rsplit(":", 1)[1], base=16) == port:
                         return True
-                except (IndexError, ValueError):
+                except IndexError:
                     continue
     return False
 
@@ -266,9 +277,8 @@ def read(
                     stale.append(unix)
                 port = port and (live or found is not None)
             else:
-                try:
-                    number = int(cfg.get("FM_CMD_PORT_NUMBER", FM_CMD_PORT_DEFAULT))
-                except ValueError:
+                number = int_or_none(cfg.get("FM_CMD_PORT_NUMBER"), high=65535)
+                if number is None:
                     number = FM_CMD_PORT_DEFAULT
                 port = _listening_tcp(root, number)
         running = found is not None or bool(port) or bool(sock)

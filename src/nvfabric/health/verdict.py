@@ -49,6 +49,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
 from ..findings import Finding
+from ..words import plural, verb
 from .model import ZERO_UUID, GpuFabric
 
 VerdictWord = Literal["healthy", "degraded", "unhealthy", "pending", "not_applicable"]
@@ -156,13 +157,16 @@ class Verdict:
     reasons: tuple[str, ...] = field(default=())
 
 
-def infer_fabric(gpus: tuple[GpuFabric, ...]) -> str:
+def infer_fabric(gpus: tuple[GpuFabric, ...], reader_findings: tuple[Finding, ...] = ()) -> str:
     """The fabric kind a capture shows when no plan is at hand: GB200/GB300 -> mnnvl,
-    B100/B200/B300 -> nvlink5, any other GPU reporting a fabric state -> nvswitch, else none."""
+    B100/B200/B300 -> nvlink5, any other GPU reporting a fabric state -> nvswitch, else none.
+    A GPU whose fabric state could not be read (a reader finding with reason
+    ``fabric_info_error``: nvidia-smi printed an error, not N/A) has a fabric: nvswitch."""
     for pattern, kind in NAME_FABRIC:
         if any(g.name and pattern.search(g.name) for g in gpus):
             return kind
-    if any(g.state != "not_supported" for g in gpus):
+    if any(g.state != "not_supported" for g in gpus) or any(
+            f.fields.get("reason") == "fabric_info_error" for f in reader_findings):
         return "nvswitch"
     return "none"
 
@@ -212,7 +216,8 @@ def verdict(inp: Inputs) -> Verdict:
         missing = inp.pci_gpu_count - len(gpus)
         acc.add("unhealthy", Finding(
             "gpu_missing_from_driver", "error",
-            f"{missing} of {inp.pci_gpu_count} GPUs on PCI are not listed by the driver",
+            f"{missing} of {plural(inp.pci_gpu_count, 'GPU')} on PCI "
+            f"{verb(missing, 'is', 'are')} not listed by the driver",
             "check `dmesg` for Xid 79 / 'fallen off the bus' and RmInitAdapter errors; the GPU "
             "needs a reset or a power cycle, and the fabric waits for every GPU",
             {"pci_gpus": inp.pci_gpu_count, "driver_gpus": len(gpus)},
@@ -234,15 +239,19 @@ def verdict(inp: Inputs) -> Verdict:
         return _no_fabric_reported(inp, acc)
 
     acc.reasons.append(
-        f"fabric kind {kind}; {len(reporting)} of {len(gpus)} GPUs report a fabric state"
+        f"fabric kind {kind}; {len(reporting)} of {plural(len(gpus), 'GPU')} "
+        f"{verb(len(reporting), 'reports', 'report')} a fabric state"
     )
     silent = [g for g in gpus if g.state == "not_supported"]
     if silent:
         acc.add("degraded" if fabric == "none" else "unhealthy", Finding(
             "partial_registration", "warning" if fabric == "none" else "error",
-            f"{len(silent)} of {len(gpus)} GPUs report no fabric state (GPUs "
+            f"{len(silent)} of {plural(len(gpus), 'GPU')} "
+            f"{verb(len(silent), 'reports', 'report')} no fabric state "
+            f"({verb(len(silent), 'GPU', 'GPUs')} "
             + ", ".join(str(g.index) for g in silent)
-            + f") while {len(reporting)} report one: those GPUs are not on the NVLink fabric",
+            + f") while {len(reporting)} {verb(len(reporting), 'reports', 'report')} one: "
+            + verb(len(silent), "that GPU is", "those GPUs are") + " not on the NVLink fabric",
             "GPUs of one baseboard all register with the fabric; one without fabric info is "
             "usually a GPU the driver could not bring onto NVLink: compare the Fabric sections "
             "of `nvidia-smi -q`, check `dmesg` for Xid errors, then reset the GPU",
@@ -255,7 +264,7 @@ def verdict(inp: Inputs) -> Verdict:
     failed = [g for g in completed if g.status not in (None, "success")]
     ok = [g for g in completed if g.status == "success"]
     if left_out:
-        _left_out(acc, left_out, completed)
+        _left_out(acc, left_out, completed, len(inp.gpus))
     _values_missing(acc, completed, fabric)
 
     for g in failed:
@@ -279,12 +288,14 @@ def verdict(inp: Inputs) -> Verdict:
     return acc.result()
 
 
-def _left_out(acc: _Acc, left_out: list[GpuFabric], completed: list[GpuFabric]) -> None:
-    """S06: GPUs still Not Started next to Completed ones were left out of the pass."""
+def _left_out(acc: _Acc, left_out: list[GpuFabric], completed: list[GpuFabric],
+              total: int) -> None:
+    """S06: GPUs still Not Started next to Completed ones were left out of the pass;
+    ``total`` is every GPU read (In Progress and Not Supported ones count too)."""
     labels = ", ".join(str(g.index) for g in left_out)
     acc.add("unhealthy", Finding(
         "partial_registration", "error",
-        f"{len(left_out)} of {len(left_out) + len(completed)} GPUs were left out of fabric "
+        f"{len(left_out)} of {total} GPUs were left out of fabric "
         f"registration (GPUs {labels} Not Started while {len(completed)} completed): waiting "
         "does not fix it",
         "fabric manager registers a baseboard's GPUs in one pass; a GPU it left out was "
@@ -370,7 +381,8 @@ def _registering(
     if completed:
         acc.add(None, Finding(
             "partial_registration", "warning",
-            f"{len(completed)} GPUs completed registration, {count} did not (GPUs {labels})",
+            f"{plural(len(completed), 'GPU')} completed registration, {count} did not "
+            f"({verb(count, 'GPU', 'GPUs')} {labels})",
             "a GPU that lags the others usually has NVLink or firmware trouble: check its "
             "`nvidia-smi -q` Fabric section and `dmesg` for Xid errors",
             fields,
@@ -381,8 +393,8 @@ def _registering(
     ):
         acc.add("pending", Finding(
             "fabric_partition_inactive", "info",
-            f"FABRIC_MODE=1 (shared NVSwitch): {count} GPUs wait for a fabric partition to be "
-            "activated",
+            f"FABRIC_MODE=1 (shared NVSwitch): {plural(count, 'GPU')} "
+            f"{verb(count, 'waits', 'wait')} for a fabric partition to be activated",
             "activate a partition through fabric manager's API (the hypervisor or "
             "fmpm/`nv-partitioner` does this); registration then completes",
             fields,
@@ -393,8 +405,9 @@ def _registering(
     if inp.services is None:
         acc.add("pending", Finding(
             "registration_stuck", "warning",
-            f"{count} GPUs have not finished fabric registration (GPUs {labels}); a saved "
-            "capture cannot tell for how long",
+            f"{plural(count, 'GPU')} {verb(count, 'has', 'have')} not finished fabric "
+            f"registration ({verb(count, 'GPU', 'GPUs')} {labels}); a saved capture cannot "
+            "tell for how long",
             hint, fields,
         ))
         return
@@ -403,7 +416,8 @@ def _registering(
     if down:
         acc.add("unhealthy", Finding(
             "registration_stuck", "error",
-            f"{count} GPUs cannot finish fabric registration: {', '.join(down)} not running",
+            f"{plural(count, 'GPU')} cannot finish fabric registration: {', '.join(down)} "
+            "not running",
             hint, {**fields, "services_down": down},
         ))
         return
@@ -411,8 +425,9 @@ def _registering(
     if not needed or not ages or any(a is None for a in ages):
         acc.add("pending", Finding(
             "registration_stuck", "warning",
-            f"{count} GPUs are registering (GPUs {labels}); how long the services have run "
-            "is unknown",
+            f"{plural(count, 'GPU')} {verb(count, 'is', 'are')} registering "
+            f"({verb(count, 'GPU', 'GPUs')} {labels}); how long the services have run is "
+            "unknown",
             hint, fields,
         ))
         return
@@ -420,15 +435,15 @@ def _registering(
     if age < inp.grace_s:
         acc.add("pending", Finding(
             "registration_stuck", "warning",
-            f"{count} GPUs are registering, {age:.0f} s after the services started (grace "
-            f"period {inp.grace_s:.0f} s)",
+            f"{plural(count, 'GPU')} {verb(count, 'is', 'are')} registering, {age:.0f} s "
+            f"after the services started (grace period {inp.grace_s:.0f} s)",
             hint, {**fields, "elapsed_s": round(age, 1), "grace_s": inp.grace_s},
         ))
     else:
         acc.add("unhealthy", Finding(
             "registration_stuck", "error",
-            f"{count} GPUs are still registering {age:.0f} s after the services started "
-            f"(grace period {inp.grace_s:.0f} s)",
+            f"{plural(count, 'GPU')} {verb(count, 'is', 'are')} still registering "
+            f"{age:.0f} s after the services started (grace period {inp.grace_s:.0f} s)",
             hint, {**fields, "elapsed_s": round(age, 1), "grace_s": inp.grace_s},
         ))
 
@@ -495,8 +510,9 @@ def _consistency(acc: _Acc, ok: list[GpuFabric], fabric: str | None) -> None:
     if fabric == "mnnvl":
         acc.add("unhealthy", Finding(
             "fabric_unhealthy", "error",
-            f"{len(zero)} GPUs have a zero ClusterUUID on a multi-node NVLink tray: they are "
-            "not part of any NVLink domain",
+            f"{plural(len(zero), 'GPU')} {verb(len(zero), 'has', 'have')} a zero ClusterUUID "
+            "on a multi-node NVLink tray: " + verb(len(zero), "it is", "they are")
+            + " not part of any NVLink domain",
             "the tray must be in an active NVLink partition (NVLink switch trays / NMX "
             "controller); until then multi-node NVLink (IMEX, MNNVL NCCL) cannot work",
             {"gpus": [g.index for g in zero]},

@@ -19,6 +19,7 @@ from typing import Any
 from ..configs import keyvalue
 from ..configs.atomic import write_atomic
 from ..configs.keyvalue import ConfigValueError
+from ..errors import usage_error
 from ..execinfo import exec_error
 from ..findings import Finding
 from ..inventory.fs import under
@@ -34,6 +35,7 @@ from ..supervisor import (
     Supervisor,
     ensure_dir,
     notify_nothing_to_start,
+    printable,
     run_result,
     wait_for_stop,
 )
@@ -49,13 +51,16 @@ EFFECTIVE_NODES = "imex/nodes_config.cfg"
 class ImexRunOptions:
     """Operator choices (host paths; resolved under ``root``). ``owner``: ``--imex-owner``
     (None: detect); ``peers_file``: ``--imex-peers`` (None: the node list the shipped config
-    names); ``local_addresses``: ``--imex-local-address`` (empty: the node's interfaces)."""
+    names); ``peers_text``: that file's text, read by the command line like ``imex config
+    --peers`` reads it (an unreadable or binary file is exit 2 there); ``local_addresses``:
+    ``--imex-local-address`` (empty: the node's interfaces)."""
 
     root: str = "/"
     state_dir: str = "/run/nvfabric"
     owner: str | None = None
     paths: imex_service.ImexPaths = field(default_factory=imex_service.ImexPaths)
     peers_file: str | None = None
+    peers_text: str | None = None
     local_addresses: tuple[str, ...] = ()
     ctl_timeout_s: float = CTL_TIMEOUT_S
     grace_s: float = 10.0
@@ -79,6 +84,7 @@ class Prepared:
     files: tuple[PlannedFile, ...] = ()
     node_list: tuple[nodes.Peer, ...] = ()
     notes: tuple[str, ...] = ()
+    channel_at: str = ""  # where channel0 is made: its path under the root (confined)
 
     @property
     def starts_imex(self) -> bool:
@@ -87,8 +93,25 @@ class Prepared:
     def actions(self) -> list[str]:
         if not self.create_channel or self.facts.major is None:
             return []
-        path = channels.channel_path(0)
+        path = self.channel_at or channels.channel_path(0)
         return [f"mknod {path} c {self.facts.major} 0 && chmod 0666 {path}"]
+
+
+def _imex_install_line(root: str, driver_version: str | None) -> str:
+    """The ``nvfabric install`` line that puts nvidia-imex where ``run`` looks (the package's
+    ``/usr/bin``; a redist archive under ``/opt/nvfabric`` is not read for IMEX): the node's
+    package family from its os-release (rpm distributions: ``--source rpm``, else apt), with
+    ``--root`` when the node is not ``/`` (RUN.md R08)."""
+    import shlex
+
+    from ..artifacts.naming import distro_dir
+    from ..inventory.nvidia import os_release
+
+    distro = distro_dir(dict(os_release(root))) or ""
+    source = "apt" if not distro or distro.startswith(("ubuntu", "debian")) else "rpm"
+    where = "" if os.path.abspath(root) == "/" else f" --root {shlex.quote(os.path.abspath(root))}"
+    version = f" --driver-version {driver_version}" if driver_version else ""
+    return f"nvfabric install{where} --source {source} --components imex{version}"
 
 
 def prepare(opts: ImexRunOptions, driver_version: str | None) -> Prepared:
@@ -102,6 +125,14 @@ def prepare(opts: ImexRunOptions, driver_version: str | None) -> Prepared:
     refusals: list[Finding] = list(already_running(opts.root, ("imex",)))
     warnings: list[Finding] = []
     create = channels.needs_create(facts, 0)
+    channel_at = ""
+    if create:  # before anything is written: the node would be made outside the root
+        try:
+            channel_at = host.channel_target(opts.root, 0)
+        except host.PathEscape as err:
+            raise usage_error(str(err), "the channel directory under --root links out of it: "
+                              "remove that link (or point it inside the root); nothing was "
+                              "started or created") from None
     if facts.major is None:
         refusals += channels.check(facts)
     else:
@@ -120,18 +151,24 @@ def prepare(opts: ImexRunOptions, driver_version: str | None) -> Prepared:
     else:
         refusals += [f for f in nodes.validate(peers, driver_version) if f.severity == "error"]
         addrs = opts.local_addresses or host.node_addresses(opts.root)
-        local = nodes.check_local(peers, addrs, host.local_names(opts.root))
+        local = nodes.check_local(peers, addrs, host.local_names(opts.root), host.resolve_names(
+            opts.root, [p.text for p in peers if p.kind == "hostname"]))
         if local is not None:
             refusals.append(local)
         notes.append(f"IMEX node list: {plural(len(peers), 'entry')} from {source} "
                      f"({node_list_id(p.text for p in peers)})")
-    for binary, what in ((paths.binary, "nvidia-imex"), (paths.ctl, "nvidia-imex-ctl")):
+    for binary, what, flag in ((paths.binary, "nvidia-imex", "--imex-bin"),
+                               (paths.ctl, "nvidia-imex-ctl", "--imex-ctl")):
         real = opts.resolve(binary)
         if not (os.path.isfile(real) and os.access(real, os.X_OK)):
+            line = _imex_install_line(opts.root, driver_version)
             refusals.append(Finding(
                 "binary_missing", "error", f"{what} is not installed at {real} (or not "
-                "executable)", f"install the nvidia-imex package of driver {driver_version} "
-                f"or pass --imex-bin/--imex-ctl", {"service": "imex", "path": real}))
+                "executable): the node lacks the nvidia-imex package of driver "
+                f"{driver_version or 'loaded'}",
+                f"install it: `{line}` (prints the package manager's commands; add --execute "
+                f"to run them), or pass {flag}",
+                {"service": "imex", "path": real, "file": flag, "install": line}))
     state = opts.resolve(opts.state_dir)
     cfg_path = os.path.join(state, EFFECTIVE_CFG)
     nodes_path = os.path.join(state, EFFECTIVE_NODES)
@@ -155,16 +192,19 @@ def prepare(opts: ImexRunOptions, driver_version: str | None) -> Prepared:
              PlannedFile(cfg_path, text, 0o644))
     notes.append(f"effective IMEX config: {cfg_path} (from {shipped_path}, which is not edited)")
     return Prepared(decision, facts, tuple(refusals), tuple(warnings), create, spec, files,
-                    peers, tuple(notes))
+                    peers, tuple(notes), channel_at)
 
 
 def _node_list(opts: ImexRunOptions, shipped: str | None
                ) -> tuple[tuple[nodes.Peer, ...], str, Finding | None]:
-    if opts.peers_file is not None:
+    text: str | None
+    if opts.peers_file is not None and opts.peers_text is not None:
+        where, text = opts.peers_file, opts.peers_text
+    elif opts.peers_file is not None:
         where = opts.peers_file
         try:
             with open(where, "rb") as fh:
-                text: str | None = fh.read(1 << 20).decode("utf-8")
+                text = fh.read(1 << 20).decode("utf-8")
         except OSError as err:
             return (), where, Finding("input_unreadable", "error",
                                       f"cannot read --imex-peers {where}: {err.strerror}",
@@ -197,12 +237,13 @@ def apply(prepared: Prepared, opts: ImexRunOptions, log: Log) -> list[Finding]:
     if prepared.create_channel and prepared.facts.major is not None:
         try:
             node = host.create_channel(opts.root, 0, prepared.facts.major)
-            log.say(f"created IMEX channel {node.path} (c {node.major},{node.minor}, mode "
-                    f"0{node.mode:03o})")
-        except OSError as err:
+            log.say(f"created IMEX channel {host.channel_target(opts.root, 0)} (c "
+                    f"{node.major},{node.minor}, mode 0{node.mode:03o})")
+        except (OSError, host.PathEscape) as err:
+            why = err.strerror or err if isinstance(err, OSError) else err
             out.append(Finding(
                 "imex_channel_missing", "error",
-                f"cannot create {channels.channel_path(0)}: {err.strerror or err}",
+                f"cannot create {channels.channel_path(0)}: {why}",
                 "run nvfabric as root with the host's /dev (mknod needs CAP_MKNOD); or "
                 + channels.fixes(0, prepared.facts.major),
                 {"channel": 0, "major": prepared.facts.major}))
@@ -235,7 +276,8 @@ def readiness_probe(ctl_binary: str, cfg_path: str,
                             "(killed; it hangs while the daemon does not answer)")
         domain = _domain(ctl_binary, cfg_path, timeout_s)
         if ctl.parse_query(result.stdout):
-            where = f", domain {domain.state} ({len(domain.nodes)} nodes)" if domain else ""
+            where = f", domain {domain.state} ({plural(len(domain.nodes), 'node')})" \
+                if domain else ""
             return GpuCheck(True, False, f"READY{where}")
         if domain is not None and domain.unreachable:
             why = f"domain {domain.state}, waiting for " + ", ".join(domain.unreachable[:6])
@@ -352,21 +394,26 @@ def _print_dry_run(prepared: Prepared, as_json: bool, reasons: Sequence[str]) ->
 
     import click
 
+    def echo(text: str) -> None:  # values from the node and its files: escaped
+        click.echo(printable(text))
+
     d = prepared.ownership
-    click.echo(f"fabric mnnvl: IMEX owner {d.owner}"
-               + (f" (run by {d.runner})" if d.runner else "") + f", {d.source}")
+    echo(f"fabric mnnvl: IMEX owner {d.owner}"
+         + (f" (run by {d.runner})" if d.runner else "") + f", {d.source}")
     for r in d.reasons:
-        click.echo(f"  why: {r}")
+        echo(f"  why: {r}")
     if prepared.spec is not None:
-        click.echo(f"  {prepared.spec.name}: {shlex.join(prepared.spec.argv)}")
-        click.echo("    ready when `nvidia-imex-ctl -q` prints READY")
-    for a in prepared.actions():
-        click.echo(f"  action: {a}")
+        echo(f"  {prepared.spec.name}: {shlex.join(prepared.spec.argv)}")
+        echo("    ready when `nvidia-imex-ctl -q` prints READY")
+    if prepared.refusals:  # run would make and write nothing: nothing is shown as if it would
+        echo("refused: nothing would be created, written or started")
+    for a in () if prepared.refusals else prepared.actions():
+        echo(f"  action: {a}")
     for note in prepared.notes:
-        click.echo(f"  note: {note}")
-    for f in prepared.files:
-        click.echo(f"file {f.path} (mode {f.mode:o}):")
+        echo(f"  note: {note}")
+    for f in () if prepared.refusals else prepared.files:
+        echo(f"file {f.path} (mode {f.mode:o}):")
         for line in f.content.splitlines():
-            click.echo(f"  | {line}")
+            echo(f"  | {line}")
     if findings:
         print_findings(console(stderr=True), findings, "problems")

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..findings import Finding
+from ..strict import int_or_none
 from .facts import (
     CAPS_DIR,
     CHANNEL0_PERSISTENT_FIX,
@@ -101,10 +102,7 @@ class ChannelFacts:
 def _int(text: str | None) -> int | None:
     if text is None:
         return None
-    try:
-        return int(text.strip().strip('"'))
-    except ValueError:
-        return None
+    return int_or_none(text.strip().strip('"'), signed=True)
 
 
 def parse_params(text: str) -> dict[str, str]:

@@ -18,6 +18,7 @@ from .. import hostpath
 from ..configs import keyvalue
 from ..configs.keyvalue import ConfigValueError, KeyValueFile
 from ..findings import Finding
+from ..strict import int_or_none
 from .facts import NODES_CONFIG_PATH
 
 #: Command service port when the shipped file sets none (value of the shipped templates).
@@ -70,7 +71,7 @@ def _flag(value: str) -> str | None:
 def _port(value: str) -> str | None:
     if value == "":
         return None
-    return None if value.isdigit() and 0 <= int(value) <= 65535 else "must be a port 0-65535"
+    return None if int_or_none(value, high=65535) is not None else "must be a port 0-65535"
 
 
 def _level(value: str) -> str | None:

@@ -18,13 +18,14 @@ Source of the flags: NVIDIA IMEX guide, "IMEX Service Command Service".
 
 from __future__ import annotations
 
-import json
 import re
 from dataclasses import dataclass
 from typing import Any
 
+from .. import strict
 from ..findings import Finding
 from ..hostpath import check as check_path
+from ..words import plural
 
 STATES = ("UP", "DEGRADED", "DOWN")
 READY = "READY"
@@ -36,9 +37,9 @@ LINK_WORDS = {
     "!V!": "version mismatch", "!M!": "node map mismatch",
 }
 
-_NODE_LINE = re.compile(r"^\s*Node\s+#(\d+)\s+-\s+(.*)$")
+_NODE_LINE = re.compile(r"^\s*Node\s+#(\d{1,9})\s+-\s+(.*)$", re.ASCII)
 _STATE_LINE = re.compile(r"^\s*Domain State:\s*(\S+)")
-_MATRIX_ROW = re.compile(r"^\s*(\d+)\s+((?:(?:C|I|N|R|D|A|!V!|!M!)\s*)+)$")
+_MATRIX_ROW = re.compile(r"^\s*(\d{1,9})\s+((?:(?:C|I|N|R|D|A|!V!|!M!)\s*)+)$", re.ASCII)
 
 
 @dataclass(frozen=True)
@@ -83,16 +84,17 @@ class DomainStatus:
         }
 
     def finding(self) -> Finding | None:
-        """``imex_domain_degraded`` (error) unless the domain is UP."""
-        if self.state == "UP" and not self.unreachable:
+        """``imex_domain_degraded`` (error) unless the domain is UP with at least one node
+        and no unreachable one (UP over 0 nodes, or with unreachable ones, is not healthy)."""
+        if self.state == "UP" and self.nodes and not self.unreachable:
             return None
         if self.unreachable:
             why = "unreachable " + ", ".join(self.unreachable)
         elif not self.nodes:
             why = "nvidia-imex-ctl lists no node (is the daemon running with a node list?)"
         elif self.bad_links:
-            why = (f"{len(self.bad_links)} link(s) down, e.g. {self.bad_links[0]}; every node "
-                   "reports READY")
+            why = (f"{plural(len(self.bad_links), 'link')} down, e.g. {self.bad_links[0]}; "
+                   "every node reports READY")
         else:
             why = "every node reports READY and nvidia-imex-ctl names no unreachable node"
         return Finding(
@@ -133,32 +135,39 @@ def parse_domain(text: str) -> DomainStatus:
 
 
 def parse_json(text: str) -> DomainStatus:
-    """``nvidia-imex-ctl -N -j``; ValueError on malformed JSON or a missing status."""
+    """``nvidia-imex-ctl -N -j``; ValueError on malformed JSON, a missing status, or a value of
+    the wrong type anywhere (the message names its path, ``nodes.0.connections``). Numbers
+    and nesting are bounded (:func:`nvfabric.strict.parse_json`)."""
     try:
-        data = json.loads(text)
-    except json.JSONDecodeError as err:
+        return _parse_json(text)
+    except strict.BadValue as err:
         raise ValueError(f"nvidia-imex-ctl JSON: {err}") from None
-    if not isinstance(data, dict) or not isinstance(data.get("status"), str):
+
+
+def _parse_json(text: str) -> DomainStatus:
+    data = strict.obj(strict.parse_json(text), "document")
+    if not isinstance(data.get("status"), str):
         raise ValueError("nvidia-imex-ctl JSON has no top-level \"status\"")
-    raw_nodes = data.get("nodes") or {}
-    if not isinstance(raw_nodes, dict):
-        raise ValueError("nvidia-imex-ctl JSON: \"nodes\" is not an object")
+    raw_nodes = strict.obj(data.get("nodes") or {}, "nodes")
     nodes: list[CtlNode] = []
     referenced: dict[int, str] = {}
     bad: list[str] = []
-    for key, raw in raw_nodes.items():
-        if not isinstance(raw, dict) or not str(key).isdigit():
-            raise ValueError(f"nvidia-imex-ctl JSON: bad node entry {key!r}")
-        node = CtlNode(int(key), str(raw.get("host") or ""), str(raw.get("status") or ""),
-                       _opt(raw.get("version")), _opt(raw.get("hostName")))
+    for key, value in raw_nodes.items():
+        where = f"nodes.{key}"
+        raw = strict.obj(value, where)
+        node_id = strict.to_int(key, what=f"node key {where}", max_digits=9)
+        node = CtlNode(node_id, _field(raw, "host", where), _field(raw, "status", where),
+                       _opt(_field(raw, "version", where)), _opt(_field(raw, "hostName", where)))
         nodes.append(node)
-        for peer_key, conn in (raw.get("connections") or {}).items():
-            if not isinstance(conn, dict) or not str(peer_key).isdigit():
-                continue
-            referenced.setdefault(int(peer_key), str(conn.get("host") or ""))
-            status = str(conn.get("status") or "")
+        conns = strict.obj(raw.get("connections") or {}, f"{where}.connections")
+        for peer_key, value2 in conns.items():
+            cwhere = f"{where}.connections.{peer_key}"
+            conn = strict.obj(value2, cwhere)
+            peer = strict.to_int(peer_key, what=f"peer key {cwhere}", max_digits=9)
+            referenced.setdefault(peer, _field(conn, "host", cwhere))
+            status = _field(conn, "status", cwhere)
             # A node's entry for itself is no link (the table's diagonal, see parse_text).
-            if status != "CONNECTED" and int(peer_key) != node.node_id:
+            if status != "CONNECTED" and peer != node.node_id:
                 bad.append(f"node {node.node_id} -> node {peer_key}: {status.lower() or '?'}")
     nodes.sort(key=lambda n: n.node_id)
     known = {n.node_id for n in nodes}
@@ -167,8 +176,28 @@ def parse_json(text: str) -> DomainStatus:
         f"{host or '?'} (node {nid}, no status reported)"
         for nid, host in sorted(referenced.items()) if nid not in known
     ]
-    return DomainStatus(data["status"].upper(), tuple(nodes), tuple(unreachable), tuple(bad),
+    return DomainStatus(_state(data["status"]), tuple(nodes), tuple(unreachable), tuple(bad),
                         _opt(data.get("timestamp")), "json")
+
+
+def _state(text: str) -> str:
+    """The domain status as printed (``UP``, ``DEGRADED``, ``DOWN``: :data:`STATES`, any
+    case); ValueError for any other: an unknown status is not judged healthy or not."""
+    state = text.strip().upper()
+    if state not in STATES:
+        shown = text if len(text) <= 40 else text[:40] + "..."
+        raise ValueError(f"unknown IMEX domain status {shown!r} (nvidia-imex-ctl prints "
+                         + ", ".join(STATES) + ")")
+    return state
+
+
+def _field(raw: dict[str, Any], key: str, where: str) -> str:
+    """A string field of a node or connection (absent/null: ""); a number is taken as
+    printed (versions); BadValue naming the path for an object, array or boolean."""
+    value = raw.get(key)
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return str(value)
+    return strict.text(value, f"{where}.{key}", optional=True)
 
 
 def _opt(value: object) -> str | None:
@@ -184,17 +213,17 @@ def parse_text(text: str) -> DomainStatus:
     for line in text.splitlines():
         m = _NODE_LINE.match(line)
         if m:
-            nodes.append(_text_node(int(m.group(1)), m.group(2)))
+            nodes.append(_text_node(strict.to_int(m.group(1)), m.group(2)))
             continue
         m = _STATE_LINE.match(line)
         if m:
-            state = m.group(1).upper()
+            state = _state(m.group(1))
             continue
         m = _MATRIX_ROW.match(line)
         if m:
-            matrix[int(m.group(1))] = m.group(2).split()
+            matrix[strict.to_int(m.group(1))] = m.group(2).split()
             continue
-        if timestamp is None and re.match(r"^\d{1,2}/\d{1,2}/\d{4} \d", line.strip()):
+        if timestamp is None and re.match(r"^\d{1,2}/\d{1,2}/\d{4} \d", line.strip(), re.ASCII):
             timestamp = line.strip()
     if state is None:
         raise ValueError("nvidia-imex-ctl output has no 'Domain State:' line")

@@ -85,10 +85,10 @@ class NodeReport:
 
 def plural(count: int, noun: str) -> str:
     """``1 report``, ``2 reports``, ``1 node list entry``, ``3 node list entries``: English
-    plurals of the nouns the fleet and IMEX messages count."""
-    if count == 1:
-        return f"{count} {noun}"
-    return f"{count} {noun[:-1]}ies" if noun.endswith("y") else f"{count} {noun}s"
+    plurals of the nouns the fleet and IMEX messages count (:func:`nvfabric.words.plural`)."""
+    from ..words import plural as counted
+
+    return counted(count, noun)
 
 
 def node_list_id(entries: Iterable[str]) -> str:

@@ -18,12 +18,16 @@ import socket
 import stat
 import subprocess
 import threading
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 from .. import hostpath
 from ..configs.atomic import staged, write_atomic
+from ..errors import usage_error
 from ..inventory.fs import listdir, read_bytes, read_text, under
 from ..inventory.nvidia import driver_version, imex_major, loaded_modules
+from ..strict import int_or_none
+from ..words import plural
 from .channels import ChannelFacts, DevNode, channel_path, parse_params
 from .facts import (
     CAPS_DIR,
@@ -62,7 +66,7 @@ def _dra_evidence(root: str) -> tuple[str, ...]:
             parts.append("checkpoint.json")
         domains = listdir(os.path.join(path, "domains"))
         if domains:
-            parts.append(f"{len(domains)} ComputeDomain(s)")
+            parts.append(plural(len(domains), "ComputeDomain"))
         out.append(f"kubelet plugin state {d}" + (f" ({', '.join(parts)})" if parts else ""))
     return tuple(out)
 
@@ -127,12 +131,16 @@ def _scripts(root: str, value: str) -> list[str]:
     out = []
     for item in value.split(","):
         item = item.strip()
-        if not item.startswith("/"):
-            continue
+        if hostpath.problem(item) is not None:
+            continue  # not an absolute, plain path (relative, NUL, control characters)
         matches = sorted(glob.glob(under(root, item)))
         rootlen = len(os.path.abspath(root).rstrip("/"))
         out += [m[rootlen:] if root != "/" else m for m in matches if os.path.isfile(m)]
     return out
+
+
+#: Seconds all resolver lookups of one node list check may take together.
+RESOLVE_TIMEOUT_S = 3.0
 
 
 # -- channels ---------------------------------------------------------------------------------
@@ -177,13 +185,23 @@ def read_channels(root: str) -> ChannelFacts:
     )
 
 
+def channel_target(root: str, number: int) -> str:
+    """Where ``channel<number>`` is made: its host path under ``root`` through
+    :func:`confined` (a ``dev/nvidia-caps-imex-channels`` that is a link out of the root is
+    PathEscape, so no world-writable device is ever made outside it)."""
+    return confined(root, channel_path(number), "IMEX channel")
+
+
 def create_channel(root: str, number: int, major: int) -> DevNode:
     """Make ``channel<number>`` (c major:number, mode 0666, as NVIDIA documents) atomically:
     mknod a temporary node beside it, chmod (the umask applies to mknod), rename over whatever
     was there (:func:`nvfabric.configs.atomic.staged`). The directory is created mode 0755.
-    Raises OSError (EPERM without CAP_MKNOD)."""
+    Raises PathEscape when the path leads out of ``root`` (:func:`channel_target`, checked
+    again just before mknod), OSError (EPERM without CAP_MKNOD)."""
     host_path = channel_path(number)
-    with staged(under(root, host_path), mode=CHANNEL_MODE, dir_mode=0o755) as tmp:
+    target = channel_target(root, number)
+    with staged(target, mode=CHANNEL_MODE, dir_mode=0o755) as tmp:
+        channel_target(root, number)  # the directory may have been made just now: still inside
         os.mknod(tmp, stat.S_IFCHR | CHANNEL_MODE, os.makedev(major, number))
     node = stat_node(root, host_path)
     assert node is not None
@@ -208,12 +226,22 @@ def confined(root: str, host_path: str, what: str = "path") -> str:
         raise PathEscape(str(err)) from None
 
 
+#: The largest IMEX config or node list read (they are a few KiB; 1 MiB is thousands of nodes).
+MAX_CONFIG_BYTES = 1 << 20
+
+
 def read_file(root: str, host_path: str) -> str | None:
-    """Text of a config file under ``root`` (not stripped, up to 1 MiB, bad UTF-8 replaced),
-    None when missing, unreadable or not a regular file: read with
+    """Text of a config file under ``root`` (not stripped, bad UTF-8 replaced), None when
+    missing, unreadable or not a regular file; ``input_unreadable`` naming it when larger than
+    :data:`MAX_CONFIG_BYTES` (never cut). Read with
     :func:`nvfabric.inventory.fs.read_bytes` (non-blocking open, regular files only), so a FIFO
     or device in place of config.cfg / nodes_config.cfg never makes a command wait."""
-    data = read_bytes(under(root, host_path), limit=1 << 20)
+    data = read_bytes(under(root, host_path), limit=MAX_CONFIG_BYTES + 1)
+    if data is not None and len(data) > MAX_CONFIG_BYTES:
+        # never cut: a truncated config patched and written back would lose its tail
+        raise usage_error(f"{under(root, host_path)}: larger than {MAX_CONFIG_BYTES >> 20} MiB, "
+                          "the limit for an IMEX config or node list",
+                          "give the config file itself (IMEX's are a few KiB)")
     return None if data is None else data.decode("utf-8", "replace")
 
 
@@ -247,10 +275,9 @@ def parse_if_inet6(text: str) -> tuple[str, ...]:
     for line in text.splitlines():
         parts = line.split()
         if parts and len(parts[0]) == 32:
-            try:
-                out.append(str(ipaddress.IPv6Address(int(parts[0], 16))))
-            except ValueError:
-                continue
+            number = int_or_none(parts[0], base=16)
+            if number is not None:
+                out.append(str(ipaddress.IPv6Address(number)))
     return tuple(out)
 
 
@@ -275,6 +302,53 @@ def local_addresses() -> tuple[str, ...]:
             if a.family in (socket.AF_INET, socket.AF_INET6):
                 out.add(a.address.split("%", 1)[0])
     return tuple(sorted(out))
+
+
+def parse_hosts(text: str) -> dict[str, tuple[str, ...]]:
+    """/etc/hosts text (hosts(5): an address, then its names; ``#`` comments) as lower-case
+    name -> addresses, in file order."""
+    out: dict[str, list[str]] = {}
+    for line in text.splitlines():
+        fields = line.split("#", 1)[0].split()
+        if len(fields) < 2:
+            continue
+        for name in fields[1:]:
+            out.setdefault(name.lower(), []).append(fields[0].split("%", 1)[0])
+    return {k: tuple(v) for k, v in out.items()}
+
+
+def resolve_names(root: str, names: Iterable[str],
+                  timeout_s: float = RESOLVE_TIMEOUT_S) -> dict[str, tuple[str, ...]]:
+    """Addresses of host names of a node list (lower-case name -> addresses): the node's
+    etc/hosts under ``root``; on the host itself (root ``/``) also the resolver
+    (getaddrinfo), all names together bounded by ``timeout_s`` (a resolver that hangs leaves
+    the names it did not answer unresolved). Names without an answer are absent."""
+    wanted = sorted({n.lower() for n in names if n})
+    if not wanted:
+        return {}
+    hosts = parse_hosts(read_text(under(root, "/etc/hosts"), limit=1 << 20) or "")
+    out = {n: hosts[n] for n in wanted if n in hosts}
+    missing = [n for n in wanted if n not in out]
+    if os.path.abspath(root) != "/" or not missing:
+        return out
+    import concurrent.futures
+
+    def lookup(name: str) -> tuple[str, ...]:
+        infos = socket.getaddrinfo(name, None, proto=socket.IPPROTO_TCP)
+        return tuple(sorted({str(i[4][0]).split("%", 1)[0] for i in infos}))
+
+    pool = concurrent.futures.ThreadPoolExecutor(max_workers=min(8, len(missing)))
+    try:
+        futures = {pool.submit(lookup, n): n for n in missing}
+        done, _ = concurrent.futures.wait(futures, timeout=timeout_s)
+        for fut in done:
+            try:
+                out[futures[fut]] = fut.result()
+            except OSError:  # socket.gaierror: unknown name
+                continue
+    finally:
+        pool.shutdown(wait=False, cancel_futures=True)
+    return out
 
 
 def local_names(root: str) -> tuple[str, ...]:

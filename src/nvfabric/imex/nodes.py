@@ -14,16 +14,25 @@ from __future__ import annotations
 
 import ipaddress
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from ..findings import Finding
+from ..strict import is_uint, to_int
 from .facts import HOSTNAMES_MIN_DRIVER
 
 #: RFC 1123 host name: dot-separated labels of letters, digits and inner hyphens.
 _LABEL = r"[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?"
 _HOSTNAME = re.compile(rf"{_LABEL}(?:\.{_LABEL})*")
+
+
+
+#: Characters of a Slurm hostlist expression (SLURM_JOB_NODELIST of a very large job fits).
+MAX_HOSTLIST = 1 << 16
+#: Hosts one expression may name: an IMEX domain is a rack or a few (NVL72: 18 trays); 4,096
+#: is far past any, and keeps the expansion well under a second.
+MAX_SLURM_HOSTS = 4096
 
 
 class PeerError(ValueError):
@@ -59,7 +68,7 @@ def parse_entry(text: str) -> Peer:
 
 def _looks_numeric(entry: str) -> bool:
     """``10.0.0.256`` is a broken address, not a host name."""
-    return entry.replace(".", "").isdigit()
+    return is_uint(entry.replace(".", ""))
 
 
 def parse_nodes_config(text: str) -> tuple[Peer, ...]:
@@ -81,10 +90,27 @@ def expand_slurm(expression: str) -> tuple[Peer, ...]:
     Slurm's order. Expansion by python-hostlist; raises PeerError on a bad expression."""
     import hostlist  # type: ignore[import-untyped]
 
-    try:
+    shown = expression if len(expression) <= 80 else expression[:80] + "..."
+    if len(expression) > MAX_HOSTLIST:
+        raise PeerError(f"Slurm hostlist {shown!r} is longer than {MAX_HOSTLIST} characters")
+    if any(ord(c) < 32 or ord(c) == 127 for c in expression.strip()):
+        raise PeerError(f"bad Slurm hostlist {shown!r}: it holds control characters (a "
+                        "newline, a tab)")
+    limit = hostlist.MAX_SIZE
+    hostlist.MAX_SIZE = MAX_SLURM_HOSTS  # its own size guard, at nvfabric's bound (no 100,000
+    try:                                 # names built and parsed first: seconds of CPU)
         names: list[str] = hostlist.expand_hostlist(expression.strip())
     except hostlist.BadHostlist as err:
-        raise PeerError(f"bad Slurm hostlist {expression!r}: {err}") from None
+        raise PeerError(f"bad Slurm hostlist {shown!r}: {err}") from None
+    except (RecursionError, ValueError, IndexError, TypeError) as err:
+        # python-hostlist's own failures on hostile input: it recurses once per bracket
+        # (``[][`` + newline + ``]``: RecursionError, ../shared/fuzz)
+        why = "nested too deeply" if isinstance(err, RecursionError) else str(err)
+        raise PeerError(f"bad Slurm hostlist {shown!r}: {why}") from None
+    finally:
+        hostlist.MAX_SIZE = limit
+    if len(names) > MAX_SLURM_HOSTS:
+        raise PeerError(f"Slurm hostlist {shown!r} names more than {MAX_SLURM_HOSTS} hosts")
     if not names:
         raise PeerError(f"Slurm hostlist {expression!r} is empty")
     return tuple(parse_entry(n) for n in names)
@@ -92,7 +118,7 @@ def expand_slurm(expression: str) -> tuple[Peer, ...]:
 
 def version_tuple(version: str) -> tuple[int, ...]:
     """``570.158.01`` -> (570, 158, 1); ValueError when not dotted digits."""
-    return tuple(int(p) for p in version.split("."))
+    return tuple(to_int(p, what="version field", max_digits=12) for p in version.split("."))
 
 
 def hostnames_supported(driver_version: str | None) -> bool:
@@ -148,16 +174,21 @@ def _norm(address: str) -> str:
 
 
 def local_entries(peers: Iterable[Peer], local_addresses: Iterable[str],
-                  local_names: Iterable[str] = ()) -> tuple[Peer, ...]:
-    """The entries that name this host: an address of one of its interfaces, or its host
-    name (short or fully qualified, case-insensitive)."""
+                  local_names: Iterable[str] = (),
+                  resolved: Mapping[str, Iterable[str]] | None = None) -> tuple[Peer, ...]:
+    """The entries that name this host: an address of one of its interfaces, or a host name
+    that is its own (short or fully qualified, case-insensitive) or that resolves
+    (``resolved``: lower-case name -> addresses, :func:`nvfabric.imex.host.resolve_names`)
+    to one of its addresses, as IMEX itself resolves the names of a Slurm host list."""
     addrs = {_norm(a) for a in local_addresses}
     names = {n.lower() for n in local_names if n}
     names |= {n.split(".", 1)[0] for n in names}
+    resolved = resolved or {}
     out = []
     for p in peers:
         if p.kind == "hostname":
-            if p.text.lower() in names:
+            name = p.text.lower()
+            if name in names or any(_norm(a) in addrs for a in resolved.get(name, ())):
                 out.append(p)
         elif _norm(p.text) in addrs:
             out.append(p)
@@ -165,10 +196,12 @@ def local_entries(peers: Iterable[Peer], local_addresses: Iterable[str],
 
 
 def check_local(peers: tuple[Peer, ...], local_addresses: Iterable[str],
-                local_names: Iterable[str] = ()) -> Finding | None:
-    """``imex_no_local_interface`` unless exactly one entry names this host."""
+                local_names: Iterable[str] = (),
+                resolved: Mapping[str, Iterable[str]] | None = None) -> Finding | None:
+    """``imex_no_local_interface`` unless exactly one entry names this host
+    (:func:`local_entries`)."""
     addrs = sorted({_norm(a) for a in local_addresses})
-    mine = local_entries(peers, addrs, local_names)
+    mine = local_entries(peers, addrs, local_names, resolved)
     if len(mine) == 1:
         return None
     fields: dict[str, Any] = {"local_addresses": addrs, "entries": [p.text for p in peers]}

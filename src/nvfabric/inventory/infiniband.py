@@ -12,7 +12,8 @@ from __future__ import annotations
 import os
 import re
 
-from .fs import link_name, listdir, read_text, under
+from ..strict import is_uint, to_int
+from .fs import link_name, listdir, read_int, read_text, under
 from .model import IbDevice, IbPort
 
 SYSFS_IB = "/sys/class/infiniband"
@@ -39,14 +40,16 @@ def parse_cap_mask(text: str | None) -> int | None:
     word, so that garbage is never read as an empty mask (which would pass for SM enabled)."""
     if text is None or not _CAP_MASK.fullmatch(text):
         return None
-    return int(text, 16)
+    return to_int(text, base=16)
 
 
 def format_guid(text: str | None) -> str:
     """sysfs ``node_guid`` (``e09d:7303:00e4:00e8``) -> ``0xe09d730300e400e8``."""
     digits = (text or "").replace(":", "")
+    if len(digits) > 16:
+        return "0x0000000000000000"
     try:
-        return f"0x{int(digits, 16):016x}"
+        return f"0x{to_int(digits, base=16):016x}"
     except ValueError:
         return "0x0000000000000000"
 
@@ -59,9 +62,9 @@ def umad_ports(root: str) -> dict[tuple[str, int], str]:
         if not name.startswith("umad"):
             continue
         ibdev = read_text(f"{base}/{name}/ibdev")
-        port = read_text(f"{base}/{name}/port")
-        if ibdev and port and port.isdigit():
-            out[(ibdev, int(port))] = name
+        port = read_int(f"{base}/{name}/port", low=1, high=255)
+        if ibdev and port is not None:
+            out[(ibdev, port)] = name
     return out
 
 
@@ -74,18 +77,18 @@ def read_device(root: str, name: str, umads: dict[tuple[str, int], str]) -> IbDe
     if pci is not None and not os.path.exists(f"{base}/device"):
         pci = None
     ports = []
-    port_names = [p for p in listdir(f"{base}/ports") if p.isdigit()]
+    port_names = [p for p in listdir(f"{base}/ports") if is_uint(p)]
     for pname in sorted(port_names, key=int):
         pbase = f"{base}/ports/{pname}"
         ports.append(
             IbPort(
-                port=int(pname),
+                port=to_int(pname),
                 guid=guid_from_gid(read_text(f"{pbase}/gids/0")),
                 cap_mask=parse_cap_mask(read_text(f"{pbase}/cap_mask")),
                 state=read_text(f"{pbase}/state") or "",
                 phys_state=read_text(f"{pbase}/phys_state") or "",
                 link_layer=read_text(f"{pbase}/link_layer") or "",
-                umad=umads.get((name, int(pname))),
+                umad=umads.get((name, to_int(pname))),
             )
         )
     return IbDevice(name, pci, format_guid(read_text(f"{base}/node_guid")), tuple(ports))

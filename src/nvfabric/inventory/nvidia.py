@@ -13,12 +13,14 @@ from __future__ import annotations
 
 import re
 
+from ..strict import int_or_none
 from .fs import listdir, read_text, under
 
 #: Modules the plan cares about (names as under /sys/module).
 MODULES = ("nvidia", "nvidia_nvswitch", "mlx5_core", "mlx5_ib", "ib_umad", "ib_uverbs")
 
-_VERSION = re.compile(r"\b(\d{3}\.\d{1,3}(?:\.\d{1,3})?)\b")
+#: ASCII digits only (``\d`` alone would take Arabic-Indic or fullwidth digits).
+_VERSION = re.compile(r"\b(\d{3}\.\d{1,3}(?:\.\d{1,3})?)\b", re.ASCII)
 
 
 def loaded_modules(root: str) -> frozenset[str]:
@@ -55,8 +57,11 @@ def parse_proc_devices(text: str, name: str) -> int | None:
     """The major number of a character device ``name`` in ``/proc/devices`` text."""
     for line in text.splitlines():
         parts = line.split()
-        if len(parts) >= 2 and parts[1] == name and parts[0].isdigit():
-            return int(parts[0])
+        if len(parts) >= 2 and parts[1] == name:
+            # a major number has 12 bits (MAJORBITS, include/linux/kdev_t.h)
+            major = int_or_none(parts[0], high=4095)
+            if major is not None:
+                return major
     return None
 
 
@@ -69,8 +74,9 @@ def imex_channels(root: str) -> tuple[int, ...]:
     """Channel numbers under ``dev/nvidia-caps-imex-channels`` (``channel0`` -> 0)."""
     out = []
     for name in listdir(under(root, "/dev/nvidia-caps-imex-channels")):
-        if name.startswith("channel") and name[7:].isdigit():
-            out.append(int(name[7:]))
+        number = int_or_none(name[7:], high=(1 << 20) - 1) if name.startswith("channel") else None
+        if number is not None:  # a minor number has 20 bits (MINORBITS)
+            out.append(number)
     return tuple(sorted(out))
 
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import struct
 
-from .fs import link_name, listdir, read_bytes, read_hex, read_text, under
+from .fs import link_name, listdir, read_bytes, read_hex, read_int, under
 from .model import MELLANOX, NVIDIA, PciFunction
 from .vpd import decode
 
@@ -54,12 +54,9 @@ def _read_function(base: str, address: str) -> PciFunction | None:
     vendor, device, class_code, sub_vendor, sub_device = ids
     if vendor not in (NVIDIA, MELLANOX):
         return PciFunction(address, vendor, device, class_code, sub_vendor, sub_device)
-    numa_text = read_text(f"{base}/numa_node")
-    numa: int | None = None
-    if numa_text and numa_text.lstrip("-").isdigit():
-        numa = int(numa_text)
-        if numa < 0:
-            numa = None
+    numa = read_int(f"{base}/numa_node", signed=True, low=-1)
+    if numa is not None and numa < 0:
+        numa = None  # -1: no NUMA affinity (the kernel's NUMA_NO_NODE)
     vpd = None
     if vendor == MELLANOX:
         raw = read_bytes(f"{base}/vpd")

@@ -27,6 +27,11 @@ BINARY = "/opt/nvidia/nvlsm/sbin/nvlsm"
 CONFIG = "/usr/share/nvidia/nvlsm/nvlsm.conf"
 PID_FILE = "/var/run/nvlsm.pid"
 SOCKET = "/var/run/nvidia-fabricmanager/fm_sm_ipc.socket"
+#: Where NVLSM writes its database files (an OpenSM derivative: OpenSM keeps its cache, such as
+#: guid2lid, under /var/cache/opensm). Source: siderolabs/extensions
+#: nvidia-gpu/nvidia-fabricmanager/*/nvidia-fabricmanager.yaml, which binds a writable
+#: directory there ("nvlsm: database files"). A read-only container root needs a mount here.
+DATABASE_DIR = "/var/cache"
 
 #: Banner line with NVLSM's own version (talos capture above).
 _BANNER = re.compile(r"\bOpenSM\s+(\S+)")

@@ -22,13 +22,15 @@ For each, in order (RUN.md R08):
 from __future__ import annotations
 
 import os
+import shlex
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from ..artifacts.installed import InstalledTree, installed
 from ..findings import Finding
-from ..hostpath import under_root
+from ..hostpath import confined, under_root
+from ..hostpath import problem as path_problem
 from . import fabricmanager as fm
 from . import nvlsm
 
@@ -91,7 +93,22 @@ class Resolved:
                 if self.sources[k].startswith("install record")]
 
 
+def _outside(root: str, path: str) -> str | None:
+    """Where ``path`` really leads, links followed, when that is outside ``root`` (a copied
+    image's absolute link such as ``/usr/bin/nv-fabricmanager -> /usr/local/bin/...`` points
+    at the host's file, not the node's); None when it stays inside."""
+    if path_problem(path) is not None:  # relative or with '..': not a question of links
+        return None
+    try:
+        confined(root, path)
+    except ValueError:
+        return os.path.realpath(under_root(root, path))
+    return None
+
+
 def _exists(root: str, path: str, kind: str) -> bool:
+    if _outside(root, path) is not None:
+        return False
     full = under_root(root, path)
     if kind == "dir":
         return os.path.isdir(full)
@@ -100,10 +117,13 @@ def _exists(root: str, path: str, kind: str) -> bool:
     return os.path.isfile(full)
 
 
-def install_line(component: str, driver_version: str | None) -> str:
-    """The ``nvfabric install`` command that installs ``component`` for this driver."""
+def install_line(component: str, driver_version: str | None, root: str = "/") -> str:
+    """The ``nvfabric install`` command that installs ``component`` for this driver into the
+    node under ``root`` (``--root`` named, shell-quoted, unless it is ``/``: without it the
+    line would install into the host running it, not the node that was checked)."""
     version = f" --driver-version {driver_version}" if driver_version else ""
-    return f"nvfabric install --components {component}{version}"
+    where = "" if os.path.abspath(root) == "/" else f" --root {shlex.quote(os.path.abspath(root))}"
+    return f"nvfabric install{where} --components {component}{version}"
 
 
 def resolve(root: str, fabric: str, typed: Mapping[str, str | None],
@@ -125,11 +145,18 @@ def resolve(root: str, fabric: str, typed: Mapping[str, str | None],
             if not _exists(root, given, vf.kind):
                 problem = {"exec": "not an executable file", "file": "no such file",
                            "dir": "no such directory"}[vf.kind]
+                away = _outside(root, given)
+                if away is not None:
+                    problem = f"leads out of the root (to {away})"
                 where = f" under --root {root}" if os.path.abspath(root) != "/" else ""
                 raise TypedPathMissing(f"{vf.key} {given}: {problem}{where}")
             paths[vf.key], sources[vf.key] = given, "typed"
             continue
         vendor = topology if (vf.key == "topology" and topology) else vf.vendor_path
+        if vf.key == "topology" and path_problem(vendor) is not None:
+            # The shipped config's TOPOLOGY_FILE_PATH is relative or has '..': the effective
+            # config's check names the key (config_invalid_value); nothing to look up here.
+            continue
         if _exists(root, vendor, vf.kind):
             paths[vf.key], sources[vf.key] = vendor, "vendor"
             continue
@@ -144,19 +171,35 @@ def resolve(root: str, fabric: str, typed: Mapping[str, str | None],
         if hit is not None and tree is not None:
             paths[vf.key], sources[vf.key] = hit, f"install record {tree.record}"
             continue
-        findings.append(_missing(vf, vendor, driver_version))
+        findings.append(_missing(vf, vendor, driver_version, tree, _outside(root, vendor),
+                                 root))
     return Resolved(paths, sources, tuple(findings))
 
 
-def _missing(vf: VendorFile, vendor: str, driver_version: str | None) -> Finding:
-    line = install_line(vf.component, driver_version)
+def _missing(vf: VendorFile, vendor: str, driver_version: str | None,
+             tree: InstalledTree | None = None, away: str | None = None,
+             root: str = "/") -> Finding:
+    line = install_line(vf.component, driver_version, root)
+    why = tree.problem(vf.basename) if tree is not None else None
+    absent = f"{vendor} is a link leading out of the root (to {away}), not the node's file," \
+        if away is not None else f"{vendor} does not exist"
+    if tree is not None and why is not None:
+        return Finding(
+            _CODES[vf.key], "error",
+            f"{vf.what} is missing: {absent} and the `nvfabric install` at "
+            f"{tree.host_dir} cannot be used: {why}",
+            f"reinstall it: `{line}` (a damaged install is replaced whole), or the "
+            "distribution's package" + ("" if vf.key == "topology" else f", or pass {vf.key} PATH"),
+            {"file": vf.key, "path": vendor, "component": vf.component, "install": line,
+             "install_record": tree.record},
+        )
     package = (f"the fabric manager package of driver {driver_version}" if driver_version
                else "the fabric manager package of the loaded driver") \
         if vf.component == "fabricmanager" else "the nvlsm package of the driver's CUDA release"
     option = "" if vf.key == "topology" else f", or pass {vf.key} PATH"
     return Finding(
         _CODES[vf.key], "error",
-        f"{vf.what} is missing: {vendor} does not exist and no `nvfabric install` put one under "
+        f"{vf.what} is missing: {absent} and no `nvfabric install` put one under "
         "/opt/nvfabric: the node lacks " + package,
         f"install it: `{line}` (run then finds it through the install record), or the "
         f"distribution's package{option}",

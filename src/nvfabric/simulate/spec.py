@@ -12,6 +12,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from ..strict import BadValue, to_int
+
 GUID = re.compile(r"0x[0-9a-fA-F]{16}")
 HEX4 = re.compile(r"[0-9a-fA-F]{4}")
 DRIVER = re.compile(r"\d{3}\.\d{1,3}(\.\d{1,3})?")
@@ -86,9 +88,9 @@ def _int(value: Any, key: str, low: int | None = None, high: int | None = None) 
     if isinstance(value, bool) or not isinstance(value, (int, str)):
         raise SpecError(f"{key}: expected an integer, got {value!r}")
     try:
-        number = int(value, 0) if isinstance(value, str) else value
-    except ValueError:
-        raise SpecError(f"{key}: expected an integer, got {value!r}") from None
+        number = to_int(value.strip(), base=0, signed=True) if isinstance(value, str) else value
+    except BadValue:
+        raise SpecError(f"{key}: expected an integer, got {str(value)[:40]!r}") from None
     if (low is not None and number < low) or (high is not None and number > high):
         raise SpecError(f"{key}: expected {low}..{high}, got {value!r}")
     return number
@@ -106,13 +108,15 @@ def _text(value: Any, key: str, encoding: str = "utf-8", limit: int = 255) -> st
     return text
 
 
-def _list(raw: Mapping[str, Any], key: str, limit: int) -> list[Any]:
-    """The list under ``key`` (absent or null: empty), at most ``limit`` entries."""
+def _list(raw: Mapping[str, Any], key: str, limit: int, where: str = "") -> list[Any]:
+    """The list under ``key`` (absent or null: empty), at most ``limit`` entries; errors name
+    the path (``where`` + ``key``, e.g. ``mellanox[0].ports``)."""
     value = raw.get(key)
     if value is None:
         return []
-    _want(isinstance(value, list), f"{key}: expected a list, got {value!r}")
-    _want(len(value) <= limit, f"{key}: at most {limit} entries, got {len(value)}")
+    path = where + key
+    _want(isinstance(value, list), f"{path}: expected a list, got {str(value)[:40]!r}")
+    _want(len(value) <= limit, f"{path}: at most {limit} entries, got {len(value)}")
     return list(value)
 
 
@@ -186,7 +190,7 @@ def _mellanox(i: int, m: Any) -> MellanoxSpec:
                          f"{key}.vpd_vendor_field", "latin-1")
     sw_mng = ":SMDL=SW_MNG" in vendor_field + ":"
     ports = tuple(_port(p, f"{key}.ports[{j}]")
-                  for j, p in enumerate(_list(m, "ports", MAX_PORTS)))
+                  for j, p in enumerate(_list(m, "ports", MAX_PORTS, f"mellanox[{i}].")))
     numbers = [p.port for p in ports]
     _want(len(set(numbers)) == len(numbers), f"{key}.ports: a port number appears twice")
     return MellanoxSpec(
@@ -257,7 +261,7 @@ def parse(raw: Any) -> NodeSpec:
                     if "major" in imex else None),
         imex_channels=tuple(sorted({
             _int(c, "imex_channels.channels", 0, (1 << 20) - 1)
-            for c in _list(imex, "channels", MAX_IMEX_CHANNELS)
+            for c in _list(imex, "channels", MAX_IMEX_CHANNELS, "imex_channels.")
         })),
         files=_files(raw.get("files")),
         other_pci=_int(raw.get("other_pci", 0), "other_pci", 0, MAX_OTHER_PCI),

@@ -33,6 +33,14 @@ def triage_stream(raw: IO[bytes], label: str) -> Triage:
     collected = read(buffered)
     known = [s for s in collected.sections if s.kind not in ("empty",)]
     if not collected.seen and not any(s.kind in ("prologue", "epilogue") for s in known):
+        damage = collected.outcome.damage
+        if damage is not None:
+            # a gzip file that breaks before its first block: say so, not "no bug report"
+            raise usage_error(
+                f"{label}: {damage} after {collected.outcome.bytes_read} bytes of text, "
+                "before any block of nvidia-bug-report.sh",
+                "the copy is damaged or cut short: copy nvidia-bug-report.log.gz again "
+                "(`gzip -t` checks it)")
         raise usage_error(
             f"{label}: not an nvidia-bug-report log (no block of nvidia-bug-report.sh: "
             "no line of underscores followed by a command or file name)",

@@ -26,10 +26,13 @@ from ..plan import SERVICES_BY_FABRIC, Plan, plan
 from . import ibstat as ibstat_mod
 from .checks import Ran, check, nvlsm_running
 from .collect import EXPECTED, Collected
+from .lspci import MAX_VPD_BYTES
 from .units import UnitState
 from .units import parse as parse_unit
 
 SEVERITY_ORDER = {"error": 0, "warning": 1, "info": 2}
+#: The "section" of a plan blocker that only says lspci could not read the ConnectX VPD.
+VPD_UNREADABLE = "lspci -nnDvvvxxxx"
 _UNAME_ARCH = re.compile(r"\b(x86_64|aarch64|arm64|ppc64le|s390x|riscv64)\b")
 _SCRIPT_VERSION = re.compile(r"^nvidia-bug-report\.sh Version: (\S+)", re.M)
 _DATE = re.compile(r"^Date: (.*)$", re.M)
@@ -85,12 +88,19 @@ class Triage:
             return (f"PCI functions unknown (no lspci section); {inv.arch}; driver "
                     f"{inv.driver_version or 'unknown'} -> fabric not judged")
         parts = [", ".join(p.products) or "no NVIDIA GPU"]
+        if self.extras.get("lspci_cut"):
+            parts[0] += " (lspci cut short: the functions after the cut are unknown)"
         if inv.nvswitches:
             parts.append(f"{len(inv.nvswitches)} NVSwitch(es)")
         if inv.lpfs:
             parts.append(f"{len(inv.lpfs)} LPF(s)")
         parts.append(inv.arch)
-        parts.append(f"driver {inv.driver_version or 'not loaded'}")
+        if inv.driver_version:
+            parts.append(f"driver {inv.driver_version}")
+        elif self.extras.get("driver_unknown"):
+            parts.append("driver version unknown (no /proc/driver/nvidia/version)")
+        else:
+            parts.append("driver not loaded")
         line = "; ".join(parts) + f" -> fabric {p.fabric}"
         if p.services:
             line += ": " + " -> ".join(p.services)
@@ -184,6 +194,13 @@ def build(c: Collected, label: str) -> Triage:
     if c.lspci and c.lspci.without_ids:
         reasons.append(f"{c.lspci.without_ids} lspci entries without vendor:device IDs (lspci "
                        "run without -nn and without -x) were left out")
+    if c.lspci and c.lspci.vpd_dropped:
+        reasons.append(f"{c.lspci.vpd_dropped} VPD fields past the {MAX_VPD_BYTES >> 20} MiB "
+                       "kept of lspci's VPD were left out (each function's Mellanox vendor "
+                       "field, which holds SMDL, is always kept)")
+    if c.lspci and c.lspci.duplicates:
+        reasons.append(f"{c.lspci.duplicates} lspci entries repeat a PCI address already "
+                       "listed (the lspci output appears twice): the first entry counts")
 
     health = None
     smi_problem = None
@@ -219,8 +236,12 @@ def build(c: Collected, label: str) -> Triage:
                        or "none") + "); ib_umad cannot be known")
 
     devices = c.ibstat.devices() if c.ibstat else ()
+    if c.ibstat and c.ibstat.duplicates:
+        reasons.append(f"{c.ibstat.duplicates} ibstat devices printed again (the ibstat output "
+                       "appears twice): the first one counts")
     if devices:
-        att = ibstat_mod.attach(devices, functions, ibstat_mod.mst_pairs(texts.get("mst", "")))
+        att = ibstat_mod.attach(devices, functions, ibstat_mod.mst_pairs(texts.get("mst", "")),
+                                c.lspci.virtual_functions() if c.lspci else frozenset())
         devices = att.devices
         reasons.append(att.reason)
 
@@ -239,13 +260,20 @@ def build(c: Collected, label: str) -> Triage:
 
     findings: list[Finding] = []
     unknown = _unknown_facts(c, modules, driver)
+    hidden = c.lspci.vpd_unreadable() if c.lspci else frozenset()
+    vpd_unknown = bool(hidden) and not inv.lpfs
+    if vpd_unknown:
+        # lspci printed the ConnectX VPD as "Not readable": which function is an LPF (SMDL=
+        # SW_MNG) is not in the report, so no LPF is no fact about the node
+        unknown["management_port_not_found"] = VPD_UNREADABLE
     for b in p.blockers:
         why = unknown.get(b.code)
         if why is not None:
             findings.append(Finding(
                 "report_section_missing", "info",
-                f"not judged: the plan's {b.code} only says the report has no {why} "
-                "section",
+                f"not judged: the plan's {b.code} only says the report has no "
+                + ("readable ConnectX VPD (lspci printed 'Not readable': the script was not "
+                   "run as root)" if why == VPD_UNREADABLE else f"{why} section"),
                 "ask for the missing section from the node (or the whole, current "
                 "nvidia-bug-report.log.gz, run as root)",
                 {"section": why, "plan_blocker": b.code}))
@@ -299,24 +327,37 @@ def build(c: Collected, label: str) -> Triage:
                                                   tm.group(1)}))
     ran = Ran(fm=fm, imex=imex, versions=versions, in_use=tuple(c.in_use_sections))
     lpf_guids = None
-    if c.seen.get("ibstat") == "ok":
+    if c.seen.get("ibstat") == "ok" and not vpd_unknown:
         lpf = {f.address for f in inv.lpfs}
         lpf_guids = tuple(p.guid for d in inv.infiniband if d.pci in lpf for p in d.ports
                           if p.guid is not None)
     findings += check(kind, driver, ran, lpf_guids)
 
+    damage = c.outcome.damage
+    if damage and c.outcome.complete:
+        # the epilogue was read: the report is whole; what follows it (text appended to the
+        # .gz, a broken member after the end) is no part of it
+        reasons.append(f"after the report's last block: {damage}; ignored")
+        damage = None
     missing = _missing(c)
-    if c.outcome.damage or not c.outcome.complete:
+    if hidden:
+        missing.append(Missing("ConnectX VPD in lspci", "unreadable",
+                               f"'Not readable' on {len(hidden)} Mellanox function(s): "
+                               "which are LPFs is unknown"))
+    cut = _cut_section(c, damage)
+    if cut is not None:
+        missing.append(cut)
+    if damage or not c.outcome.complete:
         last = c.sections[-1].header.strip() if c.sections else "nothing"
         findings.append(Finding(
             "report_truncated", "warning",
             "the report ends before its last block ("
-            + (c.outcome.damage or "no 'End of NVIDIA bug report log file.' line")
+            + (damage or "no 'End of NVIDIA bug report log file.' line")
             + f"); last block read: {last[:120]}",
             "what follows that block was not judged: ask for the whole nvidia-bug-report.log.gz "
             "(the script may have hung: `nvidia-bug-report.sh --safe-mode` skips the parts "
             "that hang)",
-            {"section": last[:120], "damage": c.outcome.damage}))
+            {"section": last[:120], "damage": damage}))
 
     findings = _dedupe(findings)
     findings.sort(key=lambda f: SEVERITY_ORDER[f.severity])
@@ -324,7 +365,7 @@ def build(c: Collected, label: str) -> Triage:
         "file": label,
         "gzip": c.outcome.compressed,
         "bytes": c.outcome.bytes_read,
-        "complete": c.outcome.complete and not c.outcome.damage,
+        "complete": c.outcome.complete and not damage,
         "sections": c.outcome.sections,
         "script_version": head["script_version"],
         "date": head["date"],
@@ -334,7 +375,9 @@ def build(c: Collected, label: str) -> Triage:
         report=report, inventory=inv, plan=p, verdict=result, gpus=gpus,
         findings=tuple(findings), missing=tuple(missing), reasons=tuple(reasons),
         services={"fabricmanager": _unit_json(fm), "imex": _unit_json(imex)},
-        extras={"imex_params": imex_params, "pci_known": fabric_known},
+        extras={"imex_params": imex_params, "pci_known": fabric_known,
+                "lspci_cut": cut is not None and c.last_key == "lspci",
+                "driver_unknown": driver is None and "driver_not_loaded" in unknown},
     )
 
 
@@ -351,8 +394,11 @@ def _unknown_facts(c: Collected, modules: frozenset[str],
         out["management_port_not_found"] = "ibstat"
     if not have_modules:
         out["missing_kernel_module"] = "/proc/modules"
-        if driver is None and c.seen.get("version") != "ok":
-            out["driver_not_loaded"] = "/proc/driver/nvidia/version"
+    if driver is None and c.seen.get("version") != "ok" and (
+            not have_modules or "nvidia" in modules):
+        # /proc/modules lists nvidia (or is missing): the module may well be loaded, only its
+        # version is not in the report (the plan's driver_not_loaded is about the version)
+        out["driver_not_loaded"] = "/proc/driver/nvidia/version"
     return out
 
 
@@ -403,6 +449,19 @@ def _missing(c: Collected) -> list[Missing]:
         else:
             out.append(Missing(label, "missing", "not in the report"))
     return out
+
+
+def _cut_section(c: Collected, damage: str | None) -> Missing | None:
+    """The section a report cut short ends in, when it is one triage reads: what it holds
+    was read, what the node printed after the cut was not (an lspci cut after two of eight
+    GPUs lists two)."""
+    if c.outcome.complete and not damage or c.last_key is None:
+        return None
+    label = dict(EXPECTED).get(c.last_key)
+    if label is None:
+        return None
+    return Missing(label, "truncated", "the report ends inside this section: only its "
+                   "first part was read")
 
 
 def _dedupe(findings: list[Finding]) -> list[Finding]:

@@ -82,6 +82,9 @@ class Collected:
     skipped: dict[str, str]
     versions: dict[str, set[str]]
     in_use_sections: list[str]
+    #: the key (of :data:`EXPECTED`) of the last section the report has, None when that
+    #: section is none triage reads: in a report cut short, the one kept only in part
+    last_key: str | None = None
 
 
 class _Text:
@@ -230,6 +233,7 @@ class _Reader:
         self.versions: dict[str, set[str]] = {}
         self.in_use: list[str] = []
         self.log_count = 0
+        self.last_key: str | None = None
 
     def log(self, name: str) -> _Log:
         self.log_count += 1
@@ -239,10 +243,12 @@ class _Reader:
         return _Text(self.texts, self.truncated, key, cap)
 
     def _see(self, key: str, status: str = "ok") -> None:
+        self.last_key = key if status == "ok" else None
         if self.seen.get(key) != "ok":
             self.seen[key] = status
 
     def route(self, s: Section, parent: Section | None) -> Handler:
+        self.last_key = None  # set again by _see when this section is one triage reads
         if s.kind == "prologue":
             return self.text("prologue")
         if s.kind in ("skipped", "error"):
@@ -332,5 +338,5 @@ def read(raw: IO[bytes]) -> Collected:
         sections=sections, outcome=outcome, texts=reader.texts,
         text_truncated=reader.truncated, lspci=reader.lspci, ibstat=reader.ibstat,
         logs=reader.logs, seen=reader.seen, skipped=reader.skipped, versions=reader.versions,
-        in_use_sections=reader.in_use,
+        in_use_sections=reader.in_use, last_key=reader.last_key,
     )

@@ -33,6 +33,11 @@ PHYS_STATES = {"Sleep": "1: Sleep", "Polling": "2: Polling", "Disabled": "3: Dis
                "LinkUp": "5: LinkUp", "LinkErrorRecovery": "6: LinkErrorRecovery",
                "PhyTest": "7: Phy Test"}
 
+#: The ibstat fields read (lower case): every other ``Key: value`` line is dropped, so what
+#: is kept per device and port is bounded whatever the section holds.
+KEYS = frozenset({"node guid", "state", "physical state", "capability mask", "port guid",
+                  "link layer"})
+
 _CA = re.compile(r"^CA '(?P<name>[^']{1,64})'\s*$")
 _PORT = re.compile(r"^\s+Port (?P<port>[0-9]{1,3}):\s*$")
 _KV = re.compile(r"^\s+(?P<key>[A-Za-z][A-Za-z ]*?):\s*(?P<value>.*?)\s*$")
@@ -67,6 +72,10 @@ class IbstatParser:
 
     def __init__(self) -> None:
         self._cas: list[_Ca] = []
+        #: a CA printed again (the ibstat output twice in one report): the first one counts
+        self.duplicates = 0
+        self._names: set[str] = set()
+        self._skip = False
 
     def line(self, raw: str) -> None:
         line = raw.rstrip("\r\n")
@@ -74,10 +83,19 @@ class IbstatParser:
             return
         m = _CA.match(line)
         if m:
-            if len(self._cas) < MAX_DEVICES:
-                self._cas.append(_Ca(m.group("name"), {}, []))
+            name = m.group("name")
+            self._skip = name in self._names
+            if self._skip:
+                # one device name is one device: its lines again would add a second device
+                # of the same name, paired with another PCI function
+                self.duplicates += 1
+            elif len(self._cas) < MAX_DEVICES:
+                self._cas.append(_Ca(name, {}, []))
+                self._names.add(name)
+            else:
+                self._skip = True
             return
-        if not self._cas:
+        if not self._cas or self._skip:
             return
         ca = self._cas[-1]
         p = _PORT.match(line)
@@ -88,8 +106,11 @@ class IbstatParser:
         kv = _KV.match(line)
         if kv is None:
             return
+        key = kv.group("key").lower()
+        if key not in KEYS:
+            return
         target = ca.ports[-1].values if ca.ports else ca.values
-        target.setdefault(kv.group("key").lower(), kv.group("value"))
+        target.setdefault(key, kv.group("value"))
 
     def devices(self) -> tuple[IbDevice, ...]:
         """Every device in plain string order of names (as ``ibstat -l`` lists them), ports
@@ -150,12 +171,16 @@ class Attachment:
 
 
 def attach(devices: tuple[IbDevice, ...], functions: tuple[PciFunction, ...],
-           pairs: dict[str, str] | None = None) -> Attachment:
+           pairs: dict[str, str] | None = None,
+           virtual: frozenset[str] = frozenset()) -> Attachment:
     """Give each device its PCI function. ``pairs`` (from ``mst status -v``) win; otherwise
     ``mlx5_N`` devices are paired with the ConnectX functions bound to mlx5_core in PCI
     address order: mlx5_core registers its RDMA devices in probe order, which is PCI order,
     and the kernel numbers them in that order (Linux drivers/infiniband/hw/mlx5 and
-    ib_register_device's ``%d`` names). Renamed devices (``ibp5s0``) stay unpaired."""
+    ib_register_device's ``%d`` names). SR-IOV virtual functions (``virtual``, addresses)
+    get their RDMA devices only when VFs are enabled, after every physical function was
+    probed, so the physical functions take the first numbers and the VFs the next, each in
+    PCI address order. Renamed devices (``ibp5s0``) stay unpaired."""
     pairs = pairs or {}
     known = {f.address for f in functions}
     if pairs:
@@ -166,6 +191,7 @@ def attach(devices: tuple[IbDevice, ...], functions: tuple[PciFunction, ...],
                           "with their PCI functions by `mst status -v`")
     mlx = [f for f in functions if f.vendor == MELLANOX and (f.class_code >> 16) == 0x02
            and f.driver in (None, "mlx5_core")]
+    mlx.sort(key=lambda f: (f.address in virtual, f.address))
     numbered = sorted((d for d in devices if _MLX5.fullmatch(d.name)),
                       key=lambda d: _index(d.name))
     mapping = {d.name: f.address for d, f in zip(numbered, mlx, strict=False)}

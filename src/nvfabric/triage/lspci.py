@@ -40,6 +40,10 @@ MAX_CONFIG = 256
 MAX_LINE = 1024
 #: Most VPD fields kept per function (a ConnectX image has about ten).
 MAX_VPD_FIELDS = 64
+#: Most VPD value bytes kept over all functions (a ConnectX image has about 300; 8192 functions
+#: of 64 full fields would be 130 MB). Past it only a function's first Mellanox vendor field
+#: (``MLX:...``, the one holding ``SMDL=SW_MNG``) is kept, at most 255 bytes each.
+MAX_VPD_BYTES = 1 << 20
 _NUMBER = re.compile(r"[0-9]{1,9}")
 
 _ADDR = r"(?a)(?P<addr>(?:[0-9a-fA-F]{4,8}:)?[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-7])"
@@ -55,6 +59,10 @@ SYSFS_ENTRY = re.compile(
 )
 HEX_ROW = re.compile(r"^(?P<off>[0-9a-fA-F]{2,3}): (?P<bytes>(?:[0-9a-fA-F]{2} ?){1,16})\s*$")
 SUBSYSTEM = re.compile(r"\[(?P<vendor>[0-9a-fA-F]{4}):(?P<device>[0-9a-fA-F]{4})\]\s*$")
+#: The SR-IOV capability's line naming its virtual functions' device ID (pciutils ls-ecaps.c
+#: ``VF offset: 4, stride: 1, Device ID: 101e``).
+SRIOV_VF_DEVICE = re.compile(
+    r"\bVF offset: \d+, stride: \d+, Device ID: (?P<device>[0-9a-fA-F]{4})")
 VPD_FIELD = re.compile(r"^\[(?P<kw>[0-9A-Z]{2})\] [^:]*: ?(?P<value>.*)$")
 _ESCAPE = re.compile(r"\\x([0-9a-fA-F]{2})|\\\\")
 
@@ -86,6 +94,8 @@ class Entry:
     vpd_seen: bool = False
     vpd_unreadable: bool = False
     config: bytearray = field(default_factory=bytearray)
+    #: the device ID this function's SR-IOV capability gives its virtual functions
+    vf_device: int | None = None
 
     def function(self) -> PciFunction | None:
         """The inventory's value for this function; None when neither the text nor the hex
@@ -129,6 +139,13 @@ class LspciParser:
     def __init__(self) -> None:
         self.entries: list[Entry] = []
         self.dropped = 0
+        #: entries whose address an earlier entry already had (a block written twice, or
+        #: ``lspci -d 10de:* -v -xxx`` beside ``-nnDvvvxxxx``): the first one counts
+        self.duplicates = 0
+        self._addresses: set[str] = set()
+        #: VPD value bytes kept, and fields dropped past :data:`MAX_VPD_BYTES`
+        self.vpd_bytes = 0
+        self.vpd_dropped = 0
         self.hex_rows = 0
         self._cur: Entry | None = None
         self._in_vpd = False
@@ -180,6 +197,10 @@ class LspciParser:
             value = stripped.split(":", 1)[1].strip()
             if _NUMBER.fullmatch(value):  # ASCII digits only ("-1": none; "²" is no number)
                 cur.numa_node = int(value)
+        elif stripped.startswith("VF offset:"):
+            vm = SRIOV_VF_DEVICE.search(stripped)
+            if vm:
+                cur.vf_device = int(vm.group("device"), 16)
         elif stripped.startswith("Kernel driver in use:"):
             cur.driver = stripped.split(":", 1)[1].strip() or None
 
@@ -200,11 +221,18 @@ class LspciParser:
 
     def _push(self, e: Entry) -> None:
         self._in_vpd = False
+        if e.address in self._addresses:
+            # one PCI address is one function: a second entry for it (the lspci block
+            # repeated, two lspci commands in one report) would count it twice
+            self.duplicates += 1
+            self._cur = None
+            return
         if len(self.entries) >= MAX_FUNCTIONS:
             self.dropped += 1
             self._cur = None
             return
         self.entries.append(e)
+        self._addresses.add(e.address)
         self._cur = e
 
     def _hex(self, m: re.Match[str]) -> None:
@@ -237,13 +265,46 @@ class LspciParser:
             if kw == "RV":
                 cur.vpd_checksum = value.startswith("checksum good")
                 return
-            if len(cur.vpd_fields) < MAX_VPD_FIELDS:
-                cur.vpd_fields.append(VpdField(self._vpd_section, kw, unescape(value)))
+            if len(cur.vpd_fields) >= MAX_VPD_FIELDS:
+                return
+            data = unescape(value)[:255]  # a VPD keyword's length is one byte
+            if self.vpd_bytes + len(data) > MAX_VPD_BYTES and not (
+                    data.startswith(b"MLX:") and not any(
+                        f.value.startswith(b"MLX:") for f in cur.vpd_fields)):
+                self.vpd_dropped += 1
+                return
+            self.vpd_bytes += len(data)
+            cur.vpd_fields.append(VpdField(self._vpd_section, kw, data))
 
     def functions(self) -> tuple[PciFunction, ...]:
         """Every function with known IDs, in address order."""
         out = [f for f in (e.function() for e in self.entries) if f is not None]
         return tuple(sorted(out, key=lambda f: f.address))
+
+    def virtual_functions(self) -> frozenset[str]:
+        """Addresses of the SR-IOV virtual functions: entries pci.ids names ``Virtual
+        Function`` (``ConnectX Family mlx5Gen Virtual Function [15b3:101e]``), or whose vendor
+        and device are those a physical function's SR-IOV capability gives its VFs. The kernel
+        creates a VF's RDMA device only when VFs are enabled, after every physical function
+        was probed, so VFs take the highest ``mlx5_N`` numbers (see ibstat.attach)."""
+        vf_ids = {(e.vendor, e.vf_device) for e in self.entries if e.vf_device is not None}
+        out = set()
+        for e in self.entries:
+            fn = e.function()
+            ids = (fn.vendor, fn.device) if fn is not None else (e.vendor, e.device)
+            if "Virtual Function" in e.name or ids in vf_ids:
+                out.add(e.address)
+        return frozenset(out)
+
+    def vpd_unreadable(self) -> frozenset[str]:
+        """Addresses of the Mellanox functions whose VPD lspci printed as ``Not readable``
+        (lspci, or the whole script, not run as root): whether they are LPFs is unknown."""
+        out = set()
+        for e in self.entries:
+            fn = e.function()
+            if fn is not None and fn.vendor == MELLANOX and e.vpd_unreadable:
+                out.add(e.address)
+        return frozenset(out)
 
     @property
     def without_ids(self) -> int:

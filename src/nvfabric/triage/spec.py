@@ -15,7 +15,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..inventory.model import MELLANOX, Inventory
-from ..simulate.spec import DRIVER, IBDEV, MAX_GPUS
+from ..simulate.spec import DRIVER, IBDEV, MAX_GPUS, MAX_MELLANOX
 
 DEFAULT_MASK = "0xa751e84a"
 
@@ -47,10 +47,26 @@ def node_spec(inv: Inventory) -> tuple[dict[str, Any], list[str]]:
         if len(ids) > 1:
             notes.append(f"NVSwitch device IDs {', '.join(ids)}: all simulated as {ids[0]}")
     mellanox = []
-    for i, fn in enumerate(f for f in inv.pci if f.vendor == MELLANOX
-                           and (f.class_code >> 16) == 0x02):
+    connectx = [f for f in inv.pci if f.vendor == MELLANOX and (f.class_code >> 16) == 0x02]
+    if len(connectx) > MAX_MELLANOX:
+        # a node with SR-IOV VFs has more ConnectX functions than a spec holds: the LPFs
+        # first, then the functions with an InfiniBand device, then the rest, by address
+        ranked = sorted(connectx, key=lambda f: (not f.sw_mng,
+                                                 inv.ib_device_for(f.address) is None))
+        keep = {f.address for f in ranked[:MAX_MELLANOX]}
+        notes.append(f"{len(connectx)} ConnectX functions: {MAX_MELLANOX} simulated (LPFs "
+                     "and those with an InfiniBand device first), "
+                     f"{len(connectx) - MAX_MELLANOX} left out")
+        connectx = [f for f in connectx if f.address in keep]
+    # a function ibstat gave no device for (a VF, a device ibstat missed) gets the lowest
+    # mlx5_N no reported device has: its index among the functions could be a name ibstat
+    # gave another function, and the spec refuses a name twice
+    taken = {d.name for f in connectx if (d := inv.ib_device_for(f.address)) is not None
+             and IBDEV.fullmatch(d.name)}
+    spare = (f"mlx5_{n}" for n in range(1 << 20) if f"mlx5_{n}" not in taken)
+    for fn in connectx:
         dev = inv.ib_device_for(fn.address)
-        name = dev.name if dev and IBDEV.fullmatch(dev.name) else f"mlx5_{i}"
+        name = dev.name if dev and IBDEV.fullmatch(dev.name) else next(spare)
         entry: dict[str, Any] = {"ib_device": name, "device_id": f"{fn.device:04x}"}
         if fn.vpd is not None:
             if fn.vpd.id_string:

@@ -1,0 +1,87 @@
+"""Benchmark of the readers' time on growing hostile input (issue 10: "time linear in the
+input"). Each of the kinds that were quadratic is fed at n, 4n and 16n; the figure is the time
+ratio 16n/n (linear: about 16; quadratic: about 256). Kinds: nvidia-smi text rows with a blank
+run and no colon (the old key/value regex), an APT index of many stanzas of the wanted package
+(each stanza parsed once), a log of long lines with a needle (doctor), concatenated domain
+reports, a fabric manager config with long values. In-process, best of 3.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
+
+from common import line  # noqa: E402
+
+
+def _best(fn: Callable[[], object], runs: int = 3) -> float:
+    best = float("inf")
+    for _ in range(runs):
+        t0 = time.perf_counter()
+        fn()
+        best = min(best, time.perf_counter() - t0)
+    return best
+
+
+def _smi(n: int) -> Callable[[], object]:
+    from nvfabric.health import smi
+
+    text = "Fabric\n    State : Completed\n" + ("        a" + " " * 2000 + "b\n") * n
+    return lambda: smi.parse(text)
+
+
+def _apt(n: int) -> Callable[[], object]:
+    from nvfabric.artifacts import apt
+
+    stanza = (b"Package: nvidia-fabricmanager\nVersion: 580.%d.05-1\nArchitecture: amd64\n"
+              b"Filename: ./x.deb\nSize: 10\nSHA256: " + b"a" * 64 + b"\n\n")
+    index = b"".join(stanza.replace(b"%d", str(i).encode()) for i in range(n))
+    return lambda: apt.find_stanzas(index, ["nvidia-fabricmanager"])
+
+
+def _doctor(n: int) -> Callable[[], object]:
+    from nvfabric.diagnose import Classifier, classify_stream
+
+    data = (b"x" * 20000 + b" Failed to get new memory reference with rc: 61\n") * n
+    return lambda: classify_stream(Classifier(), io.BytesIO(data))
+
+
+def _reports(n: int) -> Callable[[], object]:
+    from nvfabric.commands import domain
+
+    one = json.dumps({"hostname": "h", "gpus": [{"index": 0, "state": "completed"}]})
+    text = (one + "\n") * n
+    return lambda: list(domain._objects(text, "r"))
+
+
+def _fmcfg(n: int) -> Callable[[], object]:
+    from nvfabric.configs import fabricmanager as fm
+
+    text = "".join(f"KEY_{i}=" + "v" * 200 + "\n" for i in range(n))
+    return lambda: fm.effective(text, root="/nonexistent", sets={"LOG_LEVEL": "4"})
+
+
+def main() -> int:
+    kinds = {"nvidia-smi text, blank runs": (_smi, 200), "APT index, stanzas": (_apt, 2000),
+             "doctor, 20 KB lines": (_doctor, 200), "domain reports, JSON Lines": (_reports, 2000),
+             "fabricmanager.cfg, long values": (_fmcfg, 2000)}
+    worst = 0.0
+    for name, (make, n) in kinds.items():
+        times = [_best(make(n * k)) for k in (1, 4, 16)]
+        ratio = times[2] / max(times[0], 1e-9)
+        worst = max(worst, ratio)
+        line(f"{name}: n={n}", f"{times[0] * 1000:.1f} / {times[1] * 1000:.1f} / "
+             f"{times[2] * 1000:.1f} ms at n/4n/16n, ratio 16n/n {ratio:.1f} (linear ~16)")
+    line("worst ratio 16n/n", f"{worst:.1f} (target < 40: linear with slack for a shared CPU)")
+    return 0 if worst < 40 else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
