@@ -76,6 +76,10 @@ class Site:
         """A simulated node written by the binary, named like this Slurm node, and the
         settings pointing the scripts at it."""
         self.count += 1
+        # Each test starts on an idle node: one that failed after a drain (before its own
+        # resume) must not time out every test after it (measured: 4 x 120 s srun timeouts).
+        if self.slurm.state() != "idle":
+            self.slurm.resume()
         root = self.workdir / f"{profile}-{self.count}"
         done = subprocess.run([str(dist_binary()), "simulate", profile, str(root)],
                               capture_output=True, text=True, timeout=120, check=False)
