@@ -94,3 +94,23 @@ def test_unit_install_from_the_binary_writes_notify_access_all(
 
     monkeypatch.setattr(sys, "frozen", True, raising=False)
     assert "\nNotifyAccess=all\n" in unit_text()
+
+
+def test_same_executable_is_the_inode_of_proc_exe() -> None:
+    # The bootloader's child asks for PR_SET_PDEATHSIG only when its parent is this binary.
+    import subprocess
+    import sys
+
+    from nvfabric.frozen import same_executable
+
+    assert same_executable(os.getpid())
+    same = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+    other = subprocess.Popen(["sleep", "30"])
+    try:
+        assert same_executable(same.pid)
+        assert not same_executable(other.pid)
+    finally:
+        for p in (same, other):
+            p.kill()
+            p.wait()
+    assert not same_executable(other.pid)  # gone: unreadable is False

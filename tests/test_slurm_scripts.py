@@ -6,10 +6,14 @@ tests/integration/test_slurm_imex.py."""
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
+import signal
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -47,17 +51,52 @@ def script(path: Path, env: dict[str, str],
 
 
 def slurm_env(root: Path, scontrol: Path, **extra: str) -> dict[str, str]:
+    # NVFABRIC_IMEX_WAIT: a bound, not a duration: a ready tray returns in 1-3 s, but a loaded
+    # 2-core machine (seven test suites at once) has taken over 10 s for fake daemon starts.
     return {"SLURM_JOB_ID": "41", "SLURMD_NODENAME": "gb-07", "SLURM_NODELIST": "gb-07",
             "NVFABRIC": str(NVFABRIC), "NVFABRIC_ROOT": str(root),
-            "NVFABRIC_SCONTROL": str(scontrol), "NVFABRIC_IMEX_WAIT": "10",
+            "NVFABRIC_SCONTROL": str(scontrol), "NVFABRIC_IMEX_WAIT": "40",
             "NVFABRIC_SLURM_DEFAULTS": str(root.parent / "no-such-defaults"), **extra}
 
 
+def processes_naming(root: Path) -> list[int]:
+    """Pids of the processes whose command line names ``root`` (the run a prolog started in
+    its own session, nvidia-imex, a ctl call)."""
+    mark = str(root).encode()
+    pids = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit() and int(entry.name) != os.getpid():
+            try:
+                if mark in (entry / "cmdline").read_bytes():
+                    pids.append(int(entry.name))
+            except OSError:
+                continue
+    return pids
+
+
 @pytest.fixture
-def tray(tmp_path: Path) -> Path:
+def tray(tmp_path: Path) -> Iterator[Path]:
+    """A simulated GB200 tray named gb-07; afterwards nothing naming it is left running, also
+    when the test failed before its epilog (the prolog's run lives in its own session: only
+    its pid stops it)."""
     root = sim(tmp_path, "gb200-tray")
     (root / "etc/hostname").write_text("gb-07\n")
-    return root
+    yield root
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        pids = processes_naming(root)
+        for pid in pids:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, sig)
+        deadline = time.monotonic() + 15
+        while pids and time.monotonic() < deadline:
+            pids = [p for p in pids if _alive(p)]
+            time.sleep(0.05)
+        if not pids:
+            break
+
+
+def _alive(pid: int) -> bool:
+    return Path(f"/proc/{pid}").exists() and not _zombie(pid)
 
 
 @pytest.mark.parametrize("name,value", [
@@ -191,3 +230,67 @@ def test_unit_mode_restarts_the_vendor_unit_and_stops_it_when_the_domain_stays_d
     assert not (tray / "run/nvfabric-slurm/slurm-job").exists()
     done = script(EPILOG, env)  # nothing recorded any more: the epilog stops nothing
     assert done.returncode == 0 and len(log.read_text().splitlines()) == 2
+
+
+@pytest.mark.parametrize("drop,bad", [
+    (("SLURM_NODELIST",), {}),
+    ((), {"SLURM_NODELIST": "gb-07;reboot"}),
+    (("SLURM_JOB_ID",), {}),
+    ((), {"SLURM_JOB_ID": "41 42"}),
+])
+def test_the_epilog_stops_the_recorded_run_whatever_the_job_values_say(
+        tray: Path, scontrol: Path, drop: tuple[str, ...], bad: dict[str, str]) -> None:
+    # The epilog needs no node list and no job number to stop what the prolog recorded: a
+    # missing or odd value must not leave IMEX running on the node (it did: the epilog
+    # validated the prolog's values first, failed, drained the node and stopped nothing).
+    done = script(PROLOG, slurm_env(tray, scontrol))
+    assert done.returncode == 0, done.stderr
+    pid = (tray / "run/nvfabric-slurm/slurm-job").read_text().split()[2]
+    env = slurm_env(tray, scontrol, **bad)
+    for name in drop:
+        env.pop(name)
+    done = script(EPILOG, env)
+    assert done.returncode == 0, done.stderr
+    assert f"stopping nvfabric run (pid {pid}, started for job 41)" in done.stdout
+    assert not Path(f"/proc/{pid}").exists() or _zombie(int(pid))
+    assert not (tray / "run/nvfabric-slurm/slurm-job").exists()
+    assert drains(scontrol) == []
+    # A job number the epilog cannot use is said on stderr and never reaches an argv.
+    if "SLURM_JOB_ID" in drop or "SLURM_JOB_ID" in bad:
+        assert "SLURM_JOB_ID is not a job number: ignored" in done.stderr
+        assert "41 42" not in done.stdout
+
+
+def test_the_prolog_returns_only_once_its_nvfabric_run_declared_ready(
+        tray: Path, scontrol: Path) -> None:
+    # The job starts when the prolog exits 0: by then the run the prolog started must have
+    # said ready itself (its ready file, "fabric ready in"), not only nvidia-imex-ctl's domain
+    # UP; it raced: the run's first probe came before nvidia-imex was READY, the prolog saw
+    # the domain UP and returned, and the epilog stopped a run that never declared ready
+    # (tests/integration/test_slurm_imex.py, under load). The fault makes that lag 4 s.
+    (tray / "var/lib/nvfabric-sim/faults.json").write_text(
+        json.dumps({"imex-ctl": {"ready_delay_s": 4}}))
+    state = tray / "run/nvfabric-slurm"
+    state.mkdir(parents=True)
+    (state / "ready").write_text("{}\n")  # a stale one, left by a SIGKILLed run, counts not
+    env = slurm_env(tray, scontrol)
+    try:
+        done = script(PROLOG, env)
+        assert done.returncode == 0, done.stderr
+        assert json.loads((state / "ready").read_text())["services"], "not the run's ready file"
+        assert "fabric ready in" in (state / "run.log").read_text()
+    finally:
+        script(EPILOG, env)
+
+
+def test_a_run_that_never_reports_ready_fails_the_prolog_with_imex_not_ready(
+        tray: Path, scontrol: Path) -> None:
+    (tray / "var/lib/nvfabric-sim/faults.json").write_text(
+        json.dumps({"imex-ctl": {"ready_delay_s": 600}}))
+    done = script(PROLOG, slurm_env(tray, scontrol, NVFABRIC_IMEX_WAIT="4"))
+    assert done.returncode == 1
+    assert "job 41: imex_not_ready: IMEX domain UP but nvfabric run has not reported ready" \
+        in done.stderr, done.stderr
+    [call] = drains(scontrol)
+    assert call[3].startswith("Reason=nvfabric imex_not_ready: "), call
+    assert not (tray / "run/nvfabric-slurm/slurm-job").exists()  # the run it started stopped

@@ -11,7 +11,12 @@ Bootstrap Process in Detail"). Before anything else :func:`main` therefore
   vendor daemon never loads the bundle's copy of a system library;
 - sets ``PYINSTALLER_RESET_ENVIRONMENT=1`` so that a child which is this binary again (a fake
   daemon of a simulated node) unpacks its own copy instead of sharing this process's, which is
-  deleted when this process exits (PyInstaller >= 6.10, "Run-time information").
+  deleted when this process exits (PyInstaller >= 6.10, "Run-time information");
+- asks for SIGTERM when the bootloader dies (prctl(2) ``PR_SET_PDEATHSIG``): the bootloader
+  forwards the signals it gets, but SIGKILL of the main pid (the only pid a caller knows)
+  reaches the bootloader alone, and its child, the supervisor, went on as an orphan with
+  NVLSM, fabric manager or IMEX (measured: tests/integration/test_dist.py). With it the
+  supervisor stops its daemons in order, as for a forwarded SIGTERM.
 
 The fake daemons (:mod:`nvfabric.simulate.fakebin`) are Python scripts in a tree written by
 the interpreter; from the binary, ``nvfabric simulate`` writes launchers whose shebang is this
@@ -68,6 +73,43 @@ def unit_for_binary(text: str) -> str:
         "\n" + UNIT_NOTIFY_MAIN) in text else text
 
 
+#: prctl(2) option (<linux/prctl.h> PR_SET_PDEATHSIG = 1): the signal this process gets when
+#: the thread that forked it exits.
+_PR_SET_PDEATHSIG = 1
+
+
+def same_executable(pid: int, proc: str = "/proc") -> bool:
+    """True when process ``pid`` runs the same executable file as this process (``PROC/PID/exe``
+    and ``PROC/self/exe`` are one inode; still true after the file was replaced or deleted, as
+    by a package upgrade). False when either cannot be read. Host access: procfs only."""
+    try:
+        theirs, ours = os.stat(f"{proc}/{pid}/exe"), os.stat(f"{proc}/self/exe")
+    except OSError:
+        return False
+    return (theirs.st_dev, theirs.st_ino) == (ours.st_dev, ours.st_ino)
+
+
+def follow_bootloader() -> None:
+    """In the bootloader's Python child: SIGTERM when the bootloader dies (see the module
+    docstring). Does nothing when the parent is not this binary (the bootloader already gone,
+    or a binary run some other way). Exits 1 with one line when the bootloader died before the
+    request took effect (nothing has started yet). Linux only; elsewhere nothing."""
+    if not sys.platform.startswith("linux"):
+        return
+    parent = os.getppid()
+    if not same_executable(parent):
+        return
+    import ctypes
+    import signal
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0) != 0:
+        return
+    if os.getppid() != parent:
+        sys.stderr.write("nvfabric: the single-file binary's main process exited at start\n")
+        sys.exit(1)
+
+
 def fake_target(script: str) -> tuple[str, str]:
     """(program, simulated root) of the launcher at ``script`` (``DIR/bin/PROG``, reached
     directly or through a vendor-path link such as ``DIR/usr/bin/nvidia-imex``)."""
@@ -78,6 +120,7 @@ def fake_target(script: str) -> tuple[str, str]:
 def main() -> None:
     """Run the CLI, or the fake daemon a simulated tree's launcher names (:data:`FAKE_FLAG`)."""
     if is_frozen():
+        follow_bootloader()
         env = child_environment(dict(os.environ))
         os.environ.clear()
         os.environ.update(env)

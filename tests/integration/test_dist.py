@@ -6,6 +6,7 @@ from __future__ import annotations
 import array
 import json
 import os
+import signal
 import socket
 import struct
 import subprocess
@@ -14,7 +15,7 @@ from pathlib import Path
 
 import nvfabric
 from tests.integration.distbin import dist_binary
-from tests.runkit import Run, events, until
+from tests.runkit import Run, alive, events, until
 
 #: The environment of a host without Python: no interpreter on PATH, no Python variables.
 BARE_ENV = {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "LANG": "C.UTF-8",
@@ -108,6 +109,40 @@ def test_run_brings_a_simulated_b200_to_ready_and_stops_in_order(tmp_path: Path)
     assert order[0] < order[1]
     until(lambda: not any(Path(f"/proc/{s['pid']}").exists() for s in ready["services"]),
           "the fake daemons to be gone")
+
+
+
+def _children(pid: int) -> list[int]:
+    text = Path(f"/proc/{pid}/task/{pid}/children").read_text()
+    return [int(c) for c in text.split()]
+
+
+def test_a_sigkilled_bootloader_takes_the_supervisor_and_its_daemons_down_in_order(
+        tmp_path: Path) -> None:
+    # kill -9 of the binary's main pid (what a parent that knows only that pid does: the Slurm
+    # epilog's last resort, an operator, a container runtime) reaches the bootloader alone; its
+    # Python child, the supervisor, must not go on as an orphan with NVLSM and fabric manager.
+    root = tmp_path / "b200"
+    assert binary("simulate", "dgx-b200", str(root)).returncode == 0
+    run = Run(root, command=(str(dist_binary()),), env=BARE_ENV)
+    supervisor = None
+    try:
+        run.wait_line(r"fabric ready in [0-9.]+ s")
+        [supervisor] = _children(run.proc.pid)
+        ready = json.loads((root / "run/nvfabric/ready").read_text())
+        run.signal(signal.SIGKILL)
+        run.proc.wait(10)
+        until(lambda: not alive(supervisor), "the supervisor to exit after its bootloader")
+        until(lambda: not any(alive(s["pid"]) for s in ready["services"]),
+              "the fake daemons to be gone")
+        for t in run._threads:  # the pipes close once the supervisor is gone
+            t.join(5)
+        order = run.log.index("fabricmanager stopped"), run.log.index("nvlsm stopped")
+        assert order[0] < order[1], run.log
+    finally:
+        if supervisor is not None and alive(supervisor):
+            os.kill(supervisor, signal.SIGKILL)
+        run.close()
 
 
 def test_ready_comes_from_the_bootloaders_child_so_the_package_sets_notify_access_all(

@@ -4,8 +4,10 @@ nvidia-imex-ctl are run by the single-file binary, as on a host without Python."
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import signal
 import stat
 import subprocess
 import time
@@ -67,6 +69,10 @@ class Site:
         """A simulated node written by the binary, named like this Slurm node, and the
         settings pointing the scripts at it."""
         self.count += 1
+        # Each test starts on an idle node: one that failed after a drain (before its own
+        # resume) must not time out every test after it (measured: 4 x 120 s srun timeouts).
+        if self.slurm.state() != "idle":
+            self.slurm.resume()
         root = self.workdir / f"{profile}-{self.count}"
         done = subprocess.run([str(dist_binary()), "simulate", profile, str(root)],
                               capture_output=True, text=True, timeout=120, check=False)
@@ -99,8 +105,28 @@ def site(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Site]:
                            f"exec {SCRIPTS}/nvfabric-imex-{part}\n")
         wrapper.chmod(0o755)
         wrappers.append(wrapper)
-    with Slurm(work, wrappers[0], wrappers[1]) as slurm:
-        yield Site(slurm, defaults, work)
+    try:
+        with Slurm(work, wrappers[0], wrappers[1]) as slurm:
+            yield Site(slurm, defaults, work)
+    finally:
+        stop_what_names(work)
+
+
+def stop_what_names(work: Path) -> None:
+    """Stop, by pid, what is left of the trays under ``work`` once Slurm is down: a test that
+    failed before its epilog leaves the prolog's nvfabric run (its own session, outside
+    slurmd's reach) and nvidia-imex running. SIGTERM, SIGKILL after 15 s."""
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        pids = [int(line.split(":", 1)[0]) for line in processes_of(work)]
+        for pid in pids:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, sig)
+        deadline = time.monotonic() + 15
+        while pids and time.monotonic() < deadline:
+            pids = [p for p in pids if alive(p)]
+            time.sleep(0.1)
+        if not pids:
+            return
 
 
 def test_scripts_are_executable_posix_sh() -> None:

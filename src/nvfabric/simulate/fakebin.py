@@ -16,7 +16,9 @@ the simulated state under ``DIR/var/lib/nvfabric-sim/``:
   merged over the file): ``crash_after_s``, ``exit_code``, ``ignore_sigterm``, ``stop_delay_s``
   for any daemon; nvlsm ``socket_delay_s``, ``no_socket``; fabricmanager ``version``,
   ``register_delay_s``, ``stuck``; imex ``peers`` (``up``/``down``), ``local_ips``;
-  imex-ctl and nvidia-smi ``hang``;
+  imex-ctl and nvidia-smi ``hang``; imex-ctl ``ready_delay_s`` (``-q`` says NOT READY for that
+  long after the daemon came up while ``-N`` already shows the domain UP: the lag between the
+  local daemon's answer and the peers' view);
 - ``calls.jsonl``: one JSON line per event (exec, socket created, registered), with the wall
   time, for tests and benchmarks.
 
@@ -776,7 +778,7 @@ def nvidia_imex(argv: list[str]) -> int:
                       "host": entry, "version": version} for i, entry in enumerate(entries)}
     status = "UP" if all(n["status"] == "READY" for n in nodes.values()) else "DEGRADED"
     save(root, "imex.json", {"pid": os.getpid(), "self": str(me), "status": status,
-                             "nodes": nodes})
+                             "nodes": nodes, "since": time.time()})
     while d.wait(3600):
         pass
     save(root, "imex.json", {"pid": None, "status": "DOWN", "nodes": {}})
@@ -893,8 +895,10 @@ def nvidia_imex_ctl(argv: list[str]) -> int:
     if not alive:
         state = {"nodes": {}}
     if "-q" in argv:
-        say("READY" if status == "UP" else "NOT READY  [fake wording]")
-        return 0 if status == "UP" else 1
+        lag = float(faults(root, "imex-ctl").get("ready_delay_s", 0))
+        ready = status == "UP" and time.time() - float(state.get("since", 0)) >= lag
+        say("READY" if ready else "NOT READY  [fake wording]")
+        return 0 if ready else 1
     if "-N" in argv:
         render = imex_domain_json if "-j" in argv else imex_domain_text
         say(render(state, status, init_stamp()))
