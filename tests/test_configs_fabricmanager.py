@@ -18,6 +18,7 @@ from nvfabric.configs.atomic import write_atomic
 from nvfabric.hostpath import under_root
 
 from .cases import CASES, CORPUS
+from .conftest import run_cli
 
 SHIPPED_535 = (CORPUS / "configs/fabricmanager-535.216.01.cfg").read_text(encoding="utf-8")
 BOTTLEROCKET = (CORPUS / "configs/bottlerocket-nvidia-fabricmanager.cfg").read_text(
@@ -251,3 +252,25 @@ def test_atomic_write_killed_at_any_moment_leaves_a_whole_file(tmp_path: Path) -
         proc.wait(30)
         proc.stdout.close()
         assert target.read_text(encoding="utf-8") in (old, new)
+
+
+@pytest.mark.parametrize("value", ["/var/log/fabricmanager.log ", " /var/log/fabricmanager.log",
+                                   "/var/log/fabricmanager.log\t"])
+def test_fm_set_value_with_blanks_at_an_end_is_refused_not_trimmed(
+        tmp_path: Path, value: str) -> None:
+    """``--fm-set KEY='V '`` was trimmed silently (NVFM_CONFIG_KEY='V ' was refused): the same
+    rule for both, README "What the readers refuse", "Config values"."""
+    root = tmp_path / "node"
+    assert run_cli("simulate", "dgx-b200", str(root)).returncode == 0
+    ok = run_cli("run", "--root", str(root), "--dry-run", "--fm-set",
+                 "LOG_FILE_NAME=/var/log/fabricmanager.log")
+    assert ok.returncode == 0, ok.stderr
+    proc = run_cli("run", "--root", str(root), "--dry-run", "--fm-set", f"LOG_FILE_NAME={value}")
+    assert proc.returncode == 2, proc.stdout
+    err = proc.stderr.strip()
+    assert len(err.splitlines()) == 1, err
+    assert "LOG_FILE_NAME: value may not start or end with blanks" in err
+    env_proc = run_cli("run", "--root", str(root), "--dry-run",
+                       env={"NVFM_CONFIG_LOG_FILE_NAME": value})
+    assert env_proc.returncode == 2
+    assert "LOG_FILE_NAME: value may not start or end with blanks" in env_proc.stderr

@@ -430,3 +430,16 @@ def test_hosts_file_parsing() -> None:
     text = "# comment\n10.0.0.1  a.example  A\nfe80::1%eth0 b\n\n10.0.0.2 a\nbad\n"
     assert parse_hosts(text) == {"a.example": ("10.0.0.1",), "a": ("10.0.0.1", "10.0.0.2"),
                                  "b": ("fe80::1",)}
+
+
+@pytest.mark.parametrize("value", ["/var/log/nvidia-imex.log ", " /var/log/nvidia-imex.log"])
+def test_config_set_value_with_blanks_at_an_end_is_refused_not_trimmed(
+        tray: Path, value: str) -> None:
+    """``--set KEY='V '`` was written as ``KEY=V`` without a word (README "Config values":
+    refused when it starts or ends with blanks)."""
+    out, rc = run_json("imex", "config", "--root", str(tray), "--set", f"LOG_FILE_NAME={value}",
+                       "--peer", "198.51.100.1", "--local-address", "198.51.100.1", "--dry-run")
+    assert rc == 2
+    assert out["error"]["code"] == "config_invalid_value"
+    assert out["error"]["key"] == "LOG_FILE_NAME"
+    assert "start or end with blanks" in out["error"]["message"]

@@ -112,14 +112,15 @@ def env_overrides(environ: Mapping[str, str]) -> dict[str, str]:
 
 
 def parse_sets(items: tuple[str, ...] | list[str]) -> dict[str, str]:
-    """``--fm-set KEY=VALUE`` arguments as a dict; ConfigError on a malformed one."""
+    """``--fm-set KEY=VALUE`` arguments as a dict; ConfigError on a malformed one. The value is
+    kept as given (blanks at its ends are refused later, as in ``NVFM_CONFIG_*``)."""
     out: dict[str, str] = {}
     for item in items:
         key, sep, value = item.partition("=")
         key = key.strip()
         if not sep or not keyvalue.KEY.fullmatch(key):
             raise ConfigError(invalid(key or item, f"--fm-set expects KEY=VALUE, got {item!r}"))
-        out[key] = value.strip()
+        out[key] = value
     return out
 
 
