@@ -2,7 +2,8 @@
 input"). Each of the kinds that were quadratic is fed at n, 4n and 16n; the figure is the time
 ratio 16n/n (linear: about 16; quadratic: about 256). Kinds: nvidia-smi text rows with a blank
 run and no colon (the old key/value regex), an APT index of many stanzas of the wanted package
-(each stanza parsed once), a log of long lines with a needle (doctor), concatenated domain
+(each stanza parsed once), a log of long lines with a needle (doctor), a log
+after a hole of NUL padding (doctor, ~100 MB/s before the padding fast path), concatenated domain
 reports, a fabric manager config with long values. In-process, best of 3.
 """
 
@@ -53,6 +54,14 @@ def _doctor(n: int) -> Callable[[], object]:
     return lambda: classify_stream(Classifier(), io.BytesIO(data))
 
 
+def _doctor_nul(n: int) -> Callable[[], object]:
+    from nvfabric.diagnose import Classifier, classify_stream
+
+    # a copytruncated log: a hole of NUL padding (n MiB), then the lines written after it
+    data = b"\0" * (n << 20) + b"Failed to get new memory reference with rc: 61\n"
+    return lambda: classify_stream(Classifier(), io.BytesIO(data))
+
+
 def _reports(n: int) -> Callable[[], object]:
     from nvfabric.commands import domain
 
@@ -70,7 +79,9 @@ def _fmcfg(n: int) -> Callable[[], object]:
 
 def main() -> int:
     kinds = {"nvidia-smi text, blank runs": (_smi, 200), "APT index, stanzas": (_apt, 2000),
-             "doctor, 20 KB lines": (_doctor, 200), "domain reports, JSON Lines": (_reports, 2000),
+             "doctor, 20 KB lines": (_doctor, 200),
+             "doctor, MiB of NUL padding": (_doctor_nul, 16),
+             "domain reports, JSON Lines": (_reports, 2000),
              "fabricmanager.cfg, long values": (_fmcfg, 2000)}
     worst = 0.0
     for name, (make, n) in kinds.items():

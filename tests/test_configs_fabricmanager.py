@@ -18,6 +18,7 @@ from nvfabric.configs.atomic import write_atomic
 from nvfabric.hostpath import under_root
 
 from .cases import CASES, CORPUS
+from .conftest import run_cli
 
 SHIPPED_535 = (CORPUS / "configs/fabricmanager-535.216.01.cfg").read_text(encoding="utf-8")
 BOTTLEROCKET = (CORPUS / "configs/bottlerocket-nvidia-fabricmanager.cfg").read_text(
@@ -251,3 +252,45 @@ def test_atomic_write_killed_at_any_moment_leaves_a_whole_file(tmp_path: Path) -
         proc.wait(30)
         proc.stdout.close()
         assert target.read_text(encoding="utf-8") in (old, new)
+
+
+@pytest.mark.parametrize("value", ["/var/log/fabricmanager.log ", " /var/log/fabricmanager.log",
+                                   "/var/log/fabricmanager.log\t"])
+def test_fm_set_value_with_blanks_at_an_end_is_refused_not_trimmed(
+        tmp_path: Path, value: str) -> None:
+    """``--fm-set KEY='V '`` was trimmed silently (NVFM_CONFIG_KEY='V ' was refused): the same
+    rule for both, README "What the readers refuse", "Config values"."""
+    root = tmp_path / "node"
+    assert run_cli("simulate", "dgx-b200", str(root)).returncode == 0
+    ok = run_cli("run", "--root", str(root), "--dry-run", "--fm-set",
+                 "LOG_FILE_NAME=/var/log/fabricmanager.log")
+    assert ok.returncode == 0, ok.stderr
+    proc = run_cli("run", "--root", str(root), "--dry-run", "--fm-set", f"LOG_FILE_NAME={value}")
+    assert proc.returncode == 2, proc.stdout
+    err = proc.stderr.strip()
+    assert len(err.splitlines()) == 1, err
+    assert "LOG_FILE_NAME: value may not start or end with blanks" in err
+    env_proc = run_cli("run", "--root", str(root), "--dry-run",
+                       env={"NVFM_CONFIG_LOG_FILE_NAME": value})
+    assert env_proc.returncode == 2
+    assert "LOG_FILE_NAME: value may not start or end with blanks" in env_proc.stderr
+
+
+def test_known_keys_of_a_shipped_file_with_a_run_of_blank_lines_stays_linear(
+        tmp_path: Path) -> None:
+    """make fuzz (fm-config): the shipped file's key scan, ``(?m)^\\s*#?\\s*KEY\\s*=``, was cubic
+    in a run of blank lines (1,000: 2.6 s; 4,000: 130 s), and ``run`` scans it for every
+    --fm-set. The real shipped 535 file with 4,000 blank lines added keeps its keys, and
+    ``run --dry-run --fm-set`` on such a node answers (the timeout guards the old hang)."""
+    shipped = (CORPUS / "configs" / "fabricmanager-535.216.01.cfg").read_text()
+    padded = "\n" * 4000 + shipped.replace("\n\n", "\n" + " \n" * 500 + "\t\n", 1)
+    assert fmcfg.known_keys(padded) == fmcfg.known_keys(shipped)
+    assert {"LOG_LEVEL", "FABRIC_MODE_RESTART", "STATE_FILE_NAME"} <= fmcfg.known_keys(padded)
+    root = tmp_path / "node"
+    assert run_cli("simulate", "hgx-h100", str(root)).returncode == 0
+    cfg = root / "usr/share/nvidia/nvswitch/fabricmanager.cfg"
+    cfg.write_text("\n" * 4000 + cfg.read_text())
+    proc = run_cli("run", "--root", str(root), "--dry-run", "--fm-set", "LOG_LEVEL=4",
+                   timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    assert "LOG_LEVEL=4" in proc.stdout

@@ -447,3 +447,16 @@ def test_written_files_are_shown_under_the_root(tmp_path: Path) -> None:
     assert made.read_text() == "192.0.2.10\n192.0.2.11\n"
     proc = run_cli("imex", "config", "--root", str(root), "--peer", "192.0.2.10", "--dry-run")
     assert f"would write {made}" in proc.stdout
+
+
+@pytest.mark.parametrize("value", ["/var/log/nvidia-imex.log ", " /var/log/nvidia-imex.log"])
+def test_config_set_value_with_blanks_at_an_end_is_refused_not_trimmed(
+        tray: Path, value: str) -> None:
+    """``--set KEY='V '`` was written as ``KEY=V`` without a word (README "Config values":
+    refused when it starts or ends with blanks)."""
+    out, rc = run_json("imex", "config", "--root", str(tray), "--set", f"LOG_FILE_NAME={value}",
+                       "--peer", "198.51.100.1", "--local-address", "198.51.100.1", "--dry-run")
+    assert rc == 2
+    assert out["error"]["code"] == "config_invalid_value"
+    assert out["error"]["key"] == "LOG_FILE_NAME"
+    assert "start or end with blanks" in out["error"]["message"]

@@ -8,9 +8,15 @@ from __future__ import annotations
 import gzip
 import io
 import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
+import pytest
+
+from nvfabric.errors import NvfabricError
 from nvfabric.triage import triage_stream
 from tests.conftest import REPO, run_cli, run_json
 
@@ -375,3 +381,43 @@ def test_simulate_says_when_the_tree_lacks_what_triage_did_not_judge(tmp_path: P
     assert [b["code"] for b in triaged["plan"]["blockers"]] == ["ib_stack_missing"]
     assert any(n.startswith("the report lacks ibstat: triage did not judge the plan's "
                             "ib_stack_missing") for n in out["notes"]), out["notes"]
+
+
+# --- an endless stream ends: no separator in the first 64 MiB, or 16 GiB in all -------------
+
+def test_triage_of_an_endless_stream_on_stdin_stops_with_one_line() -> None:
+    """``triage - < /dev/zero`` read forever (no cap on a pipe); the 64 MiB without a block
+    separator ends it with exit 2 (the subprocess timeout only guards the old hang)."""
+    env = dict(os.environ)
+    env.pop("NVFABRIC_DEBUG", None)
+    env.pop("PYTEST_CURRENT_TEST", None)
+    with open("/dev/zero", "rb") as zero:
+        proc = subprocess.run([sys.executable, "-m", "nvfabric", "triage", "-"], stdin=zero,
+                              capture_output=True, text=True, timeout=120, env=env, check=False)
+    assert proc.returncode == 2, proc.stderr
+    err = proc.stderr.strip()
+    assert len(err.splitlines()) == 1, err
+    assert err.startswith("nvfabric: input_unreadable: stdin: no block of nvidia-bug-report.sh "
+                          "in the first 64 MiB"), err
+
+
+def test_a_gzip_bomb_of_nul_bytes_is_refused_before_it_is_read_whole() -> None:
+    bomb = gzip.compress(b"\0" * (65 << 20) + b"\n" + SEPARATOR.encode() + b"lspci\n",
+                         compresslevel=9)
+    with pytest.raises(NvfabricError) as err:
+        triage_stream(io.BytesIO(bomb), "bomb.log.gz")
+    assert "bomb.log.gz: no block of nvidia-bug-report.sh in the first 64 MiB" in str(err.value)
+    assert err.value.exit_code == 2
+
+
+def test_a_report_past_the_size_limit_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The real B200 report with the limit set below its size (the limit itself, 16 GiB, is
+    too large to feed in a test): the same check that ends a stream of repeated blocks."""
+    from nvfabric.triage import report
+    text = gzip.decompress(B200.read_bytes())
+    monkeypatch.setattr(report, "MAX_REPORT_BYTES", len(text) // 2)
+    with pytest.raises(NvfabricError) as err:
+        triage_stream(io.BytesIO(text), "big.log")
+    assert "big.log: more than" in str(err.value)
+    monkeypatch.setattr(report, "MAX_REPORT_BYTES", len(text) + 1)
+    assert triage_stream(io.BytesIO(text), "big.log").findings is not None

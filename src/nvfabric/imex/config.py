@@ -191,11 +191,12 @@ def node_config_rewrite(cfg_text: str, new_path: str) -> Finding | None:
 
 
 def parse_set(items: tuple[str, ...]) -> dict[str, str]:
-    """``KEY=VALUE`` option values as a dict; ConfigValueError for one without ``=``."""
+    """``KEY=VALUE`` option values as a dict; ConfigValueError for one without ``=``. The value
+    is kept as given: blanks at its ends are refused when it is set (``keyvalue.validate``)."""
     out: dict[str, str] = {}
     for item in items:
         key, sep, value = item.partition("=")
         if not sep:
             raise ConfigValueError(item, "expected KEY=VALUE")
-        out[key.strip()] = value.strip()
+        out[key.strip()] = value
     return out

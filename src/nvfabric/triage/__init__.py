@@ -22,15 +22,22 @@ from typing import IO, Any, cast
 from ..errors import usage_error
 from .build import Triage, build
 from .collect import read
+from .report import ReportTooLarge
 
 __all__ = ["Triage", "open_report", "triage", "triage_stream"]
 
 
 def triage_stream(raw: IO[bytes], label: str) -> Triage:
     """Triage a report read from ``raw`` (gzip or plain). NvfabricError (exit 2) when the
-    text has no block of nvidia-bug-report.sh at all."""
+    text has no block of nvidia-bug-report.sh at all, none in its first 64 MiB, or is over
+    16 GiB (:class:`.report.ReportTooLarge`: an endless stream stops there)."""
     buffered = raw if hasattr(raw, "peek") else cast(IO[bytes], io.BufferedReader(cast(Any, raw)))
-    collected = read(buffered)
+    try:
+        collected = read(buffered)
+    except ReportTooLarge as err:
+        raise usage_error(f"{label}: {err}",
+                          "give the nvidia-bug-report.log.gz written by "
+                          "`sudo nvidia-bug-report.sh`") from None
     known = [s for s in collected.sections if s.kind not in ("empty",)]
     if not collected.seen and not any(s.kind in ("prologue", "epilogue") for s in known):
         damage = collected.outcome.damage

@@ -49,6 +49,18 @@ MAX_SECTIONS = 4096
 #: Longest header line kept, and longest line carried between blocks.
 MAX_HEADER = 4096
 MAX_CARRY = 1 << 20
+#: Most decompressed bytes read before the first block separator: nvidia-bug-report.sh prints
+#: its first separator after a prologue of a few lines, so 64 MiB without one is no report
+#: (an endless stream, ``/dev/zero`` through a pipe, a gzip bomb of NULs stops here).
+MAX_BEFORE_FIRST_BLOCK = 64 << 20
+#: Most decompressed bytes read in all: bounds the time on an endless stream or a gzip bomb
+#: (the largest reports of 8-GPU nodes with their journals are a few hundred MiB).
+MAX_REPORT_BYTES = 16 << 30
+
+
+class ReportTooLarge(ValueError):
+    """The stream went past :data:`MAX_BEFORE_FIRST_BLOCK` without a block separator, or past
+    :data:`MAX_REPORT_BYTES` in all; the message says which."""
 
 #: Commands that start a sub-section inside a multi-command block (``report_command``),
 #: after an optional directory: nvidia-smi subcommands, the InfiniBand tools, NVLSM's report.
@@ -290,7 +302,8 @@ def split(raw: IO[bytes], router: Router, block: int = BLOCK) -> tuple[list[Sect
     """Read a report (gzip or plain) from ``raw`` and route its sections. Never holds more
     than one block (plus one carried line of at most :data:`MAX_CARRY` bytes). Returns the
     section headers seen (at most :data:`MAX_SECTIONS`, the last always among them) and how
-    the reading went; OSError from ``raw`` propagates."""
+    the reading went; OSError from ``raw`` propagates; :class:`ReportTooLarge` past the size
+    limits (an endless stream ends in bounded time)."""
     stream, compressed = open_stream(raw)
     outcome = Outcome(compressed=compressed)
     splitter = Splitter(router)
@@ -321,6 +334,13 @@ def split(raw: IO[bytes], router: Router, block: int = BLOCK) -> tuple[list[Sect
                 size += len(chunk)
             if size:
                 outcome.bytes_read += size
+                if outcome.bytes_read > MAX_REPORT_BYTES:
+                    raise ReportTooLarge(
+                        f"more than {MAX_REPORT_BYTES >> 30} GiB of text, the limit for a report")
+                if splitter.count == 0 and outcome.bytes_read > MAX_BEFORE_FIRST_BLOCK:
+                    raise ReportTooLarge(
+                        f"no block of nvidia-bug-report.sh in the first "
+                        f"{MAX_BEFORE_FIRST_BLOCK >> 20} MiB: not an nvidia-bug-report log")
                 data = carry + b"".join(parts)
                 cut = data.rfind(b"\n")
                 if cut < 0:
