@@ -12,7 +12,6 @@ only through :class:`nvfabric.supervisor.Supervisor`. ``prepare`` changes nothin
 from __future__ import annotations
 
 import os
-import stat
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -244,20 +243,14 @@ def _unread_why(root: str, where: str) -> str:
     """Why :func:`host.read_file` gave nothing for ``where`` under ``root``: it does not
     exist, it is a link that leaves the root (read as missing, never followed out), or it is
     not a readable regular file. One phrase, for the finding's message."""
-    path = under(root, where)
-    try:
-        st = os.lstat(path)
-    except OSError:
+    kind = host.not_regular(under(root, where))
+    if kind is None:
+        return "cannot be read"
+    if kind[0] == "missing":
         return "does not exist"
-    if stat.S_ISLNK(st.st_mode):
-        try:
-            target = os.readlink(path)
-        except OSError:
-            target = "?"
-        return f"is a symbolic link to {target!r} that leaves the root or leads nowhere"
-    if not stat.S_ISREG(st.st_mode):
-        return "is not a regular file"
-    return "cannot be read"
+    if kind[0] == "link":
+        return f"is a symbolic link to {kind[1]!r} that leaves the root or leads nowhere"
+    return "is not a regular file"
 
 
 def apply(prepared: Prepared, opts: ImexRunOptions, log: Log) -> list[Finding]:

@@ -230,26 +230,34 @@ def confined(root: str, host_path: str, what: str = "path") -> str:
 MAX_CONFIG_BYTES = 1 << 20
 
 
+def not_regular(path: str) -> tuple[str, str] | None:
+    """What stands at ``path`` (links not followed) when it is not a regular file:
+    ``("missing", "")``, ``("link", target)`` (``"?"`` when the target cannot be read) or
+    ``("other", "")``; None for a regular file."""
+    try:
+        st = os.lstat(path)
+    except OSError:
+        return "missing", ""
+    if stat.S_ISLNK(st.st_mode):
+        try:
+            return "link", os.readlink(path)
+        except OSError:
+            return "link", "?"
+    return None if stat.S_ISREG(st.st_mode) else ("other", "")
+
+
 def shipped_problem(root: str, host_path: str) -> str | None:
     """Why the shipped config at ``host_path`` under ``root`` is not the vendor's file: a
     symbolic link (``is a symbolic link (to X)``: a link to ``/etc/passwd`` would be copied
     and printed, as for fabric manager's shipped file), or something that is not a regular
     file; None when it is a regular file or missing (a missing one is documented: the
     minimal config is used)."""
-    path = under(root, host_path)
-    try:
-        st = os.lstat(path)
-    except OSError:
+    kind = not_regular(under(root, host_path))
+    if kind is None or kind[0] == "missing":
         return None
-    if stat.S_ISLNK(st.st_mode):
-        try:
-            target = os.readlink(path)
-        except OSError:
-            target = "?"
-        return f"is a symbolic link (to {target!r}), not the vendor's file"
-    if not stat.S_ISREG(st.st_mode):
-        return "is not a regular file"
-    return None
+    if kind[0] == "link":
+        return f"is a symbolic link (to {kind[1]!r}), not the vendor's file"
+    return "is not a regular file"
 
 
 def read_file(root: str, host_path: str) -> str | None:
