@@ -23,6 +23,7 @@ from ..hostpath import confined
 from ..inventory import Inventory, collect
 from ..inventory.fs import under
 from ..output import (
+    Seconds,
     console,
     guarded,
     json_option,
@@ -65,7 +66,8 @@ def _common(fn: F) -> F:
                      "--root); mnnvl never gets fabric manager, NVLSM or their libraries."),
         click.option("--dest", default=None,
                      help=f"Download cache (default: <root>{DEFAULT_DEST})."),
-        click.option("--timeout", type=float, default=30.0, show_default=True,
+        click.option("--timeout", type=Seconds(min=0, min_open=True), default=30.0,
+                     show_default=True,
                      help="Seconds for connect and each read."),
         click.option("--retries", type=click.IntRange(0, 10), default=3, show_default=True,
                      help="Retries on timeouts, cut connections and 5xx."),

@@ -27,6 +27,7 @@ from ..inventory import require_root
 from ..inventory.fs import under
 from ..inventory.nvidia import driver_version
 from ..output import (
+    Seconds,
     console,
     guarded,
     json_option,
@@ -406,7 +407,7 @@ def _current_node_list(root: str, path: str, old_path: str) -> tuple[nodes.Peer,
               help="The config.cfg the daemon runs with (nvidia-imex-ctl -c).")
 @click.option("--ctl", "ctl_path", default=IMEX_CTL_BINARY, show_default=True,
               help="nvidia-imex-ctl (host path, resolved under --root).")
-@click.option("--timeout", "timeout_s", type=click.FloatRange(0.1, 600), default=CTL_TIMEOUT_S,
+@click.option("--timeout", "timeout_s", type=Seconds(0.1, 600), default=CTL_TIMEOUT_S,
               show_default=True, help="Hard timeout for each nvidia-imex-ctl call, seconds.")
 @click.option("--from-file", "from_file", default=None, metavar="FILE",
               help="Read a saved `nvidia-imex-ctl -N` or `-N -j` output instead ('-': stdin).")
