@@ -216,6 +216,28 @@ def test_config_bad_set_value_is_a_usage_error(tray: Path) -> None:
     assert out["error"]["key"] == "SERVER_PORT"
 
 
+@pytest.mark.parametrize(("key", "nearest"), [("SERVER_PORTT", "SERVER_PORT"),
+                                              ("log_level", "LOG_LEVEL"), ("FOO", None)])
+def test_config_unknown_set_key_is_refused_before_writing(tray: Path, key: str,
+                                                          nearest: str | None) -> None:
+    cfg = tray / "etc/nvidia-imex/config.cfg"
+    before = cfg.read_bytes()
+    out, rc = run_json("imex", "config", "--root", str(tray), "--set", f"{key}=1",
+                       "--peer", "198.51.100.1", "--local-address", "198.51.100.1")
+    assert rc == 2
+    assert (out["error"]["code"], out["error"]["key"]) == ("config_invalid_value", key)
+    assert "not a key nvidia-imex knows" in out["error"]["message"]
+    assert (f"did you mean {nearest}?" in out["error"]["message"]) == (nearest is not None)
+    assert cfg.read_bytes() == before
+
+
+def test_config_set_key_commented_out_in_the_shipped_file_is_known(tray: Path) -> None:
+    out, rc = run_json("imex", "config", "--root", str(tray), "--dry-run",
+                       "--set", "IMEX_ENABLE_AUTH_ENCRYPTION=0",
+                       "--peer", "198.51.100.1", "--local-address", "198.51.100.1")
+    assert rc == 0, out
+
+
 def test_config_two_node_list_sources_is_a_usage_error(tray: Path) -> None:
     out, rc = run_json("imex", "config", "--root", str(tray), "--peer", "198.51.100.1",
                        "--peers-slurm", "gb-[01-02]")

@@ -281,6 +281,7 @@ def config_cmd(root: str, config_path: str, output: str | None, nodes_config: st
     peers = peers_from_options(root, peers_file, peers_slurm, peer)
     try:
         changes = config.parse_set(sets)
+        config.check_known(shipped, changes)
         old_nodes_path = config.node_config_path(shipped, NODES_CONFIG_PATH)
         explicit = nodes_config is not None or "IMEX_NODE_CONFIG_FILE" in changes
         nodes_path = _nodes_path(nodes_config, changes, old_nodes_path)
