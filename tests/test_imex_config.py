@@ -371,6 +371,21 @@ def test_run_imex_peers_binary_file_is_refused_saying_so(tmp_path: Path) -> None
     assert "is not a text file" in f["message"] and f["hint"]
 
 
+@pytest.mark.parametrize("profile", ["dgx-b200", "hgx-h100", "h100-pcie"])
+def test_run_imex_peers_unreadable_is_refused_on_every_fabric(tmp_path: Path,
+                                                              profile: str) -> None:
+    # Off a GB200/GB300 tray `run --imex-peers /missing` exited 0: the mistyped path of a
+    # fleet-wide unit was silently ignored instead of read like `imex config --peers`.
+    from tests.runkit import sim
+
+    root = sim(tmp_path, profile)
+    out, rc = run_json("run", "--root", str(root), "--imex-peers", str(tmp_path / "missing"),
+                       "--dry-run")
+    assert rc == 2, out
+    assert out["error"]["code"] == "input_unreadable"
+    assert "--imex-peers" in out["error"]["message"]
+
+
 # A FIFO in place of an IMEX config file hung `status`, `run --dry-run` and `imex config`:
 # config files are read like sysfs attributes (regular files only, non-blocking open).
 @pytest.mark.parametrize("fifo", ["config.cfg", "nodes_config.cfg"])

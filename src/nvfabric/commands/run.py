@@ -443,16 +443,18 @@ def run_cmd(root: str, arch: str | None, as_json: bool, dry_run: bool, restart: 
                           f"{stale or 'unknown'} is gone)")
         return lock
 
+    from .imex import _read_text_file
+
+    # the node list file is read like `imex config --peers` reads it (exit 2 when it is
+    # unreadable or not text), before the lock, on every fabric: a mistyped path in a unit
+    # shared by a fleet is said, not ignored where IMEX does not run
+    peers_text = None if imex_peers is None else _read_text_file(imex_peers, "--imex-peers")
     if p.fabric == "mnnvl":
         # ---- MNNVL / IMEX path (issue 6): nvfabric.imex.bringup. Never fabric manager. ----
         from ..diagnose import Classifier
         from ..imex import bringup
         from ..services import imex as imex_service
-        from .imex import _read_text_file
 
-        # the node list file is read like `imex config --peers` reads it (exit 2 when it is
-        # unreadable or not text), before the lock
-        peers_text = None if imex_peers is None else _read_text_file(imex_peers, "--imex-peers")
         hold()
         imex_opts = bringup.ImexRunOptions(
             root=root, state_dir=state_dir, owner=imex_owner,
