@@ -216,6 +216,28 @@ def test_config_bad_set_value_is_a_usage_error(tray: Path) -> None:
     assert out["error"]["key"] == "SERVER_PORT"
 
 
+@pytest.mark.parametrize(("key", "nearest"), [("SERVER_PORTT", "SERVER_PORT"),
+                                              ("log_level", "LOG_LEVEL"), ("FOO", None)])
+def test_config_unknown_set_key_is_refused_before_writing(tray: Path, key: str,
+                                                          nearest: str | None) -> None:
+    cfg = tray / "etc/nvidia-imex/config.cfg"
+    before = cfg.read_bytes()
+    out, rc = run_json("imex", "config", "--root", str(tray), "--set", f"{key}=1",
+                       "--peer", "198.51.100.1", "--local-address", "198.51.100.1")
+    assert rc == 2
+    assert (out["error"]["code"], out["error"]["key"]) == ("config_invalid_value", key)
+    assert "not a key nvidia-imex knows" in out["error"]["message"]
+    assert (f"did you mean {nearest}?" in out["error"]["message"]) == (nearest is not None)
+    assert cfg.read_bytes() == before
+
+
+def test_config_set_key_commented_out_in_the_shipped_file_is_known(tray: Path) -> None:
+    out, rc = run_json("imex", "config", "--root", str(tray), "--dry-run",
+                       "--set", "IMEX_ENABLE_AUTH_ENCRYPTION=0",
+                       "--peer", "198.51.100.1", "--local-address", "198.51.100.1")
+    assert rc == 0, out
+
+
 def test_config_two_node_list_sources_is_a_usage_error(tray: Path) -> None:
     out, rc = run_json("imex", "config", "--root", str(tray), "--peer", "198.51.100.1",
                        "--peers-slurm", "gb-[01-02]")
@@ -347,6 +369,21 @@ def test_run_imex_peers_binary_file_is_refused_saying_so(tmp_path: Path) -> None
     f = out["error"]
     assert f["code"] == "input_unreadable"
     assert "is not a text file" in f["message"] and f["hint"]
+
+
+@pytest.mark.parametrize("profile", ["dgx-b200", "hgx-h100", "h100-pcie"])
+def test_run_imex_peers_unreadable_is_refused_on_every_fabric(tmp_path: Path,
+                                                              profile: str) -> None:
+    # Off a GB200/GB300 tray `run --imex-peers /missing` exited 0: the mistyped path of a
+    # fleet-wide unit was silently ignored instead of read like `imex config --peers`.
+    from tests.runkit import sim
+
+    root = sim(tmp_path, profile)
+    out, rc = run_json("run", "--root", str(root), "--imex-peers", str(tmp_path / "missing"),
+                       "--dry-run")
+    assert rc == 2, out
+    assert out["error"]["code"] == "input_unreadable"
+    assert "--imex-peers" in out["error"]["message"]
 
 
 # A FIFO in place of an IMEX config file hung `status`, `run --dry-run` and `imex config`:

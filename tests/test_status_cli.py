@@ -117,6 +117,24 @@ def test_csv_row_with_unrecognised_state_is_exit_2_naming_row_and_value() -> Non
     assert "CSV row 1" in out["error"]["message"] and "'Bogus'" in out["error"]["message"]
 
 
+@pytest.mark.parametrize("index", ["x", "-1", "1.5", "99999999999999999999999"])
+def test_csv_row_with_an_index_nvidia_smi_never_prints_is_exit_2(index: str) -> None:
+    # `x, GPU-aaaa, Completed, Success, 0, <uuid>` was judged healthy as GPU 0 (the row
+    # number stood in for the index), exit 0.
+    out, rc = run_json("status", "--from-nvidia-smi", "-",
+                       stdin=CSV_HEADER + f"{index}, GPU-aaaa, Completed, Success, 0, "
+                       "00000000-0000-0000-0000-000000000000\n")
+    assert rc == 2 and out["error"]["code"] == "input_unreadable"
+    assert f"CSV row 1: unrecognised GPU index {index!r}" in out["error"]["message"]
+
+
+def test_csv_row_with_a_plain_index_is_read() -> None:
+    out, rc = run_json("status", "--from-nvidia-smi", "-",
+                       stdin=CSV_HEADER + "3, GPU-aaaa, Completed, Success, 0, "
+                       "00000000-0000-0000-0000-000000000000\n")
+    assert (rc, [g["index"] for g in out["gpus"]]) == (0, [3])
+
+
 def test_markup_and_control_characters_from_a_capture_are_printed_literally() -> None:
     # Tester report 1/14: `[/]` in a capture crashed the human output (exit 3); escape
     # sequences reached the terminal raw.

@@ -8,6 +8,7 @@ import contextlib
 import errno
 import functools
 import json
+import math
 import os
 import sys
 from collections.abc import Callable
@@ -57,6 +58,26 @@ root_option = click.option(
     help="Read the node under this directory (a simulated node tree); relative to the "
     "working directory.",
 )
+
+
+class Seconds(click.FloatRange):
+    """A duration option in seconds: a float within the range that is also finite.
+
+    click's ``FloatRange`` lets ``nan`` through every bound (comparisons with NaN are false)
+    and ``inf`` through an open top, so ``wait --timeout nan`` would wait forever; both are
+    usage errors (exit 2) here.
+    """
+
+    name = "seconds"
+
+    def convert(self, value: Any, param: click.Parameter | None,
+                ctx: click.Context | None) -> Any:
+        number = super().convert(value, param, ctx)
+        if not math.isfinite(number):
+            self.fail(f"{value!r} is not a finite number of seconds.", param, ctx)
+        return number
+
+
 json_option = click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
 arch_option = click.option("--arch", default=None, help="Override the architecture (uname -m).")
 

@@ -8,6 +8,7 @@ value; the architecture to the node's; the components to what the node's plan ne
 
 from __future__ import annotations
 
+import math
 import os
 import re
 import sys
@@ -192,8 +193,9 @@ def _resolve(
     if nvlsm_version is not None and not is_version(nvlsm_version):
         raise usage_error(f"--nvlsm-version {nvlsm_version!r} is not a version like 2025.06.6",
                           "omit it to take the one of the driver release's redist manifest")
-    if timeout <= 0:
-        raise usage_error("--timeout must be positive", "give seconds, e.g. --timeout 30")
+    if not 0 < timeout < math.inf:  # also nan
+        raise usage_error(f"--timeout must be a positive number of seconds, not {timeout}",
+                          "give seconds, e.g. --timeout 30")
     base = mirror_base(mirror) if mirror else None
     transport = Transport(
         RetryPolicy(attempts=retries + 1, timeout_s=timeout), mirror=base,

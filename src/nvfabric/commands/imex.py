@@ -27,6 +27,7 @@ from ..inventory import require_root
 from ..inventory.fs import under
 from ..inventory.nvidia import driver_version
 from ..output import (
+    Seconds,
     console,
     guarded,
     json_option,
@@ -280,6 +281,7 @@ def config_cmd(root: str, config_path: str, output: str | None, nodes_config: st
     peers = peers_from_options(root, peers_file, peers_slurm, peer)
     try:
         changes = config.parse_set(sets)
+        config.check_known(shipped, changes)
         old_nodes_path = config.node_config_path(shipped, NODES_CONFIG_PATH)
         explicit = nodes_config is not None or "IMEX_NODE_CONFIG_FILE" in changes
         nodes_path = _nodes_path(nodes_config, changes, old_nodes_path)
@@ -406,7 +408,7 @@ def _current_node_list(root: str, path: str, old_path: str) -> tuple[nodes.Peer,
               help="The config.cfg the daemon runs with (nvidia-imex-ctl -c).")
 @click.option("--ctl", "ctl_path", default=IMEX_CTL_BINARY, show_default=True,
               help="nvidia-imex-ctl (host path, resolved under --root).")
-@click.option("--timeout", "timeout_s", type=click.FloatRange(0.1, 600), default=CTL_TIMEOUT_S,
+@click.option("--timeout", "timeout_s", type=Seconds(0.1, 600), default=CTL_TIMEOUT_S,
               show_default=True, help="Hard timeout for each nvidia-imex-ctl call, seconds.")
 @click.option("--from-file", "from_file", default=None, metavar="FILE",
               help="Read a saved `nvidia-imex-ctl -N` or `-N -j` output instead ('-': stdin).")

@@ -28,6 +28,7 @@ from ..findings import Finding
 from ..hostpath import check as check_path
 from ..hostpath import confined, under_root
 from ..output import (
+    Seconds,
     arch_option,
     console,
     guarded,
@@ -343,23 +344,23 @@ def _stay() -> None:
 @click.option("--gpu-reset-command", default=None, metavar="CMD",
               help="Command (split like a shell, run without one) that resets the GPUs before "
                    "fabric manager is restarted after GPUs registered (H100 and later).")
-@click.option("--gpu-reset-timeout", type=click.FloatRange(0.01), default=300.0,
+@click.option("--gpu-reset-timeout", type=Seconds(0.01), default=300.0,
               show_default=True, help="Seconds the GPU reset command may take; then it is "
               "killed and nothing is started.")
-@click.option("--socket-timeout", type=click.FloatRange(0.01), default=60.0, show_default=True,
+@click.option("--socket-timeout", type=Seconds(0.01), default=60.0, show_default=True,
               help="Seconds to wait for NVLSM's IPC socket.")
-@click.option("--ready-timeout", type=click.FloatRange(0.01), default=300.0, show_default=True,
+@click.option("--ready-timeout", type=Seconds(0.01), default=300.0, show_default=True,
               help="Seconds after which GPUs still registering are reported.")
-@click.option("--grace", type=click.FloatRange(0.0), default=10.0, show_default=True,
+@click.option("--grace", type=Seconds(0.0), default=10.0, show_default=True,
               help="Seconds between SIGTERM and SIGKILL when stopping a service.")
-@click.option("--restart-delay", type=click.FloatRange(0.0), default=1.0, show_default=True,
+@click.option("--restart-delay", type=Seconds(0.0), default=1.0, show_default=True,
               help="First restart delay; doubles each time.")
-@click.option("--restart-max-delay", type=click.FloatRange(0.0), default=30.0, show_default=True,
+@click.option("--restart-max-delay", type=Seconds(0.0), default=30.0, show_default=True,
               help="Cap of the restart delay.")
 @click.option("--restart-limit-burst", type=click.IntRange(0), default=5, show_default=True,
               help="With --restart on-failure: this many starts within --restart-limit-interval "
                    "end a crash loop (like systemd's StartLimitBurst; 0: no limit).")
-@click.option("--restart-limit-interval", type=click.FloatRange(0.0), default=300.0,
+@click.option("--restart-limit-interval", type=Seconds(0.0), default=300.0,
               show_default=True, help="Seconds of the restart limit's window.")
 @click.option("--state-dir", default="/run/nvfabric", show_default=True,
               help="Where the effective config and the readiness file are written.")
@@ -381,7 +382,7 @@ def _stay() -> None:
               help="IMEX node list [default: IMEX_NODE_CONFIG_FILE of the shipped config].")
 @click.option("--imex-local-address", multiple=True, metavar="ADDR",
               help="This node's addresses, instead of reading its interfaces (repeatable).")
-@click.option("--imex-ctl-timeout", type=click.FloatRange(0.05, 120), default=5.0,
+@click.option("--imex-ctl-timeout", type=Seconds(0.05, 120), default=5.0,
               show_default=True, help="Hard timeout of each nvidia-imex-ctl call, seconds.")
 @guarded
 def run_cmd(root: str, arch: str | None, as_json: bool, dry_run: bool, restart: str, stay: bool,
@@ -442,16 +443,18 @@ def run_cmd(root: str, arch: str | None, as_json: bool, dry_run: bool, restart: 
                           f"{stale or 'unknown'} is gone)")
         return lock
 
+    from .imex import _read_text_file
+
+    # the node list file is read like `imex config --peers` reads it (exit 2 when it is
+    # unreadable or not text), before the lock, on every fabric: a mistyped path in a unit
+    # shared by a fleet is said, not ignored where IMEX does not run
+    peers_text = None if imex_peers is None else _read_text_file(imex_peers, "--imex-peers")
     if p.fabric == "mnnvl":
         # ---- MNNVL / IMEX path (issue 6): nvfabric.imex.bringup. Never fabric manager. ----
         from ..diagnose import Classifier
         from ..imex import bringup
         from ..services import imex as imex_service
-        from .imex import _read_text_file
 
-        # the node list file is read like `imex config --peers` reads it (exit 2 when it is
-        # unreadable or not text), before the lock
-        peers_text = None if imex_peers is None else _read_text_file(imex_peers, "--imex-peers")
         hold()
         imex_opts = bringup.ImexRunOptions(
             root=root, state_dir=state_dir, owner=imex_owner,

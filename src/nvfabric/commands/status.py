@@ -18,6 +18,7 @@ import click
 
 from ..errors import usage_error
 from ..output import (
+    Seconds,
     console,
     guarded,
     json_option,
@@ -237,7 +238,7 @@ fabric_option = click.option(
     help="The node's fabric kind (default: from --root's plan, or inferred from a capture).",
 )
 grace_option = click.option(
-    "--grace", type=click.FloatRange(min=0), default=None,
+    "--grace", type=Seconds(min=0), default=None,
     help="Seconds GPUs may take to register after the services started (default 300).",
 )
 
@@ -286,9 +287,9 @@ def probe_budget(left_s: float) -> float:
 @root_option
 @fabric_option
 @grace_option
-@click.option("--timeout", type=click.FloatRange(min=0), default=300.0, show_default=True,
+@click.option("--timeout", type=Seconds(min=0), default=300.0, show_default=True,
               help="Seconds to wait for a healthy fabric.")
-@click.option("--interval", type=click.FloatRange(min=0.05), default=1.0, show_default=True,
+@click.option("--interval", type=Seconds(min=0.05), default=1.0, show_default=True,
               help="Seconds between checks.")
 @json_option
 @guarded

@@ -429,7 +429,12 @@ def parse_csv(text: str) -> FabricHealth:
                 f"{where}: {len(row)} fields where {len(columns)} columns are expected: "
                 f"{', '.join(row)!r}")
         values = {col: val for col, val in zip(columns, row, strict=True) if col}
-        index = _int(values.get("index"))
+        raw_index = _na(values.get("index"))
+        index = None if raw_index is None else _int_or_none(raw_index)
+        if raw_index is not None and index is None:
+            # nvidia-smi prints the index as a small decimal number: anything else was not
+            # written by it (and used to become the row number, silently)
+            raise SmiFormatError(f"{where}: unrecognised GPU index {raw_index!r}")
         driver = driver or _na(values.get("driver"))
         builder = _Gpu(pci=_na(values.get("pci")), values=values)
         gpus.append(builder.build(index if index is not None else n, where, errors))

@@ -11,7 +11,9 @@ aws-parallelcluster-nvidia-imex-config.erb); NVIDIA IMEX guide, "IMEX Service Co
 
 from __future__ import annotations
 
+import difflib
 import ipaddress
+import re
 from collections.abc import Callable, Mapping
 
 from .. import hostpath
@@ -188,6 +190,28 @@ def node_config_rewrite(cfg_text: str, new_path: str) -> Finding | None:
         "choose another file",
         {"key": "IMEX_NODE_CONFIG_FILE", "old": old, "new": new_path},
     )
+
+
+_DOCUMENTED_KEY = re.compile(r"^\s*#?\s*([A-Z][A-Z0-9_]*)\s*=", re.MULTILINE)
+
+
+def check_known(shipped_text: str, sets: Mapping[str, str]) -> None:
+    """ConfigValueError naming the key (and the nearest known one, :mod:`difflib`) for a
+    ``--set`` key that nvidia-imex does not know: a typo (``SERVER_PORTT``) would otherwise be
+    appended to config.cfg and silently ignored by the daemon, as ``--fm-set`` refuses for
+    fabric manager. Known: the keys of the shipped config.cfg, set or commented out, plus
+    :data:`VALIDATORS` and :data:`SHIPPED_DEFAULTS` (NVIDIA IMEX guide, "IMEX Service Config
+    Options")."""
+    known = (set(_DOCUMENTED_KEY.findall(shipped_text)) | set(VALIDATORS)
+             | {k for k, _ in SHIPPED_DEFAULTS})
+    by_upper = {k.upper(): k for k in sorted(known)}
+    for key in sets:
+        if key in known:
+            continue
+        near = difflib.get_close_matches(key.upper(), list(by_upper), n=1, cutoff=0.6)
+        hint = f"; did you mean {by_upper[near[0]]}?" if near else ""
+        raise ConfigValueError(key, "not a key nvidia-imex knows (not in the shipped "
+                               f"config.cfg){hint}")
 
 
 def parse_set(items: tuple[str, ...]) -> dict[str, str]:

@@ -1,0 +1,56 @@
+"""Every duration option of every command refuses ``nan`` and ``inf`` with a usage error
+(exit 2): click's FloatRange lets NaN through any bound, and ``wait --timeout nan`` used to
+wait forever instead of refusing."""
+
+from __future__ import annotations
+
+import importlib
+import subprocess
+import sys
+from collections.abc import Iterator
+
+import click
+import click.testing
+import pytest
+
+from nvfabric.cli import COMMANDS, main
+
+
+def _float_options() -> Iterator[tuple[str, click.Command, click.Option]]:
+    for name, target in COMMANDS.items():
+        module, _, attr = target.partition(":")
+        stack: list[tuple[str, click.Command]] = [(name, getattr(importlib.import_module(module),
+                                                                 attr))]
+        while stack:
+            path, cmd = stack.pop()
+            if isinstance(cmd, click.Group):
+                stack += [(f"{path} {n}", sub) for n, sub in cmd.commands.items()]
+            for p in cmd.params:
+                if isinstance(p, click.Option) and isinstance(p.type, click.types.FloatParamType):
+                    yield path, cmd, p
+
+
+def test_the_duration_options_are_found() -> None:
+    found = {(path, p.opts[0]) for path, _, p in _float_options()}
+    assert {("wait", "--timeout"), ("wait", "--interval"), ("status", "--grace"),
+            ("run", "--grace"), ("fetch", "--timeout"),
+            ("install", "--timeout")} <= found
+
+
+@pytest.mark.parametrize("value", ["nan", "inf", "-inf", "NaN"])
+def test_every_float_option_refuses_non_finite_values(value: str) -> None:
+    runner = click.testing.CliRunner()
+    for path, _, p in _float_options():
+        extra = (["--driver-version", "550.90.07", "--fabric", "nvswitch", "--dry-run"]
+                 if path in ("fetch", "install") else [])
+        result = runner.invoke(main, [*path.split(), p.opts[0], value, *extra])
+        assert result.exit_code == 2, (path, p.opts[0], value, result.output)
+        assert (f"Invalid value for '{p.opts[0]}'" in result.output
+                or f"{p.opts[0]} must be a positive number" in result.output), (path, result.output)
+
+
+def test_wait_timeout_nan_exits_at_once() -> None:
+    proc = subprocess.run([sys.executable, "-m", "nvfabric", "wait", "--timeout", "nan"],
+                          capture_output=True, text=True, timeout=30)
+    assert proc.returncode == 2, proc.stderr
+    assert "'--timeout'" in proc.stderr and "finite" in proc.stderr
