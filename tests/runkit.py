@@ -51,6 +51,24 @@ def alive(pid: int) -> bool:
         return False
 
 
+def stop_pids(find: Callable[[], list[int]], bound_s: float = 15) -> None:
+    """Stop, by pid, the processes ``find()`` names (a test's own leftovers, found by a path
+    only that test uses): SIGTERM, then SIGKILL to those still alive after ``bound_s``."""
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        pids = find()
+        for pid in pids:
+            try:
+                os.kill(pid, sig)
+            except ProcessLookupError:
+                pass
+        deadline = time.monotonic() + bound_s
+        while pids and time.monotonic() < deadline:
+            pids = [p for p in pids if alive(p)]
+            time.sleep(0.05)
+        if not pids:
+            return
+
+
 class Run:
     """``python -m nvfabric run --root ROOT ARGS`` as a real process (or wrapped by
     ``prefix``, e.g. ``unshare -fp``); stderr and stdout are collected by threads.

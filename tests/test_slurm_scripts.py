@@ -6,10 +6,8 @@ tests/integration/test_slurm_imex.py."""
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
-import signal
 import subprocess
 import sys
 import time
@@ -19,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import REPO
-from tests.runkit import sim
+from tests.runkit import sim, stop_pids
 
 PROLOG = REPO / "packaging/slurm/nvfabric-imex-prolog"
 EPILOG = REPO / "packaging/slurm/nvfabric-imex-epilog"
@@ -82,21 +80,7 @@ def tray(tmp_path: Path) -> Iterator[Path]:
     root = sim(tmp_path, "gb200-tray")
     (root / "etc/hostname").write_text("gb-07\n")
     yield root
-    for sig in (signal.SIGTERM, signal.SIGKILL):
-        pids = processes_naming(root)
-        for pid in pids:
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, sig)
-        deadline = time.monotonic() + 15
-        while pids and time.monotonic() < deadline:
-            pids = [p for p in pids if _alive(p)]
-            time.sleep(0.05)
-        if not pids:
-            break
-
-
-def _alive(pid: int) -> bool:
-    return Path(f"/proc/{pid}").exists() and not _zombie(pid)
+    stop_pids(lambda: processes_naming(root))
 
 
 @pytest.mark.parametrize("name,value", [

@@ -4,10 +4,8 @@ nvidia-imex-ctl are run by the single-file binary, as on a host without Python."
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
-import signal
 import stat
 import subprocess
 import time
@@ -19,7 +17,7 @@ import pytest
 from tests.integration.debroot import REPO
 from tests.integration.distbin import dist_binary
 from tests.integration.slurmkit import Slurm
-from tests.runkit import alive
+from tests.runkit import alive, stop_pids
 
 SCRIPTS = REPO / "packaging/slurm"
 STATE_DIR = "run/nvfabric-slurm"
@@ -116,17 +114,7 @@ def stop_what_names(work: Path) -> None:
     """Stop, by pid, what is left of the trays under ``work`` once Slurm is down: a test that
     failed before its epilog leaves the prolog's nvfabric run (its own session, outside
     slurmd's reach) and nvidia-imex running. SIGTERM, SIGKILL after 15 s."""
-    for sig in (signal.SIGTERM, signal.SIGKILL):
-        pids = [int(line.split(":", 1)[0]) for line in processes_of(work)]
-        for pid in pids:
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, sig)
-        deadline = time.monotonic() + 15
-        while pids and time.monotonic() < deadline:
-            pids = [p for p in pids if alive(p)]
-            time.sleep(0.1)
-        if not pids:
-            return
+    stop_pids(lambda: [int(line.split(":", 1)[0]) for line in processes_of(work)])
 
 
 def test_scripts_are_executable_posix_sh() -> None:
