@@ -19,7 +19,7 @@ pyc: $(STAMP)
 	$(BIN)/python -m compileall -q src
 
 demo: pyc
-	$(BIN)/python -m nvfabric.demo
+	$(BIN)/python -m nvfabric.cli.demo
 
 lint: $(STAMP)
 	$(BIN)/ruff check src tests bench packaging

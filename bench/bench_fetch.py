@@ -29,8 +29,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
 from common import PY, line, median_ms, peak_rss_mb  # noqa: E402
 
-from nvfabric.artifacts import apt  # noqa: E402
-from nvfabric.artifacts.model import Request  # noqa: E402
+from nvfabric.artifacts import apt
+from nvfabric.artifacts.model import Request
 
 TARGET_MS = 150.0
 WANTED = ("nvidia-fabricmanager", "580.126.09")

@@ -131,7 +131,7 @@ def main() -> None:
             print(f"nvfabric status --from-nvidia-smi {name} ({label}): {t * 1000:.1f} ms, "
                   f"{(t - base) * 1000:.1f} ms over python startup, exit {rc}")
 
-    from nvfabric.diagnose import catalogue
+    from nvfabric.rules.diagnose import catalogue
 
     needles = sorted({s.needle for s in catalogue()})
     tmp = Path(tempfile.mkdtemp(prefix="nvfabric-bench-"))

@@ -22,7 +22,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
 from common import PY, line, median_ms, peak_rss_mb, process_ms  # noqa: E402
 
-from nvfabric.imex import domain as fleet  # noqa: E402
+from nvfabric.rules.imex import domain as fleet
 
 _SCRIPT = Path(PY).parent / "nvfabric"
 NVFABRIC = [str(_SCRIPT)] if _SCRIPT.exists() else [PY, "-m", "nvfabric"]

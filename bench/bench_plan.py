@@ -21,9 +21,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
 from common import PY, line, median_ms, process_ms  # noqa: E402
 
-from nvfabric.inventory import collect  # noqa: E402
-from nvfabric.plan import plan  # noqa: E402
-from nvfabric.simulate import build, parse, profile_spec  # noqa: E402
+from nvfabric.facts.inventory import collect
+from nvfabric.rules.plan import plan
+from nvfabric.simulate import build, parse, profile_spec
 
 #: The console script operators run (next to this interpreter), else ``python -m nvfabric``.
 _SCRIPT = Path(PY).parent / "nvfabric"

@@ -32,7 +32,7 @@ def _best(fn: Callable[[], object], runs: int = 3) -> float:
 
 
 def _smi(n: int) -> Callable[[], object]:
-    from nvfabric.health import smi
+    from nvfabric.facts import smi
 
     text = "Fabric\n    State : Completed\n" + ("        a" + " " * 2000 + "b\n") * n
     return lambda: smi.parse(text)
@@ -48,14 +48,14 @@ def _apt(n: int) -> Callable[[], object]:
 
 
 def _doctor(n: int) -> Callable[[], object]:
-    from nvfabric.diagnose import Classifier, classify_stream
+    from nvfabric.rules.diagnose import Classifier, classify_stream
 
     data = (b"x" * 20000 + b" Failed to get new memory reference with rc: 61\n") * n
     return lambda: classify_stream(Classifier(), io.BytesIO(data))
 
 
 def _doctor_nul(n: int) -> Callable[[], object]:
-    from nvfabric.diagnose import Classifier, classify_stream
+    from nvfabric.rules.diagnose import Classifier, classify_stream
 
     # a copytruncated log: a hole of NUL padding (n MiB), then the lines written after it
     data = b"\0" * (n << 20) + b"Failed to get new memory reference with rc: 61\n"
@@ -63,7 +63,7 @@ def _doctor_nul(n: int) -> Callable[[], object]:
 
 
 def _reports(n: int) -> Callable[[], object]:
-    from nvfabric.commands import domain
+    from nvfabric.cli import domain
 
     one = json.dumps({"hostname": "h", "gpus": [{"index": 0, "state": "completed"}]})
     text = (one + "\n") * n
@@ -71,7 +71,7 @@ def _reports(n: int) -> Callable[[], object]:
 
 
 def _fmcfg(n: int) -> Callable[[], object]:
-    from nvfabric.configs import fabricmanager as fm
+    from nvfabric.bringup import fmconfig as fm
 
     text = "".join(f"KEY_{i}=" + "v" * 200 + "\n" for i in range(n))
     return lambda: fm.effective(text, root="/nonexistent", sets={"LOG_LEVEL": "4"})

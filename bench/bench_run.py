@@ -39,8 +39,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
 from common import PY, line  # noqa: E402
 
-from nvfabric.simulate import build, profile_spec  # noqa: E402
-from nvfabric.simulate.fakes import calls, install, set_faults  # noqa: E402
+from nvfabric.simulate import build, profile_spec
+from nvfabric.simulate.fakes import calls, install, set_faults
 
 _SCRIPT = Path(PY).parent / "nvfabric"
 NVFABRIC = [str(_SCRIPT)] if _SCRIPT.exists() else [PY, "-m", "nvfabric"]

@@ -18,9 +18,9 @@ from nvfabric.artifacts.debdeps import Known, accepts, decide
 from nvfabric.artifacts.model import Artifact
 from nvfabric.artifacts.naming import split_for_fabric
 from nvfabric.artifacts.runfile import DiskFile, OnDisk, classify, library_version
-from nvfabric.errors import NvfabricError
-from nvfabric.imex.host import unit_argv
-from nvfabric.imex.owner import OWNERS, unit_policy
+from nvfabric.facts.imexhost import unit_argv
+from nvfabric.model.errors import NvfabricError
+from nvfabric.rules.imex.owner import OWNERS, unit_policy
 from tests.conftest import run_cli, run_json
 from tests.test_fetch_mirror import (  # noqa: F401 - fixture
     Mirror,

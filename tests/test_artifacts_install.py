@@ -16,7 +16,7 @@ import pytest
 from nvfabric.artifacts.install import RECORD, install_archive, verify
 from nvfabric.artifacts.model import Artifact
 from nvfabric.artifacts.safetar import Member, refusals
-from nvfabric.errors import NvfabricError
+from nvfabric.model.errors import NvfabricError
 from tests.test_fetch_mirror import component_archive, sha256
 
 TOP = "fabricmanager-linux-x86_64-580.95.05-archive"

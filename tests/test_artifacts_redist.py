@@ -10,7 +10,7 @@ import pytest
 
 from nvfabric.artifacts import redist
 from nvfabric.artifacts.model import Request
-from nvfabric.errors import NvfabricError
+from nvfabric.model.errors import NvfabricError
 from tests.cases import CORPUS
 
 REDIST = CORPUS / "redist"

@@ -12,7 +12,7 @@ from nvfabric.artifacts import rpm
 from nvfabric.artifacts.model import Request
 from nvfabric.artifacts.resolve import resolve
 from nvfabric.artifacts.transport import Transport
-from nvfabric.errors import NvfabricError
+from nvfabric.model.errors import NvfabricError
 from tests.test_fetch_mirror import (  # noqa: F401 - fixture
     FAST,
     Mirror,

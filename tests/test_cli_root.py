@@ -14,7 +14,7 @@ import click
 import pytest
 
 from nvfabric.cli import COMMANDS
-from nvfabric.output import absolute_root
+from nvfabric.cli.render import absolute_root
 from tests.conftest import run_cli, run_json
 from tests.runkit import sim
 

@@ -13,9 +13,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from nvfabric.configs import fabricmanager as fmcfg
-from nvfabric.configs.atomic import write_atomic
-from nvfabric.hostpath import under_root
+from nvfabric.bringup import fmconfig as fmcfg
+from nvfabric.effects.atomic import write_atomic
+from nvfabric.model.hostpath import under_root
 
 from .cases import CASES, CORPUS
 from .conftest import run_cli
@@ -214,7 +214,7 @@ def test_write_atomic_with_a_directory_at_the_backup_name_fails_and_changes_noth
 
 _KILL_IN_FSYNC = """
 import os, signal, sys
-import nvfabric.configs.atomic as atomic
+import nvfabric.effects.atomic as atomic
 def die(fd):
     os.kill(os.getpid(), signal.SIGKILL)
 os.fsync = die
@@ -223,8 +223,8 @@ atomic.write_atomic(sys.argv[1], "NEW=1\\n" * 200000)
 
 _WRITE_LOOP = """
 import sys
-from nvfabric.configs.atomic import write_atomic
-from nvfabric.hostpath import under_root
+from nvfabric.effects.atomic import write_atomic
+from nvfabric.model.hostpath import under_root
 sys.stdout.write("go\\n"); sys.stdout.flush()
 while True:
     write_atomic(sys.argv[1], "NEW=1\\n" * 200000, backup=False)

@@ -118,7 +118,7 @@ def test_sysfs_relative_links_inside_the_tree_keep_working(node: Callable[..., P
 
 
 def test_under_refuses_a_path_whose_links_leave_the_root(tmp_path: Path) -> None:
-    from nvfabric.inventory.fs import read_text, under
+    from nvfabric.facts.fs import read_text, under
 
     root = tmp_path / "root"
     (root / "sys/a").mkdir(parents=True)
@@ -210,7 +210,7 @@ def test_unknown_key_from_the_environment_is_refused(tmp_path: Path) -> None:
 
 
 def test_the_shipped_files_keys_are_the_reference() -> None:
-    from nvfabric.configs import fabricmanager as fmcfg
+    from nvfabric.bringup import fmconfig as fmcfg
     from tests.cases import CORPUS
 
     bottlerocket = (CORPUS / "configs/bottlerocket-nvidia-fabricmanager.cfg").read_text()

@@ -1,7 +1,7 @@
 """The Kubernetes overlays select nodes by gpu-feature-discovery's ``nvidia.com/gpu.product``
 label: NVML's product name with spaces as ``-`` (NVML names data-centre GPUs ``NVIDIA <name>``
 since R470, ``Tesla <name>`` before: ``Tesla V100-SXM3-32GB``). Each overlay must list exactly
-the GPUs of its fabric kind in nvfabric's own product table (src/nvfabric/inventory/products.py,
+the GPUs of its fabric kind in nvfabric's own product table (src/nvfabric/rules/products.py,
 matched by PCI ID), so that no such node is left without the pod and no other node gets it."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from nvfabric.inventory.products import PRODUCTS
+from nvfabric.rules.products import PRODUCTS
 
 REPO = Path(__file__).resolve().parents[1]
 #: product table role -> the overlay that brings up that fabric kind

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import yaml
 
-from nvfabric.commands.run import run_cmd
+from nvfabric.cli.run import run_cmd
 
 REPO = Path(__file__).resolve().parents[1]
 TALOS_GRACEFUL_SHUTDOWN_S = 10.0  # runner.go DefaultOptions, see above

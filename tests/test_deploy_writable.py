@@ -22,8 +22,8 @@ from typing import Any
 import pytest
 import yaml
 
-from nvfabric.commands.run import run_cmd
-from nvfabric.services import nvlsm
+from nvfabric.bringup import nvlsm
+from nvfabric.cli.run import run_cmd
 
 REPO = Path(__file__).resolve().parents[1]
 SHIPPED_FM_CFG = REPO / "tests/data/corpus/configs/fabricmanager-535.216.01.cfg"

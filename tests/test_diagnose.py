@@ -8,8 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from nvfabric import diagnose
-from nvfabric.diagnose import (
+from nvfabric.model.findings import CODES
+from nvfabric.rules import diagnose
+from nvfabric.rules.diagnose import (
     CatalogueError,
     Classifier,
     catalogue,
@@ -18,7 +19,6 @@ from nvfabric.diagnose import (
     parse_catalogue,
     timestamp,
 )
-from nvfabric.findings import CODES
 from tests.cases import CORPUS
 
 SIGNATURES = catalogue()

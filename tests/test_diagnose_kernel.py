@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from nvfabric.diagnose import (
+from nvfabric.model.findings import Finding
+from nvfabric.rules.diagnose import (
     Classifier,
     LogEncodingError,
     LogValueError,
@@ -21,7 +22,6 @@ from nvfabric.diagnose import (
     detect_encoding,
     lookup_table,
 )
-from nvfabric.findings import Finding
 from tests.conftest import REPO, run_json
 
 DATA = REPO / "src/nvfabric/data"

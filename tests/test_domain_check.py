@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from nvfabric.imex import domain as fleet
+from nvfabric.rules.imex import domain as fleet
 from tests.conftest import run_cli, run_json
 
 RACKS, TRAYS = 72, 18

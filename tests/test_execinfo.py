@@ -13,7 +13,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from nvfabric.execinfo import HEAD_BYTES, exec_error, interpreter, missing_interpreter
+from nvfabric.facts.execinfo import HEAD_BYTES, exec_error, interpreter, missing_interpreter
 
 TRUE = shutil.which("true")
 assert TRUE is not None

@@ -15,10 +15,10 @@ from pathlib import Path
 
 import pytest
 
-from nvfabric.diagnose import classify_lines
-from nvfabric.health import live
-from nvfabric.health.smi import parse, parse_csv, parse_text, parse_xml
-from nvfabric.imex import ctl
+from nvfabric.facts import gpu as live
+from nvfabric.facts import imexctl as ctl
+from nvfabric.facts.smi import parse, parse_csv, parse_text, parse_xml
+from nvfabric.rules.diagnose import classify_lines
 from nvfabric.simulate import fakebin
 from nvfabric.simulate.fakes import gpus, set_faults
 

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from nvfabric.artifacts.packages import run
-from nvfabric.errors import NvfabricError
+from nvfabric.model.errors import NvfabricError
 from tests.conftest import run_cli, run_json
 from tests.test_fetch_mirror import (  # noqa: F401 - fixture
     Mirror,

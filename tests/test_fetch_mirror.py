@@ -24,7 +24,7 @@ from typing import Any
 import pytest
 
 from nvfabric.artifacts.transport import NotPublished, RetryPolicy, Transport
-from nvfabric.errors import NvfabricError
+from nvfabric.model.errors import NvfabricError
 
 FAST = RetryPolicy(attempts=3, backoff_s=0.0, max_backoff_s=0.0, timeout_s=2.0)
 

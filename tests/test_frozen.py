@@ -63,7 +63,7 @@ def test_a_binary_path_that_no_shebang_can_hold_is_refused(
         monkeypatch: pytest.MonkeyPatch, path: str) -> None:
     import sys
 
-    from nvfabric.errors import NvfabricError
+    from nvfabric.model.errors import NvfabricError
 
     monkeypatch.setattr(sys, "frozen", True, raising=False)
     monkeypatch.setattr(sys, "executable", path)
@@ -73,7 +73,7 @@ def test_a_binary_path_that_no_shebang_can_hold_is_refused(
 
 
 def test_the_binarys_unit_lets_its_child_notify_and_changes_nothing_else() -> None:
-    from nvfabric.unitfile import unit_text
+    from nvfabric.effects.unitfile import unit_text
 
     shipped = unit_text()  # not frozen here: exactly as shipped
     assert "\nNotifyAccess=main\n" in shipped
@@ -90,7 +90,7 @@ def test_unit_install_from_the_binary_writes_notify_access_all(
         monkeypatch: pytest.MonkeyPatch) -> None:
     import sys
 
-    from nvfabric.unitfile import unit_text
+    from nvfabric.effects.unitfile import unit_text
 
     monkeypatch.setattr(sys, "frozen", True, raising=False)
     assert "\nNotifyAccess=all\n" in unit_text()

@@ -12,8 +12,8 @@ from typing import Any
 
 import pytest
 
-from nvfabric.health import nvml
-from nvfabric.health.nvml import FabricInfoV1, FabricInfoV2, FabricInfoV3, decode, query
+from nvfabric.facts import nvml
+from nvfabric.facts.nvml import FabricInfoV1, FabricInfoV2, FabricInfoV3, decode, query
 
 CLUSTER = bytes(range(0x10, 0x20))
 CLUSTER_TEXT = "10111213-1415-1617-1819-1a1b1c1d1e1f"

@@ -12,7 +12,8 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from nvfabric.health import live, services
+from nvfabric.facts import gpu as live
+from nvfabric.facts import services
 from tests.cases import CORPUS
 
 # /proc/net/tcp: a socket listening (state 0A) on 127.0.0.1:6666 (0x1A0A), one established.

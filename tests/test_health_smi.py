@@ -7,9 +7,9 @@ from typing import Any
 
 import pytest
 
-from nvfabric.health.model import ZERO_UUID
-from nvfabric.health.smi import SmiFormatError, detect, parse
-from nvfabric.health.verdict import Inputs, infer_fabric, verdict
+from nvfabric.facts.smi import SmiFormatError, detect, parse
+from nvfabric.model.health import ZERO_UUID
+from nvfabric.rules.verdict import Inputs, infer_fabric, verdict
 from tests.cases import CORPUS
 
 SMI = CORPUS / "nvidia-smi"

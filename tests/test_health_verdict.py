@@ -6,10 +6,10 @@ from dataclasses import replace
 
 import pytest
 
-from nvfabric.findings import Finding
-from nvfabric.health.mask import HealthField
-from nvfabric.health.model import ZERO_UUID, GpuFabric
-from nvfabric.health.verdict import Inputs, ServiceState, infer_fabric, verdict
+from nvfabric.model.findings import Finding
+from nvfabric.model.health import ZERO_UUID, GpuFabric
+from nvfabric.rules.mask import HealthField
+from nvfabric.rules.verdict import Inputs, ServiceState, infer_fabric, verdict
 
 CLUSTER = "c81d4e2a-9b3f-4a61-8d07-1e6f2b9a4c55"
 OK = GpuFabric(0, "GPU-0", "00000000:18:00.0", "completed", "success", 0, ZERO_UUID, "healthy")

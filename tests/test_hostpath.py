@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from nvfabric import hostpath
+from nvfabric.model import hostpath
 
 
 @pytest.mark.parametrize(

@@ -13,9 +13,10 @@ from pathlib import Path
 
 import pytest
 
-from nvfabric.imex import channels, host
-from nvfabric.imex.channels import ChannelFacts, DevNode
-from nvfabric.inventory.nvidia import parse_proc_devices
+from nvfabric.facts import imexhost as host
+from nvfabric.facts.nvidia import parse_proc_devices
+from nvfabric.rules.imex import channels
+from nvfabric.rules.imex.channels import ChannelFacts, DevNode
 from nvfabric.simulate import build, profile_spec
 from tests.cases import CORPUS
 from tests.conftest import run_cli, run_json

@@ -12,9 +12,9 @@ from typing import Any
 import pytest
 import yaml
 
-from nvfabric.configs import keyvalue
-from nvfabric.configs.keyvalue import ConfigValueError
-from nvfabric.imex import config, nodes
+from nvfabric.model import keyvalue
+from nvfabric.model.keyvalue import ConfigValueError
+from nvfabric.rules.imex import config, nodes
 from tests.cases import CASES, CORPUS, check_expect
 from tests.conftest import run_cli, run_json
 
@@ -245,8 +245,8 @@ def test_config_two_node_list_sources_is_a_usage_error(tray: Path) -> None:
 
 
 def test_imex_section_for_status_reports_carries_the_node_list(tray: Path) -> None:
-    from nvfabric.imex import report
-    from nvfabric.imex.domain import node_list_id
+    from nvfabric.rules.imex import report
+    from nvfabric.rules.imex.domain import node_list_id
 
     (tray / "etc/nvidia-imex/nodes_config.cfg").write_text(
         (IMEX / "aws-parallelcluster-nvidia-imex-nodes.erb").read_text())
@@ -257,7 +257,7 @@ def test_imex_section_for_status_reports_carries_the_node_list(tray: Path) -> No
 
 
 def test_simulated_node_addresses_come_from_its_proc_net(tmp_path: Path) -> None:
-    from nvfabric.imex import host
+    from nvfabric.facts import imexhost as host
 
     (tmp_path / "proc/net").mkdir(parents=True)
     (tmp_path / "proc/net/fib_trie").write_text(
@@ -390,7 +390,7 @@ def test_run_imex_peers_unreadable_is_refused_on_every_fabric(tmp_path: Path,
 # config files are read like sysfs attributes (regular files only, non-blocking open).
 @pytest.mark.parametrize("fifo", ["config.cfg", "nodes_config.cfg"])
 def test_fifo_in_place_of_an_imex_config_file_does_not_hang(tray: Path, fifo: str) -> None:
-    from nvfabric.imex import host
+    from nvfabric.facts import imexhost as host
 
     path = tray / "etc/nvidia-imex" / fifo
     path.unlink(missing_ok=True)
@@ -462,7 +462,7 @@ def json_messages(out: dict[str, object]) -> str:
 
 
 def test_hosts_file_parsing() -> None:
-    from nvfabric.imex.host import parse_hosts
+    from nvfabric.facts.imexhost import parse_hosts
 
     text = "# comment\n10.0.0.1  a.example  A\nfe80::1%eth0 b\n\n10.0.0.2 a\nbad\n"
     assert parse_hosts(text) == {"a.example": ("10.0.0.1",), "a": ("10.0.0.1", "10.0.0.2"),

@@ -13,7 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from nvfabric.imex import ctl, host
+from nvfabric.facts import imexctl as ctl
+from nvfabric.facts import imexhost as host
 from tests.cases import CORPUS
 from tests.conftest import run_cli, run_json
 
@@ -129,7 +130,7 @@ def test_a_ctl_call_in_flight_when_nvfabric_exits_is_killed(tmp_path: Path) -> N
     ctl_path = _script(tmp_path, f"echo $$ > {marker}\nexec sleep 300\n")
     code = (
         "import sys, threading, time\n"
-        "from nvfabric.imex import host\n"
+        "from nvfabric.facts import imexhost as host\n"
         f"t = threading.Thread(target=host.run_ctl, args=(({ctl_path!r}, '-q'), 60),"
         " daemon=True)\n"
         "t.start()\n"

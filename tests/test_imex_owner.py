@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from nvfabric.imex import host
-from nvfabric.imex.facts import DRA_HOST_UNIT_FIX
-from nvfabric.imex.owner import OwnerEvidence, decide
+from nvfabric.facts import imexhost as host
+from nvfabric.rules.imex.owner import OwnerEvidence, decide
+from nvfabric.rules.imex.tables import DRA_HOST_UNIT_FIX
 from tests.conftest import run_cli, run_json
 
 DRA_DIR = "var/lib/kubelet/plugins/compute-domain.nvidia.com"

@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 import yaml
 
-from nvfabric.configs import keyvalue
+from nvfabric.model import keyvalue
 from tests.cases import CASES, CORPUS, check_expect
 from tests.conftest import run_json
 from tests.runkit import Run, codes, events, finding, sim

@@ -14,7 +14,7 @@ import pytest
 
 from nvfabric.artifacts import cachefile, debinstall
 from nvfabric.artifacts.model import Artifact
-from nvfabric.errors import NvfabricError
+from nvfabric.model.errors import NvfabricError
 from tests.conftest import run_json
 from tests.test_artifacts_debinstall import (  # noqa: F401 - fixture
     _ar,

@@ -11,9 +11,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from nvfabric.inventory import collect, normalise_arch
-from nvfabric.inventory.infiniband import guid_from_gid
-from nvfabric.inventory.nvidia import parse_proc_devices, parse_proc_version
+from nvfabric.facts.infiniband import guid_from_gid
+from nvfabric.facts.inventory import collect, normalise_arch
+from nvfabric.facts.nvidia import parse_proc_devices, parse_proc_version
 from tests.cases import CORPUS
 from tests.conftest import run_cli, run_json
 from tests.oracles import ibstat
@@ -185,8 +185,8 @@ attr = st.one_of(st.binary(max_size=40), st.text(max_size=40).map(str.encode))
 def test_readers_never_raise_on_garbage(tmp_path_factory: object, files: dict[str, bytes]) -> None:
     import tempfile
 
-    from nvfabric.errors import NvfabricError
-    from nvfabric.plan import plan
+    from nvfabric.model.errors import NvfabricError
+    from nvfabric.rules.plan import plan
 
     with tempfile.TemporaryDirectory() as root:
         for rel, content in files.items():
@@ -237,7 +237,7 @@ def test_reader_that_goes_away_is_not_a_failure(node: Callable[..., Path]) -> No
 def test_fifo_or_device_in_place_of_an_attribute_is_not_read(tmp_path: Path) -> None:
     import threading
 
-    from nvfabric.inventory.fs import read_bytes, read_text
+    from nvfabric.facts.fs import read_bytes, read_text
 
     os.mkfifo(tmp_path / "fifo")
     got: list[bytes | None] = []

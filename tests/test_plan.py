@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from nvfabric.inventory.model import IbDevice, IbPort, Inventory, PciFunction
-from nvfabric.inventory.vpd import decode, encode
-from nvfabric.plan import plan
+from nvfabric.facts.vpd import decode, encode
+from nvfabric.model.inventory import IbDevice, IbPort, Inventory, PciFunction
+from nvfabric.rules.plan import plan
 
 LPF_FIELD = "MLX:MN=MLNX:CSKU=V2:UUID=V3:PCI=V0:SMDL=SW_MNG:MODL=C7010Z"
 NIC_FIELD = "MLX:MN=MLNX:CSKU=V2:UUID=V3:PCI=V0:MODL=CX713106A"

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from nvfabric.cli import COMMANDS
-from nvfabric.findings import CODES
+from nvfabric.model.findings import CODES
 from tests.conftest import REPO
 
 README = (REPO / "README.md").read_text()

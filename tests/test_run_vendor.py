@@ -19,7 +19,7 @@ import pytest
 from nvfabric.artifacts.install import install_archive
 from nvfabric.artifacts.installed import DEFAULT_PREFIX, installed
 from nvfabric.artifacts.model import Artifact
-from nvfabric.commands.fetch import DEFAULT_PREFIX as FETCH_PREFIX
+from nvfabric.cli.fetch import DEFAULT_PREFIX as FETCH_PREFIX
 from tests.cases import load_run_cases
 from tests.runkit import Run, events, sim
 from tests.test_fetch_mirror import make_archive, sha256
@@ -311,7 +311,7 @@ def test_a_vendor_path_linking_out_of_the_root_is_not_the_nodes_file(tmp_path: P
 
 def test_the_install_line_installs_into_the_node_that_was_checked() -> None:
     """Following the hint of `run --root DIR` must install under DIR, not into the host."""
-    from nvfabric.services.vendor import install_line
+    from nvfabric.bringup.vendor import install_line
 
     assert install_line("fabricmanager", "550.90.07") == \
         "nvfabric install --components fabricmanager --driver-version 550.90.07"

@@ -77,7 +77,7 @@ def test_a_signal_during_a_blocked_nvml_read_ends_within_a_second() -> None:
     # The host path: NVML is read in a helper thread (health.live._bounded); a read blocked
     # in the driver must not keep the command for the 15 s probe timeout.
     code = ("import time\n"
-            "from nvfabric.health import live\n"
+            "from nvfabric.facts import gpu as live\n"
             "with live.exit_on_sigterm():\n"
             "    print('probing', flush=True)\n"
             "    live._bounded(lambda: time.sleep(60), 15.0)\n")

@@ -154,7 +154,7 @@ def test_a_full_disk_while_writing_the_config_names_the_config(tmp_path: Path) -
 def test_lock_errors_say_what_they_are(tmp_path: Path) -> None:
     import errno
 
-    from nvfabric.output import os_error
+    from nvfabric.cli.render import os_error
 
     lock = str(tmp_path / "run.lock")
     for code, word, exit_code in ((errno.EACCES, "run as root", 2),
@@ -235,7 +235,7 @@ def test_a_full_disk_at_the_write_boundary_names_the_target_and_leaves_nothing(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     import errno
 
-    from nvfabric.configs import atomic
+    from nvfabric.effects import atomic
 
     target = tmp_path / "state/fabricmanager.cfg"
     target.parent.mkdir()
@@ -266,7 +266,7 @@ def test_imex_config_write_error_says_what_it_is(
     from click.testing import CliRunner
 
     from nvfabric.cli import main
-    from nvfabric.configs import atomic
+    from nvfabric.effects import atomic
     from tests.test_imex_run import tray
 
     root = tray(tmp_path)

@@ -12,10 +12,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from nvfabric import strict
-from nvfabric.configs import fabricmanager as fm
-from nvfabric.configs import keyvalue
-from nvfabric.errors import NvfabricError
-from nvfabric.imex import config as imex_config
+from nvfabric.bringup import fmconfig as fm
+from nvfabric.model import keyvalue
+from nvfabric.model.errors import NvfabricError
+from nvfabric.rules.imex import config as imex_config
 from tests.cases import CORPUS
 from tests.conftest import run_cli
 

@@ -20,8 +20,10 @@ from pathlib import Path
 import pytest
 
 from nvfabric import supervisor
-from nvfabric.findings import Finding
-from nvfabric.services import ServiceSpec, fabricmanager, imex
+from nvfabric.bringup import fabricmanager
+from nvfabric.bringup import imexd as imex
+from nvfabric.bringup.spec import ServiceSpec
+from nvfabric.model.findings import Finding
 from nvfabric.supervisor import GpuCheck, Log, Policy, Supervisor, ensure_dir, sd_notify
 
 PY = sys.executable

@@ -17,8 +17,8 @@ import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from nvfabric.inventory import collect
-from nvfabric.plan import plan
+from nvfabric.facts.inventory import collect
+from nvfabric.rules.plan import plan
 from nvfabric.triage import triage, triage_stream
 from nvfabric.triage.collect import read
 from nvfabric.triage.report import IGNORE, identify, split
@@ -544,7 +544,7 @@ def test_readers_never_raise_on_any_text(lines: list[str]) -> None:
     try:
         triage_stream(io.BytesIO(text), "random")
     except Exception as err:  # noqa: BLE001 - only the documented refusal may escape
-        from nvfabric.errors import NvfabricError
+        from nvfabric.model.errors import NvfabricError
 
         assert isinstance(err, NvfabricError) and err.exit_code == 2, repr(err)
 
@@ -552,7 +552,7 @@ def test_readers_never_raise_on_any_text(lines: list[str]) -> None:
 def test_lspci_parser_on_the_real_hgx_h100_capture() -> None:
     """The corpus's whole `lspci -vvv` of an HGX H100 (16,873 lines): every entry found, no
     IDs without -nn or hex (none invented), the ConnectX-7 VPD read (no SMDL=SW_MNG there)."""
-    from nvfabric.inventory.vpd import parse_mellanox_field
+    from nvfabric.facts.vpd import parse_mellanox_field
     from nvfabric.triage.lspci import LspciParser
 
     text = (CASES.parent / "corpus/lspci/hgx-h100-8gpu-4nvswitch-lspci-vvv.txt").read_text()

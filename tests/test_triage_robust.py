@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from nvfabric.errors import NvfabricError
+from nvfabric.model.errors import NvfabricError
 from nvfabric.triage import triage_stream
 from tests.conftest import REPO, run_cli, run_json
 

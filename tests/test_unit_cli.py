@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from nvfabric import unitfile
-from nvfabric.commands.run import run_cmd
-from nvfabric.health.live import SMI_TIMEOUT_S
+from nvfabric.cli.run import run_cmd
+from nvfabric.effects import unitfile
+from nvfabric.facts.gpu import SMI_TIMEOUT_S
 from tests.conftest import REPO, run_cli, run_json
 
 PACKAGED = REPO / "packaging" / "systemd" / "nvfabric.service"

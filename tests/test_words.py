@@ -1,11 +1,11 @@
 """Issue 10: singular and plural in every count ("1 GPU", "1 node"), the one helper
-(nvfabric.words) and the messages a one-GPU node and a one-node domain print."""
+(nvfabric.model.words) and the messages a one-GPU node and a one-node domain print."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from nvfabric.words import plural, plural_noun, verb
+from nvfabric.model.words import plural, plural_noun, verb
 from tests.conftest import run_cli, run_json
 
 

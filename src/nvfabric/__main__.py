@@ -1,3 +1,3 @@
-from .cli import main
+from nvfabric.cli import main
 
 main()

@@ -126,11 +126,11 @@ def main() -> None:
         os.environ.update(env)
     argv = sys.argv
     if len(argv) >= 3 and argv[1] == FAKE_FLAG:
-        from .simulate import fakebin
+        from nvfabric.simulate import fakebin
 
         prog, root = fake_target(argv[2])
         sys.argv = [argv[2], *argv[3:]]
         sys.exit(fakebin.main(prog, argv[3:], root=root))
-    from .cli import main as cli_main
+    from nvfabric.cli import main as cli_main
 
     cli_main(prog_name="nvfabric")

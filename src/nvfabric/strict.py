@@ -33,7 +33,7 @@ import stat
 import sys
 from typing import Any
 
-from .errors import NvfabricError, usage_error
+from nvfabric.model.errors import NvfabricError, usage_error
 
 #: Digits a number field may have: a 128-bit value has 39 decimal or 32 hex digits; nothing
 #: nvfabric reads is longer (PCI IDs, GUIDs, pids, sizes, CliqueIds, exit codes, ports).

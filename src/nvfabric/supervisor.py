@@ -1,5 +1,5 @@
 """Runs the services of a unit (NVLSM then fabric manager, or any list of
-:class:`~nvfabric.services.ServiceSpec`) as one: the only place nvfabric spawns daemons.
+:class:`~nvfabric.bringup.spec.ServiceSpec`) as one: the only place nvfabric spawns daemons.
 
 Behaviour (../shared/cases/RUN.md):
 
@@ -56,11 +56,11 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import IO, Protocol
 
-from .configs.atomic import write_atomic
-from .execinfo import INTERPRETER_HINT, exec_error, missing_interpreter
-from .findings import Finding
-from .services import PlannedFile, ServiceSpec
-from .strict import int_or_none
+from nvfabric.bringup.spec import PlannedFile, ServiceSpec
+from nvfabric.effects.atomic import write_atomic
+from nvfabric.facts.execinfo import INTERPRETER_HINT, exec_error, missing_interpreter
+from nvfabric.model.findings import Finding
+from nvfabric.strict import int_or_none
 
 #: Signals whose disposition a child gets reset to the default (Python ignores SIGPIPE; a
 #: parent started under nohup ignores SIGHUP).
@@ -123,7 +123,8 @@ class GpuCheck:
 
 
 class Classifier(Protocol):
-    """What :class:`nvfabric.diagnose.Classifier` offers: new findings per line, all so far."""
+    """What :class:`nvfabric.rules.diagnose.Classifier` offers: new findings per line, all
+    so far."""
 
     def feed(self, line: str) -> list[Finding]: ...
 
@@ -203,7 +204,7 @@ def run_result(result: str, exit_code: int, fabric: str, findings: Sequence[Find
     start order (what it starts and writes, or would), empty when no unit was built (blocked,
     nothing to do, another run holds the lock). ``reasons``: the plan's. ``vendor_files``:
     which vendor file run uses and where it came from (``{"file", "path", "source"}``,
-    :mod:`nvfabric.services.vendor`). ValueError for a ``result`` not in :data:`RUN_RESULTS`."""
+    :mod:`nvfabric.bringup.vendor`). ValueError for a ``result`` not in :data:`RUN_RESULTS`."""
     if result not in RUN_RESULTS:
         raise ValueError(f"unknown run result {result!r}")
     return {
@@ -250,7 +251,7 @@ def printable(text: str) -> str:
     cannot split one log line into two. A byte that is not UTF-8 (a path given on the command
     line or read from a directory, which Python holds as a lone surrogate U+DC80-U+DCFF,
     PEP 383) is shown as ``\\xNN`` of that byte, so the result always encodes as UTF-8.
-    Rich output uses :func:`nvfabric.output.safe`."""
+    Rich output uses :func:`nvfabric.cli.render.safe`."""
     if not any(_escaped(c) for c in text):
         return text
     return "".join(_escape(c) if _escaped(c) else c for c in text)

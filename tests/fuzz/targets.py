@@ -18,7 +18,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from nvfabric.errors import NvfabricError
+from nvfabric.model.errors import NvfabricError
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -117,7 +117,7 @@ def _vpd_seeds() -> list[bytes]:
 
 
 def _vpd(data: bytes) -> None:
-    from nvfabric.inventory import vpd
+    from nvfabric.facts import vpd
 
     decoded = vpd.decode(data)
     json.dumps(decoded.to_json() if hasattr(decoded, "to_json") else repr(decoded))
@@ -201,9 +201,9 @@ _SYSFS = _Tree("dgx-b200", SYSFS_ATTRS)
 
 
 def _sysfs(data: bytes) -> None:
-    from nvfabric.commands.detect import detect_json
-    from nvfabric.inventory import collect
-    from nvfabric.plan import plan
+    from nvfabric.cli.detect import detect_json
+    from nvfabric.facts.inventory import collect
+    from nvfabric.rules.plan import plan
 
     rel = _SYSFS.put(data)
     try:
@@ -232,8 +232,8 @@ _SERVICES = _Tree("gb200-tray", SERVICE_ATTRS)
 
 
 def _services(data: bytes) -> None:
-    from nvfabric.health import services
-    from nvfabric.imex import host
+    from nvfabric.facts import imexhost as host
+    from nvfabric.facts import services
 
     rel = _SERVICES.put(data)
     try:
@@ -247,8 +247,9 @@ def _services(data: bytes) -> None:
 
 
 def _procfs_text(data: bytes) -> None:
-    from nvfabric.imex import channels, host
-    from nvfabric.inventory import infiniband, nvidia
+    from nvfabric.facts import imexhost as host
+    from nvfabric.facts import infiniband, nvidia
+    from nvfabric.rules.imex import channels
 
     text = _text(data)
     nvidia.parse_proc_version(text)
@@ -265,14 +266,14 @@ def _procfs_text(data: bytes) -> None:
 # --- nvidia-smi, logs --------------------------------------------------------------------
 
 def _smi(data: bytes) -> None:
-    from nvfabric.health import smi
+    from nvfabric.facts import smi
 
     health = smi.parse(data.decode("utf-8", "replace"))
     json.dumps([g.to_json() for g in health.gpus])
 
 
 def _log(data: bytes) -> None:
-    from nvfabric.diagnose import Classifier, classify_stream
+    from nvfabric.rules.diagnose import Classifier, classify_stream
 
     for fabric in (None, "nvlink5"):
         c = Classifier(fabric)
@@ -375,19 +376,19 @@ def _rpm(data: bytes) -> None:
 # --- IMEX --------------------------------------------------------------------------------
 
 def _nodes(data: bytes) -> None:
-    from nvfabric.imex import nodes
+    from nvfabric.rules.imex import nodes
 
     nodes.parse_nodes_config(_text(data))
 
 
 def _slurm(data: bytes) -> None:
-    from nvfabric.imex import nodes
+    from nvfabric.rules.imex import nodes
 
     nodes.expand_slurm(_text(data)[:70_000])
 
 
 def _ctl(data: bytes) -> None:
-    from nvfabric.imex import ctl
+    from nvfabric.facts import imexctl as ctl
 
     status = ctl.parse_domain(_text(data))
     json.dumps(status.to_json())
@@ -411,8 +412,8 @@ def _report_seeds() -> list[bytes]:
 
 
 def _reports(data: bytes) -> None:
-    from nvfabric.commands import domain as cmd
-    from nvfabric.imex import domain as fleet
+    from nvfabric.cli import domain as cmd
+    from nvfabric.rules.imex import domain as fleet
 
     found = []
     for label, obj, _prefix in cmd._objects(_text(data), "report"):
@@ -432,7 +433,7 @@ def _spec_seeds() -> list[bytes]:
 
 def _spec(data: bytes) -> None:
     from nvfabric import strict
-    from nvfabric.commands.simulate import node_of
+    from nvfabric.cli.simulate import node_of
     from nvfabric.simulate import parse
     from nvfabric.simulate.tree import layout
 
@@ -442,8 +443,8 @@ def _spec(data: bytes) -> None:
 
 
 def _fm_config(data: bytes) -> None:
-    from nvfabric.configs import fabricmanager as fm
-    from nvfabric.configs import keyvalue
+    from nvfabric.bringup import fmconfig as fm
+    from nvfabric.model import keyvalue
 
     text = _text(data)
     lines = text.splitlines()
@@ -466,8 +467,8 @@ def _fm_config(data: bytes) -> None:
 
 
 def _imex_config(data: bytes) -> None:
-    from nvfabric.configs import keyvalue
-    from nvfabric.imex import config
+    from nvfabric.model import keyvalue
+    from nvfabric.rules.imex import config
 
     text = _text(data)
     lines = text.splitlines()
@@ -527,13 +528,13 @@ def _seed_text(*extra: bytes) -> Callable[[], list[bytes]]:
 
 def targets() -> list[Target]:
     """Every reader, in the order the report prints them."""
-    from nvfabric.configs.fabricmanager import ConfigError
-    from nvfabric.health.smi import SmiFormatError
-    from nvfabric.imex.nodes import PeerError
+    from nvfabric.bringup.fmconfig import ConfigError
+    from nvfabric.facts.smi import SmiFormatError
+    from nvfabric.rules.imex.nodes import PeerError
     from nvfabric.simulate import SpecError
 
     try:
-        from nvfabric.diagnose import LogInputError
+        from nvfabric.rules.diagnose import LogInputError
         log_errors: tuple[type[BaseException], ...] = (LogInputError,)
     except ImportError:  # older trees: doctor refused nothing
         log_errors = ()

@@ -9,10 +9,10 @@ Only this package talks to the network (:mod:`.transport`).
 
 from __future__ import annotations
 
-from .model import Artifact, Request, Resolution
-from .naming import arch_name, canonical_arch, package_name
-from .resolve import fetch, resolve
-from .transport import RetryPolicy, Transport
+from nvfabric.artifacts.model import Artifact, Request, Resolution
+from nvfabric.artifacts.naming import arch_name, canonical_arch, package_name
+from nvfabric.artifacts.resolve import fetch, resolve
+from nvfabric.artifacts.transport import RetryPolicy, Transport
 
 __all__ = [
     "Artifact",

@@ -26,11 +26,8 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from functools import cmp_to_key
 
-from ..errors import NvfabricError
-from ..findings import Finding
-from ..strict import MAX_DIGITS, BadValue, to_int
-from .indexed import not_in_index, package_names, wanted_version
-from .model import (
+from nvfabric.artifacts.indexed import not_in_index, package_names, wanted_version
+from nvfabric.artifacts.model import (
     Artifact,
     Request,
     join_url,
@@ -38,8 +35,11 @@ from .model import (
     not_available,
     safe_relative_path,
 )
-from .naming import arch_name
-from .versions import same
+from nvfabric.artifacts.naming import arch_name
+from nvfabric.artifacts.versions import same
+from nvfabric.model.errors import NvfabricError
+from nvfabric.model.findings import Finding
+from nvfabric.strict import MAX_DIGITS, BadValue, to_int
 
 #: A digit run longer than any version field (nvfabric.strict.MAX_DIGITS).
 _LONG_NUMBER = re.compile(f"[0-9]{{{MAX_DIGITS + 1}}}")

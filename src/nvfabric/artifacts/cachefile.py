@@ -17,11 +17,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ..configs.atomic import write_atomic
-from ..errors import NvfabricError
-from ..findings import Finding
-from .model import SOURCES, Artifact, normal_sha256
-from .tables import COMPONENTS
+from nvfabric.artifacts.model import SOURCES, Artifact, normal_sha256
+from nvfabric.artifacts.tables import COMPONENTS
+from nvfabric.effects.atomic import write_atomic
+from nvfabric.model.errors import NvfabricError
+from nvfabric.model.findings import Finding
 
 RECORD = "nvfabric-artifacts.json"
 FORMAT = 1
@@ -114,7 +114,7 @@ def read(directory: str) -> list[Cached]:
 def components_for(record: Sequence[Cached], arch: str | None) -> tuple[str, ...]:
     """The components the record holds for ``arch`` (canonical; None: any), in record order:
     what ``install --from`` installs when ``--components`` is not given."""
-    from .naming import canonical_arch
+    from nvfabric.artifacts.naming import canonical_arch
 
     return tuple(dict.fromkeys(
         c.artifact.component for c in record
@@ -137,7 +137,7 @@ def driver_for(
                          f"({on_disk}, its NVML library)",)
     fetched = sorted({c.driver_version for c in record})
     if len(fetched) != 1:
-        from ..errors import usage_error
+        from nvfabric.model.errors import usage_error
 
         raise usage_error(
             f"no driver is loaded under {root} and the fetch record holds {len(fetched)} "
@@ -150,8 +150,8 @@ def pick(record: Sequence[Cached], components: Sequence[str], arch: str) -> list
     """The one entry of each of ``components`` for ``arch`` (canonical), in record order.
     Raises usage_error (exit 2) naming the components the record lacks for that arch, or the
     entries of a component it holds more than once for it."""
-    from ..errors import usage_error
-    from .naming import canonical_arch
+    from nvfabric.artifacts.naming import canonical_arch
+    from nvfabric.model.errors import usage_error
 
     chosen = [c for c in record if c.artifact.component in components
               and canonical_arch(c.artifact.arch) == arch]

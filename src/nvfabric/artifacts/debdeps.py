@@ -24,7 +24,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from .runfile import OnDisk
+from nvfabric.artifacts.runfile import OnDisk
 
 RELATION_FIELDS = ("Pre-Depends", "Depends")
 

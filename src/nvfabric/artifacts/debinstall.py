@@ -29,18 +29,18 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from .. import hostpath
-from ..errors import NvfabricError
-from ..findings import Finding
-from .apt import upstream, valid_name
-from .cachefile import Cached
-from .debdeps import Decision, Known, decide, provides
-from .dpkgdb import Database, control, data_paths, driver_origin, read, status_of
-from .naming import arch_name, package_name
-from .runfile import DriverOrigin
-from .tables import OWN_VERSION
-from .transport import sha256_file
-from .versions import same
+from nvfabric.artifacts.apt import upstream, valid_name
+from nvfabric.artifacts.cachefile import Cached
+from nvfabric.artifacts.debdeps import Decision, Known, decide, provides
+from nvfabric.artifacts.dpkgdb import Database, control, data_paths, driver_origin, read, status_of
+from nvfabric.artifacts.naming import arch_name, package_name
+from nvfabric.artifacts.runfile import DriverOrigin
+from nvfabric.artifacts.tables import OWN_VERSION
+from nvfabric.artifacts.transport import sha256_file
+from nvfabric.artifacts.versions import same
+from nvfabric.model import hostpath
+from nvfabric.model.errors import NvfabricError
+from nvfabric.model.findings import Finding
 
 DPKG_TIMEOUT_S = 900.0
 DPKG_LOG = "/var/log/dpkg.log"

@@ -16,12 +16,12 @@ import os
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from ..errors import NvfabricError
-from ..findings import Finding
-from ..inventory.fs import under
-from .debdeps import Known, provides
-from .runfile import DiskFile, DriverOrigin, classify
-from .tables import DRIVER_VERSION_LIB, RUNFILE_LIB_DIRS, RUNFILE_PROVIDES
+from nvfabric.artifacts.debdeps import Known, provides
+from nvfabric.artifacts.runfile import DiskFile, DriverOrigin, classify
+from nvfabric.artifacts.tables import DRIVER_VERSION_LIB, RUNFILE_LIB_DIRS, RUNFILE_PROVIDES
+from nvfabric.facts.fs import under
+from nvfabric.model.errors import NvfabricError
+from nvfabric.model.findings import Finding
 
 ADMIN_DIR = "/var/lib/dpkg"
 _MERGED = ("/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")

@@ -11,10 +11,10 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 
-from ..errors import NvfabricError
-from .model import Request, not_available
-from .naming import package_name
-from .tables import OWN_VERSION
+from nvfabric.artifacts.model import Request, not_available
+from nvfabric.artifacts.naming import package_name
+from nvfabric.artifacts.tables import OWN_VERSION
+from nvfabric.model.errors import NvfabricError
 
 
 def package_names(

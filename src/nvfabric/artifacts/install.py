@@ -18,11 +18,11 @@ import stat
 from dataclasses import dataclass
 from typing import Any
 
-from ..configs.atomic import write_atomic
-from ..strict import BadValue, control_free, parse_json
-from .model import Artifact
-from .safetar import extract
-from .transport import sha256_file
+from nvfabric.artifacts.model import Artifact
+from nvfabric.artifacts.safetar import extract
+from nvfabric.artifacts.transport import sha256_file
+from nvfabric.effects.atomic import write_atomic
+from nvfabric.strict import BadValue, control_free, parse_json
 
 RECORD = ".nvfabric-install.json"
 

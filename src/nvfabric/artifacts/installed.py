@@ -20,11 +20,11 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from ..hostpath import confined, under_root
-from ..strict import int_or_none
-from . import versions
-from .install import RECORD, read_record
-from .transport import sha256_file
+from nvfabric.artifacts import versions
+from nvfabric.artifacts.install import RECORD, read_record
+from nvfabric.artifacts.transport import sha256_file
+from nvfabric.model.hostpath import confined, under_root
+from nvfabric.strict import int_or_none
 
 #: ``nvfabric install``'s default prefix (host path; commands/fetch.py DEFAULT_PREFIX).
 DEFAULT_PREFIX = "/opt/nvfabric"

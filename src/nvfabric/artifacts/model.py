@@ -8,8 +8,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..errors import NvfabricError
-from ..findings import Finding
+from nvfabric.model.errors import NvfabricError
+from nvfabric.model.findings import Finding
 
 SOURCES: tuple[str, ...] = ("redist", "apt", "rpm")
 

@@ -4,9 +4,16 @@ names per driver branch, CUDA repository distro directory. Pure functions.
 
 from __future__ import annotations
 
-from ..strict import is_uint
-from .tables import ARCH_ALIASES, ARCH_NAMES, DISTROS, KINDS, NEVER_FOR_FABRIC, PACKAGE_NAMES
-from .versions import at_least, fields
+from nvfabric.artifacts.tables import (
+    ARCH_ALIASES,
+    ARCH_NAMES,
+    DISTROS,
+    KINDS,
+    NEVER_FOR_FABRIC,
+    PACKAGE_NAMES,
+)
+from nvfabric.artifacts.versions import at_least, fields
+from nvfabric.strict import is_uint
 
 
 def canonical_arch(name: str) -> str | None:

@@ -9,10 +9,10 @@ from __future__ import annotations
 import subprocess
 from collections.abc import Sequence
 
-from ..errors import NvfabricError
-from ..findings import Finding
-from . import apt, rpm
-from .model import Artifact
+from nvfabric.artifacts import apt, rpm
+from nvfabric.artifacts.model import Artifact
+from nvfabric.model.errors import NvfabricError
+from nvfabric.model.findings import Finding
 
 
 def commands(source: str, artifacts: Sequence[Artifact],

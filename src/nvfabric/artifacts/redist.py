@@ -16,8 +16,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from ..strict import BadValue, int_or_none, parse_json
-from .model import (
+from nvfabric.artifacts.model import (
     Artifact,
     Request,
     bad_source,
@@ -26,9 +25,10 @@ from .model import (
     not_available,
     safe_relative_path,
 )
-from .naming import arch_name
-from .tables import OWN_VERSION, X86_ONLY
-from .versions import same
+from nvfabric.artifacts.naming import arch_name
+from nvfabric.artifacts.tables import OWN_VERSION, X86_ONLY
+from nvfabric.artifacts.versions import same
+from nvfabric.strict import BadValue, int_or_none, parse_json
 
 #: Manifest keys that carry the driver's own version: evidence that a manifest belongs to a
 #: driver release (REDIST: every one equals the release's driver version).

@@ -20,8 +20,8 @@ import lzma
 import os
 import zlib
 
-from . import apt, redist, rpm
-from .model import (
+from nvfabric.artifacts import apt, redist, rpm
+from nvfabric.artifacts.model import (
     Artifact,
     Request,
     Resolution,
@@ -30,9 +30,9 @@ from .model import (
     join_url,
     not_available,
 )
-from .naming import arch_name
-from .tables import CUDA_REPO_BASE, OWN_VERSION, REDIST_BASE
-from .transport import NotPublished, Transport
+from nvfabric.artifacts.naming import arch_name
+from nvfabric.artifacts.tables import CUDA_REPO_BASE, OWN_VERSION, REDIST_BASE
+from nvfabric.artifacts.transport import NotPublished, Transport
 
 #: Largest decompressed index accepted (bytes): Debian's full main index is ~100 MB.
 MAX_INDEX = 1 << 30

@@ -17,11 +17,8 @@ import xml.etree.ElementTree as ET
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from ..errors import NvfabricError
-from ..findings import Finding
-from ..strict import BadValue, to_int
-from .indexed import not_in_index, package_names, wanted_version
-from .model import (
+from nvfabric.artifacts.indexed import not_in_index, package_names, wanted_version
+from nvfabric.artifacts.model import (
     Artifact,
     Request,
     bad_source,
@@ -30,8 +27,11 @@ from .model import (
     not_available,
     safe_relative_path,
 )
-from .naming import arch_name
-from .versions import same
+from nvfabric.artifacts.naming import arch_name
+from nvfabric.artifacts.versions import same
+from nvfabric.model.errors import NvfabricError
+from nvfabric.model.findings import Finding
+from nvfabric.strict import BadValue, to_int
 
 REPO_NS = "{http://linux.duke.edu/metadata/repo}"
 COMMON_NS = "{http://linux.duke.edu/metadata/common}"

@@ -17,7 +17,7 @@ from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from .tables import DRIVER_VERSION_LIB
+from nvfabric.artifacts.tables import DRIVER_VERSION_LIB
 
 _LIB_RE = re.compile(r"^" + re.escape(DRIVER_VERSION_LIB) + r"([0-9]+(?:\.[0-9]+){1,3})$")
 

@@ -18,8 +18,8 @@ import tempfile
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from ..errors import NvfabricError
-from ..findings import Finding
+from nvfabric.model.errors import NvfabricError
+from nvfabric.model.findings import Finding
 
 
 @dataclass(frozen=True)

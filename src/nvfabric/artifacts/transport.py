@@ -23,10 +23,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import IO, Any
 
-from ..configs.atomic import atomic_writer
-from ..errors import usage_error
-from ..strict import int_or_none
-from .model import checksum_mismatch, download_failed
+from nvfabric.artifacts.model import checksum_mismatch, download_failed
+from nvfabric.effects.atomic import atomic_writer
+from nvfabric.model.errors import usage_error
+from nvfabric.strict import int_or_none
 
 #: HTTP statuses worth retrying (RFC 9110 15.5.9, 15.6; RFC 6585 4 for 429).
 RETRY_STATUS = frozenset({408, 429, 500, 502, 503, 504})
@@ -315,7 +315,7 @@ class _ProgressBar:
             TransferSpeedColumn,
         )
 
-        from ..output import console
+        from nvfabric.cli.render import console
 
         self._progress = Progress(
             TextColumn("{task.description}"), BarColumn(), DownloadColumn(),

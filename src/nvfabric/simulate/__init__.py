@@ -8,9 +8,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from .profiles import PROFILES
-from .spec import NodeSpec, SpecError, parse
-from .tree import build
+from nvfabric.simulate.profiles import PROFILES
+from nvfabric.simulate.spec import NodeSpec, SpecError, parse
+from nvfabric.simulate.tree import build
 
 __all__ = ["PROFILES", "NodeSpec", "SpecError", "build", "parse", "profile_spec"]
 

@@ -790,7 +790,7 @@ def nvidia_imex(argv: list[str]) -> int:
 
 def _hostname(root: str) -> str:
     """The node's host name from its ``etc/hostname`` (first line), "" when absent: the same
-    file nvfabric reads (nvfabric.imex.host.local_names), so a tree whose host name was set
+    file nvfabric reads (nvfabric.facts.imexhost.local_names), so a tree whose host name was set
     is one host for both."""
     with contextlib.suppress(OSError, UnicodeDecodeError):
         with open(os.path.join(root, "etc/hostname"), encoding="utf-8") as fh:

@@ -29,9 +29,9 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from ..errors import usage_error
-from ..imex import config as imex_config
-from . import fakebin
+from nvfabric.model.errors import usage_error
+from nvfabric.rules.imex import config as imex_config
+from nvfabric.simulate import fakebin
 
 #: program name -> vendor path of the real binary (service modules' defaults; IMEX guide,
 #: "Installation": /usr/bin/nvidia-imex, /usr/bin/nvidia-imex-ctl).
@@ -119,7 +119,7 @@ log_file /var/log/nvlsm.log
 """
 
 #: IMEX config of the simulated tray: the shipped keys and defaults (one table,
-#: :data:`nvfabric.imex.config.SHIPPED_DEFAULTS`).
+#: :data:`nvfabric.rules.imex.config.SHIPPED_DEFAULTS`).
 SHIPPED_IMEX_CFG = imex_config.defaults_text(
     "# NVIDIA IMEX configuration (simulated node; keys and defaults as shipped)."
 )
@@ -170,7 +170,7 @@ FROZEN_LAUNCHER = """\
 def _launcher(prog: str) -> str:
     """The launcher script of fake ``prog`` for the running nvfabric (interpreter or the
     single-file binary, :func:`nvfabric.frozen.is_frozen`)."""
-    from ..frozen import FAKE_FLAG, is_frozen
+    from nvfabric.frozen import FAKE_FLAG, is_frozen
 
     if is_frozen():
         line = f"#!{sys.executable} {FAKE_FLAG}"
@@ -207,8 +207,8 @@ def gpu_state(root: str) -> list[dict[str, Any]]:
     NVLink tray (its switch trays' fabric manager did it). GPU UUIDs are derived from the
     tree's absolute path and the GPU's bus id: stable for one tree, distinct across trees (two
     simulated nodes are never taken for copies of one report by ``domain check``)."""
-    from ..inventory import collect
-    from ..inventory.products import lookup
+    from nvfabric.facts.inventory import collect
+    from nvfabric.rules.products import lookup
 
     inv = collect(root)
     node = os.path.abspath(root)
@@ -241,12 +241,12 @@ def gpu_state(root: str) -> list[dict[str, Any]]:
 def install(root: str) -> list[str]:
     """Install the fakes, shipped configs and simulated state under ``root`` (a tree written
     by :func:`nvfabric.simulate.build`). Returns the fake programs' paths in ``bin/``."""
-    from ..inventory import collect
-    from ..plan import plan
+    from nvfabric.facts.inventory import collect
+    from nvfabric.rules.plan import plan
 
     bindir = os.path.join(root, "bin")
     os.makedirs(bindir, exist_ok=True)
-    from ..frozen import is_frozen
+    from nvfabric.frozen import is_frozen
 
     if not is_frozen():
         source = Path(fakebin.__file__).read_text(encoding="utf-8")

@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from ..strict import BadValue, to_int
+from nvfabric.strict import BadValue, to_int
 
 GUID = re.compile(r"0x[0-9a-fA-F]{16}")
 HEX4 = re.compile(r"[0-9a-fA-F]{4}")

@@ -27,9 +27,9 @@ import struct
 from dataclasses import dataclass
 from typing import Literal
 
-from ..errors import usage_error
-from ..inventory.vpd import encode
-from .spec import MellanoxSpec, NodeSpec, SpecError
+from nvfabric.facts.vpd import encode
+from nvfabric.model.errors import usage_error
+from nvfabric.simulate.spec import MellanoxSpec, NodeSpec, SpecError
 
 VPD_CAP_OFFSET = 0x48
 
@@ -270,8 +270,8 @@ def fakes_paths() -> tuple[frozenset[str], frozenset[str]]:
     with the fake programs, their vendor paths, the log/run/tmp directories, the shipped
     config directories and the fakes' state directory. (The shipped configs themselves and
     ``proc/net/fib_trie`` are only written when absent, so ``files:`` may give them.)"""
-    from . import fakebin
-    from .fakes import VENDOR_PATHS
+    from nvfabric.simulate import fakebin
+    from nvfabric.simulate.fakes import VENDOR_PATHS
 
     files = {f"bin/{prog}" for prog in VENDOR_PATHS} | {"bin/_nvfabric_fakes.py"}
     files |= {path.lstrip("/") for path in VENDOR_PATHS.values()}
@@ -295,7 +295,7 @@ def _place_files(tree: _Tree, files: tuple[tuple[str, str | bytes], ...]) -> Non
     directory or a link of the tree, lie inside one of its files, lead out of the tree through
     a link, or be something the fakes write (:func:`fakes_paths`). Raises SpecError naming
     the key."""
-    from .fakebin import STATE_DIR as state_dir
+    from nvfabric.simulate.fakebin import STATE_DIR as state_dir
 
     fake_dirs, fake_files = fakes_paths()
     links = {e.path: e.target for e in tree.entries.values() if e.kind == "link"}

@@ -19,10 +19,10 @@ import stat
 import sys
 from typing import IO, Any, cast
 
-from ..errors import usage_error
-from .build import Triage, build
-from .collect import read
-from .report import ReportTooLarge
+from nvfabric.model.errors import usage_error
+from nvfabric.triage.build import Triage, build
+from nvfabric.triage.collect import read
+from nvfabric.triage.report import ReportTooLarge
 
 __all__ = ["Triage", "open_report", "triage", "triage_stream"]
 

@@ -2,11 +2,11 @@
 diagnosis of every log section, what ran against what should have, and what was missing.
 Pure: a :class:`nvfabric.triage.collect.Collected` in, a :class:`Triage` out.
 
-The facts are the inventory's own values (:class:`nvfabric.inventory.model.Inventory`), so the
-existing :func:`nvfabric.plan.plan` decides; the verdict is the existing
-:func:`nvfabric.health.verdict.verdict` on the ``nvidia-smi --query`` section read by
-:mod:`nvfabric.health.smi`; the diagnosis is the existing catalogue
-(:mod:`nvfabric.diagnose`). Where the report lacks a fact the live node would give, it says so
+The facts are the inventory's own values (:class:`nvfabric.model.inventory.Inventory`), so the
+existing :func:`nvfabric.rules.plan.plan` decides; the verdict is the existing
+:func:`nvfabric.rules.verdict.verdict` on the ``nvidia-smi --query`` section read by
+:mod:`nvfabric.facts.smi`; the diagnosis is the existing catalogue
+(:mod:`nvfabric.rules.diagnose`). Where the report lacks a fact the live node would give, it says so
 in ``reasons`` (modules inferred from bound drivers when ``/proc/modules`` is missing, IB
 devices paired with PCI functions by order).
 """
@@ -17,18 +17,18 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..findings import Finding
-from ..health.verdict import Inputs, ServiceState, Verdict, verdict
-from ..inventory import normalise_arch
-from ..inventory.model import IbDevice, Inventory
-from ..inventory.nvidia import MODULES, parse_proc_devices, parse_proc_version
-from ..plan import SERVICES_BY_FABRIC, Plan, plan
-from . import ibstat as ibstat_mod
-from .checks import Ran, check, nvlsm_running
-from .collect import EXPECTED, Collected
-from .lspci import MAX_VPD_BYTES
-from .units import UnitState
-from .units import parse as parse_unit
+from nvfabric.facts.inventory import normalise_arch
+from nvfabric.facts.nvidia import MODULES, parse_proc_devices, parse_proc_version
+from nvfabric.model.findings import Finding
+from nvfabric.model.inventory import IbDevice, Inventory
+from nvfabric.rules.plan import SERVICES_BY_FABRIC, Plan, plan
+from nvfabric.rules.verdict import Inputs, ServiceState, Verdict, verdict
+from nvfabric.triage import ibstat as ibstat_mod
+from nvfabric.triage.checks import Ran, check, nvlsm_running
+from nvfabric.triage.collect import EXPECTED, Collected
+from nvfabric.triage.lspci import MAX_VPD_BYTES
+from nvfabric.triage.units import UnitState
+from nvfabric.triage.units import parse as parse_unit
 
 SEVERITY_ORDER = {"error": 0, "warning": 1, "info": 2}
 #: The "section" of a plan blocker that only says lspci could not read the ConnectX VPD.
@@ -173,7 +173,7 @@ def prologue(text: str) -> dict[str, Any]:
 
 def modules_from(text: str) -> frozenset[str]:
     """Names of :data:`MODULES` in ``/proc/modules`` text (first word of each line), the
-    same set :func:`nvfabric.inventory.nvidia.loaded_modules` reads from ``sys/module``."""
+    same set :func:`nvfabric.facts.nvidia.loaded_modules` reads from ``sys/module``."""
     names = {line.split(" ", 1)[0] for line in text.splitlines() if line.strip()}
     return frozenset(m for m in MODULES if m in names)
 
@@ -205,7 +205,7 @@ def build(c: Collected, label: str) -> Triage:
     health = None
     smi_problem = None
     if "smi" in texts:
-        from ..health.smi import SmiFormatError, parse_text
+        from nvfabric.facts.smi import SmiFormatError, parse_text
 
         try:
             health = parse_text(texts["smi"])
@@ -309,7 +309,7 @@ def build(c: Collected, label: str) -> Triage:
             {"section": "nvidia-smi --query"}))
 
     if "imex_ctl" in texts:
-        from ..imex.ctl import parse_text as parse_ctl
+        from nvfabric.facts.imexctl import parse_text as parse_ctl
 
         try:
             domain = parse_ctl(texts["imex_ctl"])

@@ -3,7 +3,7 @@
 Rules (NVIDIA Fabric Manager User Guide: NVLink 5 systems run NVLSM on the LPF management
 port before fabric manager, and fabric manager gets that port's GUID; GB200/GB300 compute trays
 run IMEX and no local fabric manager; fabric manager and IMEX must be the driver's exact
-version; two IMEX daemons on one node fail with NV_ERR_IN_USE, see nvfabric.imex.owner):
+version; two IMEX daemons on one node fail with NV_ERR_IN_USE, see nvfabric.rules.imex.owner):
 
 - NVLink 5 node, fabric manager active, no NVLSM process in its unit and no ``-g GUID`` on
   its command line: ``nvlsm_missing`` (error); a ``-g GUID`` that is no LPF port GUID of the
@@ -23,10 +23,10 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-from ..artifacts.versions import same
-from ..findings import Finding
-from ..imex.facts import DRA_HOST_UNIT_FIX
-from .units import UnitState
+from nvfabric.artifacts.versions import same
+from nvfabric.model.findings import Finding
+from nvfabric.rules.imex.tables import DRA_HOST_UNIT_FIX
+from nvfabric.triage.units import UnitState
 
 
 @dataclass(frozen=True)

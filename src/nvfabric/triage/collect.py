@@ -14,11 +14,11 @@ import re
 from dataclasses import dataclass, field
 from typing import IO
 
-from ..diagnose import FABRIC_KINDS, Classifier, needle_lines
-from ..findings import Finding
-from .ibstat import IbstatParser
-from .lspci import LspciParser
-from .report import IGNORE, Handler, Outcome, Section, split
+from nvfabric.model.findings import Finding
+from nvfabric.rules.diagnose import FABRIC_KINDS, Classifier, needle_lines
+from nvfabric.triage.ibstat import IbstatParser
+from nvfabric.triage.lspci import LspciParser
+from nvfabric.triage.report import IGNORE, Handler, Outcome, Section, split
 
 #: Most bytes kept of a section read as text (nvidia-smi --query of 8 GPUs is ~80 KB).
 TEXT_CAP = 8 << 20

@@ -1,5 +1,5 @@
 """``ibstat`` text -> InfiniBand devices and ports, the values
-:mod:`nvfabric.inventory.infiniband` reads from sysfs. Pure.
+:mod:`nvfabric.facts.infiniband` reads from sysfs. Pure.
 
 What ibstat prints (infiniband-diags ibstat.c; captures ../shared/corpus/ibstat/
 dgxb200-ibstat-mlx5_0.txt, h100-ibstat-all-active-0.txt): per device ``CA 'mlx5_0'`` then
@@ -18,8 +18,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, replace
 
-from ..inventory.infiniband import parse_cap_mask
-from ..inventory.model import MELLANOX, IbDevice, IbPort, PciFunction
+from nvfabric.facts.infiniband import parse_cap_mask
+from nvfabric.model.inventory import MELLANOX, IbDevice, IbPort, PciFunction
 
 MAX_DEVICES = 256
 MAX_PORTS = 16

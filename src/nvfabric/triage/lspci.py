@@ -1,4 +1,4 @@
-"""``lspci -nnDvvvxxxx`` text -> PCI functions, the values :mod:`nvfabric.inventory.pci` reads
+"""``lspci -nnDvvvxxxx`` text -> PCI functions, the values :mod:`nvfabric.facts.pci` reads
 from sysfs. Pure, fed line by line (a big node's section is megabytes).
 
 What lspci prints (pciutils lspci.c, ls-caps.c, ls-vpd.c; capture
@@ -26,9 +26,9 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-from ..inventory.model import MELLANOX, NVIDIA, PciFunction
-from ..inventory.pci import parse_config_header
-from ..inventory.vpd import Vpd, VpdField
+from nvfabric.facts.pci import parse_config_header
+from nvfabric.facts.vpd import Vpd, VpdField
+from nvfabric.model.inventory import MELLANOX, NVIDIA, PciFunction
 
 #: Most functions kept (a large node has a few hundred); more are counted, not kept.
 MAX_FUNCTIONS = 8192

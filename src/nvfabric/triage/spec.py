@@ -1,7 +1,7 @@
 """A triaged report's node as a node spec (format: ../shared/cases/README.md, "Node spec"), so
 that ``nvfabric simulate --from-bug-report FILE DIR`` builds the reporter's node with the
 existing builder and ``plan``, ``detect``, ``status --root`` and ``run --dry-run`` can be tried
-on it. Pure: an :class:`nvfabric.inventory.model.Inventory` in, a spec mapping out (checked
+on it. Pure: an :class:`nvfabric.model.inventory.Inventory` in, a spec mapping out (checked
 by :func:`nvfabric.simulate.spec.parse` before anything is written).
 
 What the spec format cannot hold is left out and said in the notes: PCI addresses (the tree
@@ -14,8 +14,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..inventory.model import MELLANOX, Inventory
-from ..simulate.spec import DRIVER, IBDEV, MAX_GPUS, MAX_MELLANOX
+from nvfabric.model.inventory import MELLANOX, Inventory
+from nvfabric.simulate.spec import DRIVER, IBDEV, MAX_GPUS, MAX_MELLANOX
 
 DEFAULT_MASK = "0xa751e84a"
 

@@ -1,0 +1,1 @@
+"""From a plan to what must run: service specs, argv, files and checks, one per fabric kind."""

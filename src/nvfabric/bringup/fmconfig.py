@@ -1,0 +1,328 @@
+"""The effective ``fabricmanager.cfg``: the shipped file plus nvfabric's and the operator's
+overrides, written to nvfabric's state directory. The shipped file is never edited in place.
+
+Keys and their meaning: NVIDIA Fabric Manager User Guide, "Fabric Manager Config Options";
+shipped examples ../shared/corpus/configs/fabricmanager-535.216.01.cfg and
+bottlerocket-nvidia-fabricmanager.cfg. Overrides, later wins:
+
+1. the shipped file as is (comments and key order kept, see :mod:`.keyvalue`);
+2. operator overrides from the environment, ``NVFM_CONFIG_<KEY>=<VALUE>`` (the convention of
+   the GPU Operator driver container);
+3. operator overrides given as ``--fm-set KEY=VALUE``;
+4. nvfabric's own: ``DAEMONIZE=0`` (nvfabric supervises the process, a forking daemon would
+   look like an exit), ``FM_SM_MGMT_PORT_GUID`` on NVLink 5 (the same GUID NVLSM gets), and
+   ``FABRIC_MODE`` when asked. The operator may not override ``DAEMONIZE`` or
+   ``FM_SM_MGMT_PORT_GUID``: they are how nvfabric runs fabric manager.
+
+Path-valued keys are resolved under the root (a simulated node is a directory; on ``/`` they
+are unchanged) so that the daemon, which runs in nvfabric's mount namespace, finds them.
+"""
+
+from __future__ import annotations
+
+import difflib
+import os
+import re
+import stat
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from nvfabric.effects.atomic import write_atomic
+from nvfabric.model import hostpath, keyvalue
+from nvfabric.model.findings import Finding
+from nvfabric.model.hostpath import confined, under_root
+from nvfabric.strict import int_or_none
+
+ENV_PREFIX = "NVFM_CONFIG_"
+OWNED_KEYS = frozenset({"DAEMONIZE", "FM_SM_MGMT_PORT_GUID"})
+
+#: Path-valued keys and what must hold for each (User Guide, "Fabric Manager Config Options";
+#: the talos case ../shared/corpus/logs/talos-fm-config-invalid-value-ext511.txt for
+#: FABRIC_NODE_CONFIG_FILE): "dir" an existing directory, "parent" the file's directory exists
+#: or can be created, "file" an existing file. An empty value means unset.
+PATH_KEYS: dict[str, str] = {
+    "TOPOLOGY_FILE_PATH": "dir",
+    "DATABASE_PATH": "dir",
+    "STATE_FILE_NAME": "parent",
+    "LOG_FILE_NAME": "parent",
+    "FABRIC_NODE_CONFIG_FILE": "file",
+    "UNIX_SOCKET_PATH": "parent",
+    "FM_CMD_UNIX_SOCKET_PATH": "parent",
+    "FM_SM_IPC_INTERFACE": "parent",
+}
+
+_GUID = re.compile(r"0x[0-9a-fA-F]{16}")
+
+#: Allowed values of enumerated and numeric keys (User Guide, "Fabric Manager Config Options").
+_CHOICES: dict[str, frozenset[str]] = {
+    "DAEMONIZE": frozenset({"0", "1"}),
+    "FABRIC_MODE": frozenset({"0", "1", "2"}),
+    "FABRIC_MODE_RESTART": frozenset({"0", "1"}),
+    "LOG_LEVEL": frozenset({"0", "1", "2", "3", "4"}),
+    "LOG_APPEND_TO_LOG": frozenset({"0", "1"}),
+    "LOG_USE_SYSLOG": frozenset({"0", "1"}),
+    "FM_STAY_RESIDENT_ON_FAILURES": frozenset({"0", "1"}),
+    "ACCESS_LINK_FAILURE_MODE": frozenset({"0", "1"}),
+    "TRUNK_LINK_FAILURE_MODE": frozenset({"0", "1"}),
+    "NVSWITCH_FAILURE_MODE": frozenset({"0", "1"}),
+    "ABORT_CUDA_JOBS_ON_FM_EXIT": frozenset({"0", "1"}),
+}
+_PORTS = ("STARTING_TCP_PORT", "FM_CMD_PORT_NUMBER")
+
+
+class ConfigError(ValueError):
+    """An override that may not be written; ``finding`` is a ``config_invalid_value``."""
+
+    def __init__(self, finding: Finding) -> None:
+        super().__init__(finding.message)
+        self.finding = finding
+
+
+def invalid(key: str, message: str, hint: str = "") -> Finding:
+    """A ``config_invalid_value`` finding naming ``key``."""
+    return Finding("config_invalid_value", "error", f"fabricmanager.cfg {key}: {message}",
+                   hint or f"fix {key} (shipped file, --fm-set or {ENV_PREFIX}{key})",
+                   {"key": key})
+
+
+def check_value(key: str, value: str) -> None:
+    """Raise ConfigError unless ``value`` is acceptable for ``key`` (single line; choices,
+    ports, GUIDs and absolute paths where the key takes them)."""
+    try:
+        keyvalue.validate(key, value)
+    except keyvalue.ConfigValueError as err:
+        raise ConfigError(invalid(key, str(err).split(": ", 1)[-1])) from None
+    if key in _CHOICES and value not in _CHOICES[key]:
+        allowed = ", ".join(sorted(_CHOICES[key]))
+        raise ConfigError(invalid(key, f"{value!r} is not one of {allowed}"))
+    if key in _PORTS and int_or_none(value, high=65535) is None:
+        raise ConfigError(invalid(key, f"{value!r} is not a TCP port (0-65535)"))
+    if key == "FM_SM_MGMT_PORT_GUID" and not _GUID.fullmatch(value):
+        raise ConfigError(invalid(key, f"{value!r} is not 0x followed by 16 hex digits"))
+    why = hostpath.problem(value) if key in PATH_KEYS and value else None
+    if why is not None:
+        raise ConfigError(invalid(key, f"{value!r} {why}"))
+
+
+def env_overrides(environ: Mapping[str, str]) -> dict[str, str]:
+    """``NVFM_CONFIG_<KEY>=<VALUE>`` variables as ``{KEY: VALUE}`` (sorted by key)."""
+    return {k[len(ENV_PREFIX):]: v for k, v in sorted(environ.items())
+            if k.startswith(ENV_PREFIX) and len(k) > len(ENV_PREFIX)}
+
+
+def parse_sets(items: tuple[str, ...] | list[str]) -> dict[str, str]:
+    """``--fm-set KEY=VALUE`` arguments as a dict; ConfigError on a malformed one. The value is
+    kept as given (blanks at its ends are refused later, as in ``NVFM_CONFIG_*``)."""
+    out: dict[str, str] = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        key = key.strip()
+        if not sep or not keyvalue.KEY.fullmatch(key):
+            raise ConfigError(invalid(key or item, f"--fm-set expects KEY=VALUE, got {item!r}"))
+        out[key] = value
+    return out
+
+
+@dataclass(frozen=True)
+class Effective:
+    """The effective config: ``cfg`` (lines, for rendering) and ``text`` (what is written)."""
+
+    cfg: keyvalue.KeyValueFile
+    text: str
+
+    def get(self, key: str) -> str | None:
+        return self.cfg.get(key)
+
+
+#: ``KEY=`` at the start of a line (its blanks and one ``#`` already cut): the keys a shipped
+#: file documents. Matched line by line: the former ``(?m)^\s*#?\s*KEY\s*=`` let ``\s`` run
+#: across newlines, cubic in a run of blank lines (4,000 of them: 130 s).
+_DOCUMENTED_KEY = re.compile(r"([A-Z][A-Z0-9_]*)[ \t]*=")
+
+
+def _documented_keys(shipped: str) -> frozenset[str]:
+    """Every ``KEY`` of a ``KEY=`` or ``# KEY=`` line of ``shipped``; linear in its size."""
+    keys: set[str] = set()
+    for line in shipped.split("\n"):
+        text = line.strip()
+        if text.startswith("#"):
+            text = text[1:].lstrip()
+        m = _DOCUMENTED_KEY.match(text)
+        if m:
+            keys.add(m.group(1))
+    return frozenset(keys)
+
+
+def known_keys(shipped: str) -> frozenset[str]:
+    """The keys fabric manager of the shipped file's version knows: every ``KEY=`` line of
+    the shipped file (set, or commented out as documentation), plus the keys nvfabric sets
+    itself (``DAEMONIZE``, ``FM_SM_MGMT_PORT_GUID``, ``FABRIC_MODE``) and those it checks
+    from the User Guide (:data:`PATH_KEYS`, choices, ports: ``FABRIC_NODE_CONFIG_FILE`` is
+    one a trimmed shipped file may lack). The shipped file of a version lists its keys
+    (../shared/corpus/configs/fabricmanager-535.216.01.cfg)."""
+    return (_documented_keys(shipped) | OWNED_KEYS | {"FABRIC_MODE"}
+            | frozenset(PATH_KEYS) | frozenset(_CHOICES) | frozenset(_PORTS))
+
+
+def check_known(shipped: str, environ: Mapping[str, str], sets: Mapping[str, str]) -> None:
+    """ConfigError (``config_invalid_value`` naming the key and where it came from, the
+    nearest known key in the hint, :mod:`difflib`) for an override of a key that fabric
+    manager does not know (:func:`known_keys`): a typo would otherwise be appended to the
+    config and silently ignored by fabric manager."""
+    known = known_keys(shipped)
+    named = [(k, f"{ENV_PREFIX}{k}") for k in env_overrides(environ)]
+    named += [(k, f"--fm-set {k}") for k in sets]
+    for key, source in named:
+        if key in known:
+            continue
+        # Keys are upper case: compare in upper case, so `log_level` is told LOG_LEVEL.
+        by_upper = {k.upper(): k for k in sorted(known)}
+        near = [by_upper[m] for m in difflib.get_close_matches(key.upper(), list(by_upper),
+                                                                n=1, cutoff=0.6)]
+        hint = (f"did you mean {near[0]}? " if near else "") + (
+            "the keys fabric manager knows are those of its shipped fabricmanager.cfg")
+        raise ConfigError(Finding(
+            "config_invalid_value", "error",
+            f"fabricmanager.cfg {key} ({source}): not a key fabric manager knows (not in the "
+            "shipped fabricmanager.cfg)", hint,
+            {"key": key, "nearest": near[0] if near else None}))
+
+
+class ShippedConfigError(ValueError):
+    """The shipped fabricmanager.cfg is not something to build on: a link, not a regular
+    file, or without a single key. ``finding`` is an ``input_unreadable``."""
+
+    def __init__(self, finding: Finding) -> None:
+        super().__init__(finding.message)
+        self.finding = finding
+
+
+def read_shipped(path: str, limit: int = 1 << 20) -> str:
+    """The text of the shipped fabricmanager.cfg at ``path`` (already under the root).
+
+    Refused (ShippedConfigError): a symbolic link (a link to an unrelated file, ``/etc/
+    passwd``, would be copied into the effective config and printed), anything that is not a
+    regular file (opened with O_NOFOLLOW and O_NONBLOCK, so a FIFO never blocks), a file over
+    ``limit`` bytes, and a file without a ``KEY=VALUE`` line (empty: fabric manager would run
+    on its built-in defaults, not the vendor's file). Raises OSError when it cannot be opened
+    (missing) and UnicodeDecodeError for bytes that are not UTF-8."""
+
+    def refuse(why: str) -> ShippedConfigError:
+        return ShippedConfigError(Finding(
+            "input_unreadable", "error", f"the shipped fabric manager config {path} {why}",
+            "reinstall the fabric manager package (its fabricmanager.cfg is a regular file "
+            "with the keys of that version), or pass --fm-config", {"path": path}))
+
+    if os.path.islink(path):
+        raise refuse(f"is a symbolic link (to {os.readlink(path)}), not the vendor's file")
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise refuse("is not a regular file")
+        data = b""
+        while len(data) <= limit:
+            chunk = os.read(fd, limit + 1 - len(data))
+            if not chunk:
+                break
+            data += chunk
+    finally:
+        os.close(fd)
+    if len(data) > limit:
+        raise refuse(f"is larger than {limit} bytes")
+    text = data.decode("utf-8")
+    if not keyvalue.parse(text).items():
+        raise refuse("is empty (no KEY=VALUE line)")
+    return text
+
+
+def effective(shipped: str, *, root: str = "/", guid: str | None = None,
+              fabric_mode: str | None = None, environ: Mapping[str, str] | None = None,
+              sets: Mapping[str, str] | None = None) -> Effective:
+    """Build the effective config from the shipped text. Pure.
+
+    Raises ConfigError (a ``config_invalid_value`` finding naming the key) for a malformed
+    or forbidden override, or one of a key fabric manager does not know (:func:`check_known`).
+    """
+    check_known(shipped, environ or {}, sets or {})
+    operator: dict[str, str] = {}
+    operator.update(env_overrides(environ or {}))
+    operator.update(sets or {})
+    for key in operator:
+        if key in OWNED_KEYS:
+            raise ConfigError(invalid(
+                key, "is set by nvfabric and may not be overridden",
+                "nvfabric runs fabric manager in the foreground (DAEMONIZE=0) and passes the "
+                "management port GUID itself; drop this override"))
+    changes: dict[str, str] = dict(operator)
+    changes["DAEMONIZE"] = "0"
+    if guid is not None:
+        changes["FM_SM_MGMT_PORT_GUID"] = guid
+    if fabric_mode is not None:
+        changes["FABRIC_MODE"] = fabric_mode
+    for key, value in changes.items():
+        check_value(key, value)
+    cfg = keyvalue.patch(keyvalue.parse(shipped), changes)
+    shipped_paths = {key: value for key, value in cfg.items().items()
+                     if key in PATH_KEYS and value}
+    for key, value in shipped_paths.items():  # the shipped file's values too, before resolving
+        check_value(key, value)
+    paths = {key: _resolve(root, key, value) for key, value in shipped_paths.items()}
+    for key, value in paths.items():
+        check_value(key, value)
+    if any(paths[k] != cfg.get(k) for k in paths):
+        cfg = keyvalue.patch(cfg, paths)
+    return Effective(cfg, keyvalue.render(cfg))
+
+
+def _resolve(root: str, key: str, value: str) -> str:
+    """A path key's value under the root; the files fabric manager writes ("parent" keys: log,
+    state file, sockets) with every symbolic link followed and refused (ConfigError naming the
+    key) when they lead out of the root (:func:`nvfabric.model.hostpath.confined`)."""
+    if PATH_KEYS.get(key) != "parent":
+        return under_root(root, value)
+    try:
+        return confined(root, value, key)
+    except ValueError as err:
+        raise ConfigError(invalid(
+            key, f"leaves the root through a symbolic link ({err})",
+            f"point {key} at a path whose directories stay under --root")) from None
+
+
+def check_paths(eff: Effective) -> list[Finding]:
+    """Preflight of the path-valued keys (see :data:`PATH_KEYS`): one ``config_invalid_value``
+    finding per key whose path does not exist and cannot be created. Host access: stat only."""
+    problems: list[Finding] = []
+    for key, kind in PATH_KEYS.items():
+        value = eff.get(key)
+        if not value:
+            continue
+        if kind == "dir" and not os.path.isdir(value):
+            problems.append(invalid(key, f"directory {value} does not exist",
+                                    f"install the fabric manager package data into {value} "
+                                    "or point the key at where it lives"))
+        elif kind == "file" and not os.path.isfile(value):
+            problems.append(invalid(key, f"file {value} does not exist",
+                                    f"create {value} or unset {key}"))
+        elif kind == "parent" and not _creatable_dir(os.path.dirname(value)):
+            problems.append(invalid(key, f"directory of {value} does not exist and cannot be "
+                                    "created", f"create {os.path.dirname(value)} or change "
+                                    f"{key}"))
+    return problems
+
+
+def _creatable_dir(path: str) -> bool:
+    """True when ``path`` is a directory, or its nearest existing ancestor is a writable one."""
+    probe = path or "/"
+    while not os.path.exists(probe):
+        parent = os.path.dirname(probe)
+        if parent == probe:
+            return False
+        probe = parent
+    if probe == path:
+        return os.path.isdir(path)
+    return os.path.isdir(probe) and os.access(probe, os.W_OK | os.X_OK)
+
+
+def write(path: str, eff: Effective) -> None:
+    """Write the effective config atomically (mode 0644, the previous one is not kept)."""
+    write_atomic(path, eff.text, mode=0o644, backup=False, dir_mode=0o700)

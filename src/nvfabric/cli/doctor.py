@@ -1,0 +1,118 @@
+"""``nvfabric doctor --log FILE...``: classify fabric manager, start script, NVLSM/OpenSM, IMEX,
+NCCL and kernel log lines into findings with hints (catalogue: nvfabric/data/signatures.yaml).
+
+Files are read as streams (constant memory); ``-`` is stdin, so ``journalctl -u
+nvidia-fabricmanager -o cat | nvfabric doctor --log -`` works. The fabric kind that decides
+platform-dependent lines comes from ``--fabric`` or, with ``--root``, from the node's plan;
+without either it is unknown and such lines say both meanings.
+
+Logs in UTF-16/UTF-32 (a BOM, or NUL bytes between ASCII characters) are decoded; a file
+with NUL bytes that is no text in those encodings is refused (exit 2), never read as "no
+findings".
+
+Exit codes: 0 no error-level finding; 1 at least one; 2 unreadable input.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+import sys
+from typing import IO, cast
+
+import click
+
+from nvfabric.cli.render import (
+    console,
+    guarded,
+    json_option,
+    print_findings,
+    print_json,
+    root_option,
+)
+from nvfabric.model.errors import usage_error
+from nvfabric.model.words import plural
+
+
+def fabric_of_root(root: str) -> str:
+    """The plan's fabric kind of the node under ``root``."""
+    from nvfabric.facts.inventory import collect
+    from nvfabric.rules.plan import plan
+
+    return plan(collect(root)).fabric
+
+
+#: The most one log input may hold. Logs are streamed in blocks (constant memory), so this only
+#: bounds time: 16 GiB is years of a fabric manager log; an endless stream stops here.
+MAX_LOG_BYTES = 16 << 30
+
+
+class _Capped:
+    """A binary stream that refuses (``input_unreadable``) to go past :data:`MAX_LOG_BYTES`."""
+
+    def __init__(self, stream: IO[bytes], path: str) -> None:
+        self.stream, self.path, self.total = stream, path, 0
+
+    def read(self, size: int = -1) -> bytes:
+        block = self.stream.read(size)
+        self.total += len(block)
+        if self.total > MAX_LOG_BYTES:
+            raise usage_error(f"{self.path}: more than {MAX_LOG_BYTES >> 30} GiB, the limit "
+                              "for one log input", "give the part of the log that matters")
+        return block
+
+
+@click.command("doctor")
+@root_option
+@click.option("--fabric", type=click.Choice(("none", "nvswitch", "nvlink5", "mnnvl")),
+              default=None, help="The node's fabric kind (default: from --root when given).")
+@click.option("--log", "logs", multiple=True, required=True, metavar="FILE",
+              help="Log file to classify ('-': stdin); repeat for several.")
+@json_option
+@click.pass_context
+@guarded
+def doctor(ctx: click.Context, root: str, fabric: str | None, logs: tuple[str, ...],
+           as_json: bool) -> None:
+    """Explain fabric logs: each known failure line becomes a finding with a hint."""
+    from nvfabric.rules.diagnose import (
+        Classifier,
+        LogEncodingError,
+        LogInputError,
+        classify_stream,
+    )
+
+    source = ctx.get_parameter_source("root")
+    if fabric is None and source is not None and source.name != "DEFAULT":
+        fabric = fabric_of_root(root)
+    classifier = Classifier(fabric)
+    for path in logs:
+        try:
+            if path == "-":
+                classify_stream(classifier, cast(IO[bytes], _Capped(sys.stdin.buffer, path)))
+            else:
+                with open(path, "rb") as fh:
+                    if stat.S_ISCHR(os.fstat(fh.fileno()).st_mode) or stat.S_ISBLK(
+                            os.fstat(fh.fileno()).st_mode):
+                        raise usage_error(f"{path} is a device, not a log file",
+                                          "give a log file, or - for stdin")
+                    classify_stream(classifier, cast(IO[bytes], _Capped(fh, path)))
+        except OSError as err:
+            raise usage_error(f"cannot read {path}: {err.strerror or err}",
+                              "give a readable log file, or - for stdin") from None
+        except LogEncodingError as err:
+            raise usage_error(f"{path}: {err}",
+                              "give the log as text (UTF-8, or UTF-16/UTF-32 as Windows "
+                              "tools save it), e.g. `journalctl -k -o short-iso > FILE`") from None
+        except LogInputError as err:
+            raise usage_error(f"{path}: {err}",
+                              "give the log as the daemon or the kernel wrote it") from None
+    findings = classifier.findings()
+    if as_json:
+        print_json({"fabric": fabric, "lines": classifier.lines,
+                    "findings": [f.to_json() for f in findings]})
+    else:
+        con = console()
+        con.print(f"{plural(classifier.lines, 'line')} read, fabric kind {fabric or 'unknown'}: "
+                  f"{plural(len(findings), 'finding')}")
+        print_findings(con, findings, "findings")
+    sys.exit(1 if any(f.severity == "error" for f in findings) else 0)

@@ -1,0 +1,493 @@
+"""``nvfabric imex owner|channel|config|domain``: IMEX on GB200/GB300 compute trays.
+
+- ``owner``: who runs IMEX here (host, dra, slurm, none) and the evidence; exit 1 on a conflict.
+- ``channel``: the IMEX channel device and nodes; ``--create N`` makes channelN (mode 0666).
+- ``config``: patch config.cfg and write nodes_config.cfg from ``--peers FILE``,
+  ``--peers-slurm HOSTLIST`` or ``--peer ADDR``; refuses a node list without this host.
+- ``domain``: the domain as ``nvidia-imex-ctl -N`` sees it (UP, DEGRADED, DOWN), or a saved
+  output of it.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from typing import Any
+
+import click
+
+from nvfabric.cli.render import (
+    Seconds,
+    console,
+    guarded,
+    json_option,
+    os_error,
+    print_findings,
+    print_json,
+    root_option,
+    safe,
+)
+from nvfabric.facts import imexctl as ctl
+from nvfabric.facts import imexhost as host
+from nvfabric.facts.execinfo import exec_error
+from nvfabric.facts.fs import under
+from nvfabric.facts.inventory import require_root
+from nvfabric.facts.nvidia import driver_version
+from nvfabric.model.errors import NvfabricError, usage_error
+from nvfabric.model.findings import Finding
+from nvfabric.model.keyvalue import ConfigValueError
+from nvfabric.rules.imex import channels, config, nodes, owner
+from nvfabric.rules.imex.domain import node_list_id, plural
+from nvfabric.rules.imex.tables import (
+    CONFIG_PATH,
+    CTL_TIMEOUT_S,
+    IMEX_CTL_BINARY,
+    NODES_CONFIG_PATH,
+)
+
+
+def _shown(root: str, host_path: str) -> str:
+    """``host_path`` as it is made under ``root`` (itself under ``/``)."""
+    return under(root, host_path) if os.path.abspath(root) != "/" else host_path
+
+
+@click.group("imex")
+def imex() -> None:
+    """IMEX on multi-node NVLink trays: owner, channels, configuration, domain state."""
+
+
+def _exit_for(findings: tuple[Finding, ...] | list[Finding]) -> None:
+    if any(f.severity == "error" for f in findings):
+        sys.exit(1)
+
+
+owner_option = click.option(
+    "--imex-owner", type=click.Choice(owner.OWNERS), default=None,
+    help="Who runs IMEX on this node (default: detected).")
+
+
+@imex.command("owner")
+@root_option
+@owner_option
+@json_option
+@guarded
+def owner_cmd(root: str, imex_owner: str | None, as_json: bool) -> None:
+    """Who runs IMEX here (DRA driver, Slurm, the host unit, nobody), with the evidence;
+    exit 1 when two owners claim the node."""
+    require_root(root)
+    decision = owner.decide(host.gather_evidence(root), imex_owner)
+    findings = [decision.conflict] if decision.conflict else []
+    if as_json:
+        print_json({**decision.to_json(), "findings": [f.to_json() for f in findings]})
+    else:
+        con = console()
+        runner = f" (run by {decision.runner})" if decision.runner else ""
+        con.print(f"[bold]IMEX owner[/bold] {decision.owner}{runner}, {decision.source}")
+        for r in decision.reasons:
+            con.print(f"  - {safe(r)}", emoji=False)
+        if decision.evidence:
+            con.print("[bold]evidence[/bold]")
+            for e in decision.evidence:
+                con.print(f"  - {safe(e)}", emoji=False)
+        print_findings(con, findings, "problems")
+    _exit_for(findings)
+
+
+@imex.command("channel")
+@root_option
+@click.option("--create", "create", type=click.IntRange(0, (1 << 20) - 1), default=None,
+              metavar="N", help="Make /dev/nvidia-caps-imex-channels/channelN (mode 0666).")
+@json_option
+@guarded
+def channel_cmd(root: str, create: int | None, as_json: bool) -> None:
+    """The IMEX channel device (major from /proc/devices), channel nodes, their mode and owner,
+    and the driver's NVreg_CreateImexChannel0 / ImexChannelCount; exit 1 when channel0 (or
+    the created one) is missing or unusable."""
+    require_root(root)
+    facts = host.read_channels(root)
+    created: str | None = None
+    present: str | None = None
+    if create is not None:
+        if facts.major is not None and not channels.needs_create(facts, create):
+            # usable already: leave it as it is (the path shown under the root it was read in)
+            present = _confine(root, channels.channel_path(create), "IMEX channel",
+                               CHANNEL_LINK_HINT)
+        else:
+            created = _create(root, facts, create)
+            facts = host.read_channels(root)
+    required = (create,) if create is not None else (0,)
+    findings = channels.check(facts, required)
+    if as_json:
+        print_json({**facts.to_json(), "created": created, "already_present": present,
+                    "findings": [f.to_json() for f in findings]})
+    else:
+        con = console()
+        con.print(f"[bold]nvidia-caps-imex-channels[/bold] major "
+                  f"{facts.major if facts.major is not None else 'not registered'}")
+        con.print(f"ImexChannelCount {_or_not_set(facts.channel_count)}, CreateImexChannel0 "
+                  f"{_or_not_set(facts.create_channel0)}")
+        for n in facts.nodes:
+            dev = f"c {n.major},{n.minor}" if n.kind == "char" else n.kind
+            con.print(f"  {safe(n.path)}  {dev}  mode 0{n.mode:03o}  owner {n.uid}:{n.gid}",
+                      emoji=False)
+        if not facts.nodes:
+            con.print("  no channel nodes")
+        if created:
+            con.print(f"created {safe(created)}")
+        if present:
+            con.print(f"{safe(present)} exists already (left as it is)")
+        print_findings(con, findings, "problems")
+    _exit_for(findings)
+
+
+def _or_not_set(value: object) -> str:
+    """A driver parameter as printed: ``not set`` when /proc/driver/nvidia/params lacks it."""
+    if value is None:
+        return "not set"
+    if isinstance(value, bool):
+        return str(int(value))
+    return str(value)
+
+
+#: The hint of a channel path that leaves --root through a link (nothing is made there).
+CHANNEL_LINK_HINT = ("a link on the channel's path under --root (the channel directory, a "
+                     "directory above it, or the channel node itself) leads out of it: remove "
+                     "that link (or point it inside the root); nothing was created")
+
+
+def _create(root: str, facts: channels.ChannelFacts, number: int) -> str:
+    """Make channel ``number``; the path it was made at, under ``root`` (exit 2 when that
+    path leads out of the root through a link, :func:`_confine`; nothing is made then)."""
+    path = _confine(root, channels.channel_path(number), "IMEX channel", CHANNEL_LINK_HINT)
+    if facts.major is None:
+        raise NvfabricError(channels.check(facts)[0])
+    count = facts.channel_count
+    if count is not None and number >= count:
+        raise usage_error(f"channel {number} is beyond ImexChannelCount={count}",
+                          f"use a channel below {count}")
+    try:
+        host.create_channel(root, number, facts.major)
+    except host.PathEscape as err:
+        raise usage_error(str(err), CHANNEL_LINK_HINT) from None
+    except OSError as err:
+        raise NvfabricError(Finding(
+            "imex_channel_missing", "error",
+            f"cannot create {path}: {err.strerror or err}",
+            "run as root (mknod needs CAP_MKNOD; in a container, a privileged one with the "
+            "host's /dev); or " + channels.fixes(number, facts.major),
+            {"channel": number, "major": facts.major, "path": path},
+        )) from None
+    return path
+
+
+# -- config -----------------------------------------------------------------------------------
+
+
+def _read_text_file(path: str, what: str, limit: int = 1 << 20) -> str:
+    """A UTF-8 text file given on the command line (up to ``limit`` bytes; ``-`` is stdin);
+    usage error (exit 2) naming the option when it cannot be read or is not text (a binary
+    file, NUL bytes)."""
+    try:
+        if path == "-":  # stdin, as every command reads it
+            data = sys.stdin.buffer.read(limit + 1)
+        else:
+            with open(path, "rb") as fh:
+                data = fh.read(limit + 1)
+    except (OSError, AttributeError) as err:  # AttributeError: no binary stdin
+        why = err.strerror if isinstance(err, OSError) and err.strerror else str(err)
+        raise usage_error(f"cannot read {what} {path}: {why}",
+                          "give a readable text file") from None
+    if len(data) > limit:
+        raise usage_error(f"{what} {path} is larger than {limit >> 20} MiB, the limit for it",
+                          "give the file itself, not a device or a larger file")
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as err:
+        raise usage_error(f"{what} {path} is not a text file (byte 0x{data[err.start]:02x} at "
+                          f"offset {err.start} is not UTF-8)",
+                          "give a text file: one address or host name per line") from None
+    if "\x00" in text:
+        raise usage_error(f"{what} {path} is not a text file (it holds NUL bytes)",
+                          "give a text file: one address or host name per line")
+    return text
+
+
+def peers_from_options(root: str, peers_file: str | None, peers_slurm: str | None,
+                       peer: tuple[str, ...]) -> tuple[nodes.Peer, ...] | None:
+    """The node list from exactly one of --peers FILE, --peers-slurm HOSTLIST, --peer ADDR...
+    (None when none is given); usage error (exit 2) on bad input."""
+    given = [x for x in (peers_file, peers_slurm, peer or None) if x]
+    if len(given) > 1:
+        raise usage_error("give the node list one way: --peers, --peers-slurm or --peer",
+                          "keep one of the three options")
+    try:
+        if peers_file is not None:
+            return nodes.parse_nodes_config(_read_text_file(peers_file, "--peers"))
+        if peers_slurm is not None:
+            return nodes.expand_slurm(peers_slurm)
+        if peer:
+            return tuple(nodes.parse_entry(p) for p in peer)
+    except nodes.PeerError as err:
+        raise usage_error(f"IMEX node list: {err}",
+                          "one IP address or host name per entry") from None
+    return None
+
+
+def check_node_list(root: str, peers: tuple[nodes.Peer, ...], local: tuple[str, ...],
+                    skip_local: bool) -> list[Finding]:
+    """Validation and locality findings of a node list for the node under ``root``."""
+    findings = list(nodes.validate(peers, driver_version(root)))
+    if not skip_local:
+        addrs = local or host.node_addresses(root)
+        problem = nodes.check_local(peers, addrs, host.local_names(root), host.resolve_names(
+            root, [p.text for p in peers if p.kind == "hostname"]))
+        if problem:
+            findings.append(problem)
+    return findings
+
+
+@imex.command("config")
+@root_option
+@click.option("--config", "config_path", default=CONFIG_PATH, show_default=True,
+              help="The IMEX config.cfg to patch (host path).")
+@click.option("--output", default=None, help="Write the patched config here instead of in place.")
+@click.option("--nodes-config", default=None,
+              help="Where to write the node list (default: IMEX_NODE_CONFIG_FILE of the config).")
+@click.option("--peers", "peers_file", default=None, metavar="FILE",
+              help="Node list file: one address or host name per line, # comments.")
+@click.option("--peers-slurm", default=None, metavar="HOSTLIST",
+              help="Slurm hostlist expression, e.g. \"$SLURM_JOB_NODELIST\" or gb-[01-18].")
+@click.option("--peer", multiple=True, metavar="ADDR", help="One node list entry (repeat).")
+@click.option("--set", "sets", multiple=True, metavar="KEY=VALUE",
+              help="Set a config.cfg key (repeat), e.g. --set DAEMONIZE=0.")
+@click.option("--local-address", multiple=True, metavar="ADDR",
+              help="This node's addresses, instead of its interfaces (other network namespace).")
+@click.option("--skip-local-check", is_flag=True,
+              help="Write a node list without this node (for a file shared by every node).")
+@click.option("--dry-run", is_flag=True, help="Print the files, write nothing.")
+@json_option
+@guarded
+def config_cmd(root: str, config_path: str, output: str | None, nodes_config: str | None,
+               peers_file: str | None, peers_slurm: str | None, peer: tuple[str, ...],
+               sets: tuple[str, ...], local_address: tuple[str, ...], skip_local_check: bool,
+               dry_run: bool, as_json: bool) -> None:
+    """Patch the shipped IMEX config.cfg (comments and order kept, atomic, backup) and write
+    nodes_config.cfg; refuse (exit 1, imex_no_local_interface) a node list in which this node
+    is not exactly one entry. Every path (options, path-valued keys) stays under --root."""
+    require_root(root)
+    for what, p in (("--config", config_path), ("--output", output),
+                    ("--nodes-config", nodes_config)):
+        if p is not None:
+            _confine(root, p, what)
+    shipped = host.read_file(root, config_path)
+    if shipped is None:
+        raise NvfabricError(Finding(
+            "config_invalid_value", "error", f"no IMEX config at {config_path}",
+            "install the nvidia-imex package matching the driver, or give --config",
+            {"key": "config", "path": config_path}))
+    peers = peers_from_options(root, peers_file, peers_slurm, peer)
+    try:
+        changes = config.parse_set(sets)
+        config.check_known(shipped, changes)
+        old_nodes_path = config.node_config_path(shipped, NODES_CONFIG_PATH)
+        explicit = nodes_config is not None or "IMEX_NODE_CONFIG_FILE" in changes
+        nodes_path = _nodes_path(nodes_config, changes, old_nodes_path)
+        if nodes_path != config.node_config_path(shipped, ""):
+            changes["IMEX_NODE_CONFIG_FILE"] = nodes_path
+        rewrite = None if explicit else config.node_config_rewrite(shipped, nodes_path)
+        new_config = config.effective(shipped, changes)
+    except ConfigValueError as err:
+        raise NvfabricError(Finding(
+            "config_invalid_value", "error", f"IMEX config: {err}",
+            "fix the value; config.cfg keys take one line each", {"key": err.key}),
+            exit_code=2) from None
+    for key in config.PATH_KEYS:
+        if changes.get(key):
+            _confine(root, changes[key], key)
+    _confine(root, nodes_path, "IMEX_NODE_CONFIG_FILE")
+    if peers is None:
+        current = _current_node_list(root, nodes_path, old_nodes_path)
+        # The config is to name another node list file: the current list moves there.
+        move = nodes_path != old_nodes_path and host.read_file(root, nodes_path) is None
+    else:
+        current, move = peers, False
+    findings = check_node_list(root, current, local_address, skip_local_check)
+    if rewrite is not None:
+        findings.append(rewrite)
+    errors = [f for f in findings if f.severity == "error"]
+    files: list[dict[str, str]] = []
+    if peers is not None or move:
+        files.append({"path": nodes_path, "content": nodes.render(current)})
+    target = output or config_path
+    if new_config != shipped or output is not None:
+        files.append({"path": target, "content": new_config})
+    written = False
+    if not errors and not dry_run:
+        try:
+            for f in files:
+                host.write_file(root, f["path"], f["content"])
+        except OSError as err:
+            # A full disk is disk_full (exit 1), permissions and the rest say what they are
+            # (exit 2): the README's contract, the same words as `run`.
+            problem, code = os_error(err, "cannot write", under(root, f["path"]))
+            raise NvfabricError(problem, exit_code=code) from None
+        written = bool(files)
+    # Paths as made, under --root (as `run` lists its files); "config"/"nodes_config" stay
+    # host paths: the values the written config names.
+    shown = [{"path": _shown(root, f["path"]), "content": f["content"]} for f in files]
+    data: dict[str, Any] = {
+        "config": target,
+        "nodes_config": nodes_path,
+        "node_list": [p.text for p in current],
+        "node_list_id": node_list_id(p.text for p in current) if current else None,
+        "files": shown,
+        "written": written,
+        "refused": bool(errors),
+        "findings": [f.to_json() for f in findings],
+    }
+    if as_json:
+        print_json(data)
+    else:
+        con = console()
+        for f in shown:
+            if written:
+                verb = "wrote"
+            elif errors:
+                verb = "refused, not written:"
+            else:
+                verb = "would write"
+            con.print(f"[bold]{verb} {safe(f['path'])}[/bold]")
+            if dry_run:
+                sys.stdout.write(f["content"])
+        if not files:
+            con.print("nothing to change")
+        con.print(f"node list: {plural(len(current), 'entry')} "
+                  f"({safe(data['node_list_id'] or 'empty')})")
+        print_findings(con, findings, "problems")
+    _exit_for(findings)
+
+
+def _confine(root: str, path: str, what: str,
+             hint: str = "give an absolute path inside --root, without '..'") -> str:
+    """``path`` under ``root`` or a usage error (exit 2): no ``..``, nothing outside root."""
+    try:
+        return host.confined(root, path, what)
+    except host.PathEscape as err:
+        raise usage_error(str(err), hint) from None
+
+
+def _nodes_path(option: str | None, changes: dict[str, str], current: str) -> str:
+    """Where the node list goes: ``--nodes-config``, else ``--set IMEX_NODE_CONFIG_FILE=``,
+    else the file the config names now. Both options naming different files is an error."""
+    key = changes.get("IMEX_NODE_CONFIG_FILE")
+    if option is not None and key is not None and key != option:
+        raise ConfigValueError("IMEX_NODE_CONFIG_FILE", (
+            f"--nodes-config {option} and --set IMEX_NODE_CONFIG_FILE={key} disagree; give "
+            "one"))
+    return option or key or current
+
+
+def _current_node_list(root: str, path: str, old_path: str) -> tuple[nodes.Peer, ...]:
+    """The node list to check when none is given: the file at ``path``, else (the config is
+    moving to a new file) the one at ``old_path``. Usage error when neither exists."""
+    where = path
+    text = host.read_file(root, path)
+    if text is None and old_path != path:
+        where, text = old_path, host.read_file(root, old_path)
+    if text is None:
+        raise usage_error(f"no node list at {path} and none given",
+                          "give --peers FILE, --peers-slurm HOSTLIST or --peer ADDR")
+    try:
+        return nodes.parse_nodes_config(text)
+    except nodes.PeerError as err:
+        raise NvfabricError(Finding(
+            "config_invalid_value", "error", f"{where}: {err}",
+            "one IP address or host name per line", {"key": "nodes", "path": where})) \
+            from None
+
+
+# -- domain -----------------------------------------------------------------------------------
+
+
+@imex.command("domain")
+@root_option
+@click.option("--config", "config_path", default=CONFIG_PATH, show_default=True,
+              help="The config.cfg the daemon runs with (nvidia-imex-ctl -c).")
+@click.option("--ctl", "ctl_path", default=IMEX_CTL_BINARY, show_default=True,
+              help="nvidia-imex-ctl (host path, resolved under --root).")
+@click.option("--timeout", "timeout_s", type=Seconds(0.1, 600), default=CTL_TIMEOUT_S,
+              show_default=True, help="Hard timeout for each nvidia-imex-ctl call, seconds.")
+@click.option("--from-file", "from_file", default=None, metavar="FILE",
+              help="Read a saved `nvidia-imex-ctl -N` or `-N -j` output instead ('-': stdin).")
+@json_option
+@guarded
+def domain_cmd(root: str, config_path: str, ctl_path: str, timeout_s: float,
+               from_file: str | None, as_json: bool) -> None:
+    """The IMEX domain as this node's daemon sees it: UP, DEGRADED or DOWN, with the
+    unreachable nodes named; exit 1 unless UP."""
+    require_root(root)
+    if from_file is not None:
+        status = _parse(_read_text_file(from_file, "--from-file", 16 << 20), from_file)
+    else:
+        status = query_domain(root, ctl_path, config_path, timeout_s)
+    finding = status.finding()
+    findings = [finding] if finding else []
+    if as_json:
+        print_json({**status.to_json(), "findings": [f.to_json() for f in findings]})
+    else:
+        con = console()
+        style = "green" if status.state == "UP" else "bold red"
+        when = f", {status.timestamp}" if status.timestamp else ""
+        con.print(f"[bold]IMEX domain[/bold] [{style}]{safe(status.state)}[/]"
+                  f" ({plural(len(status.nodes), 'node')}{safe(when)})", emoji=False)
+        for n in status.nodes:
+            con.print(f"  node {n.node_id:>2}  {safe(f'{n.host:<40}')} {safe(f'{n.status:<12}')} "
+                      f"{safe(n.version or '')}", emoji=False)
+        print_findings(con, findings, "problems")
+    _exit_for(findings)
+
+
+def _parse(text: str, where: str) -> ctl.DomainStatus:
+    try:
+        return ctl.parse_domain(text)
+    except ValueError as err:
+        raise usage_error(f"{where}: {err}",
+                          "give the output of `nvidia-imex-ctl -N` or `-N -j`") from None
+
+
+def query_domain(root: str, ctl_path: str, config_path: str,
+                 timeout_s: float) -> ctl.DomainStatus:
+    """Ask the daemon (``-N -j``, then ``-N`` for a ctl without JSON) under a hard timeout;
+    NvfabricError ``imex_ctl_timeout`` / ``imex_not_ready`` when it does not answer."""
+    binary = under(root, ctl_path) if root != "/" else ctl_path
+    cfg = under(root, config_path) if root != "/" else config_path
+    last: host.CtlResult | None = None
+    for as_json in (True, False):
+        argv = ctl.domain_argv(binary, cfg, as_json)
+        try:
+            result = host.run_ctl(argv, timeout_s)
+        except OSError as err:
+            raise NvfabricError(Finding(
+                "binary_missing", "error", f"cannot run {binary}: {exec_error(binary, err)}",
+                "install the nvidia-imex package (it ships nvidia-imex-ctl), or give --ctl",
+                {"service": "imex"})) from None
+        if result.timed_out:
+            raise NvfabricError(Finding(
+                "imex_ctl_timeout", "error",
+                f"{' '.join(argv)} did not answer within {timeout_s:g} s (killed)",
+                "is nvidia-imex running with IMEX_CMD_ENABLED=1 and this config? "
+                "(nvidia-imex-ctl hangs when the daemon does not answer)",
+                {"argv": list(argv), "timeout_s": timeout_s}))
+        last = result
+        if result.rc == 0:
+            try:
+                return ctl.parse_domain(result.stdout)
+            except ValueError:
+                continue
+    assert last is not None
+    raise NvfabricError(Finding(
+        "imex_not_ready", "error",
+        f"nvidia-imex-ctl exited with code {last.rc}: "
+        + ((last.stderr or last.stdout).strip().splitlines() or ["no output"])[-1],
+        "is nvidia-imex running (nvfabric run, or its unit) with the command service on?",
+        {"argv": list(last.argv), "exit_code": last.rc}))

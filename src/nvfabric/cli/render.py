@@ -1,0 +1,322 @@
+"""Printing and exiting, shared by every command: ``--json`` gives one JSON object on stdout,
+otherwise human text through rich (imported only then). Errors become one line on stderr.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import functools
+import json
+import math
+import os
+import sys
+from collections.abc import Callable
+from typing import Any, NoReturn, TypeVar
+
+import click
+
+from nvfabric.model.errors import NvfabricError, usage_error
+from nvfabric.model.findings import Finding
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+def checked_root(value: str) -> str:
+    """``value`` made absolute (relative to the working directory); ValueError when it cannot
+    be a root: not valid UTF-8 (undecodable bytes kept by os.fsdecode), control characters or
+    PATH_MAX (:func:`nvfabric.model.hostpath.problem`). Paths under a root go into configs and argv
+    as text, so a root that text cannot hold is refused here, once."""
+    from nvfabric.model.hostpath import problem
+
+    root = os.path.abspath(value)
+    try:
+        root.encode("utf-8")
+    except UnicodeEncodeError:
+        raise ValueError(
+            f"{root.encode('utf-8', 'surrogateescape')!r} is not valid UTF-8: nvfabric writes "
+            "paths under the root into configs and argv as text") from None
+    why = problem(root)
+    if why is not None:
+        raise ValueError(f"{root!r} {why}")
+    return root
+
+
+def absolute_root(_ctx: click.Context, _param: click.Parameter, value: str) -> str:
+    """``--root`` made absolute once, at the CLI edge, so that no command has to: paths built
+    under it go into argv and config files, which take absolute paths only. An empty value is a
+    usage error (exit 2); :func:`guarded` refuses one that text cannot hold
+    (:func:`checked_root`), as one line or one JSON object."""
+    if not value:
+        raise click.BadParameter("must name a directory (use / for this host)")
+    return os.path.abspath(value)
+
+
+#: Shared option decorators so that every command spells them the same way.
+root_option = click.option(
+    "--root", default="/", show_default=True, type=click.Path(file_okay=False),
+    callback=absolute_root,
+    help="Read the node under this directory (a simulated node tree); relative to the "
+    "working directory.",
+)
+
+
+class Seconds(click.FloatRange):
+    """A duration option in seconds: a float within the range that is also finite.
+
+    click's ``FloatRange`` lets ``nan`` through every bound (comparisons with NaN are false)
+    and ``inf`` through an open top, so ``wait --timeout nan`` would wait forever; both are
+    usage errors (exit 2) here.
+    """
+
+    name = "seconds"
+
+    def convert(self, value: Any, param: click.Parameter | None,
+                ctx: click.Context | None) -> Any:
+        number = super().convert(value, param, ctx)
+        if not math.isfinite(number):
+            self.fail(f"{value!r} is not a finite number of seconds.", param, ctx)
+        return number
+
+
+json_option = click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
+arch_option = click.option("--arch", default=None, help="Override the architecture (uname -m).")
+
+
+def print_json(obj: Any) -> None:
+    """One JSON object on stdout, newline-terminated."""
+    sys.stdout.write(json.dumps(obj, indent=2, sort_keys=False) + "\n")
+    sys.stdout.flush()
+
+
+def console(stderr: bool = False) -> Any:
+    """A rich Console (lazy import: rich costs ~50 ms to import)."""
+    from rich.console import Console
+
+    stream = sys.stderr if stderr else sys.stdout
+    width = None if stream.isatty() else 132  # logs and pipes: do not squeeze tables to 80
+    con = Console(stderr=stderr, highlight=False, soft_wrap=True, width=width, emoji=False)
+    con.on_broken_pipe = _on_broken_pipe  # type: ignore[method-assign]  # rich exits 1 there
+    return con
+
+
+def _on_broken_pipe() -> None:
+    """The reader went away (``nvfabric status | head -1``): the rest of the output is
+    dropped and the command goes on to its own exit code (:class:`QuietOnBrokenPipe`)."""
+    _quiet_stdout()
+
+
+class QuietOnBrokenPipe:
+    """A text stream (sys.stdout, sys.stderr) whose reader may go away: a write or flush that
+    meets a broken pipe (EPIPE) points the descriptor at /dev/null and drops the text, so the
+    command ends with its own exit code (``nvfabric status | head -1`` on an unhealthy node
+    still exits 1), never with an internal error or the interpreter's exit code 120. Every
+    other attribute is the wrapped stream's."""
+
+    def __init__(self, stream: Any) -> None:
+        self._stream = stream
+        self.lost = False
+
+    def _gone(self) -> None:
+        self.lost = True
+        _quiet_fd(self._stream)
+
+    def write(self, text: str) -> int:
+        try:
+            return int(self._stream.write(text))
+        except BrokenPipeError:
+            self._gone()
+            return len(text)
+
+    def flush(self) -> None:
+        try:
+            self._stream.flush()
+        except BrokenPipeError:
+            self._gone()
+            with contextlib.suppress(OSError, ValueError):
+                self._stream.flush()  # what was buffered now goes to /dev/null
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._stream, name)
+
+
+def standard_streams() -> None:
+    """Called once before any command runs: descriptors 0, 1 and 2 that were closed
+    (``>&-``, ``2>&-``) are opened on /dev/null, so that no file nvfabric opens later (a lock,
+    a config) becomes its stdout, and sys.stdin/stdout/stderr (None then) are streams again;
+    stdout and stderr are wrapped in :class:`QuietOnBrokenPipe`."""
+    for fd, flags in ((0, os.O_RDONLY), (1, os.O_WRONLY), (2, os.O_WRONLY)):
+        try:
+            os.fstat(fd)
+        except OSError:
+            with contextlib.suppress(OSError):
+                null = os.open(os.devnull, flags)
+                if null != fd:
+                    os.dup2(null, fd)
+                    os.close(null)
+    if sys.stdin is None:
+        sys.stdin = open(os.devnull, encoding="utf-8")  # noqa: SIM115 - lives with the process
+    for name in ("stdout", "stderr"):
+        stream = getattr(sys, name)
+        if stream is None:
+            stream = open(os.devnull, "w", encoding="utf-8")  # noqa: SIM115 - as above
+        if not isinstance(stream, QuietOnBrokenPipe):
+            setattr(sys, name, QuietOnBrokenPipe(stream))
+
+
+def severity_style(severity: str) -> str:
+    return {"error": "bold red", "warning": "yellow", "info": "cyan"}.get(severity, "")
+
+
+def print_findings(con: Any, findings: list[Finding] | tuple[Finding, ...], title: str) -> None:
+    """Human listing of findings: one line each plus the hint, indented. Messages carry values
+    read from nodes and files, so they go through :func:`safe`."""
+    if not findings:
+        return
+    con.print(f"[bold]{title}[/bold]")
+    for f in findings:
+        con.print(
+            f"  [{severity_style(f.severity)}]{f.severity:7}[/] {safe(f.code)}: {safe(f.message)}"
+        )
+        seen = _seen(f)
+        if seen:
+            con.print(f"          {safe(seen)}")
+        if f.hint:
+            con.print(f"          hint: {safe(f.hint)}")
+
+
+def _seen(f: Finding) -> str | None:
+    """``seen 12000 times, first 1000.12, last 12999.12`` for a log finding that repeats
+    (``doctor``: fields ``count``, ``first_seen``, ``last_seen``); None otherwise."""
+    count = f.fields.get("count")
+    if not isinstance(count, int) or count < 2 or "first_seen" not in f.fields:
+        return None
+    first, last = f.fields.get("first_seen"), f.fields.get("last_seen")
+    span = f", first {first}, last {last}" if first and last else ""
+    return f"seen {count} times{span}"
+
+
+def fail(finding: Finding, exit_code: int, as_json: bool) -> NoReturn:
+    """Report a failure as one line (or one JSON object) and exit."""
+    if as_json:
+        try:
+            print_json({"error": finding.to_json()})
+            sys.exit(exit_code)
+        except OSError:  # stdout itself is the problem (full disk, closed pipe): say it below
+            _quiet_stdout()
+    hint = f" (hint: {finding.hint})" if finding.hint else ""
+    message = " ".join(f"nvfabric: {finding.code}: {finding.message}{hint}".splitlines())
+    sys.stderr.write(message + "\n")
+    sys.exit(exit_code)
+
+
+#: errno values of a full filesystem (ENOSPC, EDQUOT): a fault of the node, exit 1.
+_FULL = (errno.ENOSPC, errno.EDQUOT)
+
+
+def os_error(err: OSError, doing: str = "", path: str | None = None) -> tuple[Finding, int]:
+    """What an OSError is, as a finding naming the file and an exit code (README contract):
+    a full filesystem is ``disk_full`` (exit 1: the node is the problem, not the command
+    line); permissions, a read-only filesystem, locks the filesystem does not support and the
+    rest are ``input_unreadable`` (exit 2) with the hint that fits the errno. ``doing``: what
+    failed (``cannot take the run lock``); ``path``: the file when ``err`` has none."""
+    where = path or err.filename
+    what = f"{doing} {where}" if doing and where else (doing or str(where or ""))
+    reason = err.strerror or str(err)
+    message = f"{what}: {reason}" if what else reason
+    parent = os.path.dirname(str(where)) if where else "the filesystem"
+    if err.errno in _FULL:
+        return Finding("disk_full", "error", message,
+                       f"free space on the filesystem of {parent} (`df -h {parent}`), or pass "
+                       "a directory on another filesystem", {"path": where}), 1
+    hints = {
+        errno.EACCES: "run as root, or pass a path nvfabric may write",
+        errno.EPERM: "run as root (or with the capability this needs)",
+        errno.EROFS: f"{parent} is on a read-only filesystem: pass a path on a writable one",
+        errno.ENOLCK: f"the filesystem of {parent} does not support locks (NFS?): pass a "
+                      "local directory",
+        errno.ENOTDIR: "a file is where a directory should be: check the path",
+        errno.EISDIR: "a directory is where a file should be: check the path",
+    }
+    hint = hints.get(err.errno or 0, "check the path given and that it is the right kind "
+                     "(file or directory) and writable where nvfabric writes")
+    return Finding("input_unreadable", "error", message, hint, {"path": where}), 2
+
+
+def safe(value: object) -> str:
+    """A value read from the node or an input file, made safe for rich console output: markup
+    brackets escaped (``[/]`` in a sysfs file must not be taken as a style tag) and control
+    characters shown as ``\\xNN`` (no raw escape sequences reach the operator's terminal)."""
+    from rich.markup import escape
+
+    text = str(value)
+    if any(ord(c) < 32 or 127 <= ord(c) < 160 for c in text):
+        text = "".join(
+            c if not (ord(c) < 32 or 127 <= ord(c) < 160) else f"\\x{ord(c):02x}" for c in text
+        )
+    return escape(text)
+
+
+def guarded(fn: F) -> F:
+    """Turn NvfabricError and stray exceptions into one line (one JSON object under ``--json``)
+    and an exit code; never a traceback unless NVFABRIC_DEBUG is set.
+
+    An OSError or UnicodeDecodeError that escapes a command is about the files or directories
+    it was given (a file where a directory should be, bytes that are not text): exit 2 with
+    the path and the hint of its errno; a full disk is ``disk_full``, exit 1
+    (:func:`os_error`). A broken stdout never gets here (:class:`QuietOnBrokenPipe`, installed
+    by :func:`standard_streams`); should one still escape, exit 0. Anything else is a bug:
+    exit 3.
+    """
+
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        as_json = bool(kwargs.get("as_json"))
+        try:
+            if isinstance(kwargs.get("root"), str):
+                try:
+                    kwargs["root"] = checked_root(kwargs["root"])
+                except ValueError as err:
+                    raise usage_error(f"--root {err}") from None
+            return fn(*args, **kwargs)
+        except NvfabricError as err:
+            fail(err.finding, err.exit_code, as_json)
+        except (click.exceptions.Exit, click.ClickException, SystemExit, KeyboardInterrupt):
+            raise
+        except BrokenPipeError:
+            _quiet_stdout()
+            sys.exit(0)
+        except UnicodeDecodeError as err:
+            if os.environ.get("NVFABRIC_DEBUG"):
+                raise
+            fail(Finding("input_unreadable", "error", f"input is not text: {err}",
+                         "give a text file (UTF-8)"), 2, as_json)
+        except OSError as err:
+            if os.environ.get("NVFABRIC_DEBUG"):
+                raise
+            fail(*os_error(err), as_json)
+        except Exception as err:  # noqa: BLE001 - last resort, see docstring
+            if os.environ.get("NVFABRIC_DEBUG"):
+                raise
+            fail(Finding("internal_error", "error", f"{type(err).__name__}: {err}",
+                         "this is a bug in nvfabric: run again with NVFABRIC_DEBUG=1 for the "
+                         "traceback and report it"), 3, as_json)
+
+    return wrapper  # type: ignore[return-value]
+
+
+def _quiet_stdout() -> None:
+    """After a broken pipe, point stdout at /dev/null so the interpreter's final flush is
+    silent."""
+    _quiet_fd(sys.stdout)
+
+
+def _quiet_fd(stream: Any) -> None:
+    """Point the descriptor of ``stream`` at /dev/null (its reader went away)."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        try:
+            os.dup2(devnull, stream.fileno())
+        finally:
+            os.close(devnull)
+    except (OSError, ValueError, AttributeError):
+        pass

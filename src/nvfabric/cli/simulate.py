@@ -1,0 +1,172 @@
+"""``nvfabric simulate``: build a simulated node tree from a profile or a node spec."""
+
+from __future__ import annotations
+
+import os
+import stat
+from typing import Any
+
+import click
+
+from nvfabric.cli.render import checked_root, console, guarded, json_option, print_json, safe
+from nvfabric.model.errors import usage_error
+
+#: Largest node spec read (a spec is a few KB; a case file with its input a few tens).
+MAX_SPEC_BYTES = 1 << 20
+
+#: Keys of a field case file (../shared/cases/README.md) around its ``node:``.
+CASE_KEYS = frozenset({"id", "title", "command", "node", "input", "options", "expect", "why"})
+
+
+@click.command()
+@click.argument("profile", required=False)
+@click.argument("directory", required=False)
+@click.option("--spec", "spec_file", type=click.Path(dir_okay=False),
+              help="Node spec YAML, or a field case file (its node: is taken); format: "
+              "../shared/cases/README.md.")
+@click.option("--from-bug-report", "report_file", type=click.Path(dir_okay=False),
+              help="An nvidia-bug-report.log(.gz): build the node it describes "
+              "(see `nvfabric triage`).")
+@click.option("--list", "list_profiles", is_flag=True, help="List the built-in profiles.")
+@json_option
+@guarded
+def simulate(profile: str | None, directory: str | None, spec_file: str | None,
+             report_file: str | None, list_profiles: bool, as_json: bool) -> None:
+    """Build a node tree: `simulate PROFILE DIR`, `simulate --spec FILE DIR` or
+    `simulate --from-bug-report FILE DIR`.
+
+    DIR must be new (in an existing directory) or empty; nothing is written when the spec or
+    DIR is refused."""
+    from nvfabric.simulate import PROFILES, SpecError, build, parse, profile_spec
+    from nvfabric.simulate.fakes import install
+    from nvfabric.simulate.tree import clear
+
+    if list_profiles:
+        if as_json:
+            print_json({"profiles": sorted(PROFILES)})
+        else:
+            click.echo("\n".join(sorted(PROFILES)))
+        return
+    if spec_file and report_file:
+        raise usage_error("give either --spec FILE or --from-bug-report FILE, not both")
+    if spec_file or report_file:
+        if directory is not None:
+            raise usage_error("give either --spec FILE DIR, --from-bug-report FILE DIR or "
+                              "PROFILE DIR")
+        directory, profile = profile, None
+    if not directory:
+        raise usage_error("missing DIR", "nvfabric simulate PROFILE DIR, --spec FILE DIR or "
+                          "--from-bug-report FILE DIR")
+    try:
+        directory = checked_root(directory)
+    except ValueError as err:
+        raise usage_error(f"DIR {err}") from None
+    notes: list[str] = []
+    try:
+        if report_file:
+            from nvfabric.triage import triage
+            from nvfabric.triage.spec import node_spec
+
+            triaged = triage(report_file)
+            if not triaged.extras.get("pci_known"):
+                raise usage_error(
+                    f"{report_file}: the report has no lspci section (nor the script's sysfs "
+                    "dump): its PCI functions are unknown, so there is no node to build",
+                    "ask for the whole nvidia-bug-report.log.gz, written as root")
+            raw, notes = node_spec(triaged.inventory)
+            for f in triaged.findings:
+                if f.code == "report_section_missing" and "plan_blocker" in f.fields:
+                    # the tree cannot hold "unknown": say that plan on it judges what the
+                    # report could not tell (no ibstat: LPFs without ports)
+                    notes.append(f"the report lacks {f.fields['section']}: triage did not "
+                                 f"judge the plan's {f.fields['plan_blocker']}, but the tree "
+                                 "is built without it, so plan and detect there judge a "
+                                 "node that lacks it (their blockers may be this gap)")
+            spec = parse(raw)
+            source = report_file
+        elif spec_file:
+            raw = node_of(load_spec(spec_file), spec_file)
+            try:
+                spec = parse(raw)
+            except SpecError as err:  # name the file: every reader's error does
+                raise usage_error(f"{spec_file}: {err}") from None
+            source = spec_file
+        else:
+            assert profile is not None
+            spec = profile_spec(profile)
+            source = profile
+        existed = os.path.lexists(directory)
+        build(spec, directory)
+    except SpecError as err:
+        raise usage_error(str(err)) from None
+    try:
+        fakes = install(directory)
+        if report_file:
+            from nvfabric.simulate import fakebin
+            from nvfabric.simulate.fakes import gpus
+            from nvfabric.triage.spec import fabric_states
+
+            states, note = fabric_states(gpus(directory), triaged.gpus)
+            fakebin.save(directory, "gpus.json", {"gpus": states})
+            notes.append(note)
+    except BaseException:
+        clear(directory, remove_root=not existed)
+        raise
+    if as_json:
+        out: dict[str, Any] = {"root": directory, "source": source, "fakes": fakes}
+        if report_file:
+            out["notes"] = notes
+        print_json(out)
+    else:
+        con = console()
+        con.print(f"simulated node ({safe(source)}) written to {safe(directory)}")
+        for note in notes:
+            con.print(f"  note: {safe(note)}")
+        con.print(f"fake daemons and tools in {safe(directory)}/bin "
+                  f"({safe(', '.join(os.path.basename(f) for f in fakes))})")
+
+
+def load_spec(path: str) -> Any:
+    """The YAML document of a node spec file. NvfabricError (exit 2) naming the file when it
+    is not a regular file, is over :data:`MAX_SPEC_BYTES`, is not UTF-8, or is not YAML
+    (:func:`nvfabric.strict.load_yaml`: bounded aliases and nesting, every PyYAML failure)."""
+    from nvfabric.strict import load_yaml
+
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError as err:
+        raise usage_error(f"cannot read node spec {path}: {err.strerror}") from None
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise usage_error(f"node spec {path} is not a regular file")
+        with os.fdopen(os.dup(fd), "rb") as fh:
+            data = fh.read(MAX_SPEC_BYTES + 1)
+    except OSError as err:
+        raise usage_error(f"cannot read node spec {path}: {err.strerror}") from None
+    finally:
+        os.close(fd)
+    if len(data) > MAX_SPEC_BYTES:
+        raise usage_error(f"node spec {path} is over {MAX_SPEC_BYTES // 1024} KiB")
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as err:
+        raise usage_error(
+            f"node spec {path} is not UTF-8 text (byte 0x{data[err.start]:02x} at offset "
+            f"{err.start})", "give a YAML node spec saved as UTF-8") from None
+    return load_yaml(text, f"node spec {path}", "give a YAML node spec "
+                     "(../shared/cases/README.md, \"Node spec\")")
+
+
+def node_of(raw: Any, path: str) -> Any:
+    """The node spec in a loaded file: the file itself, or the ``node:`` of a field case file
+    (a mapping with case keys: ``id``, ``command``, ``expect`` ...). A case file without a
+    ``node:`` (a fetch or doctor case) has no node to build: NvfabricError (exit 2)."""
+    if not isinstance(raw, dict):
+        return raw
+    if raw.get("node") is not None:
+        return raw["node"]
+    if set(map(str, raw)) & CASE_KEYS:
+        raise usage_error(
+            f"{path} is a field case file with no node spec (no `node:` key); "
+            "nothing to simulate", "give a case with a node:, or a node spec file")
+    return raw

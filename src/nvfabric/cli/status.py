@@ -1,0 +1,322 @@
+"""``nvfabric status`` and ``nvfabric wait``: is this node's NVLink fabric usable by CUDA?
+
+``status`` reads the fabric state (NVML on the node, the node's nvidia-smi on a simulated root,
+or a saved capture with ``--from-nvidia-smi``), the plan and the services' liveness, and prints
+the verdict. ``wait`` repeats that until the verdict is healthy (or not applicable) or the
+timeout passes. Exit codes: 0 healthy / not_applicable; 1 degraded, unhealthy or pending (wait:
+timed out); 2 bad input.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import click
+
+from nvfabric.cli.render import (
+    Seconds,
+    console,
+    guarded,
+    json_option,
+    print_findings,
+    print_json,
+    root_option,
+    safe,
+)
+from nvfabric.model.errors import usage_error
+
+if TYPE_CHECKING:  # the health modules are imported lazily, inside the functions
+    from nvfabric.model.health import FabricHealth
+    from nvfabric.rules.verdict import ServiceState, Verdict
+
+OK_VERDICTS = ("healthy", "not_applicable")
+FABRIC_CHOICES = ("none", "nvswitch", "nvlink5", "mnnvl")
+
+
+@dataclass(frozen=True)
+class Report:
+    """One evaluation: the verdict, what it was computed from, and where the fabric kind came
+    from (``option``, ``plan`` or ``inferred`` from a capture's product names)."""
+
+    verdict: Verdict
+    health: FabricHealth
+    fabric: str | None
+    fabric_source: str
+    services: tuple[ServiceState, ...] | None
+    node: tuple[tuple[str, Any], ...] = ()
+
+    @property
+    def exit_code(self) -> int:
+        return 0 if self.verdict.verdict in OK_VERDICTS else 1
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "verdict": self.verdict.verdict,
+            "fabric": self.fabric,
+            "fabric_source": self.fabric_source,
+            "source": self.health.source,
+            "driver_version": self.health.driver_version,
+            "gpus": [g.to_json() for g in self.health.gpus],
+            "services": None if self.services is None else [s.to_json() for s in self.services],
+            "findings": [f.to_json() for f in self.verdict.findings],
+            "reasons": list(self.verdict.reasons),
+            **dict(self.node),
+        }
+
+
+def _decode(data: bytes) -> str:
+    """A capture's text: UTF-8, or UTF-16/UTF-32 with or without a BOM (PowerShell's ``>`` and
+    Windows editors save UTF-16 LE), detected as ``doctor`` detects a log's encoding
+    (:func:`nvfabric.rules.diagnose.detect_encoding`).
+    SmiFormatError for other data with NUL bytes."""
+    from nvfabric.facts.smi import SmiFormatError
+    from nvfabric.rules.diagnose import LogEncodingError, detect_encoding
+
+    try:
+        name, skip = detect_encoding(data)
+    except LogEncodingError as err:
+        raise SmiFormatError(str(err).replace("not a log file", "not an nvidia-smi capture")) \
+            from None
+    text = data[skip:].decode(name, "replace")
+    return text.replace("\0", "") if name == "utf-8" else text  # NUL padding
+
+
+#: The largest nvidia-smi capture read: `nvidia-smi -q -x` of an 8-GPU node is ~250 KB; 16 MiB
+#: holds any real one, and `/dev/zero` or a 500 MB file is refused instead of filling memory.
+MAX_CAPTURE_BYTES = 16 << 20
+
+
+def read_capture(path: str) -> FabricHealth:
+    """A saved nvidia-smi capture (``-`` for stdin). Unreadable or unrecognised -> exit 2."""
+    from nvfabric.facts.smi import SmiFormatError, parse
+    from nvfabric.strict import read_capped
+
+    data = read_capped(path, MAX_CAPTURE_BYTES, "an nvidia-smi capture",
+                       "give a file saved from `nvidia-smi -q` (or -q -x)")
+    try:
+        return parse(_decode(data))
+    except SmiFormatError as err:
+        raise usage_error(
+            f"{path}: {err}",
+            "save `nvidia-smi -q > FILE` (or `nvidia-smi -q -x`, or `nvidia-smi --query-gpu="
+            "index,uuid,pci.bus_id,fabric.state,fabric.status,fabric.cliqueId,"
+            "fabric.clusterUuid --format=csv`)",
+        ) from None
+
+
+def evaluate(
+    root: str,
+    capture: str | None = None,
+    fabric_option: str | None = None,
+    root_given: bool = True,
+    grace_s: float | None = None,
+    probe_timeout_s: float | None = None,
+) -> Report:
+    """Read, then judge. With a capture, the node (``root``) is consulted only when it was
+    given explicitly, for its fabric kind; services are then unknown. Only the services of
+    the fabric kind judged (the plan's, or ``--fabric``'s) are read and listed.
+    ``probe_timeout_s`` bounds the fabric-state probe (NVML or the node's nvidia-smi; default
+    :data:`nvfabric.facts.gpu.SMI_TIMEOUT_S`)."""
+    from nvfabric.rules.plan import SERVICES_BY_FABRIC
+    from nvfabric.rules.verdict import DEFAULT_GRACE_S, Inputs, infer_fabric, verdict
+
+    grace = DEFAULT_GRACE_S if grace_s is None else grace_s
+    services = None
+    pci_count = None
+    mode = None
+    plan_fabric = None
+    imex_owner = None
+    if capture is None or root_given:
+        from nvfabric.facts.inventory import collect
+        from nvfabric.rules.plan import plan
+
+        p = plan(collect(root))
+        plan_fabric = p.fabric
+        if capture is None:
+            from nvfabric.facts import services as svc
+
+            pci_count = p.gpu_count
+            kind = fabric_option or p.fabric
+            services = svc.read(root, SERVICES_BY_FABRIC.get(kind, p.services))
+            mode = svc.fabric_mode(root)
+            if kind == "mnnvl":
+                from nvfabric.facts import imexhost as host
+                from nvfabric.rules.imex import owner
+
+                imex_owner = owner.decide(host.gather_evidence(root)).owner
+    if capture is not None:
+        health = read_capture(capture)
+    else:
+        from nvfabric.facts.gpu import SMI_TIMEOUT_S, read_health
+
+        health = read_health(root, SMI_TIMEOUT_S if probe_timeout_s is None
+                             else probe_timeout_s)
+    if fabric_option:
+        fabric, source = fabric_option, "option"
+    elif plan_fabric is not None:
+        fabric, source = plan_fabric, "plan"
+    else:
+        fabric, source = infer_fabric(health.gpus, health.findings), "inferred"
+    result = verdict(Inputs(
+        gpus=health.gpus, fabric=fabric, services=services, pci_gpu_count=pci_count,
+        grace_s=grace, fabric_mode=mode, reader_findings=health.findings,
+        imex_owner=imex_owner,
+    ))
+    if source == "inferred":
+        result = type(result)(result.verdict, result.findings, (
+            f"fabric kind {fabric} inferred from the capture's GPU names and states "
+            "(pass --root or --fabric to state it)",
+            *result.reasons,
+        ))
+    return Report(result, health, fabric, source, services,
+                  node_identity(root, fabric) if capture is None or root_given else ())
+
+
+def node_identity(root: str, fabric: str | None) -> tuple[tuple[str, Any], ...]:
+    """What ``nvfabric domain check`` needs to place this report in a node list: the host
+    name, and on mnnvl trays the node's addresses and its IMEX section (owner, node list,
+    channels; :func:`nvfabric.rules.imex.report.section`)."""
+    from nvfabric.facts import imexhost as host
+
+    names = host.local_names(root)
+    out: list[tuple[str, Any]] = [("hostname", names[0] if names else None)]
+    if fabric == "mnnvl":
+        from nvfabric.rules.imex.report import section
+
+        out += [("addresses", list(host.node_addresses(root))), ("imex", section(root))]
+    return tuple(out)
+
+
+VERDICT_STYLE = {
+    "healthy": "bold green", "not_applicable": "bold cyan", "pending": "bold yellow",
+    "degraded": "bold yellow", "unhealthy": "bold red",
+}
+
+
+def print_report(report: Report) -> None:
+    """Human rendering: verdict line, per-GPU table, services, findings, reasons. Every value
+    read from the node or a capture goes through :func:`nvfabric.cli.render.safe` (markup and
+    control characters shown literally)."""
+    from rich.table import Table
+
+    con = console()
+    v = report.verdict.verdict
+    driver = report.health.driver_version
+    con.print(f"[{VERDICT_STYLE[v]}]{v}[/]  fabric {safe(report.fabric or 'unknown')} "
+              f"({report.fabric_source}), read from {report.health.source}"
+              + (f", driver {safe(driver)}" if driver else ""))
+    if report.health.gpus:
+        table = Table(box=None, pad_edge=False)
+        for col in ("GPU", "PCI", "state", "status", "clique", "ClusterUUID", "health"):
+            table.add_column(col)
+        for g in report.health.gpus:
+            bad = [f"{f.name}={f.value}" for f in g.health if f.impact]
+            table.add_row(
+                str(g.index), safe(g.pci or "-"), safe(g.state), safe(g.status or "N/A"),
+                "N/A" if g.clique_id is None else str(g.clique_id),
+                safe(g.cluster_uuid or "N/A"),
+                safe(", ".join([g.health_summary or "N/A", *bad])),
+            )
+        con.print(table)
+    for s in report.services or ():
+        state = "running" if s.running else "not running"
+        age = f", {s.age_s:.0f} s" if s.age_s is not None else ""
+        con.print(f"service {safe(s.name)}: {state}{age} ({safe(s.detail)})")
+    print_findings(con, list(report.verdict.findings), "findings")
+    for r in report.verdict.reasons:
+        con.print(f"  - {safe(r)}")
+
+
+def _root_given(ctx: click.Context) -> bool:
+    source = ctx.get_parameter_source("root")
+    return source is not None and source.name != "DEFAULT"
+
+
+fabric_option = click.option(
+    "--fabric", type=click.Choice(FABRIC_CHOICES), default=None,
+    help="The node's fabric kind (default: from --root's plan, or inferred from a capture).",
+)
+grace_option = click.option(
+    "--grace", type=Seconds(min=0), default=None,
+    help="Seconds GPUs may take to register after the services started (default 300).",
+)
+
+
+@click.command("status")
+@root_option
+@click.option("--from-nvidia-smi", "capture", metavar="FILE", default=None,
+              help="Judge a saved `nvidia-smi -q` / `-q -x` / `--query-gpu` capture ('-': stdin).")
+@fabric_option
+@grace_option
+@json_option
+@click.pass_context
+@guarded
+def status(ctx: click.Context, root: str, capture: str | None, fabric: str | None,
+           grace: float | None, as_json: bool) -> None:
+    """Verdict on the NVLink fabric: healthy, degraded, unhealthy, pending or not_applicable.
+
+    \b
+    Exit codes: 0 healthy or not_applicable; 1 degraded, unhealthy or pending; 2 bad input.
+    """
+    from nvfabric.facts.gpu import exit_on_sigterm
+
+    with exit_on_sigterm():
+        report = evaluate(root, capture, fabric, _root_given(ctx), grace)
+    if as_json:
+        print_json(report.to_json())
+    else:
+        print_report(report)
+    sys.exit(report.exit_code)
+
+
+#: The shortest fabric-state probe ``wait`` makes, even when its time is (nearly) up, so that
+#: the last answer is a reading rather than a timeout; it bounds the overrun of --timeout.
+MIN_PROBE_S = 0.5
+
+
+def probe_budget(left_s: float) -> float:
+    """Seconds the next fabric-state probe of ``wait`` may take: the time left before the
+    deadline, at least :data:`MIN_PROBE_S`, at most the usual probe timeout."""
+    from nvfabric.facts.gpu import SMI_TIMEOUT_S
+
+    return min(SMI_TIMEOUT_S, max(MIN_PROBE_S, left_s))
+
+
+@click.command("wait")
+@root_option
+@fabric_option
+@grace_option
+@click.option("--timeout", type=Seconds(min=0), default=300.0, show_default=True,
+              help="Seconds to wait for a healthy fabric.")
+@click.option("--interval", type=Seconds(min=0.05), default=1.0, show_default=True,
+              help="Seconds between checks.")
+@json_option
+@guarded
+def wait(root: str, fabric: str | None, grace: float | None, timeout: float, interval: float,
+         as_json: bool) -> None:
+    """Block until the fabric is healthy (exit 0) or the timeout passes (exit 1, findings).
+
+    For init containers, ExecStartPost= and job prologs.
+    """
+    from nvfabric.facts.gpu import exit_on_sigterm
+
+    deadline = time.monotonic() + timeout
+    with exit_on_sigterm():
+        while True:
+            left = deadline - time.monotonic()
+            report = evaluate(root, None, fabric, True, grace,
+                              probe_timeout_s=probe_budget(left))
+            if report.exit_code == 0 or time.monotonic() >= deadline:
+                break
+            time.sleep(min(interval, max(0.0, deadline - time.monotonic())))
+    if as_json:
+        print_json({**report.to_json(), "timed_out": report.exit_code != 0})
+    else:
+        if report.exit_code != 0:
+            console(stderr=True).print(f"timed out after {timeout:.0f} s")
+        print_report(report)
+    sys.exit(report.exit_code)
+

@@ -1,1 +1,0 @@
-"""One module per ``nvfabric`` subcommand; each is thin: options, call the core, print."""

@@ -1,0 +1,1 @@
+"""The only writers: atomic files, config patching, device nodes, unit files."""

@@ -1,0 +1,140 @@
+"""nvfabric's systemd unit: its one text and where it goes on a node.
+
+The unit text is package data (``nvfabric/data/nvfabric.service``); the Debian package ships
+the same bytes from ``packaging/systemd/nvfabric.service`` (tests/test_unit_cli.py keeps the
+two equal). :func:`install` writes it where systemd looks for the administrator's units,
+``/etc/systemd/system`` (systemd.unit(5), "Unit File Load Path": it wins over the package's
+``/usr/lib/systemd/system``), under a root directory so that tests and image builds write
+into a tree.
+
+Errors: :class:`UnitError` (a finding, exit 1) when the path is a symbolic link (a masked
+unit is a link to ``/dev/null``; writing through or over it would unmask it) or not a file,
+when a file stands where one of its directories should be (named in the message), or when
+the write fails; the previous file is then untouched (configs/atomic.py).
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+import stat
+from dataclasses import dataclass
+from importlib import resources
+
+from nvfabric.effects.atomic import write_atomic
+from nvfabric.model.errors import NvfabricError
+from nvfabric.model.findings import Finding
+from nvfabric.model.hostpath import under_root
+from nvfabric.supervisor import not_a_directory
+
+UNIT_NAME = "nvfabric.service"
+#: Where the administrator's units live (systemd.unit(5)): what ``unit install`` writes.
+UNIT_DIR = "/etc/systemd/system"
+#: Where a package's units live (Debian: ``/lib`` is ``/usr/lib``); an install in
+#: :data:`UNIT_DIR` overrides a unit found here.
+PACKAGE_UNIT_DIRS = ("/usr/lib/systemd/system", "/lib/systemd/system")
+#: The suffix of the copy kept of a unit file that is replaced (configs/atomic.py).
+BACKUP_SUFFIX = ".nvfabric.bak"
+
+
+def unit_text() -> str:
+    """The unit file, exactly as shipped (UTF-8 text ending in a newline); from the
+    single-file binary with ``NotifyAccess=all`` (:func:`nvfabric.frozen.unit_for_binary`)."""
+    from nvfabric.frozen import is_frozen, unit_for_binary
+
+    text = (resources.files("nvfabric") / "data" / UNIT_NAME).read_text(encoding="utf-8")
+    return unit_for_binary(text) if is_frozen() else text
+
+
+@dataclass(frozen=True)
+class Installed:
+    """What :func:`install` did. ``path``: the unit file (under the root); ``result``:
+    ``written`` (new), ``replaced`` (a different file was there, copied to ``backup``
+    first), ``unchanged`` (the same bytes were there: nothing written) or ``would_write``
+    (dry run: nothing written); ``shadows``: a package's unit of the same name that this
+    one overrides, if any."""
+
+    path: str
+    result: str
+    backup: str | None
+    shadows: str | None
+
+
+class UnitError(NvfabricError):
+    """The unit cannot be installed (exit 1); nothing was changed."""
+
+    def __init__(self, message: str, hint: str, path: str) -> None:
+        super().__init__(Finding("unit_not_installed", "error", message, hint,
+                                 {"path": path}), exit_code=1)
+
+
+def install(root: str, *, dry_run: bool = False, text: str | None = None) -> Installed:
+    """Write ``text`` (default :func:`unit_text`) to ``<root>/etc/systemd/system/
+    nvfabric.service``: temporary file, fsync, rename; a different file already there is
+    kept as ``nvfabric.service.nvfabric.bak``; the same bytes are left alone. ``dry_run``
+    checks the same and writes nothing. Raises :class:`UnitError` (see module docstring)."""
+    content = unit_text() if text is None else text
+    path = under_root(root, f"{UNIT_DIR}/{UNIT_NAME}")
+    real_dir = os.path.realpath(os.path.dirname(path))
+    base = os.path.realpath(root)
+    if base != "/" and not (real_dir + "/").startswith(base.rstrip("/") + "/"):
+        raise UnitError(f"{os.path.dirname(path)} resolves to {real_dir}, outside the root "
+                        f"{root}; nothing was written",
+                        "give a --root whose etc/systemd/system is a directory in it", path)
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        st = None
+    except NotADirectoryError:
+        blocker = not_a_directory(os.path.dirname(path)) or os.path.dirname(path)
+        raise UnitError(f"{blocker} is a file where a directory should be; nothing was "
+                        "written", f"move {blocker} away (systemd reads units from the "
+                        f"directory {UNIT_DIR}), then install again", path) from None
+    except OSError as err:
+        raise UnitError(f"cannot read {path}: {err.strerror or err}",
+                        "check the permissions of etc/systemd/system", path) from None
+    old: bytes | None = None
+    if st is not None:
+        if stat.S_ISLNK(st.st_mode):
+            target = os.readlink(path)
+            what = "masked (a link to /dev/null)" if target == os.devnull else \
+                f"a link to {target}"
+            raise UnitError(
+                f"{path} is {what}; nothing was written",
+                f"systemctl unmask {UNIT_NAME} (or remove the link) if nvfabric should "
+                "manage the fabric here, then install again", path)
+        if not stat.S_ISREG(st.st_mode):
+            raise UnitError(f"{path} exists and is not a regular file; nothing was written",
+                            "remove it, then install again", path)
+        try:
+            with open(path, "rb") as fh:
+                old = fh.read()
+        except OSError as err:
+            raise UnitError(f"cannot read {path}: {err.strerror or err}",
+                            "check its permissions", path) from None
+    data = content.encode()
+    shadows = next((under_root(root, f"{d}/{UNIT_NAME}") for d in PACKAGE_UNIT_DIRS
+                    if os.path.isfile(under_root(root, f"{d}/{UNIT_NAME}"))), None)
+    if old == data:
+        return Installed(path, "unchanged", None, shadows)
+    result = "written" if old is None else "replaced"
+    backup = path + BACKUP_SUFFIX if old is not None else None
+    if dry_run:
+        return Installed(path, "would_write", backup, shadows)
+    try:
+        write_atomic(path, data, mode=0o644, backup=True, dir_mode=0o755)
+    except OSError as err:
+        raise UnitError(f"cannot write {path}: {err.strerror or err}; the previous file, if "
+                        "any, is untouched", "run as root, or pass --root DIR", path) from None
+    return Installed(path, result, backup, shadows)
+
+
+def next_steps(root: str) -> list[str]:
+    """The commands that make systemd load and start the installed unit: on the running
+    system (``root`` is ``/``), daemon-reload then enable --now; in a tree (an image being
+    built), ``systemctl --root`` enable (offline: it only makes the wants/ link), quoted as a
+    shell reads it (shlex)."""
+    if os.path.abspath(root) == "/":
+        return ["systemctl daemon-reload", f"systemctl enable --now {UNIT_NAME}"]
+    # quoted for a shell: the operator pastes it (an image tree may be "/srv/img 2")
+    return [shlex.join(["systemctl", "--root", os.path.abspath(root), "enable", UNIT_NAME])]

@@ -1,0 +1,262 @@
+"""``nvidia-imex-ctl`` output: the local query (``-q``) and the domain status (``-N``, ``-N -j``).
+Pure parsers; the calls themselves (always under a hard timeout) are in
+:mod:`nvfabric.facts.imexhost`.
+
+- ``-q`` prints ``READY`` once the local daemon has its quorum and serves requests.
+- ``-N -j``: ``{"nodes": {"<id>": {"status", "host", "connections": {"<id>": {"host",
+  "status", "changed"}}, "version", "hostName"}}, "timestamp", "status": "UP|DEGRADED|DOWN"}``
+  (captures ../shared/corpus/imex/dcgm-test-imex-ctl-N-j-degraded-580.30.json and
+  dcgm-test-imex-ctl-N-j-up-oneline.json).
+- ``-N``: a legend, a timestamp, ``Node #N - <address> - <STATUS> - Version: <v>`` lines, a
+  From/To matrix of connection letters (C connected, I invalid/unreachable, N never connected,
+  R recovering, D disconnected, A authenticating, !V! version mismatch, !M! node map mismatch)
+  and ``Domain State: UP`` (capture ../shared/corpus/imex/
+  aws-pcluster-p6e-gb200-18node-imex-ctl-N-570.172.txt).
+
+Source of the flags: NVIDIA IMEX guide, "IMEX Service Command Service".
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Any
+
+from nvfabric import strict
+from nvfabric.model.findings import Finding
+from nvfabric.model.hostpath import check as check_path
+from nvfabric.model.words import plural
+
+STATES = ("UP", "DEGRADED", "DOWN")
+READY = "READY"
+#: Matrix letters meaning "no working connection" (legend of the -N output).
+BAD_LINKS = {"I", "N", "R", "D", "!V!", "!M!"}
+LINK_WORDS = {
+    "C": "connected", "I": "invalid (not reachable)", "N": "never connected",
+    "R": "recovering", "D": "disconnected", "A": "authenticating",
+    "!V!": "version mismatch", "!M!": "node map mismatch",
+}
+
+_NODE_LINE = re.compile(r"^\s*Node\s+#(\d{1,9})\s+-\s+(.*)$", re.ASCII)
+_STATE_LINE = re.compile(r"^\s*Domain State:\s*(\S+)")
+_MATRIX_ROW = re.compile(r"^\s*(\d{1,9})\s+((?:(?:C|I|N|R|D|A|!V!|!M!)\s*)+)$", re.ASCII)
+
+
+@dataclass(frozen=True)
+class CtlNode:
+    """One node of the domain as the daemon reports it. ``host`` is the node list entry."""
+
+    node_id: int
+    host: str
+    status: str
+    version: str | None = None
+    hostname: str | None = None
+
+    def label(self) -> str:
+        name = f" ({self.hostname})" if self.hostname else ""
+        return f"{self.host or '?'}{name} (node {self.node_id})"
+
+
+@dataclass(frozen=True)
+class DomainStatus:
+    """The domain as one daemon sees it. ``state`` UP, DEGRADED, DOWN (or what it printed);
+    ``unreachable`` labels of nodes that are not READY or that no one reaches; ``bad_links``
+    ``from -> to: meaning`` lines; ``source`` ``json`` or ``text``."""
+
+    state: str
+    nodes: tuple[CtlNode, ...]
+    unreachable: tuple[str, ...] = ()
+    bad_links: tuple[str, ...] = ()
+    timestamp: str | None = None
+    source: str = "json"
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "state": self.state,
+            "timestamp": self.timestamp,
+            "nodes": [
+                {"id": n.node_id, "host": n.host, "status": n.status, "version": n.version,
+                 "hostname": n.hostname}
+                for n in self.nodes
+            ],
+            "unreachable": list(self.unreachable),
+            "bad_links": list(self.bad_links),
+        }
+
+    def finding(self) -> Finding | None:
+        """``imex_domain_degraded`` (error) unless the domain is UP with at least one node
+        and no unreachable one (UP over 0 nodes, or with unreachable ones, is not healthy)."""
+        if self.state == "UP" and self.nodes and not self.unreachable:
+            return None
+        if self.unreachable:
+            why = "unreachable " + ", ".join(self.unreachable)
+        elif not self.nodes:
+            why = "nvidia-imex-ctl lists no node (is the daemon running with a node list?)"
+        elif self.bad_links:
+            why = (f"{plural(len(self.bad_links), 'link')} down, e.g. {self.bad_links[0]}; "
+                   "every node reports READY")
+        else:
+            why = "every node reports READY and nvidia-imex-ctl names no unreachable node"
+        return Finding(
+            "imex_domain_degraded", "error",
+            f"IMEX domain is {self.state}: {why}",
+            "on each unreachable node: is nvidia-imex running (nvfabric imex domain there), "
+            "is its address in the same node list, does the IMEX port (SERVER_PORT, 50000) "
+            "pass between the nodes",
+            {"state": self.state, "unreachable": list(self.unreachable),
+             "bad_links": list(self.bad_links[:20])},
+        )
+
+
+def query_argv(ctl: str, config: str) -> tuple[str, ...]:
+    """``nvidia-imex-ctl -c <config> -q``: prints READY when the local daemon serves.
+    ValueError on a bad path."""
+    return (check_path(ctl, "nvidia-imex-ctl"), "-c", check_path(config, "IMEX config"), "-q")
+
+
+def domain_argv(ctl: str, config: str, as_json: bool = True) -> tuple[str, ...]:
+    """``nvidia-imex-ctl -c <config> -N [-j]``: the whole domain's status."""
+    out = (check_path(ctl, "nvidia-imex-ctl"), "-c", check_path(config, "IMEX config"), "-N")
+    return out + ("-j",) if as_json else out
+
+
+def parse_query(text: str) -> bool:
+    """True when ``nvidia-imex-ctl -q`` output says READY (a line that is exactly READY)."""
+    return any(line.strip() == READY for line in text.splitlines())
+
+
+def parse_domain(text: str) -> DomainStatus:
+    """``-N -j`` JSON or ``-N`` text, told apart by the first character; ValueError when it is
+    neither."""
+    stripped = text.lstrip()
+    if stripped.startswith("{"):
+        return parse_json(stripped)
+    return parse_text(text)
+
+
+def parse_json(text: str) -> DomainStatus:
+    """``nvidia-imex-ctl -N -j``; ValueError on malformed JSON, a missing status, or a value of
+    the wrong type anywhere (the message names its path, ``nodes.0.connections``). Numbers
+    and nesting are bounded (:func:`nvfabric.strict.parse_json`)."""
+    try:
+        return _parse_json(text)
+    except strict.BadValue as err:
+        raise ValueError(f"nvidia-imex-ctl JSON: {err}") from None
+
+
+def _parse_json(text: str) -> DomainStatus:
+    data = strict.obj(strict.parse_json(text), "document")
+    if not isinstance(data.get("status"), str):
+        raise ValueError("nvidia-imex-ctl JSON has no top-level \"status\"")
+    raw_nodes = strict.obj(data.get("nodes") or {}, "nodes")
+    nodes: list[CtlNode] = []
+    referenced: dict[int, str] = {}
+    bad: list[str] = []
+    for key, value in raw_nodes.items():
+        where = f"nodes.{key}"
+        raw = strict.obj(value, where)
+        node_id = strict.to_int(key, what=f"node key {where}", max_digits=9)
+        node = CtlNode(node_id, _field(raw, "host", where), _field(raw, "status", where),
+                       _opt(_field(raw, "version", where)), _opt(_field(raw, "hostName", where)))
+        nodes.append(node)
+        conns = strict.obj(raw.get("connections") or {}, f"{where}.connections")
+        for peer_key, value2 in conns.items():
+            cwhere = f"{where}.connections.{peer_key}"
+            conn = strict.obj(value2, cwhere)
+            peer = strict.to_int(peer_key, what=f"peer key {cwhere}", max_digits=9)
+            referenced.setdefault(peer, _field(conn, "host", cwhere))
+            status = _field(conn, "status", cwhere)
+            # A node's entry for itself is no link (the table's diagonal, see parse_text).
+            if status != "CONNECTED" and peer != node.node_id:
+                bad.append(f"node {node.node_id} -> node {peer_key}: {status.lower() or '?'}")
+    nodes.sort(key=lambda n: n.node_id)
+    known = {n.node_id for n in nodes}
+    unreachable = [n.label() for n in nodes if n.status != READY]
+    unreachable += [
+        f"{host or '?'} (node {nid}, no status reported)"
+        for nid, host in sorted(referenced.items()) if nid not in known
+    ]
+    return DomainStatus(_state(data["status"]), tuple(nodes), tuple(unreachable), tuple(bad),
+                        _opt(data.get("timestamp")), "json")
+
+
+def _state(text: str) -> str:
+    """The domain status as printed (``UP``, ``DEGRADED``, ``DOWN``: :data:`STATES`, any
+    case); ValueError for any other: an unknown status is not judged healthy or not."""
+    state = text.strip().upper()
+    if state not in STATES:
+        shown = text if len(text) <= 40 else text[:40] + "..."
+        raise ValueError(f"unknown IMEX domain status {shown!r} (nvidia-imex-ctl prints "
+                         + ", ".join(STATES) + ")")
+    return state
+
+
+def _field(raw: dict[str, Any], key: str, where: str) -> str:
+    """A string field of a node or connection (absent/null: ""); a number is taken as
+    printed (versions); BadValue naming the path for an object, array or boolean."""
+    value = raw.get(key)
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return str(value)
+    return strict.text(value, f"{where}.{key}", optional=True)
+
+
+def _opt(value: object) -> str | None:
+    return str(value) if value not in (None, "") else None
+
+
+def parse_text(text: str) -> DomainStatus:
+    """``nvidia-imex-ctl -N`` text; ValueError when it has no ``Domain State:`` line."""
+    state: str | None = None
+    nodes: list[CtlNode] = []
+    matrix: dict[int, list[str]] = {}
+    timestamp = None
+    for line in text.splitlines():
+        m = _NODE_LINE.match(line)
+        if m:
+            nodes.append(_text_node(strict.to_int(m.group(1)), m.group(2)))
+            continue
+        m = _STATE_LINE.match(line)
+        if m:
+            state = _state(m.group(1))
+            continue
+        m = _MATRIX_ROW.match(line)
+        if m:
+            matrix[strict.to_int(m.group(1))] = m.group(2).split()
+            continue
+        if timestamp is None and re.match(r"^\d{1,2}/\d{1,2}/\d{4} \d", line.strip(), re.ASCII):
+            timestamp = line.strip()
+    if state is None:
+        raise ValueError("nvidia-imex-ctl output has no 'Domain State:' line")
+    by_id = {n.node_id: n for n in nodes}
+    unreachable = [n.label() for n in nodes if n.status != READY]
+    bad: list[str] = []
+    cut_off: set[int] = set()
+    for src, cells in sorted(matrix.items()):
+        for dst, cell in enumerate(cells):
+            if cell in BAD_LINKS and src != dst:
+                bad.append(f"node {src} -> node {dst}: {LINK_WORDS[cell]}")
+                if by_id.get(src) is not None and by_id[src].status == READY:
+                    cut_off.add(dst)
+    for dst in sorted(cut_off):
+        node = by_id.get(dst)
+        if node is not None and node.status == READY:
+            unreachable.append(f"{node.label()}, not reached by every peer")
+        elif node is None:
+            unreachable.append(f"node {dst}, not reached by every peer")
+    return DomainStatus(state, tuple(nodes), tuple(unreachable), tuple(bad), timestamp, "text")
+
+
+def _text_node(node_id: int, rest: str) -> CtlNode:
+    """``198.51.100.1    - READY                - Version: 570.172`` (``-H`` adds a name)."""
+    parts = [p.strip() for p in rest.split(" - ")]
+    host = parts[0] if parts else ""
+    hostname = None
+    m = re.match(r"^(\S+)\s+\((.+)\)$", host)
+    if m:
+        host, hostname = m.group(1), m.group(2)
+    status = parts[1] if len(parts) > 1 else ""
+    version = None
+    for p in parts[2:]:
+        if p.startswith("Version:"):
+            version = p.split(":", 1)[1].strip() or None
+    return CtlNode(node_id, host, status, version, hostname)

@@ -1,0 +1,1 @@
+"""The vocabulary of nvfabric: value types, findings and their codes, errors."""

@@ -1,0 +1,294 @@
+"""The fabric plan: which services this node needs, in which order, on which port. Pure.
+
+Decision rules (NVIDIA Fabric Manager User Guide: "Supported platforms", "NVLink 5 / NVLSM";
+IMEX guide; cases ../shared/cases/P*.yaml):
+
+1. A GPU of a GB200/GB300 compute tray -> ``mnnvl``: IMEX only, never fabric manager.
+2. A ConnectX LPF on PCI (VPD ``SMDL=SW_MNG``) or NVLink 5 baseboard GPUs -> ``nvlink5``:
+   NVLSM then fabric manager on one management port. Recognised from PCI alone, so a node with
+   the IB stack missing is blocked (``ib_stack_missing``), never downgraded to ``nvswitch``.
+3. NVSwitch gen 1-3 on PCI (class 0x0680) -> ``nvswitch``: fabric manager alone.
+4. Otherwise ``none``: PCIe cards, NVLink bridges, a lone superchip, no GPU.
+
+Management port: the ports of LPF IB devices, devices in plain string order of their names
+(as ``ibstat -l`` lists them), ports in number order; a port with capability mask bit 0x400
+(IsSMDisabled), a zero GUID, or a capability mask or GUID that cannot be read is skipped; the
+first eligible is taken. NVLink 5 GPUs without any LPF on PCI block with
+``management_port_not_found`` (no port GUID to give), whatever the IB stack.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from nvfabric.model.findings import Finding
+from nvfabric.model.inventory import MELLANOX, Inventory
+from nvfabric.model.words import plural
+from nvfabric.rules.products import lookup
+
+FABRICS = ("none", "nvswitch", "nvlink5", "mnnvl")
+SERVICES_BY_FABRIC: dict[str, tuple[str, ...]] = {
+    "none": (),
+    "nvswitch": ("fabricmanager",),
+    "nvlink5": ("nvlsm", "fabricmanager"),
+    "mnnvl": ("imex",),
+}
+
+HINT_IB_STACK = (
+    "load the InfiniBand stack: `modprobe mlx5_ib ib_umad`, and make it persistent with "
+    "`printf 'mlx5_ib\\nib_umad\\n' > /etc/modules-load.d/nvlink5.conf`"
+)
+HINT_IB_UMAD = (
+    "`modprobe ib_umad` and add `ib_umad` to /etc/modules-load.d/ so NVLSM and fabric manager "
+    "find /dev/infiniband/umad* after a reboot"
+)
+
+
+@dataclass(frozen=True)
+class ManagementPort:
+    """The LPF port whose GUID goes to NVLSM and fabric manager (``-g``)."""
+
+    device: str
+    port: int
+    guid: str
+
+    def to_json(self) -> dict[str, Any]:
+        return {"device": self.device, "port": self.port, "guid": self.guid}
+
+
+@dataclass(frozen=True)
+class Plan:
+    """What to run. ``services`` in start order; ``blockers`` must be fixed before any start;
+    ``reasons`` explain each decision in one line each."""
+
+    fabric: str
+    services: tuple[str, ...]
+    management_port: ManagementPort | None
+    driver_version: str | None
+    arch: str
+    blockers: tuple[Finding, ...] = ()
+    reasons: tuple[str, ...] = ()
+    gpu_count: int = 0
+    products: tuple[str, ...] = field(default=())
+
+    @property
+    def blocked(self) -> bool:
+        return bool(self.blockers)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "fabric": self.fabric,
+            "services": list(self.services),
+            "management_port": self.management_port.to_json() if self.management_port else None,
+            "driver_version": self.driver_version,
+            "arch": self.arch,
+            "gpu_count": self.gpu_count,
+            "products": list(self.products),
+            "blockers": [b.to_json() for b in self.blockers],
+            "reasons": list(self.reasons),
+        }
+
+
+def plan(inv: Inventory) -> Plan:
+    """Decide the fabric of a node. Pure: reads only ``inv``."""
+    reasons: list[str] = []
+    blockers: list[Finding] = []
+    gpus = inv.gpus
+    roles: dict[str, int] = {}
+    names: dict[str, int] = {}
+    for gpu in gpus:
+        product = lookup(gpu.vendor, gpu.device)
+        role = product.role if product else "unknown"
+        roles[role] = roles.get(role, 0) + 1
+        name = product.name if product else f"10de:{gpu.device:04x}"
+        names[name] = names.get(name, 0) + 1
+    products = tuple(f"{n} x{c}" for n, c in names.items())
+    if gpus:
+        reasons.append("GPUs on PCI: " + ", ".join(products))
+    else:
+        reasons.append("no NVIDIA GPU on PCI")
+
+    switches = inv.nvswitches
+    lpfs = inv.lpfs
+    port: ManagementPort | None = None
+
+    if roles.get("mnnvl_gpu"):
+        fabric = "mnnvl"
+        reasons.append(
+            "GB200/GB300 compute tray: NVLink switches live in the switch trays; this node runs "
+            "IMEX, never a local fabric manager"
+        )
+    elif lpfs or roles.get("nvlink5_gpu"):
+        fabric = "nvlink5"
+        if lpfs:
+            reasons.append(
+                f"{plural(len(lpfs), 'ConnectX LPF')} with VPD SMDL=SW_MNG on PCI ("
+                + ", ".join(f.address for f in lpfs)
+                + "): NVLink 5 baseboard, NVLSM then fabric manager"
+            )
+            port = _nvlink5_checks(inv, reasons, blockers)
+        else:
+            reasons.append("NVLink 5 GPUs but no LPF (VPD SMDL=SW_MNG) visible on PCI")
+            reasons.append("management port: not chosen, no LPF on PCI")
+            blockers.append(_no_lpf(inv))
+    elif switches:
+        fabric = "nvswitch"
+        reasons.append(
+            f"{len(switches)} NVSwitch(es) on PCI ("
+            + ", ".join(sorted({_name(f.vendor, f.device) for f in switches}))
+            + "): fabric manager alone"
+        )
+        if inv.driver_version and len(inv.nvswitch_proc_devices) < len(switches):
+            reasons.append(
+                f"only {len(inv.nvswitch_proc_devices)} of {len(switches)} NVSwitches appear in "
+                "/proc/driver/nvidia-nvswitch/devices; fabric manager will see only those"
+            )
+    else:
+        fabric = "none"
+        if gpus:
+            reasons.append(
+                "no NVSwitch, no LPF, no multi-node NVLink GPU: nothing to manage (PCIe, NVLink "
+                "bridge or a lone superchip)"
+            )
+
+    if fabric != "none" and (inv.driver_version is None or "nvidia" not in inv.modules):
+        blockers.append(
+            Finding(
+                "driver_not_loaded",
+                "error",
+                f"the NVIDIA kernel module is not loaded; a {fabric} node needs it before any "
+                "fabric service",
+                "load the driver (`modprobe nvidia`) or install it; fabric services must match "
+                "its exact version",
+            )
+        )
+    return Plan(
+        fabric=fabric,
+        services=SERVICES_BY_FABRIC[fabric],
+        management_port=port,
+        driver_version=inv.driver_version,
+        arch=inv.arch,
+        blockers=tuple(blockers),
+        reasons=tuple(reasons),
+        gpu_count=len(gpus),
+        products=products,
+    )
+
+
+def _name(vendor: int, device: int) -> str:
+    product = lookup(vendor, device)
+    return product.name if product else f"{vendor:04x}:{device:04x}"
+
+
+def _no_lpf(inv: Inventory) -> Finding:
+    """The blocker of NVLink 5 GPUs without any LPF on PCI: there is no port GUID to give
+    NVLSM and fabric manager, whatever the IB stack. Names the ConnectX functions that are on
+    PCI and those whose VPD could not be read (sysfs ``vpd`` is mode 0600, root only: Linux
+    drivers/pci/vpd.c), the usual reasons an LPF is not seen."""
+    connectx = [f.address for f in inv.pci if f.vendor == MELLANOX]
+    no_vpd = [f.address for f in inv.pci if f.vendor == MELLANOX and f.vpd is None]
+    if not connectx:
+        detail = "no ConnectX function on PCI at all"
+    else:
+        detail = f"{plural(len(connectx), 'ConnectX function')} on PCI, none with SMDL=SW_MNG"
+        if no_vpd:
+            detail += f"; no readable VPD on {', '.join(no_vpd)}"
+    return Finding(
+        "management_port_not_found",
+        "error",
+        "no LPF (ConnectX function whose VPD has SMDL=SW_MNG) visible on PCI (" + detail
+        + "); NVLSM and fabric manager need an LPF port GUID",
+        "the LPFs are the baseboard's ConnectX management functions: check that the baseboard "
+        "firmware exposes them and that `lspci -d 15b3: -vvv`, run as root, shows SMDL=SW_MNG "
+        "in their [VA] field; nvfabric reads the VPD from sysfs, which only root may read",
+        {"connectx": connectx, "without_vpd": no_vpd, "candidates": []},
+    )
+
+
+def _nvlink5_checks(
+    inv: Inventory, reasons: list[str], blockers: list[Finding]
+) -> ManagementPort | None:
+    """IB stack checks and management port choice for an NVLink 5 node."""
+    lpf_addresses = {f.address for f in inv.lpfs}
+    lpf_devices = sorted(
+        (d for d in inv.infiniband if d.pci in lpf_addresses), key=lambda d: d.name
+    )
+    if "mlx5_ib" not in inv.modules or (lpf_addresses and not lpf_devices):
+        missing = [m for m in ("mlx5_ib", "ib_umad") if m not in inv.modules]
+        blockers.append(
+            Finding(
+                "ib_stack_missing",
+                "error",
+                "the LPFs have no InfiniBand device ("
+                + (", ".join(missing) + " not loaded" if missing else "no sys/class/infiniband")
+                + "); NVLSM and fabric manager cannot reach the NVSwitches",
+                HINT_IB_STACK,
+                {"missing_modules": missing},
+            )
+        )
+        reasons.append("management port: not chosen, no InfiniBand device on the LPFs")
+        return None
+    if "ib_umad" not in inv.modules:
+        blockers.append(
+            Finding(
+                "missing_kernel_module",
+                "error",
+                "kernel module ib_umad is not loaded; NVLSM and fabric manager need "
+                "/dev/infiniband/umad* to talk to the NVSwitches",
+                HINT_IB_UMAD,
+                {"module": "ib_umad"},
+            )
+        )
+    chosen: ManagementPort | None = None
+    candidates: list[dict[str, Any]] = []
+    unreadable_seen = False
+    for dev in lpf_devices:
+        for p in dev.ports:
+            guid = p.guid if p.guid is not None else "unreadable"
+            mask = f"0x{p.cap_mask:08x}" if p.cap_mask is not None else "unreadable"
+            where = f"{dev.name} port {p.port} (GUID {guid}, capability mask {mask})"
+            if p.cap_mask is None or p.guid is None:
+                unreadable_seen = True
+                verdict = "skipped: " + " and ".join(
+                    what for what, bad in (("unreadable capability mask", p.cap_mask is None),
+                                           ("unreadable port GUID", p.guid is None)) if bad
+                )
+            elif p.sm_disabled:
+                verdict = "skipped: SM disabled (capability mask bit 0x400 set)"
+            elif p.guid_is_zero:
+                verdict = "skipped: zero port GUID"
+            elif chosen is not None:
+                verdict = "eligible, not needed (an earlier port was taken)"
+            else:
+                chosen = ManagementPort(dev.name, p.port, p.guid)
+                verdict = "taken: first eligible LPF port"
+            reasons.append(f"candidate {where}: {verdict}")
+            candidates.append(
+                {"device": dev.name, "port": p.port, "guid": guid, "cap_mask": mask,
+                 "verdict": verdict}
+            )
+    others = sorted(d.name for d in inv.infiniband if d.pci not in lpf_addresses)
+    if others:
+        reasons.append(
+            "not candidates (no SMDL=SW_MNG in VPD, ordinary NICs): " + ", ".join(others)
+        )
+    if chosen is None:
+        listing = "; ".join(
+            f"{c['device']}/{c['port']} {c['guid']} cap_mask {c['cap_mask']}: {c['verdict']}"
+            for c in candidates
+        )
+        blockers.append(
+            Finding(
+                "management_port_not_found",
+                "error",
+                "no LPF port can host NVLSM"
+                + (f" ({listing})" if listing else " (the LPF IB devices have no ports)"),
+                "an LPF port with the SM enabled (capability mask bit 0x400 clear) and a "
+                "non-zero GUID is needed: check the baseboard firmware and `ibstat` of each LPF"
+                + ("; a port whose ports/N/cap_mask or gids/0 under /sys/class/infiniband "
+                   "cannot be read is never taken" if unreadable_seen else ""),
+                {"candidates": candidates},
+            )
+        )
+    return chosen

@@ -1,0 +1,588 @@
+"""The verdict: can CUDA use this node's NVLink fabric? Pure rules over the plan's fabric kind,
+the services' liveness and every GPU's fabric registration. No I/O, no clock: elapsed times
+come in as numbers.
+
+Rules (from the field cases tests/data/cases/S*.yaml, the copy of ../shared/cases, and the
+NVIDIA Fabric Manager User Guide, "GPU fabric registration" / "NVLink 5"):
+
+- No fabric reported (state not_supported / N/A everywhere) where the fabric kind is ``none``
+  (or unknown) -> ``not_applicable`` (S01: PCIe cards are never "unhealthy").
+- ``in_progress`` / ``not_started`` -> ``pending`` while the services that register GPUs have
+  run for less than the grace period, or when that cannot be known (a saved capture, S02);
+  past the grace period, or with those services not running -> ``registration_stuck``
+  (unhealthy). CUDA returns error 802 (system not yet initialized) until registration ends.
+  FABRIC_MODE=1 (shared NVSwitch) with no partition assigned -> pending (information).
+- ``completed`` with a status other than success -> ``registration_error`` naming the GPU (S03).
+- Health summary unhealthy, route unhealthy or an incorrect configuration ->
+  ``fabric_unhealthy`` (unhealthy); limited capacity, degraded bandwidth or a recovery in
+  progress -> ``fabric_unhealthy`` as a warning (degraded) (S04).
+- GPUs of one node disagreeing on ClusterUUID or CliqueId -> unhealthy. A zero ClusterUUID is
+  normal on single-node NVSwitch platforms (S05) and an error on ``mnnvl`` trays.
+- Some GPUs report a fabric state and others none (``Not Supported`` among ``Completed``) ->
+  ``partial_registration`` (unhealthy): those GPUs are off the NVLink fabric.
+- Left out is not pending (S06): once some GPUs of the node are ``completed``, a GPU still
+  ``not_started`` was left out of fabric manager's pass (fabric manager registers a baseboard's
+  GPUs in one pass) -> ``partial_registration`` (unhealthy), whatever the grace period. A GPU
+  ``in_progress`` next to completed ones may still be registering: pending within the grace
+  period (or when it cannot be known), unhealthy after it on a live node.
+- Never certify what was not read (S07): a value the verdict needs that the capture or NVML
+  does not give is ``fabric_value_missing`` naming it, and the verdict is at best
+  ``degraded``: the Status of a completed GPU (N/A: success cannot be told from failure), and
+  on ``mnnvl`` its ClusterUUID and CliqueId (the NVLink domain IMEX and NCCL form).
+- Every GPU ``Not Supported`` on an ``nvlink5`` or ``mnnvl`` platform (which always reports a
+  fabric state) -> ``fabric_info_not_supported`` (unhealthy): the driver gives no fabric info.
+- GPUs fine but fabric manager not running on an nvswitch/nvlink5 node -> ``fm_inactive``
+  (degraded: fabric manager handles NVSwitch errors and GPU resets at run time). On mnnvl
+  trays the IMEX daemon counts only where the host owns IMEX (its unit, or ``nvfabric run``:
+  :mod:`nvfabric.rules.imex.owner`): not running there is ``imex_not_ready`` (degraded); where the
+  DRA driver or Slurm start it per job its absence is normal.
+- A reader's finding (NVML missing) on a node whose plan needs no fabric is information.
+- A GPU on PCI that NVML does not list -> ``gpu_missing_from_driver`` (unhealthy).
+
+Severity order of the result: unhealthy > degraded > pending > healthy.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field, replace
+from typing import Any, Literal
+
+from nvfabric.model.findings import Finding
+from nvfabric.model.health import ZERO_UUID, GpuFabric
+from nvfabric.model.words import plural, verb
+
+VerdictWord = Literal["healthy", "degraded", "unhealthy", "pending", "not_applicable"]
+Level = Literal["unhealthy", "degraded", "pending"]
+RANK: dict[str, int] = {"healthy": 0, "pending": 1, "degraded": 2, "unhealthy": 3}
+
+DEFAULT_GRACE_S = 300.0
+
+#: Services whose absence keeps GPUs from registering, per fabric kind (plan.py
+#: SERVICES_BY_FABRIC; on mnnvl trays the NVLink switch trays' fabric manager registers GPUs).
+REGISTERING_SERVICES: dict[str, tuple[str, ...]] = {
+    "none": (),
+    "nvswitch": ("fabricmanager",),
+    "nvlink5": ("nvlsm", "fabricmanager"),
+    "mnnvl": (),
+}
+
+#: What usually keeps registration from finishing, per fabric kind (hint of registration_stuck).
+STUCK_CAUSE: dict[str, str] = {
+    "nvswitch": (
+        "usually fabric manager is not running or failed to configure the NVSwitches: "
+        "`systemctl status nvidia-fabricmanager`, then `nvfabric doctor --log "
+        "/var/log/fabricmanager.log`"
+    ),
+    "nvlink5": (
+        "usually NVLSM is not running or fabric manager was started without the LPF port GUID "
+        "(-g): both must use the same management port; `nvfabric plan` shows it, "
+        "`nvfabric doctor` on the fabric manager log shows NV_WARN_NOTHING_TO_DO or "
+        "'Detected Pre-NVL5 system' when NVLSM is missing"
+    ),
+    "mnnvl": (
+        "a GB200/GB300 tray is registered by the NVLink switch trays' fabric manager: check the "
+        "rack's NVLink switch trays / NMX controller and that this tray is in an active partition"
+    ),
+    "unknown": (
+        "usually fabric manager (and NVLSM on B200/B300 baseboards) is not running; pass --root "
+        "or --fabric so nvfabric can say which"
+    ),
+}
+
+CUDA_802 = (
+    "CUDA returns error 802 (cudaErrorSystemNotReady, 'system not yet initialized') until "
+    "registration completes"
+)
+
+#: Product name patterns -> fabric kind, used only when no plan is available (an offline
+#: capture without --root). Source: NVIDIA product names as nvidia-smi prints them
+#: (tests/data/corpus/nvidia-smi/*: "NVIDIA GB200", "NVIDIA B200", "NVIDIA H100 80GB HBM3").
+NAME_FABRIC: tuple[tuple[re.Pattern[str], str], ...] = (
+    (re.compile(r"\bGB[23]00\b"), "mnnvl"),
+    (re.compile(r"\bB[123]00\b"), "nvlink5"),
+)
+
+
+@dataclass(frozen=True)
+class ServiceState:
+    """Liveness of one fabric service, as read from the host (facts.services).
+
+    ``age_s``: seconds since the process started (None unknown); ``socket``: NVLSM's IPC socket
+    exists; ``port``: fabric manager's command port is listening (None: not checked).
+    """
+
+    name: str
+    running: bool
+    age_s: float | None = None
+    pid: int | None = None
+    socket: bool | None = None
+    port: bool | None = None
+    detail: str = ""
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "name": self.name, "running": self.running, "pid": self.pid,
+            "age_s": None if self.age_s is None else round(self.age_s, 1),
+            "socket": self.socket, "port": self.port, "detail": self.detail,
+        }
+
+
+@dataclass(frozen=True)
+class Inputs:
+    """Everything the verdict looks at.
+
+    ``fabric``: the plan's kind (None unknown); ``services`` None when liveness is unknown
+    (a saved capture); ``pci_gpu_count`` GPUs on PCI (None unknown); ``grace_s`` seconds
+    registration may take after the services started; ``fabric_mode`` fabric manager's
+    FABRIC_MODE (None unknown); ``reader_findings`` the reader's own findings.
+    """
+
+    gpus: tuple[GpuFabric, ...]
+    fabric: str | None = None
+    services: tuple[ServiceState, ...] | None = None
+    pci_gpu_count: int | None = None
+    grace_s: float = DEFAULT_GRACE_S
+    fabric_mode: int | None = None
+    reader_findings: tuple[Finding, ...] = ()
+    imex_owner: str | None = None
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """The answer: ``verdict`` word, the findings behind it, and one line per reason."""
+
+    verdict: VerdictWord
+    findings: tuple[Finding, ...] = ()
+    reasons: tuple[str, ...] = field(default=())
+
+
+def infer_fabric(gpus: tuple[GpuFabric, ...], reader_findings: tuple[Finding, ...] = ()) -> str:
+    """The fabric kind a capture shows when no plan is at hand: GB200/GB300 -> mnnvl,
+    B100/B200/B300 -> nvlink5, any other GPU reporting a fabric state -> nvswitch, else none.
+    A GPU whose fabric state could not be read (a reader finding with reason
+    ``fabric_info_error``: nvidia-smi printed an error, not N/A) has a fabric: nvswitch."""
+    for pattern, kind in NAME_FABRIC:
+        if any(g.name and pattern.search(g.name) for g in gpus):
+            return kind
+    if any(g.state != "not_supported" for g in gpus) or any(
+            f.fields.get("reason") == "fabric_info_error" for f in reader_findings):
+        return "nvswitch"
+    return "none"
+
+
+class _Acc:
+    """Collects (level, finding) pairs and reasons."""
+
+    def __init__(self) -> None:
+        self.levels: list[Level] = []
+        self.findings: list[Finding] = []
+        self.reasons: list[str] = []
+
+    def add(self, level: Level | None, finding: Finding) -> None:
+        if level is not None:
+            self.levels.append(level)
+        self.findings.append(finding)
+
+    def result(self, default: VerdictWord = "healthy") -> Verdict:
+        word: VerdictWord = default
+        if self.levels:
+            word = max(self.levels, key=lambda lv: RANK[lv])
+        return Verdict(word, tuple(self.findings), tuple(self.reasons))
+
+
+def verdict(inp: Inputs) -> Verdict:
+    """Judge the fabric (rules in the module docstring). Pure."""
+    acc = _Acc()
+    fabric = inp.fabric
+    kind = fabric or "unknown"
+    gpus = inp.gpus
+    reader_failed = any(f.severity == "error" for f in inp.reader_findings)
+    fabric_needed = fabric not in (None, "none")
+
+    for f in inp.reader_findings:
+        if fabric == "none" and f.severity != "info":
+            acc.add(None, replace(f, severity="info", hint=(
+                f"{f.hint}; nothing needs it here: this node's plan has no NVLink fabric"
+                if f.hint else "nothing needs it here: this node's plan has no NVLink fabric")))
+        elif f.severity == "error":
+            acc.add("unhealthy" if fabric_needed else None, f)
+        elif f.severity == "warning":
+            acc.add("degraded" if fabric_needed else None, f)
+        else:
+            acc.add(None, f)
+
+    if inp.pci_gpu_count is not None and not reader_failed and len(gpus) < inp.pci_gpu_count:
+        missing = inp.pci_gpu_count - len(gpus)
+        acc.add("unhealthy", Finding(
+            "gpu_missing_from_driver", "error",
+            f"{missing} of {plural(inp.pci_gpu_count, 'GPU')} on PCI "
+            f"{verb(missing, 'is', 'are')} not listed by the driver",
+            "check `dmesg` for Xid 79 / 'fallen off the bus' and RmInitAdapter errors; the GPU "
+            "needs a reset or a power cycle, and the fabric waits for every GPU",
+            {"pci_gpus": inp.pci_gpu_count, "driver_gpus": len(gpus)},
+        ))
+
+    if not gpus:
+        acc.reasons.append("no GPU could be read" if reader_failed else "no GPU listed")
+        if fabric_needed and not acc.levels:
+            acc.add("unhealthy", Finding(
+                "gpu_missing_from_driver", "error",
+                f"no GPU is listed on a {fabric} node",
+                "check that the capture or NVML covers all GPUs (`nvidia-smi -L`) and `dmesg` "
+                "for GPUs that failed to initialise",
+            ))
+        return acc.result("not_applicable")
+
+    reporting = [g for g in gpus if g.state != "not_supported"]
+    if not reporting:
+        return _no_fabric_reported(inp, acc)
+
+    acc.reasons.append(
+        f"fabric kind {kind}; {len(reporting)} of {plural(len(gpus), 'GPU')} "
+        f"{verb(len(reporting), 'reports', 'report')} a fabric state"
+    )
+    silent = [g for g in gpus if g.state == "not_supported"]
+    if silent:
+        acc.add("degraded" if fabric == "none" else "unhealthy", Finding(
+            "partial_registration", "warning" if fabric == "none" else "error",
+            f"{len(silent)} of {plural(len(gpus), 'GPU')} "
+            f"{verb(len(silent), 'reports', 'report')} no fabric state "
+            f"({verb(len(silent), 'GPU', 'GPUs')} "
+            + ", ".join(str(g.index) for g in silent)
+            + f") while {len(reporting)} {verb(len(reporting), 'reports', 'report')} one: "
+            + verb(len(silent), "that GPU is", "those GPUs are") + " not on the NVLink fabric",
+            "GPUs of one baseboard all register with the fabric; one without fabric info is "
+            "usually a GPU the driver could not bring onto NVLink: compare the Fabric sections "
+            "of `nvidia-smi -q`, check `dmesg` for Xid errors, then reset the GPU",
+            {"gpus": [g.index for g in silent], "states": sorted({g.state for g in reporting})},
+        ))
+    completed = [g for g in gpus if g.state == "completed"]
+    left_out = [g for g in gpus if g.state == "not_started"] if completed else []
+    registering = [g for g in gpus if g.state == "in_progress"
+                   or (g.state == "not_started" and not completed)]
+    failed = [g for g in completed if g.status not in (None, "success")]
+    ok = [g for g in completed if g.status == "success"]
+    if left_out:
+        _left_out(acc, left_out, completed, len(inp.gpus))
+    _values_missing(acc, completed, fabric)
+
+    for g in failed:
+        acc.add("unhealthy", Finding(
+            "registration_error", "error",
+            f"{g.label}: fabric registration completed with status {g.status}: the GPU is not "
+            "attached to the NVLink fabric",
+            _registration_error_hint(g.status, kind),
+            {"gpu": g.index, "uuid": g.uuid, "pci": g.pci, "status": g.status},
+        ))
+
+    if registering:
+        _registering(inp, acc, registering, completed, kind)
+
+    for g in ok:
+        _health(acc, g)
+
+    _consistency(acc, ok, fabric)
+    if not registering:
+        _services_when_fine(inp, acc, fabric)
+    return acc.result()
+
+
+def _left_out(acc: _Acc, left_out: list[GpuFabric], completed: list[GpuFabric],
+              total: int) -> None:
+    """S06: GPUs still Not Started next to Completed ones were left out of the pass;
+    ``total`` is every GPU read (In Progress and Not Supported ones count too)."""
+    labels = ", ".join(str(g.index) for g in left_out)
+    acc.add("unhealthy", Finding(
+        "partial_registration", "error",
+        f"{len(left_out)} of {total} GPUs were left out of fabric "
+        f"registration (GPUs {labels} Not Started while {len(completed)} completed): waiting "
+        "does not fix it",
+        "fabric manager registers a baseboard's GPUs in one pass; a GPU it left out was "
+        "excluded or has NVLink trouble: check fabric manager's log for the GPU "
+        "(`nvfabric doctor --log /var/log/fabricmanager.log`; excluded GPUs, NVLink training "
+        "or Xid errors), `dmesg` for Xid errors, then reset the GPUs and restart fabric "
+        "manager (or reboot)",
+        {"gpus": [g.index for g in left_out], "pcis": [g.pci for g in left_out],
+         "completed_gpus": len(completed)},
+    ))
+
+
+def _values_missing(acc: _Acc, completed: list[GpuFabric], fabric: str | None) -> None:
+    """S07: a value the verdict needs that was not read makes it at best degraded."""
+    needs = [("status", "Status")]
+    if fabric == "mnnvl":
+        needs += [("cluster_uuid", "ClusterUUID"), ("clique_id", "CliqueId")]
+    for attr, printed in needs:
+        unread = [g for g in completed if getattr(g, attr) is None]
+        if not unread:
+            continue
+        labels = ", ".join(str(g.index) for g in unread)
+        acc.add("degraded", Finding(
+            "fabric_value_missing", "warning",
+            f"{len(unread)} completed GPUs (GPUs {labels}) report no fabric {printed} (N/A "
+            "or missing): the fabric cannot be certified healthy without it",
+            "read it where it is printed: `nvidia-smi -q` (Fabric section) or `nvidia-smi "
+            "--query-gpu=index,uuid,fabric.state,fabric.status,fabric.cliqueId,"
+            "fabric.clusterUuid --format=csv`; on a GB200/GB300 tray a completed registration "
+            "without ClusterUUID/CliqueId means the NVLink domain is not formed: check the "
+            "NVLink switch trays / NMX partition and the driver version",
+            {"value": printed, "gpus": [g.index for g in unread]},
+        ))
+
+
+def _no_fabric_reported(inp: Inputs, acc: _Acc) -> Verdict:
+    fabric = inp.fabric
+    if fabric in (None, "none"):
+        acc.reasons.append(
+            "no GPU reports an NVLink fabric (state N/A / not supported) and this platform has "
+            "none to manage: nothing to judge"
+        )
+        return acc.result("not_applicable")
+    if fabric == "nvswitch":
+        fm = _service(inp.services, "fabricmanager")
+        acc.reasons.append(
+            "these GPUs do not report fabric registration (before Hopper, or an old driver): "
+            "judged by fabric manager's liveness"
+        )
+        if fm is None:
+            acc.add("degraded", Finding(
+                "fabric_info_not_supported", "warning",
+                "the GPUs report no fabric state and fabric manager's liveness is unknown",
+                "run `nvfabric status` on the node itself (it checks the fabric manager process)",
+            ))
+        elif not fm.running:
+            acc.add("unhealthy", Finding(
+                "fm_inactive", "error",
+                "fabric manager is not running on an NVSwitch node whose GPUs do not report "
+                "fabric registration: CUDA cannot use NVLink peer access",
+                "start fabric manager (`nvfabric run`, or `systemctl start "
+                "nvidia-fabricmanager`) at exactly the driver's version",
+            ))
+        return acc.result()
+    acc.add("unhealthy", Finding(
+        "fabric_info_not_supported", "error",
+        f"every GPU reports fabric State 'Not Supported' on a {fabric} platform, which always "
+        "reports one: the driver gives no fabric info, so nothing is registered",
+        "the driver may be too old for this platform or not fully loaded: check the driver "
+        "branch supports these GPUs' NVLink fabric, `nvidia-smi -q` (Fabric section) and "
+        "`dmesg`; on a GB200/GB300 tray also that it is in an NVLink partition of the rack",
+        {"fabric": fabric, "gpus": [g.index for g in inp.gpus]},
+    ))
+    return acc.result()
+
+
+def _registering(
+    inp: Inputs, acc: _Acc, registering: list[GpuFabric], completed: list[GpuFabric], kind: str
+) -> None:
+    labels = ", ".join(str(g.index) for g in registering)
+    count = len(registering)
+    fields: dict[str, Any] = {"gpus": [g.index for g in registering]}
+    if completed:
+        acc.add(None, Finding(
+            "partial_registration", "warning",
+            f"{plural(len(completed), 'GPU')} completed registration, {count} did not "
+            f"({verb(count, 'GPU', 'GPUs')} {labels})",
+            "a GPU that lags the others usually has NVLink or firmware trouble: check its "
+            "`nvidia-smi -q` Fabric section and `dmesg` for Xid errors",
+            fields,
+        ))
+    if inp.fabric_mode == 1 and not any(
+        (f := g.field("partition_assigned")) is not None and f.value == "true"
+        for g in inp.gpus
+    ):
+        acc.add("pending", Finding(
+            "fabric_partition_inactive", "info",
+            f"FABRIC_MODE=1 (shared NVSwitch): {plural(count, 'GPU')} "
+            f"{verb(count, 'waits', 'wait')} for a fabric partition to be activated",
+            "activate a partition through fabric manager's API (the hypervisor or "
+            "fmpm/`nv-partitioner` does this); registration then completes",
+            fields,
+        ))
+        return
+    cause = STUCK_CAUSE.get(kind, STUCK_CAUSE["unknown"])
+    hint = f"{CUDA_802}; {cause}"
+    if inp.services is None:
+        acc.add("pending", Finding(
+            "registration_stuck", "warning",
+            f"{plural(count, 'GPU')} {verb(count, 'has', 'have')} not finished fabric "
+            f"registration ({verb(count, 'GPU', 'GPUs')} {labels}); a saved capture cannot "
+            "tell for how long",
+            hint, fields,
+        ))
+        return
+    needed = REGISTERING_SERVICES.get(inp.fabric or "", ())
+    down = [n for n in needed if not ((s := _service(inp.services, n)) and s.running)]
+    if down:
+        acc.add("unhealthy", Finding(
+            "registration_stuck", "error",
+            f"{plural(count, 'GPU')} cannot finish fabric registration: {', '.join(down)} "
+            "not running",
+            hint, {**fields, "services_down": down},
+        ))
+        return
+    ages = [s.age_s for n in needed if (s := _service(inp.services, n)) is not None]
+    if not needed or not ages or any(a is None for a in ages):
+        acc.add("pending", Finding(
+            "registration_stuck", "warning",
+            f"{plural(count, 'GPU')} {verb(count, 'is', 'are')} registering "
+            f"({verb(count, 'GPU', 'GPUs')} {labels}); how long the services have run is "
+            "unknown",
+            hint, fields,
+        ))
+        return
+    age = min(a for a in ages if a is not None)
+    if age < inp.grace_s:
+        acc.add("pending", Finding(
+            "registration_stuck", "warning",
+            f"{plural(count, 'GPU')} {verb(count, 'is', 'are')} registering, {age:.0f} s "
+            f"after the services started (grace period {inp.grace_s:.0f} s)",
+            hint, {**fields, "elapsed_s": round(age, 1), "grace_s": inp.grace_s},
+        ))
+    else:
+        acc.add("unhealthy", Finding(
+            "registration_stuck", "error",
+            f"{plural(count, 'GPU')} {verb(count, 'is', 'are')} still registering "
+            f"{age:.0f} s after the services started (grace period {inp.grace_s:.0f} s)",
+            hint, {**fields, "elapsed_s": round(age, 1), "grace_s": inp.grace_s},
+        ))
+
+
+def _registration_error_hint(status: str | None, kind: str) -> str:
+    if status == "NVML_ERROR_INSUFFICIENT_RESOURCES":
+        return (
+            "the fabric could not give this GPU its resources (on GB200/GB300: the tray is not "
+            "in an active NVLink partition or the switch trays lack routes): check the NVLink "
+            "switch trays / NMX partition, then reset the GPU"
+        )
+    if kind == "nvlink5":
+        return ("check that NVLSM and fabric manager run on the same management port and "
+                "`nvfabric doctor` their logs; a GPU reset is needed after the fix")
+    return ("check fabric manager's log (`nvfabric doctor --log ...`); a GPU reset is needed "
+            "after the fix")
+
+
+def _health(acc: _Acc, g: GpuFabric) -> None:
+    problems: list[str] = []
+    level: Level | None = None
+    if g.health_summary == "unhealthy":
+        problems.append("health summary Unhealthy")
+        level = "unhealthy"
+    elif g.health_summary == "limited_capacity":
+        problems.append("health summary Limited Capacity")
+        level = "degraded"
+    for f in g.health:
+        if f.impact is not None:
+            problems.append(f"{f.name}={f.value}")
+            if f.impact == "unhealthy":
+                level = "unhealthy"
+            elif level is None:
+                level = "degraded"
+    if level is None:
+        return
+    acc.add(level, Finding(
+        "fabric_unhealthy", "error" if level == "unhealthy" else "warning",
+        f"{g.label}: registered but " + ", ".join(problems),
+        "the GPU is attached yet its NVLink routes are not all usable: check the health fields "
+        "in `nvidia-smi -q` (Fabric / Health), NVSwitch errors in fabric manager's log "
+        "(`nvfabric doctor`), then drain and reset the GPU if it persists",
+        {"gpu": g.index, "uuid": g.uuid, "pci": g.pci, "health_summary": g.health_summary,
+         "problems": problems},
+    ))
+
+
+def _consistency(acc: _Acc, ok: list[GpuFabric], fabric: str | None) -> None:
+    clusters = sorted({g.cluster_uuid for g in ok if g.cluster_uuid is not None})
+    cliques = sorted({g.clique_id for g in ok if g.clique_id is not None})
+    if len(clusters) > 1 or len(cliques) > 1:
+        acc.add("unhealthy", Finding(
+            "fabric_unhealthy", "error",
+            "GPUs of this node disagree on their NVLink domain: ClusterUUIDs "
+            f"{', '.join(clusters) or '-'}; CliqueIds {', '.join(map(str, cliques)) or '-'}",
+            "all GPUs of a node belong to one clique; a GPU in another partition or domain "
+            "needs the partition fixed (NVLink switch trays / fabric manager) and a GPU reset",
+            {"cluster_uuids": clusters, "clique_ids": cliques},
+        ))
+        return
+    zero = [g for g in ok if g.cluster_uuid == ZERO_UUID]
+    if not zero:
+        return
+    if fabric == "mnnvl":
+        acc.add("unhealthy", Finding(
+            "fabric_unhealthy", "error",
+            f"{plural(len(zero), 'GPU')} {verb(len(zero), 'has', 'have')} a zero ClusterUUID "
+            "on a multi-node NVLink tray: " + verb(len(zero), "it is", "they are")
+            + " not part of any NVLink domain",
+            "the tray must be in an active NVLink partition (NVLink switch trays / NMX "
+            "controller); until then multi-node NVLink (IMEX, MNNVL NCCL) cannot work",
+            {"gpus": [g.index for g in zero]},
+        ))
+    else:
+        acc.reasons.append(
+            "zero ClusterUUID: NVLink within this node, no multi-node domain (normal here)"
+        )
+
+
+def _services_when_fine(inp: Inputs, acc: _Acc, fabric: str | None) -> None:
+    if inp.services is None:
+        return
+    if fabric == "mnnvl":
+        _imex_when_fine(inp, acc)
+        return
+    if fabric not in ("nvswitch", "nvlink5"):
+        return
+    fm = _service(inp.services, "fabricmanager")
+    if fm is None or not fm.running:
+        acc.add("degraded", Finding(
+            "fm_inactive", "warning",
+            "the GPUs are registered but fabric manager is not running",
+            "fabric manager handles NVSwitch errors, GPU resets and NVLink recovery at run "
+            "time: start it again (`nvfabric run`); a restart after GPUs registered needs a GPU "
+            "reset on H100 and later",
+        ))
+    if fabric == "nvlink5":
+        sm = _service(inp.services, "nvlsm")
+        if sm is None or not sm.running:
+            acc.add("degraded", Finding(
+                "nvlsm_missing", "warning",
+                "the GPUs are registered but NVLSM is not running on the management port",
+                "NVLSM keeps the NVLink 5 routes; start it with fabric manager (`nvfabric run`)",
+            ))
+
+
+def _imex_when_fine(inp: Inputs, acc: _Acc) -> None:
+    """IMEX on an mnnvl tray: judged only where the host owns it (see the module docstring)."""
+    imex = _service(inp.services, "imex")
+    if imex is None or imex.running:
+        return
+    owner = inp.imex_owner
+    if owner == "host":
+        acc.add("degraded", Finding(
+            "imex_not_ready", "warning",
+            "the GPUs are registered but the host's IMEX daemon is not running: multi-node "
+            "NVLink memory sharing (IMEX channels) does not work",
+            "start it (`nvfabric run`, or `systemctl start nvidia-imex`); `nvfabric imex "
+            "domain` then shows the domain state",
+            {"imex_owner": owner},
+        ))
+    elif owner == "none":
+        acc.add(None, Finding(
+            "imex_not_ready", "info",
+            "no IMEX daemon runs and nothing on this node owns IMEX (no enabled "
+            "nvidia-imex.service, no DRA driver state, no Slurm prolog)",
+            "single-node work is fine; for multi-node NVLink memory sharing start IMEX "
+            "(`nvfabric run` becomes its owner) or let the DRA driver or Slurm run it",
+            {"imex_owner": owner},
+        ))
+    else:
+        acc.reasons.append(
+            f"IMEX is owned by {owner or 'an unknown owner'}, which starts the daemon per "
+            "job: it not running now is not judged"
+        )
+
+
+def _service(services: tuple[ServiceState, ...] | None, name: str) -> ServiceState | None:
+    for s in services or ():
+        if s.name == name:
+            return s
+    return None
