@@ -46,7 +46,7 @@ def test_an_unknown_fake_is_exit_2_naming_the_known_ones(
     assert fakebin.main("nvidia-bogus", [], root="/nonexistent") == 2
     err = capsys.readouterr().err
     assert "unknown simulated program 'nvidia-bogus'" in err and "nvidia-imex-ctl" in err
-    fakebin.ROOT = None
+    fakebin.state.ROOT = None
 
 
 def test_frozen_launchers_name_the_binary_and_the_flag(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -3,8 +3,8 @@ config files and the simulated GPU fabric state they share.
 
 ``install(root)`` writes, under ``root``:
 
-- ``bin/_nvfabric_fakes.py`` (a copy of :mod:`.fakebin`) and one launcher per program in
-  ``bin/`` (``nvlsm``, ``nv-fabricmanager``, ``nvidia-smi``, ``nvidia-imex``,
+- ``bin/_nvfabric_fakes/`` (a copy of the :mod:`.fakebin` package) and one launcher per
+  program in ``bin/`` (``nvlsm``, ``nv-fabricmanager``, ``nvidia-smi``, ``nvidia-imex``,
   ``nvidia-imex-ctl``), each a Python script whose shebang is this interpreter; from the
   single-file binary (``make dist``, :mod:`nvfabric.frozen`) each launcher is instead a
   two-line script whose shebang is that binary with ``--nvfabric-sim-fake`` (the kernel
@@ -145,7 +145,7 @@ FIB_TRIE = "".join(f"{table}:\n{_FIB_TABLE}" for table in ("Main", "Local"))
 
 LAUNCHER = """\
 #!{python} -IS
-# nvfabric simulated node: fake {prog} (see _nvfabric_fakes.py)
+# nvfabric simulated node: fake {prog} (see _nvfabric_fakes/)
 import os
 import sys
 
@@ -182,6 +182,18 @@ def _launcher(prog: str) -> str:
                 "run the binary from a shorter path without spaces")
         return FROZEN_LAUNCHER.format(binary=sys.executable, flag=FAKE_FLAG, prog=prog)
     return LAUNCHER.format(python=sys.executable, prog=prog)
+
+
+#: The package the Python launchers import, a copy of :mod:`.fakebin` in ``DIR/bin``.
+FAKES_PACKAGE = "_nvfabric_fakes"
+
+
+def fakebin_sources() -> dict[str, str]:
+    """The modules of :mod:`.fakebin` (file name -> source), as copied into
+    ``DIR/bin/_nvfabric_fakes/``: every ``.py`` file of the package, nothing compiled."""
+    package = Path(fakebin.__file__).parent
+    return {path.name: path.read_text(encoding="utf-8")
+            for path in sorted(package.glob("*.py"))}
 
 
 def _write(path: str, content: str, mode: int = 0o644, keep: bool = False) -> None:
@@ -249,8 +261,8 @@ def install(root: str) -> list[str]:
     from nvfabric.frozen import is_frozen
 
     if not is_frozen():
-        source = Path(fakebin.__file__).read_text(encoding="utf-8")
-        _write(os.path.join(bindir, "_nvfabric_fakes.py"), source)
+        for name, source in fakebin_sources().items():
+            _write(os.path.join(bindir, FAKES_PACKAGE, name), source)
     installed = []
     for prog, vendor in VENDOR_PATHS.items():
         path = os.path.join(bindir, prog)

@@ -271,9 +271,10 @@ def fakes_paths() -> tuple[frozenset[str], frozenset[str]]:
     config directories and the fakes' state directory. (The shipped configs themselves and
     ``proc/net/fib_trie`` are only written when absent, so ``files:`` may give them.)"""
     from nvfabric.simulate import fakebin
-    from nvfabric.simulate.fakes import VENDOR_PATHS
+    from nvfabric.simulate.fakes import FAKES_PACKAGE, VENDOR_PATHS, fakebin_sources
 
-    files = {f"bin/{prog}" for prog in VENDOR_PATHS} | {"bin/_nvfabric_fakes.py"}
+    files = {f"bin/{prog}" for prog in VENDOR_PATHS}
+    files |= {f"bin/{FAKES_PACKAGE}/{name}" for name in fakebin_sources()}
     files |= {path.lstrip("/") for path in VENDOR_PATHS.values()}
     dirs = {"bin", "var/log", "var/run", "tmp", "proc/net", "etc/nvidia-imex",
             "usr/share/nvidia/nvswitch", "usr/share/nvidia/nvlsm", fakebin.STATE_DIR}

@@ -1,0 +1,158 @@
+"""What every fake daemon shares: printing, log stamps, KEY=VALUE configs, option
+parsing, socket names that fit sockaddr_un, and the life of a daemon (:class:`Daemon`: SIGTERM,
+crash timer, wait loop; :func:`daemonize`). Standard library only (copied into simulated trees).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import select
+import signal
+import sys
+import time
+from collections.abc import Callable
+from typing import Any
+
+from .state import faults
+
+
+@contextlib.contextmanager
+def short_path(path: str) -> Any:
+    """A name for ``path`` that fits in sockaddr_un (108 bytes): the path itself when short,
+    else ``/proc/self/fd/N/<name>`` through an O_PATH descriptor of its directory."""
+    if len(os.fsencode(path)) < 100:
+        yield path
+        return
+    fd = os.open(os.path.dirname(path) or ".", os.O_PATH | os.O_DIRECTORY)
+    try:
+        yield f"/proc/self/fd/{fd}/{os.path.basename(path)}"
+    finally:
+        os.close(fd)
+
+
+def say(text: str, stream: Any = None) -> None:
+    out = stream if stream is not None else sys.stdout
+    with contextlib.suppress(OSError, ValueError):
+        out.write(text + "\n")
+        out.flush()
+
+
+def stamp(tid: int) -> str:
+    """fabric manager / IMEX log prefix: ``[Dec 19 2024 22:08:53] [INFO] [tid 1570]``."""
+    return time.strftime("[%b %d %Y %H:%M:%S]") + f" [INFO] [tid {tid}]"
+
+
+def init_stamp() -> str:
+    """``12/19/2024 22:08:53.808`` as in "Fabric Manager Log initializing at:"."""
+    now = time.time()
+    tm = time.localtime(now)
+    return (f"{tm.tm_mon}/{tm.tm_mday}/{tm.tm_year} "
+            f"{time.strftime('%H:%M:%S', tm)}.{int(now * 1000) % 1000:03d}")
+
+
+def read_cfg(path: str) -> dict[str, str]:
+    """KEY=VALUE config (fabricmanager.cfg, IMEX config.cfg); first occurrence wins."""
+    out: dict[str, str] = {}
+    with open(path, encoding="utf-8") as fh:
+        for raw in fh:
+            line = raw.strip()
+            if not line or line.startswith("#") or "=" not in line:
+                continue
+            key, _, value = line.partition("=")
+            out.setdefault(key.strip(), value.strip())
+    return out
+
+
+def options(argv: list[str], names: dict[str, str],
+             flags: frozenset[str] = frozenset()) -> dict[str, str] | None:
+    """``-x VALUE`` / ``--long VALUE`` / ``--long=VALUE`` options; None on an unknown one."""
+    out: dict[str, str] = {}
+    i = 0
+    while i < len(argv):
+        arg = argv[i]
+        if arg in flags:
+            out[arg] = "1"
+            i += 1
+            continue
+        key, eq, value = arg.partition("=")
+        if eq and key in names:
+            out[names[key]] = value
+            i += 1
+        elif arg in names and i + 1 < len(argv):
+            out[names[arg]] = argv[i + 1]
+            i += 2
+        else:
+            return None
+    return out
+
+
+class Daemon:
+    """The life of a fake daemon: SIGTERM handling (or ignoring), a crash timer, a loop.
+
+    The signal handlers only set a flag (no lock, no threading primitive: a handler runs
+    between two bytecodes of the main thread, which may hold that very lock, e.g. inside
+    ``threading.Event.wait``, and would deadlock); the signal's byte on a self-pipe
+    (``signal.set_wakeup_fd``) wakes the loop's ``select`` at once, and the loop also checks
+    the flag every 50 ms.
+    """
+
+    def __init__(self, root: str, prog: str) -> None:
+        self.root = root
+        self.prog = prog
+        self.faults = faults(root, prog)
+        self.started = time.monotonic()
+        self.stopping = False
+        self._wake_r, wake_w = os.pipe()
+        os.set_blocking(self._wake_r, False)
+        os.set_blocking(wake_w, False)
+        signal.set_wakeup_fd(wake_w, warn_on_full_buffer=False)
+        if self.faults.get("ignore_sigterm"):
+            signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        else:
+            signal.signal(signal.SIGTERM, self._on_stop)
+        signal.signal(signal.SIGINT, self._on_stop)
+
+    def _on_stop(self, signum: int, frame: Any) -> None:
+        self.stopping = True
+
+    def crash_due(self) -> bool:
+        after = self.faults.get("crash_after_s")
+        return after is not None and time.monotonic() - self.started >= float(after)
+
+    def crash(self) -> int:
+        say(f"[fake] {self.prog}: simulated crash after {self.faults.get('crash_after_s')} s")
+        return int(self.faults.get("exit_code", 1))
+
+    def wait(self, seconds: float, fds: list[Any] | None = None,
+             on_ready: Callable[[Any], None] | None = None) -> bool:
+        """Sleep up to ``seconds``, serving ``fds``; False when stopping or crashing."""
+        deadline = time.monotonic() + seconds
+        while not self.stopping and not self.crash_due():
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return True
+            with contextlib.suppress(InterruptedError, OSError, ValueError):
+                ready, _, _ = select.select([self._wake_r, *(fds or [])], [], [],
+                                            min(left, 0.05))
+                for f in ready:
+                    if f == self._wake_r:
+                        with contextlib.suppress(OSError):
+                            os.read(self._wake_r, 512)
+                    elif on_ready is not None:
+                        on_ready(f)
+        return False
+
+    def shutdown_delay(self) -> None:
+        time.sleep(float(self.faults.get("stop_delay_s", 0)))
+
+
+def daemonize(lifetime_s: float) -> bool:
+    """DAEMONIZE=1: fork; the parent returns True (and exits 0, as a forking daemon's launcher
+    does); the child detaches and lives at most ``lifetime_s`` (a fake's limit)."""
+    if os.fork() > 0:
+        return True
+    os.setsid()
+    signal.signal(signal.SIGALRM, lambda *_: os._exit(0))
+    signal.alarm(max(1, int(lifetime_s)))
+    return False

@@ -1,0 +1,117 @@
+"""Fake ``nvidia-imex-ctl``: ``-q`` (READY / NOT READY), ``-N`` (node table and connection
+matrix) and ``-N -j`` (the same as JSON), from the fake daemon's ``imex.json``. Layouts from
+../shared/corpus/imex. Standard library only (copied into simulated trees).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from typing import Any
+
+from .daemon import init_stamp, say
+from .state import faults, load, node_root
+
+#: The legend ``nvidia-imex-ctl -N`` prints first, as printed (its typo "triggreed" kept).
+#: Capture: ../shared/corpus/imex/aws-pcluster-p6e-gb200-18node-imex-ctl-N-570.172.txt.
+CTL_LEGEND = """\
+Connectivity Table Legend:
+I - Invalid - Node wasn't reachable, no connection status available
+N - Never Connected
+R - Recovering - Connection was lost, but clean up has not yet been triggered.
+D - Disconnected - Connection was lost, and clean up has been triggreed.
+A - Authenticating - If GSSAPI enabled, client has initiated mutual authentication.
+!V! - Version mismatch, communication disabled.
+!M! - Node map mismatch, communication disabled.
+C - Connected - Ready for operation
+"""
+
+
+#: Matrix letter -> connection status of the ``-N -j`` form: CONNECTED as in the DCGM samples
+#: (../shared/corpus/imex/dcgm-test-imex-ctl-N-j-*.json); INVALID is [fake wording].
+LINK_STATUS = {"C": "CONNECTED", "I": "INVALID"}
+
+
+def imex_links(nodes: dict[str, dict[str, Any]]) -> dict[str, dict[str, str]]:
+    """The fake domain's connection matrix, ``{from: {to: letter}}``: C where both ends are
+    READY (a node to itself when READY), I (no connection status available) otherwise. Both
+    forms of ``-N`` render this one matrix."""
+    ready = {k for k, v in nodes.items() if v["status"] == "READY"}
+    return {src: {dst: "C" if src in ready and dst in ready else "I" for dst in nodes}
+            for src in nodes}
+
+
+def imex_domain_text(state: dict[str, Any], status: str, stamp_: str) -> str:
+    """``nvidia-imex-ctl -N``: legend, timestamp, node lines, From/To matrix, domain state
+    (layout of the 570.172 capture named at :data:`CTL_LEGEND`)."""
+    nodes = state.get("nodes") or {}
+    ids = sorted(nodes, key=int)
+    lines = [CTL_LEGEND, stamp_, "Nodes:"]
+    for k in ids:
+        v = nodes[k]
+        lines.append(f"Node #{k:<4}- {v['host']:<16}- {v['status']:<21}- Version: "
+                     f"{v['version']}")
+    if ids:
+        links = imex_links(nodes)
+        lines.append("")
+        lines.append((" Nodes From\\To  " + "".join(f"{k:<4}" for k in ids)).rstrip())
+        for src in ids:
+            cells = "".join(f"{links[src][dst]:<4}" for dst in ids)
+            lines.append(f"{src:>8}        {cells}".rstrip())
+    lines += ["", f"Domain State: {status}"]
+    return "\n".join(lines)
+
+
+def imex_domain_json(state: dict[str, Any], status: str, stamp_: str) -> str:
+    """``nvidia-imex-ctl -N -j``: the same domain as :func:`imex_domain_text`, in the shape
+    of the DCGM samples (per node status, host, connections, changed, version, hostName)."""
+    nodes = state.get("nodes") or {}
+    links = imex_links(nodes)
+    out = {
+        k: {"status": v["status"], "host": v["host"],
+            "connections": {dst: {"host": nodes[dst]["host"],
+                                  "status": LINK_STATUS[letter], "changed": False}
+                            for dst, letter in links[k].items()},
+            "changed": False, "version": v["version"], "hostName": ""}
+        for k, v in nodes.items()
+    }
+    return json.dumps({"nodes": out, "timestamp": stamp_, "status": status},
+                      separators=(",", ":"))
+
+
+def nvidia_imex_ctl(argv: list[str]) -> int:
+    """Fake ``nvidia-imex-ctl``: ``-q`` prints READY when the local daemon runs and every node
+    is connected; ``-N`` prints the node table and connection matrix
+    (:func:`imex_domain_text`); ``-N -j`` the same as JSON (:func:`imex_domain_json`).
+    Fault ``hang``: never answers."""
+    root = node_root()
+    if faults(root, "imex-ctl").get("hang"):
+        time.sleep(3600)
+        return 1
+    state = load(root, "imex.json", {"pid": None, "status": "DOWN", "nodes": {}})
+    alive = bool(state.get("pid")) and _alive(int(state["pid"]))
+    status = state.get("status", "DOWN") if alive else "DOWN"
+    if not alive:
+        state = {"nodes": {}}
+    if "-q" in argv:
+        lag = float(faults(root, "imex-ctl").get("ready_delay_s", 0))
+        ready = status == "UP" and time.time() - float(state.get("since", 0)) >= lag
+        say("READY" if ready else "NOT READY  [fake wording]")
+        return 0 if ready else 1
+    if "-N" in argv:
+        render = imex_domain_json if "-j" in argv else imex_domain_text
+        say(render(state, status, init_stamp()))
+        return 0
+    say("[fake] usage: nvidia-imex-ctl -q | -N [-j]")
+    return 1
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True

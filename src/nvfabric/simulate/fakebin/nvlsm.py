@@ -1,0 +1,144 @@
+"""Fake NVLSM (``/opt/nvidia/nvlsm/sbin/nvlsm``): the OpenSM banner, the ib_umad and port
+GUID checks, the pid file and the FM-SM IPC socket fabric manager connects to on NVLink 5
+nodes. Standard library only (copied into simulated trees).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import socket
+import time
+from typing import Any
+
+from .daemon import Daemon, options, say, short_path
+from .state import host, load, node_root, port_guids, record, save
+
+NVLSM_SOCKET = "/var/run/nvidia-fabricmanager/fm_sm_ipc.socket"
+
+
+NVLSM_VERSION = "2025.06.5_eb3b4ba_df9bb3c_ae214d2"
+
+
+def nvlsm(argv: list[str]) -> int:
+    """Fake NVLSM (OpenSM derivative): ``-F/--config``, ``-g/--guid``, ``--pid_file``,
+    ``-f/--log_file``. Prints the OpenSM banner, checks ib_umad and the GUID, writes its pid
+    file, creates and serves the FM-SM IPC socket after ``socket_delay_s``."""
+    root = node_root()
+    record(root, "nvlsm", "exec", argv=argv)
+    opts = options(argv, {"-F": "config", "--config": "config", "-g": "guid", "--guid": "guid",
+                           "--pid_file": "pid_file", "-f": "log_file", "--log_file": "log_file"})
+    if opts is None:
+        say("Usage: nvlsm [-F config] [-g GUID] [--pid_file path] [-f log_file]  [fake]")
+        return 1
+    d = Daemon(root, "nvlsm")
+    guid = _start_up(root, opts)
+    if guid is None:
+        return 1
+    if "pid_file" in opts:
+        with contextlib.suppress(OSError):
+            with open(opts["pid_file"], "w", encoding="utf-8") as fh:
+                fh.write(f"{os.getpid()}\n")
+    save(root, "nvlsm.json", {"pid": os.getpid(), "guid": guid.lower()})
+    say("Entering DISCOVERING state")
+    path = d.faults.get("socket_path") or host(root, NVLSM_SOCKET)
+    listener: socket.socket | None = None
+    clients: list[socket.socket] = []
+    if not d.wait(float(d.faults.get("socket_delay_s", 0.05))):
+        return d.crash() if d.crash_due() else _nvlsm_exit(d, opts, None, path)
+    if not d.faults.get("no_socket"):
+        listener = _listen(root, path)
+    say("Entering MASTER state")
+    say("SUBNET UP")
+    _spawn_orphans(root, int(d.faults.get("spawn_orphans", 0)))
+
+    def serve(f: Any) -> None:
+        if f is listener and listener is not None:
+            conn, _ = listener.accept()
+            clients.append(conn)
+        else:
+            with contextlib.suppress(OSError):
+                if not f.recv(4096):
+                    clients.remove(f)
+                    f.close()
+
+    while d.wait(3600, [listener, *clients] if listener else None, serve):
+        pass
+    if d.crash_due():
+        return d.crash()
+    return _nvlsm_exit(d, opts, listener, path)
+
+
+def _start_up(root: str, opts: dict[str, str]) -> str | None:
+    """The OpenSM banner and start-up checks (config file, ib_umad, the port GUID is one of
+    this node's ports); the GUID to bind, or None when NVLSM exits 1."""
+    node = load(root, "node.json", {})
+    say("-------------------------------------------------")
+    say(f"OpenSM {node.get('nvlsm_version', NVLSM_VERSION)}")
+    conf = opts.get("config", "/usr/share/nvidia/nvlsm/nvlsm.conf")
+    say(f"Config file is `{conf}`:")
+    if not os.path.isfile(conf):
+        say(f"[fake] cannot open config file {conf}")
+        return None
+    say(f" Reading Cached Option File: {conf}")
+    say("Command Line Arguments:")
+    guid = opts.get("guid")
+    if guid:
+        say(f" Guid <{guid}>")
+    if "pid_file" in opts:
+        say(f" PID file <{opts['pid_file']}>")
+    say(f" Log File: {opts.get('log_file', '/var/log/opensm.log')}")
+    if not os.path.isfile(os.path.join(root, "sys/class/infiniband_mad/abi_version")):
+        say(f"ibwarn: [{os.getpid()}] umad_init: can't read ABI version from "
+            "/sys/class/infiniband_mad/abi_version (No such file or directory): is ib_umad "
+            "module loaded?")
+        return None
+    if not guid or guid.lower() not in port_guids(root):
+        say(f"[fake] port GUID {guid} is not a port of this node; cannot bind")
+        return None
+    return guid
+
+
+def _listen(root: str, path: str) -> socket.socket:
+    """Create and listen on the FM-SM IPC socket at ``path`` (replacing a stale one)."""
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(path)
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    with short_path(path) as name:
+        listener.bind(name)
+    listener.listen(8)
+    record(root, "nvlsm", "socket", path=path)
+    return listener
+
+
+def _spawn_orphans(root: str, count: int) -> None:
+    """Fault ``spawn_orphans``: leave ``count`` short-lived grandchildren whose parent exits at
+    once, so they are re-parented to PID 1 (or the nearest subreaper) and must be reaped there.
+    Each records the parent it ended up with."""
+    for _ in range(count):
+        middle = os.fork()
+        if middle == 0:
+            parent = os.getpid()
+            if os.fork() == 0:
+                deadline = time.monotonic() + 2
+                while os.getppid() == parent and time.monotonic() < deadline:
+                    time.sleep(0.002)
+                record(root, "nvlsm", "orphan", ppid=os.getppid())
+                os._exit(0)
+            os._exit(0)
+        os.waitpid(middle, 0)
+
+
+def _nvlsm_exit(d: Daemon, opts: dict[str, str], listener: socket.socket | None,
+                path: str) -> int:
+    say("Exiting SM")
+    d.shutdown_delay()
+    if listener is not None:
+        listener.close()
+        with contextlib.suppress(OSError):
+            os.unlink(path)
+    if "pid_file" in opts:
+        with contextlib.suppress(OSError):
+            os.unlink(opts["pid_file"])
+    return 0
