@@ -28,7 +28,7 @@ COMMANDS: dict[str, str] = {
     "imex": "nvfabric.cli.imex:imex",
     "domain": "nvfabric.cli.domain:domain",
     "fetch": "nvfabric.cli.fetch:fetch",
-    "install": "nvfabric.cli.fetch:install",
+    "install": "nvfabric.cli.install:install",
     "unit": "nvfabric.cli.unit:unit",
 }
 
