@@ -8,39 +8,28 @@ existing :func:`nvfabric.rules.plan.plan` decides; the verdict is the existing
 :mod:`nvfabric.facts.smi`; the diagnosis is the existing catalogue
 (:mod:`nvfabric.rules.diagnose`). Where the report lacks a fact the live node would give, it says so
 in ``reasons`` (modules inferred from bound drivers when ``/proc/modules`` is missing, IB
-devices paired with PCI functions by order).
+devices paired with PCI functions by order); rebuilding the facts is
+:mod:`nvfabric.triage.rebuild`, this module judges them section by section.
 """
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from nvfabric.facts.inventory import normalise_arch
-from nvfabric.facts.nvidia import MODULES, parse_proc_devices, parse_proc_version
 from nvfabric.model.findings import Finding
 from nvfabric.model.inventory import IbDevice, Inventory
 from nvfabric.rules.plan import SERVICES_BY_FABRIC, Plan, plan
 from nvfabric.rules.verdict import Inputs, ServiceState, Verdict, verdict
-from nvfabric.triage import ibstat as ibstat_mod
 from nvfabric.triage.checks import Ran, check, nvlsm_running
 from nvfabric.triage.collect import EXPECTED, Collected
-from nvfabric.triage.lspci import MAX_VPD_BYTES
+from nvfabric.triage.rebuild import fm_table_version, rebuild
 from nvfabric.triage.units import UnitState
 from nvfabric.triage.units import parse as parse_unit
 
 SEVERITY_ORDER = {"error": 0, "warning": 1, "info": 2}
 #: The "section" of a plan blocker that only says lspci could not read the ConnectX VPD.
 VPD_UNREADABLE = "lspci -nnDvvvxxxx"
-_UNAME_ARCH = re.compile(r"\b(x86_64|aarch64|arm64|ppc64le|s390x|riscv64)\b")
-_SCRIPT_VERSION = re.compile(r"^nvidia-bug-report\.sh Version: (\S+)", re.M)
-_DATE = re.compile(r"^Date: (.*)$", re.M)
-_UNAME = re.compile(r"^uname: (.*)$", re.M)
-_TABLE_ROW = re.compile(
-    r"^(?P<comp>[A-Za-z][^|\n]{0,80}?)[ \t]*\| (?P<details>[^\n]*)$", re.M)
-_VERSION = re.compile(r"\b([0-9]{3}\.[0-9]{1,3}(?:\.[0-9]{1,3})?)\b")
-_PARAM = re.compile(r"^(?P<key>[A-Za-z0-9_]+): (?P<value>.*)$", re.M)
 
 
 @dataclass(frozen=True)
@@ -155,110 +144,18 @@ def _with_section(f: Finding, section: str) -> Finding:
     return Finding(f.code, f.severity, f.message, f.hint, {**f.fields, "section": section})
 
 
-def prologue(text: str) -> dict[str, Any]:
-    """Script version, date, uname, arch and the versions table of the first block."""
-    out: dict[str, Any] = {}
-    for key, pattern in (("script_version", _SCRIPT_VERSION), ("date", _DATE),
-                         ("uname", _UNAME)):
-        m = pattern.search(text)
-        out[key] = m.group(1).strip() if m else None
-    table: dict[str, str] = {}
-    for m in _TABLE_ROW.finditer(text):
-        comp = m.group("comp").strip()
-        if comp not in ("Component", "Skipped Component", "Error Component"):
-            table.setdefault(comp, m.group("details").strip())
-    out["versions_table"] = table
-    return out
-
-
-def modules_from(text: str) -> frozenset[str]:
-    """Names of :data:`MODULES` in ``/proc/modules`` text (first word of each line), the
-    same set :func:`nvfabric.facts.nvidia.loaded_modules` reads from ``sys/module``."""
-    names = {line.split(" ", 1)[0] for line in text.splitlines() if line.strip()}
-    return frozenset(m for m in MODULES if m in names)
-
-
 def build(c: Collected, label: str) -> Triage:
     """Judge what :func:`nvfabric.triage.collect.read` collected (``label``: the report's
-    name, kept as the inventory's root)."""
-    reasons: list[str] = []
-    texts = c.texts
-    head = prologue(texts.get("prologue", ""))
-    uname = head.get("uname") or ""
-    m = _UNAME_ARCH.search(uname)
-    arch = normalise_arch(m.group(1)) if m else "unknown"
-    if not m:
-        reasons.append("architecture unknown: no uname line in the report's prologue")
-
-    functions = c.lspci.functions() if c.lspci else ()
-    if c.lspci and c.lspci.without_ids:
-        reasons.append(f"{c.lspci.without_ids} lspci entries without vendor:device IDs (lspci "
-                       "run without -nn and without -x) were left out")
-    if c.lspci and c.lspci.vpd_dropped:
-        reasons.append(f"{c.lspci.vpd_dropped} VPD fields past the {MAX_VPD_BYTES >> 20} MiB "
-                       "kept of lspci's VPD were left out (each function's Mellanox vendor "
-                       "field, which holds SMDL, is always kept)")
-    if c.lspci and c.lspci.duplicates:
-        reasons.append(f"{c.lspci.duplicates} lspci entries repeat a PCI address already "
-                       "listed (the lspci output appears twice): the first entry counts")
-
-    health = None
-    smi_problem = None
-    if "smi" in texts:
-        from nvfabric.facts.smi import SmiFormatError, parse_text
-
-        try:
-            health = parse_text(texts["smi"])
-        except SmiFormatError as err:
-            smi_problem = str(err)
-
-    driver = parse_proc_version(texts.get("version", "")) if "version" in texts else None
-    if driver is None and health is not None and health.driver_version:
-        driver = health.driver_version
-        reasons.append("driver version from nvidia-smi --query (no /proc/driver/nvidia/version)")
-    if driver is None:
-        details = head["versions_table"].get("NVIDIA GPU Details", "")
-        vm = _VERSION.search(details.split(",", 1)[1] if "," in details else "")
-        if vm:
-            driver = vm.group(1)
-            reasons.append("driver version from the report's versions table")
-
-    if "modules" in texts:
-        modules = modules_from(texts["modules"])
-    else:
-        inferred = {f.driver for f in functions if f.driver in MODULES}
-        devices = c.ibstat.devices() if c.ibstat else ()
-        if any(d.name.startswith("mlx5") for d in devices):
-            inferred.add("mlx5_ib")
-        modules = frozenset(m for m in inferred if m is not None)
-        reasons.append("no /proc/modules in the report: modules inferred from the drivers "
-                       "bound in lspci and ibstat's devices (" + (", ".join(sorted(modules))
-                       or "none") + "); ib_umad cannot be known")
-
-    devices = c.ibstat.devices() if c.ibstat else ()
-    if c.ibstat and c.ibstat.duplicates:
-        reasons.append(f"{c.ibstat.duplicates} ibstat devices printed again (the ibstat output "
-                       "appears twice): the first one counts")
-    if devices:
-        att = ibstat_mod.attach(devices, functions, ibstat_mod.mst_pairs(texts.get("mst", "")),
-                                c.lspci.virtual_functions() if c.lspci else frozenset())
-        devices = att.devices
-        reasons.append(att.reason)
-
-    params = dict((mm.group("key"), mm.group("value").strip())
-                  for mm in _PARAM.finditer(texts.get("params", "")))
-    imex_params = {k: params[k] for k in ("ImexChannelCount", "CreateImexChannel0")
-                   if k in params}
-    inv = Inventory(
-        root=label, arch=arch, driver_version=driver, modules=modules, pci=functions,
-        infiniband=devices,
-        imex_major=parse_proc_devices(texts.get("devices", ""), "nvidia-caps-imex-channels"),
-    )
+    name, kept as the inventory's root): the facts (:func:`nvfabric.triage.rebuild.rebuild`),
+    the plan, then one judgement per report section."""
+    facts = rebuild(c, label)
+    reasons = list(facts.reasons)
+    inv, head, health = facts.inventory, facts.head, facts.health
+    driver, modules = inv.driver_version, inv.modules
     p = plan(inv)
     fabric_known = c.lspci is not None
     kind = p.fabric if fabric_known else None
 
-    findings: list[Finding] = []
     unknown = _unknown_facts(c, modules, driver)
     hidden = c.lspci.vpd_unreadable() if c.lspci else frozenset()
     vpd_unknown = bool(hidden) and not inv.lpfs
@@ -266,28 +163,11 @@ def build(c: Collected, label: str) -> Triage:
         # lspci printed the ConnectX VPD as "Not readable": which function is an LPF (SMDL=
         # SW_MNG) is not in the report, so no LPF is no fact about the node
         unknown["management_port_not_found"] = VPD_UNREADABLE
-    for b in p.blockers:
-        why = unknown.get(b.code)
-        if why is not None:
-            findings.append(Finding(
-                "report_section_missing", "info",
-                f"not judged: the plan's {b.code} only says the report has no "
-                + ("readable ConnectX VPD (lspci printed 'Not readable': the script was not "
-                   "run as root)" if why == VPD_UNREADABLE else f"{why} section"),
-                "ask for the missing section from the node (or the whole, current "
-                "nvidia-bug-report.log.gz, run as root)",
-                {"section": why, "plan_blocker": b.code}))
-            continue
-        findings.append(_with_section(b, "plan: lspci, ibstat, /proc/modules"))
-    for log in c.logs:
-        for f in log.by_fabric.get(kind, []):
-            findings.append(_with_section(f, log.name))
-        if log.skipped:
-            reasons.append(f"{log.name}: {log.skipped} line(s) the diagnosis catalogue could "
-                           "not classify (a value it cannot convert) were left out")
+    findings = _plan_findings(p, unknown)
+    findings += _log_findings(c, kind, reasons)
 
-    fm = parse_unit(texts["fm_status"]) if "fm_status" in texts else None
-    imex = parse_unit(texts["imex_status"]) if "imex_status" in texts else None
+    fm = parse_unit(c.texts["fm_status"]) if "fm_status" in c.texts else None
+    imex = parse_unit(c.texts["imex_status"]) if "imex_status" in c.texts else None
     services = _services(p.fabric, fm, imex) if fabric_known else None
 
     result: Verdict | None = None
@@ -301,63 +181,18 @@ def build(c: Collected, label: str) -> Triage:
         gpus = tuple(g.to_json() for g in health.gpus)
         for f in result.findings:
             findings.append(_with_section(f, "nvidia-smi --query"))
-    if smi_problem:
+    if facts.smi_problem:
         findings.append(Finding(
             "report_section_missing", "warning",
-            f"the nvidia-smi --query section cannot be read: {smi_problem}",
+            f"the nvidia-smi --query section cannot be read: {facts.smi_problem}",
             "the fabric state of the GPUs is not judged; ask for `nvidia-smi -q` from the node",
             {"section": "nvidia-smi --query"}))
+    findings += _imex_ctl_findings(c.texts, reasons)
+    findings += _ran_findings(c, head, inv, p, kind, fm, imex, vpd_unknown)
 
-    if "imex_ctl" in texts:
-        from nvfabric.facts.imexctl import parse_text as parse_ctl
-
-        try:
-            domain = parse_ctl(texts["imex_ctl"])
-            df = domain.finding()
-            if df is not None:
-                findings.append(_with_section(df, "nvidia-imex-ctl -N"))
-        except ValueError as err:
-            reasons.append(f"nvidia-imex-ctl -N section not readable: {err}")
-
-    versions = {k: tuple(sorted(v)) for k, v in c.versions.items()}
-    table_fm = head["versions_table"].get("NVIDIA Fabric Manager", "")
-    tm = _VERSION.search(table_fm) if "version" in table_fm.lower() else None
-    if tm:
-        versions["fabricmanager"] = tuple(sorted({*versions.get("fabricmanager", ()),
-                                                  tm.group(1)}))
-    ran = Ran(fm=fm, imex=imex, versions=versions, in_use=tuple(c.in_use_sections))
-    lpf_guids = None
-    if c.seen.get("ibstat") == "ok" and not vpd_unknown:
-        lpf = {f.address for f in inv.lpfs}
-        lpf_guids = tuple(p.guid for d in inv.infiniband if d.pci in lpf for p in d.ports
-                          if p.guid is not None)
-    findings += check(kind, driver, ran, lpf_guids)
-
-    damage = c.outcome.damage
-    if damage and c.outcome.complete:
-        # the epilogue was read: the report is whole; what follows it (text appended to the
-        # .gz, a broken member after the end) is no part of it
-        reasons.append(f"after the report's last block: {damage}; ignored")
-        damage = None
-    missing = _missing(c)
-    if hidden:
-        missing.append(Missing("ConnectX VPD in lspci", "unreadable",
-                               f"'Not readable' on {len(hidden)} Mellanox function(s): "
-                               "which are LPFs is unknown"))
-    cut = _cut_section(c, damage)
-    if cut is not None:
-        missing.append(cut)
+    damage, missing, cut = _completeness(c, hidden, reasons)
     if damage or not c.outcome.complete:
-        last = c.sections[-1].header.strip() if c.sections else "nothing"
-        findings.append(Finding(
-            "report_truncated", "warning",
-            "the report ends before its last block ("
-            + (damage or "no 'End of NVIDIA bug report log file.' line")
-            + f"); last block read: {last[:120]}",
-            "what follows that block was not judged: ask for the whole nvidia-bug-report.log.gz "
-            "(the script may have hung: `nvidia-bug-report.sh --safe-mode` skips the parts "
-            "that hang)",
-            {"section": last[:120], "damage": damage}))
+        findings.append(_truncated(c, damage))
 
     findings = _dedupe(findings)
     findings.sort(key=lambda f: SEVERITY_ORDER[f.severity])
@@ -375,10 +210,114 @@ def build(c: Collected, label: str) -> Triage:
         report=report, inventory=inv, plan=p, verdict=result, gpus=gpus,
         findings=tuple(findings), missing=tuple(missing), reasons=tuple(reasons),
         services={"fabricmanager": _unit_json(fm), "imex": _unit_json(imex)},
-        extras={"imex_params": imex_params, "pci_known": fabric_known,
+        extras={"imex_params": facts.imex_params, "pci_known": fabric_known,
                 "lspci_cut": cut is not None and c.last_key == "lspci",
                 "driver_unknown": driver is None and "driver_not_loaded" in unknown},
     )
+
+
+def _plan_findings(p: Plan, unknown: dict[str, str]) -> list[Finding]:
+    """The plan's blockers, each either the node's (with the sections it comes from) or, where
+    it only says the report lacks a section (``unknown``: code -> section), an info
+    ``report_section_missing``."""
+    findings: list[Finding] = []
+    for b in p.blockers:
+        why = unknown.get(b.code)
+        if why is not None:
+            findings.append(Finding(
+                "report_section_missing", "info",
+                f"not judged: the plan's {b.code} only says the report has no "
+                + ("readable ConnectX VPD (lspci printed 'Not readable': the script was not "
+                   "run as root)" if why == VPD_UNREADABLE else f"{why} section"),
+                "ask for the missing section from the node (or the whole, current "
+                "nvidia-bug-report.log.gz, run as root)",
+                {"section": why, "plan_blocker": b.code}))
+            continue
+        findings.append(_with_section(b, "plan: lspci, ibstat, /proc/modules"))
+    return findings
+
+
+def _log_findings(c: Collected, kind: str | None, reasons: list[str]) -> list[Finding]:
+    """The diagnosis of every log section, for the node's fabric kind."""
+    findings: list[Finding] = []
+    for log in c.logs:
+        for f in log.by_fabric.get(kind, []):
+            findings.append(_with_section(f, log.name))
+        if log.skipped:
+            reasons.append(f"{log.name}: {log.skipped} line(s) the diagnosis catalogue could "
+                           "not classify (a value it cannot convert) were left out")
+    return findings
+
+
+def _imex_ctl_findings(texts: dict[str, str], reasons: list[str]) -> list[Finding]:
+    """The IMEX domain's finding from the ``nvidia-imex-ctl -N`` section, when it has one."""
+    findings: list[Finding] = []
+    if "imex_ctl" in texts:
+        from nvfabric.facts.imexctl import parse_text as parse_ctl
+
+        try:
+            domain = parse_ctl(texts["imex_ctl"])
+            df = domain.finding()
+            if df is not None:
+                findings.append(_with_section(df, "nvidia-imex-ctl -N"))
+        except ValueError as err:
+            reasons.append(f"nvidia-imex-ctl -N section not readable: {err}")
+    return findings
+
+
+def _ran_findings(c: Collected, head: dict[str, Any], inv: Inventory, p: Plan,
+                  kind: str | None, fm: UnitState | None, imex: UnitState | None,
+                  vpd_unknown: bool) -> list[Finding]:
+    """What ran against what should have (:func:`nvfabric.triage.checks.check`): the
+    services' units, the versions the report shows, the LPF port GUIDs when ibstat and the
+    VPD are readable."""
+    versions = {k: tuple(sorted(v)) for k, v in c.versions.items()}
+    table_fm = fm_table_version(head)
+    if table_fm:
+        versions["fabricmanager"] = tuple(sorted({*versions.get("fabricmanager", ()),
+                                                  table_fm}))
+    ran = Ran(fm=fm, imex=imex, versions=versions, in_use=tuple(c.in_use_sections))
+    lpf_guids = None
+    if c.seen.get("ibstat") == "ok" and not vpd_unknown:
+        lpf = {f.address for f in inv.lpfs}
+        lpf_guids = tuple(port.guid for d in inv.infiniband if d.pci in lpf for port in d.ports
+                          if port.guid is not None)
+    return check(kind, inv.driver_version, ran, lpf_guids)
+
+
+def _completeness(c: Collected, hidden: frozenset[str],
+                  reasons: list[str]) -> tuple[str | None, list[Missing], Missing | None]:
+    """(damage past the report's end, the sections missing, the section the report is cut
+    in): damage after a whole report's epilogue is ignored (said in ``reasons``)."""
+    damage = c.outcome.damage
+    if damage and c.outcome.complete:
+        # the epilogue was read: the report is whole; what follows it (text appended to the
+        # .gz, a broken member after the end) is no part of it
+        reasons.append(f"after the report's last block: {damage}; ignored")
+        damage = None
+    missing = _missing(c)
+    if hidden:
+        missing.append(Missing("ConnectX VPD in lspci", "unreadable",
+                               f"'Not readable' on {len(hidden)} Mellanox function(s): "
+                               "which are LPFs is unknown"))
+    cut = _cut_section(c, damage)
+    if cut is not None:
+        missing.append(cut)
+    return damage, missing, cut
+
+
+def _truncated(c: Collected, damage: str | None) -> Finding:
+    """``report_truncated``: the report ends before its last block."""
+    last = c.sections[-1].header.strip() if c.sections else "nothing"
+    return Finding(
+        "report_truncated", "warning",
+        "the report ends before its last block ("
+        + (damage or "no 'End of NVIDIA bug report log file.' line")
+        + f"); last block read: {last[:120]}",
+        "what follows that block was not judged: ask for the whole nvidia-bug-report.log.gz "
+        "(the script may have hung: `nvidia-bug-report.sh --safe-mode` skips the parts "
+        "that hang)",
+        {"section": last[:120], "damage": damage})
 
 
 def _unknown_facts(c: Collected, modules: frozenset[str],
