@@ -87,45 +87,69 @@ def check(fabric: str | None, driver_version: str | None, ran: Ran,
     ibstat in the report)."""
     out: list[Finding] = []
     fm = ran.fm
-    if fm is not None and fm.installed and fabric == "nvlink5" and lpf_guids is not None:
-        for g in fm_guids(fm):
-            if g not in lpf_guids:
-                out.append(_with(Finding(
-                    "management_port_mismatch", "error",
-                    f"fabric manager runs with -g {g}, which is no LPF port of this node ("
-                    + (", ".join(lpf_guids) or "no LPF port") + ")",
-                    "the GUID comes from another node or an old configuration: NVLSM and "
-                    "fabric manager must both get the GUID of one of this node's LPF ports "
-                    "(`nvfabric plan` names it); fix FM_SM_MGMT_PORT_GUID or let `nvfabric "
-                    "run` pass it",
-                    {"guid": g, "lpf_guids": list(lpf_guids)}), FM_SECTION))
     if fm is not None and fm.installed:
-        if fabric == "nvlink5" and fm.running and not nvlsm_running(fm):
+        if fabric == "nvlink5" and lpf_guids is not None:
+            out += _guid_findings(fm, lpf_guids)
+        out += _fm_unit_findings(fabric, fm)
+    out += _imex_findings(ran)
+    if driver_version:
+        out += _version_findings(driver_version, ran)
+    return out
+
+
+def _guid_findings(fm: UnitState, lpf_guids: tuple[str, ...]) -> list[Finding]:
+    """NVLink 5: every ``-g`` GUID fabric manager runs with is one of the node's LPF ports."""
+    out: list[Finding] = []
+    for g in fm_guids(fm):
+        if g not in lpf_guids:
             out.append(_with(Finding(
-                "nvlsm_missing", "error",
-                "fabric manager is active on an NVLink 5 baseboard without NVLSM: no nvlsm "
-                "process in its unit and no -g <port GUID> on its command line",
-                "on B200/B300 NVLSM must run on the LPF management port first and fabric "
-                "manager needs -g <that GUID>: check `nvfabric plan` on the node (mlx5_ib and "
-                "ib_umad loaded, LPF port found), then `nvfabric run`",
-                {"processes": list(fm.processes)}), FM_SECTION))
-        if fabric == "mnnvl" and (fm.running or fm.enabled):
-            out.append(_with(Finding(
-                "fm_on_compute_tray", "warning",
-                "the fabric manager unit is "
-                + ("active" if fm.running else "enabled")
-                + " on a GB200/GB300 compute tray, which runs IMEX and no local fabric manager",
-                "disable it on compute trays: `systemctl disable --now "
-                "nvidia-fabricmanager.service`; the NVLink switch trays run the fabric manager",
-                {"active": fm.active, "enabled": fm.enabled}), FM_SECTION))
-        if fabric == "none" and (fm.enabled or fm.active == "failed"):
-            out.append(_with(Finding(
-                "fm_not_applicable", "info",
-                f"the fabric manager unit is {fm.active or 'enabled'} on a node with no NVLink "
-                "fabric to manage",
-                "nothing is broken: disable the unit (`systemctl disable --now "
-                "nvidia-fabricmanager`)",
-                {"active": fm.active, "enabled": fm.enabled}), FM_SECTION))
+                "management_port_mismatch", "error",
+                f"fabric manager runs with -g {g}, which is no LPF port of this node ("
+                + (", ".join(lpf_guids) or "no LPF port") + ")",
+                "the GUID comes from another node or an old configuration: NVLSM and "
+                "fabric manager must both get the GUID of one of this node's LPF ports "
+                "(`nvfabric plan` names it); fix FM_SM_MGMT_PORT_GUID or let `nvfabric "
+                "run` pass it",
+                {"guid": g, "lpf_guids": list(lpf_guids)}), FM_SECTION))
+    return out
+
+
+def _fm_unit_findings(fabric: str | None, fm: UnitState) -> list[Finding]:
+    """The fabric manager unit against the fabric kind: NVLSM beside it on NVLink 5, none on
+    a compute tray, nothing to manage without a fabric."""
+    out: list[Finding] = []
+    if fabric == "nvlink5" and fm.running and not nvlsm_running(fm):
+        out.append(_with(Finding(
+            "nvlsm_missing", "error",
+            "fabric manager is active on an NVLink 5 baseboard without NVLSM: no nvlsm "
+            "process in its unit and no -g <port GUID> on its command line",
+            "on B200/B300 NVLSM must run on the LPF management port first and fabric "
+            "manager needs -g <that GUID>: check `nvfabric plan` on the node (mlx5_ib and "
+            "ib_umad loaded, LPF port found), then `nvfabric run`",
+            {"processes": list(fm.processes)}), FM_SECTION))
+    if fabric == "mnnvl" and (fm.running or fm.enabled):
+        out.append(_with(Finding(
+            "fm_on_compute_tray", "warning",
+            "the fabric manager unit is "
+            + ("active" if fm.running else "enabled")
+            + " on a GB200/GB300 compute tray, which runs IMEX and no local fabric manager",
+            "disable it on compute trays: `systemctl disable --now "
+            "nvidia-fabricmanager.service`; the NVLink switch trays run the fabric manager",
+            {"active": fm.active, "enabled": fm.enabled}), FM_SECTION))
+    if fabric == "none" and (fm.enabled or fm.active == "failed"):
+        out.append(_with(Finding(
+            "fm_not_applicable", "info",
+            f"the fabric manager unit is {fm.active or 'enabled'} on a node with no NVLink "
+            "fabric to manage",
+            "nothing is broken: disable the unit (`systemctl disable --now "
+            "nvidia-fabricmanager`)",
+            {"active": fm.active, "enabled": fm.enabled}), FM_SECTION))
+    return out
+
+
+def _imex_findings(ran: Ran) -> list[Finding]:
+    """The host IMEX unit running while IMEX failed with NV_ERR_IN_USE: two owners."""
+    out: list[Finding] = []
     imex = ran.imex
     if imex is not None and imex.installed and (imex.running or imex.enabled) and ran.in_use:
         out.append(_with(Finding(
@@ -136,17 +160,22 @@ def check(fabric: str | None, driver_version: str | None, ran: Ran,
             f"one owner per node; on DRA nodes disable and mask the host unit: "
             f"{DRA_HOST_UNIT_FIX}",
             {"evidence": list(ran.in_use)}), IMEX_SECTION))
-    if driver_version:
-        for component, label in (("fabricmanager", "fabric manager"), ("imex", "IMEX")):
-            for version in ran.versions.get(component, ()):
-                if not same(version, driver_version):
-                    out.append(_with(Finding(
-                        "version_mismatch", "error",
-                        f"{label} {version} is not the loaded NVIDIA driver {driver_version}",
-                        f"{label} must be exactly the driver's version: install {label} "
-                        f"{driver_version} (or load driver {version}); `nvfabric fetch` finds "
-                        "the matching package",
-                        {"component": component, VERSION_KEYS[component]: version,
-                         "driver_version": driver_version}),
-                        "versions (fabric manager / IMEX log, versions table)"))
+    return out
+
+
+def _version_findings(driver_version: str, ran: Ran) -> list[Finding]:
+    """Fabric manager and IMEX versions seen in the report against the loaded driver's."""
+    out: list[Finding] = []
+    for component, label in (("fabricmanager", "fabric manager"), ("imex", "IMEX")):
+        for version in ran.versions.get(component, ()):
+            if not same(version, driver_version):
+                out.append(_with(Finding(
+                    "version_mismatch", "error",
+                    f"{label} {version} is not the loaded NVIDIA driver {driver_version}",
+                    f"{label} must be exactly the driver's version: install {label} "
+                    f"{driver_version} (or load driver {version}); `nvfabric fetch` finds "
+                    "the matching package",
+                    {"component": component, VERSION_KEYS[component]: version,
+                     "driver_version": driver_version}),
+                    "versions (fabric manager / IMEX log, versions table)"))
     return out

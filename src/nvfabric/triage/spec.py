@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from nvfabric.model.inventory import MELLANOX, Inventory
+from nvfabric.model.inventory import MELLANOX, IbDevice, Inventory, PciFunction
 from nvfabric.simulate.spec import DRIVER, IBDEV, MAX_GPUS, MAX_MELLANOX
 
 DEFAULT_MASK = "0xa751e84a"
@@ -31,6 +31,39 @@ def node_spec(inv: Inventory) -> tuple[dict[str, Any], list[str]]:
     dv = inv.driver_version
     spec["driver_version"] = dv if dv and DRIVER.fullmatch(dv) else None
     spec["modules"] = sorted(inv.modules)
+    spec["gpus"] = _gpus(inv, notes)
+    switches = inv.nvswitches
+    if switches:
+        ids = sorted({f"{s.device:04x}" for s in switches})
+        spec["nvswitches"] = {"device_id": ids[0], "count": len(switches)}
+        if len(ids) > 1:
+            notes.append(f"NVSwitch device IDs {', '.join(ids)}: all simulated as {ids[0]}")
+    mellanox = []
+    connectx = _connectx(inv, notes)
+    # a function ibstat gave no device for (a VF, a device ibstat missed) gets the lowest
+    # mlx5_N no reported device has: its index among the functions could be a name ibstat
+    # gave another function, and the spec refuses a name twice
+    taken = {d.name for f in connectx if (d := inv.ib_device_for(f.address)) is not None
+             and IBDEV.fullmatch(d.name)}
+    spare = (f"mlx5_{n}" for n in range(1 << 20) if f"mlx5_{n}" not in taken)
+    for fn in connectx:
+        dev = inv.ib_device_for(fn.address)
+        name = dev.name if dev and IBDEV.fullmatch(dev.name) else next(spare)
+        mellanox.append(_mellanox_entry(fn, dev, name, notes))
+    if mellanox:
+        spec["mellanox"] = mellanox
+    if inv.imex_major is not None:
+        spec["imex_channels"] = {"major": inv.imex_major, "channels": []}
+    others = sum(1 for f in inv.pci if not (f.is_gpu or f.is_nvswitch or f.vendor == MELLANOX))
+    if others:
+        notes.append(f"{others} other PCI functions not simulated")
+    notes.append("PCI addresses are the simulator's own (ConnectX from 0000:05:00.0, GPUs from "
+                 "0000:18:00.0)")
+    return spec, notes
+
+
+def _gpus(inv: Inventory, notes: list[str]) -> list[dict[str, Any]]:
+    """The spec's GPUs: a count per device ID, at most :data:`MAX_GPUS` each."""
     counts: dict[str, int] = {}
     for g in inv.gpus:
         key = f"{g.device:04x}"
@@ -39,14 +72,12 @@ def node_spec(inv: Inventory) -> tuple[dict[str, Any], list[str]]:
     total = sum(c for c in counts.values())
     if total > MAX_GPUS:
         notes.append(f"{total} GPUs: only {MAX_GPUS} simulated")
-    spec["gpus"] = gpus
-    switches = inv.nvswitches
-    if switches:
-        ids = sorted({f"{s.device:04x}" for s in switches})
-        spec["nvswitches"] = {"device_id": ids[0], "count": len(switches)}
-        if len(ids) > 1:
-            notes.append(f"NVSwitch device IDs {', '.join(ids)}: all simulated as {ids[0]}")
-    mellanox = []
+    return gpus
+
+
+def _connectx(inv: Inventory, notes: list[str]) -> list[PciFunction]:
+    """The ConnectX functions to simulate: all, or at most :data:`MAX_MELLANOX` of them (the
+    LPFs first, then those with an InfiniBand device)."""
     connectx = [f for f in inv.pci if f.vendor == MELLANOX and (f.class_code >> 16) == 0x02]
     if len(connectx) > MAX_MELLANOX:
         # a node with SR-IOV VFs has more ConnectX functions than a spec holds: the LPFs
@@ -58,52 +89,41 @@ def node_spec(inv: Inventory) -> tuple[dict[str, Any], list[str]]:
                      "and those with an InfiniBand device first), "
                      f"{len(connectx) - MAX_MELLANOX} left out")
         connectx = [f for f in connectx if f.address in keep]
-    # a function ibstat gave no device for (a VF, a device ibstat missed) gets the lowest
-    # mlx5_N no reported device has: its index among the functions could be a name ibstat
-    # gave another function, and the spec refuses a name twice
-    taken = {d.name for f in connectx if (d := inv.ib_device_for(f.address)) is not None
-             and IBDEV.fullmatch(d.name)}
-    spare = (f"mlx5_{n}" for n in range(1 << 20) if f"mlx5_{n}" not in taken)
-    for fn in connectx:
-        dev = inv.ib_device_for(fn.address)
-        name = dev.name if dev and IBDEV.fullmatch(dev.name) else next(spare)
-        entry: dict[str, Any] = {"ib_device": name, "device_id": f"{fn.device:04x}"}
-        if fn.vpd is not None:
-            if fn.vpd.id_string:
-                entry["vpd_id_string"] = fn.vpd.id_string
-            vendor_field = next((f.text for f in fn.vpd.fields
-                                 if f.keyword.startswith("V") and f.text.startswith("MLX:")),
-                                None)
-            if vendor_field:
-                entry["vpd_vendor_field"] = vendor_field
-        ports = []
-        for p in dev.ports if dev else ():
-            if p.guid is None:
-                notes.append(f"{name} port {p.port}: no GUID in the report, left out")
-                continue
-            port: dict[str, Any] = {"port": p.port, "guid": p.guid,
-                                    "cap_mask": DEFAULT_MASK if p.cap_mask is None
-                                    else f"0x{p.cap_mask:08x}"}
-            if p.cap_mask is None:
-                notes.append(f"{name} port {p.port}: no capability mask in the report, "
-                             f"{DEFAULT_MASK} used")
-            for key in ("state", "phys_state", "link_layer"):
-                value = getattr(p, key)
-                if value:
-                    port[key] = value
-            ports.append(port)
-        entry["ports"] = ports
-        mellanox.append(entry)
-    if mellanox:
-        spec["mellanox"] = mellanox
-    if inv.imex_major is not None:
-        spec["imex_channels"] = {"major": inv.imex_major, "channels": []}
-    others = sum(1 for f in inv.pci if not (f.is_gpu or f.is_nvswitch or f.vendor == MELLANOX))
-    if others:
-        notes.append(f"{others} other PCI functions not simulated")
-    notes.append("PCI addresses are the simulator's own (ConnectX from 0000:05:00.0, GPUs from "
-                 "0000:18:00.0)")
-    return spec, notes
+    return connectx
+
+
+def _mellanox_entry(fn: PciFunction, dev: IbDevice | None, name: str,
+                    notes: list[str]) -> dict[str, Any]:
+    """One ConnectX function of the spec: device ID, the VPD's identifier string and
+    Mellanox vendor field, and the ports with a GUID (a default capability mask where the
+    report has none)."""
+    entry: dict[str, Any] = {"ib_device": name, "device_id": f"{fn.device:04x}"}
+    if fn.vpd is not None:
+        if fn.vpd.id_string:
+            entry["vpd_id_string"] = fn.vpd.id_string
+        vendor_field = next((f.text for f in fn.vpd.fields
+                             if f.keyword.startswith("V") and f.text.startswith("MLX:")),
+                            None)
+        if vendor_field:
+            entry["vpd_vendor_field"] = vendor_field
+    ports = []
+    for p in dev.ports if dev else ():
+        if p.guid is None:
+            notes.append(f"{name} port {p.port}: no GUID in the report, left out")
+            continue
+        port: dict[str, Any] = {"port": p.port, "guid": p.guid,
+                                "cap_mask": DEFAULT_MASK if p.cap_mask is None
+                                else f"0x{p.cap_mask:08x}"}
+        if p.cap_mask is None:
+            notes.append(f"{name} port {p.port}: no capability mask in the report, "
+                         f"{DEFAULT_MASK} used")
+        for key in ("state", "phys_state", "link_layer"):
+            value = getattr(p, key)
+            if value:
+                port[key] = value
+        ports.append(port)
+    entry["ports"] = ports
+    return entry
 
 
 def fabric_states(simulated: list[dict[str, Any]],
