@@ -73,7 +73,7 @@ def _decode(data: bytes) -> str:
     (:func:`nvfabric.rules.diagnose.detect_encoding`).
     SmiFormatError for other data with NUL bytes."""
     from nvfabric.facts.smi import SmiFormatError
-    from nvfabric.rules.diagnose import LogEncodingError, detect_encoding
+    from nvfabric.rules.logtext import LogEncodingError, detect_encoding
 
     try:
         name, skip = detect_encoding(data)

@@ -1,51 +1,50 @@
 """Diagnosis: fabric manager, start script, NVLSM/OpenSM, IMEX, NCCL and kernel log lines ->
 Findings of the shared catalogue, each with a concrete hint.
 
-The signatures are data (``nvfabric/data/signatures.yaml``: code, severity, needle, pattern,
-extracted fields, hint, source, examples; format in that file's header). A signature matches a
-line when its literal ``needle`` is in the line and its ``pattern`` is found in it; every
-wording variant of one message is one signature. Line prefixes (journal ``Mon DD HH:MM:SS host
-ident[pid]:``, ``journalctl -o cat`` bare lines, fabric manager's ``[Mon DD YYYY HH:MM:SS]
-[LEVEL] [tid N]``, talosctl ``<ip>:``, dmesg ``[ secs]``) need no parsing: patterns are searched
-anywhere in the line; prefixes only give the timestamps.
-
 :class:`Classifier` keeps state bounded by the catalogue, not by the input: repeated lines are
 one finding with a ``count`` and ``first_seen``/``last_seen``; at most :data:`MAX_KEYS`
 distinct findings per signature, at most :data:`MAX_COLLECT` values per collected field.
 :func:`classify_stream` reads a binary stream in blocks and hands the classifier only the lines
 that contain a needle, so memory stays constant and throughput stays high on large logs.
 
-Platform awareness: the same line can mean different things on different fabric kinds
-(NV_WARN_NOTHING_TO_DO is information on a node without NVSwitch, NVLSM missing on an NVLink 5
-baseboard); signatures carry ``by_fabric`` overrides, chosen by the kind given to the
-classifier (``None``: unknown).
-
-Catalogue lookups: a signature with ``lookup`` takes an extracted number (an SXid, an Xid) to a
-table shipped as data (``data/sxid.yaml``: NVIDIA Fabric Manager User Guide, NVSwitch SXid
-Errors; ``data/xid.yaml``: NVIDIA Xid catalogue, NVLink Xids). The entry's class picks the
-outcome (``by_class``; ``unknown`` for a number the table lacks, where a null code means "no
-finding") and its name rides along as ``catalogue_name``/``catalogue_class`` fields.
-
-Encodings: a log is UTF-8 (bytes that are not become U+FFFD). A UTF-16 or UTF-32 log (a BOM, or
-NUL bytes between ASCII characters, as Windows tools write it) is decoded as such. NUL bytes
-in runs within UTF-8 text are padding, dropped: logrotate's ``copytruncate`` leaves the file
-starting with NULs up to the writer's old offset, and a crash leaves NUL-filled blocks in a
-syslog. A stream with other NUL bytes (a binary file), or nothing but NULs, is refused
-(:class:`LogEncodingError`), never read as a log without findings.
+The catalogue and its lookups are :mod:`nvfabric.rules.catalogue`; decoding log bytes
+(encodings, NUL padding, needle scanning) is :mod:`nvfabric.rules.logtext`.
 """
 
 from __future__ import annotations
 
-import codecs
 import re
-from collections.abc import Iterable, Iterator, Mapping
-from dataclasses import dataclass, field
-from functools import cache, lru_cache
-from importlib import resources
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
 from typing import IO, Any
 
-from nvfabric.model.findings import CODES, Finding, Severity
+from nvfabric.model.findings import Finding
+from nvfabric.rules.catalogue import (
+    FABRIC_KINDS,
+    TABLES,
+    CatalogueError,
+    Lookup,
+    Outcome,
+    Signature,
+    catalogue,
+    lookup_table,
+    parse_catalogue,
+)
+from nvfabric.rules.logtext import (
+    LogEncodingError,
+    LogInputError,
+    detect_encoding,
+    needle_lines,
+    utf8_blocks,
+)
 from nvfabric.strict import int_or_none
+
+__all__ = [
+    "BLOCK", "FABRIC_KINDS", "MAX_COLLECT", "MAX_EXAMPLE", "MAX_KEYS", "MAX_LINE", "TABLES",
+    "CatalogueError", "Classifier", "LogEncodingError", "LogInputError", "LogValueError",
+    "Lookup", "Outcome", "Signature", "catalogue", "classify_lines", "classify_stream",
+    "detect_encoding", "lookup_table", "needle_lines", "parse_catalogue", "timestamp",
+]
 
 MAX_KEYS = 64
 MAX_COLLECT = 32
@@ -53,57 +52,10 @@ MAX_EXAMPLE = 300
 BLOCK = 1 << 20
 MAX_LINE = 1 << 20
 
-FABRIC_KINDS = ("none", "nvswitch", "nvlink5", "mnnvl")
-
-
-@dataclass(frozen=True)
-class Outcome:
-    """What a matching line means on one fabric kind; ``code`` None means "no finding"."""
-
-    code: str | None
-    severity: Severity
-    message: str
-    hint: str
-
-
-@dataclass(frozen=True)
-class Lookup:
-    """A signature's catalogue lookup: ``table`` (``sxid``, ``xid``), the extracted integer
-    field ``key`` it looks up, and the outcome per entry class (``unknown``: not listed)."""
-
-    table: str
-    key: str
-    by_class: Mapping[str, Outcome]
-
-
-@dataclass(frozen=True)
-class Signature:
-    """One row of the catalogue (see the data file's header for the keys)."""
-
-    id: str
-    needle: str
-    pattern: re.Pattern[str]
-    default: Outcome
-    by_fabric: Mapping[str, Outcome]
-    source: str
-    int_fields: frozenset[str] = frozenset()
-    collect: tuple[str, ...] = ()
-    set_fields: Mapping[str, Any] = field(default_factory=dict)
-    examples: tuple[str, ...] = ()
-    scan: re.Pattern[bytes] | None = None
-    lookup: Lookup | None = None
-
-    def outcome(self, fabric: str | None) -> Outcome:
-        return self.by_fabric.get(fabric or "unknown", self.default)
-
 
 #: The longest number a fabric log field holds (64-bit handles print 20 digits); longer ones
 #: are not a log's (and past 4,300 digits ``int()`` itself refuses them).
 MAX_DIGITS = 20
-
-
-class LogInputError(ValueError):
-    """A log that nvfabric refuses to read (doctor: exit 2, ``input_unreadable``)."""
 
 
 class LogValueError(LogInputError):
@@ -121,130 +73,6 @@ def _number(value: str, sig: str, name: str) -> int:
         raise LogValueError(f"{value!r} in a line of the {sig} kind (field {name}) is not "
                             "a number (ASCII digits)")
     return number
-
-
-class CatalogueError(ValueError):
-    """A catalogue row that is not well formed; the message names the row and the key."""
-
-
-def _outcome(row: Mapping[str, Any], base: Outcome | None, where: str) -> Outcome:
-    code = row.get("code", base.code if base else None)
-    severity = row.get("severity", base.severity if base else None)
-    if code is not None and code not in CODES:
-        raise CatalogueError(f"{where}: unknown finding code {code!r}")
-    if severity not in ("info", "warning", "error"):
-        raise CatalogueError(f"{where}: bad severity {severity!r}")
-    return Outcome(
-        code=code,
-        severity=severity,
-        message=str(row.get("message", base.message if base else "")),
-        hint=str(row.get("hint", base.hint if base else "")),
-    )
-
-
-def parse_catalogue(rows: Any) -> tuple[Signature, ...]:
-    """Validate rows (as loaded from YAML) into Signatures. Raises CatalogueError."""
-    if not isinstance(rows, list):
-        raise CatalogueError("the catalogue is a list of rows")
-    out: list[Signature] = []
-    seen: set[str] = set()
-    for n, row in enumerate(rows):
-        if not isinstance(row, Mapping):
-            raise CatalogueError(f"row {n}: expected a mapping")
-        sid = str(row.get("id") or f"row {n}")
-        if sid in seen:
-            raise CatalogueError(f"{sid}: id appears twice")
-        seen.add(sid)
-        needle = row.get("needle")
-        if not isinstance(needle, str) or not needle:
-            raise CatalogueError(f"{sid}: needle must be a non-empty string")
-        try:
-            pattern = re.compile(str(row.get("pattern")))
-        except re.error as err:
-            raise CatalogueError(f"{sid}: bad pattern: {err}") from None
-        default = _outcome(row, None, sid)
-        overrides = row.get("by_fabric") or {}
-        if not isinstance(overrides, Mapping):
-            raise CatalogueError(f"{sid}: by_fabric must be a mapping")
-        by_fabric = {}
-        for kind, over in overrides.items():
-            if kind not in (*FABRIC_KINDS, "unknown") or not isinstance(over, Mapping):
-                raise CatalogueError(f"{sid}: by_fabric.{kind}: unknown fabric kind or not a map")
-            by_fabric[str(kind)] = _outcome(over, default, f"{sid}.by_fabric.{kind}")
-        groups = set(pattern.groupindex)
-        ints = frozenset(row.get("int") or ())
-        collect = tuple(row.get("collect") or ())
-        if not ints <= groups or not set(collect) <= groups:
-            raise CatalogueError(f"{sid}: int/collect name fields the pattern does not capture")
-        lookup = _lookup(row.get("lookup"), default, sid, ints)
-        scan = None
-        if row.get("scan"):
-            try:
-                scan = re.compile(str(row["scan"]).encode())
-            except re.error as err:
-                raise CatalogueError(f"{sid}: bad scan pattern: {err}") from None
-        out.append(Signature(
-            id=sid, needle=needle, pattern=pattern, default=default, by_fabric=by_fabric, scan=scan,
-            source=str(row.get("source") or ""), int_fields=ints, collect=collect,
-            set_fields=dict(row.get("set") or {}),
-            examples=tuple(str(e) for e in row.get("examples") or ()), lookup=lookup,
-        ))
-    return tuple(out)
-
-
-def _lookup(spec: Any, default: Outcome, sid: str, ints: frozenset[str]) -> Lookup | None:
-    if spec is None:
-        return None
-    if not isinstance(spec, Mapping) or spec.get("table") not in TABLES:
-        raise CatalogueError(f"{sid}: lookup needs a table of {sorted(TABLES)}")
-    key = spec.get("key")
-    if key not in ints:
-        raise CatalogueError(f"{sid}: lookup key {key!r} is not an int field")
-    by_class: dict[str, Outcome] = {}
-    for cls, over in (spec.get("by_class") or {}).items():
-        if not isinstance(over, Mapping):
-            raise CatalogueError(f"{sid}: lookup.by_class.{cls}: not a mapping")
-        by_class[str(cls)] = _outcome(over, default, f"{sid}.lookup.by_class.{cls}")
-    return Lookup(str(spec["table"]), str(key), by_class)
-
-
-#: Catalogue tables shipped as data: name -> file under nvfabric/data.
-TABLES = {"sxid": "data/sxid.yaml", "xid": "data/xid.yaml"}
-
-
-@cache
-def lookup_table(name: str) -> Mapping[int, Mapping[str, str]]:
-    """A shipped catalogue table as ``{number: {"class": ..., "name": ..., ...}}``.
-
-    ``sxid`` (data/sxid.yaml, NVIDIA Fabric Manager User Guide "NVSwitch SXid Errors"):
-    classes ``nonfatal``, ``fatal``, ``always_fatal``, ``other``. ``xid`` (data/xid.yaml, NVIDIA
-    Xid catalogue): class ``nvlink``, name the mnemonic, plus ``description`` and
-    ``resolution``. KeyError for another name."""
-    import yaml
-
-    text = resources.files("nvfabric").joinpath(TABLES[name]).read_text("utf-8")
-    data = yaml.safe_load(text)
-    out: dict[int, dict[str, str]] = {}
-    if name == "sxid":
-        for cls, rows in data["classes"].items():
-            for number, label in rows.items():
-                out[int(number)] = {"class": str(cls), "name": str(label)}
-    else:
-        for number, entry in data["xids"].items():
-            out[int(number)] = {"class": "nvlink", "name": str(entry["mnemonic"]),
-                                "description": str(entry["description"]),
-                                "resolution": str(entry["resolution"])}
-    return out
-
-
-@lru_cache(maxsize=1)
-def catalogue() -> tuple[Signature, ...]:
-    """The shipped catalogue (nvfabric/data/signatures.yaml), parsed once."""
-    import yaml
-
-    text = resources.files("nvfabric").joinpath("data/signatures.yaml").read_text("utf-8")
-    loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
-    return parse_catalogue(yaml.load(text, Loader=loader))  # noqa: S506 - safe loader
 
 
 #: Timestamp forms, most precise first (fabric manager/IMEX, ISO, talos, syslog/journal, dmesg).
@@ -406,96 +234,6 @@ class Classifier:
         return [e.finding() for e in self._entries.values()]
 
 
-class LogEncodingError(LogInputError):
-    """A log stream that is not text in an encoding nvfabric reads (UTF-8, UTF-16, UTF-32)."""
-
-
-#: Byte order marks, longest first (the UTF-32 LE mark starts with the UTF-16 LE one).
-_BOMS: tuple[tuple[bytes, str], ...] = (
-    (codecs.BOM_UTF32_LE, "utf-32-le"), (codecs.BOM_UTF32_BE, "utf-32-be"),
-    (codecs.BOM_UTF8, "utf-8"), (codecs.BOM_UTF16_LE, "utf-16-le"),
-    (codecs.BOM_UTF16_BE, "utf-16-be"),
-)
-
-
-def detect_encoding(head: bytes) -> tuple[str, int]:
-    """``(encoding, BOM length)`` of a log from its first bytes: a BOM decides; without one,
-    NUL bytes in every other (every fourth) position of ASCII text mean UTF-16 (UTF-32) without
-    a BOM. Raises :class:`LogEncodingError` for other data holding NUL bytes (a binary file, a
-    core dump): such a stream is not a log."""
-    for bom, name in _BOMS:
-        if head.startswith(bom):
-            return name, len(bom)
-    sample = head[:4096]
-    if b"\0" not in sample:
-        return "utf-8", 0
-    even, odd = sample[0::2], sample[1::2]
-    for name, step in (("utf-32-le", 4), ("utf-32-be", 4)):
-        zeros = [sample[i::step] for i in range(step)]
-        text = zeros[0] if name.endswith("le") else zeros[3]
-        rest = zeros[1:] if name.endswith("le") else zeros[:3]
-        if len(sample) >= 8 and all(set(z) == {0} for z in rest) and 0 not in text:
-            return name, 0
-    if len(sample) >= 4 and set(odd) == {0} and 0 not in even:
-        return "utf-16-le", 0
-    if len(sample) >= 4 and set(even) == {0} and 0 not in odd:
-        return "utf-16-be", 0
-    if _nul_padded_text(sample):
-        return "utf-8", 0
-    raise LogEncodingError(
-        "holds NUL bytes and is neither UTF-8, UTF-16 nor UTF-32 text: not a log file")
-
-
-#: NUL padding: a run of at least this many NUL bytes (an ASCII character in UTF-16 has one).
-_NUL_RUN = re.compile(rb"\0{8,}")
-#: Control bytes that text does not hold (tab, newline, CR, form feed and ESC excepted).
-_BINARY_BYTES = re.compile(rb"[\x01-\x08\x0b\x0e-\x1a\x1c-\x1f\x7f]")
-
-
-def _nul_padded_text(sample: bytes) -> bool:
-    """Whether ``sample`` is UTF-8 text whose NUL bytes all stand in runs of padding (or is
-    padding only, the start of a copytruncated log), with hardly any other control byte."""
-    rest = _NUL_RUN.sub(b"", sample)
-    if b"\0" in rest:
-        return False
-    return len(_BINARY_BYTES.findall(rest)) <= len(rest) // 100
-
-
-def _utf8_blocks(stream: IO[bytes]) -> Iterator[bytes]:
-    """The stream's bytes as UTF-8, block by block, whatever its detected encoding; NUL bytes
-    of a UTF-8 stream (padding, :func:`_nul_padded_text`) are dropped. Raises
-    :class:`LogEncodingError` for a stream of NUL bytes only."""
-    first = stream.read(BLOCK)
-    name, skip = detect_encoding(first)
-    if name == "utf-8":
-        seen = False
-        block = first[skip:]
-        while block:
-            if b"\0" in block:
-                # a block of padding only (a copytruncated log's hole, /dev/zero on stdin) is
-                # dropped at memchr speed; replace() on it ran at ~100 MB/s, so reading to the
-                # 16 GiB cap of `doctor - < /dev/zero` took minutes
-                nuls = block.count(0)
-                block = b"" if nuls == len(block) else block.replace(b"\0", b"")
-            if block:
-                seen = True
-                yield block
-            block = stream.read(BLOCK)
-        if not seen and first:
-            raise LogEncodingError("holds only NUL bytes: not a log file")
-        return
-    decoder = codecs.getincrementaldecoder(name)(errors="replace")
-    block = first[skip:]
-    while block:
-        text = decoder.decode(block)
-        if text:
-            yield text.encode("utf-8")
-        block = stream.read(BLOCK)
-    tail = decoder.decode(b"", final=True)
-    if tail:
-        yield tail.encode("utf-8")
-
-
 def classify_stream(classifier: Classifier, stream: IO[bytes]) -> int:
     """Feed a binary stream to ``classifier`` in blocks of :data:`BLOCK` bytes; only lines that
     contain a needle are decoded and fed (the result is the same as feeding every line). Memory
@@ -506,7 +244,7 @@ def classify_stream(classifier: Classifier, stream: IO[bytes]) -> int:
     needles = classifier.scanners
     carry = b""
     total = 0
-    blocks = _utf8_blocks(stream)
+    blocks = utf8_blocks(stream, BLOCK)
     while True:
         block = next(blocks, b"")
         total += len(block)
@@ -534,26 +272,6 @@ def _scan(
     for line in needle_lines(data, needles):
         classifier.feed(line)
     classifier.lines = lines_before + data.count(b"\n")
-
-
-def needle_lines(data: bytes, needles: Iterable[bytes | re.Pattern[bytes]]) -> list[str]:
-    """The lines of ``data`` (complete lines, ending in a newline) that contain one of
-    ``needles`` (a :attr:`Classifier.scanners` tuple), decoded, in order: what a classifier
-    must be fed of ``data``. Several classifiers (one per fabric kind) can share one scan."""
-    starts: dict[int, int] = {}
-    for needle in needles:
-        if isinstance(needle, re.Pattern):
-            for m in needle.finditer(data):
-                start = data.rfind(b"\n", 0, m.start()) + 1
-                starts[start] = data.find(b"\n", m.start())
-            continue
-        pos = data.find(needle)
-        while pos >= 0:
-            start = data.rfind(b"\n", 0, pos) + 1
-            end = data.find(b"\n", pos)
-            starts[start] = end
-            pos = data.find(needle, end)
-    return [data[start: starts[start]].decode("utf-8", "replace") for start in sorted(starts)]
 
 
 def classify_lines(lines: Iterable[str], fabric: str | None = None) -> list[Finding]:
