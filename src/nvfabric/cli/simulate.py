@@ -37,7 +37,7 @@ def simulate(profile: str | None, directory: str | None, spec_file: str | None,
 
     DIR must be new (in an existing directory) or empty; nothing is written when the spec or
     DIR is refused."""
-    from nvfabric.simulate import PROFILES, SpecError, build, parse, profile_spec
+    from nvfabric.simulate import PROFILES, SpecError, build, profile_spec
     from nvfabric.simulate.fakes import install
     from nvfabric.simulate.tree import clear
 
@@ -47,49 +47,14 @@ def simulate(profile: str | None, directory: str | None, spec_file: str | None,
         else:
             click.echo("\n".join(sorted(PROFILES)))
         return
-    if spec_file and report_file:
-        raise usage_error("give either --spec FILE or --from-bug-report FILE, not both")
-    if spec_file or report_file:
-        if directory is not None:
-            raise usage_error("give either --spec FILE DIR, --from-bug-report FILE DIR or "
-                              "PROFILE DIR")
-        directory, profile = profile, None
-    if not directory:
-        raise usage_error("missing DIR", "nvfabric simulate PROFILE DIR, --spec FILE DIR or "
-                          "--from-bug-report FILE DIR")
-    try:
-        directory = checked_root(directory)
-    except ValueError as err:
-        raise usage_error(f"DIR {err}") from None
+    profile, directory = _arguments(profile, directory, spec_file, report_file)
     notes: list[str] = []
     try:
         if report_file:
-            from nvfabric.triage import triage
-            from nvfabric.triage.spec import node_spec
-
-            triaged = triage(report_file)
-            if not triaged.extras.get("pci_known"):
-                raise usage_error(
-                    f"{report_file}: the report has no lspci section (nor the script's sysfs "
-                    "dump): its PCI functions are unknown, so there is no node to build",
-                    "ask for the whole nvidia-bug-report.log.gz, written as root")
-            raw, notes = node_spec(triaged.inventory)
-            for f in triaged.findings:
-                if f.code == "report_section_missing" and "plan_blocker" in f.fields:
-                    # the tree cannot hold "unknown": say that plan on it judges what the
-                    # report could not tell (no ibstat: LPFs without ports)
-                    notes.append(f"the report lacks {f.fields['section']}: triage did not "
-                                 f"judge the plan's {f.fields['plan_blocker']}, but the tree "
-                                 "is built without it, so plan and detect there judge a "
-                                 "node that lacks it (their blockers may be this gap)")
-            spec = parse(raw)
+            spec, notes, triaged = _from_report(report_file)
             source = report_file
         elif spec_file:
-            raw = node_of(load_spec(spec_file), spec_file)
-            try:
-                spec = parse(raw)
-            except SpecError as err:  # name the file: every reader's error does
-                raise usage_error(f"{spec_file}: {err}") from None
+            spec = _from_spec_file(spec_file)
             source = spec_file
         else:
             assert profile is not None
@@ -112,15 +77,79 @@ def simulate(profile: str | None, directory: str | None, spec_file: str | None,
     except BaseException:
         clear(directory, remove_root=not existed)
         raise
+    _print(directory, source, fakes, notes if report_file else None, as_json)
+
+
+def _arguments(profile: str | None, directory: str | None, spec_file: str | None,
+               report_file: str | None) -> tuple[str | None, str]:
+    """(PROFILE, checked DIR) of the command line: with --spec or --from-bug-report the one
+    argument is DIR. usage_error on a missing, extra or refused argument."""
+    if spec_file and report_file:
+        raise usage_error("give either --spec FILE or --from-bug-report FILE, not both")
+    if spec_file or report_file:
+        if directory is not None:
+            raise usage_error("give either --spec FILE DIR, --from-bug-report FILE DIR or "
+                              "PROFILE DIR")
+        directory, profile = profile, None
+    if not directory:
+        raise usage_error("missing DIR", "nvfabric simulate PROFILE DIR, --spec FILE DIR or "
+                          "--from-bug-report FILE DIR")
+    try:
+        return profile, checked_root(directory)
+    except ValueError as err:
+        raise usage_error(f"DIR {err}") from None
+
+
+def _from_spec_file(spec_file: str) -> Any:
+    """The spec of a node spec file or a field case file's ``node:``; usage_error naming the
+    file when it is refused."""
+    from nvfabric.simulate import SpecError, parse
+
+    raw = node_of(load_spec(spec_file), spec_file)
+    try:
+        return parse(raw)
+    except SpecError as err:  # name the file: every reader's error does
+        raise usage_error(f"{spec_file}: {err}") from None
+
+
+def _from_report(report_file: str) -> tuple[Any, list[str], Any]:
+    """(spec, notes, triage) of the node an nvidia-bug-report describes
+    (:func:`nvfabric.triage.spec.node_spec`); usage_error when the report has no PCI
+    functions. Raises SpecError when the spec is refused."""
+    from nvfabric.simulate import parse
+    from nvfabric.triage import triage
+    from nvfabric.triage.spec import node_spec
+
+    triaged = triage(report_file)
+    if not triaged.extras.get("pci_known"):
+        raise usage_error(
+            f"{report_file}: the report has no lspci section (nor the script's sysfs "
+            "dump): its PCI functions are unknown, so there is no node to build",
+            "ask for the whole nvidia-bug-report.log.gz, written as root")
+    raw, notes = node_spec(triaged.inventory)
+    for f in triaged.findings:
+        if f.code == "report_section_missing" and "plan_blocker" in f.fields:
+            # the tree cannot hold "unknown": say that plan on it judges what the
+            # report could not tell (no ibstat: LPFs without ports)
+            notes.append(f"the report lacks {f.fields['section']}: triage did not "
+                         f"judge the plan's {f.fields['plan_blocker']}, but the tree "
+                         "is built without it, so plan and detect there judge a "
+                         "node that lacks it (their blockers may be this gap)")
+    return parse(raw), notes, triaged
+
+
+def _print(directory: str, source: str, fakes: list[str], notes: list[str] | None,
+           as_json: bool) -> None:
+    """What was written: the tree, its source, the fakes and (from a bug report) the notes."""
     if as_json:
         out: dict[str, Any] = {"root": directory, "source": source, "fakes": fakes}
-        if report_file:
+        if notes is not None:
             out["notes"] = notes
         print_json(out)
     else:
         con = console()
         con.print(f"simulated node ({safe(source)}) written to {safe(directory)}")
-        for note in notes:
+        for note in notes or ():
             con.print(f"  note: {safe(note)}")
         con.print(f"fake daemons and tools in {safe(directory)}/bin "
                   f"({safe(', '.join(os.path.basename(f) for f in fakes))})")

@@ -70,7 +70,7 @@ class Report:
 def _decode(data: bytes) -> str:
     """A capture's text: UTF-8, or UTF-16/UTF-32 with or without a BOM (PowerShell's ``>`` and
     Windows editors save UTF-16 LE), detected as ``doctor`` detects a log's encoding
-    (:func:`nvfabric.rules.diagnose.detect_encoding`).
+    (:func:`nvfabric.rules.logtext.detect_encoding`).
     SmiFormatError for other data with NUL bytes."""
     from nvfabric.facts.smi import SmiFormatError
     from nvfabric.rules.logtext import LogEncodingError, detect_encoding
@@ -120,33 +120,11 @@ def evaluate(
     the fabric kind judged (the plan's, or ``--fabric``'s) are read and listed.
     ``probe_timeout_s`` bounds the fabric-state probe (NVML or the node's nvidia-smi; default
     :data:`nvfabric.facts.gpu.SMI_TIMEOUT_S`)."""
-    from nvfabric.rules.plan import SERVICES_BY_FABRIC
     from nvfabric.rules.verdict import DEFAULT_GRACE_S, Inputs, infer_fabric, verdict
 
     grace = DEFAULT_GRACE_S if grace_s is None else grace_s
-    services = None
-    pci_count = None
-    mode = None
-    plan_fabric = None
-    imex_owner = None
-    if capture is None or root_given:
-        from nvfabric.facts.inventory import collect
-        from nvfabric.rules.plan import plan
-
-        p = plan(collect(root))
-        plan_fabric = p.fabric
-        if capture is None:
-            from nvfabric.facts import services as svc
-
-            pci_count = p.gpu_count
-            kind = fabric_option or p.fabric
-            services = svc.read(root, SERVICES_BY_FABRIC.get(kind, p.services))
-            mode = svc.fabric_mode(root)
-            if kind == "mnnvl":
-                from nvfabric.facts import imexhost as host
-                from nvfabric.rules.imex import owner
-
-                imex_owner = owner.decide(host.gather_evidence(root)).owner
+    node = (_read_node(root, fabric_option, live=capture is None)
+            if capture is None or root_given else _Node(None))
     if capture is not None:
         health = read_capture(capture)
     else:
@@ -156,14 +134,14 @@ def evaluate(
                              else probe_timeout_s)
     if fabric_option:
         fabric, source = fabric_option, "option"
-    elif plan_fabric is not None:
-        fabric, source = plan_fabric, "plan"
+    elif node.fabric is not None:
+        fabric, source = node.fabric, "plan"
     else:
         fabric, source = infer_fabric(health.gpus, health.findings), "inferred"
     result = verdict(Inputs(
-        gpus=health.gpus, fabric=fabric, services=services, pci_gpu_count=pci_count,
-        grace_s=grace, fabric_mode=mode, reader_findings=health.findings,
-        imex_owner=imex_owner,
+        gpus=health.gpus, fabric=fabric, services=node.services,
+        pci_gpu_count=node.pci_gpu_count, grace_s=grace, fabric_mode=node.fabric_mode,
+        reader_findings=health.findings, imex_owner=node.imex_owner,
     ))
     if source == "inferred":
         result = type(result)(result.verdict, result.findings, (
@@ -171,9 +149,45 @@ def evaluate(
             "(pass --root or --fabric to state it)",
             *result.reasons,
         ))
-    return Report(result, health, fabric, source, services,
+    return Report(result, health, fabric, source, node.services,
                   node_identity(root, fabric) if capture is None or root_given else ())
 
+
+
+@dataclass(frozen=True)
+class _Node:
+    """What :func:`evaluate` reads of the node under ``root``: its plan's fabric kind (None:
+    the node is not consulted), and for a live verdict (else None) the GPUs on PCI, the
+    services' liveness, FABRIC_MODE and the IMEX owner."""
+
+    fabric: str | None
+    pci_gpu_count: int | None = None
+    services: tuple[ServiceState, ...] | None = None
+    fabric_mode: int | None = None
+    imex_owner: str | None = None
+
+
+def _read_node(root: str, fabric_option: str | None, live: bool) -> _Node:
+    """The node's plan; when ``live``, also the services of the fabric kind judged
+    (``--fabric``'s or the plan's), FABRIC_MODE and, on an mnnvl tray, who owns IMEX."""
+    from nvfabric.facts.inventory import collect
+    from nvfabric.rules.plan import SERVICES_BY_FABRIC, plan
+
+    p = plan(collect(root))
+    if not live:
+        return _Node(p.fabric)
+    from nvfabric.facts import services as svc
+
+    kind = fabric_option or p.fabric
+    services = svc.read(root, SERVICES_BY_FABRIC.get(kind, p.services))
+    mode = svc.fabric_mode(root)
+    imex_owner = None
+    if kind == "mnnvl":
+        from nvfabric.facts import imexhost as host
+        from nvfabric.rules.imex import owner
+
+        imex_owner = owner.decide(host.gather_evidence(root)).owner
+    return _Node(p.fabric, p.gpu_count, services, mode, imex_owner)
 
 def node_identity(root: str, fabric: str | None) -> tuple[tuple[str, Any], ...]:
     """What ``nvfabric domain check`` needs to place this report in a node list: the host

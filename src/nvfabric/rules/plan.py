@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from nvfabric.model.findings import Finding
-from nvfabric.model.inventory import MELLANOX, Inventory
+from nvfabric.model.inventory import MELLANOX, IbDevice, Inventory
 from nvfabric.model.words import plural
 from nvfabric.rules.products import lookup
 
@@ -95,15 +95,7 @@ def plan(inv: Inventory) -> Plan:
     reasons: list[str] = []
     blockers: list[Finding] = []
     gpus = inv.gpus
-    roles: dict[str, int] = {}
-    names: dict[str, int] = {}
-    for gpu in gpus:
-        product = lookup(gpu.vendor, gpu.device)
-        role = product.role if product else "unknown"
-        roles[role] = roles.get(role, 0) + 1
-        name = product.name if product else f"10de:{gpu.device:04x}"
-        names[name] = names.get(name, 0) + 1
-    products = tuple(f"{n} x{c}" for n, c in names.items())
+    roles, products = _products(inv)
     if gpus:
         reasons.append("GPUs on PCI: " + ", ".join(products))
     else:
@@ -121,29 +113,10 @@ def plan(inv: Inventory) -> Plan:
         )
     elif lpfs or roles.get("nvlink5_gpu"):
         fabric = "nvlink5"
-        if lpfs:
-            reasons.append(
-                f"{plural(len(lpfs), 'ConnectX LPF')} with VPD SMDL=SW_MNG on PCI ("
-                + ", ".join(f.address for f in lpfs)
-                + "): NVLink 5 baseboard, NVLSM then fabric manager"
-            )
-            port = _nvlink5_checks(inv, reasons, blockers)
-        else:
-            reasons.append("NVLink 5 GPUs but no LPF (VPD SMDL=SW_MNG) visible on PCI")
-            reasons.append("management port: not chosen, no LPF on PCI")
-            blockers.append(_no_lpf(inv))
+        port = _nvlink5(inv, reasons, blockers)
     elif switches:
         fabric = "nvswitch"
-        reasons.append(
-            f"{len(switches)} NVSwitch(es) on PCI ("
-            + ", ".join(sorted({_name(f.vendor, f.device) for f in switches}))
-            + "): fabric manager alone"
-        )
-        if inv.driver_version and len(inv.nvswitch_proc_devices) < len(switches):
-            reasons.append(
-                f"only {len(inv.nvswitch_proc_devices)} of {len(switches)} NVSwitches appear in "
-                "/proc/driver/nvidia-nvswitch/devices; fabric manager will see only those"
-            )
+        _nvswitch(inv, reasons)
     else:
         fabric = "none"
         if gpus:
@@ -153,16 +126,7 @@ def plan(inv: Inventory) -> Plan:
             )
 
     if fabric != "none" and (inv.driver_version is None or "nvidia" not in inv.modules):
-        blockers.append(
-            Finding(
-                "driver_not_loaded",
-                "error",
-                f"the NVIDIA kernel module is not loaded; a {fabric} node needs it before any "
-                "fabric service",
-                "load the driver (`modprobe nvidia`) or install it; fabric services must match "
-                "its exact version",
-            )
-        )
+        blockers.append(_driver_not_loaded(fabric))
     return Plan(
         fabric=fabric,
         services=SERVICES_BY_FABRIC[fabric],
@@ -173,6 +137,65 @@ def plan(inv: Inventory) -> Plan:
         reasons=tuple(reasons),
         gpu_count=len(gpus),
         products=products,
+    )
+
+
+def _nvlink5(inv: Inventory, reasons: list[str], blockers: list[Finding]
+             ) -> ManagementPort | None:
+    """An NVLink 5 node: its LPFs and management port (:func:`_nvlink5_checks`), or the
+    blocker of NVLink 5 GPUs without a visible LPF."""
+    lpfs = inv.lpfs
+    if lpfs:
+        reasons.append(
+            f"{plural(len(lpfs), 'ConnectX LPF')} with VPD SMDL=SW_MNG on PCI ("
+            + ", ".join(f.address for f in lpfs)
+            + "): NVLink 5 baseboard, NVLSM then fabric manager"
+        )
+        return _nvlink5_checks(inv, reasons, blockers)
+    reasons.append("NVLink 5 GPUs but no LPF (VPD SMDL=SW_MNG) visible on PCI")
+    reasons.append("management port: not chosen, no LPF on PCI")
+    blockers.append(_no_lpf(inv))
+    return None
+
+
+def _nvswitch(inv: Inventory, reasons: list[str]) -> None:
+    """An NVSwitch node: its switches, and those the driver does not list."""
+    switches = inv.nvswitches
+    reasons.append(
+        f"{len(switches)} NVSwitch(es) on PCI ("
+        + ", ".join(sorted({_name(f.vendor, f.device) for f in switches}))
+        + "): fabric manager alone"
+    )
+    if inv.driver_version and len(inv.nvswitch_proc_devices) < len(switches):
+        reasons.append(
+            f"only {len(inv.nvswitch_proc_devices)} of {len(switches)} NVSwitches appear in "
+            "/proc/driver/nvidia-nvswitch/devices; fabric manager will see only those"
+        )
+
+
+def _products(inv: Inventory) -> tuple[dict[str, int], tuple[str, ...]]:
+    """(GPU count per product role, ``"NAME xCOUNT"`` per product) of the node's GPUs
+    (:mod:`nvfabric.rules.products`; an unknown one is ``unknown`` / ``10de:DEVICE``)."""
+    roles: dict[str, int] = {}
+    names: dict[str, int] = {}
+    for gpu in inv.gpus:
+        product = lookup(gpu.vendor, gpu.device)
+        role = product.role if product else "unknown"
+        roles[role] = roles.get(role, 0) + 1
+        name = product.name if product else f"10de:{gpu.device:04x}"
+        names[name] = names.get(name, 0) + 1
+    return roles, tuple(f"{n} x{c}" for n, c in names.items())
+
+
+def _driver_not_loaded(fabric: str) -> Finding:
+    """The blocker of a node with a fabric and no NVIDIA kernel module loaded."""
+    return Finding(
+        "driver_not_loaded",
+        "error",
+        f"the NVIDIA kernel module is not loaded; a {fabric} node needs it before any "
+        "fabric service",
+        "load the driver (`modprobe nvidia`) or install it; fabric services must match "
+        "its exact version",
     )
 
 
@@ -240,6 +263,22 @@ def _nvlink5_checks(
                 {"module": "ib_umad"},
             )
         )
+    chosen, candidates, unreadable_seen = _choose_port(lpf_devices, reasons)
+    others = sorted(d.name for d in inv.infiniband if d.pci not in lpf_addresses)
+    if others:
+        reasons.append(
+            "not candidates (no SMDL=SW_MNG in VPD, ordinary NICs): " + ", ".join(others)
+        )
+    if chosen is None:
+        blockers.append(_no_port(candidates, unreadable_seen))
+    return chosen
+
+
+def _choose_port(lpf_devices: list[IbDevice], reasons: list[str]
+                 ) -> tuple[ManagementPort | None, list[dict[str, Any]], bool]:
+    """The management port: the first LPF port with a readable, non-zero GUID and the SM
+    enabled (capability mask bit 0x400 clear), in device name then port order; one reason per
+    candidate. (port or None, the candidates as JSON, whether some value was unreadable)."""
     chosen: ManagementPort | None = None
     candidates: list[dict[str, Any]] = []
     unreadable_seen = False
@@ -268,27 +307,23 @@ def _nvlink5_checks(
                 {"device": dev.name, "port": p.port, "guid": guid, "cap_mask": mask,
                  "verdict": verdict}
             )
-    others = sorted(d.name for d in inv.infiniband if d.pci not in lpf_addresses)
-    if others:
-        reasons.append(
-            "not candidates (no SMDL=SW_MNG in VPD, ordinary NICs): " + ", ".join(others)
-        )
-    if chosen is None:
-        listing = "; ".join(
-            f"{c['device']}/{c['port']} {c['guid']} cap_mask {c['cap_mask']}: {c['verdict']}"
-            for c in candidates
-        )
-        blockers.append(
-            Finding(
-                "management_port_not_found",
-                "error",
-                "no LPF port can host NVLSM"
-                + (f" ({listing})" if listing else " (the LPF IB devices have no ports)"),
-                "an LPF port with the SM enabled (capability mask bit 0x400 clear) and a "
-                "non-zero GUID is needed: check the baseboard firmware and `ibstat` of each LPF"
-                + ("; a port whose ports/N/cap_mask or gids/0 under /sys/class/infiniband "
-                   "cannot be read is never taken" if unreadable_seen else ""),
-                {"candidates": candidates},
-            )
-        )
-    return chosen
+    return chosen, candidates, unreadable_seen
+
+
+def _no_port(candidates: list[dict[str, Any]], unreadable_seen: bool) -> Finding:
+    """The blocker of NVLink 5 LPFs none of whose ports can host NVLSM, each candidate named."""
+    listing = "; ".join(
+        f"{c['device']}/{c['port']} {c['guid']} cap_mask {c['cap_mask']}: {c['verdict']}"
+        for c in candidates
+    )
+    return Finding(
+        "management_port_not_found",
+        "error",
+        "no LPF port can host NVLSM"
+        + (f" ({listing})" if listing else " (the LPF IB devices have no ports)"),
+        "an LPF port with the SM enabled (capability mask bit 0x400 clear) and a "
+        "non-zero GUID is needed: check the baseboard firmware and `ibstat` of each LPF"
+        + ("; a port whose ports/N/cap_mask or gids/0 under /sys/class/infiniband "
+           "cannot be read is never taken" if unreadable_seen else ""),
+        {"candidates": candidates},
+    )

@@ -203,6 +203,38 @@ def _mellanox(i: int, m: Any) -> MellanoxSpec:
     )
 
 
+def _gpus(raw: Mapping[str, Any]) -> list[tuple[str, int]]:
+    """``gpus:``: (device ID, count) per entry, at most :data:`MAX_GPUS` in all."""
+    gpus = []
+    for i, g in enumerate(_list(raw, "gpus", MAX_GPUS)):
+        _want(isinstance(g, Mapping), f"gpus[{i}]: expected a mapping")
+        gpus.append((_hex4(g.get("device_id"), f"gpus[{i}].device_id"),
+                     _int(g.get("count", 1), f"gpus[{i}].count", 0, MAX_GPUS)))
+    total = sum(c for _, c in gpus)
+    _want(total <= MAX_GPUS, f"gpus: at most {MAX_GPUS} GPUs in all, got {total}")
+    return gpus
+
+
+def _nvswitches(raw: Mapping[str, Any]) -> tuple[str, int] | None:
+    """``nvswitches:``: (device ID, count), None when absent or empty."""
+    sw = raw.get("nvswitches")
+    nvswitches = None
+    if sw:
+        _want(isinstance(sw, Mapping), "nvswitches: expected a mapping")
+        nvswitches = (_hex4(sw.get("device_id"), "nvswitches.device_id"),
+                      _int(sw.get("count", 1), "nvswitches.count", 0, MAX_NVSWITCHES))
+    return nvswitches
+
+
+def _mellanox_list(raw: Mapping[str, Any]) -> list[MellanoxSpec]:
+    """``mellanox:``: the ConnectX functions, each InfiniBand device name once."""
+    mlx = [_mellanox(i, m) for i, m in enumerate(_list(raw, "mellanox", MAX_MELLANOX))]
+    names = [m.ib_device for m in mlx]
+    for i, name in enumerate(names):
+        _want(name not in names[:i], f"mellanox[{i}].ib_device: {name} appears twice")
+    return mlx
+
+
 def parse(raw: Any) -> NodeSpec:
     """Validate a spec mapping (as loaded from YAML). Raises SpecError naming the key.
 
@@ -226,23 +258,9 @@ def parse(raw: Any) -> NodeSpec:
     modules = _list(raw, "modules", 256)
     for m in modules:
         _want(bool(IBDEV.fullmatch(str(m))), f"modules: bad module name {m!r}")
-    gpus = []
-    for i, g in enumerate(_list(raw, "gpus", MAX_GPUS)):
-        _want(isinstance(g, Mapping), f"gpus[{i}]: expected a mapping")
-        gpus.append((_hex4(g.get("device_id"), f"gpus[{i}].device_id"),
-                     _int(g.get("count", 1), f"gpus[{i}].count", 0, MAX_GPUS)))
-    total = sum(c for _, c in gpus)
-    _want(total <= MAX_GPUS, f"gpus: at most {MAX_GPUS} GPUs in all, got {total}")
-    sw = raw.get("nvswitches")
-    nvswitches = None
-    if sw:
-        _want(isinstance(sw, Mapping), "nvswitches: expected a mapping")
-        nvswitches = (_hex4(sw.get("device_id"), "nvswitches.device_id"),
-                      _int(sw.get("count", 1), "nvswitches.count", 0, MAX_NVSWITCHES))
-    mlx = [_mellanox(i, m) for i, m in enumerate(_list(raw, "mellanox", MAX_MELLANOX))]
-    names = [m.ib_device for m in mlx]
-    for i, name in enumerate(names):
-        _want(name not in names[:i], f"mellanox[{i}].ib_device: {name} appears twice")
+    gpus = _gpus(raw)
+    nvswitches = _nvswitches(raw)
+    mlx = _mellanox_list(raw)
     imex = raw.get("imex_channels") or {}
     _want(isinstance(imex, Mapping), "imex_channels: expected a mapping")
     proc_devices = raw.get("nvswitch_proc_devices")

@@ -29,7 +29,7 @@ from typing import Literal
 
 from nvfabric.facts.vpd import encode
 from nvfabric.model.errors import usage_error
-from nvfabric.simulate.spec import MellanoxSpec, NodeSpec, SpecError
+from nvfabric.simulate.spec import MellanoxSpec, NodeSpec, PortSpec, SpecError
 
 VPD_CAP_OFFSET = 0x48
 
@@ -170,6 +170,26 @@ def layout(spec: NodeSpec) -> tuple[Entry, ...]:
     tree.file("proc/sys/kernel/arch", spec.arch + "\n")
     tree.file("etc/os-release",
               'NAME="Ubuntu"\nVERSION_ID="24.04"\nID=ubuntu\nVERSION_CODENAME=noble\n')
+    nvidia_loaded = _modules(tree, spec)
+    bus = _Bus()
+    _connectx(tree, bus, spec)
+    _gpus_and_switches(tree, bus, spec, nvidia_loaded)
+    for _ in range(spec.other_pci):
+        addr = bus.take()
+        _pci_function(tree, addr, 0x8086, 0x0953, 0x010802, (0x8086, 0x3702), "nvme", 0)
+    devices = ["Character devices:", "  1 mem", "  4 /dev/vc/0", "195 nvidia-frontend"]
+    if spec.imex_major is not None:
+        devices.append(f"{spec.imex_major} nvidia-caps-imex-channels")
+    tree.file("proc/devices", "\n".join(devices) + "\n")
+    for ch in spec.imex_channels:
+        tree.chardev(f"dev/nvidia-caps-imex-channels/channel{ch}", spec.imex_major, ch)
+    _place_files(tree, spec.files)
+    return tuple(tree.entries.values())
+
+
+def _modules(tree: _Tree, spec: NodeSpec) -> bool:
+    """The loaded modules (``sys/module``) and the driver's version files; whether the
+    nvidia module is loaded with a version."""
     modules = set(spec.modules)
     for mod in sorted(modules):
         tree.dir(f"sys/module/{mod}")
@@ -182,7 +202,13 @@ def layout(spec: NodeSpec) -> tuple[Entry, ...]:
             f"{spec.driver_version}  Release Build  (dvs-builder@simulated)\n"
             "GCC version:  gcc version 12.3.0 (Ubuntu 12.3.0-1ubuntu1~22.04)\n",
         )
-    bus = _Bus()
+    return nvidia_loaded
+
+
+def _connectx(tree: _Tree, bus: _Bus, spec: NodeSpec) -> None:
+    """The ConnectX functions on PCI (with their VPD) and, with mlx5_ib loaded, their
+    InfiniBand devices and ports; with ib_umad, one ``umadN`` per port."""
+    modules = set(spec.modules)
     numa = 0
     ib_loaded = "mlx5_ib" in modules
     umad_loaded = "ib_umad" in modules
@@ -208,18 +234,7 @@ def layout(spec: NodeSpec) -> tuple[Entry, ...]:
         tree.file(f"{ibreal}/board_id", "NVD0000000033\n")
         tree.link("../../../" + addr, f"{ibreal}/device")
         for p in m.ports:
-            pb = f"{ibreal}/ports/{p.port}"
-            tree.file(f"{pb}/cap_mask", f"0x{p.cap_mask:08x}\n")
-            tree.file(f"{pb}/gids/0", _gid(p.guid) + "\n")
-            tree.file(f"{pb}/pkeys/0", "0xffff\n")
-            tree.file(f"{pb}/state", p.state + "\n")
-            tree.file(f"{pb}/phys_state", p.phys_state + "\n")
-            tree.file(f"{pb}/link_layer", p.link_layer + "\n")
-            tree.file(f"{pb}/lid", "0x1\n")
-            tree.file(f"{pb}/lid_mask_count", "0\n")
-            tree.file(f"{pb}/sm_lid", "0x1\n")
-            tree.file(f"{pb}/sm_sl", "0\n")
-            tree.file(f"{pb}/rate", "100 Gb/sec (2X NDR)\n")
+            _ib_port(tree, f"{ibreal}/ports/{p.port}", p)
             if umad_loaded:
                 ub = f"sys/class/infiniband_mad/umad{umad_index}"
                 tree.file(f"{ub}/ibdev", m.ib_device + "\n")
@@ -228,6 +243,26 @@ def layout(spec: NodeSpec) -> tuple[Entry, ...]:
                 umad_index += 1
         tree.link(os.path.relpath(ibreal, "sys/class/infiniband"),
                   f"sys/class/infiniband/{m.ib_device}")
+
+
+def _ib_port(tree: _Tree, pb: str, p: PortSpec) -> None:
+    """The sysfs attributes of one InfiniBand port under ``pb`` (``.../ports/N``)."""
+    tree.file(f"{pb}/cap_mask", f"0x{p.cap_mask:08x}\n")
+    tree.file(f"{pb}/gids/0", _gid(p.guid) + "\n")
+    tree.file(f"{pb}/pkeys/0", "0xffff\n")
+    tree.file(f"{pb}/state", p.state + "\n")
+    tree.file(f"{pb}/phys_state", p.phys_state + "\n")
+    tree.file(f"{pb}/link_layer", p.link_layer + "\n")
+    tree.file(f"{pb}/lid", "0x1\n")
+    tree.file(f"{pb}/lid_mask_count", "0\n")
+    tree.file(f"{pb}/sm_lid", "0x1\n")
+    tree.file(f"{pb}/sm_sl", "0\n")
+    tree.file(f"{pb}/rate", "100 Gb/sec (2X NDR)\n")
+
+
+def _gpus_and_switches(tree: _Tree, bus: _Bus, spec: NodeSpec, nvidia_loaded: bool) -> None:
+    """The GPUs (from bus 0x18, the first half on NUMA node 0) and NVSwitches on PCI, and the
+    switches the driver lists in ``/proc/driver/nvidia-nvswitch/devices``."""
     gpu_driver = "nvidia" if nvidia_loaded else None
     bus.next = max(bus.next, 0x18)
     total = sum(c for _, c in spec.gpus)
@@ -251,17 +286,6 @@ def layout(spec: NodeSpec) -> tuple[Entry, ...]:
         proc_count = len(switch_addrs) if nvidia_loaded else 0
     for addr in switch_addrs[:proc_count]:
         tree.dir(f"proc/driver/nvidia-nvswitch/devices/{addr}")
-    for _ in range(spec.other_pci):
-        addr = bus.take()
-        _pci_function(tree, addr, 0x8086, 0x0953, 0x010802, (0x8086, 0x3702), "nvme", 0)
-    devices = ["Character devices:", "  1 mem", "  4 /dev/vc/0", "195 nvidia-frontend"]
-    if spec.imex_major is not None:
-        devices.append(f"{spec.imex_major} nvidia-caps-imex-channels")
-    tree.file("proc/devices", "\n".join(devices) + "\n")
-    for ch in spec.imex_channels:
-        tree.chardev(f"dev/nvidia-caps-imex-channels/channel{ch}", spec.imex_major, ch)
-    _place_files(tree, spec.files)
-    return tuple(tree.entries.values())
 
 
 def fakes_paths() -> tuple[frozenset[str], frozenset[str]]:

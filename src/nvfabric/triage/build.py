@@ -23,7 +23,7 @@ from nvfabric.rules.plan import SERVICES_BY_FABRIC, Plan, plan
 from nvfabric.rules.verdict import Inputs, ServiceState, Verdict, verdict
 from nvfabric.triage.checks import Ran, check, nvlsm_running
 from nvfabric.triage.collect import EXPECTED, Collected
-from nvfabric.triage.rebuild import fm_table_version, rebuild
+from nvfabric.triage.rebuild import Rebuilt, fm_table_version, rebuild
 from nvfabric.triage.units import UnitState
 from nvfabric.triage.units import parse as parse_unit
 
@@ -170,23 +170,9 @@ def build(c: Collected, label: str) -> Triage:
     imex = parse_unit(c.texts["imex_status"]) if "imex_status" in c.texts else None
     services = _services(p.fabric, fm, imex) if fabric_known else None
 
-    result: Verdict | None = None
-    gpus: tuple[dict[str, Any], ...] = ()
-    if health is not None:
-        result = verdict(Inputs(
-            gpus=health.gpus, fabric=kind, services=services,
-            pci_gpu_count=len(inv.gpus) if fabric_known else None,
-            reader_findings=health.findings,
-        ))
-        gpus = tuple(g.to_json() for g in health.gpus)
-        for f in result.findings:
-            findings.append(_with_section(f, "nvidia-smi --query"))
-    if facts.smi_problem:
-        findings.append(Finding(
-            "report_section_missing", "warning",
-            f"the nvidia-smi --query section cannot be read: {facts.smi_problem}",
-            "the fabric state of the GPUs is not judged; ask for `nvidia-smi -q` from the node",
-            {"section": "nvidia-smi --query"}))
+    result, smi_findings = _verdict(facts, kind, services, fabric_known)
+    findings += smi_findings
+    gpus = tuple(g.to_json() for g in health.gpus) if health is not None else ()
     findings += _imex_ctl_findings(c.texts, reasons)
     findings += _ran_findings(c, head, inv, p, kind, fm, imex, vpd_unknown)
 
@@ -235,6 +221,30 @@ def _plan_findings(p: Plan, unknown: dict[str, str]) -> list[Finding]:
             continue
         findings.append(_with_section(b, "plan: lspci, ibstat, /proc/modules"))
     return findings
+
+
+def _verdict(facts: Rebuilt, kind: str | None, services: tuple[ServiceState, ...] | None,
+             fabric_known: bool) -> tuple[Verdict | None, list[Finding]]:
+    """The verdict on the ``nvidia-smi --query`` section (None without one) and its findings,
+    or why the section cannot be read."""
+    result: Verdict | None = None
+    findings: list[Finding] = []
+    health = facts.health
+    if health is not None:
+        result = verdict(Inputs(
+            gpus=health.gpus, fabric=kind, services=services,
+            pci_gpu_count=len(facts.inventory.gpus) if fabric_known else None,
+            reader_findings=health.findings,
+        ))
+        for f in result.findings:
+            findings.append(_with_section(f, "nvidia-smi --query"))
+    if facts.smi_problem:
+        findings.append(Finding(
+            "report_section_missing", "warning",
+            f"the nvidia-smi --query section cannot be read: {facts.smi_problem}",
+            "the fabric state of the GPUs is not judged; ask for `nvidia-smi -q` from the node",
+            {"section": "nvidia-smi --query"}))
+    return result, findings
 
 
 def _log_findings(c: Collected, kind: str | None, reasons: list[str]) -> list[Finding]:
