@@ -25,6 +25,7 @@ import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from functools import cmp_to_key
+from typing import Any
 
 from nvfabric.artifacts.indexed import not_in_index, package_names, wanted_version
 from nvfabric.artifacts.model import (
@@ -94,38 +95,42 @@ def find_stanzas(index: bytes | mmap.mmap, names: Iterable[str],
         start = 0 if start < 0 else start + 2
         end = index.find(b"\n\n", at)
         end = len(index) if end < 0 else end
-        para = Packages(index[start:end].decode("utf-8", "replace"))
-        size_text = para.get("Size", "").strip()
-        try:
-            size = to_int(size_text, what="Size") if size_text else None
-        except BadValue as err:
-            raise NvfabricError(Finding(
-                "input_unreadable", "error",
-                f"{where}: stanza of {para.get('Package', '')!r}: {err}",
-                "the package index is damaged or not NVIDIA's: check --mirror and the "
-                "repository, then run again"), exit_code=2) from None
-        version = para.get("Version", "")
-        if _LONG_NUMBER.search(version):
-            # python-debian compares each digit run with int(): past 4,300 digits it raises
-            raise NvfabricError(Finding(
-                "input_unreadable", "error",
-                f"{where}: stanza of {para.get('Package', '')!r}: Version {version[:40]!r}... "
-                f"has a number of more than {MAX_DIGITS} digits",
-                "the package index is damaged or not NVIDIA's: check --mirror and the "
-                "repository, then run again"), exit_code=2)
-        out.append(
-            DebStanza(
-                package=para.get("Package", ""),
-                version=version,
-                architecture=para.get("Architecture", ""),
-                filename=para.get("Filename", ""),
-                sha256=para.get("SHA256", ""),
-                size=size,
-                description=para.get("Description", ""),
-                provides=para.get("Provides", ""),
-            )
-        )
+        out.append(_stanza(Packages(index[start:end].decode("utf-8", "replace")), where))
     return out
+
+
+def _stanza(para: Any, where: str) -> DebStanza:
+    """One picked stanza (a python-debian ``Packages`` paragraph) as a :class:`DebStanza`.
+    Raises ``input_unreadable`` naming ``where`` when its ``Size`` is not a plain number or
+    its ``Version`` holds a number longer than :data:`MAX_DIGITS` digits."""
+    size_text = para.get("Size", "").strip()
+    try:
+        size = to_int(size_text, what="Size") if size_text else None
+    except BadValue as err:
+        raise NvfabricError(Finding(
+            "input_unreadable", "error",
+            f"{where}: stanza of {para.get('Package', '')!r}: {err}",
+            "the package index is damaged or not NVIDIA's: check --mirror and the "
+            "repository, then run again"), exit_code=2) from None
+    version = para.get("Version", "")
+    if _LONG_NUMBER.search(version):
+        # python-debian compares each digit run with int(): past 4,300 digits it raises
+        raise NvfabricError(Finding(
+            "input_unreadable", "error",
+            f"{where}: stanza of {para.get('Package', '')!r}: Version {version[:40]!r}... "
+            f"has a number of more than {MAX_DIGITS} digits",
+            "the package index is damaged or not NVIDIA's: check --mirror and the "
+            "repository, then run again"), exit_code=2)
+    return DebStanza(
+        package=para.get("Package", ""),
+        version=version,
+        architecture=para.get("Architecture", ""),
+        filename=para.get("Filename", ""),
+        sha256=para.get("SHA256", ""),
+        size=size,
+        description=para.get("Description", ""),
+        provides=para.get("Provides", ""),
+    )
 
 
 def upstream(version: str) -> str:
