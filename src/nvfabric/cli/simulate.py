@@ -39,7 +39,7 @@ def simulate(profile: str | None, directory: str | None, spec_file: str | None,
     DIR is refused."""
     from nvfabric.simulate import PROFILES, SpecError, build, profile_spec
     from nvfabric.simulate.fakes import install
-    from nvfabric.simulate.tree import clear
+    from nvfabric.simulate.write import clear
 
     if list_profiles:
         if as_json:

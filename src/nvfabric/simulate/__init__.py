@@ -10,7 +10,7 @@ from typing import Any
 
 from nvfabric.simulate.profiles import PROFILES
 from nvfabric.simulate.spec import NodeSpec, SpecError, parse
-from nvfabric.simulate.tree import build
+from nvfabric.simulate.write import build
 
 __all__ = ["PROFILES", "NodeSpec", "SpecError", "build", "parse", "profile_spec"]
 
