@@ -341,3 +341,28 @@ def test_fake_daemon_stops_on_sigterm_arriving_inside_its_wait_loop(tmp_path: Pa
             proc.kill()
             proc.wait()
     assert out == "stopped\n" and proc.returncode == 0
+
+
+def test_a_tree_holds_the_whole_fakes_package_and_it_imports_only_the_standard_library(
+        tmp_path: Path) -> None:
+    """The fakes run in a tree without nvfabric: ``bin/_nvfabric_fakes/`` is a copy of every
+    module of :mod:`nvfabric.simulate.fakebin`, which import the standard library and each
+    other (relatively) only."""
+    import ast
+
+    root = sim(tmp_path, "gb200-tray")
+    package = Path(fakebin.__file__).parent
+    modules = {p.name: p.read_text(encoding="utf-8") for p in package.glob("*.py")}
+    copied = {p.name: p.read_text(encoding="utf-8")
+              for p in (root / "bin/_nvfabric_fakes").glob("*.py")}
+    assert copied == modules and {"__init__.py", "state.py", "nvlsm.py"} <= set(copied)
+    for name, source in modules.items():
+        for node in ast.walk(ast.parse(source)):
+            if isinstance(node, ast.Import):
+                tops = [alias.name.split(".")[0] for alias in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.level == 0:
+                tops = [str(node.module).split(".")[0]]
+            else:
+                continue
+            assert all(t in sys.stdlib_module_names or t == "__future__" for t in tops), \
+                f"{name} imports {tops}"
