@@ -49,6 +49,8 @@ def test_simulate_writes_fakes_that_run_from_the_binary(tmp_path: Path) -> None:
         "nvlsm", "nv-fabricmanager", "nvidia-smi", "nvidia-imex", "nvidia-imex-ctl"]
     first = (root / "bin/nvlsm").read_text().splitlines()[0]
     assert first == f"#!{dist_binary()} --nvfabric-sim-fake"
+    # no Python copy of the fakes (the package bin/_nvfabric_fakes/, or the old single file)
+    assert not (root / "bin/_nvfabric_fakes").exists()
     assert not (root / "bin/_nvfabric_fakes.py").exists()
     # A fake through its vendor path: the real -L lines of eight B200s.
     smi = subprocess.run([str(root / "usr/bin/nvidia-smi"), "-L"], capture_output=True,
