@@ -16,7 +16,6 @@ import functools
 import os
 import shlex
 import sys
-from collections.abc import Callable
 from dataclasses import dataclass, fields, replace
 from typing import Any, NoReturn
 
@@ -26,36 +25,30 @@ from nvfabric.bringup import fabricmanager as fm
 from nvfabric.bringup import fmconfig as fmcfg
 from nvfabric.bringup import nvlsm, vendor
 from nvfabric.bringup.prepared import Prepared
-from nvfabric.cli import runview
+from nvfabric.bringup.unit import RunConfig, environ_items
+from nvfabric.cli import runlock, runview
 from nvfabric.cli.render import (
     Seconds,
     arch_option,
     guarded,
     json_option,
-    os_error,
     root_option,
 )
+from nvfabric.cli.runview import Emit
 from nvfabric.model.errors import NvfabricError, usage_error
 from nvfabric.model.findings import Finding
 from nvfabric.model.hostpath import check as check_path
-from nvfabric.model.hostpath import confined, under_root
+from nvfabric.model.hostpath import confined
 from nvfabric.model.inventory import Inventory
 from nvfabric.rules.plan import Plan
 from nvfabric.supervisor import (
-    LOCK_FILE,
     READY_FILE,
     GpuCheck,
     Log,
     Outcome,
     Policy,
-    RunLock,
     Supervisor,
-    acquire_run_lock,
-    clear_stale_ready,
-    not_a_directory,
     notify_nothing_to_start,
-    run_lock_holder,
-    wait_for_stop,
 )
 
 
@@ -126,75 +119,11 @@ def gpu_check(root: str) -> GpuCheck:
     return GpuCheck(**{f.name: getattr(summary, f.name) for f in fields(summary)})
 
 
-Emit = Callable[..., NoReturn]
-
-
 def _emit(result: str, code: int, findings: list[Finding], *, p: Plan, o: RunOptions,
           **kw: Any) -> NoReturn:
     """Print the outcome (:func:`nvfabric.cli.runview.report`) and exit with ``code``."""
     runview.report(result, code, findings, p, as_json=o.as_json, dry_run=o.dry_run, **kw)
     sys.exit(code)
-
-
-def _already_running(pid: int, lock: str) -> Finding:
-    return Finding(
-        "already_running", "error",
-        f"nvfabric run is already running on this node (pid {pid or 'unknown'}, lock {lock}); "
-        "nothing was started or written",
-        "one nvfabric run per node: stop the running one first (systemctl stop, or kill -TERM "
-        "its pid); `nvfabric status` shows the fabric it keeps up",
-        {"pid": pid or None, "lock": lock})
-
-
-def _state_dir(root: str, state_dir: str) -> str:
-    """The state directory under the root; exit 2 naming the path when something other than
-    a directory is in the way."""
-    state = under_root(root, state_dir)
-    blocker = not_a_directory(state)
-    if blocker is not None:
-        raise usage_error(
-            f"--state-dir: {blocker} exists and is not a directory (state directory {state})",
-            f"remove {blocker} or pass --state-dir DIR")
-    return state
-
-
-def _clear_stale_unlocked(root: str, state_dir: str) -> None:
-    """R10 for a run refused before it takes the lock (plan blockers): a readiness file that
-    no live run holds the lock for is removed, so it never outlives the run that wrote it.
-    Best effort: a state directory that is not valid or readable is left to the checks that
-    follow (they report it)."""
-    try:
-        state = confined(root, check_path(state_dir, "--state-dir"), "--state-dir")
-        if run_lock_holder(state) is None and clear_stale_ready(state) is not None:
-            Log().say(f"removed the stale readiness file {state}/{READY_FILE} (no run holds "
-                      "the lock)")
-    except (OSError, ValueError):
-        return
-
-
-def _take_lock(state: str, dry_run: bool) -> tuple[RunLock | None, Finding | None]:
-    """``run``: the run lock, taken before anything is written or reset (the state directory
-    is created for it); ``--dry-run``: only who holds it. A Finding when another run does."""
-    lock_path = os.path.join(state, LOCK_FILE)
-    existed = os.path.isdir(state)
-    try:
-        if dry_run:
-            lock, holder = None, run_lock_holder(state)
-        else:
-            lock, holder = acquire_run_lock(state)
-            if not existed:
-                Log().say(f"created state directory {state} (mode 0700)")
-    except OSError as err:
-        finding, code = os_error(err, "cannot take the run lock", lock_path)
-        raise NvfabricError(finding, code) from None
-    return lock, None if holder is None else _already_running(holder, lock_path)
-
-
-def _stay() -> None:
-    """Block until SIGTERM or SIGINT (a DaemonSet pod on a node with nothing to manage)."""
-    wait_for_stop("--stay: waiting for SIGTERM")
-    Log().say("stopped")
-
 
 
 @click.command("run")
@@ -274,7 +203,7 @@ def _run(o: RunOptions) -> NoReturn:
     emit: Emit = functools.partial(_emit, p=p, o=o)
     if p.blocked:
         if not o.dry_run:
-            _clear_stale_unlocked(o.root, o.state_dir)
+            runlock.clear_stale_unlocked(o.root, o.state_dir)
         emit("blocked", 1, list(p.blockers), title="blocked: nothing was started")
     _check_paths(o)
     from nvfabric.cli.imex import _read_text_file
@@ -284,7 +213,9 @@ def _run(o: RunOptions) -> NoReturn:
     # shared by a fleet is said, not ignored where IMEX does not run
     peers_text = None if o.imex_peers is None else _read_text_file(o.imex_peers, "--imex-peers")
     if p.fabric == "mnnvl":  # IMEX (issue 6), never fabric manager
-        _run_mnnvl(o, inv, p, peers_text, emit)
+        from nvfabric.cli.runimex import run_mnnvl
+
+        run_mnnvl(o, inv, p, peers_text, emit)
     _run_fm(o, inv, p, emit)
 
 
@@ -304,26 +235,6 @@ def _check_paths(o: RunOptions) -> None:
     except ValueError as err:
         raise usage_error(str(err), "host paths are resolved under --root and may not leave "
                           "it, also through a symbolic link") from None
-
-
-def _hold(o: RunOptions, emit: Emit) -> RunLock | None:
-    """One run per node: the lock (``--dry-run``: who holds it), before anything is written,
-    reset or started and after every pure check. Its descriptor is never closed: the lock
-    lasts as long as this process, however it ends."""
-    state = _state_dir(o.root, o.state_dir)
-    lock, busy = _take_lock(state, o.dry_run)
-    if busy is not None:
-        emit("refused", 1, [busy], title="refused: another nvfabric run is active")
-    if lock is not None:  # R10: ours now; a ready file left by a run that is gone goes
-        try:
-            stale = clear_stale_ready(state)
-        except OSError as err:
-            raise usage_error(f"cannot remove the stale readiness file in {state}: "
-                              f"{err.strerror or err}", "check --state-dir") from None
-        if stale is not None:
-            Log().say(f"removed the stale readiness file {state}/{READY_FILE} (run pid "
-                      f"{stale or 'unknown'} is gone)")
-    return lock
 
 
 def _reset_argv(o: RunOptions) -> tuple[str, ...] | None:
@@ -361,7 +272,7 @@ def _run_fm(o: RunOptions, inv: Inventory, p: Plan, emit: Emit) -> NoReturn:
     except ValueError as err:
         raise usage_error(str(err)) from None
     prepared = replace(prepared, notes=(*prepared.notes, *vend.notes()))
-    _hold(o, emit)
+    runlock.hold(o.root, o.state_dir, o.dry_run, emit)
     facts = node.collect(o.root, inv, prepared.checks())
     pre = preflight(facts, prepared.preflight_processes(), driver=p.driver_version,
                     needs_reset=prepared.needs_reset, reset_argv=reset_argv)
@@ -392,22 +303,20 @@ def _nothing_to_do(o: RunOptions, p: Plan, emit: Emit) -> NoReturn:
     """Fabric none: nothing to start; ``--stay`` keeps the process (and the lock) until
     SIGTERM."""
     if o.stay:  # a DaemonSet pod that stays: still one per node
-        _hold(o, emit)
+        runlock.hold(o.root, o.state_dir, o.dry_run, emit)
     why = p.reasons[-1] if p.reasons else "no fabric service applies"
     if not o.as_json:
         Log().say(f"fabric none: nothing to start ({why})")
     if not o.dry_run:
         notify_nothing_to_start(f"fabric none: nothing to start ({why})")
     if o.stay and not o.dry_run:
-        _stay()
+        runlock.stay()
     emit("nothing_to_do", 0, [])
 
 
-def _fm_config(o: RunOptions, p: Plan) -> tuple[Any, vendor.Resolved]:
+def _fm_config(o: RunOptions, p: Plan) -> tuple[RunConfig, vendor.Resolved]:
     """The run's fabric manager configuration (:class:`nvfabric.bringup.unit.RunConfig`)
     with the vendor files resolved; exit 2 for a bad ``--fm-set``."""
-    from nvfabric.bringup import unit
-
     try:
         sets = fmcfg.parse_sets(o.fm_sets)
     except fmcfg.ConfigError as err:
@@ -419,19 +328,19 @@ def _fm_config(o: RunOptions, p: Plan) -> tuple[Any, vendor.Resolved]:
                                            for opt, (name, value) in given.items()})
     path = {opt: vend.paths.get(opt, value) for opt, (_, value) in given.items()}
     try:
-        cfg = unit.RunConfig(
+        cfg = RunConfig(
             root=o.root, state_dir=o.state_dir,
             fm=fm.FabricManagerPaths(path["--fm-bin"], path["--fm-config"]),
             nvlsm=nvlsm.NvlsmPaths(path["--nvlsm-bin"], path["--nvlsm-config"],
                                    o.nvlsm_pid_file),
             socket=o.fm_sm_socket, fm_sets=tuple(sets.items()),
-            environ=unit.environ_items(os.environ), fabric_mode=o.fabric_mode, grace_s=o.grace)
+            environ=environ_items(os.environ), fabric_mode=o.fabric_mode, grace_s=o.grace)
     except fmcfg.ConfigError as err:
         raise NvfabricError(err.finding, exit_code=2) from None
     return cfg, vend
 
 
-def _shipped(cfg: Any) -> str:
+def _shipped(cfg: RunConfig) -> str:
     """The shipped fabricmanager.cfg's text (:func:`nvfabric.bringup.fmconfig.read_shipped`);
     exit 2 when it is not the vendor's readable text file."""
     shipped_path = cfg.resolve(cfg.fm.shipped_config)
@@ -504,93 +413,3 @@ def _supervise_fm(o: RunOptions, prepared: Prepared, p: Plan, root: str,
                          b, p.driver_version, fm_version(b))])
     return sup.run()
 
-
-def _run_mnnvl(o: RunOptions, inv: Inventory, p: Plan, peers_text: str | None,
-               emit: Emit) -> NoReturn:
-    """GB200/GB300 trays: IMEX, started by nvfabric only when it is the host owner."""
-    from nvfabric.bringup import imexd, mnnvl
-    from nvfabric.facts import node
-
-    _hold(o, emit)
-    opts = mnnvl.ImexRunOptions(
-        root=o.root, state_dir=o.state_dir, owner=o.imex_owner,
-        paths=imexd.ImexPaths(o.imex_bin, o.imex_ctl, o.imex_config),
-        peers_file=o.imex_peers, local_addresses=o.imex_local_address, peers_text=peers_text,
-        ctl_timeout_s=o.imex_ctl_timeout, grace_s=o.grace)
-    facts = node.collect_imex(o.root, inv, node.ImexRequest(
-        o.imex_owner, o.imex_bin, o.imex_ctl, o.imex_config, o.imex_peers, peers_text,
-        o.imex_local_address))
-    prepared = mnnvl.prepare(facts, p, opts)
-    emit = functools.partial(emit, imex=prepared)
-    refused = bool(prepared.refusals)
-    if o.dry_run:
-        if not o.as_json:
-            runview.dry_run(prepared, refused)
-        emit("refused" if refused else "would_start" if prepared.processes else "not_started",
-             1 if refused else 0, [*prepared.refusals, *prepared.warnings], listed=prepared,
-             title="problems")
-    if refused:
-        emit("refused", 1, list(prepared.refusals), title="refused: nothing was started")
-    if not prepared.processes:
-        _imex_not_ours(o, p, prepared)
-    _supervise_imex(o, opts, prepared, p, emit)
-
-
-def _imex_not_ours(o: RunOptions, p: Plan, prepared: Prepared) -> NoReturn:
-    """IMEX is run by someone else (DRA driver, Slurm, the host unit) or by nobody on
-    request: say who, report, and start nothing (``--stay``: until SIGTERM)."""
-    assert prepared.imex is not None
-    log = Log()
-    d = prepared.imex.ownership
-    runner = {"unit": "the nvidia-imex.service unit"}.get(d.runner or "", d.owner)
-    log.say(f"fabric mnnvl: IMEX is owned by {d.owner}"
-            + (f" (run by {runner})" if d.owner == "host" else "")
-            + "; nvfabric starts nothing")
-    for r in d.reasons:
-        log.say(f"  {r}")
-    for f in prepared.warnings:
-        log.finding(f)
-    runview.report("not_started", 0, list(prepared.warnings), p,
-                   as_json=o.as_json, dry_run=False, imex=prepared)
-    notify_nothing_to_start(f"IMEX is owned by {d.owner}; nvfabric starts nothing")
-    if o.stay:
-        wait_for_stop("--stay: waiting for SIGTERM", log)
-    sys.exit(0)
-
-
-def _supervise_imex(o: RunOptions, opts: Any, prepared: Prepared, p: Plan,
-                    emit: Emit) -> NoReturn:
-    """Make channel0 and write the files (:func:`nvfabric.effects.apply.apply`), then
-    supervise ``nvidia-imex`` until ``nvidia-imex-ctl -q`` prints READY and after."""
-    from nvfabric.bringup.mnnvl import imex_json
-    from nvfabric.effects.apply import apply
-    from nvfabric.facts import imexhost
-    from nvfabric.facts.imexready import readiness_probe
-    from nvfabric.rules.diagnose import Classifier
-
-    assert prepared.imex is not None
-    log = Log()
-    log.say("fabric mnnvl: IMEX owner host, nvfabric starts and supervises nvidia-imex ("
-            + "; ".join(prepared.imex.ownership.reasons) + ")")
-    for note in prepared.notes:
-        log.say(note)
-    for f in prepared.warnings:
-        log.finding(f)
-    failed = apply(prepared, o.root, log.say)
-    # what the report shows of the channels: read again, after they were made
-    prepared = replace(prepared, imex=replace(prepared.imex,
-                                              channels=imexhost.read_channels(o.root)))
-    emit = functools.partial(emit, imex=prepared)
-    if failed:
-        emit("refused", 1, failed, title="refused: nothing was started")
-    info: dict[str, Any] = {"fabric": "mnnvl", "driver_version": p.driver_version,
-                            "imex_owner": "host", "node_list_id": imex_json(prepared)[
-                                "node_list_id"]}
-    sup = Supervisor(
-        prepared.processes, o.policy(), log=log, classifier=lambda name: Classifier("mnnvl"),
-        probe=readiness_probe(opts.resolve(opts.paths.ctl), prepared.files[1].path,
-                              opts.ctl_timeout_s),
-        ready_file=opts.ready_file, ready_info=info)
-    outcome = sup.run()
-    emit(outcome.reason, outcome.exit_code, list(outcome.findings), listed=prepared,
-         outcome=outcome, title="run failed" if outcome.exit_code else "")

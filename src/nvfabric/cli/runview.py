@@ -8,9 +8,9 @@ Values from the node and its files are escaped (:func:`nvfabric.supervisor.print
 from __future__ import annotations
 
 import shlex
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import replace
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NoReturn
 
 import click
 
@@ -24,6 +24,10 @@ if TYPE_CHECKING:
     from nvfabric.bringup.vendor import Resolved
     from nvfabric.rules.plan import Plan
     from nvfabric.supervisor import Outcome
+
+#: What the command's paths call to print an outcome and exit (``result``, exit code,
+#: findings, and :func:`report`'s keywords).
+Emit = Callable[..., NoReturn]
 
 
 def _echo(text: str) -> None:
