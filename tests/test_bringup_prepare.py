@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from nvfabric.bringup import fmconfig, mnnvl, unit
+from nvfabric.bringup import fmconfig, mnnvl, unit, vendor
 from nvfabric.bringup.prepared import Prepared
 from nvfabric.effects.apply import apply
 from nvfabric.facts import node
@@ -220,3 +220,27 @@ def test_a100_needs_no_gpu_reset_so_its_gpus_are_not_read(tmp_path: Path) -> Non
     assert [s.name for s in prepared.processes] == ["fabricmanager"]
     assert not prepared.needs_reset and not prepared.checks().gpus
     assert prepared.checks().sockets == ()
+
+
+INSTALLED = "/opt/nvfabric/fabricmanager/570.172.08/share/nvidia/nvswitch"
+FROM_INSTALL = vendor.Resolved({"topology": INSTALLED},
+                               {"topology": "install record /opt/nvfabric/installed.json"})
+
+
+@pytest.mark.parametrize("resolved, sets, shipped, want", [
+    # the vendor directory is missing, the shipped config names it: both keys to the install
+    (FROM_INSTALL, {}, {"TOPOLOGY_FILE_PATH": vendor.TOPOLOGY_DIR,
+                        "DATABASE_PATH": vendor.TOPOLOGY_DIR},
+     {"TOPOLOGY_FILE_PATH": INSTALLED, "DATABASE_PATH": INSTALLED}),
+    # keys unset in the shipped config default to the vendor directory: set both
+    (FROM_INSTALL, {}, {}, {"TOPOLOGY_FILE_PATH": INSTALLED, "DATABASE_PATH": INSTALLED}),
+    # the operator's --fm-set wins
+    (FROM_INSTALL, {"DATABASE_PATH": "/srv/db"}, {}, {"TOPOLOGY_FILE_PATH": INSTALLED}),
+    # DATABASE_PATH elsewhere than the missing directory is left alone
+    (FROM_INSTALL, {}, {"DATABASE_PATH": "/var/lib/fm"}, {"TOPOLOGY_FILE_PATH": INSTALLED}),
+    # the vendor's own directory: nothing to add
+    (vendor.Resolved({"topology": vendor.TOPOLOGY_DIR}, {"topology": "vendor"}), {}, {}, {}),
+])
+def test_install_topology_keys(resolved: vendor.Resolved, sets: dict[str, str],
+                               shipped: dict[str, str], want: dict[str, str]) -> None:
+    assert vendor.install_topology_keys(resolved, sets, shipped) == want

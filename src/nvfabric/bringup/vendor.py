@@ -176,6 +176,20 @@ def resolve(root: str, fabric: str, typed: Mapping[str, str | None],
     return Resolved(paths, sources, tuple(findings))
 
 
+def install_topology_keys(resolved: Resolved, sets: Mapping[str, str],
+                          shipped_keys: Mapping[str, str]) -> dict[str, str]:
+    """The ``--fm-set`` keys to add when the topology directory comes from an install record
+    (the node lacks the vendor's): TOPOLOGY_FILE_PATH and DATABASE_PATH point at the
+    installed directory, unless the operator set them (``sets``) or the shipped config
+    (``shipped_keys``: its values of those keys) names a directory other than the missing
+    one. Pure; an empty dict when the topology is the vendor's or typed."""
+    if not resolved.sources.get("topology", "").startswith("install record"):
+        return {}
+    missing = shipped_keys.get("TOPOLOGY_FILE_PATH") or TOPOLOGY_DIR
+    return {key: resolved.paths["topology"] for key in ("TOPOLOGY_FILE_PATH", "DATABASE_PATH")
+            if key not in sets and shipped_keys.get(key, missing) == missing}
+
+
 def _missing(vf: VendorFile, vendor: str, driver_version: str | None,
              tree: InstalledTree | None = None, away: str | None = None,
              root: str = "/") -> Finding:

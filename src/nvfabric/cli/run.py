@@ -358,30 +358,20 @@ def _shipped(cfg: RunConfig) -> str:
 
 def _vendor_files(root: str, p: Plan, sets: dict[str, str],
                   typed: dict[str, str | None]) -> vendor.Resolved:
-    """Where fabric manager's (and NVLSM's) files come from (:mod:`nvfabric.bringup.vendor`):
-    ``typed`` maps each option to the path the operator typed (None: the default). When the
-    topology directory comes from an install, the fabric manager keys that point at the
-    missing vendor directory (TOPOLOGY_FILE_PATH, DATABASE_PATH) are set to it in ``sets``,
-    unless the operator set them. A typed path that does not exist is exit 2."""
-    from nvfabric.facts.node import fm_shipped_keys
+    """Where fabric manager's (and NVLSM's) files come from
+    (:func:`nvfabric.facts.node.vendor_files`); the keys an installed topology directory
+    needs (:func:`nvfabric.bringup.vendor.install_topology_keys`) are added to ``sets``. A
+    typed path that does not exist is exit 2."""
+    from nvfabric.facts.node import vendor_files
 
-    topology = None if "TOPOLOGY_FILE_PATH" in sets else vendor.TOPOLOGY_DIR
     try:
-        vend = vendor.resolve(root, p.fabric, typed, p.driver_version, topology)
-        shipped_keys = fm_shipped_keys(root, vend.paths["--fm-config"]) \
-            if "--fm-config" in vend.paths else {}
-        shipped_topology = shipped_keys.get("TOPOLOGY_FILE_PATH")
-        if topology and shipped_topology and shipped_topology != topology:
-            vend = vendor.resolve(root, p.fabric, typed, p.driver_version, shipped_topology)
+        vend, shipped_keys = vendor_files(root, p.fabric, typed, p.driver_version,
+                                          "TOPOLOGY_FILE_PATH" in sets)
     except vendor.TypedPathMissing as err:
         raise usage_error(str(err), "give the path where the file is, or leave the option out: "
                           "run then uses the vendor path or what `nvfabric install` "
                           "installed") from None
-    if vend.sources.get("topology", "").startswith("install record"):
-        missing = shipped_topology or vendor.TOPOLOGY_DIR
-        for key in ("TOPOLOGY_FILE_PATH", "DATABASE_PATH"):
-            if key not in sets and shipped_keys.get(key, missing) == missing:
-                sets[key] = vend.paths["topology"]
+    sets.update(vendor.install_topology_keys(vend, sets, shipped_keys))
     return vend
 
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 import subprocess
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -20,6 +21,7 @@ from nvfabric.model.inventory import Inventory
 from nvfabric.model.node import ImexFacts, NodeFacts, Probes, RunningService, VersionRead
 
 if TYPE_CHECKING:
+    from nvfabric.bringup.vendor import Resolved
     from nvfabric.model.health import GpuFabric
     from nvfabric.rules.imex.channels import ChannelFacts
     from nvfabric.rules.imex.owner import OwnerEvidence
@@ -212,6 +214,28 @@ def _imex_install_line(root: str, inventory: Inventory) -> str:
     where = "" if os.path.abspath(root) == "/" else f" --root {shlex.quote(os.path.abspath(root))}"
     version = f" --driver-version {inventory.driver_version}" if inventory.driver_version else ""
     return f"nvfabric install{where} --source {source} --components imex{version}"
+
+
+def vendor_files(root: str, fabric: str, typed: Mapping[str, str | None],
+                 driver_version: str | None, topology_set: bool
+                 ) -> tuple[Resolved, dict[str, str]]:
+    """Which vendor files of ``fabric`` are present under ``root`` and where from
+    (:func:`nvfabric.bringup.vendor.resolve`: the typed path, the vendor layout, the install
+    record), with the shipped fabricmanager.cfg's TOPOLOGY_FILE_PATH/DATABASE_PATH
+    (:func:`fm_shipped_keys`). The topology directory looked for is the vendor's, or the
+    shipped config's TOPOLOGY_FILE_PATH when that names another (none when the operator set
+    the key: ``topology_set``); so the shipped config is read between two lookups. Raises
+    :class:`nvfabric.bringup.vendor.TypedPathMissing`."""
+    from nvfabric.bringup import vendor
+
+    topology = None if topology_set else vendor.TOPOLOGY_DIR
+    vend = vendor.resolve(root, fabric, typed, driver_version, topology)
+    keys = fm_shipped_keys(root, vend.paths["--fm-config"]) if "--fm-config" in vend.paths \
+        else {}
+    shipped_topology = keys.get("TOPOLOGY_FILE_PATH")
+    if topology and shipped_topology and shipped_topology != topology:
+        vend = vendor.resolve(root, fabric, typed, driver_version, shipped_topology)
+    return vend, keys
 
 
 def fm_shipped_keys(root: str, host_path: str) -> dict[str, str]:
