@@ -244,3 +244,44 @@ FROM_INSTALL = vendor.Resolved({"topology": INSTALLED},
 def test_install_topology_keys(resolved: vendor.Resolved, sets: dict[str, str],
                                shipped: dict[str, str], want: dict[str, str]) -> None:
     assert vendor.install_topology_keys(resolved, sets, shipped) == want
+
+
+def test_one_dry_run_renderer_lists_a_tray(tray: tuple, capsys: pytest.CaptureFixture[str]
+                                           ) -> None:
+    from nvfabric.cli.runview import dry_run
+
+    root, facts, p, opts = tray
+    prepared = mnnvl.prepare(_with(facts, channels=MISSING), p, opts)
+    dry_run(prepared, refused=False)
+    lines = capsys.readouterr().out.splitlines()
+    target = str(root) + CHANNEL0
+    assert lines[0] == "fabric mnnvl: IMEX owner host (run by nvfabric), detected"
+    assert lines[1].startswith("  why: ")
+    assert f"  imex: {root}/usr/bin/nvidia-imex -c {root}/run/nvfabric/imex/config.cfg" in lines
+    assert "    ready when `nvidia-imex-ctl -q` prints READY" in lines
+    assert f"  action: mknod {target} c 234 0 && chmod 0666 {target}" in lines
+    assert f"file {root}/run/nvfabric/imex/nodes_config.cfg (mode 644):" in lines
+    assert f"  | {LOCAL}" in lines
+    dry_run(prepared, refused=True)
+    refused = capsys.readouterr().out.splitlines()
+    assert "refused: nothing would be created, written or started" in refused
+    assert not any(line.startswith(("file ", "  action: ")) for line in refused)
+
+
+def test_one_dry_run_renderer_lists_a_b200(tmp_path: Path,
+                                           capsys: pytest.CaptureFixture[str]) -> None:
+    from nvfabric.cli.runview import dry_run
+
+    root, prepared = _fm(tmp_path, "hgx-b200-4lpf")
+    dry_run(prepared, refused=False)
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0] == "fabric nvlink5: 2 processes, in start order"
+    assert lines[1].startswith(f"  nvlsm: {root}/opt/nvidia/nvlsm/sbin/nvlsm ")
+    assert lines[2] == ("    ready when the socket "
+                        f"{root}/var/run/nvidia-fabricmanager/fm_sm_ipc.socket exists")
+    assert lines[3].startswith(f"  fabricmanager: {root}/usr/bin/nv-fabricmanager -c ")
+    assert lines[4] == "    ready when every GPU's fabric state is completed"
+    assert f"file {root}/run/nvfabric/fabricmanager.cfg (mode 644):" in lines
+    dry_run(prepared, refused=True)
+    refused = capsys.readouterr().out.splitlines()
+    assert refused[-1] == "refused: nothing would be written or started"
