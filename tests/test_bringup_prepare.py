@@ -18,7 +18,7 @@ from nvfabric.effects.apply import apply
 from nvfabric.facts import node
 from nvfabric.facts.inventory import collect
 from nvfabric.model.errors import NvfabricError
-from nvfabric.model.node import NodeFacts, RunningService
+from nvfabric.model.node import InstallSeen, NodeFacts, PathSeen, RunningService, VendorFacts
 from nvfabric.rules.imex.channels import ChannelFacts
 from nvfabric.rules.imex.owner import OwnerEvidence
 from nvfabric.rules.plan import Plan, plan
@@ -285,3 +285,67 @@ def test_one_dry_run_renderer_lists_a_b200(tmp_path: Path,
     dry_run(prepared, refused=True)
     refused = capsys.readouterr().out.splitlines()
     assert refused[-1] == "refused: nothing would be written or started"
+
+
+def _present(*files: vendor.VendorFile) -> dict[tuple[str, str], PathSeen]:
+    return {(vf.vendor_path, vf.kind): PathSeen(True) for vf in files}
+
+
+FM_BIN, FM_CFG, TOPO = vendor.FM_FILES
+SM_BIN, SM_CFG = vendor.NVLSM_FILES
+RECORD = "/opt/nvfabric/fabricmanager-570.172.08/.nvfabric-install.json"
+
+
+def test_vendor_layout_present_is_used_as_is() -> None:
+    seen = VendorFacts(_present(FM_BIN, FM_CFG, TOPO))
+    got = vendor.resolve(seen, "/", "nvswitch", {}, "570.172.08")
+    assert (dict(got.paths), set(got.sources.values()), got.findings) == (
+        {"--fm-bin": FM_BIN.vendor_path, "--fm-config": FM_CFG.vendor_path,
+         "topology": TOPO.vendor_path}, {"vendor"}, ())
+
+
+def test_missing_nvlsm_without_an_install_is_one_finding_per_file() -> None:
+    seen = VendorFacts(_present(FM_BIN, FM_CFG, TOPO), {"--nvlsm-bin": None,
+                                                        "--nvlsm-config": None})
+    got = vendor.resolve(seen, "/node", "nvlink5", {}, "570.172.08")
+    assert [(f.code, f.fields["file"]) for f in got.findings] == [
+        ("nvlsm_missing", "--nvlsm-bin"), ("package_file_missing", "--nvlsm-config")]
+    assert "nvfabric install --root /node --components nvlsm" in got.findings[0].hint
+
+
+def test_installed_topology_is_taken_from_its_record() -> None:
+    seen = VendorFacts(_present(FM_BIN, FM_CFG), {"topology": InstallSeen(
+        INSTALLED, None, RECORD, "/opt/nvfabric/fabricmanager-570.172.08")})
+    got = vendor.resolve(seen, "/", "nvswitch", {}, "570.172.08")
+    assert (got.paths["topology"], got.sources["topology"]) == (INSTALLED,
+                                                                f"install record {RECORD}")
+    assert got.notes() == [f"topology: {INSTALLED} (from the install record {RECORD})"]
+
+
+def test_damaged_install_says_why_it_cannot_be_used() -> None:
+    why = f"its install record {RECORD} is damaged ('files' is not a list)"
+    seen = VendorFacts(_present(FM_CFG, TOPO), {"--fm-bin": InstallSeen(
+        None, why, RECORD, "/opt/nvfabric/fabricmanager-570.172.08")})
+    (f,) = vendor.resolve(seen, "/", "nvswitch", {}, "570.172.08").findings
+    assert f.code == "binary_missing" and why in f.message
+    assert f.fields["install_record"] == RECORD
+
+
+def test_typed_path_leading_out_of_the_root_is_the_operators_mistake() -> None:
+    seen = VendorFacts({("/srv/fm", "exec"): PathSeen(False, "/usr/local/bin/fm"),
+                        **_present(FM_CFG, TOPO)})
+    with pytest.raises(vendor.TypedPathMissing) as err:
+        vendor.resolve(seen, "/node", "nvswitch", {"--fm-bin": "/srv/fm"}, None)
+    assert str(err.value) == ("--fm-bin /srv/fm: leads out of the root (to /usr/local/bin/fm) "
+                              "under --root /node")
+
+
+def test_vendor_seen_reads_no_install_record_when_the_vendor_files_are_there(
+        tmp_path: Path) -> None:
+    root = sim(tmp_path, "hgx-h100")
+    seen = node.vendor_seen(str(root), "nvswitch", {}, "570.172.08", None)
+    assert all(s.present for s in seen.paths.values()) and seen.installs == {}
+    (root / FM_BIN.vendor_path.lstrip("/")).unlink()
+    seen = node.vendor_seen(str(root), "nvswitch", {}, "570.172.08", None)
+    assert seen.paths[(FM_BIN.vendor_path, "exec")] == PathSeen(False)
+    assert seen.installs == {"--fm-bin": None}  # no nvfabric install on the node

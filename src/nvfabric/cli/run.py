@@ -358,15 +358,28 @@ def _shipped(cfg: RunConfig) -> str:
 
 def _vendor_files(root: str, p: Plan, sets: dict[str, str],
                   typed: dict[str, str | None]) -> vendor.Resolved:
-    """Where fabric manager's (and NVLSM's) files come from
-    (:func:`nvfabric.facts.node.vendor_files`); the keys an installed topology directory
-    needs (:func:`nvfabric.bringup.vendor.install_topology_keys`) are added to ``sets``. A
-    typed path that does not exist is exit 2."""
-    from nvfabric.facts.node import vendor_files
+    """Where fabric manager's (and NVLSM's) files come from: found under the root
+    (:func:`nvfabric.facts.node.vendor_seen`), decided by
+    :func:`nvfabric.bringup.vendor.resolve`. The shipped fabricmanager.cfg names the
+    topology directory to look for: when it names another than the vendor's, that one is
+    looked up (a read that depends on the file found first). The keys an installed topology
+    directory needs (:func:`nvfabric.bringup.vendor.install_topology_keys`) are added to
+    ``sets``. A typed path that does not exist is exit 2."""
+    from nvfabric.facts.node import fm_shipped_keys, vendor_seen
+
+    topology = None if "TOPOLOGY_FILE_PATH" in sets else vendor.TOPOLOGY_DIR
+
+    def resolved(where: str | None) -> vendor.Resolved:
+        seen = vendor_seen(root, p.fabric, typed, p.driver_version, where)
+        return vendor.resolve(seen, root, p.fabric, typed, p.driver_version, where)
 
     try:
-        vend, shipped_keys = vendor_files(root, p.fabric, typed, p.driver_version,
-                                          "TOPOLOGY_FILE_PATH" in sets)
+        vend = resolved(topology)
+        shipped_keys = fm_shipped_keys(root, vend.paths["--fm-config"]) \
+            if "--fm-config" in vend.paths else {}
+        shipped_topology = shipped_keys.get("TOPOLOGY_FILE_PATH")
+        if topology and shipped_topology and shipped_topology != topology:
+            vend = resolved(shipped_topology)
     except vendor.TypedPathMissing as err:
         raise usage_error(str(err), "give the path where the file is, or leave the option out: "
                           "run then uses the vendor path or what `nvfabric install` "

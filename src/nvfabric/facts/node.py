@@ -18,10 +18,18 @@ from typing import TYPE_CHECKING
 
 from nvfabric.model.errors import usage_error
 from nvfabric.model.inventory import Inventory
-from nvfabric.model.node import ImexFacts, NodeFacts, Probes, RunningService, VersionRead
+from nvfabric.model.node import (
+    ImexFacts,
+    InstallSeen,
+    NodeFacts,
+    PathSeen,
+    Probes,
+    RunningService,
+    VendorFacts,
+    VersionRead,
+)
 
 if TYPE_CHECKING:
-    from nvfabric.bringup.vendor import Resolved
     from nvfabric.model.health import GpuFabric
     from nvfabric.rules.imex.channels import ChannelFacts
     from nvfabric.rules.imex.owner import OwnerEvidence
@@ -216,26 +224,59 @@ def _imex_install_line(root: str, inventory: Inventory) -> str:
     return f"nvfabric install{where} --source {source} --components imex{version}"
 
 
-def vendor_files(root: str, fabric: str, typed: Mapping[str, str | None],
-                 driver_version: str | None, topology_set: bool
-                 ) -> tuple[Resolved, dict[str, str]]:
-    """Which vendor files of ``fabric`` are present under ``root`` and where from
-    (:func:`nvfabric.bringup.vendor.resolve`: the typed path, the vendor layout, the install
-    record), with the shipped fabricmanager.cfg's TOPOLOGY_FILE_PATH/DATABASE_PATH
-    (:func:`fm_shipped_keys`). The topology directory looked for is the vendor's, or the
-    shipped config's TOPOLOGY_FILE_PATH when that names another (none when the operator set
-    the key: ``topology_set``); so the shipped config is read between two lookups. Raises
-    :class:`nvfabric.bringup.vendor.TypedPathMissing`."""
+def vendor_seen(root: str, fabric: str, typed: Mapping[str, str | None],
+                driver_version: str | None, topology: str | None) -> VendorFacts:
+    """The vendor files of ``fabric`` (:func:`nvfabric.bringup.vendor.wanted`) as found under
+    ``root``: each typed path, each vendor path (``topology``: the directory the shipped
+    config names, None: the vendor's), and, only for a vendor path that is not there, what
+    the ``nvfabric install`` record of its component offers
+    (:func:`nvfabric.artifacts.installed.installed`: its files are hashed, so a node with the
+    vendor files never pays for it)."""
+    from nvfabric.artifacts.installed import InstalledTree, installed
     from nvfabric.bringup import vendor
 
-    topology = None if topology_set else vendor.TOPOLOGY_DIR
-    vend = vendor.resolve(root, fabric, typed, driver_version, topology)
-    keys = fm_shipped_keys(root, vend.paths["--fm-config"]) if "--fm-config" in vend.paths \
-        else {}
-    shipped_topology = keys.get("TOPOLOGY_FILE_PATH")
-    if topology and shipped_topology and shipped_topology != topology:
-        vend = vendor.resolve(root, fabric, typed, driver_version, shipped_topology)
-    return vend, keys
+    paths: dict[tuple[str, str], PathSeen] = {}
+    installs: dict[str, InstallSeen | None] = {}
+    trees: dict[str, InstalledTree | None] = {}
+    for vf in vendor.wanted(fabric):
+        given = typed.get(vf.key)
+        path = given if given is not None else vendor.vendor_path(vf, topology)
+        if path is None:
+            continue
+        seen = paths[(path, vf.kind)] = path_seen(root, path, vf.kind)
+        if given is not None or seen.present:
+            continue
+        if vf.component not in trees:
+            trees[vf.component] = installed(
+                root, vf.component, driver_version if vf.component == "fabricmanager" else None)
+        tree = trees[vf.component]
+        if tree is None:
+            installs[vf.key] = None
+            continue
+        hit = tree.find_dir(vf.basename) if vf.kind == "dir" else \
+            tree.find(vf.basename, executable=vf.kind == "exec")
+        installs[vf.key] = InstallSeen(hit, None if hit else tree.problem(vf.basename),
+                                       tree.record, tree.host_dir)
+    return VendorFacts(paths, installs)
+
+
+def path_seen(root: str, path: str, kind: str) -> PathSeen:
+    """``path`` under ``root``: present as ``kind`` (``exec``: an executable regular file;
+    ``file``; ``dir``), or where a link on it leads out of the root (not present then)."""
+    from nvfabric.model.hostpath import confined, under_root
+    from nvfabric.model.hostpath import problem as path_problem
+
+    if path_problem(path) is None:  # relative or with '..': not a question of links
+        try:
+            confined(root, path)
+        except ValueError:
+            return PathSeen(False, os.path.realpath(under_root(root, path)))
+    full = under_root(root, path)
+    if kind == "dir":
+        return PathSeen(os.path.isdir(full))
+    if kind == "exec":
+        return PathSeen(executable(full))
+    return PathSeen(os.path.isfile(full))
 
 
 def fm_shipped_keys(root: str, host_path: str) -> dict[str, str]:

@@ -72,6 +72,41 @@ class Probes:
 
 
 @dataclass(frozen=True)
+class PathSeen:
+    """A vendor path as found under the root: ``present`` (of its kind: an executable file,
+    a regular file, a directory); ``outside``: where a link on it leads out of the root (a
+    copied image's absolute link points at the host's file, not the node's), then not
+    present."""
+
+    present: bool
+    outside: str | None = None
+
+
+@dataclass(frozen=True)
+class InstallSeen:
+    """What the ``nvfabric install`` record of a component offers for one vendor file:
+    ``hit`` its host path (None: not there or not intact), ``problem`` why not (None: no
+    reason known), the record's host path and the install's directory."""
+
+    hit: str | None
+    problem: str | None
+    record: str
+    host_dir: str
+
+
+@dataclass(frozen=True)
+class VendorFacts:
+    """The vendor files of a fabric kind as found (:func:`nvfabric.facts.node.vendor_seen`):
+    ``paths``: (host path, kind ``exec|file|dir``) -> :class:`PathSeen`, for every typed and
+    vendor path looked at; ``installs``: vendor file key (``--fm-bin``, ``topology``) -> the
+    install record's answer, None when the component has no install; a key is absent when
+    its vendor path was present (the record is not read then)."""
+
+    paths: Mapping[tuple[str, str], PathSeen] = field(default_factory=dict)
+    installs: Mapping[str, InstallSeen | None] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
 class ImexFacts:
     """What the IMEX bring-up reads of a tray, all at once: ``evidence`` of who owns IMEX;
     ``channels`` (nodes, major, driver params); ``channel_at``: where channel0 would be made
