@@ -1,11 +1,18 @@
-"""Read the node once for ``nvfabric run``: :class:`nvfabric.model.node.NodeFacts`.
+"""Read the node for ``nvfabric run``: :class:`nvfabric.model.node.NodeFacts` and the values
+it is made of. Every read of the host that ``run`` decides on goes through here, before the
+decision that uses it:
 
-Every read of the host that ``run`` decides on goes through here, before the decision:
-``collect`` answers the probes a prepared bring-up asks for (each an independent read: the
-binaries, NVLSM's socket, ``nv-fabricmanager --version``, the fabric manager config's path
-keys, the GPUs' fabric states, the fabric daemons already running); ``collect_imex`` reads
-what the IMEX bring-up needs of a GB200/GB300 tray. The readers are today's:
-:mod:`nvfabric.facts.services`, :mod:`nvfabric.facts.imexhost`, :mod:`nvfabric.facts.gpu`.
+- :func:`collect`: the answers to the probes a prepared bring-up asks for
+  (:meth:`nvfabric.bringup.prepared.Prepared.checks`): fabric daemons already running, each
+  binary executable, NVLSM's socket served, ``nv-fabricmanager --version``
+  (:func:`fm_version`), the effective fabric manager config's path keys, the GPUs' fabric
+  states (:func:`gpus`). Each probe is an independent read (they could run at once);
+- :func:`collect_imex`: what the IMEX bring-up needs of a GB200/GB300 tray;
+- :func:`vendor_seen`, :func:`fm_shipped_keys`: the vendor files present (typed paths, the
+  vendor layout, ``nvfabric install`` records) and the shipped config's topology keys.
+
+The readers underneath are today's: :mod:`nvfabric.facts.services`,
+:mod:`nvfabric.facts.imexhost`, :mod:`nvfabric.facts.gpu`, :mod:`nvfabric.artifacts.installed`.
 """
 
 from __future__ import annotations
