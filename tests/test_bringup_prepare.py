@@ -12,10 +12,11 @@ from pathlib import Path
 
 import pytest
 
-from nvfabric.bringup import fmconfig, mnnvl, unit, vendor
+from nvfabric.bringup import mnnvl, unit, vendor
 from nvfabric.bringup.prepared import Prepared
 from nvfabric.effects.apply import apply
 from nvfabric.facts import node
+from nvfabric.facts.fmconfig import read_shipped
 from nvfabric.facts.inventory import collect
 from nvfabric.model.errors import NvfabricError
 from nvfabric.model.node import InstallSeen, NodeFacts, PathSeen, RunningService, VendorFacts
@@ -192,7 +193,7 @@ def _fm(tmp_path: Path, profile: str) -> tuple[Path, Prepared]:
     root = sim(tmp_path, profile)
     inv = collect(str(root))
     cfg = unit.RunConfig(root=str(root))
-    shipped = fmconfig.read_shipped(cfg.resolve(cfg.fm.shipped_config))
+    shipped = read_shipped(cfg.resolve(cfg.fm.shipped_config))
     return root, unit.prepare(inv, plan(inv), cfg, shipped)
 
 

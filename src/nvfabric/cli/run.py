@@ -341,11 +341,13 @@ def _fm_config(o: RunOptions, p: Plan) -> tuple[RunConfig, vendor.Resolved]:
 
 
 def _shipped(cfg: RunConfig) -> str:
-    """The shipped fabricmanager.cfg's text (:func:`nvfabric.bringup.fmconfig.read_shipped`);
+    """The shipped fabricmanager.cfg's text (:func:`nvfabric.facts.fmconfig.read_shipped`);
     exit 2 when it is not the vendor's readable text file."""
+    from nvfabric.facts.fmconfig import read_shipped
+
     shipped_path = cfg.resolve(cfg.fm.shipped_config)
     try:
-        return fmcfg.read_shipped(shipped_path)
+        return read_shipped(shipped_path)
     except fmcfg.ShippedConfigError as err:
         raise NvfabricError(err.finding, exit_code=2) from None
     except (OSError, UnicodeDecodeError) as err:

@@ -95,12 +95,13 @@ def collect(root: str, inventory: Inventory | None, probes: Probes) -> NodeFacts
     """The snapshot: ``inventory`` (already read: the plan comes from it) and the answer to
     each of ``probes``. Raises nothing of its own; each reader's errors are its answer."""
     from nvfabric.bringup import fmconfig as fmcfg
+    from nvfabric.facts.fmconfig import check_paths
     from nvfabric.model import keyvalue
     from nvfabric.supervisor import socket_listening
 
     problems = []
     for text in probes.fm_configs:
-        problems += fmcfg.check_paths(fmcfg.Effective(keyvalue.parse(text), text))
+        problems += check_paths(fmcfg.Effective(keyvalue.parse(text), text))
     return NodeFacts(
         root=root, inventory=inventory,
         running=running(root, probes.services),
