@@ -14,7 +14,11 @@ import pytest
 import yaml
 
 from nvfabric.bringup import fmconfig as fmcfg
+from nvfabric.bringup.prepared import Prepared
+from nvfabric.bringup.spec import PlannedFile
+from nvfabric.effects.apply import apply
 from nvfabric.effects.atomic import write_atomic
+from nvfabric.facts.fmconfig import check_paths
 from nvfabric.model.hostpath import under_root
 
 from .cases import CASES, CORPUS
@@ -50,7 +54,7 @@ def test_bottlerocket_cfg_with_empty_log_file_is_left_alone(tmp_path: Path) -> N
     eff = fmcfg.effective(BOTTLEROCKET, root=str(tmp_path))
     assert eff.get("LOG_FILE_NAME") == ""  # the console: nothing to check
     assert eff.get("UNIX_SOCKET_PATH") == f"{tmp_path}/run/nvidia/fabricmanager.sock"
-    assert fmcfg.check_paths(eff) == []
+    assert check_paths(eff) == []
 
 
 def test_operator_overrides_env_then_fm_set_then_fabric_mode() -> None:
@@ -144,17 +148,17 @@ def test_d06_missing_node_config_file_names_the_key(tmp_path: Path) -> None:
     key = case["expect"]["findings"][0]["key"]
     (tmp_path / "usr/share/nvidia/nvswitch").mkdir(parents=True)
     eff = fmcfg.effective(SHIPPED_535, root=str(tmp_path), sets={key: "/etc/nvidia/node.cfg"})
-    problems = fmcfg.check_paths(eff)
+    problems = check_paths(eff)
     assert [(f.code, f.fields["key"]) for f in problems] == [("config_invalid_value", key)]
     (tmp_path / "etc/nvidia").mkdir(parents=True)
     (tmp_path / "etc/nvidia/node.cfg").write_text("", encoding="utf-8")
-    assert fmcfg.check_paths(eff) == []
+    assert check_paths(eff) == []
 
 
 def test_path_preflight_dirs_and_parents(tmp_path: Path) -> None:
     (tmp_path / "var").write_text("a file where a directory should be", encoding="utf-8")
     eff = fmcfg.effective(SHIPPED_535, root=str(tmp_path))
-    keys = sorted(f.fields["key"] for f in fmcfg.check_paths(eff))
+    keys = sorted(f.fields["key"] for f in check_paths(eff))
     # topology/database directories missing; the log's directory sits under a regular file;
     # STATE_FILE_NAME's /tmp can be created under the root.
     assert keys == ["DATABASE_PATH", "LOG_FILE_NAME", "TOPOLOGY_FILE_PATH"]
@@ -167,7 +171,11 @@ def test_write_goes_to_the_state_dir_and_never_touches_the_shipped_file(tmp_path
     before = shipped.stat()
     eff = fmcfg.effective(shipped.read_text(encoding="utf-8"), root=str(tmp_path), guid=GUID)
     target = tmp_path / "run/nvfabric/fabricmanager.cfg"
-    fmcfg.write(str(target), eff)
+    said: list[str] = []  # the one applier of run (effects/apply.py) writes it
+    apply(Prepared("nvswitch", files=(PlannedFile(str(target), eff.text),)), str(tmp_path),
+          said.append)
+    assert said == [f"wrote {target}"]
+    assert stat.S_IMODE(target.stat().st_mode) == 0o644
     assert target.read_text(encoding="utf-8") == eff.text
     assert stat.S_IMODE(target.parent.stat().st_mode) == 0o700
     assert shipped.read_text(encoding="utf-8") == SHIPPED_535

@@ -25,7 +25,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from nvfabric.bringup.spec import ServiceSpec, check_guid, version_output
+from nvfabric.bringup.spec import ServiceSpec, check_guid
 from nvfabric.model.hostpath import check as check_path
 
 BINARY = "/usr/bin/nv-fabricmanager"
@@ -80,13 +80,6 @@ def parse_version(text: str) -> str | None:
     """The version from ``nv-fabricmanager --version`` output, or None."""
     match = _VERSION.search(text)
     return match.group(1) if match else None
-
-
-def probe_version(binary: str, timeout_s: float = 10.0) -> tuple[str | None, str]:
-    """Run ``<binary> --version`` and return (version or None, its output). Raises what
-    :func:`nvfabric.bringup.spec.version_output` raises (OSError, subprocess.TimeoutExpired)."""
-    text = version_output(binary, timeout_s)
-    return parse_version(text), text
 
 
 def needs_gpu_reset(generations: set[str]) -> bool:

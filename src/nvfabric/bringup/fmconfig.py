@@ -1,5 +1,7 @@
 """The effective ``fabricmanager.cfg``: the shipped file plus nvfabric's and the operator's
 overrides, written to nvfabric's state directory. The shipped file is never edited in place.
+Pure but for the links of the paths fabric manager writes (``_resolve``); the reads of the
+shipped file and the path checks are :mod:`nvfabric.facts.fmconfig`.
 
 Keys and their meaning: NVIDIA Fabric Manager User Guide, "Fabric Manager Config Options";
 shipped examples ../shared/corpus/configs/fabricmanager-535.216.01.cfg and
@@ -21,13 +23,10 @@ are unchanged) so that the daemon, which runs in nvfabric's mount namespace, fin
 from __future__ import annotations
 
 import difflib
-import os
 import re
-import stat
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from nvfabric.effects.atomic import write_atomic
 from nvfabric.model import hostpath, keyvalue
 from nvfabric.model.findings import Finding
 from nvfabric.model.hostpath import confined, under_root
@@ -197,44 +196,6 @@ class ShippedConfigError(ValueError):
         self.finding = finding
 
 
-def read_shipped(path: str, limit: int = 1 << 20) -> str:
-    """The text of the shipped fabricmanager.cfg at ``path`` (already under the root).
-
-    Refused (ShippedConfigError): a symbolic link (a link to an unrelated file, ``/etc/
-    passwd``, would be copied into the effective config and printed), anything that is not a
-    regular file (opened with O_NOFOLLOW and O_NONBLOCK, so a FIFO never blocks), a file over
-    ``limit`` bytes, and a file without a ``KEY=VALUE`` line (empty: fabric manager would run
-    on its built-in defaults, not the vendor's file). Raises OSError when it cannot be opened
-    (missing) and UnicodeDecodeError for bytes that are not UTF-8."""
-
-    def refuse(why: str) -> ShippedConfigError:
-        return ShippedConfigError(Finding(
-            "input_unreadable", "error", f"the shipped fabric manager config {path} {why}",
-            "reinstall the fabric manager package (its fabricmanager.cfg is a regular file "
-            "with the keys of that version), or pass --fm-config", {"path": path}))
-
-    if os.path.islink(path):
-        raise refuse(f"is a symbolic link (to {os.readlink(path)}), not the vendor's file")
-    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
-    try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            raise refuse("is not a regular file")
-        data = b""
-        while len(data) <= limit:
-            chunk = os.read(fd, limit + 1 - len(data))
-            if not chunk:
-                break
-            data += chunk
-    finally:
-        os.close(fd)
-    if len(data) > limit:
-        raise refuse(f"is larger than {limit} bytes")
-    text = data.decode("utf-8")
-    if not keyvalue.parse(text).items():
-        raise refuse("is empty (no KEY=VALUE line)")
-    return text
-
-
 def effective(shipped: str, *, root: str = "/", guid: str | None = None,
               fabric_mode: str | None = None, environ: Mapping[str, str] | None = None,
               sets: Mapping[str, str] | None = None) -> Effective:
@@ -286,43 +247,3 @@ def _resolve(root: str, key: str, value: str) -> str:
         raise ConfigError(invalid(
             key, f"leaves the root through a symbolic link ({err})",
             f"point {key} at a path whose directories stay under --root")) from None
-
-
-def check_paths(eff: Effective) -> list[Finding]:
-    """Preflight of the path-valued keys (see :data:`PATH_KEYS`): one ``config_invalid_value``
-    finding per key whose path does not exist and cannot be created. Host access: stat only."""
-    problems: list[Finding] = []
-    for key, kind in PATH_KEYS.items():
-        value = eff.get(key)
-        if not value:
-            continue
-        if kind == "dir" and not os.path.isdir(value):
-            problems.append(invalid(key, f"directory {value} does not exist",
-                                    f"install the fabric manager package data into {value} "
-                                    "or point the key at where it lives"))
-        elif kind == "file" and not os.path.isfile(value):
-            problems.append(invalid(key, f"file {value} does not exist",
-                                    f"create {value} or unset {key}"))
-        elif kind == "parent" and not _creatable_dir(os.path.dirname(value)):
-            problems.append(invalid(key, f"directory of {value} does not exist and cannot be "
-                                    "created", f"create {os.path.dirname(value)} or change "
-                                    f"{key}"))
-    return problems
-
-
-def _creatable_dir(path: str) -> bool:
-    """True when ``path`` is a directory, or its nearest existing ancestor is a writable one."""
-    probe = path or "/"
-    while not os.path.exists(probe):
-        parent = os.path.dirname(probe)
-        if parent == probe:
-            return False
-        probe = parent
-    if probe == path:
-        return os.path.isdir(path)
-    return os.path.isdir(probe) and os.access(probe, os.W_OK | os.X_OK)
-
-
-def write(path: str, eff: Effective) -> None:
-    """Write the effective config atomically (mode 0644, the previous one is not kept)."""
-    write_atomic(path, eff.text, mode=0o644, backup=False, dir_mode=0o700)

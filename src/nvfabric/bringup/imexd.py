@@ -76,7 +76,7 @@ def argv(binary: str, config: str) -> tuple[str, ...]:
 def spec(binary: str, config: str, grace_s: float = 10.0) -> ServiceSpec:
     """IMEX as a service of the unit. Ready when ``nvidia-imex-ctl -q`` prints READY: the
     supervisor's readiness probe (``ready_gpus``; the probe the mnnvl path gives it is
-    :func:`nvfabric.bringup.mnnvl.readiness_probe`, each ctl call under a hard timeout), logged
+    :func:`nvfabric.facts.imexready.readiness_probe`, each ctl call under a hard timeout), logged
     and timed out in IMEX's terms (:data:`IMEX_READY`: ``imex_not_ready``)."""
     return ServiceSpec(name="imex", argv=argv(binary, config), ready_gpus=True,
                        ready_probe=IMEX_READY, grace_s=grace_s)

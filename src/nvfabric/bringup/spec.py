@@ -9,14 +9,13 @@ stopping them in reverse order. Each daemon has a module here that knows its ven
 - :mod:`.fabricmanager`: ``nv-fabricmanager``, ready when every GPU's fabric state is completed;
 - :mod:`.imex`: ``nvidia-imex``, ready when ``nvidia-imex-ctl -q`` prints READY.
 
-Pure: no I/O here or in the per-daemon builders, except the version probes, which run the
-binary with ``--version`` (argv only) and are marked as such.
+Pure: no I/O here or in the per-daemon builders (``--version`` is run by
+:func:`nvfabric.facts.node.fm_version`).
 """
 
 from __future__ import annotations
 
 import re
-import subprocess
 from dataclasses import dataclass
 
 from nvfabric.model.findings import Finding
@@ -129,61 +128,8 @@ class PlannedFile:
     mode: int = 0o644
 
 
-@dataclass(frozen=True)
-class Unit:
-    """What ``nvfabric run`` brings up: the services in start order and the files written
-    first. ``fabric`` is the plan's fabric kind; ``notes`` are lines for the operator."""
-
-    fabric: str
-    services: tuple[ServiceSpec, ...]
-    files: tuple[PlannedFile, ...] = ()
-    notes: tuple[str, ...] = ()
-
-
 def check_guid(guid: str) -> str:
     """``guid`` lower-cased when it is ``0x`` + 16 hex digits; ValueError otherwise."""
     if not GUID.fullmatch(guid):
         raise ValueError(f"port GUID must be 0x followed by 16 hex digits, got {guid!r}")
     return guid.lower()
-
-
-def version_output(binary: str, timeout_s: float = 10.0) -> str:
-    """What ``<binary> --version`` prints (stdout and stderr together, decoded leniently);
-    each daemon module parses it with its own pattern.
-
-    Host access: spawns the binary (argv only). Raises OSError when it cannot be executed;
-    subprocess.TimeoutExpired after ``timeout_s`` seconds.
-    """
-    done = subprocess.run(
-        [binary, "--version"], stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT, timeout=timeout_s, check=False,
-    )
-    return done.stdout.decode("utf-8", "replace")
-
-
-#: The ``nvfabric status`` name of each fabric daemon that ``run`` would start, and what it is.
-_RUNNING_WHAT = {"fabricmanager": "fabric manager", "imex": "nvidia-imex"}
-
-
-def already_running(root: str, services: tuple[str, ...]) -> tuple[Finding, ...]:
-    """``fabric_service_running`` (error) for each of ``services`` (``fabricmanager``,
-    ``imex``) already running on the node under ``root``, whoever started it (another
-    ``nvfabric run`` with another ``--state-dir``, a vendor unit, a hand start). Host access:
-    the liveness read of ``nvfabric status`` (:func:`nvfabric.facts.services.read`: pid files,
-    the process table, fabric manager's command port)."""
-    from nvfabric.facts.services import read
-
-    out = []
-    for state in read(root, services):
-        if not state.running:
-            continue
-        what = _RUNNING_WHAT.get(state.name, state.name)
-        pid = f"pid {state.pid}" if state.pid is not None else "pid unknown"
-        out.append(Finding(
-            "fabric_service_running", "error",
-            f"{what} is already running on this node ({pid}; {state.detail}): nvfabric "
-            "neither resets the GPUs nor starts a second one",
-            f"stop the running {what} first (its unit, or the nvfabric run that started it: "
-            "`nvfabric status` shows it); one per node",
-            {"service": state.name, "pid": state.pid}))
-    return tuple(out)

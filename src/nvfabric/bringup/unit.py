@@ -18,9 +18,11 @@ from dataclasses import dataclass, field
 from nvfabric.bringup import fabricmanager as fm
 from nvfabric.bringup import fmconfig as fmcfg
 from nvfabric.bringup import nvlsm
-from nvfabric.bringup.spec import PlannedFile, Unit
+from nvfabric.bringup.prepared import Prepared
+from nvfabric.bringup.spec import PlannedFile
 from nvfabric.model.hostpath import check as check_path
 from nvfabric.model.hostpath import confined, under_root
+from nvfabric.model.inventory import Inventory
 from nvfabric.rules.plan import Plan
 
 STATE_DIR = "/run/nvfabric"
@@ -60,7 +62,23 @@ class RunConfig:
         return os.path.join(self.resolve(self.state_dir), READY_FILE)
 
 
-def build(p: Plan, cfg: RunConfig, shipped_fm_cfg: str, *, needs_reset: bool) -> Unit:
+def needs_reset(inventory: Inventory) -> bool:
+    """A fabric manager restart after GPU registration needs a GPU reset on this node: one
+    of its GPUs is of a generation in :data:`nvfabric.bringup.fabricmanager.RESTART_NEEDS_RESET`
+    (R04)."""
+    from nvfabric.rules.products import lookup
+
+    return fm.needs_gpu_reset({product.generation for gpu in inventory.gpus
+                               if (product := lookup(gpu.vendor, gpu.device))})
+
+
+def prepare(inventory: Inventory, p: Plan, cfg: RunConfig, shipped_fm_cfg: str) -> Prepared:
+    """The bring-up of an nvswitch or nvlink5 plan (:func:`build`), with the R04 flag from
+    the node's GPU generations. Raises what :func:`build` raises."""
+    return build(p, cfg, shipped_fm_cfg, needs_reset=needs_reset(inventory))
+
+
+def build(p: Plan, cfg: RunConfig, shipped_fm_cfg: str, *, needs_reset: bool) -> Prepared:
     """The unit for plan ``p``. Raises ValueError for a bad path or GUID and
     :class:`nvfabric.bringup.fmconfig.ConfigError` for a bad config override.
     ``needs_reset``: a fabric manager restart needs a GPU reset on this node (R04)."""
@@ -76,7 +94,7 @@ def build(p: Plan, cfg: RunConfig, shipped_fm_cfg: str, *, needs_reset: bool) ->
     for path, what in ((cfg.state_dir, "--state-dir"), (cfg.nvlsm.pid_file, "--nvlsm-pid-file")):
         confined(cfg.root, path, what)
     if p.fabric in ("none", "mnnvl"):
-        return Unit(p.fabric, ())
+        return Prepared(p.fabric, needs_reset=needs_reset)
     guid = p.management_port.guid if (p.fabric == "nvlink5" and p.management_port) else None
     if p.fabric == "nvlink5" and guid is None:
         raise ValueError("an NVLink 5 plan without a management port cannot be run")
@@ -88,7 +106,8 @@ def build(p: Plan, cfg: RunConfig, shipped_fm_cfg: str, *, needs_reset: bool) ->
     notes = [f"effective fabric manager config: {cfg.effective_cfg_path} (from "
              f"{cfg.resolve(cfg.fm.shipped_config)}, which is not edited)"]
     if p.fabric == "nvswitch":
-        return Unit(p.fabric, (fm_spec,), files, tuple(notes))
+        return Prepared(p.fabric, (fm_spec,), files, notes=tuple(notes),
+                        state_dir=cfg.resolve(cfg.state_dir), needs_reset=needs_reset)
     assert guid is not None
     # its directory is created: confined (FM_SM_IPC_INTERFACE was, by fmcfg.effective)
     socket = confined(cfg.root, cfg.socket, "--fm-sm-socket") if cfg.socket else (
@@ -101,8 +120,9 @@ def build(p: Plan, cfg: RunConfig, shipped_fm_cfg: str, *, needs_reset: bool) ->
     assert port is not None
     notes.append(f"management port {port.device} port {port.port} GUID {guid}: passed to NVLSM "
                  "and fabric manager")
-    return Unit(p.fabric, (nvlsm.spec(sm_paths, guid, cfg.grace_s), fm_spec), files,
-                tuple(notes))
+    return Prepared(p.fabric, (nvlsm.spec(sm_paths, guid, cfg.grace_s), fm_spec), files,
+                    notes=tuple(notes), state_dir=cfg.resolve(cfg.state_dir),
+                    needs_reset=needs_reset)
 
 
 def environ_items(environ: Mapping[str, str]) -> tuple[tuple[str, str], ...]:

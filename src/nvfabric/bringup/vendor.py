@@ -27,12 +27,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from nvfabric.artifacts.installed import InstalledTree, installed
 from nvfabric.bringup import fabricmanager as fm
 from nvfabric.bringup import nvlsm
 from nvfabric.model.findings import Finding
-from nvfabric.model.hostpath import confined, under_root
 from nvfabric.model.hostpath import problem as path_problem
+from nvfabric.model.node import InstallSeen, PathSeen, VendorFacts
 
 #: fabric manager's default topology directory (shipped fabricmanager.cfg TOPOLOGY_FILE_PATH).
 TOPOLOGY_DIR = "/usr/share/nvidia/nvswitch"
@@ -93,30 +92,6 @@ class Resolved:
                 if self.sources[k].startswith("install record")]
 
 
-def _outside(root: str, path: str) -> str | None:
-    """Where ``path`` really leads, links followed, when that is outside ``root`` (a copied
-    image's absolute link such as ``/usr/bin/nv-fabricmanager -> /usr/local/bin/...`` points
-    at the host's file, not the node's); None when it stays inside."""
-    if path_problem(path) is not None:  # relative or with '..': not a question of links
-        return None
-    try:
-        confined(root, path)
-    except ValueError:
-        return os.path.realpath(under_root(root, path))
-    return None
-
-
-def _exists(root: str, path: str, kind: str) -> bool:
-    if _outside(root, path) is not None:
-        return False
-    full = under_root(root, path)
-    if kind == "dir":
-        return os.path.isdir(full)
-    if kind == "exec":
-        return os.path.isfile(full) and os.access(full, os.X_OK)
-    return os.path.isfile(full)
-
-
 def install_line(component: str, driver_version: str | None, root: str = "/") -> str:
     """The ``nvfabric install`` command that installs ``component`` for this driver into the
     node under ``root`` (``--root`` named, shell-quoted, unless it is ``/``: without it the
@@ -126,61 +101,84 @@ def install_line(component: str, driver_version: str | None, root: str = "/") ->
     return f"nvfabric install{where} --components {component}{version}"
 
 
-def resolve(root: str, fabric: str, typed: Mapping[str, str | None],
+def wanted(fabric: str) -> tuple[VendorFile, ...]:
+    """The vendor files ``fabric`` needs: fabric manager's on nvswitch and nvlink5, NVLSM's
+    too on nvlink5; none on the others."""
+    if fabric not in ("nvswitch", "nvlink5"):
+        return ()
+    return FM_FILES + (NVLSM_FILES if fabric == "nvlink5" else ())
+
+
+def vendor_path(vf: VendorFile, topology: str | None) -> str | None:
+    """Where the vendor layout has ``vf`` (the shipped config's TOPOLOGY_FILE_PATH for the
+    topology directory when known); None when that key is relative or has '..' (the
+    effective config's check names it: config_invalid_value; nothing to look up)."""
+    path = topology if (vf.key == "topology" and topology) else vf.vendor_path
+    return None if vf.key == "topology" and path_problem(path) is not None else path
+
+
+def resolve(seen: VendorFacts, root: str, fabric: str, typed: Mapping[str, str | None],
             driver_version: str | None, topology: str | None = None) -> Resolved:
-    """Where each vendor file of ``fabric`` (nvswitch, nvlink5; others need none) comes from.
+    """Where each vendor file of ``fabric`` comes from, as :func:`wanted` lists them, from
+    what was found (``seen``: :func:`nvfabric.facts.node.vendor_seen`, read with the same
+    ``typed`` and ``topology``). Pure.
 
     ``typed``: option -> the path the operator typed (None: the default); ``topology``: the
     shipped config's TOPOLOGY_FILE_PATH when known (None: the vendor default; the caller
     passes nothing here when the operator set the key). Raises :class:`TypedPathMissing`."""
-    wanted = FM_FILES + (NVLSM_FILES if fabric == "nvlink5" else ()) \
-        if fabric in ("nvswitch", "nvlink5") else ()
     paths: dict[str, str] = {}
     sources: dict[str, str] = {}
     findings: list[Finding] = []
-    trees: dict[str, InstalledTree | None] = {}
-    for vf in wanted:
+    for vf in wanted(fabric):
         given = typed.get(vf.key)
         if given is not None:
-            if not _exists(root, given, vf.kind):
-                problem = {"exec": "not an executable file", "file": "no such file",
-                           "dir": "no such directory"}[vf.kind]
-                away = _outside(root, given)
-                if away is not None:
-                    problem = f"leads out of the root (to {away})"
-                where = f" under --root {root}" if os.path.abspath(root) != "/" else ""
-                raise TypedPathMissing(f"{vf.key} {given}: {problem}{where}")
+            found = seen.paths.get((given, vf.kind), PathSeen(False))
+            if not found.present:
+                raise TypedPathMissing(_typed_missing(vf, given, found, root))
             paths[vf.key], sources[vf.key] = given, "typed"
             continue
-        vendor = topology if (vf.key == "topology" and topology) else vf.vendor_path
-        if vf.key == "topology" and path_problem(vendor) is not None:
-            # The shipped config's TOPOLOGY_FILE_PATH is relative or has '..': the effective
-            # config's check names the key (config_invalid_value); nothing to look up here.
+        vendor = vendor_path(vf, topology)
+        if vendor is None:
             continue
-        if _exists(root, vendor, vf.kind):
+        found = seen.paths.get((vendor, vf.kind), PathSeen(False))
+        install = seen.installs.get(vf.key)
+        if found.present:
             paths[vf.key], sources[vf.key] = vendor, "vendor"
-            continue
-        if vf.component not in trees:
-            trees[vf.component] = installed(
-                root, vf.component, driver_version if vf.component == "fabricmanager" else None)
-        tree = trees[vf.component]
-        hit = None
-        if tree is not None:
-            hit = tree.find_dir(vf.basename) if vf.kind == "dir" else \
-                tree.find(vf.basename, executable=vf.kind == "exec")
-        if hit is not None and tree is not None:
-            paths[vf.key], sources[vf.key] = hit, f"install record {tree.record}"
-            continue
-        findings.append(_missing(vf, vendor, driver_version, tree, _outside(root, vendor),
-                                 root))
+        elif install is not None and install.hit is not None:
+            paths[vf.key], sources[vf.key] = install.hit, f"install record {install.record}"
+        else:
+            findings.append(_missing(vf, vendor, driver_version, install, found.outside, root))
     return Resolved(paths, sources, tuple(findings))
 
 
+def _typed_missing(vf: VendorFile, given: str, found: PathSeen, root: str) -> str:
+    problem = {"exec": "not an executable file", "file": "no such file",
+               "dir": "no such directory"}[vf.kind]
+    if found.outside is not None:
+        problem = f"leads out of the root (to {found.outside})"
+    where = f" under --root {root}" if os.path.abspath(root) != "/" else ""
+    return f"{vf.key} {given}: {problem}{where}"
+
+
+def install_topology_keys(resolved: Resolved, sets: Mapping[str, str],
+                          shipped_keys: Mapping[str, str]) -> dict[str, str]:
+    """The ``--fm-set`` keys to add when the topology directory comes from an install record
+    (the node lacks the vendor's): TOPOLOGY_FILE_PATH and DATABASE_PATH point at the
+    installed directory, unless the operator set them (``sets``) or the shipped config
+    (``shipped_keys``: its values of those keys) names a directory other than the missing
+    one. Pure; an empty dict when the topology is the vendor's or typed."""
+    if not resolved.sources.get("topology", "").startswith("install record"):
+        return {}
+    missing = shipped_keys.get("TOPOLOGY_FILE_PATH") or TOPOLOGY_DIR
+    return {key: resolved.paths["topology"] for key in ("TOPOLOGY_FILE_PATH", "DATABASE_PATH")
+            if key not in sets and shipped_keys.get(key, missing) == missing}
+
+
 def _missing(vf: VendorFile, vendor: str, driver_version: str | None,
-             tree: InstalledTree | None = None, away: str | None = None,
+             tree: InstallSeen | None = None, away: str | None = None,
              root: str = "/") -> Finding:
     line = install_line(vf.component, driver_version, root)
-    why = tree.problem(vf.basename) if tree is not None else None
+    why = tree.problem if tree is not None else None
     absent = f"{vendor} is a link leading out of the root (to {away}), not the node's file," \
         if away is not None else f"{vendor} does not exist"
     if tree is not None and why is not None:

@@ -1,0 +1,110 @@
+"""The run lock of ``nvfabric run`` as the command uses it: one run per node (RUN.md R10),
+taken in the state directory under the root before anything is written, reset or started
+(``--dry-run``: only who holds it); a readiness file left by a run that is gone is removed.
+The lock primitives are :mod:`nvfabric.supervisor`'s; this module turns them into the
+command's findings (``already_running``) and one-line errors.
+"""
+
+from __future__ import annotations
+
+import os
+
+from nvfabric.cli.render import os_error
+from nvfabric.cli.runview import Emit
+from nvfabric.model.errors import NvfabricError, usage_error
+from nvfabric.model.findings import Finding
+from nvfabric.model.hostpath import check as check_path
+from nvfabric.model.hostpath import confined, under_root
+from nvfabric.supervisor import (
+    LOCK_FILE,
+    READY_FILE,
+    Log,
+    RunLock,
+    acquire_run_lock,
+    clear_stale_ready,
+    not_a_directory,
+    run_lock_holder,
+    wait_for_stop,
+)
+
+
+def already_running(pid: int, lock: str) -> Finding:
+    """Another ``nvfabric run`` holds the lock (``pid``, 0 when unknown)."""
+    return Finding(
+        "already_running", "error",
+        f"nvfabric run is already running on this node (pid {pid or 'unknown'}, lock {lock}); "
+        "nothing was started or written",
+        "one nvfabric run per node: stop the running one first (systemctl stop, or kill -TERM "
+        "its pid); `nvfabric status` shows the fabric it keeps up",
+        {"pid": pid or None, "lock": lock})
+
+
+def state_dir(root: str, state_dir: str) -> str:
+    """The state directory under the root; exit 2 naming the path when something other than
+    a directory is in the way."""
+    state = under_root(root, state_dir)
+    blocker = not_a_directory(state)
+    if blocker is not None:
+        raise usage_error(
+            f"--state-dir: {blocker} exists and is not a directory (state directory {state})",
+            f"remove {blocker} or pass --state-dir DIR")
+    return state
+
+
+def clear_stale_unlocked(root: str, state_dir: str) -> None:
+    """R10 for a run refused before it takes the lock (plan blockers): a readiness file that
+    no live run holds the lock for is removed, so it never outlives the run that wrote it.
+    Best effort: a state directory that is not valid or readable is left to the checks that
+    follow (they report it)."""
+    try:
+        state = confined(root, check_path(state_dir, "--state-dir"), "--state-dir")
+        if run_lock_holder(state) is None and clear_stale_ready(state) is not None:
+            Log().say(f"removed the stale readiness file {state}/{READY_FILE} (no run holds "
+                      "the lock)")
+    except (OSError, ValueError):
+        return
+
+
+def take_lock(state: str, dry_run: bool) -> tuple[RunLock | None, Finding | None]:
+    """``run``: the run lock, taken before anything is written or reset (the state directory
+    is created for it); ``--dry-run``: only who holds it. A Finding when another run does."""
+    lock_path = os.path.join(state, LOCK_FILE)
+    existed = os.path.isdir(state)
+    try:
+        if dry_run:
+            lock, holder = None, run_lock_holder(state)
+        else:
+            lock, holder = acquire_run_lock(state)
+            if not existed:
+                Log().say(f"created state directory {state} (mode 0700)")
+    except OSError as err:
+        finding, code = os_error(err, "cannot take the run lock", lock_path)
+        raise NvfabricError(finding, code) from None
+    return lock, None if holder is None else already_running(holder, lock_path)
+
+
+def stay() -> None:
+    """Block until SIGTERM or SIGINT (a DaemonSet pod on a node with nothing to manage)."""
+    wait_for_stop("--stay: waiting for SIGTERM")
+    Log().say("stopped")
+
+
+
+def hold(root: str, state_path: str, dry_run: bool, emit: Emit) -> RunLock | None:
+    """One run per node: the lock (``--dry-run``: who holds it), before anything is written,
+    reset or started and after every pure check. Its descriptor is never closed: the lock
+    lasts as long as this process, however it ends."""
+    state = state_dir(root, state_path)
+    lock, busy = take_lock(state, dry_run)
+    if busy is not None:
+        emit("refused", 1, [busy], title="refused: another nvfabric run is active")
+    if lock is not None:  # R10: ours now; a ready file left by a run that is gone goes
+        try:
+            stale = clear_stale_ready(state)
+        except OSError as err:
+            raise usage_error(f"cannot remove the stale readiness file in {state}: "
+                              f"{err.strerror or err}", "check --state-dir") from None
+        if stale is not None:
+            Log().say(f"removed the stale readiness file {state}/{READY_FILE} (run pid "
+                      f"{stale or 'unknown'} is gone)")
+    return lock

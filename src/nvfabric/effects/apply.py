@@ -1,0 +1,56 @@
+"""The one applier of ``nvfabric run``: make a :class:`nvfabric.bringup.prepared.Prepared`
+true on the host before its processes start, in this order: the device nodes (IMEX channel0,
+``mknod`` through :func:`nvfabric.facts.imexhost.create_channel`: atomic, confined under the
+root), the state directory (mode 0700, never widened: RUN.md R06), the files (atomic:
+temporary, fsync, rename: :func:`nvfabric.effects.atomic.write_atomic`; the state
+directory's files are nvfabric's own, so no backup is kept). Nothing is started here.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+from nvfabric.effects.atomic import write_atomic
+from nvfabric.model.findings import Finding
+
+if TYPE_CHECKING:
+    from nvfabric.bringup.prepared import ChannelNode, Prepared
+
+
+def apply(prepared: Prepared, root: str, say: Callable[[str], None]) -> list[Finding]:
+    """Make the channels, the state directory and the files of ``prepared`` under ``root``,
+    saying each change with ``say``. Returns the findings of what could not be made (a
+    channel node: the operator's to fix; nothing after it is done); a file that cannot be
+    written raises OSError (the command turns it into its one-line error)."""
+    for node in prepared.channels:
+        failed = _make_channel(node, root, say)
+        if failed is not None:
+            return [failed]
+    from nvfabric.supervisor import ensure_dir  # the state directory as the run lock makes it
+
+    if prepared.state_dir and ensure_dir(prepared.state_dir):
+        say(f"created state directory {prepared.state_dir} (mode 0700)")
+    for f in prepared.files:
+        write_atomic(f.path, f.content, mode=f.mode, backup=False, dir_mode=0o700)
+        say(f"wrote {f.path}")
+    return []
+
+
+def _make_channel(node: ChannelNode, root: str, say: Callable[[str], None]) -> Finding | None:
+    from nvfabric.facts import imexhost as host
+    from nvfabric.rules.imex import channels
+
+    try:
+        made = host.create_channel(root, node.minor, node.major)
+        say(f"created IMEX channel {host.channel_target(root, node.minor)} (c "
+            f"{made.major},{made.minor}, mode 0{made.mode:03o})")
+    except (OSError, host.PathEscape) as err:
+        why = err.strerror or err if isinstance(err, OSError) else err
+        return Finding(
+            "imex_channel_missing", "error",
+            f"cannot create {channels.channel_path(node.minor)}: {why}",
+            "run nvfabric as root with the host's /dev (mknod needs CAP_MKNOD); or "
+            + channels.fixes(node.minor, node.major),
+            {"channel": node.minor, "major": node.major})
+    return None

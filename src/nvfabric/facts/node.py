@@ -1,0 +1,304 @@
+"""Read the node for ``nvfabric run``: :class:`nvfabric.model.node.NodeFacts` and the values
+it is made of. Every read of the host that ``run`` decides on goes through here, before the
+decision that uses it:
+
+- :func:`collect`: the answers to the probes a prepared bring-up asks for
+  (:meth:`nvfabric.bringup.prepared.Prepared.checks`): fabric daemons already running, each
+  binary executable, NVLSM's socket served, ``nv-fabricmanager --version``
+  (:func:`fm_version`), the effective fabric manager config's path keys, the GPUs' fabric
+  states (:func:`gpus`). Each probe is an independent read (they could run at once);
+- :func:`collect_imex`: what the IMEX bring-up needs of a GB200/GB300 tray;
+- :func:`vendor_seen`, :func:`fm_shipped_keys`: the vendor files present (typed paths, the
+  vendor layout, ``nvfabric install`` records) and the shipped config's topology keys.
+
+The readers underneath are today's: :mod:`nvfabric.facts.services`,
+:mod:`nvfabric.facts.imexhost`, :mod:`nvfabric.facts.gpu`, :mod:`nvfabric.artifacts.installed`.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from nvfabric.model.errors import usage_error
+from nvfabric.model.inventory import Inventory
+from nvfabric.model.node import (
+    ImexFacts,
+    InstallSeen,
+    NodeFacts,
+    PathSeen,
+    Probes,
+    RunningService,
+    VendorFacts,
+    VersionRead,
+)
+
+if TYPE_CHECKING:
+    from nvfabric.model.health import GpuFabric
+    from nvfabric.rules.imex.channels import ChannelFacts
+    from nvfabric.rules.imex.owner import OwnerEvidence
+
+
+def executable(path: str) -> bool:
+    """``path`` (already under the root) is a regular file this process may execute."""
+    return os.path.isfile(path) and os.access(path, os.X_OK)
+
+
+def running(root: str, services: tuple[str, ...]) -> tuple[RunningService, ...]:
+    """The ``services`` (``fabricmanager``, ``imex``) running on the node under ``root``
+    (:func:`nvfabric.facts.services.read`: pid files, the process table, fabric manager's
+    command port)."""
+    if not services:
+        return ()
+    from nvfabric.facts.services import read
+
+    return tuple(RunningService(s.name, s.pid, s.detail) for s in read(root, services)
+                 if s.running)
+
+
+def version_output(binary: str, timeout_s: float = 10.0) -> str:
+    """What ``<binary> --version`` prints (stdout and stderr together, decoded leniently);
+    each daemon module parses it with its own pattern.
+
+    Host access: spawns the binary (argv only). Raises OSError when it cannot be executed;
+    subprocess.TimeoutExpired after ``timeout_s`` seconds.
+    """
+    done = subprocess.run(
+        [binary, "--version"], stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT, timeout=timeout_s, check=False,
+    )
+    return done.stdout.decode("utf-8", "replace")
+
+
+def fm_version(binary: str, timeout_s: float = 10.0) -> VersionRead:
+    """What ``<binary> --version`` says, parsed by
+    :func:`nvfabric.bringup.fabricmanager.parse_version` (User Guide, "Startup Options");
+    spawns it (argv only, bounded by ``timeout_s``); an exec failure or a timeout is the
+    ``error``, never raised."""
+    from nvfabric.bringup import fabricmanager as fm
+    from nvfabric.facts.execinfo import INTERPRETER_HINT, exec_error, missing_interpreter
+
+    try:
+        text = version_output(binary, timeout_s)
+    except subprocess.TimeoutExpired as err:
+        return VersionRead(None, error=str(err))
+    except OSError as err:
+        return VersionRead(None, error=exec_error(binary, err),
+                           hint=INTERPRETER_HINT if missing_interpreter(binary) else None)
+    return VersionRead(fm.parse_version(text), text)
+
+
+def collect(root: str, inventory: Inventory | None, probes: Probes) -> NodeFacts:
+    """The snapshot: ``inventory`` (already read: the plan comes from it) and the answer to
+    each of ``probes``. Raises nothing of its own; each reader's errors are its answer."""
+    from nvfabric.bringup import fmconfig as fmcfg
+    from nvfabric.facts.fmconfig import check_paths
+    from nvfabric.model import keyvalue
+    from nvfabric.supervisor import socket_listening
+
+    problems = []
+    for text in probes.fm_configs:
+        problems += check_paths(fmcfg.Effective(keyvalue.parse(text), text))
+    return NodeFacts(
+        root=root, inventory=inventory,
+        running=running(root, probes.services),
+        executables={p: executable(p) for p in probes.executables},
+        sockets={p: socket_listening(p) for p in probes.sockets},
+        fm_versions={b: fm_version(b) for b in probes.fm_binaries if executable(b)},
+        config_findings=tuple(problems),
+        gpus=gpus(root) if probes.gpus else None,
+    )
+
+
+def gpus(root: str) -> tuple[GpuFabric, ...]:
+    """The GPUs' fabric states (:func:`nvfabric.facts.gpu.read`: NVML, or the node's
+    nvidia-smi)."""
+    from nvfabric.facts import gpu
+
+    return tuple(gpu.read(root))
+
+
+@dataclass(frozen=True)
+class ImexRequest:
+    """What the IMEX read needs from the options: ``owner`` (``--imex-owner``), the host
+    paths of the binaries and the shipped config, the node list when the command line read
+    it (``--imex-peers``: ``peers``, ``peers_text``), ``local_addresses`` given instead of
+    the interfaces."""
+
+    owner: str | None
+    binary: str
+    ctl: str
+    shipped_config: str
+    peers: str | None = None
+    peers_text: str | None = None
+    local_addresses: tuple[str, ...] = ()
+
+
+def collect_imex(root: str, inventory: Inventory, req: ImexRequest) -> NodeFacts:
+    """The snapshot of a tray under ``root`` for the IMEX bring-up: ``inventory`` (already
+    read) and ``imex`` (:class:`nvfabric.model.node.ImexFacts`). The owner evidence and the
+    channels always;
+    what only a start needs (the daemon already running, the channel's target, the shipped
+    config, the node list, the interfaces, host names, the binaries) only when the owner
+    decision (pure, :func:`nvfabric.rules.imex.owner.decide` over the evidence just read)
+    leaves the start to nvfabric, so a node whose IMEX the DRA driver or Slurm runs costs no
+    resolver lookup. Raises NvfabricError (exit 2) for a config or node list over 1 MiB."""
+    from nvfabric.facts import imexhost as host
+    from nvfabric.rules.imex import owner
+
+    evidence = host.gather_evidence(root)
+    chans = host.read_channels(root)
+    try:
+        decision = owner.decide(evidence, req.owner, for_run=True)
+    except ValueError as err:
+        raise usage_error(str(err)) from None
+    if decision.conflict is not None or not decision.nvfabric_starts_imex:
+        return NodeFacts(root, inventory, imex=ImexFacts(evidence, chans))
+    return NodeFacts(root, inventory, running=running(root, ("imex",)),
+                     imex=_start_facts(root, inventory, req, evidence, chans))
+
+
+def _start_facts(root: str, inventory: Inventory, req: ImexRequest, evidence: OwnerEvidence,
+                 chans: ChannelFacts) -> ImexFacts:
+    from nvfabric.facts import imexhost as host
+    from nvfabric.facts.fs import under
+    from nvfabric.model import keyvalue
+    from nvfabric.rules.imex import config, nodes
+    from nvfabric.rules.imex.tables import NODES_CONFIG_PATH
+
+    channel_at, escape = "", None
+    try:
+        channel_at = host.channel_target(root, 0)
+    except host.PathEscape as err:
+        escape = str(err)
+    problem = host.shipped_problem(root, req.shipped_config)
+    shipped = host.read_file(root, req.shipped_config) if problem is None else None
+    if problem is None and shipped is not None and not keyvalue.parse(shipped).items():
+        problem = "is empty (no KEY=VALUE line)"
+    where, text, why = req.peers or "", req.peers_text, ""
+    if problem is None and req.peers is None:
+        where = config.node_config_path(shipped, NODES_CONFIG_PATH)
+        text = host.read_file(root, where)
+        why = "" if text is not None else _unread_why(under(root, where))
+    names: list[str] = []
+    if text is not None:
+        try:
+            names = [p.text for p in nodes.parse_nodes_config(text) if p.kind == "hostname"]
+        except nodes.PeerError:
+            names = []
+    def resolve(path: str) -> str:
+        return path if os.path.abspath(root) == "/" else under(root, path)
+
+    return ImexFacts(
+        evidence, chans, channel_at, escape, shipped, problem, where, text, why,
+        addresses=req.local_addresses or host.node_addresses(root),
+        local_names=host.local_names(root), resolved=host.resolve_names(root, names),
+        executables={b: executable(resolve(b)) for b in (req.binary, req.ctl)},
+        install_line=_imex_install_line(root, inventory))
+
+
+def _unread_why(path: str) -> str:
+    """Why :func:`nvfabric.facts.imexhost.read_file` gave nothing for ``path``: it does not
+    exist, it is a link that leaves the root (read as missing, never followed out), or it is
+    not a readable regular file. One phrase, for the finding's message."""
+    from nvfabric.facts import imexhost as host
+
+    kind = host.not_regular(path)
+    if kind is None:
+        return "cannot be read"
+    if kind[0] == "missing":
+        return "does not exist"
+    if kind[0] == "link":
+        return f"is a symbolic link to {kind[1]!r} that leaves the root or leads nowhere"
+    return "is not a regular file"
+
+
+def _imex_install_line(root: str, inventory: Inventory) -> str:
+    """The ``nvfabric install`` line that puts nvidia-imex where ``run`` looks (the package's
+    ``/usr/bin``; a redist archive under ``/opt/nvfabric`` is not read for IMEX): the node's
+    package family from its os-release (rpm distributions: ``--source rpm``, else apt), with
+    ``--root`` when the node is not ``/`` (RUN.md R08)."""
+    import shlex
+
+    from nvfabric.artifacts.naming import distro_dir
+
+    distro = distro_dir(dict(inventory.os_release)) or ""
+    source = "apt" if not distro or distro.startswith(("ubuntu", "debian")) else "rpm"
+    where = "" if os.path.abspath(root) == "/" else f" --root {shlex.quote(os.path.abspath(root))}"
+    version = f" --driver-version {inventory.driver_version}" if inventory.driver_version else ""
+    return f"nvfabric install{where} --source {source} --components imex{version}"
+
+
+def vendor_seen(root: str, fabric: str, typed: Mapping[str, str | None],
+                driver_version: str | None, topology: str | None) -> VendorFacts:
+    """The vendor files of ``fabric`` (:func:`nvfabric.bringup.vendor.wanted`) as found under
+    ``root``: each typed path, each vendor path (``topology``: the directory the shipped
+    config names, None: the vendor's), and, only for a vendor path that is not there, what
+    the ``nvfabric install`` record of its component offers
+    (:func:`nvfabric.artifacts.installed.installed`: its files are hashed, so a node with the
+    vendor files never pays for it)."""
+    from nvfabric.artifacts.installed import InstalledTree, installed
+    from nvfabric.bringup import vendor
+
+    paths: dict[tuple[str, str], PathSeen] = {}
+    installs: dict[str, InstallSeen | None] = {}
+    trees: dict[str, InstalledTree | None] = {}
+    for vf in vendor.wanted(fabric):
+        given = typed.get(vf.key)
+        path = given if given is not None else vendor.vendor_path(vf, topology)
+        if path is None:
+            continue
+        seen = paths[(path, vf.kind)] = path_seen(root, path, vf.kind)
+        if given is not None or seen.present:
+            continue
+        if vf.component not in trees:
+            trees[vf.component] = installed(
+                root, vf.component, driver_version if vf.component == "fabricmanager" else None)
+        tree = trees[vf.component]
+        if tree is None:
+            installs[vf.key] = None
+            continue
+        hit = tree.find_dir(vf.basename) if vf.kind == "dir" else \
+            tree.find(vf.basename, executable=vf.kind == "exec")
+        installs[vf.key] = InstallSeen(hit, None if hit else tree.problem(vf.basename),
+                                       tree.record, tree.host_dir)
+    return VendorFacts(paths, installs)
+
+
+def path_seen(root: str, path: str, kind: str) -> PathSeen:
+    """``path`` under ``root``: present as ``kind`` (``exec``: an executable regular file;
+    ``file``; ``dir``), or where a link on it leads out of the root (not present then)."""
+    from nvfabric.model.hostpath import confined, under_root
+    from nvfabric.model.hostpath import problem as path_problem
+
+    if path_problem(path) is None:  # relative or with '..': not a question of links
+        try:
+            confined(root, path)
+        except ValueError:
+            return PathSeen(False, os.path.realpath(under_root(root, path)))
+    full = under_root(root, path)
+    if kind == "dir":
+        return PathSeen(os.path.isdir(full))
+    if kind == "exec":
+        return PathSeen(executable(full))
+    return PathSeen(os.path.isfile(full))
+
+
+def fm_shipped_keys(root: str, host_path: str) -> dict[str, str]:
+    """TOPOLOGY_FILE_PATH and DATABASE_PATH of the shipped fabricmanager.cfg at
+    ``host_path`` under ``root``, those set; empty when it cannot be read (it is read again,
+    and refused with its reason, where the bring-up is prepared)."""
+    from nvfabric.bringup import fmconfig as fmcfg
+    from nvfabric.model import keyvalue
+    from nvfabric.model.hostpath import under_root
+
+    try:
+        with open(under_root(root, host_path), encoding="utf-8") as fh:
+            text = fh.read()
+    except (OSError, UnicodeDecodeError):
+        return {}
+    eff = fmcfg.Effective(keyvalue.parse(text), text)
+    return {k: v for k in ("TOPOLOGY_FILE_PATH", "DATABASE_PATH") if (v := eff.get(k))}

@@ -1,0 +1,215 @@
+"""The preflight of ``nvfabric run``: what refuses a start before anything is written, reset
+or started, the same for ``run`` and ``run --dry-run``. Pure: a function of the node's
+snapshot (:class:`nvfabric.model.node.NodeFacts`, whose probes were read first) and of the
+prepared processes and options; no I/O, no clock.
+
+Checks, one finding per problem, in this order:
+
+- a fabric manager already running on the node (``fabric_service_running``);
+- each process's binary is an executable file (``nvlsm_missing``, ``binary_missing``);
+- fabric manager's ``--version`` equals the loaded driver's (``version_mismatch``; fabric
+  manager refuses to run otherwise: ../shared/corpus/logs/fm-version-mismatch-*.txt);
+- nobody serves NVLSM's IPC socket yet (``sm_already_running``: one subnet manager per
+  management port);
+- the path keys of the effective fabric manager config (``config_invalid_value``);
+- GPUs already registered where a fabric manager start needs a GPU reset first
+  (``restart_needs_gpu_reset``, RUN.md R04).
+"""
+
+from __future__ import annotations
+
+import shlex
+from collections import Counter
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+from nvfabric.artifacts import versions
+from nvfabric.model.findings import Finding
+from nvfabric.model.health import GpuFabric
+from nvfabric.model.node import NodeFacts, RunningService, VersionRead
+from nvfabric.model.words import plural
+
+#: The ``nvfabric status`` name of each fabric daemon that ``run`` would start, and what it is.
+_RUNNING_WHAT = {"fabricmanager": "fabric manager", "imex": "nvidia-imex"}
+
+
+@dataclass(frozen=True)
+class Preflight:
+    """What preflight found: ``findings`` (errors refuse the start; info is reported) and
+    ``registered``: GPUs are already registered with the NVLink fabric on a node where fabric
+    manager may not start again without a GPU reset (R04; False when that does not apply)."""
+
+    findings: tuple[Finding, ...]
+    registered: bool = False
+
+    @property
+    def refused(self) -> bool:
+        return any(f.severity == "error" for f in self.findings)
+
+
+@dataclass(frozen=True)
+class Process:
+    """What preflight needs of one prepared process: its service ``name``, ``binary``
+    (argv[0], under the root), the ``ready_socket`` it will serve and whether a restart needs
+    a GPU reset."""
+
+    name: str
+    binary: str
+    ready_socket: str | None = None
+    restart_needs_gpu_reset: bool = False
+
+
+@dataclass(frozen=True)
+class GpuSummary:
+    """The GPUs' fabric states summarised for readiness and R04 (the fields of
+    :class:`nvfabric.supervisor.GpuCheck`, which the command builds from it)."""
+
+    ready: bool
+    registered: bool
+    summary: str
+    error: str | None = None
+    supported: bool = True
+    findings: tuple[Finding, ...] = ()
+    progress: tuple[int, int] | None = None
+    registered_gpus: tuple[str, ...] = ()
+
+
+def summarise_gpus(gpus: Sequence[GpuFabric]) -> GpuSummary:
+    """``8 GPUs: completed x8``; ready when every GPU with a fabric state is completed,
+    registered when one is; a GPU completed with an error status is ``registration_error``."""
+    if not gpus:
+        return GpuSummary(False, False, "no GPU fabric state", "no GPU fabric state could be read")
+    counts = Counter(str(g.state) for g in gpus)
+    summary = f"{plural(len(gpus), 'GPU')}: " + ", ".join(
+        f"{k} x{v}" for k, v in sorted(counts.items()))
+    supported = [g for g in gpus if g.state != "not_supported"]
+    if not supported:
+        return GpuSummary(False, False, summary, supported=False)
+    done = [g for g in supported if g.state == "completed"]
+    bad = [g for g in done if (g.status or "").lower() not in ("success", "")]
+    findings: tuple[Finding, ...] = ()
+    if bad:
+        findings = (Finding(
+            "registration_error", "warning",
+            f"{plural(len(bad), 'GPU')} completed fabric registration with an error status: "
+            + "; ".join(f"{g.label}: {g.status}" for g in bad),
+            "run `nvfabric status` for the per-GPU verdict", {"count": len(bad)}),)
+    return GpuSummary(len(done) == len(supported), bool(done), summary, findings=findings,
+                      progress=(len(done), len(supported)),
+                      registered_gpus=tuple(g.label for g in done))
+
+
+def service_running(running: Iterable[RunningService], services: Iterable[str]
+                    ) -> tuple[Finding, ...]:
+    """``fabric_service_running`` (error) for each of ``services`` found running, whoever
+    started it (another ``nvfabric run`` with another ``--state-dir``, a vendor unit, a hand
+    start)."""
+    wanted = set(services)
+    out = []
+    for state in running:
+        if state.name not in wanted:
+            continue
+        what = _RUNNING_WHAT.get(state.name, state.name)
+        pid = f"pid {state.pid}" if state.pid is not None else "pid unknown"
+        out.append(Finding(
+            "fabric_service_running", "error",
+            f"{what} is already running on this node ({pid}; {state.detail}): nvfabric "
+            "neither resets the GPUs nor starts a second one",
+            f"stop the running {what} first (its unit, or the nvfabric run that started it: "
+            "`nvfabric status` shows it); one per node",
+            {"service": state.name, "pid": state.pid}))
+    return tuple(out)
+
+
+def binary_missing(proc: Process, driver: str | None) -> Finding:
+    """The binary of ``proc`` is not an executable file."""
+    if proc.name == "nvlsm":
+        return Finding(
+            "nvlsm_missing", "error",
+            f"NVLSM is not installed at {proc.binary}; an NVLink 5 baseboard needs it before "
+            "fabric manager", "install the nvlsm package of the same CUDA release as the "
+            "driver (`nvfabric fetch`), or pass --nvlsm-bin", {"path": proc.binary})
+    return Finding(
+        "binary_missing", "error", f"{proc.name} is not installed at {proc.binary} (or not "
+        "executable)", f"install it (version {driver} for fabric manager, "
+        "to match the driver) or pass its path", {"service": proc.name, "path": proc.binary})
+
+
+def fm_version(binary: str, driver: str | None, read: VersionRead) -> list[Finding]:
+    """``nv-fabricmanager --version`` against the loaded driver, compared as fetch does
+    (numeric per field: 550.90.7 is 550.90.07), both printed as published."""
+    if read.error is not None:
+        hint = read.hint or "check the fabric manager installation"
+        return [Finding("binary_missing", "error", f"cannot run {binary} --version: {read.error}",
+                        hint, {"path": binary})]
+    version = read.version
+    if version is None:
+        first = read.text.strip().splitlines()[:1]
+        return [Finding("version_mismatch", "error",
+                        f"cannot read fabric manager's version from `{binary} --version`"
+                        + (f" ({first[0][:200]})" if first else ""),
+                        "reinstall fabric manager of the driver's exact version",
+                        {"fm_version": None, "driver_version": driver})]
+    if driver is not None and version != driver and not versions.same(version, driver):
+        return [Finding("version_mismatch", "error",
+                        f"fabric manager {version} does not match the loaded driver {driver}; "
+                        "fabric manager refuses to run", f"install fabric manager {driver} "
+                        f"exactly (or the driver {version}); `nvfabric fetch` resolves it",
+                        {"fm_version": version, "driver_version": driver})]
+    return []
+
+
+def sm_already_running(socket: str) -> Finding:
+    """A process already serves NVLSM's IPC socket: another subnet manager."""
+    return Finding(
+        "sm_already_running", "error",
+        f"a process already serves {socket}: another subnet manager owns "
+        "the management port", "stop the other nvlsm/opensm (vendor start script, a "
+        "hand-made unit) first; one owner per management port", {"socket": socket})
+
+
+def registered(summary: str, reset_argv: tuple[str, ...] | None) -> Finding:
+    """R04 at start: GPUs registered before this run (a fabric manager ran since the last
+    GPU reset): an error without ``--gpu-reset-command``, else what will be done (info)."""
+    fields = {"services": "fabricmanager", "gpus": summary}
+    if reset_argv is None:
+        return Finding(
+            "restart_needs_gpu_reset", "error",
+            f"GPUs are already registered with the NVLink fabric ({summary}): a fabric "
+            "manager ran before; starting it again on H100 and later without a GPU reset "
+            "breaks NVLink SHARP (NCCL 'invalid argument'), so nvfabric does not start it",
+            "stop CUDA clients, then run again with --gpu-reset-command 'nvidia-smi -r' (or "
+            "your reset procedure), or reboot the node", fields)
+    return Finding(
+        "restart_needs_gpu_reset", "info",
+        f"GPUs are already registered with the NVLink fabric ({summary}): "
+        f"`{shlex.join(reset_argv)}` resets them before fabric manager starts",
+        "CUDA clients must be stopped: a GPU in use cannot be reset", fields)
+
+
+def preflight(facts: NodeFacts, processes: Sequence[Process], *, driver: str | None,
+              needs_reset: bool, reset_argv: tuple[str, ...] | None) -> Preflight:
+    """The checks of the module docstring over ``facts`` (probed for ``processes``: see
+    :func:`nvfabric.bringup.prepared.Prepared.checks`). ``driver``: the plan's driver
+    version; ``needs_reset``: a fabric manager restart needs a GPU reset on this node."""
+    problems = list(service_running(
+        facts.running, [p.name for p in processes if p.name == "fabricmanager"]))
+    missing = set()
+    for proc in processes:
+        if not facts.executables.get(proc.binary, False):
+            missing.add(proc.binary)
+            problems.append(binary_missing(proc, driver))
+    for proc in processes:
+        if proc.name == "fabricmanager" and proc.binary not in missing:
+            problems += fm_version(proc.binary, driver,
+                                   facts.fm_versions.get(proc.binary, VersionRead(None)))
+        if proc.ready_socket and facts.sockets.get(proc.ready_socket, False):
+            problems.append(sm_already_running(proc.ready_socket))
+    problems += facts.config_findings
+    is_registered = False
+    if needs_reset and any(p.restart_needs_gpu_reset for p in processes):
+        summary = summarise_gpus(facts.gpus or ())
+        is_registered = summary.registered
+        if is_registered:
+            problems.append(registered(summary.summary, reset_argv))
+    return Preflight(tuple(problems), is_registered)
