@@ -20,6 +20,7 @@ import subprocess
 from dataclasses import dataclass
 
 from nvfabric.model.findings import Finding
+from nvfabric.model.vocab import FabricKind, FindingCode, Service
 
 #: A port GUID as NVLSM and fabric manager take it on their command line: ``0x`` + 16 hex
 #: digits (Fabric Manager User Guide, "NVLink 5": ``-g`` / ``FM_SM_MGMT_PORT_GUID``).
@@ -41,7 +42,7 @@ class ReadyProbe:
 
     label: str
     waiting: str
-    stuck_code: str
+    stuck_code: FindingCode
     stuck_message: str
     stuck_hint: str
 
@@ -100,7 +101,7 @@ class ServiceSpec:
     pid, removed by nvfabric when stale.
     """
 
-    name: str
+    name: Service
     argv: tuple[str, ...]
     env: tuple[tuple[str, str], ...] = ()
     ready_socket: str | None = None
@@ -134,7 +135,7 @@ class Unit:
     """What ``nvfabric run`` brings up: the services in start order and the files written
     first. ``fabric`` is the plan's fabric kind; ``notes`` are lines for the operator."""
 
-    fabric: str
+    fabric: FabricKind
     services: tuple[ServiceSpec, ...]
     files: tuple[PlannedFile, ...] = ()
     notes: tuple[str, ...] = ()
@@ -165,7 +166,7 @@ def version_output(binary: str, timeout_s: float = 10.0) -> str:
 _RUNNING_WHAT = {"fabricmanager": "fabric manager", "imex": "nvidia-imex"}
 
 
-def already_running(root: str, services: tuple[str, ...]) -> tuple[Finding, ...]:
+def already_running(root: str, services: tuple[Service, ...]) -> tuple[Finding, ...]:
     """``fabric_service_running`` (error) for each of ``services`` (``fabricmanager``,
     ``imex``) already running on the node under ``root``, whoever started it (another
     ``nvfabric run`` with another ``--state-dir``, a vendor unit, a hand start). Host access:

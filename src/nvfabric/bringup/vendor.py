@@ -33,6 +33,7 @@ from nvfabric.bringup import nvlsm
 from nvfabric.model.findings import Finding
 from nvfabric.model.hostpath import confined, under_root
 from nvfabric.model.hostpath import problem as path_problem
+from nvfabric.model.vocab import FM_FABRICS, FabricKind, FindingCode
 
 #: fabric manager's default topology directory (shipped fabricmanager.cfg TOPOLOGY_FILE_PATH).
 TOPOLOGY_DIR = "/usr/share/nvidia/nvswitch"
@@ -69,7 +70,8 @@ NVLSM_FILES = (
                nvlsm.CONFIG),
 )
 
-_CODES = {"--fm-bin": "binary_missing", "--fm-config": "package_file_missing",
+_CODES: dict[str, FindingCode] = {
+          "--fm-bin": "binary_missing", "--fm-config": "package_file_missing",
           "topology": "topology_file_missing", "--nvlsm-bin": "nvlsm_missing",
           "--nvlsm-config": "package_file_missing"}
 
@@ -126,7 +128,7 @@ def install_line(component: str, driver_version: str | None, root: str = "/") ->
     return f"nvfabric install{where} --components {component}{version}"
 
 
-def resolve(root: str, fabric: str, typed: Mapping[str, str | None],
+def resolve(root: str, fabric: FabricKind, typed: Mapping[str, str | None],
             driver_version: str | None, topology: str | None = None) -> Resolved:
     """Where each vendor file of ``fabric`` (nvswitch, nvlink5; others need none) comes from.
 
@@ -134,7 +136,7 @@ def resolve(root: str, fabric: str, typed: Mapping[str, str | None],
     shipped config's TOPOLOGY_FILE_PATH when known (None: the vendor default; the caller
     passes nothing here when the operator set the key). Raises :class:`TypedPathMissing`."""
     wanted = FM_FILES + (NVLSM_FILES if fabric == "nvlink5" else ()) \
-        if fabric in ("nvswitch", "nvlink5") else ()
+        if fabric in FM_FABRICS else ()
     paths: dict[str, str] = {}
     sources: dict[str, str] = {}
     findings: list[Finding] = []

@@ -27,13 +27,14 @@ from nvfabric.cli.render import (
     safe,
 )
 from nvfabric.model.errors import usage_error
+from nvfabric.model.vocab import FABRIC_KINDS, FabricKind
 
 if TYPE_CHECKING:  # the health modules are imported lazily, inside the functions
     from nvfabric.model.health import FabricHealth
     from nvfabric.rules.verdict import ServiceState, Verdict
 
 OK_VERDICTS = ("healthy", "not_applicable")
-FABRIC_CHOICES = ("none", "nvswitch", "nvlink5", "mnnvl")
+FABRIC_CHOICES = FABRIC_KINDS
 
 
 @dataclass(frozen=True)
@@ -43,7 +44,7 @@ class Report:
 
     verdict: Verdict
     health: FabricHealth
-    fabric: str | None
+    fabric: FabricKind | None
     fabric_source: str
     services: tuple[ServiceState, ...] | None
     node: tuple[tuple[str, Any], ...] = ()
@@ -110,7 +111,7 @@ def read_capture(path: str) -> FabricHealth:
 def evaluate(
     root: str,
     capture: str | None = None,
-    fabric_option: str | None = None,
+    fabric_option: FabricKind | None = None,
     root_given: bool = True,
     grace_s: float | None = None,
     probe_timeout_s: float | None = None,
@@ -175,7 +176,7 @@ def evaluate(
                   node_identity(root, fabric) if capture is None or root_given else ())
 
 
-def node_identity(root: str, fabric: str | None) -> tuple[tuple[str, Any], ...]:
+def node_identity(root: str, fabric: FabricKind | None) -> tuple[tuple[str, Any], ...]:
     """What ``nvfabric domain check`` needs to place this report in a node list: the host
     name, and on mnnvl trays the node's addresses and its IMEX section (owner, node list,
     channels; :func:`nvfabric.rules.imex.report.section`)."""
@@ -254,7 +255,7 @@ grace_option = click.option(
 @json_option
 @click.pass_context
 @guarded
-def status(ctx: click.Context, root: str, capture: str | None, fabric: str | None,
+def status(ctx: click.Context, root: str, capture: str | None, fabric: FabricKind | None,
            grace: float | None, as_json: bool) -> None:
     """Verdict on the NVLink fabric: healthy, degraded, unhealthy, pending or not_applicable.
 
@@ -295,7 +296,7 @@ def probe_budget(left_s: float) -> float:
               help="Seconds between checks.")
 @json_option
 @guarded
-def wait(root: str, fabric: str | None, grace: float | None, timeout: float, interval: float,
+def wait(root: str, fabric: FabricKind | None, grace: float | None, timeout: float, interval: float,
          as_json: bool) -> None:
     """Block until the fabric is healthy (exit 0) or the timeout passes (exit 1, findings).
 

@@ -44,7 +44,8 @@ from functools import cache, lru_cache
 from importlib import resources
 from typing import IO, Any
 
-from nvfabric.model.findings import CODES, Finding, Severity
+from nvfabric.model.findings import Finding, is_code
+from nvfabric.model.vocab import FindingCode, Severity, is_severity
 from nvfabric.strict import int_or_none
 
 MAX_KEYS = 64
@@ -60,7 +61,7 @@ FABRIC_KINDS = ("none", "nvswitch", "nvlink5", "mnnvl")
 class Outcome:
     """What a matching line means on one fabric kind; ``code`` None means "no finding"."""
 
-    code: str | None
+    code: FindingCode | None
     severity: Severity
     message: str
     hint: str
@@ -130,9 +131,9 @@ class CatalogueError(ValueError):
 def _outcome(row: Mapping[str, Any], base: Outcome | None, where: str) -> Outcome:
     code = row.get("code", base.code if base else None)
     severity = row.get("severity", base.severity if base else None)
-    if code is not None and code not in CODES:
+    if code is not None and not is_code(code):
         raise CatalogueError(f"{where}: unknown finding code {code!r}")
-    if severity not in ("info", "warning", "error"):
+    if not is_severity(severity):
         raise CatalogueError(f"{where}: bad severity {severity!r}")
     return Outcome(
         code=code,

@@ -50,17 +50,20 @@ from typing import Any, Literal
 
 from nvfabric.model.findings import Finding
 from nvfabric.model.health import ZERO_UUID, GpuFabric
+from nvfabric.model.vocab import FM_FABRICS, FabricKind, Service
+from nvfabric.model.vocab import Verdict as VerdictWord
 from nvfabric.model.words import plural, verb
 
-VerdictWord = Literal["healthy", "degraded", "unhealthy", "pending", "not_applicable"]
 Level = Literal["unhealthy", "degraded", "pending"]
+#: The fabric kind judged: the plan's, the option's or the capture's, ``unknown`` when none.
+Judged = FabricKind | Literal["unknown"]
 RANK: dict[str, int] = {"healthy": 0, "pending": 1, "degraded": 2, "unhealthy": 3}
 
 DEFAULT_GRACE_S = 300.0
 
 #: Services whose absence keeps GPUs from registering, per fabric kind (plan.py
 #: SERVICES_BY_FABRIC; on mnnvl trays the NVLink switch trays' fabric manager registers GPUs).
-REGISTERING_SERVICES: dict[str, tuple[str, ...]] = {
+REGISTERING_SERVICES: dict[FabricKind, tuple[Service, ...]] = {
     "none": (),
     "nvswitch": ("fabricmanager",),
     "nvlink5": ("nvlsm", "fabricmanager"),
@@ -98,7 +101,7 @@ CUDA_802 = (
 #: Product name patterns -> fabric kind, used only when no plan is available (an offline
 #: capture without --root). Source: NVIDIA product names as nvidia-smi prints them
 #: (tests/data/corpus/nvidia-smi/*: "NVIDIA GB200", "NVIDIA B200", "NVIDIA H100 80GB HBM3").
-NAME_FABRIC: tuple[tuple[re.Pattern[str], str], ...] = (
+NAME_FABRIC: tuple[tuple[re.Pattern[str], FabricKind], ...] = (
     (re.compile(r"\bGB[23]00\b"), "mnnvl"),
     (re.compile(r"\bB[123]00\b"), "nvlink5"),
 )
@@ -112,7 +115,7 @@ class ServiceState:
     exists; ``port``: fabric manager's command port is listening (None: not checked).
     """
 
-    name: str
+    name: Service
     running: bool
     age_s: float | None = None
     pid: int | None = None
@@ -139,7 +142,7 @@ class Inputs:
     """
 
     gpus: tuple[GpuFabric, ...]
-    fabric: str | None = None
+    fabric: FabricKind | None = None
     services: tuple[ServiceState, ...] | None = None
     pci_gpu_count: int | None = None
     grace_s: float = DEFAULT_GRACE_S
@@ -157,7 +160,8 @@ class Verdict:
     reasons: tuple[str, ...] = field(default=())
 
 
-def infer_fabric(gpus: tuple[GpuFabric, ...], reader_findings: tuple[Finding, ...] = ()) -> str:
+def infer_fabric(gpus: tuple[GpuFabric, ...], reader_findings: tuple[Finding, ...] = (),
+                 ) -> FabricKind:
     """The fabric kind a capture shows when no plan is at hand: GB200/GB300 -> mnnvl,
     B100/B200/B300 -> nvlink5, any other GPU reporting a fabric state -> nvswitch, else none.
     A GPU whose fabric state could not be read (a reader finding with reason
@@ -195,7 +199,7 @@ def verdict(inp: Inputs) -> Verdict:
     """Judge the fabric (rules in the module docstring). Pure."""
     acc = _Acc()
     fabric = inp.fabric
-    kind = fabric or "unknown"
+    kind: Judged = fabric or "unknown"
     gpus = inp.gpus
     reader_failed = any(f.severity == "error" for f in inp.reader_findings)
     fabric_needed = fabric not in (None, "none")
@@ -308,7 +312,7 @@ def _left_out(acc: _Acc, left_out: list[GpuFabric], completed: list[GpuFabric],
     ))
 
 
-def _values_missing(acc: _Acc, completed: list[GpuFabric], fabric: str | None) -> None:
+def _values_missing(acc: _Acc, completed: list[GpuFabric], fabric: FabricKind | None) -> None:
     """S07: a value the verdict needs that was not read makes it at best degraded."""
     needs = [("status", "Status")]
     if fabric == "mnnvl":
@@ -373,7 +377,8 @@ def _no_fabric_reported(inp: Inputs, acc: _Acc) -> Verdict:
 
 
 def _registering(
-    inp: Inputs, acc: _Acc, registering: list[GpuFabric], completed: list[GpuFabric], kind: str
+    inp: Inputs, acc: _Acc, registering: list[GpuFabric], completed: list[GpuFabric],
+    kind: Judged,
 ) -> None:
     labels = ", ".join(str(g.index) for g in registering)
     count = len(registering)
@@ -411,7 +416,7 @@ def _registering(
             hint, fields,
         ))
         return
-    needed = REGISTERING_SERVICES.get(inp.fabric or "", ())
+    needed = REGISTERING_SERVICES[inp.fabric] if inp.fabric else ()
     down = [n for n in needed if not ((s := _service(inp.services, n)) and s.running)]
     if down:
         acc.add("unhealthy", Finding(
@@ -448,7 +453,7 @@ def _registering(
         ))
 
 
-def _registration_error_hint(status: str | None, kind: str) -> str:
+def _registration_error_hint(status: str | None, kind: Judged) -> str:
     if status == "NVML_ERROR_INSUFFICIENT_RESOURCES":
         return (
             "the fabric could not give this GPU its resources (on GB200/GB300: the tray is not "
@@ -491,7 +496,7 @@ def _health(acc: _Acc, g: GpuFabric) -> None:
     ))
 
 
-def _consistency(acc: _Acc, ok: list[GpuFabric], fabric: str | None) -> None:
+def _consistency(acc: _Acc, ok: list[GpuFabric], fabric: FabricKind | None) -> None:
     clusters = sorted({g.cluster_uuid for g in ok if g.cluster_uuid is not None})
     cliques = sorted({g.clique_id for g in ok if g.clique_id is not None})
     if len(clusters) > 1 or len(cliques) > 1:
@@ -523,13 +528,13 @@ def _consistency(acc: _Acc, ok: list[GpuFabric], fabric: str | None) -> None:
         )
 
 
-def _services_when_fine(inp: Inputs, acc: _Acc, fabric: str | None) -> None:
+def _services_when_fine(inp: Inputs, acc: _Acc, fabric: FabricKind | None) -> None:
     if inp.services is None:
         return
     if fabric == "mnnvl":
         _imex_when_fine(inp, acc)
         return
-    if fabric not in ("nvswitch", "nvlink5"):
+    if fabric not in FM_FABRICS:
         return
     fm = _service(inp.services, "fabricmanager")
     if fm is None or not fm.running:

@@ -21,6 +21,7 @@ from nvfabric.facts.inventory import normalise_arch
 from nvfabric.facts.nvidia import MODULES, parse_proc_devices, parse_proc_version
 from nvfabric.model.findings import Finding
 from nvfabric.model.inventory import IbDevice, Inventory
+from nvfabric.model.vocab import FabricKind
 from nvfabric.rules.plan import SERVICES_BY_FABRIC, Plan, plan
 from nvfabric.rules.verdict import Inputs, ServiceState, Verdict, verdict
 from nvfabric.triage import ibstat as ibstat_mod
@@ -409,7 +410,7 @@ def _unit_json(u: UnitState | None) -> dict[str, Any] | None:
             "age_s": u.age_s, "processes": list(u.processes)}
 
 
-def _services(fabric: str, fm: UnitState | None,
+def _services(fabric: FabricKind, fm: UnitState | None,
               imex: UnitState | None) -> tuple[ServiceState, ...] | None:
     """Liveness for the verdict, from ``systemctl status`` (None where the report has no
     status of the services this fabric kind needs)."""
