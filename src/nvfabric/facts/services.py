@@ -35,8 +35,8 @@ from nvfabric.bringup.fmconfig import PATH_KEYS as FM_PATH_KEYS
 from nvfabric.facts.fs import listdir, read_text, under
 from nvfabric.model.errors import usage_error
 from nvfabric.model.keyvalue import parse as parse_cfg
+from nvfabric.model.services import ServiceState
 from nvfabric.model.vocab import Service
-from nvfabric.rules.verdict import ServiceState
 from nvfabric.strict import control_free, int_or_none, is_uint, to_float, to_int
 
 

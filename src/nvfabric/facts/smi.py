@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 
 from nvfabric.model.findings import Finding
 from nvfabric.model.health import FabricHealth, GpuFabric, Source, state_from_smi, status_from_smi
-from nvfabric.rules.mask import HealthField, decode_smi, summary_from_smi
+from nvfabric.model.mask import HealthField, decode_smi, summary_from_smi
 from nvfabric.strict import BadValue, is_uint, to_int
 
 

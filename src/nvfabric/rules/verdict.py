@@ -50,6 +50,7 @@ from typing import Any, Literal
 
 from nvfabric.model.findings import Finding
 from nvfabric.model.health import ZERO_UUID, GpuFabric
+from nvfabric.model.services import ServiceState as ServiceState  # re-exported (its old home)
 from nvfabric.model.vocab import FM_FABRICS, FabricKind, Service
 from nvfabric.model.vocab import Verdict as VerdictWord
 from nvfabric.model.words import plural, verb
@@ -105,30 +106,6 @@ NAME_FABRIC: tuple[tuple[re.Pattern[str], FabricKind], ...] = (
     (re.compile(r"\bGB[23]00\b"), "mnnvl"),
     (re.compile(r"\bB[123]00\b"), "nvlink5"),
 )
-
-
-@dataclass(frozen=True)
-class ServiceState:
-    """Liveness of one fabric service, as read from the host (facts.services).
-
-    ``age_s``: seconds since the process started (None unknown); ``socket``: NVLSM's IPC socket
-    exists; ``port``: fabric manager's command port is listening (None: not checked).
-    """
-
-    name: Service
-    running: bool
-    age_s: float | None = None
-    pid: int | None = None
-    socket: bool | None = None
-    port: bool | None = None
-    detail: str = ""
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "name": self.name, "running": self.running, "pid": self.pid,
-            "age_s": None if self.age_s is None else round(self.age_s, 1),
-            "socket": self.socket, "port": self.port, "detail": self.detail,
-        }
 
 
 @dataclass(frozen=True)
