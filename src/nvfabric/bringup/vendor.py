@@ -30,6 +30,7 @@ from typing import Any
 from nvfabric.artifacts.installed import InstalledTree, installed
 from nvfabric.bringup import fabricmanager as fm
 from nvfabric.bringup import nvlsm
+from nvfabric.model.errors import InputError
 from nvfabric.model.findings import Finding
 from nvfabric.model.hostpath import confined, under_root
 from nvfabric.model.hostpath import problem as path_problem
@@ -39,7 +40,7 @@ from nvfabric.model.vocab import FM_FABRICS, FabricKind, FindingCode
 TOPOLOGY_DIR = "/usr/share/nvidia/nvswitch"
 
 
-class TypedPathMissing(ValueError):
+class TypedPathMissing(InputError):
     """A path the operator typed does not exist; the message names the option and the path."""
 
 

@@ -44,6 +44,7 @@ from functools import cache, lru_cache
 from importlib import resources
 from typing import IO, Any
 
+from nvfabric.model.errors import InputError
 from nvfabric.model.findings import Finding, is_code
 from nvfabric.model.vocab import FindingCode, Severity, is_severity
 from nvfabric.strict import int_or_none
@@ -103,7 +104,7 @@ class Signature:
 MAX_DIGITS = 20
 
 
-class LogInputError(ValueError):
+class LogInputError(InputError):
     """A log that nvfabric refuses to read (doctor: exit 2, ``input_unreadable``)."""
 
 
@@ -124,8 +125,12 @@ def _number(value: str, sig: str, name: str) -> int:
     return number
 
 
-class CatalogueError(ValueError):
-    """A catalogue row that is not well formed; the message names the row and the key."""
+class CatalogueError(InputError):
+    """A catalogue row that is not well formed; the message names the row and the key. The
+    catalogue nvfabric ships is its own data: a malformed row there is a bug (exit 3)."""
+
+    code = "internal_error"
+    exit_status = 3
 
 
 def _outcome(row: Mapping[str, Any], base: Outcome | None, where: str) -> Outcome:
