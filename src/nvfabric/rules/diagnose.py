@@ -46,7 +46,8 @@ from typing import IO, Any
 
 from nvfabric.model.errors import InputError
 from nvfabric.model.findings import Finding, is_code
-from nvfabric.model.vocab import FindingCode, Severity, is_severity
+from nvfabric.model.vocab import FABRIC_KINDS as FABRIC_KINDS  # re-exported: its old home
+from nvfabric.model.vocab import FabricKind, FindingCode, Severity, is_severity
 from nvfabric.strict import int_or_none
 
 MAX_KEYS = 64
@@ -55,7 +56,6 @@ MAX_EXAMPLE = 300
 BLOCK = 1 << 20
 MAX_LINE = 1 << 20
 
-FABRIC_KINDS = ("none", "nvswitch", "nvlink5", "mnnvl")
 
 
 @dataclass(frozen=True)
@@ -95,7 +95,7 @@ class Signature:
     scan: re.Pattern[bytes] | None = None
     lookup: Lookup | None = None
 
-    def outcome(self, fabric: str | None) -> Outcome:
+    def outcome(self, fabric: FabricKind | None) -> Outcome:
         return self.by_fabric.get(fabric or "unknown", self.default)
 
 
@@ -312,7 +312,8 @@ class Classifier:
     """
 
     def __init__(
-        self, fabric: str | None = None, signatures: tuple[Signature, ...] | None = None
+        self, fabric: FabricKind | None = None,
+        signatures: tuple[Signature, ...] | None = None
     ) -> None:
         if fabric is not None and fabric not in FABRIC_KINDS:
             raise ValueError(f"unknown fabric kind {fabric!r}")
@@ -562,7 +563,7 @@ def needle_lines(data: bytes, needles: Iterable[bytes | re.Pattern[bytes]]) -> l
     return [data[start: starts[start]].decode("utf-8", "replace") for start in sorted(starts)]
 
 
-def classify_lines(lines: Iterable[str], fabric: str | None = None) -> list[Finding]:
+def classify_lines(lines: Iterable[str], fabric: FabricKind | None = None) -> list[Finding]:
     """Convenience: classify an iterable of lines, return the aggregated findings."""
     c = Classifier(fabric)
     for line in lines:
