@@ -25,7 +25,7 @@ FabricKind = Literal["none", "nvswitch", "nvlink5", "mnnvl"]
 Service = Literal["nvlsm", "fabricmanager", "imex"]
 
 #: A node's verdict (``nvfabric status``).
-Verdict = Literal["healthy", "degraded", "unhealthy", "pending", "not_applicable"]
+VerdictWord = Literal["healthy", "degraded", "unhealthy", "pending", "not_applicable"]
 
 #: A finding's severity.
 Severity = Literal["info", "warning", "error"]
@@ -124,7 +124,7 @@ FindingCode = Literal[
 
 FABRIC_KINDS: Final[tuple[FabricKind, ...]] = get_args(FabricKind)
 SERVICES: Final[tuple[Service, ...]] = get_args(Service)
-VERDICTS: Final[tuple[Verdict, ...]] = get_args(Verdict)
+VERDICTS: Final[tuple[VerdictWord, ...]] = get_args(VerdictWord)
 SEVERITIES: Final[tuple[Severity, ...]] = get_args(Severity)
 FABRIC_STATES: Final[tuple[FabricState, ...]] = get_args(FabricState)
 HEALTH_SUMMARIES: Final[tuple[HealthSummary, ...]] = get_args(HealthSummary)

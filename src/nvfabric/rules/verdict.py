@@ -51,8 +51,7 @@ from typing import Any, Literal
 from nvfabric.model.findings import Finding
 from nvfabric.model.health import ZERO_UUID, GpuFabric
 from nvfabric.model.services import ServiceState as ServiceState  # re-exported (its old home)
-from nvfabric.model.vocab import FM_FABRICS, FabricKind, Service
-from nvfabric.model.vocab import Verdict as VerdictWord
+from nvfabric.model.vocab import FM_FABRICS, FabricKind, Service, VerdictWord
 from nvfabric.model.words import plural, verb
 
 Level = Literal["unhealthy", "degraded", "pending"]
