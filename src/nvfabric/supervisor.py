@@ -60,7 +60,6 @@ from nvfabric.bringup.spec import PlannedFile, ServiceSpec
 from nvfabric.effects.atomic import write_atomic
 from nvfabric.facts.execinfo import INTERPRETER_HINT, exec_error, missing_interpreter
 from nvfabric.model.findings import Finding
-from nvfabric.model.vocab import FabricKind
 from nvfabric.strict import int_or_none
 
 #: Signals whose disposition a child gets reset to the default (Python ignores SIGPIPE; a
@@ -194,7 +193,7 @@ RUN_RESULTS = ("stopped", "failed", "nothing_to_do", "not_started", "blocked", "
                "would_start")
 
 
-def run_result(result: str, exit_code: int, fabric: FabricKind, findings: Sequence[Finding], *,
+def run_result(result: str, exit_code: int, fabric: str, findings: Sequence[Finding], *,
                dry_run: bool = False, processes: Sequence[ServiceSpec] = (),
                files: Sequence[PlannedFile] = (), ready_after_s: float | None = None,
                restarts: int = 0, reasons: Sequence[str] = (),

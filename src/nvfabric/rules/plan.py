@@ -28,6 +28,7 @@ from nvfabric.model.vocab import FabricKind, Service
 from nvfabric.model.words import plural
 from nvfabric.rules.products import lookup
 
+FABRICS = ("none", "nvswitch", "nvlink5", "mnnvl")
 SERVICES_BY_FABRIC: dict[FabricKind, tuple[Service, ...]] = {
     "none": (),
     "nvswitch": ("fabricmanager",),

@@ -51,19 +51,17 @@ from typing import Any, Literal
 from nvfabric.model.findings import Finding
 from nvfabric.model.health import ZERO_UUID, GpuFabric
 from nvfabric.model.services import ServiceState as ServiceState  # re-exported (its old home)
-from nvfabric.model.vocab import FM_FABRICS, FabricKind, Service, VerdictWord
+from nvfabric.model.vocab import FabricKind, Service, VerdictWord
 from nvfabric.model.words import plural, verb
 
 Level = Literal["unhealthy", "degraded", "pending"]
-#: The fabric kind judged: the plan's, the option's or the capture's, ``unknown`` when none.
-Judged = FabricKind | Literal["unknown"]
 RANK: dict[str, int] = {"healthy": 0, "pending": 1, "degraded": 2, "unhealthy": 3}
 
 DEFAULT_GRACE_S = 300.0
 
 #: Services whose absence keeps GPUs from registering, per fabric kind (plan.py
 #: SERVICES_BY_FABRIC; on mnnvl trays the NVLink switch trays' fabric manager registers GPUs).
-REGISTERING_SERVICES: dict[FabricKind, tuple[Service, ...]] = {
+REGISTERING_SERVICES: dict[str, tuple[Service, ...]] = {
     "none": (),
     "nvswitch": ("fabricmanager",),
     "nvlink5": ("nvlsm", "fabricmanager"),
@@ -175,7 +173,7 @@ def verdict(inp: Inputs) -> Verdict:
     """Judge the fabric (rules in the module docstring). Pure."""
     acc = _Acc()
     fabric = inp.fabric
-    kind: Judged = fabric or "unknown"
+    kind = fabric or "unknown"
     gpus = inp.gpus
     reader_failed = any(f.severity == "error" for f in inp.reader_findings)
     fabric_needed = fabric not in (None, "none")
@@ -288,7 +286,7 @@ def _left_out(acc: _Acc, left_out: list[GpuFabric], completed: list[GpuFabric],
     ))
 
 
-def _values_missing(acc: _Acc, completed: list[GpuFabric], fabric: FabricKind | None) -> None:
+def _values_missing(acc: _Acc, completed: list[GpuFabric], fabric: str | None) -> None:
     """S07: a value the verdict needs that was not read makes it at best degraded."""
     needs = [("status", "Status")]
     if fabric == "mnnvl":
@@ -353,8 +351,7 @@ def _no_fabric_reported(inp: Inputs, acc: _Acc) -> Verdict:
 
 
 def _registering(
-    inp: Inputs, acc: _Acc, registering: list[GpuFabric], completed: list[GpuFabric],
-    kind: Judged,
+    inp: Inputs, acc: _Acc, registering: list[GpuFabric], completed: list[GpuFabric], kind: str
 ) -> None:
     labels = ", ".join(str(g.index) for g in registering)
     count = len(registering)
@@ -392,7 +389,7 @@ def _registering(
             hint, fields,
         ))
         return
-    needed = REGISTERING_SERVICES[inp.fabric] if inp.fabric else ()
+    needed = REGISTERING_SERVICES.get(inp.fabric or "", ())
     down = [n for n in needed if not ((s := _service(inp.services, n)) and s.running)]
     if down:
         acc.add("unhealthy", Finding(
@@ -429,7 +426,7 @@ def _registering(
         ))
 
 
-def _registration_error_hint(status: str | None, kind: Judged) -> str:
+def _registration_error_hint(status: str | None, kind: str) -> str:
     if status == "NVML_ERROR_INSUFFICIENT_RESOURCES":
         return (
             "the fabric could not give this GPU its resources (on GB200/GB300: the tray is not "
@@ -472,7 +469,7 @@ def _health(acc: _Acc, g: GpuFabric) -> None:
     ))
 
 
-def _consistency(acc: _Acc, ok: list[GpuFabric], fabric: FabricKind | None) -> None:
+def _consistency(acc: _Acc, ok: list[GpuFabric], fabric: str | None) -> None:
     clusters = sorted({g.cluster_uuid for g in ok if g.cluster_uuid is not None})
     cliques = sorted({g.clique_id for g in ok if g.clique_id is not None})
     if len(clusters) > 1 or len(cliques) > 1:
@@ -504,13 +501,13 @@ def _consistency(acc: _Acc, ok: list[GpuFabric], fabric: FabricKind | None) -> N
         )
 
 
-def _services_when_fine(inp: Inputs, acc: _Acc, fabric: FabricKind | None) -> None:
+def _services_when_fine(inp: Inputs, acc: _Acc, fabric: str | None) -> None:
     if inp.services is None:
         return
     if fabric == "mnnvl":
         _imex_when_fine(inp, acc)
         return
-    if fabric not in FM_FABRICS:
+    if fabric not in ("nvswitch", "nvlink5"):
         return
     fm = _service(inp.services, "fabricmanager")
     if fm is None or not fm.running:
