@@ -20,7 +20,7 @@ import subprocess
 from dataclasses import dataclass
 
 from nvfabric.model.findings import Finding
-from nvfabric.model.vocab import FabricKind, FindingCode, Service
+from nvfabric.model.vocab import FindingCode, Service
 
 #: A port GUID as NVLSM and fabric manager take it on their command line: ``0x`` + 16 hex
 #: digits (Fabric Manager User Guide, "NVLink 5": ``-g`` / ``FM_SM_MGMT_PORT_GUID``).
@@ -135,7 +135,7 @@ class Unit:
     """What ``nvfabric run`` brings up: the services in start order and the files written
     first. ``fabric`` is the plan's fabric kind; ``notes`` are lines for the operator."""
 
-    fabric: FabricKind
+    fabric: str
     services: tuple[ServiceSpec, ...]
     files: tuple[PlannedFile, ...] = ()
     notes: tuple[str, ...] = ()

@@ -21,7 +21,6 @@ from nvfabric.bringup import nvlsm
 from nvfabric.bringup.spec import PlannedFile, Unit
 from nvfabric.model.hostpath import check as check_path
 from nvfabric.model.hostpath import confined, under_root
-from nvfabric.model.vocab import NO_FM_FABRICS
 from nvfabric.rules.plan import Plan
 
 STATE_DIR = "/run/nvfabric"
@@ -76,7 +75,7 @@ def build(p: Plan, cfg: RunConfig, shipped_fm_cfg: str, *, needs_reset: bool) ->
     # file; the socket's runtime directory) may not leave the root through a symbolic link
     for path, what in ((cfg.state_dir, "--state-dir"), (cfg.nvlsm.pid_file, "--nvlsm-pid-file")):
         confined(cfg.root, path, what)
-    if p.fabric in NO_FM_FABRICS:
+    if p.fabric in ("none", "mnnvl"):
         return Unit(p.fabric, ())
     guid = p.management_port.guid if (p.fabric == "nvlink5" and p.management_port) else None
     if p.fabric == "nvlink5" and guid is None:
