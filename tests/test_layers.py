@@ -39,15 +39,19 @@ def test_the_real_tree_keeps_every_contract() -> None:
     # a rule that reads the host
     ("rules/verdict.py", "from nvfabric.facts import services",
      "rules are pure", "nvfabric.rules.verdict -> nvfabric.facts.services"),
-    # a reader that acts: indirectly counts as well (facts -> bringup -> effects)
-    ("facts/pci.py", "from nvfabric.bringup import unit",
-     "facts only read", "nvfabric.facts.pci -> nvfabric.bringup.unit"),
+    # a reader that reaches the CLI through another module: indirect imports count
+    ("facts/pci.py", "from nvfabric.bringup import mnnvl",
+     "facts and effects never reach the CLI", "nvfabric.facts.pci -> nvfabric.bringup.mnnvl"),
     # the vocabulary that depends on a layer above it
     ("model/findings.py", "from nvfabric.rules import plan",
      "model is the shared vocabulary", "nvfabric.model.findings -> nvfabric.rules.plan"),
     # an effect that renders
     ("effects/atomic.py", "from nvfabric.cli import render",
-     "effects only act", "nvfabric.effects.atomic -> nvfabric.cli.render"),
+     "facts and effects never reach the CLI", "nvfabric.effects.atomic -> nvfabric.cli.render"),
+    # a production writer that depends on the simulator
+    ("effects/unitfile.py", "from nvfabric.simulate import tree",
+     "facts and effects never reach the CLI",
+     "nvfabric.effects.unitfile -> nvfabric.simulate.tree"),
 ])
 def test_an_injected_violation_fails_naming_the_import(
     tmp_path: Path, module: str, injected: str, contract: str, chain: str
