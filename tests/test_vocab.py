@@ -3,6 +3,8 @@ from text are checked against the same lists at run time."""
 
 from __future__ import annotations
 
+import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -113,3 +115,43 @@ def test_fabric_options_offer_the_vocabulary_and_refuse_a_typo() -> None:
     proc = run_cli("status", "--fabric", "nvlnk5", "--from-nvidia-smi", "/dev/null")
     assert proc.returncode == 2
     assert "'nvlnk5' is not one of" in proc.stderr
+
+
+#: Where a fabric kind is compared as plain text on purpose, by file, with the reason.
+_TEXT_FABRIC = {
+    "nvfabric/simulate/fakebin.py": "a fake daemon run as its own script: the kind is a word of "
+                                    "the simulated node's spec file",
+    "nvfabric/rules/imex/domain.py": "the kinds other nodes' `status --json` reports name: a "
+                                     "word a newer nvfabric may add is counted, not refused",
+}
+_COMPARISON = re.compile(r'([\w.]+)(\s*(?:==|!=)\s*)"(none|nvswitch|nvlink5|mnnvl)"')
+
+
+def test_every_comparison_of_a_fabric_kind_to_a_word_is_type_checked(tmp_path: Path) -> None:
+    """Misspell every ``x == "nvlink5"`` (and !=) in a copy of src: mypy --strict must refuse
+    each one (the operand is a FabricKind), except where _TEXT_FABRIC says why it is text."""
+    shutil.copytree(REPO / "src", tmp_path / "src",
+                    ignore=shutil.ignore_patterns("__pycache__", "*.egg-info"))
+    sites = set()
+    for path in sorted((tmp_path / "src").rglob("*.py")):
+        name = path.relative_to(tmp_path / "src").as_posix()
+        if name in _TEXT_FABRIC:
+            continue
+        lines = path.read_text().splitlines(keepends=True)
+        for number, line in enumerate(lines, 1):
+            # the IMEX owner's "none" is not a fabric kind
+            words = [m for m in _COMPARISON.finditer(line) if not m.group(1).endswith("owner")]
+            for m in reversed(words):
+                line = f'{line[:m.end() - 1]}_typo"{line[m.end():]}'
+            if words:
+                sites.add((f"src/{name}", number))
+                lines[number - 1] = line
+        path.write_text("".join(lines))
+    assert len(sites) >= 20  # the comparisons of plan, verdict, bring-up, status, triage
+    proc = subprocess.run(
+        [sys.executable, "-m", "mypy", "--strict", "--no-error-summary",
+         "--cache-dir", str(tmp_path / "mypy-cache"), "src"],
+        capture_output=True, text=True, timeout=600, check=False, cwd=tmp_path)
+    flagged = {(ln.split(":")[0], int(ln.split(":")[1])) for ln in proc.stdout.splitlines()
+               if "[comparison-overlap]" in ln and "_typo" in ln}
+    assert sorted(sites - flagged) == []

@@ -55,6 +55,8 @@ from nvfabric.model.vocab import FabricKind, Service, VerdictWord
 from nvfabric.model.words import plural, verb
 
 Level = Literal["unhealthy", "degraded", "pending"]
+#: The fabric kind judged: the plan's, the option's or the capture's; ``unknown`` when none.
+Judged = FabricKind | Literal["unknown"]
 RANK: dict[str, int] = {"healthy": 0, "pending": 1, "degraded": 2, "unhealthy": 3}
 
 DEFAULT_GRACE_S = 300.0
@@ -286,7 +288,8 @@ def _left_out(acc: _Acc, left_out: list[GpuFabric], completed: list[GpuFabric],
     ))
 
 
-def _values_missing(acc: _Acc, completed: list[GpuFabric], fabric: str | None) -> None:
+def _values_missing(acc: _Acc, completed: list[GpuFabric], fabric: FabricKind | None,
+                    ) -> None:
     """S07: a value the verdict needs that was not read makes it at best degraded."""
     needs = [("status", "Status")]
     if fabric == "mnnvl":
@@ -426,7 +429,7 @@ def _registering(
         ))
 
 
-def _registration_error_hint(status: str | None, kind: str) -> str:
+def _registration_error_hint(status: str | None, kind: Judged) -> str:
     if status == "NVML_ERROR_INSUFFICIENT_RESOURCES":
         return (
             "the fabric could not give this GPU its resources (on GB200/GB300: the tray is not "
@@ -469,7 +472,7 @@ def _health(acc: _Acc, g: GpuFabric) -> None:
     ))
 
 
-def _consistency(acc: _Acc, ok: list[GpuFabric], fabric: str | None) -> None:
+def _consistency(acc: _Acc, ok: list[GpuFabric], fabric: FabricKind | None) -> None:
     clusters = sorted({g.cluster_uuid for g in ok if g.cluster_uuid is not None})
     cliques = sorted({g.clique_id for g in ok if g.clique_id is not None})
     if len(clusters) > 1 or len(cliques) > 1:
@@ -501,7 +504,7 @@ def _consistency(acc: _Acc, ok: list[GpuFabric], fabric: str | None) -> None:
         )
 
 
-def _services_when_fine(inp: Inputs, acc: _Acc, fabric: str | None) -> None:
+def _services_when_fine(inp: Inputs, acc: _Acc, fabric: FabricKind | None) -> None:
     if inp.services is None:
         return
     if fabric == "mnnvl":
