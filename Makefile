@@ -21,9 +21,12 @@ pyc: $(STAMP)
 demo: pyc
 	$(BIN)/python -m nvfabric.cli.demo
 
+# ruff, mypy --strict, and the layer contract ([tool.importlinter] in pyproject.toml: which
+# package may import which; README "Code layout").
 lint: $(STAMP)
 	$(BIN)/ruff check src tests bench packaging
 	$(BIN)/mypy --strict src
+	$(BIN)/lint-imports --no-cache
 
 test: lint pyc
 	$(BIN)/pytest --ignore=tests/integration

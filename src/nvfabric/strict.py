@@ -33,7 +33,7 @@ import stat
 import sys
 from typing import Any
 
-from nvfabric.model.errors import NvfabricError, usage_error
+from nvfabric.model.errors import InputError, NvfabricError, usage_error
 
 #: Digits a number field may have: a 128-bit value has 39 decimal or 32 hex digits; nothing
 #: nvfabric reads is longer (PCI IDs, GUIDs, pids, sizes, CliqueIds, exit codes, ports).
@@ -48,7 +48,7 @@ _HEX = frozenset("0123456789abcdefABCDEF")
 _OCT = frozenset("01234567")
 
 
-class BadValue(ValueError):
+class BadValue(InputError):
     """A value of the wrong shape (not a number by the rules above, the wrong JSON type); the
     message names the value and, for JSON, the path to it."""
 

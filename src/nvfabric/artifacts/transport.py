@@ -25,7 +25,8 @@ from typing import IO, Any
 
 from nvfabric.artifacts.model import checksum_mismatch, download_failed
 from nvfabric.effects.atomic import atomic_writer
-from nvfabric.model.errors import usage_error
+from nvfabric.model.errors import NvfabricError, usage_error
+from nvfabric.model.findings import Finding
 from nvfabric.strict import int_or_none
 
 #: HTTP statuses worth retrying (RFC 9110 15.5.9, 15.6; RFC 6585 4 for 429).
@@ -57,8 +58,17 @@ class _Transient(Exception):
     """One attempt failed in a way that may pass (timeout, 5xx, cut connection)."""
 
 
-class NotPublished(Exception):
-    """The source answered that the file does not exist (404/410, no such file)."""
+class NotPublished(NvfabricError):
+    """The source answered that the file does not exist (404/410, no such file): an
+    ``artifact_not_available`` finding naming ``url`` (the resolvers catch it and try the
+    next candidate)."""
+
+    def __init__(self, url: str) -> None:
+        super().__init__(Finding(
+            "artifact_not_available", "error", f"{url}: the source has no such file",
+            "check the version and the mirror (--mirror), or fetch from another source",
+            {"url": url}))
+        self.url = url
 
 
 class Transport:

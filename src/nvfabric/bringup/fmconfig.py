@@ -28,6 +28,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from nvfabric.model import hostpath, keyvalue
+from nvfabric.model.errors import InputError
 from nvfabric.model.findings import Finding
 from nvfabric.model.hostpath import confined, under_root
 from nvfabric.strict import int_or_none
@@ -69,12 +70,10 @@ _CHOICES: dict[str, frozenset[str]] = {
 _PORTS = ("STARTING_TCP_PORT", "FM_CMD_PORT_NUMBER")
 
 
-class ConfigError(ValueError):
+class ConfigError(InputError):
     """An override that may not be written; ``finding`` is a ``config_invalid_value``."""
 
-    def __init__(self, finding: Finding) -> None:
-        super().__init__(finding.message)
-        self.finding = finding
+    code = "config_invalid_value"
 
 
 def invalid(key: str, message: str, hint: str = "") -> Finding:
@@ -187,13 +186,9 @@ def check_known(shipped: str, environ: Mapping[str, str], sets: Mapping[str, str
             {"key": key, "nearest": near[0] if near else None}))
 
 
-class ShippedConfigError(ValueError):
+class ShippedConfigError(InputError):
     """The shipped fabricmanager.cfg is not something to build on: a link, not a regular
     file, or without a single key. ``finding`` is an ``input_unreadable``."""
-
-    def __init__(self, finding: Finding) -> None:
-        super().__init__(finding.message)
-        self.finding = finding
 
 
 def effective(shipped: str, *, root: str = "/", guid: str | None = None,

@@ -19,6 +19,7 @@ import re
 from dataclasses import dataclass
 
 from nvfabric.model.findings import Finding
+from nvfabric.model.vocab import FindingCode, Service
 
 #: A port GUID as NVLSM and fabric manager take it on their command line: ``0x`` + 16 hex
 #: digits (Fabric Manager User Guide, "NVLink 5": ``-g`` / ``FM_SM_MGMT_PORT_GUID``).
@@ -40,7 +41,7 @@ class ReadyProbe:
 
     label: str
     waiting: str
-    stuck_code: str
+    stuck_code: FindingCode
     stuck_message: str
     stuck_hint: str
 
@@ -99,7 +100,7 @@ class ServiceSpec:
     pid, removed by nvfabric when stale.
     """
 
-    name: str
+    name: Service
     argv: tuple[str, ...]
     env: tuple[tuple[str, str], ...] = ()
     ready_socket: str | None = None

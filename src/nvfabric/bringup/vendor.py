@@ -29,15 +29,17 @@ from typing import Any
 
 from nvfabric.bringup import fabricmanager as fm
 from nvfabric.bringup import nvlsm
+from nvfabric.model.errors import InputError
 from nvfabric.model.findings import Finding
 from nvfabric.model.hostpath import problem as path_problem
 from nvfabric.model.node import InstallSeen, PathSeen, VendorFacts
+from nvfabric.model.vocab import FM_FABRICS, FabricKind, FindingCode
 
 #: fabric manager's default topology directory (shipped fabricmanager.cfg TOPOLOGY_FILE_PATH).
 TOPOLOGY_DIR = "/usr/share/nvidia/nvswitch"
 
 
-class TypedPathMissing(ValueError):
+class TypedPathMissing(InputError):
     """A path the operator typed does not exist; the message names the option and the path."""
 
 
@@ -68,7 +70,8 @@ NVLSM_FILES = (
                nvlsm.CONFIG),
 )
 
-_CODES = {"--fm-bin": "binary_missing", "--fm-config": "package_file_missing",
+_CODES: dict[str, FindingCode] = {
+          "--fm-bin": "binary_missing", "--fm-config": "package_file_missing",
           "topology": "topology_file_missing", "--nvlsm-bin": "nvlsm_missing",
           "--nvlsm-config": "package_file_missing"}
 
@@ -101,10 +104,10 @@ def install_line(component: str, driver_version: str | None, root: str = "/") ->
     return f"nvfabric install{where} --components {component}{version}"
 
 
-def wanted(fabric: str) -> tuple[VendorFile, ...]:
+def wanted(fabric: FabricKind) -> tuple[VendorFile, ...]:
     """The vendor files ``fabric`` needs: fabric manager's on nvswitch and nvlink5, NVLSM's
     too on nvlink5; none on the others."""
-    if fabric not in ("nvswitch", "nvlink5"):
+    if fabric not in FM_FABRICS:
         return ()
     return FM_FILES + (NVLSM_FILES if fabric == "nvlink5" else ())
 
@@ -117,7 +120,7 @@ def vendor_path(vf: VendorFile, topology: str | None) -> str | None:
     return None if vf.key == "topology" and path_problem(path) is not None else path
 
 
-def resolve(seen: VendorFacts, root: str, fabric: str, typed: Mapping[str, str | None],
+def resolve(seen: VendorFacts, root: str, fabric: FabricKind, typed: Mapping[str, str | None],
             driver_version: str | None, topology: str | None = None) -> Resolved:
     """Where each vendor file of ``fabric`` comes from, as :func:`wanted` lists them, from
     what was found (``seen``: :func:`nvfabric.facts.node.vendor_seen`, read with the same

@@ -31,10 +31,11 @@ from nvfabric.cli.render import (
     root_option,
 )
 from nvfabric.model.errors import usage_error
+from nvfabric.model.vocab import FABRIC_KINDS, FabricKind
 from nvfabric.model.words import plural
 
 
-def fabric_of_root(root: str) -> str:
+def fabric_of_root(root: str) -> FabricKind:
     """The plan's fabric kind of the node under ``root``."""
     from nvfabric.facts.inventory import collect
     from nvfabric.rules.plan import plan
@@ -64,14 +65,14 @@ class _Capped:
 
 @click.command("doctor")
 @root_option
-@click.option("--fabric", type=click.Choice(("none", "nvswitch", "nvlink5", "mnnvl")),
+@click.option("--fabric", type=click.Choice(FABRIC_KINDS),
               default=None, help="The node's fabric kind (default: from --root when given).")
 @click.option("--log", "logs", multiple=True, required=True, metavar="FILE",
               help="Log file to classify ('-': stdin); repeat for several.")
 @json_option
 @click.pass_context
 @guarded
-def doctor(ctx: click.Context, root: str, fabric: str | None, logs: tuple[str, ...],
+def doctor(ctx: click.Context, root: str, fabric: FabricKind | None, logs: tuple[str, ...],
            as_json: bool) -> None:
     """Explain fabric logs: each known failure line becomes a finding with a hint."""
     from nvfabric.rules.diagnose import (

@@ -27,13 +27,14 @@ from nvfabric.cli.render import (
     safe,
 )
 from nvfabric.model.errors import usage_error
+from nvfabric.model.vocab import FABRIC_KINDS, FabricKind
 
 if TYPE_CHECKING:  # the health modules are imported lazily, inside the functions
     from nvfabric.model.health import FabricHealth
     from nvfabric.rules.verdict import ServiceState, Verdict
 
 OK_VERDICTS = ("healthy", "not_applicable")
-FABRIC_CHOICES = ("none", "nvswitch", "nvlink5", "mnnvl")
+FABRIC_CHOICES = FABRIC_KINDS
 
 
 @dataclass(frozen=True)
@@ -43,7 +44,7 @@ class Report:
 
     verdict: Verdict
     health: FabricHealth
-    fabric: str | None
+    fabric: FabricKind | None
     fabric_source: str
     services: tuple[ServiceState, ...] | None
     node: tuple[tuple[str, Any], ...] = ()
@@ -110,7 +111,7 @@ def read_capture(path: str) -> FabricHealth:
 def evaluate(
     root: str,
     capture: str | None = None,
-    fabric_option: str | None = None,
+    fabric_option: FabricKind | None = None,
     root_given: bool = True,
     grace_s: float | None = None,
     probe_timeout_s: float | None = None,
@@ -160,14 +161,14 @@ class _Node:
     the node is not consulted), and for a live verdict (else None) the GPUs on PCI, the
     services' liveness, FABRIC_MODE and the IMEX owner."""
 
-    fabric: str | None
+    fabric: FabricKind | None
     pci_gpu_count: int | None = None
     services: tuple[ServiceState, ...] | None = None
     fabric_mode: int | None = None
     imex_owner: str | None = None
 
 
-def _read_node(root: str, fabric_option: str | None, live: bool) -> _Node:
+def _read_node(root: str, fabric_option: FabricKind | None, live: bool) -> _Node:
     """The node's plan; when ``live``, also the services of the fabric kind judged
     (``--fabric``'s or the plan's), FABRIC_MODE and, on an mnnvl tray, who owns IMEX."""
     from nvfabric.facts.inventory import collect
@@ -189,7 +190,8 @@ def _read_node(root: str, fabric_option: str | None, live: bool) -> _Node:
         imex_owner = owner.decide(host.gather_evidence(root)).owner
     return _Node(p.fabric, p.gpu_count, services, mode, imex_owner)
 
-def node_identity(root: str, fabric: str | None) -> tuple[tuple[str, Any], ...]:
+
+def node_identity(root: str, fabric: FabricKind | None) -> tuple[tuple[str, Any], ...]:
     """What ``nvfabric domain check`` needs to place this report in a node list: the host
     name, and on mnnvl trays the node's addresses and its IMEX section (owner, node list,
     channels; :func:`nvfabric.rules.imex.report.section`)."""
@@ -268,7 +270,7 @@ grace_option = click.option(
 @json_option
 @click.pass_context
 @guarded
-def status(ctx: click.Context, root: str, capture: str | None, fabric: str | None,
+def status(ctx: click.Context, root: str, capture: str | None, fabric: FabricKind | None,
            grace: float | None, as_json: bool) -> None:
     """Verdict on the NVLink fabric: healthy, degraded, unhealthy, pending or not_applicable.
 
@@ -309,7 +311,7 @@ def probe_budget(left_s: float) -> float:
               help="Seconds between checks.")
 @json_option
 @guarded
-def wait(root: str, fabric: str | None, grace: float | None, timeout: float, interval: float,
+def wait(root: str, fabric: FabricKind | None, grace: float | None, timeout: float, interval: float,
          as_json: bool) -> None:
     """Block until the fabric is healthy (exit 0) or the timeout passes (exit 1, findings).
 

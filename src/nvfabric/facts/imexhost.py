@@ -25,7 +25,7 @@ from nvfabric.effects.atomic import staged, write_atomic
 from nvfabric.facts.fs import listdir, read_bytes, read_text, under
 from nvfabric.facts.nvidia import driver_version, imex_major, loaded_modules
 from nvfabric.model import hostpath
-from nvfabric.model.errors import usage_error
+from nvfabric.model.errors import InputError, usage_error
 from nvfabric.model.words import plural
 from nvfabric.rules.imex.channels import ChannelFacts, DevNode, channel_path, parse_params
 from nvfabric.rules.imex.owner import OwnerEvidence
@@ -211,7 +211,7 @@ def create_channel(root: str, number: int, major: int) -> DevNode:
 # -- files and interfaces ---------------------------------------------------------------------
 
 
-class PathEscape(ValueError):
+class PathEscape(InputError):
     """A host path that would leave the root: a ``..`` segment, or a link on the way that
     points outside it."""
 

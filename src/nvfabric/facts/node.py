@@ -35,6 +35,7 @@ from nvfabric.model.node import (
     VendorFacts,
     VersionRead,
 )
+from nvfabric.model.vocab import FabricKind, Service
 
 if TYPE_CHECKING:
     from nvfabric.model.health import GpuFabric
@@ -47,7 +48,7 @@ def executable(path: str) -> bool:
     return os.path.isfile(path) and os.access(path, os.X_OK)
 
 
-def running(root: str, services: tuple[str, ...]) -> tuple[RunningService, ...]:
+def running(root: str, services: tuple[Service, ...]) -> tuple[RunningService, ...]:
     """The ``services`` (``fabricmanager``, ``imex``) running on the node under ``root``
     (:func:`nvfabric.facts.services.read`: pid files, the process table, fabric manager's
     command port)."""
@@ -232,7 +233,7 @@ def _imex_install_line(root: str, inventory: Inventory) -> str:
     return f"nvfabric install{where} --source {source} --components imex{version}"
 
 
-def vendor_seen(root: str, fabric: str, typed: Mapping[str, str | None],
+def vendor_seen(root: str, fabric: FabricKind, typed: Mapping[str, str | None],
                 driver_version: str | None, topology: str | None) -> VendorFacts:
     """The vendor files of ``fabric`` (:func:`nvfabric.bringup.vendor.wanted`) as found under
     ``root``: each typed path, each vendor path (``topology``: the directory the shipped

@@ -21,7 +21,7 @@ from typing import Any
 
 from nvfabric.model.findings import Finding
 from nvfabric.model.health import STATES, FabricHealth, GpuFabric, status_name, uuid_from_bytes
-from nvfabric.rules.mask import SUMMARY, decode_mask
+from nvfabric.model.mask import SUMMARY, decode_mask
 
 UUID_LEN = 16  # nvml.h NVML_GPU_FABRIC_UUID_LEN
 

@@ -35,7 +35,8 @@ from nvfabric.bringup.fmconfig import PATH_KEYS as FM_PATH_KEYS
 from nvfabric.facts.fs import listdir, read_text, under
 from nvfabric.model.errors import usage_error
 from nvfabric.model.keyvalue import parse as parse_cfg
-from nvfabric.rules.verdict import ServiceState
+from nvfabric.model.services import ServiceState
+from nvfabric.model.vocab import Service
 from nvfabric.strict import control_free, int_or_none, is_uint, to_float, to_int
 
 
@@ -232,7 +233,7 @@ def _socket_state(root: str, path: str, table: bool) -> tuple[bool, bool]:
 
 
 def read(
-    root: str, services: tuple[str, ...], pidfiles: Mapping[str, str] | None = None
+    root: str, services: tuple[Service, ...], pidfiles: Mapping[str, str] | None = None
 ) -> tuple[ServiceState, ...]:
     """Liveness of each named service (``nvlsm``, ``fabricmanager``, ``imex``) under ``root``.
 

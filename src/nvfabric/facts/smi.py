@@ -27,13 +27,14 @@ import re
 import xml.etree.ElementTree as ET
 from dataclasses import dataclass, field
 
+from nvfabric.model.errors import InputError
 from nvfabric.model.findings import Finding
 from nvfabric.model.health import FabricHealth, GpuFabric, Source, state_from_smi, status_from_smi
-from nvfabric.rules.mask import HealthField, decode_smi, summary_from_smi
+from nvfabric.model.mask import HealthField, decode_smi, summary_from_smi
 from nvfabric.strict import BadValue, is_uint, to_int
 
 
-class SmiFormatError(ValueError):
+class SmiFormatError(InputError):
     """Text that is not a readable nvidia-smi capture; the message says what it looks like."""
 
 

@@ -1,26 +1,88 @@
-"""The one exception type of nvfabric.
+"""The exceptions of nvfabric: one hierarchy under :class:`NvfabricError`.
 
-Every expected failure (unreadable input, a blocked plan, a daemon that died) is raised as
-:class:`NvfabricError`; the CLI prints it as one line (or one JSON object) and exits with its
-``exit_code``. Anything else escaping is a bug.
+Every expected failure (unreadable input, a blocked plan, a daemon that died) is an
+:class:`NvfabricError` carrying its :class:`~nvfabric.model.findings.Finding` and exit code;
+the CLI (``cli/render.guarded``) prints it as one line, or one JSON object under ``--json``,
+and exits with ``exit_code``. Anything else escaping a command is a bug: ``internal_error``,
+exit 3. The whole tree (each class lives beside the code that raises it)::
+
+    NvfabricError                          finding + exit_code (1: the checked thing is bad)
+    ├── InputError (also a ValueError)     a value refused; exit 2, input_unreadable
+    │   ├── strict.BadValue                a number or JSON value of the wrong shape
+    │   │   └── strict.NotJson             text that is not JSON at all
+    │   ├── model.keyvalue.ConfigValueError      a config key/value never written
+    │   │                                         (config_invalid_value, ``key``)
+    │   ├── facts.smi.SmiFormatError       not a readable nvidia-smi capture
+    │   ├── facts.imexhost.PathEscape      a host path that would leave the root
+    │   ├── rules.diagnose.LogInputError   a log doctor refuses to read
+    │   │   ├── rules.diagnose.LogValueError     a value no fabric log prints
+    │   │   └── rules.diagnose.LogEncodingError  not UTF-8/16/32 text
+    │   ├── rules.diagnose.CatalogueError  a malformed signature row (the shipped
+    │   │                                   catalogue is nvfabric's own: internal_error, 3)
+    │   ├── rules.imex.nodes.PeerError     a node list entry IMEX would not take
+    │   ├── simulate.spec.SpecError        a node spec that cannot be built
+    │   ├── bringup.vendor.TypedPathMissing        a path the operator typed is missing
+    │   ├── bringup.fmconfig.ConfigError           a fabric manager override refused
+    │   │                                           (its config_invalid_value finding)
+    │   ├── bringup.fmconfig.ShippedConfigError    the shipped fabricmanager.cfg unusable
+    │   └── triage.report.ReportTooLarge   a bug report past the size bounds
+    ├── effects.unitfile.UnitError         the systemd unit cannot be installed
+    │                                       (unit_not_installed)
+    └── artifacts.transport.NotPublished   the source has no such file: 404/410
+                                            (artifact_not_available)
+
+Not in the tree: ``artifacts.transport._Transient``, a private retry signal that never leaves
+the transport (a timeout or a 5xx before the next attempt).
+
+Why :class:`InputError` is also a ``ValueError``: its classes are raised by pure parsers and
+checkers, and their callers (and the fuzz targets of tests/fuzz) catch ``ValueError`` for
+"this value is refused" together with the standard library's own refusals (``int()``,
+:mod:`ipaddress`, :mod:`json`); the second base keeps every such ``except`` working while the
+finding and exit code ride along to the CLI.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from typing import Any, ClassVar
+
 from nvfabric.model.findings import Finding
+from nvfabric.model.vocab import FindingCode
 
 
 class NvfabricError(Exception):
     """An expected failure carrying a finding.
 
     ``exit_code`` follows the public contract: 1 the checked thing is bad, 2 usage or
-    unreadable input.
+    unreadable input. ``str(err)`` is the finding's message.
     """
 
     def __init__(self, finding: Finding, exit_code: int = 1) -> None:
         super().__init__(finding.message)
         self.finding = finding
         self.exit_code = exit_code
+
+
+class InputError(NvfabricError, ValueError):
+    """A value nvfabric refuses (a capture, a log, a spec, a config value, an option): exit 2.
+
+    Raised with a one-line ``message`` (and optionally a ``hint`` and extra finding
+    ``fields``): the finding is an error of the class's :attr:`code`, ``input_unreadable``
+    unless a subclass names another. Raised with a :class:`Finding` instead, that finding is
+    carried as it is. A caller that knows more (the file the value came from) re-raises with
+    its own finding.
+    """
+
+    #: The finding code of a message-only error of this class.
+    code: ClassVar[FindingCode] = "input_unreadable"
+    #: The exit code the CLI gives it (2: the input is bad; 3 where the input is our own data).
+    exit_status: ClassVar[int] = 2
+
+    def __init__(self, message: str | Finding, hint: str = "",
+                 fields: Mapping[str, Any] | None = None) -> None:
+        finding = message if isinstance(message, Finding) else Finding(
+            self.code, "error", message, hint, dict(fields or {}))
+        super().__init__(finding, exit_code=self.exit_status)
 
 
 def usage_error(message: str, hint: str = "") -> NvfabricError:

@@ -15,9 +15,11 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from nvfabric.model.findings import Finding
-from nvfabric.rules.mask import HealthField
+from nvfabric.model.mask import HealthField
+from nvfabric.model.vocab import FabricState
 
-State = Literal["not_supported", "not_started", "in_progress", "completed"]
+#: Per-GPU fabric state (the vocabulary's :data:`~nvfabric.model.vocab.FabricState`).
+State = FabricState
 
 #: nvml.h NVML_GPU_FABRIC_STATE_* values.
 STATES: dict[int, State] = {

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from nvfabric.facts.vpd import Vpd
+from nvfabric.model.vpd import Vpd
 
 #: PCI vendor IDs (PCI-SIG registry, pci.ids).
 NVIDIA = 0x10DE

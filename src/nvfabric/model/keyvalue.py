@@ -17,16 +17,20 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from nvfabric.model.errors import InputError
 from nvfabric.strict import one_line
 
 KEY = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,127}")
 
 
-class ConfigValueError(ValueError):
-    """A key or value that may not be written to a config file; names the key."""
+class ConfigValueError(InputError):
+    """A key or value that may not be written to a config file; names the key (``key``, and
+    the finding's ``key`` field: a ``config_invalid_value``)."""
+
+    code = "config_invalid_value"
 
     def __init__(self, key: str, message: str) -> None:
-        super().__init__(f"{key}: {message}")
+        super().__init__(f"{key}: {message}", fields={"key": key})
         self.key = key
 
 

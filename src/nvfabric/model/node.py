@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from nvfabric.model.findings import Finding
+from nvfabric.model.vocab import Service
 
 if TYPE_CHECKING:  # value types only; nothing of rules/ runs when this module is imported
     from nvfabric.model.health import GpuFabric
@@ -63,7 +64,7 @@ class Probes:
     manager config texts whose path keys are checked; ``gpus``: read the GPUs' fabric
     states (R04)."""
 
-    services: tuple[str, ...] = ()
+    services: tuple[Service, ...] = ()
     executables: tuple[str, ...] = ()
     sockets: tuple[str, ...] = ()
     fm_binaries: tuple[str, ...] = ()

@@ -30,16 +30,17 @@ from functools import cache, lru_cache
 from importlib import resources
 from typing import Any
 
-from nvfabric.model.findings import CODES, Severity
-
-FABRIC_KINDS = ("none", "nvswitch", "nvlink5", "mnnvl")
+from nvfabric.model.errors import InputError
+from nvfabric.model.findings import is_code
+from nvfabric.model.vocab import FABRIC_KINDS as FABRIC_KINDS  # re-exported: its old home
+from nvfabric.model.vocab import FindingCode, Severity, is_severity
 
 
 @dataclass(frozen=True)
 class Outcome:
     """What a matching line means on one fabric kind; ``code`` None means "no finding"."""
 
-    code: str | None
+    code: FindingCode | None
     severity: Severity
     message: str
     hint: str
@@ -76,16 +77,20 @@ class Signature:
         return self.by_fabric.get(fabric or "unknown", self.default)
 
 
-class CatalogueError(ValueError):
-    """A catalogue row that is not well formed; the message names the row and the key."""
+class CatalogueError(InputError):
+    """A catalogue row that is not well formed; the message names the row and the key. The
+    catalogue nvfabric ships is its own data: a malformed row there is a bug (exit 3)."""
+
+    code = "internal_error"
+    exit_status = 3
 
 
 def _outcome(row: Mapping[str, Any], base: Outcome | None, where: str) -> Outcome:
     code = row.get("code", base.code if base else None)
     severity = row.get("severity", base.severity if base else None)
-    if code is not None and code not in CODES:
+    if code is not None and not is_code(code):
         raise CatalogueError(f"{where}: unknown finding code {code!r}")
-    if severity not in ("info", "warning", "error"):
+    if not is_severity(severity):
         raise CatalogueError(f"{where}: bad severity {severity!r}")
     return Outcome(
         code=code,

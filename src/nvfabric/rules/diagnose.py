@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from typing import IO, Any
 
 from nvfabric.model.findings import Finding
+from nvfabric.model.vocab import FabricKind
 from nvfabric.rules.catalogue import (
     FABRIC_KINDS,
     TABLES,
@@ -134,7 +135,8 @@ class Classifier:
     """
 
     def __init__(
-        self, fabric: str | None = None, signatures: tuple[Signature, ...] | None = None
+        self, fabric: FabricKind | None = None,
+        signatures: tuple[Signature, ...] | None = None
     ) -> None:
         if fabric is not None and fabric not in FABRIC_KINDS:
             raise ValueError(f"unknown fabric kind {fabric!r}")
@@ -274,7 +276,7 @@ def _scan(
     classifier.lines = lines_before + data.count(b"\n")
 
 
-def classify_lines(lines: Iterable[str], fabric: str | None = None) -> list[Finding]:
+def classify_lines(lines: Iterable[str], fabric: FabricKind | None = None) -> list[Finding]:
     """Convenience: classify an iterable of lines, return the aggregated findings."""
     c = Classifier(fabric)
     for line in lines:

@@ -16,8 +16,10 @@ import re
 from collections.abc import Iterable, Iterator
 from typing import IO
 
+from nvfabric.model.errors import InputError
 
-class LogInputError(ValueError):
+
+class LogInputError(InputError):
     """A log that nvfabric refuses to read (doctor: exit 2, ``input_unreadable``)."""
 
 

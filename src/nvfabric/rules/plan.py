@@ -24,11 +24,12 @@ from typing import Any
 
 from nvfabric.model.findings import Finding
 from nvfabric.model.inventory import MELLANOX, IbDevice, Inventory
+from nvfabric.model.vocab import FabricKind, Service
 from nvfabric.model.words import plural
 from nvfabric.rules.products import lookup
 
 FABRICS = ("none", "nvswitch", "nvlink5", "mnnvl")
-SERVICES_BY_FABRIC: dict[str, tuple[str, ...]] = {
+SERVICES_BY_FABRIC: dict[FabricKind, tuple[Service, ...]] = {
     "none": (),
     "nvswitch": ("fabricmanager",),
     "nvlink5": ("nvlsm", "fabricmanager"),
@@ -62,8 +63,8 @@ class Plan:
     """What to run. ``services`` in start order; ``blockers`` must be fixed before any start;
     ``reasons`` explain each decision in one line each."""
 
-    fabric: str
-    services: tuple[str, ...]
+    fabric: FabricKind
+    services: tuple[Service, ...]
     management_port: ManagementPort | None
     driver_version: str | None
     arch: str
@@ -104,6 +105,7 @@ def plan(inv: Inventory) -> Plan:
     switches = inv.nvswitches
     lpfs = inv.lpfs
     port: ManagementPort | None = None
+    fabric: FabricKind
 
     if roles.get("mnnvl_gpu"):
         fabric = "mnnvl"

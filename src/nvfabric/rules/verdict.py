@@ -46,21 +46,24 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field, replace
-from typing import Any, Literal
+from typing import Literal
 
 from nvfabric.model.findings import Finding
 from nvfabric.model.health import GpuFabric
+from nvfabric.model.services import ServiceState as ServiceState  # re-exported (its old home)
+from nvfabric.model.vocab import FabricKind, Service, VerdictWord
 from nvfabric.model.words import plural, verb
 
-VerdictWord = Literal["healthy", "degraded", "unhealthy", "pending", "not_applicable"]
 Level = Literal["unhealthy", "degraded", "pending"]
+#: The fabric kind judged: the plan's, the option's or the capture's; ``unknown`` when none.
+Judged = FabricKind | Literal["unknown"]
 RANK: dict[str, int] = {"healthy": 0, "pending": 1, "degraded": 2, "unhealthy": 3}
 
 DEFAULT_GRACE_S = 300.0
 
 #: Services whose absence keeps GPUs from registering, per fabric kind (plan.py
 #: SERVICES_BY_FABRIC; on mnnvl trays the NVLink switch trays' fabric manager registers GPUs).
-REGISTERING_SERVICES: dict[str, tuple[str, ...]] = {
+REGISTERING_SERVICES: dict[str, tuple[Service, ...]] = {
     "none": (),
     "nvswitch": ("fabricmanager",),
     "nvlink5": ("nvlsm", "fabricmanager"),
@@ -98,34 +101,10 @@ CUDA_802 = (
 #: Product name patterns -> fabric kind, used only when no plan is available (an offline
 #: capture without --root). Source: NVIDIA product names as nvidia-smi prints them
 #: (tests/data/corpus/nvidia-smi/*: "NVIDIA GB200", "NVIDIA B200", "NVIDIA H100 80GB HBM3").
-NAME_FABRIC: tuple[tuple[re.Pattern[str], str], ...] = (
+NAME_FABRIC: tuple[tuple[re.Pattern[str], FabricKind], ...] = (
     (re.compile(r"\bGB[23]00\b"), "mnnvl"),
     (re.compile(r"\bB[123]00\b"), "nvlink5"),
 )
-
-
-@dataclass(frozen=True)
-class ServiceState:
-    """Liveness of one fabric service, as read from the host (facts.services).
-
-    ``age_s``: seconds since the process started (None unknown); ``socket``: NVLSM's IPC socket
-    exists; ``port``: fabric manager's command port is listening (None: not checked).
-    """
-
-    name: str
-    running: bool
-    age_s: float | None = None
-    pid: int | None = None
-    socket: bool | None = None
-    port: bool | None = None
-    detail: str = ""
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "name": self.name, "running": self.running, "pid": self.pid,
-            "age_s": None if self.age_s is None else round(self.age_s, 1),
-            "socket": self.socket, "port": self.port, "detail": self.detail,
-        }
 
 
 @dataclass(frozen=True)
@@ -139,7 +118,7 @@ class Inputs:
     """
 
     gpus: tuple[GpuFabric, ...]
-    fabric: str | None = None
+    fabric: FabricKind | None = None
     services: tuple[ServiceState, ...] | None = None
     pci_gpu_count: int | None = None
     grace_s: float = DEFAULT_GRACE_S
@@ -157,7 +136,8 @@ class Verdict:
     reasons: tuple[str, ...] = field(default=())
 
 
-def infer_fabric(gpus: tuple[GpuFabric, ...], reader_findings: tuple[Finding, ...] = ()) -> str:
+def infer_fabric(gpus: tuple[GpuFabric, ...], reader_findings: tuple[Finding, ...] = (),
+                 ) -> FabricKind:
     """The fabric kind a capture shows when no plan is at hand: GB200/GB300 -> mnnvl,
     B100/B200/B300 -> nvlink5, any other GPU reporting a fabric state -> nvswitch, else none.
     A GPU whose fabric state could not be read (a reader finding with reason

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from nvfabric.model.findings import Finding
 from nvfabric.model.health import ZERO_UUID, GpuFabric
+from nvfabric.model.vocab import FabricKind
 from nvfabric.model.words import plural, verb
 from nvfabric.rules.verdict import (
     Level,
@@ -43,7 +44,7 @@ def gpu_health(acc: _Acc, g: GpuFabric) -> None:
     ))
 
 
-def consistency(acc: _Acc, ok: list[GpuFabric], fabric: str | None) -> None:
+def consistency(acc: _Acc, ok: list[GpuFabric], fabric: FabricKind | None) -> None:
     clusters = sorted({g.cluster_uuid for g in ok if g.cluster_uuid is not None})
     cliques = sorted({g.clique_id for g in ok if g.clique_id is not None})
     if len(clusters) > 1 or len(cliques) > 1:

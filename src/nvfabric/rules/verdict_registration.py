@@ -11,6 +11,7 @@ from typing import Any
 
 from nvfabric.model.findings import Finding
 from nvfabric.model.health import GpuFabric
+from nvfabric.model.vocab import FabricKind
 from nvfabric.model.words import plural, verb
 from nvfabric.rules.verdict import (
     CUDA_802,
@@ -42,7 +43,7 @@ def left_out(acc: _Acc, left_out: list[GpuFabric], completed: list[GpuFabric],
     ))
 
 
-def values_missing(acc: _Acc, completed: list[GpuFabric], fabric: str | None) -> None:
+def values_missing(acc: _Acc, completed: list[GpuFabric], fabric: FabricKind | None) -> None:
     """S07: a value the verdict needs that was not read makes it at best degraded."""
     needs = [("status", "Status")]
     if fabric == "mnnvl":

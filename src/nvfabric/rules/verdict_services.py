@@ -8,6 +8,7 @@ where the host owns IMEX). Pure.
 from __future__ import annotations
 
 from nvfabric.model.findings import Finding
+from nvfabric.model.vocab import FabricKind
 from nvfabric.rules.verdict import (
     Inputs,
     Verdict,
@@ -57,7 +58,7 @@ def no_fabric_reported(inp: Inputs, acc: _Acc) -> Verdict:
     return acc.result()
 
 
-def services_when_fine(inp: Inputs, acc: _Acc, fabric: str | None) -> None:
+def services_when_fine(inp: Inputs, acc: _Acc, fabric: FabricKind | None) -> None:
     if inp.services is None:
         return
     if fabric == "mnnvl":

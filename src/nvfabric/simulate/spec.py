@@ -12,6 +12,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from nvfabric.model.errors import InputError
 from nvfabric.strict import BadValue, to_int
 
 GUID = re.compile(r"0x[0-9a-fA-F]{16}")
@@ -34,7 +35,7 @@ MAX_IMEX_CHANNELS = 2048
 MAX_PATH = 1024
 
 
-class SpecError(ValueError):
+class SpecError(InputError):
     """A node spec that does not follow the format; the message names the key."""
 
 

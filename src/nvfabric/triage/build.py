@@ -19,6 +19,7 @@ from typing import Any
 
 from nvfabric.model.findings import Finding
 from nvfabric.model.inventory import IbDevice, Inventory
+from nvfabric.model.vocab import FabricKind
 from nvfabric.rules.plan import SERVICES_BY_FABRIC, Plan, plan
 from nvfabric.rules.verdict import Inputs, ServiceState, Verdict, verdict
 from nvfabric.triage.checks import Ran, check, nvlsm_running
@@ -223,7 +224,7 @@ def _plan_findings(p: Plan, unknown: dict[str, str]) -> list[Finding]:
     return findings
 
 
-def _verdict(facts: Rebuilt, kind: str | None, services: tuple[ServiceState, ...] | None,
+def _verdict(facts: Rebuilt, kind: FabricKind | None, services: tuple[ServiceState, ...] | None,
              fabric_known: bool) -> tuple[Verdict | None, list[Finding]]:
     """The verdict on the ``nvidia-smi --query`` section (None without one) and its findings,
     or why the section cannot be read."""
@@ -247,7 +248,7 @@ def _verdict(facts: Rebuilt, kind: str | None, services: tuple[ServiceState, ...
     return result, findings
 
 
-def _log_findings(c: Collected, kind: str | None, reasons: list[str]) -> list[Finding]:
+def _log_findings(c: Collected, kind: FabricKind | None, reasons: list[str]) -> list[Finding]:
     """The diagnosis of every log section, for the node's fabric kind."""
     findings: list[Finding] = []
     for log in c.logs:
@@ -276,7 +277,7 @@ def _imex_ctl_findings(texts: dict[str, str], reasons: list[str]) -> list[Findin
 
 
 def _ran_findings(c: Collected, head: dict[str, Any], inv: Inventory, p: Plan,
-                  kind: str | None, fm: UnitState | None, imex: UnitState | None,
+                  kind: FabricKind | None, fm: UnitState | None, imex: UnitState | None,
                   vpd_unknown: bool) -> list[Finding]:
     """What ran against what should have (:func:`nvfabric.triage.checks.check`): the
     services' units, the versions the report shows, the LPF port GUIDs when ibstat and the
@@ -358,7 +359,7 @@ def _unit_json(u: UnitState | None) -> dict[str, Any] | None:
             "age_s": u.age_s, "processes": list(u.processes)}
 
 
-def _services(fabric: str, fm: UnitState | None,
+def _services(fabric: FabricKind, fm: UnitState | None,
               imex: UnitState | None) -> tuple[ServiceState, ...] | None:
     """Liveness for the verdict, from ``systemctl status`` (None where the report has no
     status of the services this fabric kind needs)."""

@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 
 from nvfabric.artifacts.versions import same
 from nvfabric.model.findings import Finding
+from nvfabric.model.vocab import FabricKind
 from nvfabric.rules.imex.tables import DRA_HOST_UNIT_FIX
 from nvfabric.triage.units import UnitState
 
@@ -80,7 +81,7 @@ def fm_guids(fm: UnitState) -> list[str]:
     return out
 
 
-def check(fabric: str | None, driver_version: str | None, ran: Ran,
+def check(fabric: FabricKind | None, driver_version: str | None, ran: Ran,
           lpf_guids: tuple[str, ...] | None = None) -> list[Finding]:
     """Findings of what ran against the plan's ``fabric`` (None: unknown, only the version
     rules apply). ``lpf_guids``: the port GUIDs of the node's LPFs (None: unknown, e.g. no

@@ -40,6 +40,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import IO, Protocol, cast
 
+from nvfabric.model.errors import InputError
+
 BLOCK = 1 << 20
 #: The separator: the script prints 44 underscores; 40 or more on a line of their own count.
 SEPARATOR = re.compile(rb"_{40,}[ \t\r]*")
@@ -58,7 +60,7 @@ MAX_BEFORE_FIRST_BLOCK = 64 << 20
 MAX_REPORT_BYTES = 16 << 30
 
 
-class ReportTooLarge(ValueError):
+class ReportTooLarge(InputError):
     """The stream went past :data:`MAX_BEFORE_FIRST_BLOCK` without a block separator, or past
     :data:`MAX_REPORT_BYTES` in all; the message says which."""
 

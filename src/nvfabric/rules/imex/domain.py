@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from nvfabric.model.findings import Finding
+from nvfabric.model.vocab import FindingCode
 from nvfabric.rules.imex.tables import DOMAIN_SIZE_NVL72, ZERO_UUID
 
 
@@ -329,7 +330,7 @@ def _unique(nodes: Sequence[NodeReport]
 
 
 def _majority(members: Sequence[NodeReport], values: Callable[[NodeReport], Counter[Any]],
-              where: str, what: str, code: str, field_name: str,
+              where: str, what: str, code: FindingCode, field_name: str,
               hint: str) -> tuple[Any, Finding | None]:
     """The value most GPUs of ``members`` report (ClusterUUID or CliqueId, by ``values``;
     None when none reports one) and, when they report more than one, the ``code`` error

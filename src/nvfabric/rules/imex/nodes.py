@@ -18,6 +18,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from nvfabric.model.errors import InputError
 from nvfabric.model.findings import Finding
 from nvfabric.rules.imex.tables import HOSTNAMES_MIN_DRIVER
 from nvfabric.strict import is_uint, to_int
@@ -35,7 +36,7 @@ MAX_HOSTLIST = 1 << 16
 MAX_SLURM_HOSTS = 4096
 
 
-class PeerError(ValueError):
+class PeerError(InputError):
     """An entry that may not go into nodes_config.cfg (names the entry)."""
 
 

@@ -1,0 +1,106 @@
+"""Size limits of issue 11 for all of src: no module over 500 lines, no function over 60
+lines. Data tables (a top-level assignment of facts, one row a line) are excepted by name,
+each with its reason; their lines do not count towards their module's 500.
+
+A failure lists every offender with its size, so the list is the work left to do."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+from tests.conftest import REPO
+
+SRC = REPO / "src"
+MAX_MODULE_LINES = 500
+MAX_FUNCTION_LINES = 60
+
+#: ``path:NAME`` of a top-level assignment -> why it is a data table, not code to split.
+DATA_TABLES: dict[str, str] = {
+    "nvfabric/model/vocab.py:FindingCode":
+        "the catalogue of finding codes, one code a line in the groups of README "
+        "'Finding codes' (extend, never rename)",
+    "nvfabric/simulate/profiles.py:PROFILES":
+        "the built-in node profiles of `nvfabric simulate`, one real product per entry",
+    "nvfabric/model/health.py:NVML_RETURN":
+        "nvml.h nvmlReturn_t, one value a line",
+}
+
+
+def _modules() -> list[Path]:
+    return sorted(p for p in (SRC / "nvfabric").rglob("*.py") if "__pycache__" not in p.parts)
+
+
+def _name(path: Path) -> str:
+    return path.relative_to(SRC).as_posix()
+
+
+def _table_spans(path: Path, tree: ast.Module) -> dict[str, int]:
+    """Lines of each top-level assignment of ``path`` named in :data:`DATA_TABLES`."""
+    spans = {}
+    for node in tree.body:
+        targets = (node.targets if isinstance(node, ast.Assign)
+                   else [node.target] if isinstance(node, ast.AnnAssign) else [])
+        for target in targets:
+            key = f"{_name(path)}:{getattr(target, 'id', '')}"
+            if key in DATA_TABLES:
+                spans[key] = (node.end_lineno or node.lineno) - node.lineno + 1
+    return spans
+
+
+def _functions(tree: ast.AST, prefix: str = "") -> list[tuple[str, int, int]]:
+    """(qualified name, first line, lines) of every function, methods and nested ones too."""
+    out = []
+    for node in ast.iter_child_nodes(tree):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            lines = (node.end_lineno or node.lineno) - node.lineno + 1
+            out.append((prefix + node.name, node.lineno, lines))
+            out += _functions(node, f"{prefix}{node.name}.")
+        elif isinstance(node, ast.ClassDef):
+            out += _functions(node, f"{prefix}{node.name}.")
+        else:
+            out += _functions(node, prefix)
+    return out
+
+
+def _parsed() -> list[tuple[Path, str, ast.Module]]:
+    return [(p, text, ast.parse(text, str(p))) for p in _modules()
+            for text in [p.read_text(encoding="utf-8")]]
+
+
+def test_every_data_table_exception_names_a_table_that_exists() -> None:
+    found: dict[str, int] = {}
+    for path, _, tree in _parsed():
+        found.update(_table_spans(path, tree))
+    assert sorted(set(DATA_TABLES) - set(found)) == []
+    assert all(reason.strip() for reason in DATA_TABLES.values())
+
+
+def test_no_module_over_500_lines() -> None:
+    offenders = []
+    for path, text, tree in _parsed():
+        lines = len(text.splitlines()) - sum(_table_spans(path, tree).values())
+        if lines > MAX_MODULE_LINES:
+            offenders.append(f"{_name(path)}: {lines} lines")
+    assert offenders == [], (
+        f"{len(offenders)} modules over {MAX_MODULE_LINES} lines (data tables not counted):\n  "
+        + "\n  ".join(offenders))
+
+
+def test_no_function_over_60_lines() -> None:
+    offenders = []
+    for path, _, tree in _parsed():
+        for name, first, lines in _functions(tree):
+            if lines > MAX_FUNCTION_LINES:
+                offenders.append(f"{_name(path)}:{first} {name}: {lines} lines")
+    assert offenders == [], (
+        f"{len(offenders)} functions over {MAX_FUNCTION_LINES} lines:\n  "
+        + "\n  ".join(offenders))
+
+
+def test_the_counting_itself_on_a_known_shape(tmp_path: Path) -> None:
+    """The walk finds methods and nested functions and counts a def from its line to its end."""
+    source = "class A:\n    def m(self):\n        def inner():\n            return 1\n" \
+             "        return inner()\n\n\nasync def f():\n    pass\n"
+    names = {(n, first, lines) for n, first, lines in _functions(ast.parse(source))}
+    assert names == {("A.m", 2, 4), ("A.m.inner", 3, 2), ("f", 8, 2)}
