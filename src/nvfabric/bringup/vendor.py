@@ -30,8 +30,8 @@ from typing import Any
 from nvfabric.artifacts.installed import InstalledTree, installed
 from nvfabric.bringup import fabricmanager as fm
 from nvfabric.bringup import nvlsm
+from nvfabric.facts.paths import confined, under
 from nvfabric.model.findings import Finding
-from nvfabric.model.hostpath import confined, under_root
 from nvfabric.model.hostpath import problem as path_problem
 
 #: fabric manager's default topology directory (shipped fabricmanager.cfg TOPOLOGY_FILE_PATH).
@@ -102,14 +102,14 @@ def _outside(root: str, path: str) -> str | None:
     try:
         confined(root, path)
     except ValueError:
-        return os.path.realpath(under_root(root, path))
+        return os.path.realpath(under(root, path))
     return None
 
 
 def _exists(root: str, path: str, kind: str) -> bool:
     if _outside(root, path) is not None:
         return False
-    full = under_root(root, path)
+    full = under(root, path)
     if kind == "dir":
         return os.path.isdir(full)
     if kind == "exec":

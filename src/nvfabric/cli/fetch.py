@@ -29,9 +29,9 @@ from nvfabric.cli.render import (
 )
 from nvfabric.facts.fs import under
 from nvfabric.facts.inventory import Inventory, collect
+from nvfabric.facts.paths import confined
 from nvfabric.model.errors import NvfabricError, usage_error
 from nvfabric.model.findings import Finding
-from nvfabric.model.hostpath import confined
 from nvfabric.model.words import plural
 
 F = TypeVar("F", bound=Callable[..., Any])

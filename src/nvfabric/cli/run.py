@@ -37,11 +37,11 @@ from nvfabric.cli.render import (
     root_option,
 )
 from nvfabric.facts.execinfo import INTERPRETER_HINT, exec_error, missing_interpreter
+from nvfabric.facts.paths import confined, under
 from nvfabric.model import keyvalue
 from nvfabric.model.errors import NvfabricError, usage_error
 from nvfabric.model.findings import Finding
 from nvfabric.model.hostpath import check as check_path
-from nvfabric.model.hostpath import confined, under_root
 from nvfabric.model.words import plural
 from nvfabric.rules.plan import Plan
 from nvfabric.supervisor import (
@@ -282,7 +282,7 @@ def _already_running(pid: int, lock: str) -> Finding:
 def _state_dir(root: str, state_dir: str) -> str:
     """The state directory under the root; exit 2 naming the path when something other than
     a directory is in the way."""
-    state = under_root(root, state_dir)
+    state = under(root, state_dir)
     blocker = not_a_directory(state)
     if blocker is not None:
         raise usage_error(
@@ -572,7 +572,7 @@ def _vendor_files(root: str, p: Plan, sets: dict[str, str],
         shipped_keys: dict[str, str] = {}
         if "--fm-config" in vend.paths:
             try:
-                with open(under_root(root, vend.paths["--fm-config"]), encoding="utf-8") as fh:
+                with open(under(root, vend.paths["--fm-config"]), encoding="utf-8") as fh:
                     text = fh.read()
                 eff = fmcfg.Effective(keyvalue.parse(text), text)
                 shipped_keys = {k: v for k in ("TOPOLOGY_FILE_PATH", "DATABASE_PATH")
