@@ -198,3 +198,18 @@ def test_simulated_root_daemon_found_among_host_processes(tmp_path: Path) -> Non
     finally:
         proc.kill()
         proc.wait()
+
+
+# The one root-join refuses '..': a config or pid-file path that would step out of the root is
+# as absent, never a socket or a pid file outside the tree, never a traceback.
+def test_paths_that_leave_the_root_are_as_absent(tmp_path: Path) -> None:
+    root = tmp_path / "node"
+    outside = tmp_path / "outside.pid"
+    outside.write_text(f"{os.getpid()}\n")  # a live pid, one level above the root
+    cfg = root / "usr/share/nvidia/nvswitch/fabricmanager.cfg"
+    cfg.parent.mkdir(parents=True)
+    cfg.write_text("FM_SM_IPC_INTERFACE=/../../x.socket\nFM_CMD_UNIX_SOCKET_PATH=/../y\n")
+    sm, fm = services.read(str(root), ("nvlsm", "fabricmanager"),
+                           {"fabricmanager": "/../outside.pid"})
+    assert (sm.running, sm.socket, fm.running, fm.pid, fm.port) == (False, False, False, None,
+                                                                     False)
