@@ -29,7 +29,6 @@ from nvfabric.cli.render import (
 from nvfabric.effects import imex as imex_effects
 from nvfabric.facts import imex as imex_facts
 from nvfabric.facts import imexctl as ctl
-from nvfabric.facts.execinfo import exec_error
 from nvfabric.facts.inventory import require_root
 from nvfabric.facts.nvidia import driver_version
 from nvfabric.facts.paths import PathEscape, confined, under
@@ -412,7 +411,7 @@ def domain_cmd(root: str, config_path: str, ctl_path: str, timeout_s: float,
     if from_file is not None:
         status = _parse(_read_text_file(from_file, "--from-file", 16 << 20), from_file)
     else:
-        status = query_domain(root, ctl_path, config_path, timeout_s)
+        status = _query(root, ctl_path, config_path, timeout_s)
     finding = status.finding()
     findings = [finding] if finding else []
     if as_json:
@@ -430,6 +429,15 @@ def domain_cmd(root: str, config_path: str, ctl_path: str, timeout_s: float,
     _exit_for(findings)
 
 
+def _query(root: str, ctl_path: str, config_path: str, timeout_s: float) -> ctl.DomainStatus:
+    """:func:`nvfabric.facts.imexctl.query_domain` with ``--ctl`` and ``--config`` under
+    ``root`` (on the node itself as given: a bare name is looked up in PATH)."""
+    binary, cfg = ctl_path, config_path
+    if root != "/":
+        binary, cfg = _joined(root, ctl_path, "--ctl"), _joined(root, config_path, "--config")
+    return ctl.query_domain(binary, cfg, timeout_s)
+
+
 def _joined(root: str, path: str, what: str) -> str:
     """``path`` under ``root`` (:func:`nvfabric.facts.paths.under`); a usage error (exit 2)
     naming ``what`` for a path that would leave the root."""
@@ -445,42 +453,3 @@ def _parse(text: str, where: str) -> ctl.DomainStatus:
     except ValueError as err:
         raise usage_error(f"{where}: {err}",
                           "give the output of `nvidia-imex-ctl -N` or `-N -j`") from None
-
-
-def query_domain(root: str, ctl_path: str, config_path: str,
-                 timeout_s: float) -> ctl.DomainStatus:
-    """Ask the daemon (``-N -j``, then ``-N`` for a ctl without JSON) under a hard timeout;
-    NvfabricError ``imex_ctl_timeout`` / ``imex_not_ready`` when it does not answer."""
-    binary, cfg = ctl_path, config_path  # on the node itself as given (a bare name: PATH)
-    if root != "/":
-        binary, cfg = _joined(root, ctl_path, "--ctl"), _joined(root, config_path, "--config")
-    last: ctl.CtlResult | None = None
-    for as_json in (True, False):
-        argv = ctl.domain_argv(binary, cfg, as_json)
-        try:
-            result = ctl.run_ctl(argv, timeout_s)
-        except OSError as err:
-            raise NvfabricError(Finding(
-                "binary_missing", "error", f"cannot run {binary}: {exec_error(binary, err)}",
-                "install the nvidia-imex package (it ships nvidia-imex-ctl), or give --ctl",
-                {"service": "imex"})) from None
-        if result.timed_out:
-            raise NvfabricError(Finding(
-                "imex_ctl_timeout", "error",
-                f"{' '.join(argv)} did not answer within {timeout_s:g} s (killed)",
-                "is nvidia-imex running with IMEX_CMD_ENABLED=1 and this config? "
-                "(nvidia-imex-ctl hangs when the daemon does not answer)",
-                {"argv": list(argv), "timeout_s": timeout_s}))
-        last = result
-        if result.rc == 0:
-            try:
-                return ctl.parse_domain(result.stdout)
-            except ValueError:
-                continue
-    assert last is not None
-    raise NvfabricError(Finding(
-        "imex_not_ready", "error",
-        f"nvidia-imex-ctl exited with code {last.rc}: "
-        + ((last.stderr or last.stdout).strip().splitlines() or ["no output"])[-1],
-        "is nvidia-imex running (nvfabric run, or its unit) with the command service on?",
-        {"argv": list(last.argv), "exit_code": last.rc}))

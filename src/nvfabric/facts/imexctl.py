@@ -28,6 +28,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from nvfabric import strict
+from nvfabric.facts.execinfo import exec_error
+from nvfabric.model.errors import NvfabricError
 from nvfabric.model.findings import Finding
 from nvfabric.model.hostpath import check as check_path
 from nvfabric.model.words import plural
@@ -338,3 +340,40 @@ def _communicate(proc: subprocess.Popen[bytes], argv: tuple[str, ...],
                          err.decode("utf-8", "replace"))
     return CtlResult(argv, proc.returncode, out.decode("utf-8", "replace"),
                      err.decode("utf-8", "replace"))
+
+
+def query_domain(binary: str, cfg: str, timeout_s: float) -> DomainStatus:
+    """Ask the daemon through ``binary`` (nvidia-imex-ctl, already under the root) with config
+    ``cfg``: ``-N -j``, then ``-N`` for a ctl without JSON, each under a hard timeout of
+    ``timeout_s`` seconds. NvfabricError ``binary_missing`` (cannot run),
+    ``imex_ctl_timeout`` (killed at the timeout) or ``imex_not_ready`` (no parsable answer)."""
+    last: CtlResult | None = None
+    for as_json in (True, False):
+        argv = domain_argv(binary, cfg, as_json)
+        try:
+            result = run_ctl(argv, timeout_s)
+        except OSError as err:
+            raise NvfabricError(Finding(
+                "binary_missing", "error", f"cannot run {binary}: {exec_error(binary, err)}",
+                "install the nvidia-imex package (it ships nvidia-imex-ctl), or give --ctl",
+                {"service": "imex"})) from None
+        if result.timed_out:
+            raise NvfabricError(Finding(
+                "imex_ctl_timeout", "error",
+                f"{' '.join(argv)} did not answer within {timeout_s:g} s (killed)",
+                "is nvidia-imex running with IMEX_CMD_ENABLED=1 and this config? "
+                "(nvidia-imex-ctl hangs when the daemon does not answer)",
+                {"argv": list(argv), "timeout_s": timeout_s}))
+        last = result
+        if result.rc == 0:
+            try:
+                return parse_domain(result.stdout)
+            except ValueError:
+                continue
+    assert last is not None
+    raise NvfabricError(Finding(
+        "imex_not_ready", "error",
+        f"nvidia-imex-ctl exited with code {last.rc}: "
+        + ((last.stderr or last.stdout).strip().splitlines() or ["no output"])[-1],
+        "is nvidia-imex running (nvfabric run, or its unit) with the command service on?",
+        {"argv": list(last.argv), "exit_code": last.rc}))
