@@ -229,3 +229,15 @@ def test_read_channels_reads_real_nodes(tmp_path: Path) -> None:
     assert facts.major == 234
     assert facts.node(5) == node
     assert channels.check(facts, (5,)) == ()
+
+
+def test_create_refusal_is_decided_from_the_facts_alone() -> None:
+    counted = ChannelFacts(234, (), params=channels.parse_params(PARAMS.format(count=4, create=0)))
+    assert channels.create_refusal(counted, 3) is None
+    beyond = channels.create_refusal(counted, 4)
+    assert beyond is not None and beyond.exit_code == 2
+    assert "beyond ImexChannelCount=4" in beyond.finding.message
+    unregistered = channels.create_refusal(ChannelFacts(None, driver_loaded=False), 0)
+    assert unregistered is not None and unregistered.exit_code == 1
+    assert unregistered.finding.code == "imex_channel_missing"
+    assert "driver is not loaded" in unregistered.finding.message

@@ -157,12 +157,10 @@ def _create(root: str, facts: channels.ChannelFacts, number: int) -> str:
     """Make channel ``number``; the path it was made at, under ``root`` (exit 2 when that
     path leads out of the root through a link, :func:`_confine`; nothing is made then)."""
     path = _confine(root, channels.channel_path(number), "IMEX channel", CHANNEL_LINK_HINT)
-    if facts.major is None:
-        raise NvfabricError(channels.check(facts)[0])
-    count = facts.channel_count
-    if count is not None and number >= count:
-        raise usage_error(f"channel {number} is beyond ImexChannelCount={count}",
-                          f"use a channel below {count}")
+    refusal = channels.create_refusal(facts, number)
+    if refusal is not None:
+        raise refusal
+    assert facts.major is not None
     try:
         imex_effects.create_channel(root, number, facts.major)
     except PathEscape as err:

@@ -19,6 +19,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from nvfabric.model.errors import NvfabricError, usage_error
 from nvfabric.model.findings import Finding
 from nvfabric.rules.imex.tables import (
     CAPS_DIR,
@@ -226,3 +227,17 @@ def needs_create(facts: ChannelFacts, number: int) -> bool:
     """True when channel ``number`` is missing or unusable (and the device is registered)."""
     return facts.major is not None and _unusable(facts.node(number), facts.major,
                                                  number) is not None
+
+
+def create_refusal(facts: ChannelFacts, number: int) -> NvfabricError | None:
+    """Why channel ``number`` cannot be made on the node ``facts`` describes, as the error to
+    raise: the device is not registered (``imex_channel_missing``, exit 1: nothing has a
+    major to make the node with), or the channel is beyond ``ImexChannelCount``
+    (``input_unreadable``, exit 2: the number asked for does not exist). None when it can."""
+    if facts.major is None:
+        return NvfabricError(check(facts)[0])
+    count = facts.channel_count
+    if count is not None and number >= count:
+        return usage_error(f"channel {number} is beyond ImexChannelCount={count}",
+                           f"use a channel below {count}")
+    return None
