@@ -94,6 +94,7 @@ def test_host_view_is_the_inverse_of_under(tmp_path: Path) -> None:
 
 def test_a_tree_is_not_live_and_the_running_system_is(tmp_path: Path) -> None:
     (tmp_path / "proc").mkdir()
-    (tmp_path / "proc/self").symlink_to("1")  # a tree cannot point at the reader's pid
+    (tmp_path / "proc/self").symlink_to(str(os.getpid()))  # the reader's pid, as procfs says
+    (tmp_path / "proc" / str(os.getpid())).mkdir()  # ... and a directory there: still a tree
     assert not paths.is_live(str(tmp_path))
     assert paths.is_live("/")

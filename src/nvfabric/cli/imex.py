@@ -44,11 +44,6 @@ from nvfabric.rules.imex.tables import (
 )
 
 
-def _shown(root: str, host_path: str) -> str:
-    """``host_path`` (absolute, confined) as it is made under ``root`` (itself under ``/``)."""
-    return under(root, host_path)
-
-
 @click.group("imex")
 def imex() -> None:
     """IMEX on multi-node NVLink trays: owner, channels, configuration, domain state."""
@@ -305,7 +300,7 @@ def config_cmd(root: str, config_path: str, output: str | None, nodes_config: st
         written = bool(files)
     # Paths as made, under --root (as `run` lists its files); "config"/"nodes_config" stay
     # host paths: the values the written config names.
-    shown = [{"path": _shown(root, f["path"]), "content": f["content"]} for f in files]
+    shown = [{"path": under(root, f["path"]), "content": f["content"]} for f in files]
     data: dict[str, Any] = {
         "config": target,
         "nodes_config": plan.nodes_path,

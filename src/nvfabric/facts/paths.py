@@ -110,13 +110,14 @@ def host_view(root: str, full: str) -> str:
 
 def is_live(root: str) -> bool:
     """True when ``root``'s ``proc`` is the running kernel's procfs: its ``proc/self`` is the
-    kernel's magic link to the reading process (``/proc/self`` -> this pid, proc(5)). This is
+    same directory as this process's ``/proc/self`` (the kernel's link to the reader's own
+    ``/proc/<pid>``, proc(5); same device and inode, which no file in a tree can be). This is
     the one door between "the node itself" and "a directory holding a node's files": NVML,
-    the interface table, the resolver, the host name and the process table of the running
-    system are only asked for a live root (``/`` on a node, or a root whose ``proc`` is the
-    live procfs bind-mounted); a simulated tree (``nvfabric simulate``, a test's directory)
-    has no such link and is read through its own files and its own ``bin/`` tools."""
+    the interface table, the resolver and the host name of the running system are only asked
+    for a live root (``/`` on a node, or a root whose ``proc`` is the live procfs
+    bind-mounted); a simulated tree (``nvfabric simulate``, a test's directory) has no such
+    directory and is read through its own files and its own ``bin/`` tools."""
     try:
-        return os.readlink(under(root, "/proc/self")) == str(os.getpid())
+        return os.path.samefile(under(root, "/proc/self"), "/proc/self")
     except OSError:
         return False

@@ -109,13 +109,15 @@ def fabric_mode(root: str) -> int | None:
     return int_or_none(fm_config(root).get("FABRIC_MODE"), high=2)
 
 
-def _has_process_table(root: str) -> bool:
-    return any(is_uint(name) for name in listdir(under(root, "/proc")))
+def _has_process_table(proc: str) -> bool:
+    """Numeric entries in ``proc`` (a root's proc directory, already joined)."""
+    return any(is_uint(name) for name in listdir(proc))
 
 
-def _age_from_stat(root: str, pid: int) -> float | None:
-    stat_text = read_text(under(root, f"/proc/{pid}/stat"))
-    uptime = read_text(under(root, "/proc/uptime"))
+def _age_from_stat(proc: str, pid: int) -> float | None:
+    """Seconds ``pid`` has run, from ``proc`` (a proc directory, already joined)."""
+    stat_text = read_text(f"{proc}/{pid}/stat")
+    uptime = read_text(f"{proc}/uptime")
     if not stat_text or not uptime:
         return None
     try:
@@ -162,7 +164,7 @@ def _from_pidfile(root: str, path: str, table: bool) -> tuple[int, float | None]
     if table:
         if not os.path.isdir(under(root, f"/proc/{pid}")) or zombie(root, pid):
             return None
-        return pid, _age_from_stat(root, pid)
+        return pid, _age_from_stat(under(root, "/proc"), pid)
     if not _pid_alive_on_host(pid) or zombie(root, pid):
         return None
     try:
@@ -172,15 +174,16 @@ def _from_pidfile(root: str, path: str, table: bool) -> tuple[int, float | None]
     return pid, age
 
 
-def _scan(root: str, names: tuple[str, ...]) -> tuple[int, float | None] | None:
-    proc = under(root, "/proc")
+def _scan(proc: str, names: tuple[str, ...]) -> tuple[int, float | None] | None:
+    """The first process in ``proc`` (a root's proc directory) whose ``comm`` is one of
+    ``names``: (pid, age)."""
     for entry in listdir(proc):
         if not is_uint(entry):
             continue
         comm = read_text(os.path.join(proc, entry, "comm"))
         if comm in names:
             pid = to_int(entry)
-            return pid, _age_from_stat(root, pid)
+            return pid, _age_from_stat(proc, pid)
     return None
 
 
@@ -196,7 +199,7 @@ def _scan_host_for_root(root: str, names: tuple[str, ...]) -> tuple[int, float |
         raw = read_text(os.path.join("/proc", entry, "cmdline"), limit=1 << 16) or ""
         if any(arg.startswith(prefix) for arg in raw.split("\0")):
             pid = to_int(entry)
-            return pid, _age_from_stat("/", pid)
+            return pid, _age_from_stat("/proc", pid)
     return None
 
 
@@ -246,7 +249,7 @@ def read(
 
     ``pidfiles`` adds a pid file per service (host path, resolved under root), looked at first.
     """
-    table = _has_process_table(root)
+    table = _has_process_table(under(root, "/proc"))
     cfg = fm_config(root) if "fabricmanager" in services or "nvlsm" in services else {}
     out = []
     for name in services:
@@ -277,7 +280,7 @@ def _find_process(root: str, facts: ServiceFacts, pidfiles: tuple[str, ...],
         if found:
             return found, f"pid file {path}"
     if table:
-        found = _scan(root, facts.comm)
+        found = _scan(under(root, "/proc"), facts.comm)
         return found, "process " + "/".join(facts.comm) if found else ""
     found = _scan_host_for_root(root, facts.comm)
     return found, "host process running a binary under the root" if found else ""
