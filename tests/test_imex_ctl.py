@@ -210,6 +210,19 @@ def test_domain_with_a_relative_root_runs_the_roots_ctl(tmp_path: Path) -> None:
     assert json.loads(proc.stdout)["state"] == "UP"
 
 
+# The one root-join refuses '..': a --ctl or --config under a root that would step out of it
+# (before: the root and the path were concatenated, and a binary outside the tree ran).
+@pytest.mark.parametrize("option", ["--ctl", "--config"])
+def test_domain_paths_that_leave_the_root_are_refused(tmp_path: Path, option: str) -> None:
+    outside = _script(tmp_path, f"cat '{JSON_UP}'\n")
+    root = tmp_path / "node"
+    root.mkdir()
+    out, rc = run_json("imex", "domain", "--root", str(root), option,
+                       "/../" + os.path.basename(outside))
+    assert rc == 2 and out["error"]["code"] == "input_unreadable"
+    assert option in out["error"]["message"] and "'..'" in out["error"]["message"]
+
+
 # -- issue 10: stdin, checked statuses, UP that is not healthy --------------------------------
 
 
