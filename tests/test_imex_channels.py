@@ -13,7 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from nvfabric.facts import imexhost as host
+from nvfabric.effects import imex as effects
+from nvfabric.facts import imex as host
 from nvfabric.facts.nvidia import parse_proc_devices
 from nvfabric.rules.imex import channels
 from nvfabric.rules.imex.channels import ChannelFacts, DevNode
@@ -182,7 +183,7 @@ def test_channel_create_leaves_a_usable_channel_alone_and_says_it_exists(
         node: Callable[..., Path]) -> None:
     # Tester report 14: `--create 5` said "created" when channel5 was already there.
     root = node("gb200-tray")
-    host.create_channel(str(root), 5, 234)
+    effects.create_channel(str(root), 5, 234)
     before = os.lstat(root / "dev/nvidia-caps-imex-channels/channel5")
     proc = run_cli("imex", "channel", "--root", str(root), "--create", "5")
     assert proc.returncode == 0, proc.stderr
@@ -224,7 +225,7 @@ def test_read_channels_reads_real_nodes(tmp_path: Path) -> None:
     d.mkdir(parents=True)
     (tmp_path / "proc").mkdir()
     (tmp_path / "proc/devices").write_text("Character devices:\n234 nvidia-caps-imex-channels\n")
-    node = host.create_channel(str(tmp_path), 5, 234)
+    node = effects.create_channel(str(tmp_path), 5, 234)
     facts = host.read_channels(str(tmp_path))
     assert facts.major == 234
     assert facts.node(5) == node

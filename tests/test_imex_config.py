@@ -272,7 +272,7 @@ def test_imex_section_of_a_malformed_node_list_names_the_error_and_lists_nothing
 
 
 def test_simulated_node_addresses_come_from_its_proc_net(tmp_path: Path) -> None:
-    from nvfabric.facts import imexhost as host
+    from nvfabric.facts import imex as host
 
     (tmp_path / "proc/net").mkdir(parents=True)
     (tmp_path / "proc/net/fib_trie").write_text(
@@ -405,7 +405,7 @@ def test_run_imex_peers_unreadable_is_refused_on_every_fabric(tmp_path: Path,
 # config files are read like sysfs attributes (regular files only, non-blocking open).
 @pytest.mark.parametrize("fifo", ["config.cfg", "nodes_config.cfg"])
 def test_fifo_in_place_of_an_imex_config_file_does_not_hang(tray: Path, fifo: str) -> None:
-    from nvfabric.facts import imexhost as host
+    from nvfabric.facts import imex as host
 
     path = tray / "etc/nvidia-imex" / fifo
     path.unlink(missing_ok=True)
@@ -477,7 +477,7 @@ def json_messages(out: dict[str, object]) -> str:
 
 
 def test_hosts_file_parsing() -> None:
-    from nvfabric.facts.imexhost import parse_hosts
+    from nvfabric.facts.imex import parse_hosts
 
     text = "# comment\n10.0.0.1  a.example  A\nfe80::1%eth0 b\n\n10.0.0.2 a\nbad\n"
     assert parse_hosts(text) == {"a.example": ("10.0.0.1",), "a": ("10.0.0.1", "10.0.0.2"),
