@@ -63,9 +63,10 @@ def escapes(path: str, real: str) -> bool:
 def under(root: str, path: str) -> str:
     """``path`` (a host path; a leading ``/`` is optional) as seen from ``root``.
 
-    Under ``/`` an absolute path is returned as given and a relative one gets its ``/``;
-    under another root the result is the root's absolute path joined with the normalised
-    path (``//`` and ``.`` dropped). An empty path stays empty (an option not given). The
+    Under ``/`` the path is returned as given (the node itself: nothing to join; a relative
+    option value stays relative to the working directory, as it always was); under another
+    root the result is the root's absolute path joined with the normalised path (``//`` and
+    ``.`` dropped; a leading ``/`` optional). An empty path stays empty (an option not given). The
     root is registered (:func:`register`), so the readers of :mod:`nvfabric.facts.fs` do not
     follow links out of it. Raises :class:`PathEscape` for a ``..`` segment or a NUL.
     """
@@ -77,7 +78,7 @@ def under(root: str, path: str) -> str:
         raise PathEscape(f"path {path!r} may not contain '..' (it must stay under --root)")
     base = register(root)
     if base == "/":
-        return path if path.startswith("/") else "/" + path
+        return path
     relative = os.path.normpath(path.lstrip("/") or ".")
     return base if relative == "." else os.path.join(base, relative)
 
