@@ -19,9 +19,9 @@ from nvfabric.facts import node
 from nvfabric.facts.fmconfig import read_shipped
 from nvfabric.facts.inventory import collect
 from nvfabric.model.errors import NvfabricError
-from nvfabric.model.node import InstallSeen, NodeFacts, PathSeen, RunningService, VendorFacts
 from nvfabric.rules.imex.channels import ChannelFacts
 from nvfabric.rules.imex.owner import OwnerEvidence
+from nvfabric.rules.nodefacts import InstallSeen, NodeFacts, PathSeen, RunningService, VendorFacts
 from nvfabric.rules.plan import Plan, plan
 from tests.runkit import sim
 

@@ -19,7 +19,7 @@ from nvfabric.bringup.spec import PlannedFile
 from nvfabric.effects.apply import apply
 from nvfabric.effects.atomic import write_atomic
 from nvfabric.facts.fmconfig import check_paths
-from nvfabric.model.hostpath import under_root
+from nvfabric.facts.paths import under
 
 from .cases import CASES, CORPUS
 from .conftest import run_cli
@@ -130,10 +130,10 @@ def test_path_value_with_dotdot_is_refused_wherever_it_comes_from(source: str,
 
 
 @pytest.mark.parametrize("path", ["/../x", "/a/../../x", "/..", "/a/b/../../../etc"])
-def test_under_root_never_leaves_the_root(path: str) -> None:
+def test_under_never_leaves_the_root(path: str) -> None:
     with pytest.raises(ValueError, match=r"'\.\.'"):
-        under_root("/sim", path)
-    assert under_root("/sim", "/a/./b//c") == "/sim/a/b/c"
+        under("/sim", path)
+    assert under("/sim", "/a/./b//c") == "/sim/a/b/c"
 
 
 def test_every_resolved_path_key_lies_under_the_root() -> None:
@@ -232,7 +232,7 @@ atomic.write_atomic(sys.argv[1], "NEW=1\\n" * 200000)
 _WRITE_LOOP = """
 import sys
 from nvfabric.effects.atomic import write_atomic
-from nvfabric.model.hostpath import under_root
+from nvfabric.facts.paths import under
 sys.stdout.write("go\\n"); sys.stdout.flush()
 while True:
     write_atomic(sys.argv[1], "NEW=1\\n" * 200000, backup=False)

@@ -175,6 +175,26 @@ def test_live_read_on_a_root_without_nvidia_smi(tmp_path: Path) -> None:
     assert live.read_health(str(tmp_path)).findings[0].fields["reason"] == "no_nvidia_smi"
 
 
+# One door for both: the running system (its proc is the live procfs) is read through NVML,
+# a tree through its own bin/nvidia-smi, and a caller may inject a source of its own.
+def test_the_fabric_source_is_chosen_by_the_door_and_can_be_injected(tmp_path: Path) -> None:
+    from nvfabric.model.health import FabricHealth
+
+    assert live.source_for("/") is live.nvml_source
+    assert live.source_for(str(tmp_path)) is not live.nvml_source
+    (tmp_path / "proc").mkdir()
+    (tmp_path / "proc/self").symlink_to(str(os.getpid()))  # relative: no live procfs here
+    assert live.source_for(str(tmp_path)) is not live.nvml_source
+    bounds: list[float] = []
+
+    def fake(timeout: float) -> FabricHealth:
+        bounds.append(timeout)
+        return FabricHealth("nvml", ())
+
+    assert live.read_health(str(tmp_path), 2.5, source=fake).source == "nvml"
+    assert bounds == [2.5]
+
+
 def test_simulated_root_daemon_found_among_host_processes(tmp_path: Path) -> None:
     import shutil as sh
     import subprocess
@@ -198,3 +218,18 @@ def test_simulated_root_daemon_found_among_host_processes(tmp_path: Path) -> Non
     finally:
         proc.kill()
         proc.wait()
+
+
+# The one root-join refuses '..': a config or pid-file path that would step out of the root is
+# as absent, never a socket or a pid file outside the tree, never a traceback.
+def test_paths_that_leave_the_root_are_as_absent(tmp_path: Path) -> None:
+    root = tmp_path / "node"
+    outside = tmp_path / "outside.pid"
+    outside.write_text(f"{os.getpid()}\n")  # a live pid, one level above the root
+    cfg = root / "usr/share/nvidia/nvswitch/fabricmanager.cfg"
+    cfg.parent.mkdir(parents=True)
+    cfg.write_text("FM_SM_IPC_INTERFACE=/../../x.socket\nFM_CMD_UNIX_SOCKET_PATH=/../y\n")
+    sm, fm = services.read(str(root), ("nvlsm", "fabricmanager"),
+                           {"fabricmanager": "/../outside.pid"})
+    assert (sm.running, sm.socket, fm.running, fm.pid, fm.port) == (False, False, False, None,
+                                                                     False)

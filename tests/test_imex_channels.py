@@ -13,7 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from nvfabric.facts import imexhost as host
+from nvfabric.effects import imex as effects
+from nvfabric.facts import imex as host
 from nvfabric.facts.nvidia import parse_proc_devices
 from nvfabric.rules.imex import channels
 from nvfabric.rules.imex.channels import ChannelFacts, DevNode
@@ -182,7 +183,7 @@ def test_channel_create_leaves_a_usable_channel_alone_and_says_it_exists(
         node: Callable[..., Path]) -> None:
     # Tester report 14: `--create 5` said "created" when channel5 was already there.
     root = node("gb200-tray")
-    host.create_channel(str(root), 5, 234)
+    effects.create_channel(str(root), 5, 234)
     before = os.lstat(root / "dev/nvidia-caps-imex-channels/channel5")
     proc = run_cli("imex", "channel", "--root", str(root), "--create", "5")
     assert proc.returncode == 0, proc.stderr
@@ -224,8 +225,20 @@ def test_read_channels_reads_real_nodes(tmp_path: Path) -> None:
     d.mkdir(parents=True)
     (tmp_path / "proc").mkdir()
     (tmp_path / "proc/devices").write_text("Character devices:\n234 nvidia-caps-imex-channels\n")
-    node = host.create_channel(str(tmp_path), 5, 234)
+    node = effects.create_channel(str(tmp_path), 5, 234)
     facts = host.read_channels(str(tmp_path))
     assert facts.major == 234
     assert facts.node(5) == node
     assert channels.check(facts, (5,)) == ()
+
+
+def test_create_refusal_is_decided_from_the_facts_alone() -> None:
+    counted = ChannelFacts(234, (), params=channels.parse_params(PARAMS.format(count=4, create=0)))
+    assert channels.create_refusal(counted, 3) is None
+    beyond = channels.create_refusal(counted, 4)
+    assert beyond is not None and beyond.exit_code == 2
+    assert "beyond ImexChannelCount=4" in beyond.finding.message
+    unregistered = channels.create_refusal(ChannelFacts(None, driver_loaded=False), 0)
+    assert unregistered is not None and unregistered.exit_code == 1
+    assert unregistered.finding.code == "imex_channel_missing"
+    assert "driver is not loaded" in unregistered.finding.message

@@ -14,7 +14,6 @@ from pathlib import Path
 import pytest
 
 from nvfabric.facts import imexctl as ctl
-from nvfabric.facts import imexhost as host
 from tests.cases import CORPUS
 from tests.conftest import run_cli, run_json
 
@@ -113,7 +112,7 @@ def _dead(pid: int) -> bool:
 def test_a_hanging_ctl_is_killed_with_its_children(tmp_path: Path) -> None:
     marker = tmp_path / "child.pid"
     ctl_path = _script(tmp_path, f"sleep 300 &\necho $! > {marker}\nwait\n")
-    result = host.run_ctl((ctl_path, "-q"), timeout_s=0.5)
+    result = ctl.run_ctl((ctl_path, "-q"), timeout_s=0.5)
     assert result.timed_out and result.rc is None
     child = int(marker.read_text())
     for _ in range(500):
@@ -130,8 +129,8 @@ def test_a_ctl_call_in_flight_when_nvfabric_exits_is_killed(tmp_path: Path) -> N
     ctl_path = _script(tmp_path, f"echo $$ > {marker}\nexec sleep 300\n")
     code = (
         "import sys, threading, time\n"
-        "from nvfabric.facts import imexhost as host\n"
-        f"t = threading.Thread(target=host.run_ctl, args=(({ctl_path!r}, '-q'), 60),"
+        "from nvfabric.facts import imexctl as ctl\n"
+        f"t = threading.Thread(target=ctl.run_ctl, args=(({ctl_path!r}, '-q'), 60),"
         " daemon=True)\n"
         "t.start()\n"
         f"while not __import__('os').path.exists({str(marker)!r}): time.sleep(0.01)\n"
@@ -210,6 +209,19 @@ def test_domain_with_a_relative_root_runs_the_roots_ctl(tmp_path: Path) -> None:
     assert json.loads(proc.stdout)["state"] == "UP"
 
 
+# The one root-join refuses '..': a --ctl or --config under a root that would step out of it
+# (before: the root and the path were concatenated, and a binary outside the tree ran).
+@pytest.mark.parametrize("option", ["--ctl", "--config"])
+def test_domain_paths_that_leave_the_root_are_refused(tmp_path: Path, option: str) -> None:
+    outside = _script(tmp_path, f"cat '{JSON_UP}'\n")
+    root = tmp_path / "node"
+    root.mkdir()
+    out, rc = run_json("imex", "domain", "--root", str(root), option,
+                       "/../" + os.path.basename(outside))
+    assert rc == 2 and out["error"]["code"] == "input_unreadable"
+    assert option in out["error"]["message"] and "'..'" in out["error"]["message"]
+
+
 # -- issue 10: stdin, checked statuses, UP that is not healthy --------------------------------
 
 
@@ -246,3 +258,19 @@ def test_up_with_no_node_or_an_unreachable_one_is_not_healthy(tmp_path: Path) ->
     out, rc = run_json("imex", "domain", "--from-file", "-", stdin=lost)
     assert (rc, out["state"]) == (1, "UP")
     assert any("198.51.100.2" in u for u in out["unreachable"])
+
+
+def test_the_former_imexhost_names_are_the_moved_functions() -> None:
+    # Callers written against facts.imexhost (bring-up, status, fetch) keep working: the
+    # module re-exports the reads (facts.imex), the ctl call (facts.imexctl) and the changes
+    # (effects.imex) as the same objects, nothing copied.
+    from nvfabric.effects import imex as effects
+    from nvfabric.facts import imex as reads
+    from nvfabric.facts import imexhost
+
+    assert imexhost.run_ctl is ctl.run_ctl and imexhost.CtlResult is ctl.CtlResult
+    assert imexhost.gather_evidence is reads.gather_evidence
+    assert imexhost.read_channels is reads.read_channels and imexhost.read_file is reads.read_file
+    assert imexhost.create_channel is effects.create_channel
+    assert imexhost.write_file is effects.write_file and imexhost.unit_argv is effects.unit_argv
+    assert set(imexhost.__all__) <= set(dir(imexhost))

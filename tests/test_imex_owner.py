@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from nvfabric.facts import imexhost as host
+from nvfabric.facts import imex as host
 from nvfabric.rules.imex.owner import OwnerEvidence, decide
 from nvfabric.rules.imex.tables import DRA_HOST_UNIT_FIX
 from tests.conftest import run_cli, run_json

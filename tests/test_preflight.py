@@ -11,7 +11,7 @@ import pytest
 from nvfabric.facts.smi import parse
 from nvfabric.model.findings import Finding
 from nvfabric.model.health import GpuFabric
-from nvfabric.model.node import NodeFacts, RunningService, VersionRead
+from nvfabric.rules.nodefacts import NodeFacts, RunningService, VersionRead
 from nvfabric.rules.preflight import (
     Process,
     fm_version,

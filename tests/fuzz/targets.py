@@ -232,7 +232,7 @@ _SERVICES = _Tree("gb200-tray", SERVICE_ATTRS)
 
 
 def _services(data: bytes) -> None:
-    from nvfabric.facts import imexhost as host
+    from nvfabric.facts import imex as host
     from nvfabric.facts import services
 
     rel = _SERVICES.put(data)
@@ -247,7 +247,7 @@ def _services(data: bytes) -> None:
 
 
 def _procfs_text(data: bytes) -> None:
-    from nvfabric.facts import imexhost as host
+    from nvfabric.facts import imex as host
     from nvfabric.facts import infiniband, nvidia
     from nvfabric.rules.imex import channels
 

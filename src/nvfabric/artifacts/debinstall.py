@@ -38,6 +38,7 @@ from nvfabric.artifacts.runfile import DriverOrigin
 from nvfabric.artifacts.tables import OWN_VERSION
 from nvfabric.artifacts.transport import sha256_file
 from nvfabric.artifacts.versions import same
+from nvfabric.facts.paths import confined as confined_path
 from nvfabric.model import hostpath
 from nvfabric.model.errors import NvfabricError
 from nvfabric.model.findings import Finding
@@ -204,7 +205,7 @@ def confine(root: str, paths: Sequence[str], controls: Sequence[dict[str, str]])
         return
     try:
         for admin in ADMIN_PATHS:
-            hostpath.confined(root, admin, "the dpkg database path")
+            confined_path(root, admin, "the dpkg database path")
     except ValueError as err:
         raise _unreadable(f"refusing to run dpkg: {err}",
                           "dpkg would write there: make the link relative to the root or "
@@ -217,7 +218,7 @@ def confine(root: str, paths: Sequence[str], controls: Sequence[dict[str, str]])
                 continue
             seen.add(where)
             try:
-                hostpath.confined(root, where, "directory")
+                confined_path(root, where, "directory")
             except ValueError as err:
                 raise _unreadable(
                     f"refusing to install {ctrl.get('Package')}: it writes {member}, and "
@@ -257,7 +258,7 @@ def dpkg_base(root: str) -> list[str]:
     base = hostpath.check(os.path.abspath(root), "--root")
     argv = ["dpkg", "--root", base]
     if base != "/":
-        argv.append("--log=" + hostpath.confined(base, DPKG_LOG, "dpkg log"))
+        argv.append("--log=" + confined_path(base, DPKG_LOG, "dpkg log"))
     return argv
 
 

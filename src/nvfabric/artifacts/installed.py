@@ -23,7 +23,7 @@ from typing import Any
 from nvfabric.artifacts import versions
 from nvfabric.artifacts.install import RECORD, read_record
 from nvfabric.artifacts.transport import sha256_file
-from nvfabric.model.hostpath import confined, under_root
+from nvfabric.facts.paths import confined, under
 from nvfabric.strict import int_or_none
 
 #: ``nvfabric install``'s default prefix (host path; commands/fetch.py DEFAULT_PREFIX).
@@ -139,7 +139,7 @@ def installed(root: str, component: str, version: str | None = None,
     (fabric manager must equal the driver), else the newest version with a record. None when
     there is none, or its record is unreadable or names another component; a record with
     damaged entries gives a tree that offers nothing (:attr:`InstalledTree.damaged`)."""
-    base = under_root(root, prefix)
+    base = under(root, prefix)
     try:
         names = os.listdir(base)
     except OSError:
@@ -155,7 +155,7 @@ def installed(root: str, component: str, version: str | None = None,
     first_damaged: InstalledTree | None = None
     for _, ver in sorted(found, reverse=True):
         host_dir = f"{prefix.rstrip('/')}/{component}-{ver}"
-        where = under_root(root, host_dir)
+        where = under(root, host_dir)
         record = read_record(where)
         if record is None:
             if not os.path.lexists(os.path.join(where, RECORD)):

@@ -27,10 +27,10 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from nvfabric.facts.paths import confined, under
 from nvfabric.model import hostpath, keyvalue
 from nvfabric.model.errors import InputError
 from nvfabric.model.findings import Finding
-from nvfabric.model.hostpath import confined, under_root
 from nvfabric.strict import int_or_none
 
 ENV_PREFIX = "NVFM_CONFIG_"
@@ -233,9 +233,9 @@ def effective(shipped: str, *, root: str = "/", guid: str | None = None,
 def _resolve(root: str, key: str, value: str) -> str:
     """A path key's value under the root; the files fabric manager writes ("parent" keys: log,
     state file, sockets) with every symbolic link followed and refused (ConfigError naming the
-    key) when they lead out of the root (:func:`nvfabric.model.hostpath.confined`)."""
+    key) when they lead out of the root (:func:`nvfabric.facts.paths.confined`)."""
     if PATH_KEYS.get(key) != "parent":
-        return under_root(root, value)
+        return under(root, value)
     try:
         return confined(root, value, key)
     except ValueError as err:

@@ -23,10 +23,10 @@ from nvfabric.model import keyvalue
 from nvfabric.model.errors import usage_error
 from nvfabric.model.findings import Finding
 from nvfabric.model.keyvalue import ConfigValueError
-from nvfabric.model.node import ImexFacts, NodeFacts
 from nvfabric.rules.imex import channels, config, nodes, owner
 from nvfabric.rules.imex.domain import node_list_id, plural
 from nvfabric.rules.imex.tables import CTL_TIMEOUT_S
+from nvfabric.rules.nodefacts import ImexFacts, NodeFacts
 from nvfabric.rules.plan import Plan
 from nvfabric.rules.preflight import service_running
 

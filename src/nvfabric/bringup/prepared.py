@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 
 from nvfabric.bringup.spec import PlannedFile, ServiceSpec
 from nvfabric.model.findings import Finding
-from nvfabric.model.node import Probes
+from nvfabric.rules.nodefacts import Probes
 
 if TYPE_CHECKING:
     from nvfabric.rules.imex.channels import ChannelFacts

@@ -20,8 +20,8 @@ from nvfabric.bringup import fmconfig as fmcfg
 from nvfabric.bringup import nvlsm
 from nvfabric.bringup.prepared import Prepared
 from nvfabric.bringup.spec import PlannedFile
+from nvfabric.facts.paths import confined, under
 from nvfabric.model.hostpath import check as check_path
-from nvfabric.model.hostpath import confined, under_root
 from nvfabric.model.inventory import Inventory
 from nvfabric.rules.plan import Plan
 
@@ -51,7 +51,7 @@ class RunConfig:
 
     def resolve(self, path: str) -> str:
         """A host path under the root."""
-        return under_root(self.root, path)
+        return under(self.root, path)
 
     @property
     def effective_cfg_path(self) -> str:

@@ -32,8 +32,8 @@ from nvfabric.bringup import nvlsm
 from nvfabric.model.errors import InputError
 from nvfabric.model.findings import Finding
 from nvfabric.model.hostpath import problem as path_problem
-from nvfabric.model.node import InstallSeen, PathSeen, VendorFacts
 from nvfabric.model.vocab import FM_FABRICS, FabricKind, FindingCode
+from nvfabric.rules.nodefacts import InstallSeen, PathSeen, VendorFacts
 
 #: fabric manager's default topology directory (shipped fabricmanager.cfg TOPOLOGY_FILE_PATH).
 TOPOLOGY_DIR = "/usr/share/nvidia/nvswitch"

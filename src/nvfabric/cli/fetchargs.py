@@ -16,9 +16,9 @@ import click
 
 from nvfabric.cli.render import json_option, root_option
 from nvfabric.facts.inventory import Inventory, collect
+from nvfabric.facts.paths import confined
 from nvfabric.model.errors import NvfabricError, usage_error
 from nvfabric.model.findings import Finding
-from nvfabric.model.hostpath import confined
 
 F = TypeVar("F", bound=Callable[..., Any])
 

@@ -10,7 +10,6 @@
 
 from __future__ import annotations
 
-import os
 import sys
 from typing import Any
 
@@ -27,28 +26,22 @@ from nvfabric.cli.render import (
     root_option,
     safe,
 )
+from nvfabric.effects import imex as imex_effects
+from nvfabric.facts import imex as imex_facts
 from nvfabric.facts import imexctl as ctl
-from nvfabric.facts import imexhost as host
-from nvfabric.facts.execinfo import exec_error
-from nvfabric.facts.fs import under
 from nvfabric.facts.inventory import require_root
 from nvfabric.facts.nvidia import driver_version
+from nvfabric.facts.paths import PathEscape, confined, under
 from nvfabric.model.errors import NvfabricError, usage_error
 from nvfabric.model.findings import Finding
 from nvfabric.model.keyvalue import ConfigValueError
-from nvfabric.rules.imex import channels, config, nodes, owner
+from nvfabric.rules.imex import channels, edit, nodes, owner
 from nvfabric.rules.imex.domain import node_list_id, plural
 from nvfabric.rules.imex.tables import (
     CONFIG_PATH,
     CTL_TIMEOUT_S,
     IMEX_CTL_BINARY,
-    NODES_CONFIG_PATH,
 )
-
-
-def _shown(root: str, host_path: str) -> str:
-    """``host_path`` as it is made under ``root`` (itself under ``/``)."""
-    return under(root, host_path) if os.path.abspath(root) != "/" else host_path
 
 
 @click.group("imex")
@@ -75,7 +68,7 @@ def owner_cmd(root: str, imex_owner: str | None, as_json: bool) -> None:
     """Who runs IMEX here (DRA driver, Slurm, the host unit, nobody), with the evidence;
     exit 1 when two owners claim the node."""
     require_root(root)
-    decision = owner.decide(host.gather_evidence(root), imex_owner)
+    decision = owner.decide(imex_facts.gather_evidence(root), imex_owner)
     findings = [decision.conflict] if decision.conflict else []
     if as_json:
         print_json({**decision.to_json(), "findings": [f.to_json() for f in findings]})
@@ -104,7 +97,7 @@ def channel_cmd(root: str, create: int | None, as_json: bool) -> None:
     and the driver's NVreg_CreateImexChannel0 / ImexChannelCount; exit 1 when channel0 (or
     the created one) is missing or unusable."""
     require_root(root)
-    facts = host.read_channels(root)
+    facts = imex_facts.read_channels(root)
     created: str | None = None
     present: str | None = None
     if create is not None:
@@ -114,7 +107,7 @@ def channel_cmd(root: str, create: int | None, as_json: bool) -> None:
                                CHANNEL_LINK_HINT)
         else:
             created = _create(root, facts, create)
-            facts = host.read_channels(root)
+            facts = imex_facts.read_channels(root)
     required = (create,) if create is not None else (0,)
     findings = channels.check(facts, required)
     if as_json:
@@ -159,15 +152,13 @@ def _create(root: str, facts: channels.ChannelFacts, number: int) -> str:
     """Make channel ``number``; the path it was made at, under ``root`` (exit 2 when that
     path leads out of the root through a link, :func:`_confine`; nothing is made then)."""
     path = _confine(root, channels.channel_path(number), "IMEX channel", CHANNEL_LINK_HINT)
-    if facts.major is None:
-        raise NvfabricError(channels.check(facts)[0])
-    count = facts.channel_count
-    if count is not None and number >= count:
-        raise usage_error(f"channel {number} is beyond ImexChannelCount={count}",
-                          f"use a channel below {count}")
+    refusal = channels.create_refusal(facts, number)
+    if refusal is not None:
+        raise refusal
+    assert facts.major is not None
     try:
-        host.create_channel(root, number, facts.major)
-    except host.PathEscape as err:
+        imex_effects.create_channel(root, number, facts.major)
+    except PathEscape as err:
         raise usage_error(str(err), CHANNEL_LINK_HINT) from None
     except OSError as err:
         raise NvfabricError(Finding(
@@ -238,9 +229,10 @@ def check_node_list(root: str, peers: tuple[nodes.Peer, ...], local: tuple[str, 
     """Validation and locality findings of a node list for the node under ``root``."""
     findings = list(nodes.validate(peers, driver_version(root)))
     if not skip_local:
-        addrs = local or host.node_addresses(root)
-        problem = nodes.check_local(peers, addrs, host.local_names(root), host.resolve_names(
-            root, [p.text for p in peers if p.kind == "hostname"]))
+        addrs = local or imex_facts.node_addresses(root)
+        names = [p.text for p in peers if p.kind == "hostname"]
+        problem = nodes.check_local(peers, addrs, imex_facts.local_names(root),
+                                    imex_facts.resolve_names(root, names))
         if problem:
             findings.append(problem)
     return findings
@@ -279,7 +271,7 @@ def config_cmd(root: str, config_path: str, output: str | None, nodes_config: st
                     ("--nodes-config", nodes_config)):
         if p is not None:
             _confine(root, p, what)
-    shipped = host.read_file(root, config_path)
+    shipped = imex_facts.read_file(root, config_path)
     if shipped is None:
         raise NvfabricError(Finding(
             "config_invalid_value", "error", f"no IMEX config at {config_path}",
@@ -287,57 +279,31 @@ def config_cmd(root: str, config_path: str, output: str | None, nodes_config: st
             {"key": "config", "path": config_path}))
     peers = peers_from_options(root, peers_file, peers_slurm, peer)
     try:
-        changes = config.parse_set(sets)
-        config.check_known(shipped, changes)
-        old_nodes_path = config.node_config_path(shipped, NODES_CONFIG_PATH)
-        explicit = nodes_config is not None or "IMEX_NODE_CONFIG_FILE" in changes
-        nodes_path = _nodes_path(nodes_config, changes, old_nodes_path)
-        if nodes_path != config.node_config_path(shipped, ""):
-            changes["IMEX_NODE_CONFIG_FILE"] = nodes_path
-        rewrite = None if explicit else config.node_config_rewrite(shipped, nodes_path)
-        new_config = config.effective(shipped, changes)
+        plan = edit.plan(shipped, sets, nodes_config)
     except ConfigValueError as err:
         raise NvfabricError(Finding(
             "config_invalid_value", "error", f"IMEX config: {err}",
             "fix the value; config.cfg keys take one line each", {"key": err.key}),
             exit_code=2) from None
-    for key in config.PATH_KEYS:
-        if changes.get(key):
-            _confine(root, changes[key], key)
-    _confine(root, nodes_path, "IMEX_NODE_CONFIG_FILE")
-    if peers is None:
-        current = _current_node_list(root, nodes_path, old_nodes_path)
-        # The config is to name another node list file: the current list moves there.
-        move = nodes_path != old_nodes_path and host.read_file(root, nodes_path) is None
-    else:
-        current, move = peers, False
+    for p, what in plan.confine():
+        _confine(root, p, what)
+    current, move = (peers, False) if peers is not None else _current_node_list(root, plan)
     findings = check_node_list(root, current, local_address, skip_local_check)
-    if rewrite is not None:
-        findings.append(rewrite)
+    if plan.rewrite is not None:
+        findings.append(plan.rewrite)
     errors = [f for f in findings if f.severity == "error"]
-    files: list[dict[str, str]] = []
-    if peers is not None or move:
-        files.append({"path": nodes_path, "content": nodes.render(current)})
     target = output or config_path
-    if new_config != shipped or output is not None:
-        files.append({"path": target, "content": new_config})
+    files = edit.files(plan, current, peers is not None or move, target, output is not None)
     written = False
     if not errors and not dry_run:
-        try:
-            for f in files:
-                host.write_file(root, f["path"], f["content"])
-        except OSError as err:
-            # A full disk is disk_full (exit 1), permissions and the rest say what they are
-            # (exit 2): the README's contract, the same words as `run`.
-            problem, code = os_error(err, "cannot write", under(root, f["path"]))
-            raise NvfabricError(problem, exit_code=code) from None
+        _write(root, files)
         written = bool(files)
     # Paths as made, under --root (as `run` lists its files); "config"/"nodes_config" stay
     # host paths: the values the written config names.
-    shown = [{"path": _shown(root, f["path"]), "content": f["content"]} for f in files]
+    shown = [{"path": under(root, f["path"]), "content": f["content"]} for f in files]
     data: dict[str, Any] = {
         "config": target,
-        "nodes_config": nodes_path,
+        "nodes_config": plan.nodes_path,
         "node_list": [p.text for p in current],
         "node_list_id": node_list_id(p.text for p in current) if current else None,
         "files": shown,
@@ -348,57 +314,66 @@ def config_cmd(root: str, config_path: str, output: str | None, nodes_config: st
     if as_json:
         print_json(data)
     else:
-        con = console()
-        for f in shown:
-            if written:
-                verb = "wrote"
-            elif errors:
-                verb = "refused, not written:"
-            else:
-                verb = "would write"
-            con.print(f"[bold]{verb} {safe(f['path'])}[/bold]")
-            if dry_run:
-                sys.stdout.write(f["content"])
-        if not files:
-            con.print("nothing to change")
-        con.print(f"node list: {plural(len(current), 'entry')} "
-                  f"({safe(data['node_list_id'] or 'empty')})")
-        print_findings(con, findings, "problems")
+        _print_config(data, findings, dry_run)
     _exit_for(findings)
+
+
+def _write(root: str, files: list[dict[str, str]]) -> None:
+    """Write ``files`` (host paths) under ``root``, atomically one by one."""
+    for f in files:
+        try:
+            imex_effects.write_file(root, f["path"], f["content"])
+        except OSError as err:
+            # A full disk is disk_full (exit 1), permissions and the rest say what they are
+            # (exit 2): the README's contract, the same words as `run`.
+            problem, code = os_error(err, "cannot write", under(root, f["path"]))
+            raise NvfabricError(problem, exit_code=code) from None
+
+
+def _print_config(data: dict[str, Any], findings: list[Finding], dry_run: bool) -> None:
+    """The human form of ``imex config``'s result ``data``."""
+    con = console()
+    for f in data["files"]:
+        if data["written"]:
+            verb = "wrote"
+        elif data["refused"]:
+            verb = "refused, not written:"
+        else:
+            verb = "would write"
+        con.print(f"[bold]{verb} {safe(f['path'])}[/bold]")
+        if dry_run:
+            sys.stdout.write(f["content"])
+    if not data["files"]:
+        con.print("nothing to change")
+    con.print(f"node list: {plural(len(data['node_list']), 'entry')} "
+              f"({safe(data['node_list_id'] or 'empty')})")
+    print_findings(con, findings, "problems")
 
 
 def _confine(root: str, path: str, what: str,
              hint: str = "give an absolute path inside --root, without '..'") -> str:
     """``path`` under ``root`` or a usage error (exit 2): no ``..``, nothing outside root."""
     try:
-        return host.confined(root, path, what)
-    except host.PathEscape as err:
+        return confined(root, path, what)
+    except PathEscape as err:
         raise usage_error(str(err), hint) from None
 
 
-def _nodes_path(option: str | None, changes: dict[str, str], current: str) -> str:
-    """Where the node list goes: ``--nodes-config``, else ``--set IMEX_NODE_CONFIG_FILE=``,
-    else the file the config names now. Both options naming different files is an error."""
-    key = changes.get("IMEX_NODE_CONFIG_FILE")
-    if option is not None and key is not None and key != option:
-        raise ConfigValueError("IMEX_NODE_CONFIG_FILE", (
-            f"--nodes-config {option} and --set IMEX_NODE_CONFIG_FILE={key} disagree; give "
-            "one"))
-    return option or key or current
-
-
-def _current_node_list(root: str, path: str, old_path: str) -> tuple[nodes.Peer, ...]:
-    """The node list to check when none is given: the file at ``path``, else (the config is
-    moving to a new file) the one at ``old_path``. Usage error when neither exists."""
+def _current_node_list(root: str, plan: edit.ConfigEdit) -> tuple[tuple[nodes.Peer, ...], bool]:
+    """The node list to check when none is given, and whether it moves to the file the config
+    is to name (:meth:`~nvfabric.rules.imex.edit.ConfigEdit.moves_list`): the file at the new
+    path, else the one at the old path. Usage error when neither exists."""
+    path, old_path = plan.nodes_path, plan.old_nodes_path
     where = path
-    text = host.read_file(root, path)
+    text = imex_facts.read_file(root, path)
+    move = plan.moves_list(text is not None)
     if text is None and old_path != path:
-        where, text = old_path, host.read_file(root, old_path)
+        where, text = old_path, imex_facts.read_file(root, old_path)
     if text is None:
         raise usage_error(f"no node list at {path} and none given",
                           "give --peers FILE, --peers-slurm HOSTLIST or --peer ADDR")
     try:
-        return nodes.parse_nodes_config(text)
+        return nodes.parse_nodes_config(text), move
     except nodes.PeerError as err:
         raise NvfabricError(Finding(
             "config_invalid_value", "error", f"{where}: {err}",
@@ -429,7 +404,7 @@ def domain_cmd(root: str, config_path: str, ctl_path: str, timeout_s: float,
     if from_file is not None:
         status = _parse(_read_text_file(from_file, "--from-file", 16 << 20), from_file)
     else:
-        status = query_domain(root, ctl_path, config_path, timeout_s)
+        status = _query(root, ctl_path, config_path, timeout_s)
     finding = status.finding()
     findings = [finding] if finding else []
     if as_json:
@@ -447,47 +422,27 @@ def domain_cmd(root: str, config_path: str, ctl_path: str, timeout_s: float,
     _exit_for(findings)
 
 
+def _query(root: str, ctl_path: str, config_path: str, timeout_s: float) -> ctl.DomainStatus:
+    """:func:`nvfabric.facts.imexctl.query_domain` with ``--ctl`` and ``--config`` under
+    ``root`` (on the node itself as given: a bare name is looked up in PATH)."""
+    binary, cfg = ctl_path, config_path
+    if root != "/":
+        binary, cfg = _joined(root, ctl_path, "--ctl"), _joined(root, config_path, "--config")
+    return ctl.query_domain(binary, cfg, timeout_s)
+
+
+def _joined(root: str, path: str, what: str) -> str:
+    """``path`` under ``root`` (:func:`nvfabric.facts.paths.under`); a usage error (exit 2)
+    naming ``what`` for a path that would leave the root."""
+    try:
+        return under(root, path)
+    except PathEscape as err:
+        raise usage_error(f"{what}: {err}", "give a path inside --root, without '..'") from None
+
+
 def _parse(text: str, where: str) -> ctl.DomainStatus:
     try:
         return ctl.parse_domain(text)
     except ValueError as err:
         raise usage_error(f"{where}: {err}",
                           "give the output of `nvidia-imex-ctl -N` or `-N -j`") from None
-
-
-def query_domain(root: str, ctl_path: str, config_path: str,
-                 timeout_s: float) -> ctl.DomainStatus:
-    """Ask the daemon (``-N -j``, then ``-N`` for a ctl without JSON) under a hard timeout;
-    NvfabricError ``imex_ctl_timeout`` / ``imex_not_ready`` when it does not answer."""
-    binary = under(root, ctl_path) if root != "/" else ctl_path
-    cfg = under(root, config_path) if root != "/" else config_path
-    last: host.CtlResult | None = None
-    for as_json in (True, False):
-        argv = ctl.domain_argv(binary, cfg, as_json)
-        try:
-            result = host.run_ctl(argv, timeout_s)
-        except OSError as err:
-            raise NvfabricError(Finding(
-                "binary_missing", "error", f"cannot run {binary}: {exec_error(binary, err)}",
-                "install the nvidia-imex package (it ships nvidia-imex-ctl), or give --ctl",
-                {"service": "imex"})) from None
-        if result.timed_out:
-            raise NvfabricError(Finding(
-                "imex_ctl_timeout", "error",
-                f"{' '.join(argv)} did not answer within {timeout_s:g} s (killed)",
-                "is nvidia-imex running with IMEX_CMD_ENABLED=1 and this config? "
-                "(nvidia-imex-ctl hangs when the daemon does not answer)",
-                {"argv": list(argv), "timeout_s": timeout_s}))
-        last = result
-        if result.rc == 0:
-            try:
-                return ctl.parse_domain(result.stdout)
-            except ValueError:
-                continue
-    assert last is not None
-    raise NvfabricError(Finding(
-        "imex_not_ready", "error",
-        f"nvidia-imex-ctl exited with code {last.rc}: "
-        + ((last.stderr or last.stdout).strip().splitlines() or ["no output"])[-1],
-        "is nvidia-imex running (nvfabric run, or its unit) with the command service on?",
-        {"argv": list(last.argv), "exit_code": last.rc}))

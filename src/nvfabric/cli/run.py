@@ -35,10 +35,10 @@ from nvfabric.cli.render import (
     root_option,
 )
 from nvfabric.cli.runview import Emit
+from nvfabric.facts.paths import confined
 from nvfabric.model.errors import NvfabricError, usage_error
 from nvfabric.model.findings import Finding
 from nvfabric.model.hostpath import check as check_path
-from nvfabric.model.hostpath import confined
 from nvfabric.model.inventory import Inventory
 from nvfabric.rules.plan import Plan
 from nvfabric.supervisor import (

@@ -11,10 +11,10 @@ import os
 
 from nvfabric.cli.render import os_error
 from nvfabric.cli.runview import Emit
+from nvfabric.facts.paths import confined, under
 from nvfabric.model.errors import NvfabricError, usage_error
 from nvfabric.model.findings import Finding
 from nvfabric.model.hostpath import check as check_path
-from nvfabric.model.hostpath import confined, under_root
 from nvfabric.supervisor import (
     LOCK_FILE,
     READY_FILE,
@@ -42,7 +42,7 @@ def already_running(pid: int, lock: str) -> Finding:
 def state_dir(root: str, state_dir: str) -> str:
     """The state directory under the root; exit 2 naming the path when something other than
     a directory is in the way."""
-    state = under_root(root, state_dir)
+    state = under(root, state_dir)
     blocker = not_a_directory(state)
     if blocker is not None:
         raise usage_error(

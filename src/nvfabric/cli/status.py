@@ -194,13 +194,13 @@ def _read_node(root: str, fabric_option: FabricKind | None, live: bool) -> _Node
 def node_identity(root: str, fabric: FabricKind | None) -> tuple[tuple[str, Any], ...]:
     """What ``nvfabric domain check`` needs to place this report in a node list: the host
     name, and on mnnvl trays the node's addresses and its IMEX section (owner, node list,
-    channels; :func:`nvfabric.rules.imex.report.section`)."""
+    channels; :func:`nvfabric.facts.imex.section`)."""
     from nvfabric.facts import imexhost as host
 
     names = host.local_names(root)
     out: list[tuple[str, Any]] = [("hostname", names[0] if names else None)]
     if fabric == "mnnvl":
-        from nvfabric.rules.imex.report import section
+        from nvfabric.facts.imex import section
 
         out += [("addresses", list(host.node_addresses(root))), ("imex", section(root))]
     return tuple(out)

@@ -22,9 +22,9 @@ from dataclasses import dataclass
 from importlib import resources
 
 from nvfabric.effects.atomic import write_atomic
+from nvfabric.facts.paths import under
 from nvfabric.model.errors import NvfabricError
 from nvfabric.model.findings import Finding
-from nvfabric.model.hostpath import under_root
 from nvfabric.supervisor import not_a_directory
 
 UNIT_NAME = "nvfabric.service"
@@ -74,7 +74,7 @@ def install(root: str, *, dry_run: bool = False, text: str | None = None) -> Ins
     kept as ``nvfabric.service.nvfabric.bak``; the same bytes are left alone. ``dry_run``
     checks the same and writes nothing. Raises :class:`UnitError` (see module docstring)."""
     content = unit_text() if text is None else text
-    path = under_root(root, f"{UNIT_DIR}/{UNIT_NAME}")
+    path = under(root, f"{UNIT_DIR}/{UNIT_NAME}")
     real_dir = os.path.realpath(os.path.dirname(path))
     base = os.path.realpath(root)
     if base != "/" and not (real_dir + "/").startswith(base.rstrip("/") + "/"):
@@ -113,8 +113,8 @@ def install(root: str, *, dry_run: bool = False, text: str | None = None) -> Ins
             raise UnitError(f"cannot read {path}: {err.strerror or err}",
                             "check its permissions", path) from None
     data = content.encode()
-    shadows = next((under_root(root, f"{d}/{UNIT_NAME}") for d in PACKAGE_UNIT_DIRS
-                    if os.path.isfile(under_root(root, f"{d}/{UNIT_NAME}"))), None)
+    shadows = next((under(root, f"{d}/{UNIT_NAME}") for d in PACKAGE_UNIT_DIRS
+                    if os.path.isfile(under(root, f"{d}/{UNIT_NAME}"))), None)
     if old == data:
         return Installed(path, "unchanged", None, shadows)
     result = "written" if old is None else "replaced"

@@ -4,7 +4,8 @@ sysfs attributes are one value plus a newline; a missing or unreadable file is N
 exception, because a node tree legitimately lacks whatever its drivers did not create.
 
 Under a root other than ``/``, what a link leads to outside the root is not read: it is as
-missing (:func:`nvfabric.model.hostpath.escapes`, checked on what was actually opened).
+missing (:func:`nvfabric.facts.paths.escapes`, checked on what was actually opened). Paths
+are joined to the root by :func:`nvfabric.facts.paths.under` (re-exported here as ``under``).
 """
 
 from __future__ import annotations
@@ -12,20 +13,15 @@ from __future__ import annotations
 import os
 from stat import S_ISREG
 
-from nvfabric.model import hostpath
+from nvfabric.facts import paths
+from nvfabric.facts.paths import under
 from nvfabric.model.errors import usage_error
 from nvfabric.strict import BadValue, to_int
 
+__all__ = ["under", "read_text", "read_bytes", "read_hex", "read_int", "listdir", "link_name"]
+
 #: Non-blocking: opening a FIFO for reading would otherwise wait for a writer.
 _READ_FLAGS = os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC
-
-
-def under(root: str, path: str) -> str:
-    """``path`` (absolute, host view) resolved under ``root``; the root is registered so
-    that the readers here do not follow links out of it
-    (:func:`nvfabric.model.hostpath.register`)."""
-    hostpath.register(root)
-    return root.rstrip("/") + "/" + path.lstrip("/")
 
 
 def _outside(path: str, fd: int) -> bool:
@@ -35,7 +31,7 @@ def _outside(path: str, fd: int) -> bool:
         real = os.readlink(f"/proc/self/fd/{fd}")
     except OSError:  # no /proc: resolve the path instead
         real = os.path.realpath(path)
-    return hostpath.escapes(path, real)
+    return paths.escapes(path, real)
 
 
 def read_text(path: str, limit: int = 65536) -> str | None:

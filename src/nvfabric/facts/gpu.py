@@ -1,5 +1,12 @@
-"""Read every GPU's fabric state from a node: NVML on the real host (root ``/``), or the node's
-own ``bin/nvidia-smi -q -x`` on a simulated root (the fake written by ``nvfabric simulate``).
+"""Read every GPU's fabric state from a node, through one of two sources behind one door.
+
+The door (:func:`source_for`): a root whose ``proc`` is the running kernel's procfs
+(:func:`nvfabric.facts.paths.is_live`: ``/`` on the node itself) is read through NVML
+(:func:`nvml_source`, ``nvidia-ml-py``, the driver of the running kernel); any other root is a
+directory holding a node's files and is read through its own ``bin/nvidia-smi -q -x``
+(:func:`smi_source`; the fake written by ``nvfabric simulate``). A caller may inject a source
+of its own (``read_health(root, source=...)``), as httpx takes a transport: the readers do
+not branch on the root.
 
 This is the contract the supervisor relies on: :func:`read` returns one GpuFabric per GPU.
 """
@@ -15,10 +22,15 @@ import sys
 import threading
 from collections.abc import Callable, Iterator
 
+from nvfabric.facts.paths import is_live, under
 from nvfabric.model.findings import Finding
 from nvfabric.model.health import FabricHealth, GpuFabric
 
 SMI_TIMEOUT_S = 15.0
+
+
+#: A source of fabric state: given the probe's time bound (seconds), the reading.
+Source = Callable[[float], FabricHealth]
 
 
 def read(root: str) -> list[GpuFabric]:
@@ -26,28 +38,53 @@ def read(root: str) -> list[GpuFabric]:
     return list(read_health(root).gpus)
 
 
-def read_health(root: str, timeout: float = SMI_TIMEOUT_S) -> FabricHealth:
-    """The full reading with the reader's findings. Never raises for a missing library or a
-    failing nvidia-smi: those become findings (``nvml_unavailable``, ``driver_not_loaded``).
+def read_health(root: str, timeout: float = SMI_TIMEOUT_S,
+                source: Source | None = None) -> FabricHealth:
+    """The full reading with the reader's findings, from ``source`` (default
+    :func:`source_for` ``(root)``). Never raises for a missing library or a failing
+    nvidia-smi: those become findings (``nvml_unavailable``, ``driver_not_loaded``).
 
     ``timeout`` (seconds) bounds the whole probe: NVML is read in a helper thread that is
     abandoned when it does not answer in time, the node's nvidia-smi runs in its own process
     group, killed whole (its children too) at the timeout. Either way the answer is an
     ``nvml_unavailable`` finding with ``reason: timeout``.
     """
-    if os.path.realpath(root) == "/":
-        from nvfabric.facts import nvml
+    return (source or source_for(root))(timeout)
 
-        return _bounded(nvml.read, timeout)
-    smi = os.path.join(root, "bin", "nvidia-smi")
-    if not os.access(smi, os.X_OK):
-        return FabricHealth("nvml", (), findings=(Finding(
-            "nvml_unavailable", "error",
-            f"the simulated root {root} has no bin/nvidia-smi to read fabric state from",
-            "write one with `nvfabric simulate PROFILE DIR`, or read a capture with "
-            "--from-nvidia-smi FILE",
-            {"reason": "no_nvidia_smi"},
-        ),))
+
+def source_for(root: str) -> Source:
+    """The door: NVML for a live root (:func:`nvfabric.facts.paths.is_live`), else the root's
+    own ``bin/nvidia-smi``."""
+    return nvml_source if is_live(root) else smi_source(root)
+
+
+def nvml_source(timeout: float) -> FabricHealth:
+    """NVML of the running system, bounded by ``timeout`` seconds (:func:`_bounded`)."""
+    from nvfabric.facts import nvml
+
+    return _bounded(nvml.read, timeout)
+
+
+def smi_source(root: str) -> Source:
+    """The source that runs ``root``'s ``bin/nvidia-smi -q -x`` and parses its XML; a root
+    without an executable one is the finding ``nvml_unavailable`` (``reason: no_nvidia_smi``)."""
+    smi = under(root, "/bin/nvidia-smi")
+
+    def read_smi(timeout: float) -> FabricHealth:
+        if not os.access(smi, os.X_OK):
+            return FabricHealth("nvml", (), findings=(Finding(
+                "nvml_unavailable", "error",
+                f"the simulated root {root} has no bin/nvidia-smi to read fabric state from",
+                "write one with `nvfabric simulate PROFILE DIR`, or read a capture with "
+                "--from-nvidia-smi FILE",
+                {"reason": "no_nvidia_smi"},
+            ),))
+        return _run_smi(smi, timeout)
+
+    return read_smi
+
+
+def _run_smi(smi: str, timeout: float) -> FabricHealth:
     try:
         rc, out, err = run_bounded([smi, "-q", "-x"], timeout)
     except OSError as error:

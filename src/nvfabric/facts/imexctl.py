@@ -1,6 +1,6 @@
 """``nvidia-imex-ctl`` output: the local query (``-q``) and the domain status (``-N``, ``-N -j``).
-Pure parsers; the calls themselves (always under a hard timeout) are in
-:mod:`nvfabric.facts.imexhost`.
+Parsers, and the call itself (:func:`run_ctl`: argv only, always under a hard timeout, the
+process group killed at the timeout and at exit).
 
 - ``-q`` prints ``READY`` once the local daemon has its quorum and serves requests.
 - ``-N -j``: ``{"nodes": {"<id>": {"status", "host", "connections": {"<id>": {"host",
@@ -18,14 +18,22 @@ Source of the flags: NVIDIA IMEX guide, "IMEX Service Command Service".
 
 from __future__ import annotations
 
+import atexit
+import os
 import re
+import signal
+import subprocess
+import threading
 from dataclasses import dataclass
 from typing import Any
 
 from nvfabric import strict
+from nvfabric.facts.execinfo import exec_error
+from nvfabric.model.errors import NvfabricError
 from nvfabric.model.findings import Finding
 from nvfabric.model.hostpath import check as check_path
 from nvfabric.model.words import plural
+from nvfabric.rules.imex.tables import CTL_TIMEOUT_S
 
 STATES = ("UP", "DEGRADED", "DOWN")
 READY = "READY"
@@ -260,3 +268,112 @@ def _text_node(node_id: int, rest: str) -> CtlNode:
         if p.startswith("Version:"):
             version = p.split(":", 1)[1].strip() or None
     return CtlNode(node_id, host, status, version, hostname)
+
+
+# -- nvidia-imex-ctl --------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class CtlResult:
+    """One ctl call: ``rc`` None when it timed out (then killed with its process group)."""
+
+    argv: tuple[str, ...]
+    rc: int | None
+    stdout: str
+    stderr: str
+
+    @property
+    def timed_out(self) -> bool:
+        return self.rc is None
+
+
+#: Process groups of the ctl calls in flight (a readiness probe runs them in a worker thread).
+_LIVE_CTL: set[int] = set()
+_LIVE_LOCK = threading.Lock()
+
+
+@atexit.register
+def _kill_live_ctl() -> None:
+    """At exit, SIGKILL the group of every ctl call still in flight: a probe thread that is
+    abandoned when ``nvfabric run`` stops (its join is bounded) would otherwise leave a hung
+    ``nvidia-imex-ctl`` behind, in its own session, for good."""
+    with _LIVE_LOCK:
+        groups = list(_LIVE_CTL)
+    for pgid in groups:
+        try:
+            os.killpg(pgid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+
+
+def run_ctl(argv: tuple[str, ...], timeout_s: float = CTL_TIMEOUT_S) -> CtlResult:
+    """Run ``nvidia-imex-ctl`` (argv only) with a hard timeout: it is known to hang. On
+    timeout its whole process group gets SIGKILL, and so does a call still in flight when
+    nvfabric exits (:func:`_kill_live_ctl`). Raises OSError when it cannot be executed."""
+    proc = subprocess.Popen(
+        list(argv), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        start_new_session=True,
+    )
+    with _LIVE_LOCK:
+        _LIVE_CTL.add(proc.pid)
+    try:
+        return _communicate(proc, argv, timeout_s)
+    finally:
+        with _LIVE_LOCK:
+            _LIVE_CTL.discard(proc.pid)
+
+
+def _communicate(proc: subprocess.Popen[bytes], argv: tuple[str, ...],
+                 timeout_s: float) -> CtlResult:
+    try:
+        out, err = proc.communicate(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        try:
+            out, err = proc.communicate(timeout=1.0)
+        except subprocess.TimeoutExpired:
+            out, err = b"", b""
+        return CtlResult(argv, None, out.decode("utf-8", "replace"),
+                         err.decode("utf-8", "replace"))
+    return CtlResult(argv, proc.returncode, out.decode("utf-8", "replace"),
+                     err.decode("utf-8", "replace"))
+
+
+def query_domain(binary: str, cfg: str, timeout_s: float) -> DomainStatus:
+    """Ask the daemon through ``binary`` (nvidia-imex-ctl, already under the root) with config
+    ``cfg``: ``-N -j``, then ``-N`` for a ctl without JSON, each under a hard timeout of
+    ``timeout_s`` seconds. NvfabricError ``binary_missing`` (cannot run),
+    ``imex_ctl_timeout`` (killed at the timeout) or ``imex_not_ready`` (no parsable answer)."""
+    last: CtlResult | None = None
+    for as_json in (True, False):
+        argv = domain_argv(binary, cfg, as_json)
+        try:
+            result = run_ctl(argv, timeout_s)
+        except OSError as err:
+            raise NvfabricError(Finding(
+                "binary_missing", "error", f"cannot run {binary}: {exec_error(binary, err)}",
+                "install the nvidia-imex package (it ships nvidia-imex-ctl), or give --ctl",
+                {"service": "imex"})) from None
+        if result.timed_out:
+            raise NvfabricError(Finding(
+                "imex_ctl_timeout", "error",
+                f"{' '.join(argv)} did not answer within {timeout_s:g} s (killed)",
+                "is nvidia-imex running with IMEX_CMD_ENABLED=1 and this config? "
+                "(nvidia-imex-ctl hangs when the daemon does not answer)",
+                {"argv": list(argv), "timeout_s": timeout_s}))
+        last = result
+        if result.rc == 0:
+            try:
+                return parse_domain(result.stdout)
+            except ValueError:
+                continue
+    assert last is not None
+    raise NvfabricError(Finding(
+        "imex_not_ready", "error",
+        f"nvidia-imex-ctl exited with code {last.rc}: "
+        + ((last.stderr or last.stdout).strip().splitlines() or ["no output"])[-1],
+        "is nvidia-imex running (nvfabric run, or its unit) with the command service on?",
+        {"argv": list(last.argv), "exit_code": last.rc}))

@@ -1,4 +1,4 @@
-"""Read the node for ``nvfabric run``: :class:`nvfabric.model.node.NodeFacts` and the values
+"""Read the node for ``nvfabric run``: :class:`nvfabric.rules.nodefacts.NodeFacts` and the values
 it is made of. Every read of the host that ``run`` decides on goes through here, before the
 decision that uses it:
 
@@ -25,7 +25,8 @@ from typing import TYPE_CHECKING
 
 from nvfabric.model.errors import usage_error
 from nvfabric.model.inventory import Inventory
-from nvfabric.model.node import (
+from nvfabric.model.vocab import FabricKind, Service
+from nvfabric.rules.nodefacts import (
     ImexFacts,
     InstallSeen,
     NodeFacts,
@@ -35,7 +36,6 @@ from nvfabric.model.node import (
     VendorFacts,
     VersionRead,
 )
-from nvfabric.model.vocab import FabricKind, Service
 
 if TYPE_CHECKING:
     from nvfabric.model.health import GpuFabric
@@ -140,7 +140,7 @@ class ImexRequest:
 
 def collect_imex(root: str, inventory: Inventory, req: ImexRequest) -> NodeFacts:
     """The snapshot of a tray under ``root`` for the IMEX bring-up: ``inventory`` (already
-    read) and ``imex`` (:class:`nvfabric.model.node.ImexFacts`). The owner evidence and the
+    read) and ``imex`` (:class:`nvfabric.rules.nodefacts.ImexFacts`). The owner evidence and the
     channels always;
     what only a start needs (the daemon already running, the channel's target, the shipped
     config, the node list, the interfaces, host names, the binaries) only when the owner
@@ -272,15 +272,15 @@ def vendor_seen(root: str, fabric: FabricKind, typed: Mapping[str, str | None],
 def path_seen(root: str, path: str, kind: str) -> PathSeen:
     """``path`` under ``root``: present as ``kind`` (``exec``: an executable regular file;
     ``file``; ``dir``), or where a link on it leads out of the root (not present then)."""
-    from nvfabric.model.hostpath import confined, under_root
+    from nvfabric.facts.paths import confined, under
     from nvfabric.model.hostpath import problem as path_problem
 
     if path_problem(path) is None:  # relative or with '..': not a question of links
         try:
             confined(root, path)
         except ValueError:
-            return PathSeen(False, os.path.realpath(under_root(root, path)))
-    full = under_root(root, path)
+            return PathSeen(False, os.path.realpath(under(root, path)))
+    full = under(root, path)
     if kind == "dir":
         return PathSeen(os.path.isdir(full))
     if kind == "exec":
@@ -293,11 +293,11 @@ def fm_shipped_keys(root: str, host_path: str) -> dict[str, str]:
     ``host_path`` under ``root``, those set; empty when it cannot be read (it is read again,
     and refused with its reason, where the bring-up is prepared)."""
     from nvfabric.bringup import fmconfig as fmcfg
+    from nvfabric.facts.paths import under
     from nvfabric.model import keyvalue
-    from nvfabric.model.hostpath import under_root
 
     try:
-        with open(under_root(root, host_path), encoding="utf-8") as fh:
+        with open(under(root, host_path), encoding="utf-8") as fh:
             text = fh.read()
     except (OSError, UnicodeDecodeError):
         return {}

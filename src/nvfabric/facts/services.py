@@ -9,10 +9,14 @@ bound to it (``proc/net/unix`` lists it) or the daemon's process is found: a soc
 by a killed daemon is reported as stale, and the service as not running. The age of a process is
 ``proc/uptime`` minus its start time (``proc/<pid>/stat`` field 22, in clock ticks).
 
-A simulated root has no process table of its own: its daemons (the fakes) are processes of this
-host, so a pid read from a pid file under such a root is checked with ``kill(pid, 0)`` and its
-age taken from the pid file's modification time, and the scan looks at this host's processes
-whose command line runs a file under the root.
+The door between the node itself and a simulated tree is the root's own process table
+(numeric ``proc/<pid>`` entries; the node itself always has one). A tree has none: its daemons
+(the fakes) are processes of this host, so a pid read from a pid file under such a root is
+checked with ``kill(pid, 0)`` and its age taken from the pid file's modification time, the
+scan looks at this host's processes whose command line runs a file under the root, and a
+socket counts as bound when this host's ``/proc/net/unix`` lists its path under the root.
+A path (a pid file, a socket named by the config) that would leave the root
+(:func:`nvfabric.facts.paths.under`: ``..``, NUL) is as absent.
 
 Facts (``SERVICES``): process names as the kernel truncates them to 15 characters in ``comm``
 (``nv-fabricmanage``: ../shared/corpus/logs/fm-590.48.01-systemctl-status-pre-nvl5-node-01.txt
@@ -32,7 +36,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from nvfabric.bringup.fmconfig import PATH_KEYS as FM_PATH_KEYS
-from nvfabric.facts.fs import listdir, read_text, under
+from nvfabric.facts.fs import listdir, read_text
+from nvfabric.facts.paths import PathEscape, under
 from nvfabric.model.errors import usage_error
 from nvfabric.model.keyvalue import parse as parse_cfg
 from nvfabric.model.services import ServiceState
@@ -105,17 +110,15 @@ def fabric_mode(root: str) -> int | None:
     return int_or_none(fm_config(root).get("FABRIC_MODE"), high=2)
 
 
-def _is_host(root: str) -> bool:
-    return os.path.realpath(root) == "/"
+def _has_process_table(proc: str) -> bool:
+    """Numeric entries in ``proc`` (a root's proc directory, already joined)."""
+    return any(is_uint(name) for name in listdir(proc))
 
 
-def _has_process_table(root: str) -> bool:
-    return any(is_uint(name) for name in listdir(under(root, "/proc")))
-
-
-def _age_from_stat(root: str, pid: int) -> float | None:
-    stat_text = read_text(under(root, f"/proc/{pid}/stat"))
-    uptime = read_text(under(root, "/proc/uptime"))
+def _age_from_stat(proc: str, pid: int) -> float | None:
+    """Seconds ``pid`` has run, from ``proc`` (a proc directory, already joined)."""
+    stat_text = read_text(f"{proc}/{pid}/stat")
+    uptime = read_text(f"{proc}/uptime")
     if not stat_text or not uptime:
         return None
     try:
@@ -132,7 +135,7 @@ def zombie(root: str, pid: int) -> bool:
     root's process table, else this host's for a simulated root whose daemons are host
     processes). ``kill(pid, 0)`` succeeds on a zombie, so it alone would call it running."""
     text = read_text(under(root, f"/proc/{pid}/stat"))
-    if text is None and not _is_host(root):
+    if text is None:  # a tree without this pid: its daemons are this host's processes
         text = read_text(f"/proc/{pid}/stat")
     try:
         return text is not None and text.rsplit(")", 1)[1].split()[0] == "Z"
@@ -151,15 +154,18 @@ def _pid_alive_on_host(pid: int) -> bool:
 
 
 def _from_pidfile(root: str, path: str, table: bool) -> tuple[int, float | None] | None:
-    full = under(root, path)
+    try:
+        full = under(root, path)
+    except PathEscape:
+        return None
     text = read_text(full)
     pid = int_or_none(text.split()[0], max_digits=10) if text else None
     if pid is None or not 0 < pid <= PID_MAX:
         return None
-    if table or _is_host(root):
+    if table:
         if not os.path.isdir(under(root, f"/proc/{pid}")) or zombie(root, pid):
             return None
-        return pid, _age_from_stat(root, pid)
+        return pid, _age_from_stat(under(root, "/proc"), pid)
     if not _pid_alive_on_host(pid) or zombie(root, pid):
         return None
     try:
@@ -169,15 +175,16 @@ def _from_pidfile(root: str, path: str, table: bool) -> tuple[int, float | None]
     return pid, age
 
 
-def _scan(root: str, names: tuple[str, ...]) -> tuple[int, float | None] | None:
-    proc = under(root, "/proc")
+def _scan(proc: str, names: tuple[str, ...]) -> tuple[int, float | None] | None:
+    """The first process in ``proc`` (a root's proc directory) whose ``comm`` is one of
+    ``names``: (pid, age)."""
     for entry in listdir(proc):
         if not is_uint(entry):
             continue
         comm = read_text(os.path.join(proc, entry, "comm"))
         if comm in names:
             pid = to_int(entry)
-            return pid, _age_from_stat(root, pid)
+            return pid, _age_from_stat(proc, pid)
     return None
 
 
@@ -193,7 +200,7 @@ def _scan_host_for_root(root: str, names: tuple[str, ...]) -> tuple[int, float |
         raw = read_text(os.path.join("/proc", entry, "cmdline"), limit=1 << 16) or ""
         if any(arg.startswith(prefix) for arg in raw.split("\0")):
             pid = to_int(entry)
-            return pid, _age_from_stat("/", pid)
+            return pid, _age_from_stat("/proc", pid)
     return None
 
 
@@ -223,11 +230,15 @@ def _socket_state(root: str, path: str, table: bool) -> tuple[bool, bool]:
     (the root's own table, or, for a simulated root, this host's with the root-prefixed path).
     A socket file nobody is bound to (its daemon was SIGKILLed) is present but not live."""
     try:
-        is_file = stat.S_ISSOCK(os.stat(under(root, path)).st_mode)
+        full = under(root, path)
+    except PathEscape:
+        return False, False
+    try:
+        is_file = stat.S_ISSOCK(os.stat(full).st_mode)
     except OSError:
         is_file = False
     live = path in _unix_listing(under(root, "/proc/net/unix"))
-    if not live and not table and not _is_host(root):
+    if not live and not table:
         live = under(os.path.realpath(root), path) in _unix_listing("/proc/net/unix")
     return is_file or live, live
 
@@ -239,49 +250,14 @@ def read(
 
     ``pidfiles`` adds a pid file per service (host path, resolved under root), looked at first.
     """
-    table = _has_process_table(root)
+    table = _has_process_table(under(root, "/proc"))
     cfg = fm_config(root) if "fabricmanager" in services or "nvlsm" in services else {}
     out = []
     for name in services:
         facts = SERVICES.get(name, ServiceFacts((name,), ()))
-        paths = ((pidfiles[name],) if pidfiles and name in pidfiles else ()) + facts.pidfiles
-        found: tuple[int, float | None] | None = None
-        detail = ""
-        for path in paths:
-            found = _from_pidfile(root, path, table)
-            if found:
-                detail = f"pid file {path}"
-                break
-        if found is None and (table or _is_host(root)):
-            found = _scan(root, facts.comm)
-            if found:
-                detail = "process " + "/".join(facts.comm)
-        elif found is None:
-            found = _scan_host_for_root(root, facts.comm)
-            if found:
-                detail = "host process running a binary under the root"
-        sock: bool | None = None
-        port: bool | None = None
-        stale: list[str] = []
-        if name == "nvlsm":
-            ipc = cfg.get("FM_SM_IPC_INTERFACE", "")
-            path = ipc if ipc.startswith("/") else facts.socket or ""
-            sock, live = _socket_state(root, path, table)
-            if sock and not live and found is None:
-                stale.append(path)
-            sock = sock and (live or found is not None)
-        if name == "fabricmanager":
-            unix = cfg.get("FM_CMD_UNIX_SOCKET_PATH", "")
-            if unix:
-                port, live = _socket_state(root, unix, table)
-                if port and not live and found is None:
-                    stale.append(unix)
-                port = port and (live or found is not None)
-            else:
-                number = int_or_none(cfg.get("FM_CMD_PORT_NUMBER"), high=65535)
-                if number is None:
-                    number = FM_CMD_PORT_DEFAULT
-                port = _listening_tcp(root, number)
+        extra = (pidfiles[name],) if pidfiles and name in pidfiles else ()
+        found, detail = _find_process(root, facts, extra + facts.pidfiles, table)
+        sock, port, stale = _endpoints(root, name, facts, cfg, table, found is not None)
         running = found is not None or bool(port) or bool(sock)
         if found is None and running:
             detail = "socket or command port present, process not found"
@@ -293,3 +269,47 @@ def read(
             detail=detail or "not found",
         ))
     return tuple(out)
+
+
+def _find_process(root: str, facts: ServiceFacts, pidfiles: tuple[str, ...],
+                  table: bool) -> tuple[tuple[int, float | None] | None, str]:
+    """(pid, age) of the service's process and how it was found (``""`` when not): a pid file
+    first, then the root's process table, or, for a tree without one, this host's processes
+    running a binary under the root."""
+    for path in pidfiles:
+        found = _from_pidfile(root, path, table)
+        if found:
+            return found, f"pid file {path}"
+    if table:
+        found = _scan(under(root, "/proc"), facts.comm)
+        return found, "process " + "/".join(facts.comm) if found else ""
+    found = _scan_host_for_root(root, facts.comm)
+    return found, "host process running a binary under the root" if found else ""
+
+
+def _endpoints(root: str, name: str, facts: ServiceFacts, cfg: Mapping[str, str], table: bool,
+               has_process: bool) -> tuple[bool | None, bool | None, list[str]]:
+    """(socket, port, stale sockets) of one service: NVLSM's IPC socket, fabric manager's
+    command socket or TCP port; None where the service has no such endpoint. A socket file
+    nobody is bound to counts only while the service's process is found."""
+    sock: bool | None = None
+    port: bool | None = None
+    stale: list[str] = []
+    if name == "nvlsm":
+        ipc = cfg.get("FM_SM_IPC_INTERFACE", "")
+        path = ipc if ipc.startswith("/") else facts.socket or ""
+        sock, live = _socket_state(root, path, table)
+        if sock and not live and not has_process:
+            stale.append(path)
+        sock = sock and (live or has_process)
+    if name == "fabricmanager":
+        unix = cfg.get("FM_CMD_UNIX_SOCKET_PATH", "")
+        if unix:
+            port, live = _socket_state(root, unix, table)
+            if port and not live and not has_process:
+                stale.append(unix)
+            port = port and (live or has_process)
+        else:
+            number = int_or_none(cfg.get("FM_CMD_PORT_NUMBER"), high=65535)
+            port = _listening_tcp(root, FM_CMD_PORT_DEFAULT if number is None else number)
+    return sock, port, stale

@@ -1,6 +1,6 @@
 """The preflight of ``nvfabric run``: what refuses a start before anything is written, reset
 or started, the same for ``run`` and ``run --dry-run``. Pure: a function of the node's
-snapshot (:class:`nvfabric.model.node.NodeFacts`, whose probes were read first) and of the
+snapshot (:class:`nvfabric.rules.nodefacts.NodeFacts`, whose probes were read first) and of the
 prepared processes and options; no I/O, no clock.
 
 Checks, one finding per problem, in this order:
@@ -26,8 +26,8 @@ from dataclasses import dataclass
 from nvfabric.artifacts import versions
 from nvfabric.model.findings import Finding
 from nvfabric.model.health import GpuFabric
-from nvfabric.model.node import NodeFacts, RunningService, VersionRead
 from nvfabric.model.words import plural
+from nvfabric.rules.nodefacts import NodeFacts, RunningService, VersionRead
 
 #: The ``nvfabric status`` name of each fabric daemon that ``run`` would start, and what it is.
 _RUNNING_WHAT = {"fabricmanager": "fabric manager", "imex": "nvidia-imex"}

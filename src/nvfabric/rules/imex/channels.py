@@ -19,6 +19,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from nvfabric.model.errors import NvfabricError, usage_error
 from nvfabric.model.findings import Finding
 from nvfabric.rules.imex.tables import (
     CAPS_DIR,
@@ -152,39 +153,10 @@ def check(facts: ChannelFacts, required: Iterable[int] = (0,)) -> tuple[Finding,
             {"channel": None, "major": None},
         ))
         return tuple(out)
-    count = facts.channel_count
     for number in required:
-        fields: dict[str, Any] = {
-            "channel": number, "major": facts.major, "path": channel_path(number),
-            "imex_channel_count": count, "create_imex_channel0": facts.create_channel0,
-        }
-        if count is not None and number >= count:
-            out.append(Finding(
-                "imex_channel_missing", "error",
-                f"channel{number} is beyond ImexChannelCount={count}: the driver has no such "
-                "channel",
-                f"use a channel below {count}, or raise NVreg_ImexChannelCount", fields,
-            ))
-            continue
-        node = facts.node(number)
-        problem = _unusable(node, facts.major, number)
-        if problem:
-            hint = fixes(number, facts.major)
-            if number == 0 and facts.create_channel0:
-                hint += ("; NVreg_CreateImexChannel0 is already 1, so the driver made the "
-                         "device: is udev running, or /dev a container's own?")
-            out.append(Finding("imex_channel_missing", "error", problem, hint, fields))
-            continue
-        assert node is not None
-        if node.mode & CHANNEL_MODE != CHANNEL_MODE:
-            out.append(Finding(
-                "imex_channel_permissions", "warning",
-                f"{node.path} has mode 0{node.mode:03o} (owner {node.uid}:{node.gid}): CUDA "
-                "processes of other users fail with an insufficient permission error",
-                f"chmod 0666 {node.path} (NVIDIA documents crw-rw-rw-), unless channels are "
-                "restricted to one user on purpose",
-                {**fields, "mode": f"0{node.mode:03o}", "uid": node.uid, "gid": node.gid},
-            ))
+        found = _channel_finding(facts, facts.major, number)
+        if found is not None:
+            out.append(found)
     for cap in facts.caps:
         if cap.kind == "char" and cap.major == facts.major:
             out.append(Finding(
@@ -195,6 +167,42 @@ def check(facts: ChannelFacts, required: Iterable[int] = (0,)) -> tuple[Finding,
                 {"path": cap.path, "major": cap.major, "minor": cap.minor},
             ))
     return tuple(out)
+
+
+def _channel_finding(facts: ChannelFacts, major: int, number: int) -> Finding | None:
+    """The finding about required channel ``number`` (device ``major``): beyond
+    ImexChannelCount, missing or unusable (error), or not open to other users (warning)."""
+    count = facts.channel_count
+    fields: dict[str, Any] = {
+        "channel": number, "major": major, "path": channel_path(number),
+        "imex_channel_count": count, "create_imex_channel0": facts.create_channel0,
+    }
+    if count is not None and number >= count:
+        return Finding(
+            "imex_channel_missing", "error",
+            f"channel{number} is beyond ImexChannelCount={count}: the driver has no such "
+            "channel",
+            f"use a channel below {count}, or raise NVreg_ImexChannelCount", fields,
+        )
+    node = facts.node(number)
+    problem = _unusable(node, major, number)
+    if problem:
+        hint = fixes(number, major)
+        if number == 0 and facts.create_channel0:
+            hint += ("; NVreg_CreateImexChannel0 is already 1, so the driver made the "
+                     "device: is udev running, or /dev a container's own?")
+        return Finding("imex_channel_missing", "error", problem, hint, fields)
+    assert node is not None
+    if node.mode & CHANNEL_MODE == CHANNEL_MODE:
+        return None
+    return Finding(
+        "imex_channel_permissions", "warning",
+        f"{node.path} has mode 0{node.mode:03o} (owner {node.uid}:{node.gid}): CUDA "
+        "processes of other users fail with an insufficient permission error",
+        f"chmod 0666 {node.path} (NVIDIA documents crw-rw-rw-), unless channels are "
+        "restricted to one user on purpose",
+        {**fields, "mode": f"0{node.mode:03o}", "uid": node.uid, "gid": node.gid},
+    )
 
 
 def _unusable(node: DevNode | None, major: int, number: int) -> str | None:
@@ -219,3 +227,17 @@ def needs_create(facts: ChannelFacts, number: int) -> bool:
     """True when channel ``number`` is missing or unusable (and the device is registered)."""
     return facts.major is not None and _unusable(facts.node(number), facts.major,
                                                  number) is not None
+
+
+def create_refusal(facts: ChannelFacts, number: int) -> NvfabricError | None:
+    """Why channel ``number`` cannot be made on the node ``facts`` describes, as the error to
+    raise: the device is not registered (``imex_channel_missing``, exit 1: nothing has a
+    major to make the node with), or the channel is beyond ``ImexChannelCount``
+    (``input_unreadable``, exit 2: the number asked for does not exist). None when it can."""
+    if facts.major is None:
+        return NvfabricError(check(facts)[0])
+    count = facts.channel_count
+    if count is not None and number >= count:
+        return usage_error(f"channel {number} is beyond ImexChannelCount={count}",
+                           f"use a channel below {count}")
+    return None

@@ -19,14 +19,15 @@ JSON type that command writes. Reports with the same GPU UUIDs are one node, cou
 
 from __future__ import annotations
 
-import hashlib
 from collections import Counter
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from nvfabric.model.findings import Finding
 from nvfabric.model.vocab import FindingCode
+from nvfabric.model.words import plural as plural  # re-exported (messages count nouns)
+from nvfabric.rules.imex.nodes import node_list_id as node_list_id  # re-exported
 from nvfabric.rules.imex.tables import DOMAIN_SIZE_NVL72, ZERO_UUID
 
 
@@ -82,21 +83,6 @@ class NodeReport:
     def cliques(self) -> Counter[int]:
         return Counter(g.clique_id for g in self.gpus
                        if g.clique_id is not None and g.attached)
-
-
-def plural(count: int, noun: str) -> str:
-    """``1 report``, ``2 reports``, ``1 node list entry``, ``3 node list entries``: English
-    plurals of the nouns the fleet and IMEX messages count (:func:`nvfabric.model.words.plural`)."""
-    from nvfabric.model.words import plural as counted
-
-    return counted(count, noun)
-
-
-def node_list_id(entries: Iterable[str]) -> str:
-    """Identity of a node list: ``sha256:`` + 16 hex digits of its entries, one per line, in
-    order (every daemon of a domain must read the same list in the same order)."""
-    text = "\n".join(e.strip().lower() for e in entries)
-    return "sha256:" + hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
 def _typed(value: object, kind: type | tuple[type, ...], key: str, what: str) -> Any:
@@ -223,6 +209,10 @@ class FleetResult:
         }
 
 
+#: One group to check: (key, how it was grouped, members, node list entries without a report).
+Group = tuple[str, str, list[NodeReport], "tuple[str, ...] | None"]
+
+
 def check(nodes: Sequence[NodeReport], domain_size: int = DOMAIN_SIZE_NVL72,
           node_lists: Mapping[str, Sequence[str]] | None = None) -> FleetResult:
     """Group the reports by node list and check each group.
@@ -233,11 +223,27 @@ def check(nodes: Sequence[NodeReport], domain_size: int = DOMAIN_SIZE_NVL72,
     """
     if domain_size < 1:
         raise ValueError("domain size must be at least 1")
-    fleet: list[Finding] = []
     inputs = len(nodes)
     nodes, repeated = _unique(nodes)
+    fleet = _duplicates(nodes, repeated)
+    if node_lists:
+        groups, stray = _groups_by_given_lists(nodes, node_lists)
+        fleet += stray
+    else:
+        groups = _groups_by_reports(nodes)
+    domains = [
+        _check_group(key, how, members, missing, domain_size, node_lists)
+        for key, how, members, missing in groups
+    ]
+    return FleetResult(tuple(domains), tuple(fleet), len(nodes), inputs, len(repeated))
+
+
+def _duplicates(nodes: Sequence[NodeReport], repeated: list[tuple[str, str]]) -> list[Finding]:
+    """``domain_report_duplicate`` warnings: reports of the same GPUs (``repeated``, already
+    dropped), and one node name on reports of different GPUs."""
+    out: list[Finding] = []
     if repeated:
-        fleet.append(Finding(
+        out.append(Finding(
             "domain_report_duplicate", "warning",
             f"{plural(len(repeated), 'report')} {'repeats' if len(repeated) == 1 else 'repeat'} "
             "the GPUs (same GPU UUIDs) of another, each node counted once: "
@@ -248,66 +254,74 @@ def check(nodes: Sequence[NodeReport], domain_size: int = DOMAIN_SIZE_NVL72,
     names = Counter(n.name for n in nodes)
     dup = sorted(n for n, c in names.items() if c > 1)
     if dup:
-        fleet.append(Finding(
+        out.append(Finding(
             "domain_report_duplicate", "warning",
             f"{len(dup)} node name(s) appear in reports of different GPUs: "
             f"{', '.join(dup[:5])}",
             "give each node's report once, and each node its own host name",
             {"nodes": dup[:50]}))
-    groups: list[tuple[str, str, list[NodeReport], tuple[str, ...] | None]] = []
-    if node_lists:
-        index: dict[str, NodeReport] = {}
-        for n in nodes:
-            for ident in n.identities:
-                index.setdefault(ident, n)
-        assigned: set[int] = set()
-        for list_name, entries in node_lists.items():
-            members: list[NodeReport] = []
-            missing: list[str] = []
-            for e in entries:
-                found = index.get(e.strip().lower())
-                if found is None:
-                    missing.append(e)
-                elif id(found) not in {id(m) for m in members}:
-                    members.append(found)
-                    assigned.add(id(found))
-            groups.append((list_name, "node list", members, tuple(missing)))
-        rest = [n for n in nodes if id(n) not in assigned]
-        if rest:
-            fleet.append(Finding(
-                "domain_report_missing", "warning",
-                f"{len(rest)} report(s) match no entry of the node lists given: "
-                + ", ".join(n.name for n in rest[:10]) + (", ..." if len(rest) > 10 else ""),
-                "check the host names/addresses in the node lists",
-                {"nodes": [n.name for n in rest[:200]]}))
-    else:
-        by_list: dict[str, list[NodeReport]] = {}
-        by_uuid: dict[str, list[NodeReport]] = {}
-        alone: list[NodeReport] = []
-        for n in nodes:
-            if n.node_list_id:
-                by_list.setdefault(n.node_list_id, []).append(n)
-            elif n.fabric is not None and n.fabric != "mnnvl":
-                alone.append(n)  # an HGX/DGX baseboard: its own NVLink domain
-            else:
-                common = n.uuids().most_common(1)
-                by_uuid.setdefault(common[0][0] if common else "unattached", []).append(n)
-        for key, members in by_list.items():
-            entries = members[0].node_list
-            absent: tuple[str, ...] | None = None
-            if entries:
-                present = set().union(*(m.identities for m in members))
-                absent = tuple(e for e in entries if e.lower() not in present)
-            groups.append((key, "node list", members, absent))
-        for key, members in by_uuid.items():
-            groups.append((key, "ClusterUUID", members, None))
-        for n in alone:
-            groups.append((n.name, "node", [n], None))
-    domains = [
-        _check_group(key, how, members, missing, domain_size, node_lists)
-        for key, how, members, missing in groups
-    ]
-    return FleetResult(tuple(domains), tuple(fleet), len(nodes), inputs, len(repeated))
+    return out
+
+
+def _groups_by_given_lists(nodes: Sequence[NodeReport], node_lists: Mapping[str, Sequence[str]]
+                           ) -> tuple[list[Group], list[Finding]]:
+    """One group per given node list (its entries matched to the reports' identities), and a
+    ``domain_report_missing`` warning for reports that match no entry."""
+    index: dict[str, NodeReport] = {}
+    for n in nodes:
+        for ident in n.identities:
+            index.setdefault(ident, n)
+    groups: list[Group] = []
+    assigned: set[int] = set()
+    for list_name, entries in node_lists.items():
+        members: list[NodeReport] = []
+        missing: list[str] = []
+        for e in entries:
+            found = index.get(e.strip().lower())
+            if found is None:
+                missing.append(e)
+            elif id(found) not in {id(m) for m in members}:
+                members.append(found)
+                assigned.add(id(found))
+        groups.append((list_name, "node list", members, tuple(missing)))
+    rest = [n for n in nodes if id(n) not in assigned]
+    if not rest:
+        return groups, []
+    return groups, [Finding(
+        "domain_report_missing", "warning",
+        f"{len(rest)} report(s) match no entry of the node lists given: "
+        + ", ".join(n.name for n in rest[:10]) + (", ..." if len(rest) > 10 else ""),
+        "check the host names/addresses in the node lists",
+        {"nodes": [n.name for n in rest[:200]]})]
+
+
+def _groups_by_reports(nodes: Sequence[NodeReport]) -> list[Group]:
+    """Groups without given node lists: by the node list the reports carry, else (mnnvl or
+    unknown fabric) by the ClusterUUID most of a node's GPUs report; a baseboard node alone."""
+    by_list: dict[str, list[NodeReport]] = {}
+    by_uuid: dict[str, list[NodeReport]] = {}
+    alone: list[NodeReport] = []
+    for n in nodes:
+        if n.node_list_id:
+            by_list.setdefault(n.node_list_id, []).append(n)
+        elif n.fabric is not None and n.fabric != "mnnvl":
+            alone.append(n)  # an HGX/DGX baseboard: its own NVLink domain
+        else:
+            common = n.uuids().most_common(1)
+            by_uuid.setdefault(common[0][0] if common else "unattached", []).append(n)
+    groups: list[Group] = []
+    for key, members in by_list.items():
+        entries = members[0].node_list
+        absent: tuple[str, ...] | None = None
+        if entries:
+            present = set().union(*(m.identities for m in members))
+            absent = tuple(e for e in entries if e.lower() not in present)
+        groups.append((key, "node list", members, absent))
+    for key, members in by_uuid.items():
+        groups.append((key, "ClusterUUID", members, None))
+    for n in alone:
+        groups.append((n.name, "node", [n], None))
+    return groups
 
 
 def _unique(nodes: Sequence[NodeReport]
@@ -378,9 +392,10 @@ def _single_node(node: NodeReport) -> Domain:
 def _check_group(key: str, how: str, members: list[NodeReport],
                  missing: tuple[str, ...] | None, size: int,
                  node_lists: Mapping[str, Sequence[str]] | None) -> Domain:
+    """One group as a domain: baseboard nodes mixed in, ClusterUUID and CliqueId splits, GPUs
+    not attached, the size against ``size`` trays, node list entries without a report."""
     if how == "node":
         return _single_node(members[0])
-    findings: list[Finding] = []
     names = tuple(m.name for m in members)
     where = f"{how} {key}"
     entries: int | None = None
@@ -388,20 +403,8 @@ def _check_group(key: str, how: str, members: list[NodeReport],
         entries = len(node_lists[key])
     elif members and members[0].node_list:
         entries = len(members[0].node_list)
-
     single = [m for m in members if m.fabric is not None and m.fabric != "mnnvl"]
-    if len(members) >= 2 and single:
-        kinds = Counter(m.fabric for m in single)
-        findings.append(Finding(
-            "domain_not_nvlink_domain", "error",
-            f"{where} holds {len(single)} node(s) whose NVLink domain is the node itself ("
-            + ", ".join(f"{k} x{c}" for k, c in kinds.items()) + "): "
-            + ", ".join(m.name for m in single[:8])
-            + "; IMEX cannot share memory between separate NVLink domains",
-            "put only trays of one multi-node NVLink domain (GB200/GB300 NVL) in a node list; "
-            "HGX/DGX baseboard nodes need no IMEX node list across nodes",
-            {"nodes": [m.name for m in single[:200]], "fabrics": dict(kinds)}))
-
+    findings = _mixed(where, members, single)
     main_uuid, split = _majority(
         members, NodeReport.uuids, where, "ClusterUUIDs", "domain_cluster_uuid_split",
         "cluster_uuid",
@@ -415,46 +418,9 @@ def _check_group(key: str, how: str, members: list[NodeReport],
         "partition the NVLink switch trays assigned")
     if split is not None and not single:
         findings.append(split)
-
-    unattached: dict[str, list[str]] = {}
-    for m in members:
-        if m.fabric is not None and m.fabric != "mnnvl":
-            continue
-        if not m.gpus:
-            unattached[m.name] = ["no GPU in the report"]
-            continue
-        bad = [f"GPU {g.index}: {g.why_not()}" for g in m.gpus if not g.attached]
-        if bad:
-            unattached[m.name] = bad
-    if unattached:
-        first = list(unattached.items())[:5]
-        findings.append(Finding(
-            "domain_gpus_not_attached", "error",
-            f"{where}: {len(unattached)} node(s) have GPUs not attached to the NVLink fabric: "
-            + "; ".join(f"{n} ({', '.join(v[:2])}{', ...' if len(v) > 2 else ''})"
-                        for n, v in first)
-            + ("; ..." if len(unattached) > 5 else ""),
-            "run `nvfabric status` on each: registration still in progress, an error status or "
-            "an all-zero ClusterUUID point at the NVLink switch trays or the tray's cabling",
-            {"nodes": unattached}))
-
-    count = entries if entries is not None else len(members)
+    findings += _unattached(where, members)
     if not single:
-        if count > size:
-            findings.append(Finding(
-                "domain_size_mismatch", "error",
-                f"{where} has {plural(count, 'node')}; one NVLink domain has {size} compute trays",
-                f"split it: one node list per NVLink domain of {size} trays (group the nodes "
-                "by ClusterUUID)",
-                {"count": count, "expected_size": size}))
-        elif count < size:
-            findings.append(Finding(
-                "domain_size_mismatch", "warning",
-                f"{where} has {count} of the {size} trays of an NVLink domain"
-                + (" (a partial list, as for one job)" if how == "node list" else
-                   " reporting"),
-                "fine for a per-job node list; for a whole-rack list add the missing trays",
-                {"count": count, "expected_size": size}))
+        findings += _size(where, how, entries if entries is not None else len(members), size)
     if missing:
         findings.append(Finding(
             "domain_report_missing", "warning",
@@ -465,3 +431,67 @@ def _check_group(key: str, how: str, members: list[NodeReport],
             {"entries": list(missing)}))
     return Domain(key, how, names, size, entries, main_uuid, main_clique,
                   tuple(missing or ()), tuple(findings))
+
+
+def _mixed(where: str, members: list[NodeReport], single: list[NodeReport]) -> list[Finding]:
+    """``domain_not_nvlink_domain`` when a group of two or more holds baseboard nodes
+    (``single``: their NVLink domain is the node itself)."""
+    if len(members) < 2 or not single:
+        return []
+    kinds = Counter(m.fabric for m in single)
+    return [Finding(
+        "domain_not_nvlink_domain", "error",
+        f"{where} holds {len(single)} node(s) whose NVLink domain is the node itself ("
+        + ", ".join(f"{k} x{c}" for k, c in kinds.items()) + "): "
+        + ", ".join(m.name for m in single[:8])
+        + "; IMEX cannot share memory between separate NVLink domains",
+        "put only trays of one multi-node NVLink domain (GB200/GB300 NVL) in a node list; "
+        "HGX/DGX baseboard nodes need no IMEX node list across nodes",
+        {"nodes": [m.name for m in single[:200]], "fabrics": dict(kinds)})]
+
+
+def _unattached(where: str, members: list[NodeReport]) -> list[Finding]:
+    """``domain_gpus_not_attached`` naming the trays (mnnvl or unknown fabric) with a GPU not
+    attached to the NVLink fabric, or no GPU at all."""
+    unattached: dict[str, list[str]] = {}
+    for m in members:
+        if m.fabric is not None and m.fabric != "mnnvl":
+            continue
+        if not m.gpus:
+            unattached[m.name] = ["no GPU in the report"]
+            continue
+        bad = [f"GPU {g.index}: {g.why_not()}" for g in m.gpus if not g.attached]
+        if bad:
+            unattached[m.name] = bad
+    if not unattached:
+        return []
+    first = list(unattached.items())[:5]
+    return [Finding(
+        "domain_gpus_not_attached", "error",
+        f"{where}: {len(unattached)} node(s) have GPUs not attached to the NVLink fabric: "
+        + "; ".join(f"{n} ({', '.join(v[:2])}{', ...' if len(v) > 2 else ''})"
+                    for n, v in first)
+        + ("; ..." if len(unattached) > 5 else ""),
+        "run `nvfabric status` on each: registration still in progress, an error status or "
+        "an all-zero ClusterUUID point at the NVLink switch trays or the tray's cabling",
+        {"nodes": unattached})]
+
+
+def _size(where: str, how: str, count: int, size: int) -> list[Finding]:
+    """``domain_size_mismatch``: more than ``size`` trays (error), fewer (warning)."""
+    if count > size:
+        return [Finding(
+            "domain_size_mismatch", "error",
+            f"{where} has {plural(count, 'node')}; one NVLink domain has {size} compute trays",
+            f"split it: one node list per NVLink domain of {size} trays (group the nodes "
+            "by ClusterUUID)",
+            {"count": count, "expected_size": size})]
+    if count < size:
+        return [Finding(
+            "domain_size_mismatch", "warning",
+            f"{where} has {count} of the {size} trays of an NVLink domain"
+            + (" (a partial list, as for one job)" if how == "node list" else
+               " reporting"),
+            "fine for a per-job node list; for a whole-rack list add the missing trays",
+            {"count": count, "expected_size": size})]
+    return []

@@ -12,6 +12,7 @@ startup-dra298.log.
 
 from __future__ import annotations
 
+import hashlib
 import ipaddress
 import re
 from collections.abc import Iterable, Mapping
@@ -229,3 +230,10 @@ def check_local(peers: tuple[Peer, ...], local_addresses: Iterable[str],
 def render(peers: Iterable[Peer]) -> str:
     """nodes_config.cfg text: one entry per line, newline-terminated."""
     return "".join(p.text + "\n" for p in peers)
+
+
+def node_list_id(entries: Iterable[str]) -> str:
+    """Identity of a node list: ``sha256:`` + 16 hex digits of its entries, one per line, in
+    order (every daemon of a domain must read the same list in the same order)."""
+    text = "\n".join(e.strip().lower() for e in entries)
+    return "sha256:" + hashlib.sha256(text.encode()).hexdigest()[:16]

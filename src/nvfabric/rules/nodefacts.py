@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING
 from nvfabric.model.findings import Finding
 from nvfabric.model.vocab import Service
 
-if TYPE_CHECKING:  # value types only; nothing of rules/ runs when this module is imported
+if TYPE_CHECKING:  # value types only: nothing else runs when this module is imported
     from nvfabric.model.health import GpuFabric
     from nvfabric.model.inventory import Inventory
     from nvfabric.rules.imex.channels import ChannelFacts

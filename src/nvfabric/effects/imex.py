@@ -1,0 +1,81 @@
+"""The changes nvfabric makes for IMEX on a node, under a root directory (default ``/``):
+channel nodes (``mknod``, mode 0666, atomic), config files (atomic writes through
+:func:`nvfabric.effects.atomic.write_atomic`, a backup of different old content) and the host
+unit's enablement (``systemctl``, argv only, ``--root`` for an image root). Every path goes
+through :func:`nvfabric.facts.paths.confined` first; what is read back is
+:mod:`nvfabric.facts.imex`.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+import subprocess
+
+from nvfabric.effects.atomic import staged, write_atomic
+from nvfabric.facts.imex import channel_target, stat_node
+from nvfabric.facts.paths import confined
+from nvfabric.model import hostpath
+from nvfabric.rules.imex.channels import DevNode, channel_path
+from nvfabric.rules.imex.tables import CHANNEL_MODE, HOST_UNIT
+
+#: Bound for each systemctl call (it only edits links offline; a live manager answers fast).
+SYSTEMCTL_TIMEOUT_S = 60.0
+
+
+def create_channel(root: str, number: int, major: int) -> DevNode:
+    """Make ``channel<number>`` (c major:number, mode 0666, as NVIDIA documents) atomically:
+    mknod a temporary node beside it, chmod (the umask applies to mknod), rename over whatever
+    was there (:func:`nvfabric.effects.atomic.staged`). The directory is created mode 0755.
+    Raises :class:`~nvfabric.facts.paths.PathEscape` when the path leads out of ``root``
+    (:func:`nvfabric.facts.imex.channel_target`, checked again just before mknod), OSError
+    (EPERM without CAP_MKNOD)."""
+    host_path = channel_path(number)
+    target = channel_target(root, number)
+    with staged(target, mode=CHANNEL_MODE, dir_mode=0o755) as tmp:
+        channel_target(root, number)  # the directory may have been made just now: still inside
+        os.mknod(tmp, stat.S_IFCHR | CHANNEL_MODE, os.makedev(major, number))
+    node = stat_node(root, host_path)
+    assert node is not None
+    return node
+
+
+def write_file(root: str, host_path: str, content: str, mode: int = 0o644) -> None:
+    """Atomic replace of a config file under ``root`` (a backup of different old content is
+    kept as ``.nvfabric.bak``). Raises OSError; PathEscape for a path that would leave the
+    root (:func:`nvfabric.facts.paths.confined`)."""
+    write_atomic(confined(root, host_path), content, mode=mode)
+
+
+def systemd_running(root: str) -> bool:
+    """A live host whose systemd manager is running (sd_booted(3): ``/run/systemd/system``
+    exists) and manages ``root``: the manager's root is ``/``, so ``root`` must be ``/``
+    itself (an image root, a chroot or a container build, even with the live ``/proc``
+    mounted, is edited with ``systemctl --root``, never through the running manager)."""
+    return os.path.abspath(root) == "/" and os.path.isdir("/run/systemd/system")
+
+
+def unit_argv(root: str, action: str, now: bool, live: bool) -> list[str]:
+    """The systemctl argv that applies ``action`` (``enable`` | ``disable``) to
+    :data:`HOST_UNIT`: ``systemctl --root ROOT ACTION UNIT`` for an image root (systemctl(1)
+    ``--root``: edits the unit links of that tree, no manager involved), ``systemctl ACTION
+    [--now] UNIT`` on a live host. ValueError for another action or a root that is not a plain
+    absolute path."""
+    if action not in ("enable", "disable"):
+        raise ValueError(f"unknown unit action {action!r}")
+    if live:
+        return ["systemctl", action, *(["--now"] if now else []), HOST_UNIT]
+    hostpath.check(os.path.abspath(root), "--root")
+    return ["systemctl", "--root", os.path.abspath(root), action, HOST_UNIT]
+
+
+def run_systemctl(argv: list[str]) -> tuple[int, str]:
+    """Run one systemctl argv (no shell), bounded by :data:`SYSTEMCTL_TIMEOUT_S`: (exit status,
+    its stdout and stderr together, stripped). OSError when systemctl cannot be run; a timeout
+    is exit status 124."""
+    try:
+        proc = subprocess.run(argv, stdin=subprocess.DEVNULL, capture_output=True, text=True,
+                              timeout=SYSTEMCTL_TIMEOUT_S, check=False)
+    except subprocess.TimeoutExpired:
+        return 124, f"timed out after {SYSTEMCTL_TIMEOUT_S:g} s"
+    return proc.returncode, (proc.stdout + proc.stderr).strip()
