@@ -24,7 +24,7 @@ from nvfabric.bringup import fabricmanager
 from nvfabric.bringup import imexd as imex
 from nvfabric.bringup.spec import ServiceSpec
 from nvfabric.model.findings import Finding
-from nvfabric.supervisor import GpuCheck, Log, Policy, Supervisor, ensure_dir, sd_notify
+from nvfabric.supervisor import GpuCheck, Log, Policy, Supervisor, ensure_dir, loop, sd_notify
 
 PY = sys.executable
 
@@ -82,7 +82,7 @@ def test_socket_readiness_falls_back_to_polling_without_inotify(
     def no_inotify(directory: str) -> None:
         raise OSError(38, "Function not implemented")
 
-    monkeypatch.setattr(supervisor, "_Inotify", no_inotify)
+    monkeypatch.setattr(loop, "Inotify", no_inotify)
     path = str(tmp_path / "ipc.sock")
     log = StopOn("fabric ready in")
     outcome = Supervisor([service("sm", SOCKET_SERVER, path, "0.05", ready_socket=path),
