@@ -439,8 +439,10 @@ class Unit(Readiness):
         for spec in self.specs:
             proc = running.get(spec.name)
             alive = proc is not None and proc.status is None
-            if proc is None:
-                state = "waiting" if self.phase == "waiting" else "not_started"
+            if self.phase == "waiting":
+                state = "waiting"
+            elif proc is None:
+                state = "not_started"
             elif not alive:
                 state = "exited"
             elif self.phase == "stopping":
