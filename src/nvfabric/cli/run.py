@@ -12,7 +12,6 @@ import os
 import shlex
 import subprocess
 import sys
-from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import Any, NoReturn
@@ -52,7 +51,6 @@ from nvfabric.supervisor import (
     Outcome,
     Policy,
     RunLock,
-    Supervisor,
     acquire_run_lock,
     clear_stale_ready,
     ensure_dir,
@@ -64,34 +62,8 @@ from nvfabric.supervisor import (
     socket_listening,
     wait_for_stop,
 )
-
-
-def gpu_check(root: str) -> GpuCheck:
-    """Read the GPUs' fabric state through the health module (NVML on a real host, the node's
-    nvidia-smi on a simulated root) and summarise it for readiness."""
-    from nvfabric.facts import gpu as live
-
-    gpus = live.read(root)
-    if not gpus:
-        return GpuCheck(False, False, "no GPU fabric state", "no GPU fabric state could be read")
-    counts = Counter(str(g.state) for g in gpus)
-    summary = f"{plural(len(gpus), 'GPU')}: " + ", ".join(
-        f"{k} x{v}" for k, v in sorted(counts.items()))
-    supported = [g for g in gpus if g.state != "not_supported"]
-    if not supported:
-        return GpuCheck(False, False, summary, supported=False)
-    done = [g for g in supported if g.state == "completed"]
-    bad = [g for g in done if (g.status or "").lower() not in ("success", "")]
-    findings: tuple[Finding, ...] = ()
-    if bad:
-        findings = (Finding(
-            "registration_error", "warning",
-            f"{plural(len(bad), 'GPU')} completed fabric registration with an error status: "
-            + "; ".join(f"{g.label}: {g.status}" for g in bad),
-            "run `nvfabric status` for the per-GPU verdict", {"count": len(bad)}),)
-    return GpuCheck(len(done) == len(supported), bool(done), summary, findings=findings,
-                    progress=(len(done), len(supported)),
-                    registered_gpus=tuple(g.label for g in done))
+from nvfabric.supervisor.gpuprobe import gpu_check
+from nvfabric.supervisor.job import Job, Report
 
 
 def _generations(root: str, arch: str | None) -> set[str]:
@@ -213,13 +185,6 @@ def _check_fm_version(binary: str, driver: str | None) -> list[Finding]:
                         f"exactly (or the driver {version}); `nvfabric fetch` resolves it",
                         {"fm_version": version, "driver_version": driver})]
     return []
-
-
-def _restart_checks(unit: Unit, p: Plan) -> list[Finding]:
-    """What is checked again before an in-process restart (the supervisor checks the
-    binaries itself): fabric manager's version against the loaded driver, as at the start."""
-    return [f for spec in unit.services if spec.name == "fabricmanager"
-            for f in _check_fm_version(spec.argv[0], p.driver_version)]
 
 
 def _plain(findings: Sequence[Finding]) -> list[Finding]:
@@ -532,7 +497,7 @@ def run_cmd(root: str, arch: str | None, as_json: bool, dry_run: bool, restart: 
     except ValueError as err:
         raise usage_error(str(err)) from None
     unit = replace(unit, notes=(*unit.notes, *vend.notes()))
-    hold()
+    lock = hold()
     pre = preflight(unit, p, root=root, needs_reset=needs_reset, reset_argv=reset_argv)
     if dry_run:
         if not as_json:
@@ -542,16 +507,13 @@ def run_cmd(root: str, arch: str | None, as_json: bool, dry_run: bool, restart: 
              if pre.refused else "preflight")
     if pre.refused:
         emit("refused", 1, list(pre.findings), unit=unit, title="preflight: nothing was started")
-    outcome = _supervise(unit, p, cfg, pre, restart, reset_argv, socket_timeout, ready_timeout,
-                         restart_delay, restart_max_delay, gpu_reset_timeout,
-                         (restart_limit_burst, restart_limit_interval))
-    findings = [*outcome.findings, *pre.findings]
-    if not as_json and outcome.exit_code:
-        # Each finding was logged with its hint when it happened; one closing line (no rich
-        # listing: importing rich would delay the exit that restarts the unit by ~80 ms).
-        Log().say(f"run failed: {findings[0].code}: {findings[0].message}" if findings
-                  else "run failed")
-    emit(outcome.reason, outcome.exit_code, findings, unit=unit, outcome=outcome)
+    # the outcome is reported by the supervisor (nvfabric.supervisor.lean), as emit() does
+    report = Report(as_json, run_result(
+        "stopped", 0, p.fabric, [], processes=unit.services, files=unit.files,
+        reasons=p.reasons, vendor_files=vend.to_json()), tuple(f.to_json() for f in pre.findings))
+    _supervise(unit, p, cfg, pre, restart, reset_argv, socket_timeout, ready_timeout,
+               restart_delay, restart_max_delay, gpu_reset_timeout,
+               (restart_limit_burst, restart_limit_interval), report, lock)
 
 
 def _vendor_files(root: str, p: Plan, sets: dict[str, str],
@@ -597,8 +559,9 @@ def _vendor_files(root: str, p: Plan, sets: dict[str, str],
 def _supervise(unit: Unit, p: Plan, cfg: RunConfig, pre: Preflight, restart: str,
                reset_argv: tuple[str, ...] | None, socket_timeout: float, ready_timeout: float,
                restart_delay: float, restart_max_delay: float,
-               gpu_reset_timeout: float, start_limit: tuple[int, float]) -> Outcome:
-    from nvfabric.rules.diagnose import Classifier
+               gpu_reset_timeout: float, start_limit: tuple[int, float], report: Report,
+               lock: RunLock | None) -> NoReturn:
+    from nvfabric.supervisor.lean import supervise
 
     log = Log()
     state_dir = cfg.resolve(cfg.state_dir)
@@ -620,8 +583,8 @@ def _supervise(unit: Unit, p: Plan, cfg: RunConfig, pre: Preflight, restart: str
     info: dict[str, Any] = {"fabric": p.fabric, "driver_version": p.driver_version,
                             "management_port": p.management_port.to_json()
                             if p.management_port else None}
-    sup = Supervisor(unit.services, policy, log=log,
-                     classifier=lambda name: Classifier(p.fabric),
-                     probe=lambda: gpu_check(cfg.root), ready_file=cfg.ready_file,
-                     ready_info=info, pid_dir=state_dir, preflight=lambda: _restart_checks(unit, p))
-    return sup.run()
+    fm_bins = [s.argv[0] for s in unit.services if s.name == "fabricmanager"]
+    supervise(Job(unit.services, policy, report, ready_file=cfg.ready_file, ready_info=info,
+                  pid_dir=state_dir, fabric=p.fabric, probe_root=cfg.root,
+                  fm_check=(fm_bins[0], p.driver_version) if fm_bins else None,
+                  state_dir=state_dir, lock_fd=lock.fd if lock else None))
