@@ -572,3 +572,16 @@ def test_the_watchdog_pings_every_half_interval_on_time() -> None:
     unit.on_signal(signal.SIGTERM)
     advance(unit, host, 0.1)  # still pinging while stopping
     assert host.notified.count("WATCHDOG=1") == 12
+
+
+def test_the_other_service_gets_its_sigterm_before_the_failure_is_logged() -> None:
+    # a dying NVLSM: fabric manager's own shutdown starts while the lines are written
+    unit, host, log = machine(_pair())
+    sm, fm = _up(unit, host)
+    kills_when_logged: list[int] = []
+    log.line = lambda text: (kills_when_logged.append(len(host.kills))  # type: ignore[method-assign]
+                             if "error service_exited" in text else None)
+    exit_(unit, host, sm, KILLED)
+    assert kills_when_logged == [1] and host.kills == [(fm, signal.SIGTERM)]  # once
+    exit_(unit, host, fm, OK)
+    assert unit.outcome is not None and unit.outcome.findings[0].fields["service"] == "nvlsm"

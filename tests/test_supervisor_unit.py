@@ -578,3 +578,24 @@ def test_a_timer_further_away_than_epoll_can_wait_is_waited_for_not_a_crash(
     outcome = Supervisor([sleeper("fm", grace_s=grace_s)], log=log).run()
     assert (outcome.exit_code, outcome.reason) == (0, "stopped")
     assert "fm stopped" in log.text
+
+
+def test_the_running_supervisor_can_be_read_while_it_runs() -> None:
+    from nvfabric.supervisor.supervise import running
+
+    seen: list[list[dict[str, object]]] = []
+
+    class Snap(StopOn):
+        def line(self, text: str) -> None:
+            if "fabric ready in" in text:
+                current = running()
+                assert current is not None
+                seen.append(current.snapshot())
+            super().line(text)
+
+    assert running() is None
+    outcome = Supervisor([sleeper("fm")], log=Snap("fabric ready in")).run()
+    assert outcome.exit_code == 0 and running() is None
+    ((fm,),) = seen
+    assert (fm["service"], fm["state"], fm["ready"], fm["restarts"]) == ("fm", "ready", True, 0)
+    assert isinstance(fm["pid"], int) and fm["exits"] == {}

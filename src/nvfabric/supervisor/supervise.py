@@ -19,6 +19,15 @@ from nvfabric.supervisor.policy import Classifier, GpuCheck, Policy
 from nvfabric.supervisor.timers import Clock
 from nvfabric.supervisor.unit import Unit
 
+_running: list[Supervisor] = []
+
+
+def running() -> Supervisor | None:
+    """The supervisor whose :meth:`Supervisor.run` is going on in this process (the lean
+    supervisor process runs one), else None: where a status endpoint or a metrics exporter in
+    the same process reads :meth:`Supervisor.snapshot` from (any thread)."""
+    return _running[-1] if _running else None
+
 
 class Supervisor:
     """Runs ``specs`` as one unit under ``policy``; :meth:`run` blocks until the unit ends
@@ -57,6 +66,7 @@ class Supervisor:
     def run(self) -> Outcome:
         """Start the unit and supervise it until it stops; see :mod:`nvfabric.supervisor`."""
         self.loop.open()
+        _running.append(self)
         try:
             usec = watchdog_usec()
             # sd_watchdog_enabled(3): ping at half the interval
@@ -65,6 +75,7 @@ class Supervisor:
             assert self.unit.outcome is not None
             return self.unit.outcome
         finally:
+            _running.remove(self)
             self.unit.kill_all()
             self.loop.close()
 

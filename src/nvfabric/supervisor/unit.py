@@ -65,6 +65,7 @@ class Unit(Readiness):
         self._past_exits: list[Finding] = []  # service_exited of failures handled by a restart
         self._backoff_n = 0
         self._watchdog_s: float | None = None
+        self._termed: int | None = None  # pid sent SIGTERM ahead of its stop line
         #: exits per service by reason: ``exit_code`` (it exited), ``signal`` (killed by
         #: one), ``stopped`` (it ended while the unit was being stopped)
         self.exits: dict[str, dict[str, int]] = {s.name: {} for s in self.specs}
@@ -248,6 +249,8 @@ class Unit(Readiness):
     def on_exit(self, proc: Proc, status: int) -> None:
         """``proc`` exited with wait status ``status``."""
         proc.status = status
+        if self.phase in ("starting", "ready"):
+            self._term_next_early()
         self._drain(proc)
         self._close_proc(proc)
         text, code, sig = describe_status(status)
@@ -273,6 +276,16 @@ class Unit(Readiness):
         self._fail(Finding("service_exited", "error",
                            f"{proc.spec.name} (pid {proc.pid}) {text} {phase}{cause}", hint,
                            fields), proc, diagnosis)
+
+    def _term_next_early(self) -> None:
+        """A service died: the one the stop begins with (the last started still running)
+        gets its SIGTERM now, before the failure is logged, so that its own shutdown runs
+        while the lines are written; :meth:`_stop_next` logs it and arms its grace timer."""
+        for other in reversed(self.procs):
+            if other.status is None:
+                self.host.kill(other.pid, signal.SIGTERM)
+                self._termed = other.pid
+                return
 
     def _on_stop_signal(self, name: str) -> None:
         now = self.host.now()
@@ -336,7 +349,9 @@ class Unit(Readiness):
                 self.log.say(f"stopping {proc.spec.name} (pid {proc.pid}): SIGTERM, SIGKILL "
                              f"after {proc.spec.grace_s:g} s")
                 self._say_status(f"stopping {proc.spec.name}")
-                self.host.kill(proc.pid, signal.SIGTERM)
+                if self._termed != proc.pid:
+                    self.host.kill(proc.pid, signal.SIGTERM)
+                self._termed = None
                 self.timers.at(f"kill:{proc.spec.name}", proc.spec.grace_s,
                                functools.partial(self._on_grace_over, proc))
                 return
