@@ -149,3 +149,17 @@ def test_the_lean_entry_point_refuses_a_descriptor_that_is_not_a_job(tmp_path: P
     usage = subprocess.run([sys.executable, "-c", boot], capture_output=True, text=True,
                            timeout=60, check=False)
     assert usage.returncode == 2 and "started by nvfabric run" in usage.stderr
+
+
+def test_a_stop_signal_during_the_exec_is_kept_for_the_lean_process(
+        tmp_path: Path, start: Callable[..., Run]) -> None:
+    # SIGTERM the moment the process is the lean interpreter (still importing, tens of ms):
+    # blocked across the exec, it stays pending until the loop handles it: an orderly stop
+    root = sim(tmp_path, "dgx-b200", {"nvlsm": {"socket_delay_s": 30}})
+    run = start(root, "--json")
+    cmdline = Path(f"/proc/{run.proc.pid}/cmdline")
+    until(lambda: b"--supervise-fd" in cmdline.read_bytes(), "the exec", bound=60)
+    run.signal(signal.SIGTERM)
+    assert run.wait() == 0, run.log
+    assert run.result()["result"] == "stopped"
+    assert not events(root, "fabricmanager", "exec")

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import sys
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, NoReturn
@@ -42,6 +43,7 @@ if TYPE_CHECKING:
 FLAG = "--supervise-fd"
 _BOOT = ("import sys, json; sys.path[:0] = json.loads(sys.argv[3]); "
          "from nvfabric.supervisor.lean import main; main(sys.argv[1:])")
+_STOP = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
 #: Set (to anything) to keep the supervisor in the CLI process (no exec), e.g. to debug it.
 NO_EXEC_ENV = "NVFABRIC_SUPERVISE_IN_PROCESS"
 
@@ -62,6 +64,7 @@ def _exec(job: Job) -> None:
         fd = os.memfd_create("nvfabric-unit", 0)  # close-on-exec unless made inheritable
     except (OSError, AttributeError):
         return
+    blocked: set[int | signal.Signals] | None = None
     try:
         os.write(fd, json.dumps(job.to_json()).encode())
         os.lseek(fd, 0, os.SEEK_SET)
@@ -71,9 +74,14 @@ def _exec(job: Job) -> None:
         for stream in (sys.stdout, sys.stderr):
             stream.flush()
         paths = [p for p in sys.path if p]
+        # a stop signal during the exec stays pending for the lean process (its loop
+        # unblocks it once its handlers are in place) instead of killing the run
+        blocked = signal.pthread_sigmask(signal.SIG_BLOCK, _STOP)
         os.execv(sys.executable, [  # noqa: S606 - argv list: this interpreter, our code
             sys.executable, "-S", "-c", _BOOT, FLAG, str(fd), json.dumps(paths)])
     except OSError:
+        if blocked is not None:
+            signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
         if job.lock_fd is not None:
             os.set_inheritable(job.lock_fd, False)
         os.close(fd)

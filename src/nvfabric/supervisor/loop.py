@@ -61,6 +61,7 @@ class Loop:
         self._wake_r, self._wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
         self._old_handlers: dict[int, object] = {}
         self._old_wakeup = -1
+        self._old_mask: set[int | signal.Signals] | None = None
         self._probe_lock = threading.Lock()
         self._probe_busy = False
         self._reap_pending = False
@@ -77,8 +78,12 @@ class Loop:
     def open(self) -> None:
         """Route the stop signals, SIGCHLD and SIGHUP to the loop; start the probe worker."""
         self._old_wakeup = signal.set_wakeup_fd(self._sig_w, warn_on_full_buffer=False)
-        for sig in (*STOP_SIGNALS, signal.SIGCHLD, signal.SIGHUP):
+        routed = (*STOP_SIGNALS, signal.SIGCHLD, signal.SIGHUP)
+        for sig in routed:
             self._old_handlers[sig] = signal.signal(sig, _noop_handler)
+        # blocked across the exec into the lean supervisor (a stop asked for meanwhile stays
+        # pending): from here on they are handled
+        self._old_mask = signal.pthread_sigmask(signal.SIG_UNBLOCK, routed)
         self._sel.register(self._sig_r, selectors.EVENT_READ, self._on_signal)
         self._sel.register(self._wake_r, selectors.EVENT_READ, self._on_wake)
         if self._probe_fn is not None:
@@ -102,6 +107,8 @@ class Loop:
         thread: a probe in flight must not delay the exit of a run whose daemon died)."""
         if self._probe_thread is not None:
             self._probe_requests.put(False)
+        if self._old_mask is not None:
+            signal.pthread_sigmask(signal.SIG_SETMASK, self._old_mask)
         signal.set_wakeup_fd(self._old_wakeup)
         for sig, handler in self._old_handlers.items():
             signal.signal(sig, handler)  # type: ignore[arg-type]
