@@ -63,7 +63,7 @@ from nvfabric.effects.sockets import is_socket, socket_listening
 from nvfabric.supervisor.loop import wait_for_stop
 from nvfabric.supervisor.outcome import RUN_RESULTS, Outcome, run_result
 from nvfabric.supervisor.policy import REPEATED_STOP_WINDOW_S, Classifier, GpuCheck, Policy
-from nvfabric.supervisor.supervise import Supervisor
+from nvfabric.supervisor.supervise import Supervisor, running
 from nvfabric.supervisor.unit import SIGHUP_IGNORED
 
 __all__ = [
@@ -71,6 +71,6 @@ __all__ = [
     "STATUS_MAX_BYTES", "Classifier", "GpuCheck", "Log", "Outcome", "Policy", "RunLock",
     "Supervisor", "acquire_run_lock", "clear_stale_ready", "describe_status", "ensure_dir",
     "is_socket", "live_ready", "not_a_directory", "notify_nothing_to_start", "printable",
-    "run_lock_holder", "run_result", "sd_notify", "socket_listening", "spawn", "status_text",
-    "wait_for_stop", "watchdog_usec",
+    "run_lock_holder", "run_result", "running", "sd_notify", "socket_listening", "spawn",
+    "status_text", "wait_for_stop", "watchdog_usec",
 ]
