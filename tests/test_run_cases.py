@@ -12,7 +12,6 @@ import socket
 import stat
 import subprocess
 import sys
-import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -210,22 +209,10 @@ def test_r03_fabric_manager_crashing_after_ready_stops_nvlsm(
     assert not alive(events(root, "nvlsm", "exec")[0]["pid"])
 
 
-def test_r03_restart_on_failure_backs_off_exponentially_with_a_cap(
-        tmp_path: Path, start: Callable[..., Run]) -> None:
-    # DGX A100: no fabric state in NVML (readiness is fabric manager's success line) and no
-    # GPU reset needed before a restart.
-    root = sim(tmp_path, "dgx-a100", {"fabricmanager": {"crash_after_s": 0.2}})
-    # the max delay is also the time ready that resets the backoff: 0.6 s stays well above
-    # the fake's 0.2 s from its success line to its crash, even on a loaded machine
-    run = start(root, "--restart", "on-failure", "--restart-delay", "0.15",
-                "--restart-max-delay", "0.6")
-    run.wait_line(r"restart 4\)")
-    run.signal(signal.SIGTERM)
-    assert run.wait() == 0
-    delays = [float(m) for m in re.findall(r"restarting the unit in ([\d.]+) s", run.log)]
-    assert delays[:4] == [0.15, 0.3, 0.6, 0.6]
-    assert len(events(root, "fabricmanager", "exec")) >= 4
-    assert "taking fabricmanager's success line as readiness" in run.log
+# R03's back-off (doubling to the cap, reset once ready for the cap) on DGX A100 (success line
+# readiness, no GPU reset) is tested on a fake clock:
+# test_supervisor_machine.py::test_r03_a100_fabric_manager_restarts_on_its_success_line_...;
+# a real run that restarts: test_run_guards.py::test_run_json_keeps_every_crash_of_a_run_....
 
 
 # ---------------------------------------------------------------- R04 restart needs a GPU reset
@@ -340,20 +327,9 @@ def test_r05_a_stop_signal_delivered_twice_at_once_still_stops_in_order(
     assert "exited with code 0" in fm and "exited with code 0" in sm
 
 
-def test_r05_a_second_signal_after_the_window_kills_at_once(
-        tmp_path: Path, start: Callable[..., Run]) -> None:
-    from nvfabric.supervisor import REPEATED_STOP_WINDOW_S
-
-    root = sim(tmp_path, "dgx-b200", {"fabricmanager": {"ignore_sigterm": True}})
-    run = start(root, "--grace", "30")
-    run.wait_line(r"fabric ready in")
-    run.signal(signal.SIGTERM)
-    run.wait_line(r"stopping fabricmanager")
-    time.sleep(REPEATED_STOP_WINDOW_S + 0.2)
-    run.signal(signal.SIGTERM)
-    assert run.wait(bound=10) == 0
-    run.wait_line(r"received SIGTERM again: killing what is left")
-    run.wait_line(r"fabricmanager stopped \(killed by SIGKILL\)")
+# R05's second stop signal after REPEATED_STOP_WINDOW_S kills at once: on a fake clock,
+# tests/test_supervisor_machine.py::test_r05_a_second_signal_after_the_window_kills_at_once
+# (the signal path of a real run: the test above, the SIGKILL after a grace: the one before).
 
 
 def test_r05_sigterm_to_every_process_at_once_stops_cleanly(

@@ -36,7 +36,7 @@ class Demo:
         self.t0 = time.monotonic()
 
     def show(self, text: str = "") -> None:
-        from nvfabric.supervisor import printable
+        from nvfabric.effects.log import printable
 
         print(printable(text.replace(self.root, "DIR")), flush=True)
 

@@ -28,7 +28,8 @@ from nvfabric.model.findings import Finding
 def ready(root: str, state_dir: str, as_json: bool) -> None:
     """Exit 0 when a live `nvfabric run` is ready on this node (its readiness file names the
     run holding the run lock), 1 otherwise (`run_not_ready`: no file, or a stale one)."""
-    from nvfabric.supervisor import live_ready, printable
+    from nvfabric.effects.log import printable
+    from nvfabric.effects.runlock import live_ready
 
     try:
         state = confined(root, state_dir, "--state-dir")

@@ -16,7 +16,7 @@ import functools
 import os
 import shlex
 import sys
-from dataclasses import dataclass, fields, replace
+from dataclasses import dataclass, replace
 from typing import Any, NoReturn
 
 import click
@@ -43,12 +43,11 @@ from nvfabric.model.inventory import Inventory
 from nvfabric.rules.plan import Plan
 from nvfabric.supervisor import (
     READY_FILE,
-    GpuCheck,
     Log,
-    Outcome,
     Policy,
-    Supervisor,
+    RunLock,
     notify_nothing_to_start,
+    run_result,
 )
 
 
@@ -106,17 +105,6 @@ _PATH_OPTIONS = (("state_dir", "--state-dir"), ("fm_bin", "--fm-bin"),
                  ("nvlsm_config", "--nvlsm-config"), ("nvlsm_pid_file", "--nvlsm-pid-file"),
                  ("fm_sm_socket", "--fm-sm-socket"), ("imex_bin", "--imex-bin"),
                  ("imex_ctl", "--imex-ctl"), ("imex_config", "--imex-config"))
-
-
-def gpu_check(root: str) -> GpuCheck:
-    """The GPUs' fabric state (:func:`nvfabric.facts.node.gpus`: NVML on a real host, the
-    node's nvidia-smi on a simulated root) summarised for readiness
-    (:func:`nvfabric.rules.preflight.summarise_gpus`)."""
-    from nvfabric.facts.node import gpus
-    from nvfabric.rules.preflight import summarise_gpus
-
-    summary = summarise_gpus(gpus(root))
-    return GpuCheck(**{f.name: getattr(summary, f.name) for f in fields(summary)})
 
 
 def _emit(result: str, code: int, findings: list[Finding], *, p: Plan, o: RunOptions,
@@ -272,7 +260,7 @@ def _run_fm(o: RunOptions, inv: Inventory, p: Plan, emit: Emit) -> NoReturn:
     except ValueError as err:
         raise usage_error(str(err)) from None
     prepared = replace(prepared, notes=(*prepared.notes, *vend.notes()))
-    runlock.hold(o.root, o.state_dir, o.dry_run, emit)
+    lock = runlock.hold(o.root, o.state_dir, o.dry_run, emit)
     facts = node.collect(o.root, inv, prepared.checks())
     pre = preflight(facts, prepared.preflight_processes(), driver=p.driver_version,
                     needs_reset=prepared.needs_reset, reset_argv=reset_argv)
@@ -285,18 +273,10 @@ def _run_fm(o: RunOptions, inv: Inventory, p: Plan, emit: Emit) -> NoReturn:
     if pre.refused:
         emit("refused", 1, list(pre.findings), listed=prepared,
              title="preflight: nothing was started")
-    outcome = _supervise_fm(o, prepared, p, cfg.root, pre.findings,
-                            o.policy(socket_timeout_s=o.socket_timeout,
-                                     gpu_reset_argv=reset_argv,
-                                     gpu_reset_timeout_s=o.gpu_reset_timeout,
-                                     registered_at_start=pre.registered))
-    findings = [*outcome.findings, *pre.findings]
-    if not o.as_json and outcome.exit_code:
-        # Each finding was logged with its hint when it happened; one closing line (no rich
-        # listing: importing rich would delay the exit that restarts the unit by ~80 ms).
-        Log().say(f"run failed: {findings[0].code}: {findings[0].message}" if findings
-                  else "run failed")
-    emit(outcome.reason, outcome.exit_code, findings, listed=prepared, outcome=outcome)
+    _supervise_fm(o, prepared, p, cfg.root, pre.findings,
+                  o.policy(socket_timeout_s=o.socket_timeout, gpu_reset_argv=reset_argv,
+                           gpu_reset_timeout_s=o.gpu_reset_timeout,
+                           registered_at_start=pre.registered), vend, lock)
 
 
 def _nothing_to_do(o: RunOptions, p: Plan, emit: Emit) -> NoReturn:
@@ -391,13 +371,15 @@ def _vendor_files(root: str, p: Plan, sets: dict[str, str],
 
 
 def _supervise_fm(o: RunOptions, prepared: Prepared, p: Plan, root: str,
-                  pre: tuple[Finding, ...], policy: Policy) -> Outcome:
-    """Apply the bring-up (state directory, effective config) and supervise its processes;
-    before an in-process restart, fabric manager's version is checked again."""
+                  pre: tuple[Finding, ...], policy: Policy, vend: vendor.Resolved,
+                  lock: RunLock | None) -> NoReturn:
+    """Apply the bring-up (state directory, effective config), then hand its processes to the
+    supervisor (:func:`nvfabric.supervisor.lean.supervise`: the lean process this one execs
+    into, same pid, the run lock kept), which reports the end as :func:`_emit` would; before
+    a restart it checks fabric manager's version again."""
     from nvfabric.effects.apply import apply
-    from nvfabric.facts.node import fm_version
-    from nvfabric.rules import preflight
-    from nvfabric.rules.diagnose import Classifier
+    from nvfabric.supervisor.job import Job, Report
+    from nvfabric.supervisor.lean import supervise
 
     log = Log()
     apply(prepared, root, log.say)
@@ -409,12 +391,12 @@ def _supervise_fm(o: RunOptions, prepared: Prepared, p: Plan, root: str,
                             "management_port": p.management_port.to_json()
                             if p.management_port else None}
     fms = [s.argv[0] for s in prepared.processes if s.name == "fabricmanager"]
-    sup = Supervisor(prepared.processes, policy, log=log,
-                     classifier=lambda name: Classifier(p.fabric),
-                     probe=lambda: gpu_check(root),
-                     ready_file=os.path.join(prepared.state_dir, READY_FILE),
-                     ready_info=info, pid_dir=prepared.state_dir,
-                     preflight=lambda: [f for b in fms for f in preflight.fm_version(
-                         b, p.driver_version, fm_version(b))])
-    return sup.run()
+    report = Report(o.as_json, run_result(
+        "stopped", 0, p.fabric, [], processes=prepared.processes, files=prepared.files,
+        reasons=p.reasons, vendor_files=vend.to_json()), tuple(f.to_json() for f in pre))
+    supervise(Job(prepared.processes, policy, report,
+                  ready_file=os.path.join(prepared.state_dir, READY_FILE), ready_info=info,
+                  pid_dir=prepared.state_dir, fabric=p.fabric, probe_root=root,
+                  fm_check=(fms[0], p.driver_version) if fms else None,
+                  state_dir=prepared.state_dir, lock_fd=lock.fd if lock else None))
 

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import secrets
 import stat
 from collections.abc import Iterator
 from typing import BinaryIO
@@ -34,7 +33,7 @@ def staged(path: str, mode: int = 0o644, dir_mode: int = 0o755,
     if not os.path.isdir(directory):
         os.makedirs(directory, mode=dir_mode, exist_ok=True)
     tmp = os.path.join(
-        directory, f".{os.path.basename(path)}.{os.getpid()}.{secrets.token_hex(4)}{suffix}"
+        directory, f".{os.path.basename(path)}.{os.getpid()}.{os.urandom(4).hex()}{suffix}"
     )
     try:
         yield tmp

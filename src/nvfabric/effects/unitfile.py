@@ -22,10 +22,10 @@ from dataclasses import dataclass
 from importlib import resources
 
 from nvfabric.effects.atomic import write_atomic
+from nvfabric.effects.dirs import not_a_directory
 from nvfabric.facts.paths import under
 from nvfabric.model.errors import NvfabricError
 from nvfabric.model.findings import Finding
-from nvfabric.supervisor import not_a_directory
 
 UNIT_NAME = "nvfabric.service"
 #: Where the administrator's units live (systemd.unit(5)): what ``unit install`` writes.

@@ -1,0 +1,202 @@
+"""The lean supervisor process: ``nvfabric run`` plans and checks in the full CLI, then
+``execv``\\s into this entry point, which imports only what supervising needs, so that the
+process that stays up for days holds a few MiB instead of the whole CLI (issue 15).
+
+- Same pid: systemd's main pid, ``$WATCHDOG_PID``, PID 1 in a container and the pid in the
+  run lock and the readiness file all stay right; the environment (``$NOTIFY_SOCKET``, ...)
+  is kept.
+- The prepared unit crosses the exec as JSON (:mod:`nvfabric.supervisor.job`) in an anonymous
+  memory file (memfd_create(2)) whose descriptor number is the argument; it is validated
+  before anything starts (a job that does not parse is exit 3, a bug, nothing started).
+- The run lock's descriptor is made inheritable for the exec only and adopted on the other
+  side (:func:`nvfabric.effects.runlock.adopt_run_lock`: same file, still ours, close-on-exec
+  again so that no daemon inherits it). The lock is never released in between: flock(2)
+  locks belong to the open file, which the exec keeps.
+- Command: ``python -S -c <bootstrap> --supervise-fd N PATHS`` (``-S``: no site import; the
+  CLI's ``sys.path`` is passed instead). The single-file binary is not re-executed: its
+  executable is PyInstaller's bootloader, which would unpack itself again and run Python as a
+  new child (another pid, the lock's pid no longer the supervisor's), so it supervises
+  in-process, as does a run where the exec fails.
+- At the end the outcome is reported as ``nvfabric run`` reports it (``--json``: the one
+  object; else one closing line on failure) and the process ends with ``os._exit`` once
+  stdout and stderr are flushed: nothing is left to clean up, and the interpreter's teardown
+  is not on the path from a dying daemon to the exit.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sys
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, NoReturn
+
+from nvfabric.supervisor.job import Job, job_from_json
+from nvfabric.supervisor.outcome import Outcome
+
+if TYPE_CHECKING:
+    from nvfabric.model.findings import Finding
+    from nvfabric.supervisor.policy import Classifier, GpuCheck
+
+#: The flag of the lean entry point (``python -c BOOT --supervise-fd N PATHS``).
+FLAG = "--supervise-fd"
+_BOOT = ("import sys, json; sys.path[:0] = json.loads(sys.argv[3]); "
+         "from nvfabric.supervisor.lean import main; main(sys.argv[1:])")
+_STOP = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
+#: Set (to anything) to keep the supervisor in the CLI process (no exec), e.g. to debug it.
+NO_EXEC_ENV = "NVFABRIC_SUPERVISE_IN_PROCESS"
+
+
+def supervise(job: Job) -> NoReturn:
+    """Supervise ``job`` until it ends, then report and exit: in the lean process (exec, see
+    the module docstring) where possible, else here."""
+    if not getattr(sys, "frozen", False) and not os.environ.get(NO_EXEC_ENV) \
+            and sys.platform.startswith("linux"):
+        _exec(job)  # returns only when the exec failed
+    finish(job, run_job(job))
+
+
+def _exec(job: Job) -> None:
+    """``execv`` into the lean entry point with ``job``; returns (nothing changed but an
+    extra descriptor) only when that failed."""
+    try:
+        fd = os.memfd_create("nvfabric-unit", 0)  # close-on-exec unless made inheritable
+    except (OSError, AttributeError):
+        return
+    blocked: set[int | signal.Signals] | None = None
+    try:
+        os.write(fd, json.dumps(job.to_json()).encode())
+        os.lseek(fd, 0, os.SEEK_SET)
+        os.set_inheritable(fd, True)
+        if job.lock_fd is not None:
+            os.set_inheritable(job.lock_fd, True)
+        for stream in (sys.stdout, sys.stderr):
+            stream.flush()
+        paths = [p for p in sys.path if p]
+        # a stop signal during the exec stays pending for the lean process (its loop
+        # unblocks it once its handlers are in place) instead of killing the run
+        blocked = signal.pthread_sigmask(signal.SIG_BLOCK, _STOP)
+        os.execv(sys.executable, [  # noqa: S606 - argv list: this interpreter, our code
+            sys.executable, "-S", "-c", _BOOT, FLAG, str(fd), json.dumps(paths)])
+    except OSError:
+        if blocked is not None:
+            signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
+        if job.lock_fd is not None:
+            os.set_inheritable(job.lock_fd, False)
+        os.close(fd)
+
+
+def read_job(fd: int) -> Job:
+    """The job in the memory file ``fd`` (closed). Raises OSError, ValueError (JobError)."""
+    with os.fdopen(fd, "rb") as fh:
+        return job_from_json(json.loads(fh.read()))
+
+
+def run_job(job: Job) -> Outcome:
+    """Build the supervisor of ``job`` and run it until the unit ends: its Outcome. What is
+    needed only for a probe, a diagnosis or a restart check is imported when first used."""
+    from nvfabric.supervisor.supervise import Supervisor
+
+    return Supervisor(job.specs, job.policy, classifier=_classifier(job), probe=_probe(job),
+                      ready_file=job.ready_file, ready_info=job.ready_info,
+                      pid_dir=job.pid_dir, preflight=_restart_checks(job)).run()
+
+
+def _classifier(job: Job) -> Callable[[str], Classifier] | None:
+    """The live diagnosis of each service's lines (the catalogue of ``job.fabric``)."""
+    fabric = job.fabric
+    if fabric is None:
+        return None
+
+    def make(name: str) -> Classifier:
+        from nvfabric.rules.diagnose import Classifier
+
+        return Classifier(fabric)
+
+    return make
+
+
+def _probe(job: Job) -> Callable[[], GpuCheck] | None:
+    """The GPU probe of ``job.probe_root`` (:func:`nvfabric.supervisor.gpuprobe.gpu_check`)."""
+    root = job.probe_root
+    if root is None:
+        return None
+
+    def probe() -> GpuCheck:
+        from nvfabric.supervisor.gpuprobe import gpu_check
+
+        return gpu_check(root)
+
+    return probe
+
+
+def _restart_checks(job: Job) -> Callable[[], Sequence[Finding]] | None:
+    """What is checked again before a restart: fabric manager's version against the driver's
+    (``nvfabric run``'s own check, imported at the first restart only)."""
+    if job.fm_check is None:
+        return None
+    binary, driver = job.fm_check
+
+    def check() -> Sequence[Finding]:
+        from nvfabric.facts.node import fm_version
+        from nvfabric.rules.preflight import fm_version as version_findings
+
+        return version_findings(binary, driver, fm_version(binary))
+
+    return check
+
+
+def finish(job: Job, outcome: Outcome) -> NoReturn:
+    """Report ``outcome`` as ``nvfabric run`` does and end the process with its exit code."""
+    from nvfabric.effects.log import Log
+
+    findings = [*(f.to_json() for f in outcome.findings), *job.report.findings]
+    if job.report.as_json:
+        result = dict(job.report.result)
+        result.update(result=outcome.reason, exit_code=outcome.exit_code,
+                      ready_after_s=outcome.ready_after_s, restarts=outcome.restarts,
+                      findings=findings)
+        try:
+            sys.stdout.write(json.dumps(result, indent=2, sort_keys=False) + "\n")
+        except (OSError, ValueError):
+            pass
+    elif outcome.exit_code:
+        # Each finding was logged with its hint when it happened; one closing line.
+        Log().say(f"run failed: {findings[0]['code']}: {findings[0]['message']}" if findings
+                  else "run failed")
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):
+            pass
+    os._exit(outcome.exit_code)
+
+
+def main(argv: list[str]) -> NoReturn:
+    """The lean entry point: ``--supervise-fd N [PATHS]`` (see the module docstring)."""
+    if len(argv) < 2 or argv[0] != FLAG or not argv[1].isdigit():
+        sys.stderr.write("nvfabric: the supervisor entry point is started by nvfabric run\n")
+        os._exit(2)
+    try:
+        job = read_job(int(argv[1]))
+        if job.lock_fd is not None and job.state_dir is not None:
+            from nvfabric.effects.runlock import adopt_run_lock
+
+            adopt_run_lock(job.state_dir, job.lock_fd)
+    except (OSError, ValueError) as err:
+        sys.stderr.write(f"nvfabric: internal_error: the prepared unit cannot be taken over: "
+                         f"{err} (hint: this is a bug in nvfabric; nothing was started)\n")
+        os._exit(3)
+    try:
+        outcome = run_job(job)
+    except Exception as err:  # noqa: BLE001 - last resort, as the CLI's guarded()
+        if os.environ.get("NVFABRIC_DEBUG"):
+            raise
+        from nvfabric.cli.render import fail
+        from nvfabric.model.findings import Finding
+
+        fail(Finding("internal_error", "error", f"{type(err).__name__}: {err}",
+                     "this is a bug in nvfabric: run again with NVFABRIC_DEBUG=1 for the "
+                     "traceback and report it"), 3, job.report.as_json)
+    finish(job, outcome)
