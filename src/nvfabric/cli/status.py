@@ -9,6 +9,7 @@ timed out); 2 bad input.
 
 from __future__ import annotations
 
+import os
 import sys
 import time
 from dataclasses import dataclass
@@ -251,11 +252,16 @@ grace_option = click.option(
               help="Judge a saved `nvidia-smi -q` / `-q -x` / `--query-gpu` capture ('-': stdin).")
 @fabric_option
 @grace_option
+@click.option("--prometheus", is_flag=True,
+              help="Print the reading as Prometheus metrics (text format) instead.")
+@click.option("--textfile", metavar="PATH", default=None,
+              help="Also write the metrics to PATH (*.prom) atomically, for node_exporter's "
+                   "textfile collector.")
 @json_option
 @click.pass_context
 @guarded
 def status(ctx: click.Context, root: str, capture: str | None, fabric: str | None,
-           grace: float | None, as_json: bool) -> None:
+           grace: float | None, prometheus: bool, textfile: str | None, as_json: bool) -> None:
     """Verdict on the NVLink fabric: healthy, degraded, unhealthy, pending or not_applicable.
 
     \b
@@ -263,13 +269,61 @@ def status(ctx: click.Context, root: str, capture: str | None, fabric: str | Non
     """
     from nvfabric.facts.gpu import exit_on_sigterm
 
+    if prometheus and as_json:
+        raise usage_error("--prometheus and --json both choose the output: give one")
+    if textfile is not None:
+        textfile = textfile_path(root, textfile)
     with exit_on_sigterm():
         report = evaluate(root, capture, fabric, _root_given(ctx), grace)
-    if as_json:
+    if prometheus or textfile is not None:
+        from nvfabric.observe.metrics import reading_of, render
+
+        text = render(reading_of(report))
+        if textfile is not None:
+            write_textfile(textfile, text)
+    if prometheus:
+        sys.stdout.write(text.decode())
+    elif as_json:
         print_json(report.to_json())
     else:
         print_report(report)
     sys.exit(report.exit_code)
+
+
+def textfile_path(root: str, path: str) -> str:
+    """``--textfile``: a host path under ``root`` ending in ``.prom`` (node_exporter's textfile
+    collector reads only those: node_exporter ``collector/textfile.go``) whose directory
+    exists. Exit 2 otherwise, before anything is read."""
+    from nvfabric.model.hostpath import confined
+
+    if not path.endswith(".prom") or path.endswith("/.prom"):
+        raise usage_error(f"--textfile {path!r}: the name must end in .prom",
+                          "node_exporter's textfile collector reads only *.prom files")
+    try:
+        full = confined(root, path, "--textfile")
+    except ValueError as err:
+        raise usage_error(str(err), "host paths are absolute, resolved under --root, and may "
+                          "not leave it") from None
+    if not os.path.isdir(os.path.dirname(full) or "/"):
+        raise usage_error(f"--textfile {path!r}: no directory {os.path.dirname(path)}",
+                          "create the textfile collector's directory (node_exporter "
+                          "--collector.textfile.directory) first")
+    return full
+
+
+def write_textfile(path: str, text: bytes) -> None:
+    """Replace ``path`` with ``text`` atomically (temp file, fsync, rename: the collector never
+    reads half a file), mode 0644, no backup (the file is regenerated on every reading). A
+    write error is the one line of :func:`nvfabric.cli.render.os_error`."""
+    from nvfabric.cli.render import os_error
+    from nvfabric.effects.atomic import write_atomic
+    from nvfabric.model.errors import NvfabricError
+
+    try:
+        write_atomic(path, text, mode=0o644, backup=False)
+    except OSError as err:
+        finding, code = os_error(err, "cannot write the metrics textfile", path)
+        raise NvfabricError(finding, exit_code=code) from None
 
 
 #: The shortest fabric-state probe ``wait`` makes, even when its time is (nearly) up, so that
