@@ -224,17 +224,19 @@ def run_result(result: str, exit_code: int, fabric: str, findings: Sequence[Find
 
 class Log:
     """nvfabric's log: one line per event on ``stream`` (stderr by default), flushed at once.
-    nvfabric's own lines start with ``nvfabric: ``, a child's with its service name."""
+    nvfabric's own lines start with ``nvfabric: ``, a child's with its service name. Written
+    through :mod:`logging` with a timestamp, as text or JSON (:mod:`nvfabric.observe.logs`)."""
 
     def __init__(self, stream: IO[str] | None = None) -> None:
+        from nvfabric.observe.logs import logger_for
+
         self.stream = stream if stream is not None else sys.stderr
+        self._logger = logger_for(self.stream)
 
     def line(self, text: str) -> None:
         """One line, control characters escaped (:func:`printable`): a daemon's output or a
         value read from the node never reaches the operator's terminal raw."""
-        with contextlib.suppress(OSError, ValueError):
-            self.stream.write(printable(text) + "\n")
-            self.stream.flush()
+        self._logger.info("%s", printable(text))
 
     def say(self, text: str) -> None:
         self.line("nvfabric: " + text)
