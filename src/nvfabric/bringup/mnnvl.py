@@ -28,6 +28,8 @@ from nvfabric.model import keyvalue
 from nvfabric.model.errors import usage_error
 from nvfabric.model.findings import Finding
 from nvfabric.model.keyvalue import ConfigValueError
+from nvfabric.observe.hook import attach
+from nvfabric.observe.unitstate import NOTHING_TO_RUN, of_supervisor
 from nvfabric.rules.imex import channels, config, nodes, owner
 from nvfabric.rules.imex.domain import node_list_id, plural
 from nvfabric.rules.imex.tables import CTL_TIMEOUT_S, NODES_CONFIG_PATH
@@ -358,6 +360,7 @@ def run(p: Plan, opts: ImexRunOptions, *, dry_run: bool, as_json: bool, stay: bo
         _print_result("not_started", 0, list(prepared.warnings), prepared, as_json, "",
                       p.reasons)
         notify_nothing_to_start(f"IMEX is owned by {d.owner}; nvfabric starts nothing")
+        attach(lambda: NOTHING_TO_RUN)
         if stay:
             wait_for_stop("--stay: waiting for SIGTERM", log)
         return 0
@@ -382,6 +385,7 @@ def run(p: Plan, opts: ImexRunOptions, *, dry_run: bool, as_json: bool, stay: bo
         (prepared.spec,), policy, log=log, classifier=classifier,
         probe=readiness_probe(opts.resolve(opts.paths.ctl), cfg_path, opts.ctl_timeout_s),
         ready_file=os.path.join(opts.resolve(opts.state_dir), "ready"), ready_info=info)
+    attach(lambda: of_supervisor(sup), imex=(opts.resolve(opts.paths.ctl), cfg_path))
     outcome: Outcome = sup.run()
     if as_json:
         print_json({**run_result(

@@ -25,6 +25,7 @@ from nvfabric.bringup import fmconfig as fmcfg
 from nvfabric.bringup import nvlsm, vendor
 from nvfabric.bringup.spec import Unit, already_running
 from nvfabric.bringup.unit import RunConfig, build, environ_items
+from nvfabric.cli import listen
 from nvfabric.cli.render import (
     Seconds,
     arch_option,
@@ -43,6 +44,8 @@ from nvfabric.model.findings import Finding
 from nvfabric.model.hostpath import check as check_path
 from nvfabric.model.hostpath import confined, under_root
 from nvfabric.model.words import plural
+from nvfabric.observe.hook import attach
+from nvfabric.observe.unitstate import NOTHING_TO_RUN, of_supervisor
 from nvfabric.rules.plan import Plan
 from nvfabric.supervisor import (
     LOCK_FILE,
@@ -385,6 +388,7 @@ def _stay() -> None:
               help="This node's addresses, instead of reading its interfaces (repeatable).")
 @click.option("--imex-ctl-timeout", type=Seconds(0.05, 120), default=5.0,
               show_default=True, help="Hard timeout of each nvidia-imex-ctl call, seconds.")
+@listen.options
 @guarded
 def run_cmd(root: str, arch: str | None, as_json: bool, dry_run: bool, restart: str, stay: bool,
             fm_sets: tuple[str, ...], fabric_mode: str | None, gpu_reset_command: str | None,
@@ -395,12 +399,15 @@ def run_cmd(root: str, arch: str | None, as_json: bool, dry_run: bool, restart: 
             nvlsm_bin: str, nvlsm_config: str, nvlsm_pid_file: str,
             fm_sm_socket: str | None, imex_owner: str | None, imex_bin: str, imex_ctl: str,
             imex_config: str, imex_peers: str | None, imex_local_address: tuple[str, ...],
-            imex_ctl_timeout: float) -> None:
+            imex_ctl_timeout: float, listen_at: str | None, health_interval: float,
+            log_format: str) -> None:
     """Bring the fabric up (NVLSM, fabric manager; IMEX on GB200/GB300 trays) and supervise it
     as one unit."""
     from nvfabric.facts.inventory import collect
     from nvfabric.rules.plan import plan
 
+    address = listen.check(listen_at, log_format)
+    serve = functools.partial(listen.start, None if dry_run else address, root, health_interval)
     p = plan(collect(root, arch))
     emit = functools.partial(_emit, p=p, as_json=as_json, dry_run=dry_run)
     if p.blocked:
@@ -457,6 +464,7 @@ def run_cmd(root: str, arch: str | None, as_json: bool, dry_run: bool, restart: 
         from nvfabric.rules.diagnose import Classifier
 
         hold()
+        serve()
         imex_opts = bringup.ImexRunOptions(
             root=root, state_dir=state_dir, owner=imex_owner,
             paths=imex_service.ImexPaths(imex_bin, imex_ctl, imex_config),
@@ -505,6 +513,8 @@ def run_cmd(root: str, arch: str | None, as_json: bool, dry_run: bool, restart: 
     if p.fabric == "none":
         if stay:  # a DaemonSet pod that stays: still one per node
             hold()
+            serve()
+            attach(lambda: NOTHING_TO_RUN)
         why = p.reasons[-1] if p.reasons else "no fabric service applies"
         if not as_json:
             Log().say(f"fabric none: nothing to start ({why})")
@@ -542,6 +552,7 @@ def run_cmd(root: str, arch: str | None, as_json: bool, dry_run: bool, restart: 
              if pre.refused else "preflight")
     if pre.refused:
         emit("refused", 1, list(pre.findings), unit=unit, title="preflight: nothing was started")
+    serve()
     outcome = _supervise(unit, p, cfg, pre, restart, reset_argv, socket_timeout, ready_timeout,
                          restart_delay, restart_max_delay, gpu_reset_timeout,
                          (restart_limit_burst, restart_limit_interval))
@@ -624,4 +635,5 @@ def _supervise(unit: Unit, p: Plan, cfg: RunConfig, pre: Preflight, restart: str
                      classifier=lambda name: Classifier(p.fabric),
                      probe=lambda: gpu_check(cfg.root), ready_file=cfg.ready_file,
                      ready_info=info, pid_dir=state_dir, preflight=lambda: _restart_checks(unit, p))
+    attach(lambda: of_supervisor(sup))
     return sup.run()
