@@ -107,6 +107,10 @@ def test_gb200_tray_serves_lint_clean_metrics_with_the_imex_service(
     promtool_check(text)
     assert series(text, "nvfabric_service_up") == {'nvfabric_service_up{service="imex"}': 1.0}
     assert 'fabric="mnnvl"' in text
+    # status --prometheus (a textfile timer) asks the running daemon for the domain too
+    once = run_cli("status", "--root", str(root), "--prometheus")
+    assert series(promtool_check(once.stdout), "nvfabric_imex_domain_state")[
+        'nvfabric_imex_domain_state{state="UP"}'] == 1.0
     run.signal(signal.SIGTERM)
     assert run.wait() == 0
 

@@ -80,6 +80,8 @@ def test_gb200_tray_lints_clean_and_counts_its_findings(tmp_path: Path) -> None:
     text = promtool_check(proc.stdout)
     assert 'fabric="mnnvl"' in text
     assert series(text, "nvfabric_service_up") == {'nvfabric_service_up{service="imex"}': 0.0}
+    # no IMEX daemon runs: its domain is not asked (DOWN between jobs is no fault)
+    assert not series(text, "nvfabric_imex_domain_state")
     findings = series(text, "nvfabric_findings")
     json_proc = run_cli("status", "--root", str(root), "--json")
     codes = [(f["code"], f["severity"]) for f in json.loads(json_proc.stdout)["findings"]]

@@ -278,7 +278,10 @@ def status(ctx: click.Context, root: str, capture: str | None, fabric: str | Non
     if prometheus or textfile is not None:
         from nvfabric.observe.metrics import reading_of, render
 
-        text = render(reading_of(report))
+        reading = reading_of(report)
+        if any(s.name == "imex" and s.running for s in report.services or ()):
+            reading = _with_imex_domain(root, reading)
+        text = render(reading)
         if textfile is not None:
             write_textfile(textfile, text)
     if prometheus:
@@ -288,6 +291,24 @@ def status(ctx: click.Context, root: str, capture: str | None, fabric: str | Non
     else:
         print_report(report)
     sys.exit(report.exit_code)
+
+
+#: The IMEX control tool and config of a host-run nvidia-imex (the package's paths), asked for
+#: the domain state by ``status --prometheus`` on mnnvl trays where an IMEX daemon runs (where
+#: none runs, e.g. between the DRA driver's jobs, a DOWN domain is no fault: no series).
+IMEX_CTL, IMEX_CONFIG = "/usr/bin/nvidia-imex-ctl", "/etc/nvidia-imex/config.cfg"
+
+
+def _with_imex_domain(root: str, reading: Any) -> Any:
+    """``reading`` with the IMEX domain state as the node's ``nvidia-imex-ctl -N -j`` reports
+    it (unchanged when the daemon cannot be asked: not installed, not running, timed out)."""
+    from dataclasses import replace
+
+    from nvfabric.cli.listen import imex_domain
+    from nvfabric.model.hostpath import under_root
+
+    return replace(reading, imex_domain=imex_domain(under_root(root, IMEX_CTL),
+                                                    under_root(root, IMEX_CONFIG)))
 
 
 def textfile_path(root: str, path: str) -> str:

@@ -15,8 +15,8 @@ if TYPE_CHECKING:
 _active: Watch | None = None
 
 
-def activate(watch: Watch) -> None:
-    """Make ``watch`` the one :func:`attach` feeds (one run per process)."""
+def activate(watch: Watch | None) -> None:
+    """Make ``watch`` the one :func:`attach` feeds (one run per process; None: none)."""
     global _active
     _active = watch
 

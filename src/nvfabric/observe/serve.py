@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import ipaddress
 import json
+import re
 import socket
 import threading
 from collections.abc import Callable
@@ -45,7 +46,7 @@ def parse_listen(text: str) -> tuple[str, int]:
     host, sep, port_text = text.rpartition(":")
     if not sep or not host:
         raise ValueError(f"--listen {text!r}: give HOST:PORT, e.g. 127.0.0.1:9464")
-    if not port_text.isdigit() or not 1 <= int(port_text) <= 65535:
+    if not re.fullmatch(r"[0-9]{1,5}", port_text) or not 1 <= int(port_text) <= 65535:
         raise ValueError(f"--listen {text!r}: the port must be a number from 1 to 65535")
     if host.startswith("[") and host.endswith("]"):
         host = host[1:-1]
