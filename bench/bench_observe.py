@@ -151,6 +151,9 @@ def readyz(base: str, n: int) -> None:
     node = Node(base, 9999)
     try:
         node.until("fabric ready in")
+        deadline = time.monotonic() + BOUND_S  # the first reading of the fabric is done
+        while get(node.port, "/status") != 200 and time.monotonic() < deadline:
+            time.sleep(0.1)
         for _ in range(20):  # warm-up
             get(node.port, "/readyz")
         samples = []

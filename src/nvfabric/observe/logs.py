@@ -54,8 +54,9 @@ def current_format() -> LogFormat:
 @dataclass(frozen=True)
 class Parts:
     """One line taken apart: ``source`` (``nvfabric``, a service, or ``""`` for a line with
-    no prefix such as the ``  | `` last lines of a service), ``message`` (the rest), ``level``
-    (a :mod:`logging` level) and the finding ``code`` (None unless the line is a finding)."""
+    no prefix such as the ``  | `` last lines of a service), ``message`` (the rest; for a
+    finding what follows ``<severity> <code>: ``), ``level`` (a :mod:`logging` level) and the
+    finding ``code`` (None unless the line is a finding)."""
 
     source: str
     message: str
@@ -72,7 +73,7 @@ def parse(text: str) -> Parts:
     source, rest = m.group(1), text[m.end():]
     f = _FINDING.match(rest) if source == "nvfabric" else None
     if f is not None and f.group(2) in CODES:
-        return Parts(source, rest, _LEVELS[f.group(1)], f.group(2))
+        return Parts(source, rest[f.end():], _LEVELS[f.group(1)], f.group(2))
     return Parts(source, rest)
 
 
