@@ -167,13 +167,17 @@ def test_prometheus_and_json_together_is_a_usage_error() -> None:
     assert proc.returncode == 2 and "give one" in proc.stdout
 
 
-def test_json_and_plan_paths_do_not_load_prometheus_client(tmp_path: Path) -> None:
+def test_json_plan_and_run_without_listen_load_no_prometheus_client_nor_http(
+        tmp_path: Path) -> None:
     code = ("import sys, runpy; sys.argv = ['nvfabric'] + sys.argv[1:]\n"
             "try:\n    runpy.run_module('nvfabric', run_name='__main__')\n"
             "except SystemExit:\n    pass\n"
-            "print('LOADED' if 'prometheus_client' in sys.modules else 'CLEAN', file=sys.stderr)")
+            "loaded = {'prometheus_client', 'http.server'} & set(sys.modules)\n"
+            "print(f'LOADED {loaded}' if loaded else 'CLEAN', file=sys.stderr)")
+    root = str(sim(tmp_path, "dgx-b200"))
     for args in (["status", "--from-nvidia-smi", str(SMI / "k8s-test-infra-hw-qx-b200.xml"),
-                  "--json"], ["plan", "--root", str(sim(tmp_path, "dgx-b200")), "--json"]):
+                  "--json"], ["plan", "--root", root, "--json"],
+                 ["run", "--root", root, "--dry-run", "--json"]):
         out = subprocess.run([sys.executable, "-c", code, *args], capture_output=True,
                              text=True, timeout=60)
         assert out.stderr.strip().endswith("CLEAN"), (args, out.stderr)

@@ -43,11 +43,12 @@ def check(listen: str | None, log_format: str) -> tuple[str, int] | None:
     """Before anything else: the log format takes effect, and ``--listen`` is parsed (exit 2,
     one line, when it is not HOST:PORT)."""
     from nvfabric.observe import logs
-    from nvfabric.observe.serve import parse_listen
 
     logs.set_format("json" if log_format == "json" else "text")
-    if listen is None:
+    if listen is None:  # http.server and prometheus_client stay unimported
         return None
+    from nvfabric.observe.serve import parse_listen
+
     try:
         return parse_listen(listen)
     except ValueError as err:
