@@ -8,16 +8,18 @@ import json
 import os
 import re
 import shutil
+import signal
 import stat
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
 from tests.cases import CORPUS
 from tests.conftest import run_cli
-from tests.runkit import sim
+from tests.runkit import Run, sim
 
 SMI = CORPUS / "nvidia-smi"
 
@@ -181,3 +183,31 @@ def test_json_plan_and_run_without_listen_load_no_prometheus_client_nor_http(
         out = subprocess.run([sys.executable, "-c", code, *args], capture_output=True,
                              text=True, timeout=60)
         assert out.stderr.strip().endswith("CLEAN"), (args, out.stderr)
+
+
+def test_textfile_of_a_node_with_a_live_run_carries_its_readiness(
+        tmp_path: Path, start: Callable[..., Run]) -> None:
+    root = sim(tmp_path, "dgx-b200")
+    run = start(root)
+    run.wait_line(r"fabric ready in")
+    text = promtool_check(run_cli("status", "--root", str(root), "--prometheus").stdout)
+    assert series(text, "nvfabric_fabric_ready") == {"nvfabric_fabric_ready": 1.0}
+    ready = json.loads((root / "run/nvfabric/ready").read_text())
+    assert series(text, "nvfabric_fabric_time_to_ready_seconds") == {
+        "nvfabric_fabric_time_to_ready_seconds": ready["ready_after_s"]}
+    run.signal(signal.SIGTERM)
+    assert run.wait() == 0
+    after = run_cli("status", "--root", str(root), "--prometheus").stdout
+    assert not series(after, "nvfabric_fabric_ready")  # no run holds the lock: unknown
+
+
+def test_a_live_run_not_ready_yet_is_fabric_ready_0(
+        tmp_path: Path, start: Callable[..., Run]) -> None:
+    root = sim(tmp_path, "dgx-b200", {"fabricmanager": {"register_delay_s": 30}})
+    run = start(root)
+    run.wait_line(r"started fabricmanager")
+    text = promtool_check(run_cli("status", "--root", str(root), "--prometheus").stdout)
+    assert series(text, "nvfabric_fabric_ready") == {"nvfabric_fabric_ready": 0.0}
+    assert not series(text, "nvfabric_fabric_time_to_ready_seconds")
+    run.signal(signal.SIGTERM)
+    assert run.wait() == 0

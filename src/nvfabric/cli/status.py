@@ -281,6 +281,8 @@ def status(ctx: click.Context, root: str, capture: str | None, fabric: str | Non
         reading = reading_of(report)
         if any(s.name == "imex" and s.running for s in report.services or ()):
             reading = _with_imex_domain(root, reading)
+        if capture is None:
+            reading = _with_run_ready(root, reading)
         text = render(reading)
         if textfile is not None:
             write_textfile(textfile, text)
@@ -309,6 +311,31 @@ def _with_imex_domain(root: str, reading: Any) -> Any:
 
     return replace(reading, imex_domain=imex_domain(under_root(root, IMEX_CTL),
                                                     under_root(root, IMEX_CONFIG)))
+
+
+#: The state directory of ``nvfabric run`` (its default ``--state-dir``): run lock, ready file.
+RUN_STATE_DIR = "/run/nvfabric"
+
+
+def _with_run_ready(root: str, reading: Any) -> Any:
+    """``reading`` with the readiness of a live ``nvfabric run`` on the node (RUN.md R10: its
+    ready file, valid only while its pid holds the run lock in :data:`RUN_STATE_DIR`);
+    unchanged when no run holds the lock or the state cannot be read."""
+    from dataclasses import replace
+
+    from nvfabric.model.hostpath import under_root
+    from nvfabric.supervisor import live_ready, run_lock_holder
+
+    state = under_root(root, RUN_STATE_DIR)
+    try:
+        if run_lock_holder(state) is None:
+            return reading
+    except OSError:
+        return reading
+    info, _ = live_ready(state)
+    after = info.get("ready_after_s") if info else None
+    return replace(reading, run_ready=info is not None,
+                   ready_after_s=float(after) if isinstance(after, (int, float)) else None)
 
 
 def textfile_path(root: str, path: str) -> str:

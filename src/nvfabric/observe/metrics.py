@@ -16,8 +16,9 @@ join with ``DCGM_FI_*`` series works ``on(UUID)``. Label values come from bounde
 Series (every one has a HELP line; see README "nvfabric status"):
 
 - ``nvfabric_build_info{version, driver_version, fabric}`` 1
-- ``nvfabric_fabric_ready`` 0/1; ``nvfabric_fabric_time_to_ready_seconds`` (once ready; both
-  ``run`` only: the unit's readiness)
+- ``nvfabric_fabric_ready`` 0/1; ``nvfabric_fabric_time_to_ready_seconds`` (once ready): the
+  unit's readiness under ``run``; for ``status``, that of a live ``run`` on the node (its
+  readiness file), absent when no run holds the run lock
 - ``nvfabric_verdict{verdict}`` 0/1, one series per verdict word
 - ``nvfabric_service_up{service}`` 0/1 (``status``: read from the host's processes; ``run``:
   the unit's); ``nvfabric_service_restarts_total{service}`` and
@@ -61,7 +62,9 @@ class Reading:
     :data:`VERDICTS`; ``fabric`` the kind judged (None unknown); ``imex_domain`` the IMEX
     domain state as ``nvidia-imex-ctl -N`` printed it (None when not read); ``services``: each
     fabric service's name and whether its process runs, as ``status`` reads them from the host
-    (None when not read; under ``run`` the unit snapshot says it instead)."""
+    (None when not read; under ``run`` the unit snapshot says it instead); ``run_ready``: a
+    live ``nvfabric run`` on the node is ready (its readiness file) or not yet, None when no
+    run holds the run lock; ``ready_after_s`` as that file says."""
 
     verdict: str
     fabric: str | None
@@ -70,6 +73,8 @@ class Reading:
     findings: tuple[Finding, ...] = ()
     imex_domain: str | None = None
     services: tuple[tuple[str, bool], ...] | None = None
+    run_ready: bool | None = None
+    ready_after_s: float | None = None
 
 
 def reading_of(report: Any) -> Reading:
@@ -93,8 +98,10 @@ def families(reading: Reading | None, unit: UnitSnapshot | None) -> list[Any]:
     out += _build(reading)
     if unit is not None:
         out += _unit(unit)
-    elif reading is not None and reading.services is not None:
-        out += _services_up(reading.services)
+    elif reading is not None:
+        out += _run_ready(reading)
+        if reading.services is not None:
+            out += _services_up(reading.services)
     if reading is not None:
         out += _verdict(reading)
         out += _gpus(reading.gpus)
@@ -114,15 +121,27 @@ def _build(reading: Reading | None) -> Iterator[Any]:
     yield info
 
 
-def _unit(unit: UnitSnapshot) -> Iterator[Any]:
-    from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+def _ready(ready: bool, ready_after_s: float | None) -> Iterator[Any]:
+    from prometheus_client.core import GaugeMetricFamily
 
     yield GaugeMetricFamily("nvfabric_fabric_ready", "1 while the supervised unit is ready "
                             "(the rule of READY=1: every service ready, GPUs registered)",
-                            value=1 if unit.ready else 0)
-    if unit.ready_after_s is not None:
+                            value=1 if ready else 0)
+    if ready_after_s is not None:
         yield GaugeMetricFamily("nvfabric_fabric_time_to_ready_seconds", "Seconds from the "
-                                "last start of the unit to ready", value=unit.ready_after_s)
+                                "last start of the unit to ready", value=ready_after_s)
+
+
+def _run_ready(reading: Reading) -> Iterator[Any]:
+    if reading.run_ready is not None:
+        yield from _ready(reading.run_ready, reading.ready_after_s if reading.run_ready
+                          else None)
+
+
+def _unit(unit: UnitSnapshot) -> Iterator[Any]:
+    from prometheus_client.core import CounterMetricFamily
+
+    yield from _ready(unit.ready, unit.ready_after_s)
     yield from _services_up([(s.service, s.up) for s in unit.services])
     restarts = CounterMetricFamily("nvfabric_service_restarts", "Times the service was "
                                    "started again by the restart policy", labels=["service"])
