@@ -23,6 +23,8 @@ from nvfabric.simulate import build, parse, profile_spec
 from nvfabric.simulate.fakes import calls, install, set_faults
 
 BOUND_S = 30.0
+#: The RFC 3339 UTC timestamp nvfabric puts before each log line (nvfabric.observe.logs).
+TIMESTAMP = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z ")
 
 
 def sim(tmp_path: Path, profile: str | dict[str, Any], faults: dict[str, Any] | None = None,
@@ -86,7 +88,8 @@ class Run:
             [*prefix, *command, "run", "--root", str(root), *args],
             stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
             env=full_env, text=True)
-        self.lines: list[str] = []
+        self.lines: list[str] = []  # the log lines without their leading RFC 3339 timestamp
+        self.raw_lines: list[str] = []  # as written
         self.stdout = ""
         self._cond = threading.Condition()
         self._threads = [threading.Thread(target=self._read_err, daemon=True),
@@ -98,7 +101,9 @@ class Run:
         assert self.proc.stderr is not None
         for line in self.proc.stderr:
             with self._cond:
-                self.lines.append(line.rstrip("\n"))
+                raw = line.rstrip("\n")
+                self.raw_lines.append(raw)
+                self.lines.append(TIMESTAMP.sub("", raw, count=1))
                 self._cond.notify_all()
 
     def _read_out(self) -> None:

@@ -26,7 +26,7 @@ from nvfabric.bringup import fmconfig as fmcfg
 from nvfabric.bringup import nvlsm, vendor
 from nvfabric.bringup.prepared import Prepared
 from nvfabric.bringup.unit import RunConfig, environ_items
-from nvfabric.cli import runlock, runview
+from nvfabric.cli import listen, runlock, runview
 from nvfabric.cli.render import (
     Seconds,
     arch_option,
@@ -40,6 +40,8 @@ from nvfabric.model.errors import NvfabricError, usage_error
 from nvfabric.model.findings import Finding
 from nvfabric.model.hostpath import check as check_path
 from nvfabric.model.inventory import Inventory
+from nvfabric.observe.hook import attach
+from nvfabric.observe.unitstate import NOTHING_TO_RUN, of_running
 from nvfabric.rules.plan import Plan
 from nvfabric.supervisor import (
     READY_FILE,
@@ -88,6 +90,9 @@ class RunOptions:
     imex_peers: str | None
     imex_local_address: tuple[str, ...]
     imex_ctl_timeout: float
+    listen_at: str | None = None
+    health_interval: float = 30.0
+    log_format: str = "text"
     typed: frozenset[str] = frozenset()
 
     def policy(self, **more: Any) -> Policy:
@@ -170,6 +175,7 @@ def _emit(result: str, code: int, findings: list[Finding], *, p: Plan, o: RunOpt
               help="This node's addresses, instead of reading its interfaces (repeatable).")
 @click.option("--imex-ctl-timeout", type=Seconds(0.05, 120), default=5.0,
               show_default=True, help="Hard timeout of each nvidia-imex-ctl call, seconds.")
+@listen.options
 @guarded
 def run_cmd(**params: Any) -> None:
     """Bring the fabric up (NVLSM, fabric manager; IMEX on GB200/GB300 trays) and supervise it
@@ -186,6 +192,7 @@ def _run(o: RunOptions) -> NoReturn:
     from nvfabric.facts.inventory import collect
     from nvfabric.rules.plan import plan
 
+    listen.check(o.listen_at, o.log_format)  # the log format, and --listen parsed: exit 2
     inv = collect(o.root, o.arch)
     p = plan(inv)
     emit: Emit = functools.partial(_emit, p=p, o=o)
@@ -205,6 +212,16 @@ def _run(o: RunOptions) -> NoReturn:
 
         run_mnnvl(o, inv, p, peers_text, emit)
     _run_fm(o, inv, p, emit)
+
+
+def serve(o: RunOptions) -> None:
+    """``--listen``: serve the run's state over HTTP from now on (:func:`nvfabric.cli.listen.start`;
+    not in a dry run). The supervisor then stays in this process (the server's threads live
+    here), and the unit's state is read through :func:`nvfabric.supervisor.running`."""
+    if o.listen_at is None or o.dry_run:
+        return
+    listen.start(listen.check(o.listen_at, o.log_format), o.root, o.health_interval)
+    attach(of_running)
 
 
 def _check_paths(o: RunOptions) -> None:
@@ -273,6 +290,7 @@ def _run_fm(o: RunOptions, inv: Inventory, p: Plan, emit: Emit) -> NoReturn:
     if pre.refused:
         emit("refused", 1, list(pre.findings), listed=prepared,
              title="preflight: nothing was started")
+    serve(o)
     _supervise_fm(o, prepared, p, cfg.root, pre.findings,
                   o.policy(socket_timeout_s=o.socket_timeout, gpu_reset_argv=reset_argv,
                            gpu_reset_timeout_s=o.gpu_reset_timeout,
@@ -284,6 +302,8 @@ def _nothing_to_do(o: RunOptions, p: Plan, emit: Emit) -> NoReturn:
     SIGTERM."""
     if o.stay:  # a DaemonSet pod that stays: still one per node
         runlock.hold(o.root, o.state_dir, o.dry_run, emit)
+        serve(o)
+        attach(lambda: NOTHING_TO_RUN)
     why = p.reasons[-1] if p.reasons else "no fabric service applies"
     if not o.as_json:
         Log().say(f"fabric none: nothing to start ({why})")
@@ -398,5 +418,7 @@ def _supervise_fm(o: RunOptions, prepared: Prepared, p: Plan, root: str,
                   ready_file=os.path.join(prepared.state_dir, READY_FILE), ready_info=info,
                   pid_dir=prepared.state_dir, fabric=p.fabric, probe_root=root,
                   fm_check=(fms[0], p.driver_version) if fms else None,
-                  state_dir=prepared.state_dir, lock_fd=lock.fd if lock else None))
+                  state_dir=prepared.state_dir, lock_fd=lock.fd if lock else None,
+                  log_format=o.log_format),
+              in_process=o.listen_at is not None)
 

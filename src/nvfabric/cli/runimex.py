@@ -17,6 +17,8 @@ from nvfabric.cli import runview
 from nvfabric.cli.runlock import hold
 from nvfabric.cli.runview import Emit
 from nvfabric.model.inventory import Inventory
+from nvfabric.observe.hook import attach
+from nvfabric.observe.unitstate import NOTHING_TO_RUN, of_supervisor
 from nvfabric.rules.plan import Plan
 from nvfabric.supervisor import Log, Supervisor, notify_nothing_to_start, wait_for_stop
 
@@ -29,9 +31,11 @@ def run_mnnvl(o: RunOptions, inv: Inventory, p: Plan, peers_text: str | None,
                emit: Emit) -> NoReturn:
     """GB200/GB300 trays: IMEX, started by nvfabric only when it is the host owner."""
     from nvfabric.bringup import imexd, mnnvl
+    from nvfabric.cli.run import serve
     from nvfabric.facts import node
 
     hold(o.root, o.state_dir, o.dry_run, emit)
+    serve(o)
     opts = mnnvl.ImexRunOptions(
         root=o.root, state_dir=o.state_dir, owner=o.imex_owner,
         paths=imexd.ImexPaths(o.imex_bin, o.imex_ctl, o.imex_config),
@@ -73,6 +77,7 @@ def _imex_not_ours(o: RunOptions, p: Plan, prepared: Prepared) -> NoReturn:
     runview.report("not_started", 0, list(prepared.warnings), p,
                    as_json=o.as_json, dry_run=False, imex=prepared)
     notify_nothing_to_start(f"IMEX is owned by {d.owner}; nvfabric starts nothing")
+    attach(lambda: NOTHING_TO_RUN)
     if o.stay:
         wait_for_stop("--stay: waiting for SIGTERM", log)
     sys.exit(0)
@@ -111,6 +116,7 @@ def _supervise_imex(o: RunOptions, opts: ImexRunOptions, prepared: Prepared, p: 
         probe=readiness_probe(opts.resolve(opts.paths.ctl), prepared.files[1].path,
                               opts.ctl_timeout_s),
         ready_file=opts.ready_file, ready_info=info)
+    attach(lambda: of_supervisor(sup), imex=(opts.resolve(opts.paths.ctl), prepared.files[1].path))
     outcome = sup.run()
     emit(outcome.reason, outcome.exit_code, list(outcome.findings), listed=prepared,
          outcome=outcome, title="run failed" if outcome.exit_code else "")

@@ -9,6 +9,7 @@ timed out); 2 bad input.
 
 from __future__ import annotations
 
+import os
 import sys
 import time
 from dataclasses import dataclass
@@ -267,11 +268,16 @@ grace_option = click.option(
               help="Judge a saved `nvidia-smi -q` / `-q -x` / `--query-gpu` capture ('-': stdin).")
 @fabric_option
 @grace_option
+@click.option("--prometheus", is_flag=True,
+              help="Print the reading as Prometheus metrics (text format) instead.")
+@click.option("--textfile", metavar="PATH", default=None,
+              help="Also write the metrics to PATH (*.prom) atomically, for node_exporter's "
+                   "textfile collector.")
 @json_option
 @click.pass_context
 @guarded
 def status(ctx: click.Context, root: str, capture: str | None, fabric: FabricKind | None,
-           grace: float | None, as_json: bool) -> None:
+           grace: float | None, prometheus: bool, textfile: str | None, as_json: bool) -> None:
     """Verdict on the NVLink fabric: healthy, degraded, unhealthy, pending or not_applicable.
 
     \b
@@ -279,13 +285,109 @@ def status(ctx: click.Context, root: str, capture: str | None, fabric: FabricKin
     """
     from nvfabric.facts.gpu import exit_on_sigterm
 
+    if prometheus and as_json:
+        raise usage_error("--prometheus and --json both choose the output: give one")
+    if textfile is not None:
+        textfile = textfile_path(root, textfile)
     with exit_on_sigterm():
         report = evaluate(root, capture, fabric, _root_given(ctx), grace)
-    if as_json:
+    if prometheus or textfile is not None:
+        from nvfabric.observe.metrics import reading_of, render
+
+        reading = reading_of(report)
+        if any(s.name == "imex" and s.running for s in report.services or ()):
+            reading = _with_imex_domain(root, reading)
+        if capture is None:
+            reading = _with_run_ready(root, reading)
+        text = render(reading)
+        if textfile is not None:
+            write_textfile(textfile, text)
+    if prometheus:
+        sys.stdout.write(text.decode())
+    elif as_json:
         print_json(report.to_json())
     else:
         print_report(report)
     sys.exit(report.exit_code)
+
+
+#: The IMEX control tool and config of a host-run nvidia-imex (the package's paths), asked for
+#: the domain state by ``status --prometheus`` on mnnvl trays where an IMEX daemon runs (where
+#: none runs, e.g. between the DRA driver's jobs, a DOWN domain is no fault: no series).
+IMEX_CTL, IMEX_CONFIG = "/usr/bin/nvidia-imex-ctl", "/etc/nvidia-imex/config.cfg"
+
+
+def _with_imex_domain(root: str, reading: Any) -> Any:
+    """``reading`` with the IMEX domain state as the node's ``nvidia-imex-ctl -N -j`` reports
+    it (unchanged when the daemon cannot be asked: not installed, not running, timed out)."""
+    from dataclasses import replace
+
+    from nvfabric.cli.listen import imex_domain
+    from nvfabric.facts.paths import under
+
+    return replace(reading, imex_domain=imex_domain(under(root, IMEX_CTL),
+                                                    under(root, IMEX_CONFIG)))
+
+
+#: The state directory of ``nvfabric run`` (its default ``--state-dir``): run lock, ready file.
+RUN_STATE_DIR = "/run/nvfabric"
+
+
+def _with_run_ready(root: str, reading: Any) -> Any:
+    """``reading`` with the readiness of a live ``nvfabric run`` on the node (RUN.md R10: its
+    ready file, valid only while its pid holds the run lock in :data:`RUN_STATE_DIR`);
+    unchanged when no run holds the lock or the state cannot be read."""
+    from dataclasses import replace
+
+    from nvfabric.facts.paths import under
+    from nvfabric.supervisor import live_ready, run_lock_holder
+
+    state = under(root, RUN_STATE_DIR)
+    try:
+        if run_lock_holder(state) is None:
+            return reading
+    except OSError:
+        return reading
+    info, _ = live_ready(state)
+    after = info.get("ready_after_s") if info else None
+    return replace(reading, run_ready=info is not None,
+                   ready_after_s=float(after) if isinstance(after, (int, float)) else None)
+
+
+def textfile_path(root: str, path: str) -> str:
+    """``--textfile``: a host path under ``root`` ending in ``.prom`` (node_exporter's textfile
+    collector reads only those: node_exporter ``collector/textfile.go``) whose directory
+    exists. Exit 2 otherwise, before anything is read."""
+    from nvfabric.facts.paths import confined
+
+    if not path.endswith(".prom") or path.endswith("/.prom"):
+        raise usage_error(f"--textfile {path!r}: the name must end in .prom",
+                          "node_exporter's textfile collector reads only *.prom files")
+    try:
+        full = confined(root, path, "--textfile")
+    except ValueError as err:
+        raise usage_error(str(err), "host paths are absolute, resolved under --root, and may "
+                          "not leave it") from None
+    if not os.path.isdir(os.path.dirname(full) or "/"):
+        raise usage_error(f"--textfile {path!r}: no directory {os.path.dirname(path)}",
+                          "create the textfile collector's directory (node_exporter "
+                          "--collector.textfile.directory) first")
+    return full
+
+
+def write_textfile(path: str, text: bytes) -> None:
+    """Replace ``path`` with ``text`` atomically (temp file, fsync, rename: the collector never
+    reads half a file), mode 0644, no backup (the file is regenerated on every reading). A
+    write error is the one line of :func:`nvfabric.cli.render.os_error`."""
+    from nvfabric.cli.render import os_error
+    from nvfabric.effects.atomic import write_atomic
+    from nvfabric.model.errors import NvfabricError
+
+    try:
+        write_atomic(path, text, mode=0o644, backup=False)
+    except OSError as err:
+        finding, code = os_error(err, "cannot write the metrics textfile", path)
+        raise NvfabricError(finding, exit_code=code) from None
 
 
 #: The shortest fabric-state probe ``wait`` makes, even when its time is (nearly) up, so that

@@ -7,7 +7,6 @@ escaping every plain-text line goes through.
 
 from __future__ import annotations
 
-import contextlib
 import sys
 from typing import IO, TYPE_CHECKING
 
@@ -17,17 +16,19 @@ if TYPE_CHECKING:
 
 class Log:
     """nvfabric's log: one line per event on ``stream`` (stderr by default), flushed at once.
-    nvfabric's own lines start with ``nvfabric: ``, a child's with its service name."""
+    nvfabric's own lines start with ``nvfabric: ``, a child's with its service name. Written
+    through :mod:`logging` with a timestamp, as text or JSON (:mod:`nvfabric.observe.logs`)."""
 
     def __init__(self, stream: IO[str] | None = None) -> None:
+        from nvfabric.observe.logs import logger_for
+
         self.stream = stream if stream is not None else sys.stderr
+        self._logger = logger_for(self.stream)
 
     def line(self, text: str) -> None:
         """One line, control characters escaped (:func:`printable`): a daemon's output or a
         value read from the node never reaches the operator's terminal raw."""
-        with contextlib.suppress(OSError, ValueError):
-            self.stream.write(printable(text) + "\n")
-            self.stream.flush()
+        self._logger.info("%s", printable(text))
 
     def say(self, text: str) -> None:
         """One line of nvfabric's own: ``nvfabric: text``."""

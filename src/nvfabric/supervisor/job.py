@@ -57,6 +57,7 @@ class Job:
     fm_check: tuple[str, str | None] | None = None  # (fabric manager binary, driver version)
     state_dir: str | None = None
     lock_fd: int | None = None
+    log_format: str = "text"  # run --log-format: text or json
 
     def to_json(self) -> dict[str, Any]:
         """The JSON form (a dict of JSON values)."""
@@ -150,4 +151,11 @@ def job_from_json(raw: Any) -> Job:
         fabric=fabric,
         probe_root=_typed(raw, "probe_root", (str, type(None))),
         fm_check=fm_check, state_dir=_typed(raw, "state_dir", (str, type(None))),
-        lock_fd=_typed(raw, "lock_fd", (int, type(None))))
+        lock_fd=_typed(raw, "lock_fd", (int, type(None))),
+        log_format=_log_format(raw.get("log_format", "text")))
+
+
+def _log_format(word: object) -> str:
+    if word not in ("text", "json"):
+        raise JobError(f"log_format: text or json, not {word!r}")
+    return str(word)

@@ -48,10 +48,11 @@ _STOP = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
 NO_EXEC_ENV = "NVFABRIC_SUPERVISE_IN_PROCESS"
 
 
-def supervise(job: Job) -> NoReturn:
+def supervise(job: Job, in_process: bool = False) -> NoReturn:
     """Supervise ``job`` until it ends, then report and exit: in the lean process (exec, see
-    the module docstring) where possible, else here."""
-    if not getattr(sys, "frozen", False) and not os.environ.get(NO_EXEC_ENV) \
+    the module docstring) where possible, else here (``in_process``: this process serves
+    ``run --listen``'s HTTP endpoint, whose threads an exec would end)."""
+    if not in_process and not getattr(sys, "frozen", False) and not os.environ.get(NO_EXEC_ENV) \
             and sys.platform.startswith("linux"):
         _exec(job)  # returns only when the exec failed
     finish(job, run_job(job))
@@ -188,6 +189,9 @@ def main(argv: list[str]) -> NoReturn:
         sys.stderr.write(f"nvfabric: internal_error: the prepared unit cannot be taken over: "
                          f"{err} (hint: this is a bug in nvfabric; nothing was started)\n")
         os._exit(3)
+    from nvfabric.observe.logs import set_format
+
+    set_format("json" if job.log_format == "json" else "text")
     try:
         outcome = run_job(job)
     except Exception as err:  # noqa: BLE001 - last resort, as the CLI's guarded()

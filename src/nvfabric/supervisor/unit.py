@@ -254,7 +254,8 @@ class Unit(Readiness):
         self._drain(proc)
         self._close_proc(proc)
         text, code, sig = describe_status(status)
-        reason = "stopped" if self.phase == "stopping" else "signal" if sig else "exit_code"
+        reason = "stopped" if self.phase == "stopping" else "signal" if sig else \
+            "clean" if code == 0 else "exit_code"
         counts = self.exits.setdefault(proc.spec.name, {})
         counts[reason] = counts.get(reason, 0) + 1
         if proc.spec.ready_socket:
@@ -446,8 +447,9 @@ class Unit(Readiness):
         """The unit's state now, for a status endpoint or metrics: one dict per service in
         start order with ``service``, ``state`` (``not_started``, ``starting``, ``ready``,
         ``stopping``, ``exited``, ``waiting`` for a restart), ``pid`` (None when not
-        running), ``restarts`` (of the unit), ``exits`` (by reason, see :attr:`exits`) and
-        ``ready`` (the unit is ready). Plain values, a new list each call: safe to read from
+        running), ``restarts`` (of the unit), ``exits`` (by reason: ``exit_code``, ``clean``
+        (exit 0 while it should run on), ``signal``, ``stopped``) and ``ready`` (the unit is
+        ready). Plain values, a new list each call: safe to read from
         another thread between two events of the loop."""
         running = {p.spec.name: p for p in self.procs}
         out: list[dict[str, object]] = []

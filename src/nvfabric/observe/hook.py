@@ -1,0 +1,33 @@
+"""Where a run's supervisor meets the HTTP endpoint, without importing it: ``run --listen``
+activates its :class:`nvfabric.observe.serve.Watch` here, and the code that builds a
+supervisor calls :func:`attach` (a no-op when nothing serves, so ``run`` without ``--listen``
+pays for no HTTP import)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from nvfabric.observe.serve import Watch
+    from nvfabric.observe.unitstate import UnitSnapshot
+
+_active: Watch | None = None
+
+
+def activate(watch: Watch | None) -> None:
+    """Make ``watch`` the one :func:`attach` feeds (one run per process; None: none)."""
+    global _active
+    _active = watch
+
+
+def attach(unit: Callable[[], UnitSnapshot], imex: tuple[str, str] | None = None) -> None:
+    """Give the active watch (if any) the unit state function of the supervisor that now runs
+    the unit: ``attach(lambda: of_supervisor(sup))``; ``imex``: the IMEX daemon the reader
+    asks for the domain state (full paths of nvidia-imex-ctl and the config it runs with).
+    A no-op when nothing serves."""
+    if _active is not None:
+        _active.unit = unit
+        _active.imex = imex
+        if imex is not None:
+            _active.read_once()

@@ -1,0 +1,182 @@
+"""The HTTP endpoint of ``nvfabric run --listen HOST:PORT``: ``/metrics``, ``/healthz``,
+``/readyz`` and ``/status``, served from a snapshot, never from a read of the host per request.
+
+- ``/metrics``: Prometheus text format (:func:`nvfabric.observe.metrics.render`) of the last
+  reading and the unit's state now.
+- ``/healthz``: 200 while the run is alive (its supervisor has not finished), else 503.
+- ``/readyz``: 200 while the unit is ready, the rule of ``READY=1`` (every service ready, GPUs
+  registered: :class:`nvfabric.observe.unitstate.UnitSnapshot`), else 503 with the phase.
+- ``/status``: the JSON object of ``nvfabric status --json`` from the last reading (503 until
+  the first reading is done).
+
+Threads: the server (:class:`http.server.ThreadingHTTPServer`, one daemon thread per request)
+and one reader thread that re-reads the fabric every ``interval_s`` seconds through the
+injected ``read`` function. The supervisor's event loop is never called into: the unit state
+is a frozen snapshot read from it (:func:`nvfabric.observe.unitstate.of_supervisor`).
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import json
+import re
+import socket
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+from nvfabric.observe.metrics import CONTENT_TYPE, Reading, render
+from nvfabric.observe.unitstate import UnitSnapshot
+
+#: The reader: given the IMEX daemon to ask (``(nvidia-imex-ctl, config.cfg)`` full paths, or
+#: None), the reading for the metrics and the ``status --json`` object.
+Read = Callable[[tuple[str, str] | None], tuple[Reading, dict[str, Any]]]
+
+#: Seconds a client may take to send its request before the connection is closed (a stalled
+#: client holds one thread, never the supervisor).
+REQUEST_TIMEOUT_S = 5.0
+
+
+def parse_listen(text: str) -> tuple[str, int]:
+    """``HOST:PORT`` -> (host, port). HOST is an IPv4 address, ``[IPv6]`` or ``localhost``;
+    PORT 1-65535. ValueError naming the problem otherwise (a host name other than localhost
+    would be a DNS lookup at start: give the address)."""
+    host, sep, port_text = text.rpartition(":")
+    if not sep or not host:
+        raise ValueError(f"--listen {text!r}: give HOST:PORT, e.g. 127.0.0.1:9464")
+    if not re.fullmatch(r"[0-9]{1,5}", port_text) or not 1 <= int(port_text) <= 65535:
+        raise ValueError(f"--listen {text!r}: the port must be a number from 1 to 65535")
+    if host.startswith("[") and host.endswith("]"):
+        host = host[1:-1]
+        try:
+            ipaddress.IPv6Address(host)
+        except ValueError:
+            raise ValueError(f"--listen {text!r}: {host!r} is not an IPv6 address") from None
+    elif host != "localhost":
+        try:
+            ipaddress.IPv4Address(host)
+        except ValueError:
+            raise ValueError(f"--listen {text!r}: {host!r} is not an IPv4 address (an IPv6 "
+                             "address goes in brackets: [::1]:9464)") from None
+    return host, int(port_text)
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """What a request is answered from: the last reading (None before the first) with its
+    ``status --json`` object, and the unit's state."""
+
+    reading: Reading | None
+    status: dict[str, Any] | None
+    unit: UnitSnapshot
+
+
+class Watch:
+    """The run's published state. ``unit`` is a function returning the unit's snapshot now
+    (:meth:`attach` sets it once the supervisor exists); the reading is replaced by the reader
+    thread every ``interval_s`` seconds (:meth:`start_reader`). Reads are lock-free: each
+    attribute holds an immutable value, replaced whole."""
+
+    def __init__(self, read: Read | None, interval_s: float) -> None:
+        self._read = read
+        self.interval_s = interval_s
+        self.unit: Callable[[], UnitSnapshot] = lambda: UnitSnapshot(phase="idle")
+        self.imex: tuple[str, str] | None = None
+        self._last: tuple[Reading, dict[str, Any]] | None = None
+        self._stop = threading.Event()
+        self.read_error: str | None = None
+
+    def snapshot(self) -> Snapshot:
+        last = self._last
+        return Snapshot(None if last is None else last[0], None if last is None else last[1],
+                        self.unit())
+
+    def read_once(self) -> None:
+        """One reading through ``read``; a failure keeps the previous reading and is kept in
+        ``read_error`` (the probe's own findings carry NVML errors: this is for bugs)."""
+        if self._read is None:
+            return
+        try:
+            self._last = self._read(self.imex)
+            self.read_error = None
+        except Exception as err:  # noqa: BLE001 - the reader thread must outlive a bad read
+            self.read_error = f"{type(err).__name__}: {err}"
+
+    def start_reader(self) -> None:
+        def loop() -> None:
+            while True:
+                self.read_once()
+                if self._stop.wait(self.interval_s):
+                    return
+
+        threading.Thread(target=loop, name="nvfabric-observe-reader", daemon=True).start()
+
+    def stop(self) -> None:
+        self._stop.set()
+
+
+def _answer(watch: Watch, path: str) -> tuple[int, str, bytes]:
+    """(HTTP status, content type, body) for ``path``; pure given the watch's snapshot."""
+    snap = watch.snapshot()
+    text = "text/plain; charset=utf-8"
+    if path == "/metrics":
+        return 200, CONTENT_TYPE, render(snap.reading, snap.unit)
+    if path == "/healthz":
+        return (200, text, b"ok\n") if snap.unit.alive else (503, text, b"run has ended\n")
+    if path == "/readyz":
+        if snap.unit.ready:
+            return 200, text, b"ready\n"
+        return 503, text, f"not ready: {snap.unit.phase}\n".encode()
+    if path == "/status":
+        if snap.status is None:
+            return 503, text, b"no reading yet\n"
+        return 200, "application/json", (json.dumps(snap.status, indent=2) + "\n").encode()
+    return 404, text, b"not found: /metrics, /healthz, /readyz, /status\n"
+
+
+def _handler(watch: Watch) -> type[BaseHTTPRequestHandler]:
+    class Handler(BaseHTTPRequestHandler):
+        timeout = REQUEST_TIMEOUT_S
+        server_version = "nvfabric"
+        sys_version = ""
+
+        def do_GET(self) -> None:  # noqa: N802 - http.server's name
+            self._reply(with_body=True)
+
+        def do_HEAD(self) -> None:  # noqa: N802
+            self._reply(with_body=False)
+
+        def _reply(self, with_body: bool) -> None:
+            status, ctype, body = _answer(watch, self.path.split("?", 1)[0])
+            self.send_response(status)
+            self.send_header("Content-Type", ctype)
+            self.send_header("Content-Length", str(len(body)))
+            self.send_header("Cache-Control", "no-store")
+            self.end_headers()
+            if with_body:
+                self.wfile.write(body)
+
+        def log_message(self, format: str, *args: Any) -> None:  # noqa: A002
+            pass  # no per-request log lines
+
+    return Handler
+
+
+class _Server(ThreadingHTTPServer):
+    daemon_threads = True
+
+    def __init__(self, host: str, port: int, handler: type[BaseHTTPRequestHandler]) -> None:
+        if ":" in host:
+            self.address_family = socket.AF_INET6
+        super().__init__((host, port), handler)
+
+
+def serve(watch: Watch, host: str, port: int) -> ThreadingHTTPServer:
+    """Bind ``host:port`` now (OSError when it cannot: in use, no such address) and serve
+    ``watch`` from a daemon thread; returns the server (``shutdown()`` stops it)."""
+    server = _Server(host, port, _handler(watch))
+    threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 5.0},
+                     name="nvfabric-http", daemon=True).start()
+    return server

@@ -1,0 +1,90 @@
+"""The log formatters in-process: the parts of each kind of line nvfabric writes, RFC 3339
+time, JSON objects, and Log's lines through logging (text and JSON)."""
+
+from __future__ import annotations
+
+import io
+import json
+import logging
+from collections.abc import Iterator
+
+import pytest
+
+from nvfabric.model.findings import Finding
+from nvfabric.observe import logs
+from nvfabric.supervisor import Log
+from tests.runkit import TIMESTAMP
+
+
+@pytest.fixture
+def json_format() -> Iterator[None]:
+    logs.set_format("json")
+    try:
+        yield
+    finally:
+        logs.set_format("text")
+
+
+@pytest.mark.parametrize(("line", "parts"), [
+    ("nvfabric: fabric ready in 0.501 s (nvlsm pid 5)",
+     logs.Parts("nvfabric", "fabric ready in 0.501 s (nvlsm pid 5)")),
+    ("nvfabric: error service_exited: nvlsm (pid 5) killed by SIGKILL (hint: read)",
+     logs.Parts("nvfabric", "nvlsm (pid 5) killed by SIGKILL (hint: read)", logging.ERROR,
+                "service_exited")),
+    ("nvfabric: warning registration_error: 1 GPU ...",
+     logs.Parts("nvfabric", "1 GPU ...", logging.WARNING, "registration_error")),
+    # not a code of the catalogue: an ordinary line
+    ("nvfabric: error no_such_code: x", logs.Parts("nvfabric", "error no_such_code: x")),
+    ("fabricmanager: Connected to 1 node.", logs.Parts("fabricmanager", "Connected to 1 node.")),
+    # a daemon's line that looks like a finding is the daemon's text, not a finding
+    ("nvlsm: error service_exited: x", logs.Parts("nvlsm", "error service_exited: x")),
+    ("gpu-reset: All done.", logs.Parts("gpu-reset", "All done.")),
+    ("  | last line", logs.Parts("", "  | last line")),
+    ("Fabric Manager: x", logs.Parts("", "Fabric Manager: x")),
+])
+def test_parts_of_each_kind_of_line(line: str, parts: logs.Parts) -> None:
+    assert logs.parse(line) == parts
+
+
+def test_rfc3339_is_utc_with_milliseconds() -> None:
+    assert logs.rfc3339(0) == "1970-01-01T00:00:00.000Z"
+    assert logs.rfc3339(1796125200.1234) == "2026-12-01T11:40:00.123Z"
+
+
+def test_log_text_lines_have_the_timestamp_before_the_old_text() -> None:
+    out = io.StringIO()
+    log = Log(out)
+    log.say("started nvlsm")
+    log.finding(Finding("nvlsm_missing", "error", "gone", "install it"))
+    log.line("nvlsm: \x1b[2J")
+    lines = out.getvalue().splitlines()
+    assert [TIMESTAMP.sub("", x, count=1) for x in lines] == [
+        "nvfabric: started nvlsm", "nvfabric: error nvlsm_missing: gone (hint: install it)",
+        "nvlsm: \\x1b[2J"]
+    assert all(TIMESTAMP.match(x) for x in lines)
+
+
+def test_log_json_lines_are_objects(json_format: None) -> None:
+    out = io.StringIO()
+    log = Log(out)
+    log.say("fabric ready in 1.000 s")
+    log.finding(Finding("service_exited", "error", "nvlsm (pid 5) exited", "read"))
+    log.line("fabricmanager: caf\u00e9 \x07")
+    objs = [json.loads(x) for x in out.getvalue().splitlines()]
+    assert [(o["level"], o["source"], o["code"], o["message"]) for o in objs] == [
+        ("info", "nvfabric", None, "fabric ready in 1.000 s"),
+        ("error", "nvfabric", "service_exited", "nvlsm (pid 5) exited (hint: read)"),
+        ("info", "fabricmanager", None, "caf\u00e9 \\x07"),
+    ]
+    assert all(TIMESTAMP.match(o["time"] + " ") for o in objs)
+
+
+def test_a_closed_stream_never_raises() -> None:
+    out = io.StringIO()
+    out.close()
+    Log(out).say("nobody reads this")  # dropped, as before
+
+
+def test_unknown_format_is_refused() -> None:
+    with pytest.raises(ValueError, match="text, json"):
+        logs.set_format("yaml")  # type: ignore[arg-type]
