@@ -4,7 +4,8 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test test-integration bench lint clean dist deb image talos-image fuzz sync-shared
+.PHONY: demo test test-integration bench lint clean dist deb image talos-image fuzz sync-shared \
+	catalogues
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -84,6 +85,11 @@ SHARED ?= ../shared
 sync-shared: $(STAMP)
 	NVFABRIC_SHARED=$(SHARED) $(BIN)/python -m tests.datasync
 
+# Rewrite the JSON twins of the YAML catalogues (src/nvfabric/data/*.yaml -> *.json) that
+# nvfabric reads at run time; make test fails while a twin differs from its YAML.
+catalogues: $(STAMP)
+	$(BIN)/python -m tests.catalogues
+
 bench: pyc
 	$(BIN)/python bench/run.py
 
@@ -103,7 +109,7 @@ BOOTLOADER_CFLAGS := -O2 -fstack-protector-strong -D_FORTIFY_SOURCE=2 -Wformat \
 	-Werror=format-security
 BOOTLOADER_LDFLAGS := -Wl,-z,relro -Wl,-z,now
 DIST_SOURCES := pyproject.toml packaging/dist/nvfabric-entry.py \
-	$(shell find src/nvfabric -name '*.py' -o -name '*.yaml' -o -name py.typed)
+	$(shell find src/nvfabric -name '*.py' -o -name '*.yaml' -o -name '*.json' -o -name py.typed)
 
 $(DIST_STAMP): pyproject.toml
 	test -x $(DIST_VENV)/bin/python || $(PY) -m venv $(DIST_VENV)

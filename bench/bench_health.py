@@ -1,7 +1,8 @@
 """Benchmark of the health and diagnosis commands (issue "Fabric health and diagnosis").
 
 1. ``nvfabric status --from-nvidia-smi`` on 8-GPU captures: whole-process wall time (median of
-   N runs) against ``python3 -c pass`` on the same interpreter.
+   N runs, interleaved with ``python3 -c pass`` on the same interpreter) and the ratio (issue 11
+   target for ``--json``: at most 4x).
 2. ``nvfabric doctor`` on a 200 MB synthetic fabric manager log (generated in a temp dir from
    the line shapes of tests/data/corpus/logs/gpud-hgx-h100-535.161.08-fabricmanager.log, with
    0.1% failure lines): throughput and peak RSS (target >= 50 MB/s, < 60 MB), side by side with
@@ -29,18 +30,9 @@ RUNS = int(os.environ.get("BENCH_RUNS", "15"))
 LOG_MB = int(os.environ.get("BENCH_LOG_MB", "200"))
 
 sys.path.insert(0, str(REPO / "src"))
+sys.path.insert(0, str(REPO / "bench"))
 
-
-def wall(argv: list[str], runs: int = RUNS) -> tuple[float, int]:
-    """Median wall seconds of ``runs`` executions, and the last exit code."""
-    times = []
-    rc = 0
-    for _ in range(runs):
-        t0 = time.perf_counter()
-        proc = subprocess.run(argv, capture_output=True, check=False)  # noqa: S603
-        times.append(time.perf_counter() - t0)
-        rc = proc.returncode
-    return statistics.median(times), rc
+from common import interleaved_ms, startup_ratio  # noqa: E402
 
 
 def run_measured(argv: list[str]) -> tuple[float, float, int, bytes]:
@@ -120,16 +112,22 @@ def ere(needles: list[str]) -> str:
 
 def main() -> None:
     py = sys.executable
-    base, _ = wall([py, "-c", "pass"])
-    print(f"python3 -c pass: {base * 1000:.1f} ms (median of {RUNS})")
+    script = Path(py).parent / "nvfabric"  # the console script operators run
+    nvfabric = [str(script)] if script.exists() else [py, "-m", "nvfabric"]
+    with open("/proc/loadavg", encoding="utf-8") as fh:
+        print(f"load average (1, 5, 15 min): {' '.join(fh.read().split()[:3])}")
     for name in ("k8s-test-infra-hw-qx-b200.xml", "hgx-h100-535.161.08-nvidia-smi-q.txt"):
         capture = CORPUS / "nvidia-smi" / name
         for extra in (["--json"], []):
-            t, rc = wall([py, "-m", "nvfabric", "status", "--from-nvidia-smi", str(capture),
-                          *extra])
+            argv = [*nvfabric, "status", "--from-nvidia-smi", str(capture), *extra]
+            base, cmd = interleaved_ms([[py, "-c", "pass"], argv], RUNS)
+            rc = subprocess.run(argv, capture_output=True, check=False).returncode
             label = "--json" if extra else "human"
-            print(f"nvfabric status --from-nvidia-smi {name} ({label}): {t * 1000:.1f} ms, "
-                  f"{(t - base) * 1000:.1f} ms over python startup, exit {rc}")
+            print(f"nvfabric status --from-nvidia-smi {name} ({label}): "
+                  + (startup_ratio(cmd, base) if extra else
+                     f"{statistics.median(cmd):.1f} ms (min {min(cmd):.1f})")
+                  + f", {statistics.median(cmd) - statistics.median(base):.1f} ms over python "
+                  f"start-up ({statistics.median(base):.1f} ms), exit {rc}")
 
     from nvfabric.rules.diagnose import catalogue
 

@@ -32,6 +32,33 @@ def process_ms(argv: Sequence[str], runs: int = 20, env: dict[str, str] | None =
     return median_ms(once, runs)
 
 
+def interleaved_ms(argvs: Sequence[Sequence[str]], runs: int = 20) -> list[list[float]]:
+    """Wall times (ms) of whole processes, one run of each argv in turn per round (so that a
+    busy spell of a shared machine weighs on all of them alike), after one warm-up round."""
+    samples: list[list[float]] = [[] for _ in argvs]
+    for round_ in range(runs + 1):
+        for argv, into in zip(argvs, samples, strict=True):
+            t0 = time.perf_counter()
+            subprocess.run(list(argv), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                           check=False)
+            if round_:
+                into.append((time.perf_counter() - t0) * 1000)
+    return samples
+
+
+#: Issue 11: ``plan --json`` and ``status --from-nvidia-smi FILE --json``, whole process, at
+#: most this many times ``python3 -c pass``.
+STARTUP_TARGET_X = 4.0
+
+
+def startup_ratio(cmd: list[float], base: list[float]) -> str:
+    """``median ms (min) = Nx python -c pass (min/min Mx); target``: for start-up figures."""
+    ratio = statistics.median(cmd) / statistics.median(base)
+    return (f"{statistics.median(cmd):.1f} ms (min {min(cmd):.1f}) = {ratio:.2f}x python -c "
+            f"pass (min/min {min(cmd) / min(base):.2f}x); target <= {STARTUP_TARGET_X:g}x: "
+            f"{'met' if ratio <= STARTUP_TARGET_X else 'OVER'}")
+
+
 def peak_rss_mb(argv: Sequence[str], env: dict[str, str] | None = None) -> float:
     """Peak resident set size of one run of ``argv`` (its own process tree), in MiB."""
     code = (

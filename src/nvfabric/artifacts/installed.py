@@ -21,8 +21,6 @@ from dataclasses import dataclass
 from typing import Any
 
 from nvfabric.artifacts import versions
-from nvfabric.artifacts.install import RECORD, read_record
-from nvfabric.artifacts.transport import sha256_file
 from nvfabric.facts.paths import confined, under
 from nvfabric.strict import int_or_none
 
@@ -56,6 +54,8 @@ class InstalledTree:
             return None
 
     def _intact(self, rel: str, digest: str) -> bool:
+        from nvfabric.artifacts.transport import sha256_file  # lazy: not on run's start path
+
         full = self._inside(rel)
         try:
             return full is not None and os.path.isfile(full) and not os.path.islink(full) \
@@ -153,6 +153,8 @@ def installed(root: str, component: str, version: str | None = None,
         if key is not None:
             found.append((key, ver))
     first_damaged: InstalledTree | None = None
+    if found:  # lazy: installs are rare, and the installer's imports cost run's start-up
+        from nvfabric.artifacts.install import RECORD, read_record
     for _, ver in sorted(found, reverse=True):
         host_dir = f"{prefix.rstrip('/')}/{component}-{ver}"
         where = under(root, host_dir)

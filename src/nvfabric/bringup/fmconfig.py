@@ -22,7 +22,6 @@ are unchanged) so that the daemon, which runs in nvfabric's mount namespace, fin
 
 from __future__ import annotations
 
-import difflib
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -175,6 +174,8 @@ def check_known(shipped: str, environ: Mapping[str, str], sets: Mapping[str, str
             continue
         # Keys are upper case: compare in upper case, so `log_level` is told LOG_LEVEL.
         by_upper = {k.upper(): k for k in sorted(known)}
+        import difflib  # lazy: only a mistyped key needs it
+
         near = [by_upper[m] for m in difflib.get_close_matches(key.upper(), list(by_upper),
                                                                 n=1, cutoff=0.6)]
         hint = (f"did you mean {near[0]}? " if near else "") + (

@@ -32,7 +32,8 @@ def resolve_request(
     timeout: float, retries: int,
 ) -> tuple[Any, Any]:
     """(Resolution, open Transport) for the inputs."""
-    from nvfabric.artifacts import Request, RetryPolicy, Transport, resolve
+    from nvfabric.artifacts import Request, RetryPolicy, Transport
+    from nvfabric.artifacts.resolve import resolve
     from nvfabric.artifacts.transport import mirror_base, stderr_is_tty
     from nvfabric.artifacts.versions import is_version
 

@@ -14,10 +14,8 @@ This is the contract the supervisor relies on: :func:`read` returns one GpuFabri
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import os
 import signal
-import subprocess
 import sys
 import threading
 from collections.abc import Callable, Iterator
@@ -108,6 +106,8 @@ def run_bounded(argv: list[str], timeout: float) -> tuple[int | None, bytes, byt
     finish within ``timeout`` seconds: then its whole process group gets SIGKILL, so a
     grandchild holding the pipes cannot keep the caller waiting. Raises OSError when the
     program cannot be started."""
+    import subprocess  # lazy: `status --from-nvidia-smi` runs no probe
+
     proc = subprocess.Popen(  # noqa: S603 - argv list, no shell
         argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
         start_new_session=True, preexec_fn=_die_with_parent(),
@@ -146,6 +146,8 @@ def _die_with_parent() -> Callable[[], None] | None:
     gone). None elsewhere."""
     if not sys.platform.startswith("linux"):
         return None
+    import ctypes  # lazy, as subprocess
+
     prctl = ctypes.CDLL(None, use_errno=True).prctl
     parent = os.getpid()
 

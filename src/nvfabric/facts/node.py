@@ -17,6 +17,7 @@ The readers underneath are today's: :mod:`nvfabric.facts.services`,
 
 from __future__ import annotations
 
+import functools
 import os
 import subprocess
 from collections.abc import Mapping
@@ -97,20 +98,28 @@ def collect(root: str, inventory: Inventory | None, probes: Probes) -> NodeFacts
     each of ``probes``. Raises nothing of its own; each reader's errors are its answer."""
     from nvfabric.bringup import fmconfig as fmcfg
     from nvfabric.facts.fmconfig import check_paths
+    from nvfabric.facts.parallel import Pending
     from nvfabric.model import keyvalue
     from nvfabric.supervisor import socket_listening
 
+    # The probes that wait on other processes run side by side (issue 15: before NVLSM may
+    # start, the longest of them counts, not their sum): the GPU read first; fabric manager's
+    # `--version` only after the process table was scanned (its own process would be taken
+    # for a running fabric manager).
+    gpu_read = Pending(lambda: gpus(root), "gpus") if probes.gpus else None
     problems = []
     for text in probes.fm_configs:
         problems += check_paths(fmcfg.Effective(keyvalue.parse(text), text))
+    found = running(root, probes.services)
+    versions = {b: Pending(functools.partial(fm_version, b), "fm-version")
+                for b in probes.fm_binaries if executable(b)}
     return NodeFacts(
-        root=root, inventory=inventory,
-        running=running(root, probes.services),
+        root=root, inventory=inventory, running=found,
         executables={p: executable(p) for p in probes.executables},
         sockets={p: socket_listening(p) for p in probes.sockets},
-        fm_versions={b: fm_version(b) for b in probes.fm_binaries if executable(b)},
+        fm_versions={b: v.result() for b, v in versions.items()},
         config_findings=tuple(problems),
-        gpus=gpus(root) if probes.gpus else None,
+        gpus=gpu_read.result() if gpu_read is not None else None,
     )
 
 

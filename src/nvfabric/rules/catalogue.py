@@ -23,11 +23,12 @@ finding") and its name rides along as ``catalogue_name``/``catalogue_class`` fie
 
 from __future__ import annotations
 
+import json
+import os
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from functools import cache, lru_cache
-from importlib import resources
 from typing import Any
 
 from nvfabric.model.errors import InputError
@@ -169,6 +170,21 @@ def _lookup(spec: Any, default: Outcome, sid: str, ints: frozenset[str]) -> Look
 #: Catalogue tables shipped as data: name -> file under nvfabric/data.
 TABLES = {"sxid": "data/sxid.yaml", "xid": "data/xid.yaml"}
 
+#: The package directory (nvfabric/), where data/ is, in a checkout, a wheel and the binary.
+_PACKAGE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def shipped_data(yaml_name: str) -> Any:
+    """The content of a shipped data file ``data/X.yaml`` (``yaml_name``: ``data/X.yaml``),
+    read from its JSON twin ``data/X.json``: the YAML is the source people edit (with its
+    comments and sources), the JSON is generated from it (``make catalogues``;
+    tests/test_catalogue_json.py fails while they differ), so that no command parses YAML or
+    imports PyYAML at start-up (issue 15: no catalogue parsing before the first spawn).
+    OSError when the file is missing."""
+    with open(os.path.join(_PACKAGE, yaml_name.removesuffix(".yaml") + ".json"),
+              encoding="utf-8") as fh:
+        return json.load(fh)
+
 
 @cache
 def lookup_table(name: str) -> Mapping[int, Mapping[str, str]]:
@@ -178,10 +194,7 @@ def lookup_table(name: str) -> Mapping[int, Mapping[str, str]]:
     classes ``nonfatal``, ``fatal``, ``always_fatal``, ``other``. ``xid`` (data/xid.yaml, NVIDIA
     Xid catalogue): class ``nvlink``, name the mnemonic, plus ``description`` and
     ``resolution``. KeyError for another name."""
-    import yaml
-
-    text = resources.files("nvfabric").joinpath(TABLES[name]).read_text("utf-8")
-    data = yaml.safe_load(text)
+    data = shipped_data(TABLES[name])
     out: dict[int, dict[str, str]] = {}
     if name == "sxid":
         for cls, rows in data["classes"].items():
@@ -197,9 +210,6 @@ def lookup_table(name: str) -> Mapping[int, Mapping[str, str]]:
 
 @lru_cache(maxsize=1)
 def catalogue() -> tuple[Signature, ...]:
-    """The shipped catalogue (nvfabric/data/signatures.yaml), parsed once."""
-    import yaml
-
-    text = resources.files("nvfabric").joinpath("data/signatures.yaml").read_text("utf-8")
-    loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
-    return parse_catalogue(yaml.load(text, Loader=loader))  # noqa: S506 - safe loader
+    """The shipped catalogue (nvfabric/data/signatures.yaml, read from its JSON twin:
+    :func:`shipped_data`), parsed once."""
+    return parse_catalogue(shipped_data("data/signatures.yaml"))
