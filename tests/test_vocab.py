@@ -119,8 +119,8 @@ def test_fabric_options_offer_the_vocabulary_and_refuse_a_typo() -> None:
 
 #: Where a fabric kind is compared as plain text on purpose, by file, with the reason.
 _TEXT_FABRIC = {
-    "nvfabric/simulate/fakebin.py": "a fake daemon run as its own script: the kind is a word of "
-                                    "the simulated node's spec file",
+    "nvfabric/simulate/fakebin/fabricmanager.py": "a fake daemon run as its own script: the "
+                                                  "kind is a word of the simulated node's spec",
     "nvfabric/rules/imex/domain.py": "the kinds other nodes' `status --json` reports name: a "
                                      "word a newer nvfabric may add is counted, not refused",
 }
@@ -154,4 +154,4 @@ def test_every_comparison_of_a_fabric_kind_to_a_word_is_type_checked(tmp_path: P
         capture_output=True, text=True, timeout=600, check=False, cwd=tmp_path)
     flagged = {(ln.split(":")[0], int(ln.split(":")[1])) for ln in proc.stdout.splitlines()
                if "[comparison-overlap]" in ln and "_typo" in ln}
-    assert sorted(sites - flagged) == []
+    assert sorted(sites - flagged) == [], sorted(sites - flagged)

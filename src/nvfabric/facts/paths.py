@@ -23,10 +23,11 @@ from __future__ import annotations
 
 import os
 
+from nvfabric.model.errors import InputError
 from nvfabric.model.hostpath import check
 
 
-class PathEscape(ValueError):
+class PathEscape(InputError):
     """A host path that would leave the root: a ``..`` segment, a NUL, or a link on the way
     that points outside it."""
 

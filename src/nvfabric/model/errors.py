@@ -13,11 +13,11 @@ exit 3. The whole tree (each class lives beside the code that raises it)::
     │   ├── model.keyvalue.ConfigValueError      a config key/value never written
     │   │                                         (config_invalid_value, ``key``)
     │   ├── facts.smi.SmiFormatError       not a readable nvidia-smi capture
-    │   ├── facts.imexhost.PathEscape      a host path that would leave the root
-    │   ├── rules.diagnose.LogInputError   a log doctor refuses to read
+    │   ├── facts.paths.PathEscape         a host path that would leave the root
+    │   ├── rules.logtext.LogInputError    a log doctor refuses to read
     │   │   ├── rules.diagnose.LogValueError     a value no fabric log prints
-    │   │   └── rules.diagnose.LogEncodingError  not UTF-8/16/32 text
-    │   ├── rules.diagnose.CatalogueError  a malformed signature row (the shipped
+    │   │   └── rules.logtext.LogEncodingError   not UTF-8/16/32 text
+    │   ├── rules.catalogue.CatalogueError a malformed signature row (the shipped
     │   │                                   catalogue is nvfabric's own: internal_error, 3)
     │   ├── rules.imex.nodes.PeerError     a node list entry IMEX would not take
     │   ├── simulate.spec.SpecError        a node spec that cannot be built
@@ -25,6 +25,7 @@ exit 3. The whole tree (each class lives beside the code that raises it)::
     │   ├── bringup.fmconfig.ConfigError           a fabric manager override refused
     │   │                                           (its config_invalid_value finding)
     │   ├── bringup.fmconfig.ShippedConfigError    the shipped fabricmanager.cfg unusable
+    │   ├── supervisor.job.JobError        a prepared unit the lean supervisor refuses
     │   └── triage.report.ReportTooLarge   a bug report past the size bounds
     ├── effects.unitfile.UnitError         the systemd unit cannot be installed
     │                                       (unit_not_installed)

@@ -273,7 +273,7 @@ def _gpus_missing(inp: Inputs, acc: _Acc, reader_failed: bool) -> None:
 
 
 def _silent(acc: _Acc, silent: list[GpuFabric], reporting: list[GpuFabric], total: int,
-            fabric: str | None) -> None:
+            fabric: FabricKind | None) -> None:
     """``partial_registration``: some GPUs report no fabric state while others report one."""
     acc.add("degraded" if fabric == "none" else "unhealthy", Finding(
         "partial_registration", "warning" if fabric == "none" else "error",

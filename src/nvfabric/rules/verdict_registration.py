@@ -18,6 +18,7 @@ from nvfabric.rules.verdict import (
     REGISTERING_SERVICES,
     STUCK_CAUSE,
     Inputs,
+    Judged,
     _Acc,
     _service,
 )
@@ -67,7 +68,7 @@ def values_missing(acc: _Acc, completed: list[GpuFabric], fabric: FabricKind | N
 
 
 def registering(
-    inp: Inputs, acc: _Acc, registering: list[GpuFabric], completed: list[GpuFabric], kind: str
+    inp: Inputs, acc: _Acc, registering: list[GpuFabric], completed: list[GpuFabric], kind: Judged
 ) -> None:
     labels = ", ".join(str(g.index) for g in registering)
     count = len(registering)
@@ -98,7 +99,7 @@ def registering(
 
 
 def _stuck(inp: Inputs, acc: _Acc, count: int, labels: str, fields: dict[str, Any],
-           kind: str) -> None:
+           kind: Judged) -> None:
     """``registration_stuck`` for ``count`` GPUs still registering: pending when liveness or
     the services' age is unknown or within the grace period, unhealthy with a registering
     service down or past the grace period."""
@@ -150,7 +151,7 @@ def _stuck(inp: Inputs, acc: _Acc, count: int, labels: str, fields: dict[str, An
         ))
 
 
-def failed(acc: _Acc, failed: list[GpuFabric], kind: str) -> None:
+def failed(acc: _Acc, failed: list[GpuFabric], kind: Judged) -> None:
     """S03: ``registration_error`` for each GPU whose registration completed with a status
     other than success."""
     for g in failed:
@@ -163,7 +164,7 @@ def failed(acc: _Acc, failed: list[GpuFabric], kind: str) -> None:
         ))
 
 
-def registration_error_hint(status: str | None, kind: str) -> str:
+def registration_error_hint(status: str | None, kind: Judged) -> str:
     if status == "NVML_ERROR_INSUFFICIENT_RESOURCES":
         return (
             "the fabric could not give this GPU its resources (on GB200/GB300: the tray is not "

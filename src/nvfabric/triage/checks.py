@@ -115,7 +115,7 @@ def _guid_findings(fm: UnitState, lpf_guids: tuple[str, ...]) -> list[Finding]:
     return out
 
 
-def _fm_unit_findings(fabric: str | None, fm: UnitState) -> list[Finding]:
+def _fm_unit_findings(fabric: FabricKind | None, fm: UnitState) -> list[Finding]:
     """The fabric manager unit against the fabric kind: NVLSM beside it on NVLink 5, none on
     a compute tray, nothing to manage without a fabric."""
     out: list[Finding] = []
