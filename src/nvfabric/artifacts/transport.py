@@ -317,6 +317,7 @@ class _ProgressBar:
     def __enter__(self) -> Callable[[int], None]:
         if not self.enabled:
             return lambda _n: None
+        from rich.console import Console
         from rich.progress import (
             BarColumn,
             DownloadColumn,
@@ -325,11 +326,11 @@ class _ProgressBar:
             TransferSpeedColumn,
         )
 
-        from nvfabric.cli.render import console
-
+        # stderr is a terminal here (``enabled``): rich's own console on it
         self._progress = Progress(
             TextColumn("{task.description}"), BarColumn(), DownloadColumn(),
-            TransferSpeedColumn(), console=console(stderr=True), transient=True,
+            TransferSpeedColumn(), console=Console(stderr=True, highlight=False, emoji=False),
+            transient=True,
         )
         self._progress.start()
         self._task = self._progress.add_task(self.url.rsplit("/", 1)[-1], total=self.total)
