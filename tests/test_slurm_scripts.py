@@ -51,9 +51,11 @@ def script(path: Path, env: dict[str, str],
 def slurm_env(root: Path, scontrol: Path, **extra: str) -> dict[str, str]:
     # NVFABRIC_IMEX_WAIT: a bound, not a duration: a ready tray returns in 1-3 s, but a loaded
     # 2-core machine (seven test suites at once) has taken over 10 s for fake daemon starts.
+    # NVFABRIC_IMEX_POLL: the domain is checked every 0.2 s instead of every second.
     return {"SLURM_JOB_ID": "41", "SLURMD_NODENAME": "gb-07", "SLURM_NODELIST": "gb-07",
             "NVFABRIC": str(NVFABRIC), "NVFABRIC_ROOT": str(root),
             "NVFABRIC_SCONTROL": str(scontrol), "NVFABRIC_IMEX_WAIT": "40",
+            "NVFABRIC_IMEX_POLL": "0.2",
             "NVFABRIC_SLURM_DEFAULTS": str(root.parent / "no-such-defaults"), **extra}
 
 
@@ -127,6 +129,17 @@ def test_the_settings_file_is_data_with_known_keys_and_the_environment_wins(
                                     NVFABRIC_DRAIN="no", SLURM_NODELIST="gb-[01-03]"))
     assert done.returncode == 1 and "imex_no_local_interface" in done.stderr, done.stderr
     assert drains(scontrol) == []
+
+
+@pytest.mark.parametrize("value", ["0", "0.05", "1.25", "61", ".5", "1e1",
+                                   "$(touch /tmp/nvfabric-pwned)"])
+def test_a_poll_interval_that_is_not_tenths_of_a_second_up_to_60_is_refused(
+        tray: Path, scontrol: Path, value: str) -> None:
+    done = script(PROLOG, slurm_env(tray, scontrol, NVFABRIC_IMEX_POLL=value))
+    assert done.returncode == 1
+    assert "config_invalid_value: NVFABRIC_IMEX_POLL must be seconds, 0.1 to 60" in done.stderr
+    assert not Path("/tmp/nvfabric-pwned").exists()
+    assert not (tray / "run/nvfabric-slurm/slurm-job").exists()  # nothing started
 
 
 def test_a_node_list_without_this_tray_drains_with_the_code_and_no_hint(
