@@ -18,7 +18,8 @@ REPO = Path(__file__).resolve().parents[1]
 
 
 def run_cli(*args: str, stdin: str | None = None, timeout: float = 60,
-            env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+            env: dict[str, str] | None = None,
+            cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
     """Run ``python -m nvfabric ARGS`` as a real process; text output. The process is forked
     from :mod:`tests.forkserver` (nvfabric already imported) unless it must be exec'd."""
     full_env = dict(os.environ)
@@ -28,7 +29,8 @@ def run_cli(*args: str, stdin: str | None = None, timeout: float = 60,
     full_env.pop("PYTEST_CURRENT_TEST", None)
     if env:
         full_env.update(env)
-    return forkserver.run(list(args), input=stdin, timeout=timeout, env=full_env)
+    return forkserver.run(list(args), input=stdin, timeout=timeout, env=full_env,
+                          cwd=None if cwd is None else str(cwd))
 
 
 def run_json(*args: str, **kw: Any) -> tuple[dict[str, Any], int]:
