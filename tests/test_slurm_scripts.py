@@ -217,7 +217,7 @@ def test_unit_mode_restarts_the_vendor_unit_and_stops_it_when_the_domain_stays_d
     systemctl.write_text(f"#!{sys.executable}\nimport json, sys\n"
                          f"open({str(log)!r}, 'a').write(json.dumps(sys.argv[1:]) + '\\n')\n")
     systemctl.chmod(0o755)
-    env = slurm_env(tray, scontrol, NVFABRIC_IMEX_START="unit", NVFABRIC_IMEX_WAIT="2",
+    env = slurm_env(tray, scontrol, NVFABRIC_IMEX_START="unit", NVFABRIC_IMEX_WAIT="1",
                     NVFABRIC_IMEX_POLL="1", NVFABRIC_SYSTEMCTL=str(systemctl))
     done = script(PROLOG, env)
     assert done.returncode == 1
