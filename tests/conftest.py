@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -13,13 +12,16 @@ from typing import Any
 import pytest
 
 from nvfabric.simulate import build, parse, profile_spec
+from tests import forkserver
 
 REPO = Path(__file__).resolve().parents[1]
 
 
 def run_cli(*args: str, stdin: str | None = None, timeout: float = 60,
-            env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    """Run ``python -m nvfabric ARGS`` as a real process; text output."""
+            env: dict[str, str] | None = None,
+            cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
+    """Run ``python -m nvfabric ARGS`` as a real process; text output. The process is forked
+    from :mod:`tests.forkserver` (nvfabric already imported) unless it must be exec'd."""
     full_env = dict(os.environ)
     full_env.pop("NVFABRIC_DEBUG", None)
     # pytest names the running test here; a parameter id of a 300 KB input would pass Linux's
@@ -27,10 +29,8 @@ def run_cli(*args: str, stdin: str | None = None, timeout: float = 60,
     full_env.pop("PYTEST_CURRENT_TEST", None)
     if env:
         full_env.update(env)
-    return subprocess.run(
-        [sys.executable, "-m", "nvfabric", *args], input=stdin, capture_output=True, text=True,
-        timeout=timeout, env=full_env, check=False,
-    )
+    return forkserver.run(list(args), input=stdin, timeout=timeout, env=full_env,
+                          cwd=None if cwd is None else str(cwd))
 
 
 def run_json(*args: str, **kw: Any) -> tuple[dict[str, Any], int]:
@@ -74,3 +74,7 @@ def start() -> Iterator[Callable[..., Any]]:
     yield make
     for run in runs:
         run.close()
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    forkserver.shutdown()

@@ -21,10 +21,12 @@ from typing import Any
 
 from nvfabric.simulate import build, parse, profile_spec
 from nvfabric.simulate.fakes import calls, install, set_faults
+from tests import forkserver
 
 BOUND_S = 30.0
 #: The RFC 3339 UTC timestamp nvfabric puts before each log line (nvfabric.observe.logs).
 TIMESTAMP = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z ")
+PYTHON_M_NVFABRIC = (sys.executable, "-m", "nvfabric")
 
 
 def sim(tmp_path: Path, profile: str | dict[str, Any], faults: dict[str, Any] | None = None,
@@ -74,20 +76,25 @@ def stop_pids(find: Callable[[], list[int]], bound_s: float = 15) -> None:
 class Run:
     """``python -m nvfabric run --root ROOT ARGS`` as a real process (or wrapped by
     ``prefix``, e.g. ``unshare -fp``); stderr and stdout are collected by threads.
-    ``command`` replaces ``python -m nvfabric`` (the single-file binary: ``("dist/nvfabric",)``)."""
+    ``command`` replaces ``python -m nvfabric`` (the single-file binary: ``("dist/nvfabric",)``).
+    Without either, the process is forked from :mod:`tests.forkserver`."""
 
     def __init__(self, root: Path, *args: str, env: dict[str, str] | None = None,
                  prefix: tuple[str, ...] = (),
-                 command: tuple[str, ...] = (sys.executable, "-m", "nvfabric")) -> None:
+                 command: tuple[str, ...] = PYTHON_M_NVFABRIC) -> None:
         full_env = dict(os.environ)
         full_env.pop("NVFABRIC_DEBUG", None)
         full_env.pop("NOTIFY_SOCKET", None)
         full_env.update(env or {})
         self.root = root
-        self.proc = subprocess.Popen(
-            [*prefix, *command, "run", "--root", str(root), *args],
-            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-            env=full_env, text=True)
+        self.proc: Any
+        if not prefix and command == PYTHON_M_NVFABRIC:
+            self.proc = forkserver.popen(["run", "--root", str(root), *args], env=full_env)
+        else:
+            self.proc = subprocess.Popen(
+                [*prefix, *command, "run", "--root", str(root), *args],
+                stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                env=full_env, text=True)
         self.lines: list[str] = []  # the log lines without their leading RFC 3339 timestamp
         self.raw_lines: list[str] = []  # as written
         self.stdout = ""

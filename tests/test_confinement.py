@@ -5,8 +5,6 @@ link to an unrelated file, or empty, is refused."""
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
 from collections.abc import Callable
 from pathlib import Path
 
@@ -57,8 +55,7 @@ def test_run_on_a_tray_does_not_make_its_channel_through_a_link(tmp_path: Path) 
     outside = tmp_path / "elsewhere"
     _link_channels_out(root, outside)
     for args in (("--dry-run",), ()):
-        proc = subprocess.run([sys.executable, "-m", "nvfabric", "run", "--root", str(root),
-                               *args], capture_output=True, text=True, timeout=60, check=False)
+        proc = run_cli("run", "--root", str(root), *args)
         assert proc.returncode == 2, proc.stderr
         assert "IMEX channel '/dev/nvidia-caps-imex-channels/channel0' resolves to" in \
             proc.stderr
@@ -154,9 +151,7 @@ def test_shipped_config_that_is_a_link_to_an_unrelated_file_is_refused(
         cfg.unlink(missing_ok=True)
         cfg.symlink_to(target)
         for args in (("--dry-run",), ("--dry-run", "--json"), ()):
-            proc = subprocess.run([sys.executable, "-m", "nvfabric", "run", "--root",
-                                   str(root), *args], capture_output=True, text=True,
-                                  timeout=60, check=False)
+            proc = run_cli("run", "--root", str(root), *args)
             assert proc.returncode == code, proc.stderr
             assert "root:x:0:0" not in proc.stdout + proc.stderr
             assert words in proc.stdout + proc.stderr

@@ -14,6 +14,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from nvfabric.facts.execinfo import HEAD_BYTES, exec_error, interpreter, missing_interpreter
+from tests.conftest import run_cli
 
 TRUE = shutil.which("true")
 assert TRUE is not None
@@ -48,8 +49,7 @@ def test_static_elf_has_no_interpreter() -> None:
 
 
 def test_fake_daemon_of_a_simulated_tree_names_the_simulating_python(tmp_path: Path) -> None:
-    subprocess.run([sys.executable, "-m", "nvfabric", "simulate", "dgx-b200",
-                    str(tmp_path / "node")], check=True, capture_output=True)
+    assert run_cli("simulate", "dgx-b200", str(tmp_path / "node")).returncode == 0
     found = interpreter(_head(tmp_path / "node/bin/nvlsm"))
     assert found == (sys.executable, "#! line")
 

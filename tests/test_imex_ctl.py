@@ -202,9 +202,7 @@ def test_domain_with_a_relative_root_runs_the_roots_ctl(tmp_path: Path) -> None:
     ctl_path = tmp_path / "usr/bin/nvidia-imex-ctl"
     ctl_path.write_text(f"#!/bin/sh\ncat '{JSON_UP}'\n")
     ctl_path.chmod(0o755)
-    proc = subprocess.run(  # run_cli has no working directory of its own
-        [sys.executable, "-m", "nvfabric", "imex", "domain", "--root", tmp_path.name, "--json"],
-        cwd=tmp_path.parent, capture_output=True, text=True, timeout=60, check=False)
+    proc = run_cli("imex", "domain", "--root", tmp_path.name, "--json", cwd=tmp_path.parent)
     assert proc.returncode == 0, proc.stderr
     assert json.loads(proc.stdout)["state"] == "UP"
 

@@ -8,8 +8,6 @@ from __future__ import annotations
 import json
 import shutil
 import signal
-import subprocess
-import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -21,6 +19,7 @@ from nvfabric.artifacts.installed import DEFAULT_PREFIX, installed
 from nvfabric.artifacts.model import Artifact
 from nvfabric.cli.fetch import DEFAULT_PREFIX as FETCH_PREFIX
 from tests.cases import load_run_cases
+from tests.conftest import run_cli
 from tests.runkit import Run, events, sim
 from tests.test_fetch_mirror import make_archive, sha256
 
@@ -28,9 +27,7 @@ H100_DRIVER = "550.90.07"  # the hgx-h100 profile's driver (proc/driver/nvidia/v
 
 
 def _run(root: Path, *args: str) -> tuple[dict[str, Any], int, str]:
-    proc = subprocess.run([sys.executable, "-m", "nvfabric", "run", "--root", str(root),
-                           "--json", *args], capture_output=True, text=True, timeout=60,
-                          check=False)
+    proc = run_cli("run", "--root", str(root), "--json", *args)
     return json.loads(proc.stdout), proc.returncode, proc.stderr
 
 
@@ -77,8 +74,7 @@ def test_r08_missing_nvlsm_package_on_nvlink5(tmp_path: Path) -> None:
 def test_r08_human_output_names_each_file_and_the_fix(tmp_path: Path) -> None:
     root = sim(tmp_path, "hgx-h100")
     _remove_fm_package(root)
-    proc = subprocess.run([sys.executable, "-m", "nvfabric", "run", "--root", str(root),
-                           "--dry-run"], capture_output=True, text=True, timeout=60, check=False)
+    proc = run_cli("run", "--root", str(root), "--dry-run")
     assert proc.returncode == 1
     text = " ".join(proc.stderr.split())
     assert "a vendor package is missing" in text
@@ -134,9 +130,7 @@ def test_run_finds_what_nvfabric_install_installed(tmp_path: Path) -> None:
     cfg = out["files"][0]["content"]
     assert f"TOPOLOGY_FILE_PATH={where}/share/nvidia/nvswitch\n" in cfg
     assert f"DATABASE_PATH={where}/share/nvidia/nvswitch\n" in cfg
-    human = subprocess.run([sys.executable, "-m", "nvfabric", "run", "--root", str(root),
-                            "--dry-run"], capture_output=True, text=True, timeout=60,
-                           check=False)
+    human = run_cli("run", "--root", str(root), "--dry-run")
     assert human.returncode == 0
     assert f"note: --fm-bin: {host}/bin/nv-fabricmanager (from the {record})" in human.stdout
 

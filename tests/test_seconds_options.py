@@ -5,8 +5,6 @@ wait forever instead of refusing."""
 from __future__ import annotations
 
 import importlib
-import subprocess
-import sys
 from collections.abc import Iterator
 
 import click
@@ -14,6 +12,7 @@ import click.testing
 import pytest
 
 from nvfabric.cli import COMMANDS, main
+from tests.conftest import run_cli
 
 
 def _float_options() -> Iterator[tuple[str, click.Command, click.Option]]:
@@ -50,7 +49,6 @@ def test_every_float_option_refuses_non_finite_values(value: str) -> None:
 
 
 def test_wait_timeout_nan_exits_at_once() -> None:
-    proc = subprocess.run([sys.executable, "-m", "nvfabric", "wait", "--timeout", "nan"],
-                          capture_output=True, text=True, timeout=30)
+    proc = run_cli("wait", "--timeout", "nan", timeout=30)
     assert proc.returncode == 2, proc.stderr
     assert "'--timeout'" in proc.stderr and "finite" in proc.stderr

@@ -51,9 +51,13 @@ def script(path: Path, env: dict[str, str],
 def slurm_env(root: Path, scontrol: Path, **extra: str) -> dict[str, str]:
     # NVFABRIC_IMEX_WAIT: a bound, not a duration: a ready tray returns in 1-3 s, but a loaded
     # 2-core machine (seven test suites at once) has taken over 10 s for fake daemon starts.
+    # NVFABRIC_IMEX_POLL: the domain is checked every 0.2 s instead of every second (a ready
+    # tray is seen ready sooner); the tests that wait their whole bound keep 1 s (each check is
+    # an nvfabric process).
     return {"SLURM_JOB_ID": "41", "SLURMD_NODENAME": "gb-07", "SLURM_NODELIST": "gb-07",
             "NVFABRIC": str(NVFABRIC), "NVFABRIC_ROOT": str(root),
             "NVFABRIC_SCONTROL": str(scontrol), "NVFABRIC_IMEX_WAIT": "40",
+            "NVFABRIC_IMEX_POLL": "0.2",
             "NVFABRIC_SLURM_DEFAULTS": str(root.parent / "no-such-defaults"), **extra}
 
 
@@ -129,6 +133,17 @@ def test_the_settings_file_is_data_with_known_keys_and_the_environment_wins(
     assert drains(scontrol) == []
 
 
+@pytest.mark.parametrize("value", ["0", "0.05", "1.25", "61", ".5", "1e1",
+                                   "$(touch /tmp/nvfabric-pwned)"])
+def test_a_poll_interval_that_is_not_tenths_of_a_second_up_to_60_is_refused(
+        tray: Path, scontrol: Path, value: str) -> None:
+    done = script(PROLOG, slurm_env(tray, scontrol, NVFABRIC_IMEX_POLL=value))
+    assert done.returncode == 1
+    assert "config_invalid_value: NVFABRIC_IMEX_POLL must be seconds, 0.1 to 60" in done.stderr
+    assert not Path("/tmp/nvfabric-pwned").exists()
+    assert not (tray / "run/nvfabric-slurm/slurm-job").exists()  # nothing started
+
+
 def test_a_node_list_without_this_tray_drains_with_the_code_and_no_hint(
         tray: Path, scontrol: Path) -> None:
     done = script(PROLOG, slurm_env(tray, scontrol, SLURM_NODELIST="gb-[01-03]"))
@@ -202,8 +217,8 @@ def test_unit_mode_restarts_the_vendor_unit_and_stops_it_when_the_domain_stays_d
     systemctl.write_text(f"#!{sys.executable}\nimport json, sys\n"
                          f"open({str(log)!r}, 'a').write(json.dumps(sys.argv[1:]) + '\\n')\n")
     systemctl.chmod(0o755)
-    env = slurm_env(tray, scontrol, NVFABRIC_IMEX_START="unit", NVFABRIC_IMEX_WAIT="2",
-                    NVFABRIC_SYSTEMCTL=str(systemctl))
+    env = slurm_env(tray, scontrol, NVFABRIC_IMEX_START="unit", NVFABRIC_IMEX_WAIT="1",
+                    NVFABRIC_IMEX_POLL="1", NVFABRIC_SYSTEMCTL=str(systemctl))
     done = script(PROLOG, env)
     assert done.returncode == 1
     calls = [json.loads(line) for line in log.read_text().splitlines()]
@@ -257,7 +272,7 @@ def test_the_prolog_returns_only_once_its_nvfabric_run_declared_ready(
     state = tray / "run/nvfabric-slurm"
     state.mkdir(parents=True)
     (state / "ready").write_text("{}\n")  # a stale one, left by a SIGKILLed run, counts not
-    env = slurm_env(tray, scontrol)
+    env = slurm_env(tray, scontrol, NVFABRIC_IMEX_POLL="0.5")
     try:
         done = script(PROLOG, env)
         assert done.returncode == 0, done.stderr
@@ -271,7 +286,7 @@ def test_a_run_that_never_reports_ready_fails_the_prolog_with_imex_not_ready(
         tray: Path, scontrol: Path) -> None:
     (tray / "var/lib/nvfabric-sim/faults.json").write_text(
         json.dumps({"imex-ctl": {"ready_delay_s": 600}}))
-    done = script(PROLOG, slurm_env(tray, scontrol, NVFABRIC_IMEX_WAIT="4"))
+    done = script(PROLOG, slurm_env(tray, scontrol, NVFABRIC_IMEX_WAIT="4", NVFABRIC_IMEX_POLL="1"))
     assert done.returncode == 1
     assert "job 41: imex_not_ready: IMEX domain UP but nvfabric run has not reported ready" \
         in done.stderr, done.stderr

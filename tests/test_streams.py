@@ -13,6 +13,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.conftest import run_cli
+
 
 def _nvfabric(*args: str, stdout: int | None = None, close: tuple[int, ...] = (),
               broken_stdout: bool = False) -> subprocess.CompletedProcess[bytes]:
@@ -178,14 +180,10 @@ def test_run_imex_peers_binary_is_exit_2_like_imex_config(tmp_path: Path) -> Non
     root = tray(tmp_path)
     binary = tmp_path / "peers.bin"
     binary.write_bytes(b"\x7fELF\x02\x01\x01\x00\xff\xfe\x00\x00")
-    config = subprocess.run([sys.executable, "-m", "nvfabric", "imex", "config", "--root",
-                             str(root), "--peers", str(binary), "--json"],
-                            capture_output=True, text=True, timeout=60, check=False)
+    config = run_cli("imex", "config", "--root", str(root), "--peers", str(binary), "--json")
     assert config.returncode == 2
     for args in (("--dry-run",), ()):
-        proc = subprocess.run([sys.executable, "-m", "nvfabric", "run", "--root", str(root),
-                               "--imex-peers", str(binary), "--json", *args],
-                              capture_output=True, text=True, timeout=60, check=False)
+        proc = run_cli("run", "--root", str(root), "--imex-peers", str(binary), "--json", *args)
         assert proc.returncode == 2, proc.stdout
         err = json.loads(proc.stdout)["error"]
         assert err["code"] == "input_unreadable"
@@ -198,25 +196,20 @@ def test_a_refused_dry_run_lists_no_file_it_would_not_write(tmp_path: Path) -> N
     from tests.test_imex_run import peers, tray
 
     root = sim(tmp_path, "hgx-h100", {"fabricmanager": {"version": "570.133.20"}})
-    proc = subprocess.run([sys.executable, "-m", "nvfabric", "run", "--root", str(root),
-                           "--dry-run"], capture_output=True, text=True, timeout=60,
-                          check=False)
+    proc = run_cli("run", "--root", str(root), "--dry-run")
     assert proc.returncode == 1
     assert "version_mismatch" in proc.stderr
     assert "file " not in proc.stdout and "  | " not in proc.stdout
     assert "refused: nothing would be written or started" in proc.stdout
     accepted = sim(tmp_path, "hgx-h100", name="ok")
-    ok = subprocess.run([sys.executable, "-m", "nvfabric", "run", "--root", str(accepted),
-                         "--dry-run"], capture_output=True, text=True, timeout=60, check=False)
+    ok = run_cli("run", "--root", str(accepted), "--dry-run")
     assert ok.returncode == 0 and f"file {accepted}/run/nvfabric/fabricmanager.cfg" in ok.stdout
     # a tray whose node list lacks this node: refused, so no node list and no mknod shown
     (tmp_path / "t").mkdir()
     tray_root = tray(tmp_path / "t")
     (tray_root / "dev/nvidia-caps-imex-channels/channel0").unlink()
     other = peers(tmp_path, "192.0.2.77")
-    refused = subprocess.run([sys.executable, "-m", "nvfabric", "run", "--root", str(tray_root),
-                              "--dry-run", "--imex-peers", other], capture_output=True,
-                             text=True, timeout=60, check=False)
+    refused = run_cli("run", "--root", str(tray_root), "--dry-run", "--imex-peers", other)
     assert refused.returncode == 1, refused.stderr
     assert "file " not in refused.stdout and "action: mknod" not in refused.stdout
     assert "refused: nothing would be created, written or started" in refused.stdout

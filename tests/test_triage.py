@@ -464,9 +464,7 @@ def test_the_readme_example_is_what_triage_prints() -> None:
     readme = (REPO / "README.md").read_text()
     block = readme.split("$ nvfabric triage dgx-b200-ib-stack-missing.log.gz\n", 1)[1]
     block = block.split("```", 1)[0]
-    proc = subprocess.run([sys.executable, "-m", "nvfabric", "triage",
-                           "dgx-b200-ib-stack-missing.log.gz"], cwd=DATA, capture_output=True,
-                          text=True, timeout=60, check=False)
+    proc = run_cli("triage", "dgx-b200-ib-stack-missing.log.gz", cwd=DATA)
     assert proc.returncode == 1
     assert proc.stdout == block
 
