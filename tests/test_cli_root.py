@@ -85,3 +85,14 @@ def test_a_root_text_cannot_hold_is_refused_in_one_line(tmp_path: Path, raw: byt
     assert "Traceback" not in proc.stderr and "internal_error" not in proc.stderr
     assert "UTF-8" in proc.stderr or "control character" in proc.stderr
     assert not any(tmp_path.iterdir())  # nothing was written
+
+
+@pytest.mark.parametrize("args", [("detect",), ("plan",), ("status",), ("ready",),
+                                  ("run", "--dry-run")], ids=" ".join)
+def test_a_root_that_does_not_exist_is_exit_2_for_every_reader(tmp_path: Path,
+                                                               args: tuple[str, ...]) -> None:
+    # field report: `ready --root /nonexistent` said "not ready" (exit 1) where the other
+    # commands say the root is not a readable directory (exit 2)
+    proc = run_cli(*args, "--root", str(tmp_path / "does-not-exist"))
+    assert proc.returncode == 2, proc.stderr
+    assert "is not a readable directory" in proc.stderr and "Traceback" not in proc.stderr

@@ -85,3 +85,12 @@ def test_human_output_says_how_often_a_line_repeated(tmp_path: Path) -> None:
     proc = run_cli("doctor", "--log", str(log))
     assert proc.returncode == 0
     assert "seen 12000 times, first 1000.5, last 12999.5" in proc.stdout
+
+
+def test_human_output_counts_repeats_of_lines_without_a_timestamp(tmp_path: Path) -> None:
+    # field report: `--json` said count 2, the text output said nothing of it
+    log = tmp_path / "fm.log"
+    log.write_text("request to start failed [NV_WARN_NOTHING_TO_DO]\n" * 2, encoding="utf-8")
+    proc = run_cli("doctor", "--log", str(log))
+    assert proc.returncode == 0
+    assert "seen 2 times" in proc.stdout and ", first" not in proc.stdout

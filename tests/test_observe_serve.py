@@ -115,3 +115,34 @@ def test_real_server_answers_get_and_head_on_loopback() -> None:
     finally:
         server.shutdown()
         server.server_close()
+
+
+def test_the_reading_is_renewed_when_the_unit_becomes_ready_not_only_on_the_interval() -> None:
+    # field report: a scrape right after ready showed nvfabric_fabric_ready 1 beside the
+    # verdict of a reading taken before the daemons started (the interval is 30 s)
+    import threading
+    import time
+
+    reads: list[str] = []
+    phase = ["starting"]
+    renewed = threading.Event()
+
+    def read(imex: Any) -> tuple[Reading, dict[str, Any]]:
+        reads.append(phase[0])
+        if phase[0] == "ready":
+            renewed.set()
+        return Reading("pending", None, None, ()), {"phase": phase[0]}
+
+    watch = Watch(read, interval_s=3600)
+    watch.unit = lambda: UnitSnapshot(ready=phase[0] == "ready", phase=phase[0])
+    watch.start_reader()
+    try:
+        deadline = time.monotonic() + 5
+        while not reads and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert reads == ["starting"]
+        phase[0] = "ready"
+        assert renewed.wait(5), "no new reading after the unit became ready"
+        assert watch.snapshot().status == {"phase": "ready"}
+    finally:
+        watch.stop()

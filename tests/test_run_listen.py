@@ -189,3 +189,13 @@ def test_log_lines_have_timestamps_and_json_lines_parse(
     assert exited["message"].startswith("fabricmanager (pid ")  # level and code are fields
     daemon = [o for o in objs if o["source"] == "fabricmanager"]
     assert daemon and all(o["code"] is None and o["level"] == "info" for o in daemon)
+
+
+def test_a_preflight_refusal_under_log_format_json_is_json_lines_too(tmp_path: Path) -> None:
+    # field report: with --log-format json the refusal came as the human block on stderr
+    root = sim(tmp_path, "dgx-b200", {"fabricmanager": {"version": "570.133.20"}})
+    done = run_cli("run", "--root", str(root), "--log-format", "json")
+    assert done.returncode == 1
+    records = [json.loads(line) for line in done.stderr.splitlines()]
+    assert [r["code"] for r in records if r["code"]] == ["version_mismatch"]
+    assert all(r["time"].endswith("Z") for r in records)

@@ -30,7 +30,9 @@ def ready(root: str, state_dir: str, as_json: bool) -> None:
     run holding the run lock), 1 otherwise (`run_not_ready`: no file, or a stale one)."""
     from nvfabric.effects.log import printable
     from nvfabric.effects.runlock import live_ready
+    from nvfabric.facts.inventory import require_root
 
+    require_root(root)  # exit 2 like every command that reads a node, never "not ready"
     try:
         state = confined(root, state_dir, "--state-dir")
     except ValueError as err:

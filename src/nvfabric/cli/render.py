@@ -186,9 +186,12 @@ def print_findings(con: Any, findings: list[Finding] | tuple[Finding, ...], titl
 
 def _seen(f: Finding) -> str | None:
     """``seen 12000 times, first 1000.12, last 12999.12`` for a log finding that repeats
-    (``doctor``: fields ``count``, ``first_seen``, ``last_seen``); None otherwise."""
+    (``doctor``: fields ``count``, ``first_seen``, ``last_seen``; lines without a timestamp
+    have only the count and the ``signature`` that matched); None otherwise (another
+    finding's ``count`` counts GPUs, not lines)."""
     count = f.fields.get("count")
-    if not isinstance(count, int) or count < 2 or "first_seen" not in f.fields:
+    if not isinstance(count, int) or count < 2 or not (
+            "first_seen" in f.fields or "signature" in f.fields):
         return None
     first, last = f.fields.get("first_seen"), f.fields.get("last_seen")
     span = f", first {first}, last {last}" if first and last else ""

@@ -17,7 +17,7 @@ import click
 from nvfabric.cli.render import console, print_findings, print_json
 from nvfabric.model.findings import Finding
 from nvfabric.model.words import plural
-from nvfabric.supervisor import printable, run_result
+from nvfabric.supervisor import Log, printable, run_result
 
 if TYPE_CHECKING:
     from nvfabric.bringup.prepared import Prepared
@@ -99,7 +99,14 @@ def report(result: str, code: int, findings: Sequence[Finding], p: Plan, *, as_j
     in a dry run, ``actions``); else the findings under ``title`` on stderr (nothing without
     a title)."""
     if not as_json:
-        if findings and title:
+        from nvfabric.observe.logs import current_format
+
+        if findings and title and current_format() == "json":
+            log = Log()  # --log-format json: the findings as log records, one object a line
+            log.say(title)
+            for f in findings:
+                log.finding(f)
+        elif findings and title:
             print_findings(console(stderr=True), plain(findings), title)
         return
     obj = run_result(

@@ -14,7 +14,7 @@ from nvfabric.model.errors import usage_error
 #: Largest node spec read (a spec is a few KB; a case file with its input a few tens).
 MAX_SPEC_BYTES = 1 << 20
 
-#: Keys of a field case file (../shared/cases/README.md) around its ``node:``.
+#: Keys of a field case file (tests/data/cases/README.md in the source tree) around its ``node:``.
 CASE_KEYS = frozenset({"id", "title", "command", "node", "input", "options", "expect", "why"})
 
 
@@ -23,7 +23,7 @@ CASE_KEYS = frozenset({"id", "title", "command", "node", "input", "options", "ex
 @click.argument("directory", required=False)
 @click.option("--spec", "spec_file", type=click.Path(dir_okay=False),
               help="Node spec YAML, or a field case file (its node: is taken); format: "
-              "../shared/cases/README.md.")
+              "tests/data/cases/README.md in the source tree.")
 @click.option("--from-bug-report", "report_file", type=click.Path(dir_okay=False),
               help="An nvidia-bug-report.log(.gz): build the node it describes "
               "(see `nvfabric triage`).")
@@ -183,7 +183,7 @@ def load_spec(path: str) -> Any:
             f"node spec {path} is not UTF-8 text (byte 0x{data[err.start]:02x} at offset "
             f"{err.start})", "give a YAML node spec saved as UTF-8") from None
     return load_yaml(text, f"node spec {path}", "give a YAML node spec "
-                     "(../shared/cases/README.md, \"Node spec\")")
+                     "(tests/data/cases/README.md in the source tree, \"Node spec\")")
 
 
 def node_of(raw: Any, path: str) -> Any:

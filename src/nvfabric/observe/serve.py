@@ -22,6 +22,7 @@ import json
 import re
 import socket
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -73,6 +74,10 @@ class Snapshot:
     unit: UnitSnapshot
 
 
+#: Seconds between two looks at the unit's phase by the reader thread (:meth:`Watch.start_reader`).
+PHASE_POLL_S = 0.25
+
+
 class Watch:
     """The run's published state. ``unit`` is a function returning the unit's snapshot now
     (:meth:`attach` sets it once the supervisor exists); the reading is replaced by the reader
@@ -105,10 +110,21 @@ class Watch:
             self.read_error = f"{type(err).__name__}: {err}"
 
     def start_reader(self) -> None:
+        """Read now, then every ``interval_s`` seconds, and at once whenever the unit's phase
+        changes (it became ready, a daemon went down, a restart began): a scrape never shows
+        the unit ready beside a reading taken before it started. The phase is looked at every
+        :data:`PHASE_POLL_S` seconds (a snapshot of plain values, no I/O)."""
+
         def loop() -> None:
+            phase: str | None = None
+            due = 0.0
             while True:
-                self.read_once()
-                if self._stop.wait(self.interval_s):
+                now_phase = self.unit().phase
+                if now_phase != phase or time.monotonic() >= due:
+                    phase = now_phase
+                    self.read_once()
+                    due = time.monotonic() + self.interval_s
+                if self._stop.wait(min(PHASE_POLL_S, max(0.0, due - time.monotonic()))):
                     return
 
         threading.Thread(target=loop, name="nvfabric-observe-reader", daemon=True).start()

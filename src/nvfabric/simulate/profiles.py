@@ -1,6 +1,6 @@
 """Built-in node profiles for ``nvfabric simulate PROFILE DIR`` and the demo.
 
-Each is a node spec (../shared/cases/README.md format). Device IDs and VPD fields follow the
+Each is a node spec (tests/data/cases/README.md format). Device IDs and VPD fields follow the
 captures in ../shared/corpus (DGX B200 LPF VPD, GB200 lspci) and the P cases.
 """
 

@@ -1,4 +1,4 @@
-"""Node specs: the format of ../shared/cases/README.md ("Node spec"), parsed and validated.
+"""Node specs: the format of tests/data/cases/README.md ("Node spec"), parsed and validated.
 
 A spec describes a machine the way its sysfs/procfs would show it; :mod:`.tree` writes it out.
 Pure: dicts in, frozen values out; bad input raises :class:`SpecError` with one line that says

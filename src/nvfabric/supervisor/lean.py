@@ -39,10 +39,10 @@ if TYPE_CHECKING:
     from nvfabric.model.findings import Finding
     from nvfabric.supervisor.policy import Classifier, GpuCheck
 
-#: The flag of the lean entry point (``python -c BOOT --supervise-fd N PATHS``).
+#: The flag of the lean entry point (``python -S -c BOOT run --supervise-fd N PATHS PYTHON``).
 FLAG = "--supervise-fd"
-_BOOT = ("import sys, json; sys.path[:0] = json.loads(sys.argv[3]); "
-         "from nvfabric.supervisor.lean import main; main(sys.argv[1:])")
+_BOOT = ("import sys, json; sys.path[:0] = json.loads(sys.argv[4]); sys.executable = sys.argv[5]; "
+         "from nvfabric.supervisor.lean import main; main(sys.argv[2:])")
 _STOP = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
 #: Set (to anything) to keep the supervisor in the CLI process (no exec), e.g. to debug it.
 NO_EXEC_ENV = "NVFABRIC_SUPERVISE_IN_PROCESS"
@@ -79,13 +79,26 @@ def _exec(job: Job) -> None:
         # unblocks it once its handlers are in place) instead of killing the run
         blocked = signal.pthread_sigmask(signal.SIG_BLOCK, _STOP)
         os.execv(sys.executable, [  # noqa: S606 - argv list: this interpreter, our code
-            sys.executable, "-S", "-c", _BOOT, FLAG, str(fd), json.dumps(paths)])
+            _shown_as(), "-S", "-c", _BOOT, "run", FLAG, str(fd), json.dumps(paths),
+            sys.executable])
     except OSError:
         if blocked is not None:
             signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
         if job.lock_fd is not None:
             os.set_inheritable(job.lock_fd, False)
         os.close(fd)
+
+
+def _shown_as() -> str:
+    """The lean process's ``argv[0]``: the ``nvfabric`` command that started the run when it
+    is the console script beside this interpreter (so ``ps``, ``/proc/PID/cmdline`` and a
+    container's PID 1 still show ``/.../bin/nvfabric ... run``; Python derives its prefix from
+    that directory, the same as the interpreter's), else the interpreter itself."""
+    started = os.path.abspath(sys.argv[0]) if sys.argv and sys.argv[0] else ""
+    if os.path.basename(started) == "nvfabric" and \
+            os.path.dirname(started) == os.path.dirname(os.path.abspath(sys.executable)):
+        return started
+    return sys.executable
 
 
 def read_job(fd: int) -> Job:

@@ -1,4 +1,4 @@
-"""A triaged report's node as a node spec (format: ../shared/cases/README.md, "Node spec"), so
+"""A triaged report's node as a node spec (format: tests/data/cases/README.md, "Node spec"), so
 that ``nvfabric simulate --from-bug-report FILE DIR`` builds the reporter's node with the
 existing builder and ``plan``, ``detect``, ``status --root`` and ``run --dry-run`` can be tried
 on it. Pure: an :class:`nvfabric.model.inventory.Inventory` in, a spec mapping out (checked
