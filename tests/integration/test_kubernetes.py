@@ -150,6 +150,27 @@ def test_overlay_listens_on_its_metrics_port_and_admits_only_it(overlay: str) ->
     assert all("egress" not in p["spec"] for p in policies)
 
 
+def test_readme_recipe_moves_the_metrics_ingress_to_another_namespace(tmp_path: Path) -> None:
+    """README's patch for a Prometheus outside ``monitoring``, in an overlay of one's own:
+    only the allowed namespace changes (kustomize takes a relative path to the overlay)."""
+    overlay = os.path.relpath(KUSTOMIZE / "overlays" / "nvlink5", tmp_path)
+    (tmp_path / "kustomization.yaml").write_text(yaml.safe_dump({
+        "resources": [overlay],
+        "patches": [{"target": {"kind": "NetworkPolicy",
+                                "name": "nvfabric-allow-metrics-nvlink5"},
+                     "patch": yaml.safe_dump([{
+                         "op": "replace", "value": "prometheus",
+                         "path": "/spec/ingress/0/from/0/namespaceSelector/matchLabels/"
+                                 "kubernetes.io~1metadata.name"}])}]}))
+    out = subprocess.run([_tool("kubectl"), "kustomize", str(tmp_path)], capture_output=True,
+                         text=True, check=True, timeout=120).stdout
+    mine = [d for d in yaml.safe_load_all(out) if d]
+    ((allow,),) = [[o for o in mine if o["metadata"]["name"] == "nvfabric-allow-metrics-nvlink5"]]
+    assert allow["spec"]["ingress"][0]["from"] == [
+        {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "prometheus"}}}]
+    shipped = [o for o in render("nvlink5") if o["metadata"]["name"] != allow["metadata"]["name"]]
+    assert [o for o in mine if o is not allow] == shipped
+
 def test_overlays_select_disjoint_gpu_products_and_args() -> None:
     products: dict[str, set[str]] = {}
     args: dict[str, list[str]] = {}
@@ -284,7 +305,10 @@ def _sandbox_pod(ds: dict[str, Any], node: Path, image: str) -> dict[str, Any]:
     (nothing of the host's is touched); the scheduling fields (runtime class, priority class,
     node selection, tolerations, service account) have no meaning for podman. The pod runs
     with ``--network none``: its own network namespace with loopback only, where ``--listen
-    0.0.0.0:9464`` binds nothing of this machine's."""
+    0.0.0.0:9464`` binds nothing of this machine's; the container's ``ports`` are dropped, each
+    probe's named port replaced by its number first: podman's kube play (4.3) turns a
+    containerPort into a port mapping on the host, which a Kubernetes containerPort is not, and
+    refuses it without a bridge network."""
     spec = copy.deepcopy(ds["spec"]["template"]["spec"])
     for key in ("runtimeClassName", "priorityClassName", "affinity", "nodeSelector",
                 "tolerations", "serviceAccountName", "automountServiceAccountToken"):
@@ -297,9 +321,12 @@ def _sandbox_pod(ds: dict[str, Any], node: Path, image: str) -> dict[str, Any]:
     ctr["args"] = [*args]
     ctr["args"][args.index("--root") + 1] = "/node"
     ctr["securityContext"]["privileged"] = False
+    numbers = {p["name"]: p["containerPort"] for p in ctr.pop("ports")}
     for probe in ("startupProbe", "readinessProbe"):
         if "exec" in ctr[probe]:
             ctr[probe]["exec"]["command"] += ["--root", "/node"]
+        else:
+            ctr[probe]["httpGet"]["port"] = numbers[ctr[probe]["httpGet"]["port"]]
     under = {"run-fabricmanager": "run/nvidia-fabricmanager", "run-nvfabric": "run/nvfabric",
              "var-log": "var/log", "var-cache": "var/cache/nvidia-fabricmanager",
              "host-systemd": "etc/systemd/system",
@@ -331,10 +358,10 @@ print(answer.read().decode(), end="")
 """
 
 
-def _probe(ctr_name: str, ctr: dict[str, Any], spec: dict[str, Any]) -> tuple[int, str]:
-    """(status, output) of a probe ``spec`` of container ``ctr`` as the kubelet runs it: an exec
-    probe's argv exec'd in the container (exit code, stdout); an httpGet probe's GET of its
-    path on its port (a name is resolved through the container's ports), from inside the pod's
+def _probe(ctr_name: str, spec: dict[str, Any]) -> tuple[int, str]:
+    """(status, output) of a probe ``spec`` as the kubelet runs it: an exec probe's argv
+    exec'd in the container (exit code, stdout); an httpGet probe's GET of its path on its
+    port (a number: :func:`_sandbox_pod` resolved the name), from inside the pod's
     network namespace on 127.0.0.1 (the kubelet asks the pod's address; --listen 0.0.0.0 binds
     both), with the probe's timeout (HTTP status, body)."""
     if "exec" in spec:
@@ -342,8 +369,7 @@ def _probe(ctr_name: str, ctr: dict[str, Any], spec: dict[str, Any]) -> tuple[in
         return res.returncode, res.stdout
     get = spec["httpGet"]
     port = get["port"]
-    if isinstance(port, str):
-        (port,) = [p["containerPort"] for p in ctr["ports"] if p["name"] == port]
+    assert isinstance(port, int), port
     res = podman("exec", ctr_name, "/opt/nvfabric/bin/python", "-c", HTTP_GET,
                  f"http://127.0.0.1:{port}{get['path']}", str(spec["timeoutSeconds"]),
                  check=False, timeout=60)
@@ -410,7 +436,7 @@ def test_daemonset_pod_runs_under_podman_kube_play_and_its_probes_pass(
         # the startup and readiness probes, as the kubelet runs them
         ctr = pod["spec"]["containers"][0]
         for probe in ("startupProbe", "readinessProbe"):
-            status, out = _probe(ctr_name, ctr, ctr[probe])
+            status, out = _probe(ctr_name, ctr[probe])
             if "exec" in ctr[probe]:
                 assert status == 0 and out.startswith("healthy"), f"{probe}: {out}"
             else:
@@ -419,7 +445,7 @@ def test_daemonset_pod_runs_under_podman_kube_play_and_its_probes_pass(
         notes = pod["metadata"].get("annotations", {})
         scrape = {"httpGet": {"path": notes["prometheus.io/path"],
                               "port": int(notes["prometheus.io/port"])}, "timeoutSeconds": 5}
-        status, text = _probe(ctr_name, ctr, scrape)
+        status, text = _probe(ctr_name, scrape)
         assert status == 200 and "\nnvfabric_fabric_ready 1.0\n" in text, text[-2000:]
         state = inspect("container", ctr_name)["State"]
         assert state["Running"] is True
