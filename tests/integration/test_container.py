@@ -94,7 +94,10 @@ def test_run_on_simulated_b200_ready_as_pid1_then_podman_stop_in_order(
              if ln.startswith("NSpid:")][0].split()
     assert nspid[-1] == "1"  # nvfabric is PID 1 of the container's pid namespace
     cmdline = Path(f"/proc/{pid1}/cmdline").read_bytes().split(b"\0")
-    assert b"/opt/nvfabric/bin/nvfabric" in cmdline and b"run" in cmdline
+    # `nvfabric run` after its checks execs into the lean supervisor, same pid (README "The
+    # supervising process"), still shown as the image's nvfabric command running `run`
+    assert cmdline[0] == b"/opt/nvfabric/bin/nvfabric" and b"run" in cmdline, cmdline
+    assert b"--supervise-fd" in cmdline and b"nvfabric.supervisor.lean" in b" ".join(cmdline)
     daemons = children(pid1)
     assert len(daemons) == 2
 

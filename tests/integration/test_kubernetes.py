@@ -6,7 +6,8 @@ OpenAPI schemas of three Kubernetes minor versions, scanned by checkov (every sk
 carries its reason in the DaemonSet's ``checkov.io/skipN`` annotations), and deserialized by
 the official ``kubernetes`` client's models without losing a field. The DaemonSet's pod spec then
 runs under ``podman kube play`` with the image of deploy/container on a simulated DGX B200, and
-its exec probes pass there.
+its probes pass there: the exec ones exec'd in the container, the HTTP ones (``run --listen``'s
+``/readyz`` on the port named ``metrics``) asked from inside the pod's network namespace.
 """
 
 from __future__ import annotations
@@ -82,7 +83,8 @@ def rendered(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
 def test_overlay_renders_one_daemonset_per_fabric_kind(overlay: str) -> None:
     objs = render(overlay)
     kinds = sorted(o["kind"] for o in objs)
-    assert kinds == ["DaemonSet", "Namespace", "NetworkPolicy", "ServiceAccount"]
+    assert kinds == ["DaemonSet", "Namespace", "NetworkPolicy", "NetworkPolicy",
+                     "ServiceAccount"]
     ds = daemonset(objs)
     assert ds["metadata"]["name"] == f"nvfabric-{overlay}"
     assert ds["metadata"]["namespace"] == "nvfabric"
@@ -103,8 +105,14 @@ def test_overlay_renders_one_daemonset_per_fabric_kind(overlay: str) -> None:
     assert ctr["securityContext"]["readOnlyRootFilesystem"] is True
     mounts = {m["mountPath"] for m in ctr["volumeMounts"]}
     assert {"/dev", "/sys", "/run/nvidia-fabricmanager", "/var/log", "/run/nvfabric"} <= mounts
-    for probe in ("startupProbe", "readinessProbe"):
-        assert ctr[probe]["exec"]["command"] == ["/opt/nvfabric/bin/nvfabric", "status"]
+    # run's /readyz on its metrics port; on GB200/GB300 (nothing runs, /readyz is 200 at once)
+    # readiness stays the verdict of nvfabric status
+    assert ctr["startupProbe"]["httpGet"] == {"path": "/readyz", "port": "metrics"}
+    if overlay == "mnnvl-dra":
+        assert ctr["readinessProbe"]["exec"]["command"] == ["/opt/nvfabric/bin/nvfabric",
+                                                            "status"]
+    else:
+        assert ctr["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "metrics"}
     assert "livenessProbe" not in ctr  # a fabric fault must not restart the fabric
     # the startup probe covers nvfabric's --ready-timeout (300 s) of GPU registration
     startup = ctr["startupProbe"]
@@ -117,6 +125,51 @@ def test_overlay_renders_one_daemonset_per_fabric_kind(overlay: str) -> None:
     assert ds["spec"]["selector"]["matchLabels"]["nvfabric.io/fabric"] in (
         "nvswitch", "nvlink5", "mnnvl")
 
+
+@pytest.mark.parametrize("overlay", OVERLAYS)
+def test_overlay_listens_on_its_metrics_port_and_admits_only_it(overlay: str) -> None:
+    """One port everywhere: ``--listen`` of the args, the container port ``metrics``, the
+    scrape annotation, the NetworkPolicy's ingress; the pod's own address (no hostNetwork)."""
+    objs = render(overlay)
+    ds = daemonset(objs)
+    pod = ds["spec"]["template"]
+    (ctr,) = pod["spec"]["containers"]
+    args = ctr["args"]
+    host, _, port = args[args.index("--listen") + 1].rpartition(":")
+    assert host == "0.0.0.0" and not pod["spec"].get("hostNetwork", False)
+    ports = {p["name"]: p for p in ctr["ports"]}
+    assert ports["metrics"]["containerPort"] == int(port) and "hostPort" not in ports["metrics"]
+    assert pod["metadata"]["annotations"]["prometheus.io/port"] == port
+    policies = [o for o in objs if o["kind"] == "NetworkPolicy"]
+    for policy in policies:  # both select this overlay's pods, not another overlay's
+        assert policy["spec"]["podSelector"]["matchLabels"] == ds["spec"]["selector"][
+            "matchLabels"]
+    (allow,) = [p for p in policies if "ingress" in p["spec"]]
+    ((rule,),) = [allow["spec"]["ingress"]]
+    assert [p["port"] for p in rule["ports"]] == ["metrics"]
+    assert all("egress" not in p["spec"] for p in policies)
+
+
+def test_readme_recipe_moves_the_metrics_ingress_to_another_namespace(tmp_path: Path) -> None:
+    """README's patch for a Prometheus outside ``monitoring``, in an overlay of one's own:
+    only the allowed namespace changes (kustomize takes a relative path to the overlay)."""
+    overlay = os.path.relpath(KUSTOMIZE / "overlays" / "nvlink5", tmp_path)
+    (tmp_path / "kustomization.yaml").write_text(yaml.safe_dump({
+        "resources": [overlay],
+        "patches": [{"target": {"kind": "NetworkPolicy",
+                                "name": "nvfabric-allow-metrics-nvlink5"},
+                     "patch": yaml.safe_dump([{
+                         "op": "replace", "value": "prometheus",
+                         "path": "/spec/ingress/0/from/0/namespaceSelector/matchLabels/"
+                                 "kubernetes.io~1metadata.name"}])}]}))
+    out = subprocess.run([_tool("kubectl"), "kustomize", str(tmp_path)], capture_output=True,
+                         text=True, check=True, timeout=120).stdout
+    mine = [d for d in yaml.safe_load_all(out) if d]
+    ((allow,),) = [[o for o in mine if o["metadata"]["name"] == "nvfabric-allow-metrics-nvlink5"]]
+    assert allow["spec"]["ingress"][0]["from"] == [
+        {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "prometheus"}}}]
+    shipped = [o for o in render("nvlink5") if o["metadata"]["name"] != allow["metadata"]["name"]]
+    assert [o for o in mine if o is not allow] == shipped
 
 def test_overlays_select_disjoint_gpu_products_and_args() -> None:
     products: dict[str, set[str]] = {}
@@ -132,10 +185,11 @@ def test_overlays_select_disjoint_gpu_products_and_args() -> None:
     assert "NVIDIA-B200" in products["nvlink5"] and "NVIDIA-GB200" in products["mnnvl-dra"]
     assert not any("PCIe" in p for p in products["nvswitch"])
     # GB200/GB300: IMEX is the DRA driver's; nvfabric starts nothing and stays for its probes
-    assert args["mnnvl-dra"] == ["run", "--root", "/", "--imex-owner", "dra", "--stay"]
+    assert args["mnnvl-dra"] == ["run", "--root", "/", "--imex-owner", "dra", "--stay",
+                                 "--listen", "0.0.0.0:9464"]
     assert args["nvlink5"] == ["run", "--root", "/", "--restart", "on-failure", "--grace", "10",
                                "--nvlsm-pid-file", "/run/nvidia-fabricmanager/nvlsm.pid",
-                               "--stay"]
+                               "--stay", "--listen", "0.0.0.0:9464"]
 
 
 @pytest.mark.parametrize("version", K8S_VERSIONS)
@@ -144,7 +198,7 @@ def test_kubernetes_validate_strict(rendered: dict[str, Path], version: str) -> 
         out = subprocess.run([_tool("kubernetes-validate"), "--strict", "-k", version, str(path)],
                              capture_output=True, text=True, timeout=300)
         assert out.returncode == 0, f"{overlay} @ {version}: {out.stdout}{out.stderr}"
-        assert out.stdout.count("passed for resource") == 4, out.stdout
+        assert out.stdout.count("passed for resource") == 5, out.stdout
 
 
 def test_kubernetes_validate_strict_rejects_an_unknown_field(tmp_path: Path) -> None:
@@ -233,8 +287,13 @@ def test_objects_deserialize_with_the_official_client_models(overlay: str) -> No
         # nothing the models do not know: serialized back, the object is the same
         assert api.sanitize_for_serialization(model) == obj
     ds = _deserialize(api, daemonset(render(overlay)), "V1DaemonSet")
-    assert ds.spec.template.spec.containers[0].readiness_probe._exec.command[-1] == "status"
-    assert ds.spec.template.spec.containers[0].liveness_probe is None
+    ctr = ds.spec.template.spec.containers[0]
+    assert ctr.startup_probe.http_get.port == "metrics" == ctr.ports[0].name
+    if overlay == "mnnvl-dra":
+        assert ctr.readiness_probe._exec.command[-1] == "status"
+    else:
+        assert ctr.readiness_probe.http_get.path == "/readyz"
+    assert ctr.liveness_probe is None
 
 
 def _sandbox_pod(ds: dict[str, Any], node: Path, image: str) -> dict[str, Any]:
@@ -244,7 +303,12 @@ def _sandbox_pod(ds: dict[str, Any], node: Path, image: str) -> dict[str, Any]:
     probes' argv) instead of the host's ``/``; the host paths of the mounts are directories of that
     tree; /dev and /sys are not mounted (this machine's are not a GPU node's); not privileged
     (nothing of the host's is touched); the scheduling fields (runtime class, priority class,
-    node selection, tolerations, service account) have no meaning for podman."""
+    node selection, tolerations, service account) have no meaning for podman. The pod runs
+    with ``--network none``: its own network namespace with loopback only, where ``--listen
+    0.0.0.0:9464`` binds nothing of this machine's; the container's ``ports`` are dropped, each
+    probe's named port replaced by its number first: podman's kube play (4.3) turns a
+    containerPort into a port mapping on the host, which a Kubernetes containerPort is not, and
+    refuses it without a bridge network."""
     spec = copy.deepcopy(ds["spec"]["template"]["spec"])
     for key in ("runtimeClassName", "priorityClassName", "affinity", "nodeSelector",
                 "tolerations", "serviceAccountName", "automountServiceAccountToken"):
@@ -257,8 +321,12 @@ def _sandbox_pod(ds: dict[str, Any], node: Path, image: str) -> dict[str, Any]:
     ctr["args"] = [*args]
     ctr["args"][args.index("--root") + 1] = "/node"
     ctr["securityContext"]["privileged"] = False
+    numbers = {p["name"]: p["containerPort"] for p in ctr.pop("ports")}
     for probe in ("startupProbe", "readinessProbe"):
-        ctr[probe]["exec"]["command"] += ["--root", "/node"]
+        if "exec" in ctr[probe]:
+            ctr[probe]["exec"]["command"] += ["--root", "/node"]
+        else:
+            ctr[probe]["httpGet"]["port"] = numbers[ctr[probe]["httpGet"]["port"]]
     under = {"run-fabricmanager": "run/nvidia-fabricmanager", "run-nvfabric": "run/nvfabric",
              "var-log": "var/log", "var-cache": "var/cache/nvidia-fabricmanager",
              "host-systemd": "etc/systemd/system",
@@ -272,11 +340,42 @@ def _sandbox_pod(ds: dict[str, Any], node: Path, image: str) -> dict[str, Any]:
     ctr["volumeMounts"].append({"name": "node", "mountPath": "/node"})
     return {"apiVersion": "v1", "kind": "Pod",
             "metadata": {"name": POD,
-                         "labels": ds["spec"]["template"]["metadata"]["labels"]},
+                         "labels": ds["spec"]["template"]["metadata"]["labels"],
+                         "annotations": ds["spec"]["template"]["metadata"]["annotations"]},
             "spec": spec}
 
 
 POD = "nvfabric-kube-play"
+#: What the kubelet's httpGet probe does, run by the image's Python inside the pod (argv: URL,
+#: timeout): prints the status code, then the body.
+HTTP_GET = """import sys, urllib.error, urllib.request
+try:
+    answer = urllib.request.urlopen(sys.argv[1], timeout=float(sys.argv[2]))
+except urllib.error.HTTPError as err:
+    answer = err
+print(answer.status if hasattr(answer, "status") else answer.code)
+print(answer.read().decode(), end="")
+"""
+
+
+def _probe(ctr_name: str, spec: dict[str, Any]) -> tuple[int, str]:
+    """(status, output) of a probe ``spec`` as the kubelet runs it: an exec probe's argv
+    exec'd in the container (exit code, stdout); an httpGet probe's GET of its path on its
+    port (a number: :func:`_sandbox_pod` resolved the name), from inside the pod's
+    network namespace on 127.0.0.1 (the kubelet asks the pod's address; --listen 0.0.0.0 binds
+    both), with the probe's timeout (HTTP status, body)."""
+    if "exec" in spec:
+        res = podman("exec", ctr_name, *spec["exec"]["command"], check=False, timeout=60)
+        return res.returncode, res.stdout
+    get = spec["httpGet"]
+    port = get["port"]
+    assert isinstance(port, int), port
+    res = podman("exec", ctr_name, "/opt/nvfabric/bin/python", "-c", HTTP_GET,
+                 f"http://127.0.0.1:{port}{get['path']}", str(spec["timeoutSeconds"]),
+                 check=False, timeout=60)
+    assert res.returncode == 0, res.stderr
+    status, _, body = res.stdout.partition("\n")
+    return int(status), body
 
 
 def _wait_log(container: str, text: str, timeout: float) -> str:
@@ -334,12 +433,20 @@ def test_daemonset_pod_runs_under_podman_kube_play_and_its_probes_pass(
         else:
             wait_for(node / "run" / "nvfabric" / "ready", 60, container=ctr_name)
         config = inspect("container", ctr_name)["Config"]
-        # the startup and readiness probes: the kubelet execs their argv in the container
+        # the startup and readiness probes, as the kubelet runs them
+        ctr = pod["spec"]["containers"][0]
         for probe in ("startupProbe", "readinessProbe"):
-            argv = pod["spec"]["containers"][0][probe]["exec"]["command"]
-            res = podman("exec", ctr_name, *argv, check=False, timeout=60)
-            assert res.returncode == 0, f"{probe}: {res.stdout}{res.stderr}"
-            assert res.stdout.startswith("healthy")
+            status, out = _probe(ctr_name, ctr[probe])
+            if "exec" in ctr[probe]:
+                assert status == 0 and out.startswith("healthy"), f"{probe}: {out}"
+            else:
+                assert (status, out) == (200, "ready\n"), f"{probe}: {status} {out}"
+        # what Prometheus scrapes at the annotations' port and path
+        notes = pod["metadata"].get("annotations", {})
+        scrape = {"httpGet": {"path": notes["prometheus.io/path"],
+                              "port": int(notes["prometheus.io/port"])}, "timeoutSeconds": 5}
+        status, text = _probe(ctr_name, scrape)
+        assert status == 200 and "\nnvfabric_fabric_ready 1.0\n" in text, text[-2000:]
         state = inspect("container", ctr_name)["State"]
         assert state["Running"] is True
         assert config["User"] in ("0", "0:0", "")
