@@ -11,8 +11,8 @@ from collections.abc import Callable
 from nvfabric.facts import imexctl as ctl
 from nvfabric.facts import imexhost as host
 from nvfabric.facts.execinfo import exec_error
+from nvfabric.model.health import GpuCheck
 from nvfabric.rules.imex.domain import plural
-from nvfabric.supervisor import GpuCheck
 
 
 def readiness_probe(ctl_binary: str, cfg_path: str,

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 
 from nvfabric.artifacts import versions
 from nvfabric.model.findings import Finding
-from nvfabric.model.health import GpuFabric
+from nvfabric.model.health import GpuCheck, GpuFabric
 from nvfabric.model.words import plural
 from nvfabric.rules.nodefacts import NodeFacts, RunningService, VersionRead
 
@@ -59,32 +59,19 @@ class Process:
     restart_needs_gpu_reset: bool = False
 
 
-@dataclass(frozen=True)
-class GpuSummary:
-    """The GPUs' fabric states summarised for readiness and R04 (the fields of
-    :class:`nvfabric.supervisor.GpuCheck`, which the command builds from it)."""
-
-    ready: bool
-    registered: bool
-    summary: str
-    error: str | None = None
-    supported: bool = True
-    findings: tuple[Finding, ...] = ()
-    progress: tuple[int, int] | None = None
-    registered_gpus: tuple[str, ...] = ()
 
 
-def summarise_gpus(gpus: Sequence[GpuFabric]) -> GpuSummary:
+def summarise_gpus(gpus: Sequence[GpuFabric]) -> GpuCheck:
     """``8 GPUs: completed x8``; ready when every GPU with a fabric state is completed,
     registered when one is; a GPU completed with an error status is ``registration_error``."""
     if not gpus:
-        return GpuSummary(False, False, "no GPU fabric state", "no GPU fabric state could be read")
+        return GpuCheck(False, False, "no GPU fabric state", "no GPU fabric state could be read")
     counts = Counter(str(g.state) for g in gpus)
     summary = f"{plural(len(gpus), 'GPU')}: " + ", ".join(
         f"{k} x{v}" for k, v in sorted(counts.items()))
     supported = [g for g in gpus if g.state != "not_supported"]
     if not supported:
-        return GpuSummary(False, False, summary, supported=False)
+        return GpuCheck(False, False, summary, supported=False)
     done = [g for g in supported if g.state == "completed"]
     bad = [g for g in done if (g.status or "").lower() not in ("success", "")]
     findings: tuple[Finding, ...] = ()
@@ -94,7 +81,7 @@ def summarise_gpus(gpus: Sequence[GpuFabric]) -> GpuSummary:
             f"{plural(len(bad), 'GPU')} completed fabric registration with an error status: "
             + "; ".join(f"{g.label}: {g.status}" for g in bad),
             "run `nvfabric status` for the per-GPU verdict", {"count": len(bad)}),)
-    return GpuSummary(len(done) == len(supported), bool(done), summary, findings=findings,
+    return GpuCheck(len(done) == len(supported), bool(done), summary, findings=findings,
                       progress=(len(done), len(supported)),
                       registered_gpus=tuple(g.label for g in done))
 

@@ -5,8 +5,6 @@ completed; R09's check after a GPU reset)."""
 
 from __future__ import annotations
 
-from dataclasses import fields
-
 from nvfabric.supervisor.policy import GpuCheck
 
 
@@ -17,5 +15,4 @@ def gpu_check(root: str) -> GpuCheck:
     from nvfabric.facts.node import gpus
     from nvfabric.rules.preflight import summarise_gpus
 
-    summary = summarise_gpus(gpus(root))
-    return GpuCheck(**{f.name: getattr(summary, f.name) for f in fields(summary)})
+    return summarise_gpus(gpus(root))

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from nvfabric.model.findings import Finding
+from nvfabric.model.health import GpuCheck as GpuCheck  # re-exported: the probe's answer
 
 #: Seconds after the first stop signal within which another one is the same request, not an
 #: operator's "kill now". One stop reaches nvfabric twice within milliseconds where it runs as
@@ -18,28 +19,6 @@ from nvfabric.model.findings import Finding
 #: containerd.WithKillAll)``), and a terminal's Ctrl-C goes to the whole foreground group.
 REPEATED_STOP_WINDOW_S = 1.0
 
-@dataclass(frozen=True)
-class GpuCheck:
-    """One readiness probe of the GPUs' fabric state.
-
-    ``ready``: every GPU's state is completed; ``registered``: at least one GPU is completed
-    (what makes a fabric manager restart need a GPU reset, R04); ``summary``: one line for the
-    log (``8 GPUs: completed x8``); ``error``: why the state could not be read, if so;
-    ``supported``: False when no GPU has a fabric state (NVML "not supported", e.g. A100), so
-    that the service's success line is the readiness signal; ``findings``: problems seen in
-    the state (a GPU completed with an error status), logged when the unit becomes ready;
-    ``progress``: (completed, total) GPUs for systemd's ``STATUS=`` line, when counted.
-    ``registered_gpus``: labels of the GPUs registered (completed), for R09's refusal.
-    """
-
-    ready: bool
-    registered: bool
-    summary: str
-    error: str | None = None
-    supported: bool = True
-    findings: tuple[Finding, ...] = ()
-    progress: tuple[int, int] | None = None  # (GPUs completed, GPUs with a fabric state)
-    registered_gpus: tuple[str, ...] = ()
 
 
 class Classifier(Protocol):
