@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import http.client
 import os
-import queue
 import shutil
 import socket
 import statistics
@@ -36,7 +35,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
-from common import PY, line, process_ms  # noqa: E402
+from common import PY, StderrLines, line, process_ms  # noqa: E402
 
 from nvfabric.simulate import build, profile_spec
 from nvfabric.simulate.fakes import calls, install, set_faults
@@ -80,28 +79,12 @@ class Node:
             [*NVFABRIC, "run", "--root", self.root, "--listen", f"127.0.0.1:{self.port}",
              *args], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
             stderr=subprocess.PIPE, text=True, env=env)
-        self.lines: queue.Queue[tuple[float, str] | None] = queue.Queue()
-        self.seen: list[tuple[float, str]] = []
-        threading.Thread(target=self._pump, daemon=True).start()
-
-    def _pump(self) -> None:
         assert self.proc.stderr is not None
-        for raw in self.proc.stderr:
-            self.lines.put((time.time(), raw.rstrip("\n")))
-        self.lines.put(None)
+        self.err = StderrLines(self.proc.stderr, BOUND_S)
+
 
     def until(self, needle: str) -> float:
-        for t, text in self.seen:
-            if needle in text:
-                return t
-        deadline = time.monotonic() + BOUND_S
-        while True:
-            item = self.lines.get(timeout=max(0.01, deadline - time.monotonic()))
-            if item is None:
-                raise RuntimeError(f"nvfabric run ended before {needle!r}")
-            self.seen.append(item)
-            if needle in item[1]:
-                return item[0]
+        return self.err.until(needle)
 
     def socket_time(self) -> float:
         return float(next(c for c in calls(self.root)

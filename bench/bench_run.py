@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import json
 import os
-import queue
 import shutil
 import signal
 import statistics
@@ -42,7 +41,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
-from common import PY, line  # noqa: E402
+from common import PY, StderrLines, line  # noqa: E402
 
 from nvfabric.bringup.nvlsm import SOCKET
 from nvfabric.simulate import build, profile_spec
@@ -102,9 +101,8 @@ class Node:
         self.t_start = time.time()
         self.proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                                      stderr=subprocess.PIPE, text=True, env=env)
-        self.lines: queue.Queue[tuple[float, str] | None] = queue.Queue()
-        threading.Thread(target=self._pump, daemon=True).start()
-        self.seen: list[tuple[float, str]] = []
+        assert self.proc.stderr is not None
+        self.err = StderrLines(self.proc.stderr, BOUND_S)
 
     def _yardstick_args(self) -> list[str]:
         out = subprocess.run([*NVFABRIC, "run", "--dry-run", "--json", "--root", self.root],
@@ -119,24 +117,9 @@ class Node:
         os.makedirs(os.path.dirname(sock), exist_ok=True)  # limit-starter watches its dir
         return [sock, *argv["nvlsm"], "--", *argv["fabricmanager"]]
 
-    def _pump(self) -> None:
-        assert self.proc.stderr is not None
-        for raw in self.proc.stderr:
-            self.lines.put((time.time(), raw.rstrip("\n")))
-        self.lines.put(None)
 
     def until(self, needle: str) -> float:
-        for t, text in self.seen:
-            if needle in text:
-                return t
-        deadline = time.monotonic() + BOUND_S
-        while True:
-            item = self.lines.get(timeout=max(0.01, deadline - time.monotonic()))
-            if item is None:
-                raise RuntimeError(f"nvfabric run ended before {needle!r}")
-            self.seen.append(item)
-            if needle in item[1]:
-                return item[0]
+        return self.err.until(needle)
 
     def event(self, prog: str, event: str) -> dict[str, object]:
         deadline = time.monotonic() + BOUND_S
@@ -301,12 +284,13 @@ def phases(node: Node) -> dict[str, float]:
     if probes:
         out["preflight probes, wall (they overlap)"] = (
             max(b for _, b in probes) - min(a for a, _ in probes)) * 1000
-        if "spawn NVLSM (fork + exec)" in span:
-            out["preflight end -> NVLSM spawn (config, catalogue, supervisor set-up)"] = (
-                span["spawn NVLSM (fork + exec)"][0] - max(b for _, b in probes)) * 1000
-    if "spawn NVLSM (fork + exec)" in span:
-        out["fake NVLSM's own start-up (exec -> its first record)"] = (
-            nvlsm_exec - span["spawn NVLSM (fork + exec)"][1]) * 1000
+        lean = "exec into the lean supervisor (spawns NVLSM)"
+        if lean in span:
+            out["preflight end -> exec (files, log lines)"] = (
+                span[lean][0] - max(b for _, b in probes)) * 1000
+    if "exec into the lean supervisor (spawns NVLSM)" in span:
+        out["exec -> fake NVLSM's first record (lean start-up, spawn, the fake's start-up)"] = (
+            nvlsm_exec - span["exec into the lean supervisor (spawns NVLSM)"][0]) * 1000
     out["total: start -> fake NVLSM's first record"] = (nvlsm_exec - t0) * 1000
     return out
 
@@ -325,9 +309,9 @@ def print_phases(base: str, n0: int, runs: int) -> None:
     order = ["interpreter start-up (to site)", "imports + argument parsing (to collect)",
              *(label for label, _, _ in CALLS[:7]), "preflight probes, wall (they overlap)",
              *(f"  {label}" for label, _, _ in PROBES),
-             "preflight end -> NVLSM spawn (config, catalogue, supervisor set-up)",
+             "preflight end -> exec (files, log lines)",
              *(label for label, _, _ in CALLS[11:]),
-             "fake NVLSM's own start-up (exec -> its first record)",
+             "exec -> fake NVLSM's first record (lean start-up, spawn, the fake's start-up)",
              "total: start -> fake NVLSM's first record"]
     for label in order:
         samples = table.get(label.strip())

@@ -9,6 +9,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable, Sequence
+from typing import IO
 
 PY = sys.executable
 
@@ -83,3 +84,38 @@ def line(label: str, value: str) -> None:
 
 def cpu_count() -> int:
     return os.cpu_count() or 1
+
+
+class StderrLines:
+    """The lines a process writes on stderr, each with the wall-clock time it arrived
+    (``time.time()``, to compare with the fakes' records), read by a daemon thread.
+    :meth:`until` is the arrival time of the first line holding ``needle`` (a line already
+    seen counts), within ``bound_s`` seconds; RuntimeError when the process ends first."""
+
+    def __init__(self, stream: IO[str], bound_s: float) -> None:
+        import queue
+        import threading
+
+        self.bound_s = bound_s
+        self.lines: queue.Queue[tuple[float, str] | None] = queue.Queue()
+        self.seen: list[tuple[float, str]] = []
+        self._stream = stream
+        threading.Thread(target=self._pump, daemon=True).start()
+
+    def _pump(self) -> None:
+        for raw in self._stream:
+            self.lines.put((time.time(), raw.rstrip("\n")))
+        self.lines.put(None)
+
+    def until(self, needle: str) -> float:
+        for t, text in self.seen:
+            if needle in text:
+                return t
+        deadline = time.monotonic() + self.bound_s
+        while True:
+            item = self.lines.get(timeout=max(0.01, deadline - time.monotonic()))
+            if item is None:
+                raise RuntimeError(f"nvfabric run ended before {needle!r}")
+            self.seen.append(item)
+            if needle in item[1]:
+                return item[0]
