@@ -41,7 +41,7 @@ from nvfabric.model.findings import Finding
 from nvfabric.model.hostpath import check as check_path
 from nvfabric.model.inventory import Inventory
 from nvfabric.observe.hook import attach
-from nvfabric.observe.unitstate import NOTHING_TO_RUN, of_running
+from nvfabric.observe.unitstate import NOTHING_TO_RUN, of_running, phase_of_running
 from nvfabric.rules.plan import Plan
 from nvfabric.supervisor import (
     READY_FILE,
@@ -221,7 +221,7 @@ def serve(o: RunOptions) -> None:
     if o.listen_at is None or o.dry_run:
         return
     listen.start(listen.check(o.listen_at, o.log_format), o.root, o.health_interval)
-    attach(of_running)
+    attach(of_running, phase=phase_of_running)
 
 
 def _check_paths(o: RunOptions) -> None:

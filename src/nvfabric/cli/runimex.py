@@ -116,7 +116,8 @@ def _supervise_imex(o: RunOptions, opts: ImexRunOptions, prepared: Prepared, p: 
         probe=readiness_probe(opts.resolve(opts.paths.ctl), prepared.files[1].path,
                               opts.ctl_timeout_s),
         ready_file=opts.ready_file, ready_info=info)
-    attach(lambda: of_supervisor(sup), imex=(opts.resolve(opts.paths.ctl), prepared.files[1].path))
+    attach(lambda: of_supervisor(sup), imex=(opts.resolve(opts.paths.ctl), prepared.files[1].path),
+           phase=lambda: sup.unit.phase)
     outcome = sup.run()
     emit(outcome.reason, outcome.exit_code, list(outcome.findings), listed=prepared,
          outcome=outcome, title="run failed" if outcome.exit_code else "")

@@ -21,13 +21,16 @@ def activate(watch: Watch | None) -> None:
     _active = watch
 
 
-def attach(unit: Callable[[], UnitSnapshot], imex: tuple[str, str] | None = None) -> None:
+def attach(unit: Callable[[], UnitSnapshot], imex: tuple[str, str] | None = None,
+           phase: Callable[[], str] | None = None) -> None:
     """Give the active watch (if any) the unit state function of the supervisor that now runs
     the unit: ``attach(lambda: of_supervisor(sup))``; ``imex``: the IMEX daemon the reader
     asks for the domain state (full paths of nvidia-imex-ctl and the config it runs with).
-    A no-op when nothing serves."""
+    ``phase``: the unit's phase word alone, cheaper than a snapshot (the reader thread looks
+    at it every few tenths of a second). A no-op when nothing serves."""
     if _active is not None:
         _active.unit = unit
+        _active.phase = phase
         _active.imex = imex
         if imex is not None:
             _active.read_once()

@@ -75,7 +75,7 @@ class Snapshot:
 
 
 #: Seconds between two looks at the unit's phase by the reader thread (:meth:`Watch.start_reader`).
-PHASE_POLL_S = 0.25
+PHASE_POLL_S = 1.0
 
 
 class Watch:
@@ -89,6 +89,7 @@ class Watch:
         self.interval_s = interval_s
         self.unit: Callable[[], UnitSnapshot] = lambda: UnitSnapshot(phase="idle")
         self.imex: tuple[str, str] | None = None
+        self.phase: Callable[[], str] | None = None  # the phase alone, when cheaper than unit()
         self._last: tuple[Reading, dict[str, Any]] | None = None
         self._stop = threading.Event()
         self.read_error: str | None = None
@@ -119,7 +120,7 @@ class Watch:
             phase: str | None = None
             due = 0.0
             while True:
-                now_phase = self.unit().phase
+                now_phase = self.phase() if self.phase is not None else self.unit().phase
                 if now_phase != phase or time.monotonic() >= due:
                     phase = now_phase
                     self.read_once()

@@ -93,6 +93,15 @@ def of_supervisor(sup: Supervisor) -> UnitSnapshot:
                         phase, phase != "done")
 
 
+def phase_of_running() -> str:
+    """The phase word of the supervisor running in this process now (``idle`` before it
+    starts): what :func:`of_running` would report as ``phase``, without building the rest."""
+    from nvfabric.supervisor import running
+
+    sup = running()
+    return "idle" if sup is None else sup.unit.phase
+
+
 def of_running() -> UnitSnapshot:
     """The unit state of the supervisor running in this process now
     (:func:`nvfabric.supervisor.running`); before it starts, an idle unit."""
