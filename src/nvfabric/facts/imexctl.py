@@ -310,11 +310,14 @@ def run_ctl(argv: tuple[str, ...], timeout_s: float = CTL_TIMEOUT_S) -> CtlResul
     """Run ``nvidia-imex-ctl`` (argv only) with a hard timeout: it is known to hang. On
     timeout its whole process group gets SIGKILL, and so does a call still in flight when
     nvfabric exits (:func:`_kill_live_ctl`). Raises OSError when it cannot be executed."""
-    proc = subprocess.Popen(
-        list(argv), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-        start_new_session=True,
-    )
+    # Started and registered under the lock: an exit between the two would find the call
+    # not yet registered (the ctl may already be running) and leave it behind; the exit's
+    # kill waits for the lock instead.
     with _LIVE_LOCK:
+        proc = subprocess.Popen(
+            list(argv), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE, start_new_session=True,
+        )
         _LIVE_CTL.add(proc.pid)
     try:
         return _communicate(proc, argv, timeout_s)
