@@ -17,9 +17,9 @@ import yaml
 
 from nvfabric.model.findings import Finding
 from nvfabric.model.health import GpuFabric
+from nvfabric.model.mask import decode_mask
 from nvfabric.observe.metrics import Reading, render
 from nvfabric.observe.unitstate import ServiceSnapshot, UnitSnapshot
-from nvfabric.rules.mask import decode_mask
 
 REPO = Path(__file__).resolve().parents[1]
 RULES = REPO / "deploy/prometheus/nvfabric-alerts.yml"

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from nvfabric.rules.mask import FIELDS, decode_mask, decode_smi, summary_from_smi
+from nvfabric.model.mask import FIELDS, decode_mask, decode_smi, summary_from_smi
 
 
 def _values(mask: int) -> dict[str, tuple[str | None, str | None]]:

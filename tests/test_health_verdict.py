@@ -8,7 +8,7 @@ import pytest
 
 from nvfabric.model.findings import Finding
 from nvfabric.model.health import ZERO_UUID, GpuFabric
-from nvfabric.rules.mask import HealthField
+from nvfabric.model.mask import HealthField
 from nvfabric.rules.verdict import Inputs, ServiceState, infer_fabric, verdict
 
 CLUSTER = "c81d4e2a-9b3f-4a61-8d07-1e6f2b9a4c55"

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from nvfabric.model.findings import Finding
 from nvfabric.model.health import GpuFabric
+from nvfabric.model.mask import decode_mask
 from nvfabric.observe.metrics import Reading, render
 from nvfabric.observe.unitstate import NOTHING_TO_RUN, ServiceSnapshot, UnitSnapshot, exit_reason
-from nvfabric.rules.mask import decode_mask
 from tests.test_status_prometheus import promtool_check, series
 
 #: nvml.h NVML_GPU_FABRIC_HEALTH_MASK_*: DEGRADED_BW TRUE (1 << 0), ROUTE_RECOVERY FALSE

@@ -27,7 +27,7 @@ Series (every one has a HELP line; see README "nvfabric status"):
 - ``nvfabric_gpu_fabric_info{gpu, UUID, pci_bus_id, status, cluster_uuid, health_summary}`` 1
 - ``nvfabric_gpu_fabric_clique_id{gpu, UUID, pci_bus_id}`` (when the GPU reports one)
 - ``nvfabric_gpu_fabric_health{gpu, UUID, pci_bus_id, field, value}`` 0 fine, 1 degraded,
-  2 unhealthy (:data:`nvfabric.rules.mask.FIELDS`), one series per field the GPU reports
+  2 unhealthy (:data:`nvfabric.model.mask.FIELDS`), one series per field the GPU reports
 - ``nvfabric_findings{code, severity}`` findings of the reading, by code and severity
 - ``nvfabric_imex_domain_state{state}`` 0/1 for UP/DEGRADED/DOWN (when the domain was read)
 """
@@ -52,7 +52,7 @@ CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 VERDICTS = ("healthy", "degraded", "unhealthy", "pending", "not_applicable")
 IMEX_DOMAIN_STATES = ("UP", "DEGRADED", "DOWN")
 GPU_LABELS = ("gpu", "UUID", "pci_bus_id")
-#: ``nvfabric_gpu_fabric_health`` values by the field's impact (:mod:`nvfabric.rules.mask`).
+#: ``nvfabric_gpu_fabric_health`` values by the field's impact (:mod:`nvfabric.model.mask`).
 HEALTH_LEVEL = {None: 0, "degraded": 1, "unhealthy": 2}
 
 
