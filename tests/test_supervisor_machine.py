@@ -60,6 +60,8 @@ class FakeHost:
     resets: list[tuple[str, ...]] = field(default_factory=list)
     missing: set[str] = field(default_factory=set)
     sockets: set[str] = field(default_factory=set)
+    #: for each watch closed: how many services had been spawned by then
+    unwatched: list[int] = field(default_factory=list)
 
     def now(self) -> float:
         return self.clock
@@ -99,7 +101,7 @@ class FakeHost:
         pass
 
     def unwatch(self, handle: object) -> None:
-        pass
+        self.unwatched.append(len(self.spawned))
 
     def is_socket(self, path: str) -> bool:
         return path in self.sockets
@@ -539,6 +541,20 @@ def test_socket_timeout_fails_the_start_before_fabric_manager() -> None:
     exit_(unit, host, host.pids()[0], OK)
     assert unit.outcome is not None and unit.outcome.findings[0].code == "socket_timeout"
     assert len(host.spawned) == 1
+
+
+def test_fabric_manager_starts_before_the_socket_watch_is_closed() -> None:
+    # closing an inotify descriptor can take milliseconds (an SRCU grace period): it comes
+    # after fabric manager's spawn, not between the socket and it
+    unit, host, log = machine(_pair())
+    unit.start()
+    assert host.unwatched == [] and len(host.spawned) == 1
+    host.sockets.add("/run/sm.sock")
+    unit.on_socket_event(proc(unit, "nvlsm"))
+    assert unit.phase == "ready" and host.unwatched == [2]
+    assert "socket-timeout" not in unit.timers
+    assert log.text.index("IPC socket /run/sm.sock is up") < log.text.index(
+        "started fabricmanager")
 
 
 def test_snapshot_names_each_service_state_pid_restarts_and_exits() -> None:

@@ -123,10 +123,16 @@ class Readiness:
         path = proc.spec.ready_socket
         assert path is not None
         if self.host.is_socket(path):
-            self._unwatch(proc)
+            # the next service (fabric manager) is started before the watch is closed:
+            # closing an inotify descriptor waits for the kernel's SRCU grace period,
+            # 0.1-19 ms here, which must not stand between the socket and fabric manager
+            watch, proc.watch = proc.watch, None
+            self.timers.cancel("socket-timeout", "socket-poll")
             self.log.say(f"{proc.spec.name} IPC socket {path} is up after "
                          f"{self.host.now() - proc.started:.3f} s")
             self._mark_ready(proc)
+            if watch is not None:
+                self.host.unwatch(watch)
         elif proc.watch is None:
             self.timers.at("socket-poll", POLL_FALLBACK_S, lambda: self.on_socket_event(proc))
 
