@@ -26,6 +26,7 @@ from nvfabric.cli.render import (
     root_option,
     safe,
 )
+from nvfabric.cli.textfile import read_text_file
 from nvfabric.effects import imex as imex_effects
 from nvfabric.facts import imex as imex_facts
 from nvfabric.facts import imexctl as ctl
@@ -174,35 +175,6 @@ def _create(root: str, facts: channels.ChannelFacts, number: int) -> str:
 # -- config -----------------------------------------------------------------------------------
 
 
-def _read_text_file(path: str, what: str, limit: int = 1 << 20) -> str:
-    """A UTF-8 text file given on the command line (up to ``limit`` bytes; ``-`` is stdin);
-    usage error (exit 2) naming the option when it cannot be read or is not text (a binary
-    file, NUL bytes)."""
-    try:
-        if path == "-":  # stdin, as every command reads it
-            data = sys.stdin.buffer.read(limit + 1)
-        else:
-            with open(path, "rb") as fh:
-                data = fh.read(limit + 1)
-    except (OSError, AttributeError) as err:  # AttributeError: no binary stdin
-        why = err.strerror if isinstance(err, OSError) and err.strerror else str(err)
-        raise usage_error(f"cannot read {what} {path}: {why}",
-                          "give a readable text file") from None
-    if len(data) > limit:
-        raise usage_error(f"{what} {path} is larger than {limit >> 20} MiB, the limit for it",
-                          "give the file itself, not a device or a larger file")
-    try:
-        text = data.decode("utf-8")
-    except UnicodeDecodeError as err:
-        raise usage_error(f"{what} {path} is not a text file (byte 0x{data[err.start]:02x} at "
-                          f"offset {err.start} is not UTF-8)",
-                          "give a text file: one address or host name per line") from None
-    if "\x00" in text:
-        raise usage_error(f"{what} {path} is not a text file (it holds NUL bytes)",
-                          "give a text file: one address or host name per line")
-    return text
-
-
 def peers_from_options(root: str, peers_file: str | None, peers_slurm: str | None,
                        peer: tuple[str, ...]) -> tuple[nodes.Peer, ...] | None:
     """The node list from exactly one of --peers FILE, --peers-slurm HOSTLIST, --peer ADDR...
@@ -213,7 +185,7 @@ def peers_from_options(root: str, peers_file: str | None, peers_slurm: str | Non
                           "keep one of the three options")
     try:
         if peers_file is not None:
-            return nodes.parse_nodes_config(_read_text_file(peers_file, "--peers"))
+            return nodes.parse_nodes_config(read_text_file(peers_file, "--peers"))
         if peers_slurm is not None:
             return nodes.expand_slurm(peers_slurm)
         if peer:
@@ -402,7 +374,7 @@ def domain_cmd(root: str, config_path: str, ctl_path: str, timeout_s: float,
     unreachable nodes named; exit 1 unless UP."""
     require_root(root)
     if from_file is not None:
-        status = _parse(_read_text_file(from_file, "--from-file", 16 << 20), from_file)
+        status = _parse(read_text_file(from_file, "--from-file", 16 << 20), from_file)
     else:
         status = _query(root, ctl_path, config_path, timeout_s)
     finding = status.finding()

@@ -35,6 +35,10 @@ from nvfabric.cli.render import (
     root_option,
 )
 from nvfabric.cli.runview import Emit
+from nvfabric.cli.textfile import read_text_file
+from nvfabric.effects.log import Log
+from nvfabric.effects.notify import notify_nothing_to_start
+from nvfabric.effects.runlock import READY_FILE, RunLock
 from nvfabric.facts.paths import confined
 from nvfabric.model.errors import NvfabricError, usage_error
 from nvfabric.model.findings import Finding
@@ -43,14 +47,8 @@ from nvfabric.model.inventory import Inventory
 from nvfabric.observe.hook import attach
 from nvfabric.observe.unitstate import NOTHING_TO_RUN, of_running, phase_of_running
 from nvfabric.rules.plan import Plan
-from nvfabric.supervisor import (
-    READY_FILE,
-    Log,
-    Policy,
-    RunLock,
-    notify_nothing_to_start,
-    run_result,
-)
+from nvfabric.supervisor.outcome import run_result
+from nvfabric.supervisor.policy import Policy
 
 
 @dataclass(frozen=True)
@@ -201,12 +199,10 @@ def _run(o: RunOptions) -> NoReturn:
             runlock.clear_stale_unlocked(o.root, o.state_dir)
         emit("blocked", 1, list(p.blockers), title="blocked: nothing was started")
     _check_paths(o)
-    from nvfabric.cli.imex import _read_text_file
-
     # the node list file is read like `imex config --peers` reads it (exit 2 when it is
     # unreadable or not text), before the lock, on every fabric: a mistyped path in a unit
     # shared by a fleet is said, not ignored where IMEX does not run
-    peers_text = None if o.imex_peers is None else _read_text_file(o.imex_peers, "--imex-peers")
+    peers_text = None if o.imex_peers is None else read_text_file(o.imex_peers, "--imex-peers")
     if p.fabric == "mnnvl":  # IMEX (issue 6), never fabric manager
         from nvfabric.cli.runimex import run_mnnvl
 
@@ -262,6 +258,10 @@ def _run_fm(o: RunOptions, inv: Inventory, p: Plan, emit: Emit) -> NoReturn:
     from nvfabric.rules.preflight import preflight
 
     reset_argv = _reset_argv(o)
+    # the GPU read (R04's registered GPUs) is the slowest probe: it starts now, beside the
+    # vendor files, the prepare and the lock, where the bring-up will ask for it
+    gpu_read = node.start_gpu_read(o.root) \
+        if p.fabric != "none" and unit.needs_reset(inv) else None
     cfg, vend = _fm_config(o, p)
     if vend.findings:  # R08: a vendor package is missing: a fault of the node
         emit("refused", 1, list(vend.findings), vendor_files=vend,
@@ -278,7 +278,7 @@ def _run_fm(o: RunOptions, inv: Inventory, p: Plan, emit: Emit) -> NoReturn:
         raise usage_error(str(err)) from None
     prepared = replace(prepared, notes=(*prepared.notes, *vend.notes()))
     lock = runlock.hold(o.root, o.state_dir, o.dry_run, emit)
-    facts = node.collect(o.root, inv, prepared.checks())
+    facts = node.collect(o.root, inv, prepared.checks(), gpu_read)
     pre = preflight(facts, prepared.preflight_processes(), driver=p.driver_version,
                     needs_reset=prepared.needs_reset, reset_argv=reset_argv)
     if o.dry_run:

@@ -11,21 +11,20 @@ import os
 
 from nvfabric.cli.render import os_error
 from nvfabric.cli.runview import Emit
+from nvfabric.effects.dirs import not_a_directory
+from nvfabric.effects.log import Log
+from nvfabric.effects.runlock import (
+    LOCK_FILE,
+    READY_FILE,
+    RunLock,
+    acquire_run_lock,
+    clear_stale_ready,
+    run_lock_holder,
+)
 from nvfabric.facts.paths import confined, under
 from nvfabric.model.errors import NvfabricError, usage_error
 from nvfabric.model.findings import Finding
 from nvfabric.model.hostpath import check as check_path
-from nvfabric.supervisor import (
-    LOCK_FILE,
-    READY_FILE,
-    Log,
-    RunLock,
-    acquire_run_lock,
-    clear_stale_ready,
-    not_a_directory,
-    run_lock_holder,
-    wait_for_stop,
-)
 
 
 def already_running(pid: int, lock: str) -> Finding:
@@ -85,6 +84,8 @@ def take_lock(state: str, dry_run: bool) -> tuple[RunLock | None, Finding | None
 
 def stay() -> None:
     """Block until SIGTERM or SIGINT (a DaemonSet pod on a node with nothing to manage)."""
+    from nvfabric.supervisor.loop import wait_for_stop
+
     wait_for_stop("--stay: waiting for SIGTERM")
     Log().say("stopped")
 

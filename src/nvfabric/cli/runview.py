@@ -15,9 +15,10 @@ from typing import TYPE_CHECKING, NoReturn
 import click
 
 from nvfabric.cli.render import console, print_findings, print_json
+from nvfabric.effects.log import Log, printable
 from nvfabric.model.findings import Finding
 from nvfabric.model.words import plural
-from nvfabric.supervisor import Log, printable, run_result
+from nvfabric.supervisor.outcome import run_result
 
 if TYPE_CHECKING:
     from nvfabric.bringup.prepared import Prepared

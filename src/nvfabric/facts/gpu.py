@@ -84,7 +84,7 @@ def smi_source(root: str) -> Source:
 
 def _run_smi(smi: str, timeout: float) -> FabricHealth:
     try:
-        rc, out, err = run_bounded([smi, "-q", "-x"], timeout)
+        rc, out, err = run_bounded([smi, "-q", "-x"], timeout, meanwhile=_load_parser)
     except OSError as error:
         return _failed(f"{smi} -q -x did not run: {error.strerror or error}")
     if rc is None:
@@ -101,11 +101,18 @@ def _run_smi(smi: str, timeout: float) -> FabricHealth:
         return _failed(f"{smi} -q -x printed no readable capture: {error}")
 
 
-def run_bounded(argv: list[str], timeout: float) -> tuple[int | None, bytes, bytes]:
+def _load_parser() -> None:
+    """Import the XML reader while nvidia-smi runs (it is not needed before its answer)."""
+    import nvfabric.facts.smi  # noqa: F401
+
+
+def run_bounded(argv: list[str], timeout: float,
+                meanwhile: Callable[[], None] | None = None) -> tuple[int | None, bytes, bytes]:
     """(exit code, stdout, stderr) of ``argv`` (no shell), or (None, ...) when it did not
     finish within ``timeout`` seconds: then its whole process group gets SIGKILL, so a
-    grandchild holding the pipes cannot keep the caller waiting. Raises OSError when the
-    program cannot be started."""
+    grandchild holding the pipes cannot keep the caller waiting. ``meanwhile()`` is called
+    once the program runs (work that does not need its answer, done while it is awaited).
+    Raises OSError when the program cannot be started."""
     import subprocess  # lazy: `status --from-nvidia-smi` runs no probe
 
     proc = subprocess.Popen(  # noqa: S603 - argv list, no shell
@@ -113,6 +120,8 @@ def run_bounded(argv: list[str], timeout: float) -> tuple[int | None, bytes, byt
         start_new_session=True, preexec_fn=_die_with_parent(),
     )
     try:
+        if meanwhile is not None:
+            meanwhile()
         out, err = proc.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
         _kill_group(proc.pid)

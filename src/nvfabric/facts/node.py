@@ -39,6 +39,7 @@ from nvfabric.rules.nodefacts import (
 )
 
 if TYPE_CHECKING:
+    from nvfabric.facts.parallel import Pending
     from nvfabric.model.health import GpuFabric
     from nvfabric.rules.imex.channels import ChannelFacts
     from nvfabric.rules.imex.owner import OwnerEvidence
@@ -93,20 +94,35 @@ def fm_version(binary: str, timeout_s: float = 10.0) -> VersionRead:
     return VersionRead(fm.parse_version(text), text)
 
 
-def collect(root: str, inventory: Inventory | None, probes: Probes) -> NodeFacts:
+def start_gpu_read(root: str) -> Pending[tuple[GpuFabric, ...]]:
+    """The GPUs' fabric states (:func:`gpus`) read in a thread from now on, for a
+    :func:`collect` that comes later: the slowest probe starts before the bring-up is
+    prepared (issue 15). Read-only, so starting it early changes nothing on the node."""
+    from nvfabric.facts.parallel import Pending
+
+    return Pending(lambda: gpus(root), "gpus")
+
+
+def collect(root: str, inventory: Inventory | None, probes: Probes,
+            gpu_read: Pending[tuple[GpuFabric, ...]] | None = None) -> NodeFacts:
     """The snapshot: ``inventory`` (already read: the plan comes from it) and the answer to
-    each of ``probes``. Raises nothing of its own; each reader's errors are its answer."""
+    each of ``probes``; ``gpu_read``: the GPU read already started (:func:`start_gpu_read`),
+    used when ``probes`` ask for the GPUs (else started here). Raises nothing of its own;
+    each reader's errors are its answer."""
     from nvfabric.bringup import fmconfig as fmcfg
+    from nvfabric.effects.sockets import socket_listening
     from nvfabric.facts.fmconfig import check_paths
     from nvfabric.facts.parallel import Pending
     from nvfabric.model import keyvalue
-    from nvfabric.supervisor import socket_listening
 
     # The probes that wait on other processes run side by side (issue 15: before NVLSM may
     # start, the longest of them counts, not their sum): the GPU read first; fabric manager's
     # `--version` only after the process table was scanned (its own process would be taken
     # for a running fabric manager).
-    gpu_read = Pending(lambda: gpus(root), "gpus") if probes.gpus else None
+    if not probes.gpus:
+        gpu_read = None
+    elif gpu_read is None:
+        gpu_read = start_gpu_read(root)
     problems = []
     for text in probes.fm_configs:
         problems += check_paths(fmcfg.Effective(keyvalue.parse(text), text))

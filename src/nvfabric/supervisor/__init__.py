@@ -35,36 +35,60 @@ limit, R04/R09 as functions), ``ready`` and ``unit`` (the unit state machine, ac
 ``host``), ``loop`` (selectors, signals, inotify, the probe thread: the real host),
 ``supervise`` (:class:`Supervisor`), ``outcome`` (:class:`Outcome`, the ``run --json`` shape),
 ``lean`` (the lean entry point ``nvfabric run`` execs into). The names below are re-exported
-for the modules that import them from here.
+for the modules that import them from here, lazily (PEP 562): importing a part (the lean
+entry point, the policy) does not import all the others.
 """
 
 from __future__ import annotations
 
-from nvfabric.effects.dirs import ensure_dir, not_a_directory
-from nvfabric.effects.log import Log, printable
-from nvfabric.effects.notify import (
-    STATUS_MAX_BYTES,
-    notify_nothing_to_start,
-    sd_notify,
-    status_text,
-    watchdog_usec,
-)
-from nvfabric.effects.process import describe_status, spawn
-from nvfabric.effects.runlock import (
-    LOCK_FILE,
-    READY_FILE,
-    RunLock,
-    acquire_run_lock,
-    clear_stale_ready,
-    live_ready,
-    run_lock_holder,
-)
-from nvfabric.effects.sockets import is_socket, socket_listening
-from nvfabric.supervisor.loop import wait_for_stop
-from nvfabric.supervisor.outcome import RUN_RESULTS, Outcome, run_result
-from nvfabric.supervisor.policy import REPEATED_STOP_WINDOW_S, Classifier, GpuCheck, Policy
-from nvfabric.supervisor.supervise import Supervisor, running
-from nvfabric.supervisor.unit import SIGHUP_IGNORED
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from nvfabric.effects.dirs import ensure_dir, not_a_directory
+    from nvfabric.effects.log import Log, printable
+    from nvfabric.effects.notify import (
+        STATUS_MAX_BYTES,
+        notify_nothing_to_start,
+        sd_notify,
+        status_text,
+        watchdog_usec,
+    )
+    from nvfabric.effects.process import describe_status, spawn
+    from nvfabric.effects.runlock import (
+        LOCK_FILE,
+        READY_FILE,
+        RunLock,
+        acquire_run_lock,
+        clear_stale_ready,
+        live_ready,
+        run_lock_holder,
+    )
+    from nvfabric.effects.sockets import is_socket, socket_listening
+    from nvfabric.supervisor.loop import wait_for_stop
+    from nvfabric.supervisor.outcome import RUN_RESULTS, Outcome, run_result
+    from nvfabric.supervisor.policy import REPEATED_STOP_WINDOW_S, Classifier, GpuCheck, Policy
+    from nvfabric.supervisor.supervise import Supervisor, running
+    from nvfabric.supervisor.unit import SIGHUP_IGNORED
+
+#: Where each re-exported name is defined.
+_DEFINED_IN = {
+    **dict.fromkeys(("ensure_dir", "not_a_directory"), "nvfabric.effects.dirs"),
+    **dict.fromkeys(("Log", "printable"), "nvfabric.effects.log"),
+    **dict.fromkeys(("STATUS_MAX_BYTES", "notify_nothing_to_start", "sd_notify", "status_text",
+                     "watchdog_usec"), "nvfabric.effects.notify"),
+    **dict.fromkeys(("describe_status", "spawn"), "nvfabric.effects.process"),
+    **dict.fromkeys(("LOCK_FILE", "READY_FILE", "RunLock", "acquire_run_lock",
+                     "clear_stale_ready", "live_ready", "run_lock_holder"),
+                    "nvfabric.effects.runlock"),
+    **dict.fromkeys(("is_socket", "socket_listening"), "nvfabric.effects.sockets"),
+    "wait_for_stop": "nvfabric.supervisor.loop",
+    **dict.fromkeys(("RUN_RESULTS", "Outcome", "run_result"), "nvfabric.supervisor.outcome"),
+    **dict.fromkeys(("REPEATED_STOP_WINDOW_S", "Classifier", "GpuCheck", "Policy"),
+                    "nvfabric.supervisor.policy"),
+    **dict.fromkeys(("Supervisor", "running"), "nvfabric.supervisor.supervise"),
+    "SIGHUP_IGNORED": "nvfabric.supervisor.unit",
+}
 
 __all__ = [
     "LOCK_FILE", "READY_FILE", "REPEATED_STOP_WINDOW_S", "RUN_RESULTS", "SIGHUP_IGNORED",
@@ -74,3 +98,13 @@ __all__ = [
     "run_lock_holder", "run_result", "running", "sd_notify", "socket_listening", "spawn",
     "status_text", "wait_for_stop", "watchdog_usec",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    """A re-exported name, imported from its module on first use (PEP 562)."""
+    module = _DEFINED_IN.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
