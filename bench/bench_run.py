@@ -18,6 +18,9 @@ Figures (medians over RUNS runs of each, min and max beside; ratio = nvfabric / 
 - nvfabric run SIGKILLed -> NVLSM and fabric manager gone (their parent-death signal).
 - idle: CPU over IDLE_S seconds once ready and resident memory (VmRSS) of the supervising
   process, for both.
+- the floor: what any Python starter on click needs to NVLSM's first record with this
+  preflight (the interpreter with click imported, fabric manager's ``--version``, the
+  yardstick's spawn -> NVLSM figure), to tell our own cost from the language's.
 - where nvfabric's start -> NVLSM exec goes, by phase (TRACE_RUNS more runs with the phase
   tracer bench/phasetrace/sitecustomize.py: entry and exit of the host-access functions).
 
@@ -41,7 +44,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
-from common import PY, StderrLines, line  # noqa: E402
+from common import PY, StderrLines, interleaved_ms, line  # noqa: E402
 
 from nvfabric.bringup.nvlsm import SOCKET
 from nvfabric.simulate import build, profile_spec
@@ -319,6 +322,33 @@ def print_phases(base: str, n0: int, runs: int) -> None:
              else "not seen (the traced function moved?)")
 
 
+def floor(base: str, yardstick_start_ms: float | None, runs: int) -> None:
+    """The least any Python starter on the click library needs from its start to NVLSM's
+    first record with this preflight, on this machine: the interpreter with click imported
+    (no code of nvfabric), then fabric manager's ``--version`` (NVLSM may not start before
+    its answer; the GPU read can overlap it), then the spawn of NVLSM and the fake's own
+    start-up (the yardstick's start -> NVLSM figure). Each a median of ``runs`` whole
+    processes, interleaved."""
+    node = os.path.join(base, "floor")
+    build(profile_spec("dgx-b200"), node)
+    install(node)
+    bare, click_, version = interleaved_ms([
+        [PY, "-I", "-S", "-c", "pass"], [PY, "-c", "import click"],
+        [os.path.join(node, "usr/bin/nv-fabricmanager"), "--version"]], runs)
+    print(f"-- the floor of a Python + click starter, medians of {runs} runs (interleaved)")
+    line("  interpreter alone (python -I -S -c pass)", f"{statistics.median(bare):.1f} ms")
+    line("  interpreter + site + import click", f"{statistics.median(click_):.1f} ms")
+    line("  fake nv-fabricmanager --version, whole process", f"{statistics.median(version):.1f} ms")
+    if yardstick_start_ms is None:
+        line("  floor", "not known without the yardstick")
+        return
+    total = statistics.median(click_) + statistics.median(version) + yardstick_start_ms
+    line("  + spawn -> fake NVLSM's first record (the yardstick's)", f"{yardstick_start_ms:.1f} ms")
+    line("  floor: start -> NVLSM exec for any Python + click starter",
+         f"{total:.1f} ms; target {TARGET_START_MS:g} ms is "
+         + ("below the floor on this machine" if total > TARGET_START_MS else "above it"))
+
+
 def main() -> int:
     runs = int(sys.argv[1]) if len(sys.argv) > 1 else 10
     idle_s = float(sys.argv[2]) if len(sys.argv) > 2 else 30.0
@@ -392,6 +422,7 @@ def main() -> int:
             line(f"idle CPU over {idle_s:g} s: yardstick", f"{y_cpu:.3f} % of a core")
             line("idle RSS: yardstick", f"{y_rss:.1f} MiB; nvfabric = {rss / y_rss:.1f}x")
             line("exit code after SIGTERM: yardstick", str(y_code))
+        floor(base, statistics.median(theirs["start_nvlsm"]) if theirs else None, runs)
         print_phases(base, 3000, trace_runs)
         with open("/proc/loadavg", encoding="utf-8") as fh:
             line("load average at the end (1, 5, 15 min)", " ".join(fh.read().split()[:3]))
