@@ -5,13 +5,16 @@ matrix) and ``-N -j`` (the same as JSON), from the fake daemon's ``imex.json``. 
 
 from __future__ import annotations
 
-import json
 import os
 import time
-from typing import Any
 
+from . import jsontext
 from .daemon import init_stamp, say
 from .state import faults, load, node_root
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
 
 #: The legend ``nvidia-imex-ctl -N`` prints first, as printed (its typo "triggreed" kept).
 #: Capture: ../shared/corpus/imex/aws-pcluster-p6e-gb200-18node-imex-ctl-N-570.172.txt.
@@ -76,8 +79,8 @@ def imex_domain_json(state: dict[str, Any], status: str, stamp_: str) -> str:
             "changed": False, "version": v["version"], "hostName": ""}
         for k, v in nodes.items()
     }
-    return json.dumps({"nodes": out, "timestamp": stamp_, "status": status},
-                      separators=(",", ":"))
+    return jsontext.dumps({"nodes": out, "timestamp": stamp_, "status": status},
+                          separators=(",", ":"))
 
 
 def nvidia_imex_ctl(argv: list[str]) -> int:
