@@ -163,6 +163,22 @@ def test_the_packages_names_resolve_on_first_use(tmp_path: Path) -> None:
         fakebin.bogus  # noqa: B018
 
 
+def test_install_byte_compiles_the_copied_fakes(tmp_path: Path) -> None:
+    """Every module of the copy has its current byte code in ``__pycache__``: the first start
+    of a fake compiles nothing (a compile would rewrite the file)."""
+    import importlib.util
+
+    root = sim(tmp_path, "dgx-b200")
+    pkg = root / "bin" / fakes.FAKES_PACKAGE
+    cached = {}
+    for source in sorted(pkg.glob("*.py")):
+        pyc = Path(importlib.util.cache_from_source(str(source)))
+        assert pyc.is_file(), pyc
+        cached[pyc] = pyc.stat().st_mtime_ns
+    subprocess.run([str(root / "bin/nvidia-smi"), "-q", "-x"], capture_output=True, check=True)
+    assert {p: p.stat().st_mtime_ns for p in cached} == cached
+
+
 # --- the JSON text (jsontext) is json's, byte for byte --------------------------------------
 
 _scalars = (st.none() | st.booleans() | st.integers() | st.floats(allow_nan=True)
