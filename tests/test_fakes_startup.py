@@ -163,6 +163,29 @@ def test_the_packages_names_resolve_on_first_use(tmp_path: Path) -> None:
         fakebin.bogus  # noqa: B018
 
 
+def test_short_path_names_a_long_socket_path_through_its_directory(tmp_path: Path) -> None:
+    """A socket path too long for sockaddr_un is reached through ``/proc/self/fd/N``, and the
+    directory's descriptor is closed when the block ends; a short path is itself."""
+    import _socket
+
+    from nvfabric.simulate.fakebin.daemon import short_path
+
+    deep = tmp_path / ("d" * 60) / ("e" * 60)
+    deep.mkdir(parents=True)
+    path = str(deep / "fm_sm_ipc.socket")
+    listener = _socket.socket(_socket.AF_UNIX, _socket.SOCK_STREAM)
+    with short_path(path) as name:
+        assert name.startswith("/proc/self/fd/") and name.endswith("/fm_sm_ipc.socket")
+        fd = int(name.split("/")[4])
+        listener.bind(name)
+    listener.close()
+    assert Path(path).exists()
+    with pytest.raises(OSError):
+        os.fstat(fd)
+    with short_path(str(tmp_path / "s")) as name:
+        assert name == str(tmp_path / "s")
+
+
 def test_install_byte_compiles_the_copied_fakes(tmp_path: Path) -> None:
     """Every module of the copy has its current byte code in ``__pycache__``: the first start
     of a fake compiles nothing (a compile would rewrite the file)."""

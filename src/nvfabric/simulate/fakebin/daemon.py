@@ -2,10 +2,10 @@
 parsing, socket names that fit sockaddr_un, and the life of a daemon (:class:`Daemon`: SIGTERM,
 crash timer, wait loop; :func:`daemonize`). Standard library only (copied into simulated trees).
 
-Start-up cost: the module imports only what every interpreter has loaded at its start (os,
-sys, time, ``_signal``: the C module :mod:`signal` wraps in enums, whose import costs more than
-a fake's whole start), and the wait loop the C module ``select``; no ``contextlib`` or
-``typing``.
+Start-up cost: the module imports only what a fake has loaded anyway: os (the launcher's), and
+sys, time and ``_signal`` (loaded at the interpreter's start; the C module :mod:`signal` wraps
+in enums, whose import costs more than a fake's whole start); the wait loop adds the C module
+``select``; no ``contextlib`` or ``typing``.
 """
 
 from __future__ import annotations
