@@ -62,10 +62,6 @@ def loads(text: str) -> Any:
     return value
 
 
-class _Unsupported(Exception):
-    """A value of a type the indent form here does not spell: json.dumps then does it all."""
-
-
 def _not_serializable(o: object) -> Any:
     """json.JSONEncoder.default: nothing beyond the JSON types."""
     raise TypeError(f"Object of type {o.__class__.__name__} is not JSON serializable")
@@ -92,12 +88,7 @@ def dumps(obj: Any, indent: int | None = None,
                                     key_sep, item_sep, False, False, True)
         return "".join(encode(obj, 0))
     out: list[str] = []
-    try:
-        _indented(obj, " " * indent, 0, item_sep, key_sep, out)
-    except _Unsupported:
-        import json
-
-        return json.dumps(obj, indent=indent, separators=(item_sep, key_sep))
+    _indented(obj, " " * indent, 0, item_sep, key_sep, out)
     return "".join(out)
 
 
@@ -131,8 +122,8 @@ def _float(o: float) -> str:
 
 
 def _key(k: Any) -> str:
-    """A dict key as json writes it (str as is; float, bool, None, int spelled; others are
-    json's TypeError)."""
+    """A dict key as json writes it (str as is; float, bool, None, int spelled); json's
+    TypeError for any other."""
     if isinstance(k, str):
         return k
     if isinstance(k, float):
@@ -145,7 +136,7 @@ def _key(k: Any) -> str:
         return "null"
     if isinstance(k, int):
         return int.__repr__(k)
-    raise _Unsupported
+    raise TypeError(f"keys must be str, int, float, bool or None, not {k.__class__.__name__}")
 
 
 def _indented(o: Any, unit: str, level: int, item_sep: str, key_sep: str,
@@ -181,4 +172,4 @@ def _indented(o: Any, unit: str, level: int, item_sep: str, key_sep: str,
             _indented(value, unit, level + 1, item_sep, key_sep, out)
         out.append("\n" + unit * level + "}")
         return
-    raise _Unsupported
+    _not_serializable(o)
