@@ -1,11 +1,11 @@
 """The fakes start as cheaply as Python allows and print what they printed before: each
-launcher imports only its own program's module and, on its path, nothing but the C modules it
-needs (the JSON of the state files through ``_json``, sockets through ``_socket``); the JSON
-and XML written without :mod:`json` and :mod:`xml.sax.saxutils` are byte for byte theirs.
+launcher imports only its own program's module and, on its path, nothing beyond :mod:`json`
+(the state files) that it does not use (no XML library: the -q -x XML, escaped without
+:mod:`xml.sax.saxutils`, is byte for byte what it printed).
 
 Behavioural guards, no timing: each fake runs through its real launcher text in a child
 ``python -IS`` and the modules it left in ``sys.modules`` are compared with those of a child
-that only runs the launcher's own imports.
+that only runs the launcher's own imports and :mod:`json`.
 """
 
 from __future__ import annotations
@@ -22,17 +22,20 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from nvfabric.simulate import fakebin, fakes
-from nvfabric.simulate.fakebin import jsontext, smi
+from nvfabric.simulate.fakebin import smi
 from nvfabric.simulate.fakebin import state as fakestate
 
 from .runkit import events, sim
 
 #: Runs the launcher at argv[1] as the kernel would (its own text, as ``__main__``, argv[3:]
 #: after it), then writes the names in ``sys.modules`` to argv[2]; with no launcher (""),
-#: only the launcher's own imports (os, sys): the baseline.
+#: only the launcher's own imports (os, sys) and json, which every fake reads its state
+#: files with: the baseline.
 _RUN_LAUNCHER = """
 import os, sys
 launcher, out = sys.argv[1], sys.argv[2]
+if not launcher:
+    import json
 sys.argv = [launcher, *sys.argv[3:]]
 status = None
 try:
@@ -47,12 +50,12 @@ finally:
         fh.write(repr(status) + "\\n" + "\\n".join(sorted(sys.modules)))
 """
 
-#: What no fake's start-up may import: the pure-Python wrappers of what the C modules
-#: (_json, _socket, _signal, select) give, and what the fakes never use.
+#: What no fake's quick path may import: what only a daemon's life needs (sockets, signal
+#: handlers, the wait loop) and what the fakes never use.
 HEAVY = frozenset({
-    "json", "re", "socket", "selectors", "signal", "enum", "typing", "contextlib",
-    "collections", "functools", "xml", "xml.sax", "xml.sax.saxutils", "xml.etree.ElementTree",
-    "urllib", "urllib.request", "http.client", "email", "datetime", "tempfile", "shutil",
+    "socket", "selectors", "signal", "select", "typing", "contextlib", "xml", "xml.sax",
+    "xml.sax.saxutils", "xml.etree.ElementTree", "urllib", "urllib.request", "http.client",
+    "email", "datetime", "tempfile", "shutil",
 })
 
 
@@ -79,12 +82,18 @@ def fake_imports(tmp_path: Path, root: Path, prog: str, *args: str,
     return status, own, loaded - base - own
 
 
+#: What a daemon's life adds to the quick path (socket.py's closure, signal handlers, the
+#: wait loop's select).
+DAEMON_LIFE = frozenset({"socket", "_socket", "selectors", "select", "array", "math", "signal",
+                         "errno", "collections.abc", "stat", "_stat"})
+
+
 def package(*modules: str) -> set[str]:
     return {fakes.FAKES_PACKAGE, *(f"{fakes.FAKES_PACKAGE}.{m}" for m in modules)}
 
 
 #: The package's modules every fake's start-up uses: output, options, the state files.
-CORE = ("daemon", "state", "jsontext")
+CORE = ("daemon", "state")
 
 
 @pytest.mark.parametrize("prog,args,module", [
@@ -104,13 +113,13 @@ def test_a_fakes_quick_path_imports_its_module_and_no_library(
     status, own, other = fake_imports(tmp_path, root, prog, *args)
     assert status in (0, 1)
     assert own == package(module, *CORE)
-    assert other <= {"__future__", "_json"}, sorted(other)
+    assert other <= {"__future__"}, sorted(other)
     assert not other & HEAVY
 
 
-def test_the_nvlsm_daemon_serves_its_socket_with_the_c_modules_only(tmp_path: Path) -> None:
-    """NVLSM's whole life (banner, pid file, IPC socket, wait loop, simulated crash) takes the
-    C modules ``_socket`` and ``select`` beyond the quick path, nothing else."""
+def test_the_nvlsm_daemon_serves_its_socket_with_the_daemon_modules_only(tmp_path: Path) -> None:
+    """NVLSM's whole life (banner, pid file, IPC socket, wait loop, simulated crash) takes
+    :mod:`socket`, :mod:`signal` and :mod:`select` beyond the quick path, nothing else."""
     root = sim(tmp_path, "dgx-b200", {"nvlsm": {"socket_delay_s": 0, "crash_after_s": 0.3}})
     guid = fakestate.port_guids(str(root))[0]
     conf = root / "usr/share/nvidia/nvlsm/nvlsm.conf"
@@ -118,10 +127,10 @@ def test_the_nvlsm_daemon_serves_its_socket_with_the_c_modules_only(tmp_path: Pa
     assert status == 1  # the simulated crash's exit code
     assert [e["event"] for e in events(root, "nvlsm")] == ["exec", "socket"]
     assert own == package("nvlsm", *CORE)
-    assert other <= {"__future__", "_json", "_socket", "select"}, sorted(other)
+    assert other <= {"__future__", *DAEMON_LIFE}, sorted(other)
 
 
-def test_the_fabric_manager_daemon_registers_with_the_c_modules_only(tmp_path: Path) -> None:
+def test_the_fabric_manager_daemon_registers_with_the_daemon_modules_only(tmp_path: Path) -> None:
     root = sim(tmp_path, "hgx-h100", {"fabricmanager": {"register_delay_s": 0,
                                                          "crash_after_s": 0.3}})
     cfg = tmp_path / "fm.cfg"
@@ -133,7 +142,7 @@ def test_the_fabric_manager_daemon_registers_with_the_c_modules_only(tmp_path: P
     assert status == 1
     assert [e["event"] for e in events(root, "fabricmanager")] == ["exec", "registered"]
     assert own == package("fabricmanager", *CORE)
-    assert other <= {"__future__", "_json", "select"}, sorted(other)
+    assert other <= {"__future__", *DAEMON_LIFE}, sorted(other)
 
 
 def test_an_unknown_program_imports_no_fake(tmp_path: Path) -> None:
@@ -143,7 +152,7 @@ def test_an_unknown_program_imports_no_fake(tmp_path: Path) -> None:
         "'nvlsm'", "'nvidia-bogus'"), encoding="utf-8")
     status, own, other = fake_imports(tmp_path, root, "nvidia-bogus")
     assert status == 2
-    assert own == package("daemon", "state", "jsontext")  # the error line's say()
+    assert own == package("daemon", "state")  # the error line's say()
     assert not other & HEAVY
 
 
@@ -166,14 +175,14 @@ def test_the_packages_names_resolve_on_first_use(tmp_path: Path) -> None:
 def test_short_path_names_a_long_socket_path_through_its_directory(tmp_path: Path) -> None:
     """A socket path too long for sockaddr_un is reached through ``/proc/self/fd/N``, and the
     directory's descriptor is closed when the block ends; a short path is itself."""
-    import _socket
+    import socket
 
     from nvfabric.simulate.fakebin.daemon import short_path
 
     deep = tmp_path / ("d" * 60) / ("e" * 60)
     deep.mkdir(parents=True)
     path = str(deep / "fm_sm_ipc.socket")
-    listener = _socket.socket(_socket.AF_UNIX, _socket.SOCK_STREAM)
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     with short_path(path) as name:
         assert name.startswith("/proc/self/fd/") and name.endswith("/fm_sm_ipc.socket")
         fd = int(name.split("/")[4])
@@ -200,54 +209,6 @@ def test_install_byte_compiles_the_copied_fakes(tmp_path: Path) -> None:
         cached[pyc] = pyc.stat().st_mtime_ns
     subprocess.run([str(root / "bin/nvidia-smi"), "-q", "-x"], capture_output=True, check=True)
     assert {p: p.stat().st_mtime_ns for p in cached} == cached
-
-
-# --- the JSON text (jsontext) is json's, byte for byte --------------------------------------
-
-_scalars = (st.none() | st.booleans() | st.integers() | st.floats(allow_nan=True)
-            | st.text())
-_keys = st.text() | st.integers() | st.floats(allow_nan=False) | st.booleans() | st.none()
-_values = st.recursive(_scalars, lambda inner: st.lists(inner, max_size=4)
-                       | st.tuples(inner, inner)
-                       | st.dictionaries(_keys, inner, max_size=4), max_leaves=20)
-
-
-@settings(max_examples=300, deadline=None)
-@given(_values, st.sampled_from([None, 0, 1, 2]),
-       st.sampled_from([None, (",", ":"), (", ", ": ")]))
-def test_jsontext_dumps_is_json_dumps(value: object, indent: int | None,
-                                      separators: tuple[str, str] | None) -> None:
-    assert jsontext.dumps(value, indent=indent, separators=separators) == json.dumps(
-        value, indent=indent, separators=separators)
-
-
-@settings(max_examples=300, deadline=None)
-@given(_values, st.sampled_from([None, 1]), st.sampled_from(["", " ", "\n\t ", "\r\n"]))
-def test_jsontext_loads_reads_what_json_reads(value: object, indent: int | None,
-                                              pad: str) -> None:
-    text = pad + json.dumps(value, indent=indent) + pad
-    assert repr(jsontext.loads(text)) == repr(json.loads(text))  # NaN != NaN: compare reprs
-
-
-@pytest.mark.parametrize("text", [
-    "", " ", "{", '{"a": 1} x', '{"a": 1}{}', "\ufeff{}", "[1,]", '{"a" 1}', "nul", "'a'",
-    '"\x01"', "01", "[1] [2]", "{} \x0b",
-])
-def test_jsontext_refuses_what_json_refuses(text: str) -> None:
-    with pytest.raises(ValueError):
-        json.loads(text)
-    with pytest.raises(ValueError):
-        jsontext.loads(text)
-
-
-def test_jsontext_refuses_what_json_cannot_write() -> None:
-    for value in ({"a": {1, 2}}, [object()], {(1, 2): 3}):
-        for indent in (None, 1):
-            with pytest.raises(TypeError) as ours:
-                jsontext.dumps(value, indent=indent)
-            with pytest.raises(TypeError) as theirs:
-                json.dumps(value, indent=indent)
-            assert str(ours.value) == str(theirs.value)
 
 
 @pytest.mark.parametrize("profile", ["dgx-b200", "hgx-h100", "gb200-tray", "a40-bridge"])

@@ -2,10 +2,9 @@
 parsing, socket names that fit sockaddr_un, and the life of a daemon (:class:`Daemon`: SIGTERM,
 crash timer, wait loop; :func:`daemonize`). Standard library only (copied into simulated trees).
 
-Start-up cost: the module imports only what a fake has loaded anyway: os (the launcher's), and
-sys, time and ``_signal`` (loaded at the interpreter's start; the C module :mod:`signal` wraps
-in enums, whose import costs more than a fake's whole start); the wait loop adds the C module
-``select``; no ``contextlib`` or ``typing``.
+Start-up cost: the module imports os (the launcher's), sys and time; :mod:`signal` only where a
+daemon's life begins (:class:`Daemon`, :func:`daemonize`), the wait loop :mod:`select`; no
+``contextlib`` or ``typing``.
 """
 
 from __future__ import annotations
@@ -18,11 +17,8 @@ from .state import faults
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    import signal
     from collections.abc import Callable
     from typing import Any
-else:  # the C module signal wraps, loaded at every interpreter's start: the same functions
-    import _signal as signal
 
 
 class short_path:
@@ -115,6 +111,8 @@ class Daemon:
     """
 
     def __init__(self, root: str, prog: str) -> None:
+        import signal
+
         self.root = root
         self.prog = prog
         self.faults = faults(root, prog)
@@ -173,6 +171,8 @@ class Daemon:
 def daemonize(lifetime_s: float) -> bool:
     """DAEMONIZE=1: fork; the parent returns True (and exits 0, as a forking daemon's launcher
     does); the child detaches and lives at most ``lifetime_s`` (a fake's limit)."""
+    import signal
+
     if os.fork() > 0:
         return True
     os.setsid()

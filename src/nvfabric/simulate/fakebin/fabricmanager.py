@@ -13,7 +13,7 @@ from .state import driver_version, faults, host, load, node_root, record, save
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from _socket import socket
+    from socket import socket
     from typing import Any
 
 FM_RUNTIME_DIR = "/var/run/nvidia-fabricmanager"
@@ -146,16 +146,14 @@ def _paths_valid(cfg: dict[str, str]) -> bool:
 
 def _connect_nvlsm(root: str, cfg: dict[str, str], guid: str) -> socket | None:
     """Connect to NVLSM's FM-SM IPC socket and check that NVLSM serves the same port GUID
-    (NVLink 5 nodes); None, after the failure line, when it cannot. The socket is the C
-    module's (``_socket``: :mod:`socket` would import enum and selectors for nothing used
-    here)."""
-    import _socket
+    (NVLink 5 nodes); None, after the failure line, when it cannot."""
+    import socket
 
     from .nvlsm import NVLSM_SOCKET
 
     sm = load(root, "nvlsm.json", {})
     path = cfg.get("FM_SM_IPC_INTERFACE") or host(root, NVLSM_SOCKET)
-    conn = _socket.socket(_socket.AF_UNIX, _socket.SOCK_STREAM)
+    conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
         with short_path(path) as name:
             conn.connect(name)

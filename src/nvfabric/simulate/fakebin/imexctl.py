@@ -5,10 +5,10 @@ matrix) and ``-N -j`` (the same as JSON), from the fake daemon's ``imex.json``. 
 
 from __future__ import annotations
 
+import json
 import os
 import time
 
-from . import jsontext
 from .daemon import init_stamp, say
 from .state import faults, load, node_root
 
@@ -79,7 +79,7 @@ def imex_domain_json(state: dict[str, Any], status: str, stamp_: str) -> str:
             "changed": False, "version": v["version"], "hostName": ""}
         for k, v in nodes.items()
     }
-    return jsontext.dumps({"nodes": out, "timestamp": stamp_, "status": status},
+    return json.dumps({"nodes": out, "timestamp": stamp_, "status": status},
                           separators=(",", ":"))
 
 

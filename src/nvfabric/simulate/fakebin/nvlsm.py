@@ -13,7 +13,7 @@ from .state import host, load, node_root, port_guids, record, save
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from _socket import socket
+    from socket import socket
     from typing import Any
 
 NVLSM_SOCKET = "/var/run/nvidia-fabricmanager/fm_sm_ipc.socket"
@@ -58,7 +58,7 @@ def nvlsm(argv: list[str]) -> int:
 
     def serve(f: Any) -> None:
         if f is listener and listener is not None:
-            clients.append(_accept(listener))
+            clients.append(listener.accept()[0])
         else:
             try:
                 if not f.recv(4096):
@@ -105,31 +105,20 @@ def _start_up(root: str, opts: dict[str, str]) -> str | None:
 
 
 def _listen(root: str, path: str) -> socket:
-    """Create and listen on the FM-SM IPC socket at ``path`` (replacing a stale one). The
-    socket is the C module's (``_socket``: :mod:`socket` would import enum and selectors for
-    nothing used here)."""
-    import _socket
+    """Create and listen on the FM-SM IPC socket at ``path`` (replacing a stale one)."""
+    import socket
 
     os.makedirs(os.path.dirname(path), exist_ok=True)
     try:
         os.unlink(path)
     except FileNotFoundError:
         pass
-    listener = _socket.socket(_socket.AF_UNIX, _socket.SOCK_STREAM)
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     with short_path(path) as name:
         listener.bind(name)
     listener.listen(8)
     record(root, "nvlsm", "socket", path=path)
     return listener
-
-
-def _accept(listener: socket) -> socket:
-    """The next connection on ``listener``, as :meth:`socket.socket.accept` makes it (a
-    blocking socket on the accepted descriptor; the listener has no timeout)."""
-    import _socket
-
-    fd, _ = listener._accept()  # type: ignore[attr-defined]  # C method typeshed omits
-    return _socket.socket(fileno=fd)
 
 
 def _spawn_orphans(root: str, count: int) -> None:

@@ -1,16 +1,15 @@
 """The simulated node's state as the fakes share it: the node root, the files under
 ``DIR/var/lib/nvfabric-sim/`` (node.json, gpus.json, faults.json, calls.jsonl; see
-:mod:`nvfabric.simulate.fakebin`; their JSON text through :mod:`.jsontext`) and the few host
+:mod:`nvfabric.simulate.fakebin`; their JSON through :mod:`json`) and the few host
 files the fakes read (driver version, IB port GUIDs). Standard library only (copied into
 simulated trees).
 """
 
 from __future__ import annotations
 
+import json
 import os
 import time
-
-from . import jsontext
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -47,7 +46,7 @@ def state_path(root: str, name: str) -> str:
 def load(root: str, name: str, default: Any) -> Any:
     try:
         with open(state_path(root, name), encoding="utf-8") as fh:
-            return jsontext.loads(fh.read())
+            return json.loads(fh.read())
     except (OSError, ValueError):
         return default
 
@@ -58,7 +57,7 @@ def save(root: str, name: str, data: Any) -> None:
     os.makedirs(os.path.dirname(path), exist_ok=True)
     tmp = f"{path}.{os.getpid()}.tmp"
     with open(tmp, "w", encoding="utf-8") as fh:
-        fh.write(jsontext.dumps(data, indent=1))
+        fh.write(json.dumps(data, indent=1))
     os.replace(tmp, path)
 
 
@@ -68,7 +67,7 @@ def faults(root: str, prog: str) -> dict[str, Any]:
     env = os.environ.get("NVFABRIC_FAKE_FAULTS")
     if env:
         try:
-            out.update(jsontext.loads(env).get(prog, {}))
+            out.update(json.loads(env).get(prog, {}))
         except (ValueError, AttributeError):
             pass
     return out
@@ -81,7 +80,7 @@ def record(root: str, prog: str, event: str, **extra: Any) -> None:
     os.makedirs(os.path.dirname(path), exist_ok=True)
     fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
     try:
-        os.write(fd, (jsontext.dumps(entry) + "\n").encode())
+        os.write(fd, (json.dumps(entry) + "\n").encode())
     finally:
         os.close(fd)
 
