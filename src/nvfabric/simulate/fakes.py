@@ -3,7 +3,8 @@ config files and the simulated GPU fabric state they share.
 
 ``install(root)`` writes, under ``root``:
 
-- ``bin/_nvfabric_fakes/`` (a copy of the :mod:`.fakebin` package) and one launcher per
+- ``bin/_nvfabric_fakes/`` (a copy of the :mod:`.fakebin` package, byte-compiled in its
+  ``__pycache__``: :func:`precompile`) and one launcher per
   program in ``bin/`` (``nvlsm``, ``nv-fabricmanager``, ``nvidia-smi``, ``nvidia-imex``,
   ``nvidia-imex-ctl``), each a Python script whose shebang is this interpreter; from the
   single-file binary (``make dist``, :mod:`nvfabric.frozen`) each launcher is instead a
@@ -196,6 +197,25 @@ def fakebin_sources() -> dict[str, str]:
             for path in sorted(package.glob("*.py"))}
 
 
+def precompile(package: str) -> None:
+    """Byte-compile the copied fakes in ``package`` (``DIR/bin/_nvfabric_fakes``) into its
+    ``__pycache__`` for this interpreter, the one their launchers name: no fake then compiles
+    its modules at its first start (several ms a module on a slow machine, inside the starters'
+    start -> first daemon figures; the launchers' ``-I`` would write the same files then).
+    Timestamp-checked, as Python writes them itself: a changed copy is compiled again. A file
+    that cannot be written is skipped (the fake compiles that module at its start, as before);
+    the cache is written atomically by :mod:`py_compile`."""
+    import py_compile
+
+    for name in sorted(os.listdir(package)):
+        if name.endswith(".py"):
+            try:
+                py_compile.compile(os.path.join(package, name), doraise=True,
+                                   invalidation_mode=py_compile.PycInvalidationMode.TIMESTAMP)
+            except (py_compile.PyCompileError, OSError):
+                continue
+
+
 def _write(path: str, content: str, mode: int = 0o644, keep: bool = False) -> None:
     if keep and os.path.exists(path):
         return
@@ -263,6 +283,7 @@ def install(root: str) -> list[str]:
     if not is_frozen():
         for name, source in fakebin_sources().items():
             _write(os.path.join(bindir, FAKES_PACKAGE, name), source)
+        precompile(os.path.join(bindir, FAKES_PACKAGE))
     installed = []
     for prog, vendor in VENDOR_PATHS.items():
         path = os.path.join(bindir, prog)

@@ -285,8 +285,9 @@ def _gpus_and_switches(tree: _Tree, bus: _Bus, spec: NodeSpec, nvidia_loaded: bo
 def fakes_paths() -> tuple[frozenset[str], frozenset[str]]:
     """(directories, files) that :func:`nvfabric.simulate.fakes.install` writes into every
     simulated tree and that a spec's ``files:`` may therefore neither be nor replace: ``bin``
-    with the fake programs, their vendor paths, the log/run/tmp directories, the shipped
-    config directories and the fakes' state directory. (The shipped configs themselves and
+    with the fake programs (and their package's byte code), their vendor paths, the
+    log/run/tmp directories, the shipped config directories and the fakes' state directory.
+    (The shipped configs themselves and
     ``proc/net/fib_trie`` are only written when absent, so ``files:`` may give them.)"""
     from nvfabric.simulate import fakebin
     from nvfabric.simulate.fakes import FAKES_PACKAGE, VENDOR_PATHS, fakebin_sources
@@ -297,6 +298,7 @@ def fakes_paths() -> tuple[frozenset[str], frozenset[str]]:
     dirs = {"bin", "var/log", "var/run", "tmp", "proc/net", "etc/nvidia-imex",
             "usr/share/nvidia/nvswitch", "usr/share/nvidia/nvlsm", fakebin.STATE_DIR}
     dirs |= {os.path.dirname(path) for path in files}
+    dirs.add(f"bin/{FAKES_PACKAGE}/__pycache__")  # the copy's byte code (fakes.precompile)
     return frozenset(dirs), frozenset(files)
 
 

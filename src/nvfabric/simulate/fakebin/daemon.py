@@ -1,41 +1,54 @@
 """What every fake daemon shares: printing, log stamps, KEY=VALUE configs, option
 parsing, socket names that fit sockaddr_un, and the life of a daemon (:class:`Daemon`: SIGTERM,
 crash timer, wait loop; :func:`daemonize`). Standard library only (copied into simulated trees).
+
+Start-up cost: the module imports os (the launcher's), sys and time; :mod:`signal` only where a
+daemon's life begins (:class:`Daemon`, :func:`daemonize`), the wait loop :mod:`select`; no
+``contextlib`` or ``typing``.
 """
 
 from __future__ import annotations
 
-import contextlib
 import os
-import select
-import signal
 import sys
 import time
-from collections.abc import Callable
-from typing import Any
 
 from .state import faults
 
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Callable
+    from typing import Any
 
-@contextlib.contextmanager
-def short_path(path: str) -> Any:
-    """A name for ``path`` that fits in sockaddr_un (108 bytes): the path itself when short,
-    else ``/proc/self/fd/N/<name>`` through an O_PATH descriptor of its directory."""
-    if len(os.fsencode(path)) < 100:
-        yield path
-        return
-    fd = os.open(os.path.dirname(path) or ".", os.O_PATH | os.O_DIRECTORY)
-    try:
-        yield f"/proc/self/fd/{fd}/{os.path.basename(path)}"
-    finally:
-        os.close(fd)
+
+class short_path:
+    """``with short_path(path) as name``: a name for ``path`` that fits in sockaddr_un (108
+    bytes): the path itself when short, else ``/proc/self/fd/N/<name>`` through an O_PATH
+    descriptor of its directory (closed when the block ends)."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self.fd: int | None = None
+
+    def __enter__(self) -> str:
+        if len(os.fsencode(self.path)) < 100:
+            return self.path
+        self.fd = os.open(os.path.dirname(self.path) or ".", os.O_PATH | os.O_DIRECTORY)
+        return f"/proc/self/fd/{self.fd}/{os.path.basename(self.path)}"
+
+    def __exit__(self, *exc: object) -> None:
+        if self.fd is not None:
+            os.close(self.fd)
+            self.fd = None
 
 
 def say(text: str, stream: Any = None) -> None:
     out = stream if stream is not None else sys.stdout
-    with contextlib.suppress(OSError, ValueError):
+    try:
         out.write(text + "\n")
         out.flush()
+    except (OSError, ValueError):
+        pass
 
 
 def stamp(tid: int) -> str:
@@ -98,6 +111,8 @@ class Daemon:
     """
 
     def __init__(self, root: str, prog: str) -> None:
+        import signal
+
         self.root = root
         self.prog = prog
         self.faults = faults(root, prog)
@@ -127,20 +142,26 @@ class Daemon:
     def wait(self, seconds: float, fds: list[Any] | None = None,
              on_ready: Callable[[Any], None] | None = None) -> bool:
         """Sleep up to ``seconds``, serving ``fds``; False when stopping or crashing."""
+        import select
+
         deadline = time.monotonic() + seconds
         while not self.stopping and not self.crash_due():
             left = deadline - time.monotonic()
             if left <= 0:
                 return True
-            with contextlib.suppress(InterruptedError, OSError, ValueError):
+            try:
                 ready, _, _ = select.select([self._wake_r, *(fds or [])], [], [],
                                             min(left, 0.05))
                 for f in ready:
                     if f == self._wake_r:
-                        with contextlib.suppress(OSError):
+                        try:
                             os.read(self._wake_r, 512)
+                        except OSError:
+                            pass
                     elif on_ready is not None:
                         on_ready(f)
+            except (OSError, ValueError):  # InterruptedError is an OSError
+                pass
         return False
 
     def shutdown_delay(self) -> None:
@@ -150,6 +171,8 @@ class Daemon:
 def daemonize(lifetime_s: float) -> bool:
     """DAEMONIZE=1: fork; the parent returns True (and exits 0, as a forking daemon's launcher
     does); the child detaches and lives at most ``lifetime_s`` (a fake's limit)."""
+    import signal
+
     if os.fork() > 0:
         return True
     os.setsid()

@@ -5,15 +5,16 @@ the NVLSM socket on NVLink 5 nodes, and the registration of the simulated GPUs i
 
 from __future__ import annotations
 
-import contextlib
 import os
-import socket
 import sys
-from typing import Any
 
 from .daemon import Daemon, daemonize, init_stamp, options, read_cfg, say, short_path, stamp
-from .nvlsm import NVLSM_SOCKET
 from .state import driver_version, faults, host, load, node_root, record, save
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from socket import socket
+    from typing import Any
 
 FM_RUNTIME_DIR = "/var/run/nvidia-fabricmanager"
 
@@ -62,13 +63,15 @@ def fabricmanager(argv: list[str]) -> int:
     # R06: fabric manager makes its runtime directory private.
     runtime = host(root, FM_RUNTIME_DIR)
     if os.path.isdir(runtime):
-        with contextlib.suppress(OSError):
+        try:
             os.chmod(runtime, 0o700)
+        except OSError:
+            pass
     if not _driver_matches(root, version, log, tid) or not _paths_valid(cfg):
         return 1
     fabric = node.get("fabric", "nvswitch")
     guid = opts.get("guid")
-    conn: socket.socket | None = None
+    conn: socket | None = None
     if fabric not in ("nvswitch", "nvlink5") or (fabric == "nvlink5" and not guid):
         say(NOTHING_TO_DO)
         return 1
@@ -80,7 +83,7 @@ def fabricmanager(argv: list[str]) -> int:
 
 
 def _serve(d: Daemon, flt: dict[str, Any], log: Any, tid: int,
-           conn: socket.socket | None) -> int:
+           conn: socket | None) -> int:
     """Connected: register the simulated GPUs (in progress, then completed after
     ``register_delay_s`` unless ``stuck``) and serve until stopped; the exit status."""
     root = d.root
@@ -141,9 +144,13 @@ def _paths_valid(cfg: dict[str, str]) -> bool:
     return True
 
 
-def _connect_nvlsm(root: str, cfg: dict[str, str], guid: str) -> socket.socket | None:
+def _connect_nvlsm(root: str, cfg: dict[str, str], guid: str) -> socket | None:
     """Connect to NVLSM's FM-SM IPC socket and check that NVLSM serves the same port GUID
     (NVLink 5 nodes); None, after the failure line, when it cannot."""
+    import socket
+
+    from .nvlsm import NVLSM_SOCKET
+
     sm = load(root, "nvlsm.json", {})
     path = cfg.get("FM_SM_IPC_INTERFACE") or host(root, NVLSM_SOCKET)
     conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -164,8 +171,10 @@ def _open_log(path: str) -> Any:
     """FM's log file; stderr when the path is empty or cannot be opened (the shipped cfg's
     comment on LOG_FILE_NAME)."""
     if path:
-        with contextlib.suppress(OSError):
+        try:
             return open(path, "a", encoding="utf-8")  # noqa: SIM115 - lives as long as the fake
+        except OSError:
+            pass
     return sys.stderr
 
 

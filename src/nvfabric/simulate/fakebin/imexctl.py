@@ -8,10 +8,13 @@ from __future__ import annotations
 import json
 import os
 import time
-from typing import Any
 
 from .daemon import init_stamp, say
 from .state import faults, load, node_root
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
 
 #: The legend ``nvidia-imex-ctl -N`` prints first, as printed (its typo "triggreed" kept).
 #: Capture: ../shared/corpus/imex/aws-pcluster-p6e-gb200-18node-imex-ctl-N-570.172.txt.
@@ -77,7 +80,7 @@ def imex_domain_json(state: dict[str, Any], status: str, stamp_: str) -> str:
         for k, v in nodes.items()
     }
     return json.dumps({"nodes": out, "timestamp": stamp_, "status": status},
-                      separators=(",", ":"))
+                          separators=(",", ":"))
 
 
 def nvidia_imex_ctl(argv: list[str]) -> int:

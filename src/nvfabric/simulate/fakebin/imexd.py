@@ -5,15 +5,16 @@ network interface" error when no entry is this node, else publishes the domain's
 
 from __future__ import annotations
 
-import contextlib
-import ipaddress
 import os
 import sys
 import time
-from typing import Any
 
 from .daemon import Daemon, daemonize, init_stamp, options, read_cfg, say, stamp
 from .state import driver_version, faults, load, node_root, record, save
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
 
 
 def nvidia_imex(argv: list[str]) -> int:
@@ -93,6 +94,8 @@ def _own_entry(entries: list[str], local: set[str], hostname: str, log: Any,
                tid: int) -> int | None:
     """The index of this node in the node list: its host name, else the first entry that is
     one of its local addresses; None when neither is there."""
+    import ipaddress
+
     me = None
     for i, entry in enumerate(entries):
         try:
@@ -111,10 +114,11 @@ def _hostname(root: str) -> str:
     """The node's host name from its ``etc/hostname`` (first line), "" when absent: the same
     file nvfabric reads (nvfabric.facts.imexhost.local_names), so a tree whose host name was set
     is one host for both."""
-    with contextlib.suppress(OSError, UnicodeDecodeError):
+    try:
         with open(os.path.join(root, "etc/hostname"), encoding="utf-8") as fh:
             return fh.readline().strip()
-    return ""
+    except (OSError, UnicodeDecodeError):
+        return ""
 
 
 def _fib_trie(root: str) -> list[str]:
@@ -122,7 +126,7 @@ def _fib_trie(root: str) -> list[str]:
     ``/32 host LOCAL``), [] when the file is absent."""
     out: list[str] = []
     leaf = None
-    with contextlib.suppress(OSError):
+    try:
         with open(os.path.join(root, "proc/net/fib_trie"), encoding="utf-8") as fh:
             for line in fh:
                 text = line.strip()
@@ -130,4 +134,6 @@ def _fib_trie(root: str) -> list[str]:
                     leaf = text[4:]
                 elif leaf and text.startswith("/32 host LOCAL") and leaf not in out:
                     out.append(leaf)
+    except OSError:
+        pass
     return out

@@ -5,14 +5,16 @@ nodes. Standard library only (copied into simulated trees).
 
 from __future__ import annotations
 
-import contextlib
 import os
-import socket
 import time
-from typing import Any
 
 from .daemon import Daemon, options, say, short_path
 from .state import host, load, node_root, port_guids, record, save
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from socket import socket
+    from typing import Any
 
 NVLSM_SOCKET = "/var/run/nvidia-fabricmanager/fm_sm_ipc.socket"
 
@@ -36,14 +38,16 @@ def nvlsm(argv: list[str]) -> int:
     if guid is None:
         return 1
     if "pid_file" in opts:
-        with contextlib.suppress(OSError):
+        try:
             with open(opts["pid_file"], "w", encoding="utf-8") as fh:
                 fh.write(f"{os.getpid()}\n")
+        except OSError:
+            pass
     save(root, "nvlsm.json", {"pid": os.getpid(), "guid": guid.lower()})
     say("Entering DISCOVERING state")
     path = d.faults.get("socket_path") or host(root, NVLSM_SOCKET)
-    listener: socket.socket | None = None
-    clients: list[socket.socket] = []
+    listener: socket | None = None
+    clients: list[socket] = []
     if not d.wait(float(d.faults.get("socket_delay_s", 0.05))):
         return d.crash() if d.crash_due() else _nvlsm_exit(d, opts, None, path)
     if not d.faults.get("no_socket"):
@@ -54,13 +58,14 @@ def nvlsm(argv: list[str]) -> int:
 
     def serve(f: Any) -> None:
         if f is listener and listener is not None:
-            conn, _ = listener.accept()
-            clients.append(conn)
+            clients.append(listener.accept()[0])
         else:
-            with contextlib.suppress(OSError):
+            try:
                 if not f.recv(4096):
                     clients.remove(f)
                     f.close()
+            except OSError:
+                pass
 
     while d.wait(3600, [listener, *clients] if listener else None, serve):
         pass
@@ -99,11 +104,15 @@ def _start_up(root: str, opts: dict[str, str]) -> str | None:
     return guid
 
 
-def _listen(root: str, path: str) -> socket.socket:
+def _listen(root: str, path: str) -> socket:
     """Create and listen on the FM-SM IPC socket at ``path`` (replacing a stale one)."""
+    import socket
+
     os.makedirs(os.path.dirname(path), exist_ok=True)
-    with contextlib.suppress(FileNotFoundError):
+    try:
         os.unlink(path)
+    except FileNotFoundError:
+        pass
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     with short_path(path) as name:
         listener.bind(name)
@@ -130,15 +139,19 @@ def _spawn_orphans(root: str, count: int) -> None:
         os.waitpid(middle, 0)
 
 
-def _nvlsm_exit(d: Daemon, opts: dict[str, str], listener: socket.socket | None,
+def _nvlsm_exit(d: Daemon, opts: dict[str, str], listener: socket | None,
                 path: str) -> int:
     say("Exiting SM")
     d.shutdown_delay()
     if listener is not None:
         listener.close()
-        with contextlib.suppress(OSError):
+        try:
             os.unlink(path)
+        except OSError:
+            pass
     if "pid_file" in opts:
-        with contextlib.suppress(OSError):
+        try:
             os.unlink(opts["pid_file"])
+        except OSError:
+            pass
     return 0

@@ -1,16 +1,19 @@
 """The simulated node's state as the fakes share it: the node root, the files under
 ``DIR/var/lib/nvfabric-sim/`` (node.json, gpus.json, faults.json, calls.jsonl; see
-:mod:`nvfabric.simulate.fakebin`) and the few host files the fakes read (driver version, IB
-port GUIDs). Standard library only (copied into simulated trees).
+:mod:`nvfabric.simulate.fakebin`; their JSON through :mod:`json`) and the few host
+files the fakes read (driver version, IB port GUIDs). Standard library only (copied into
+simulated trees).
 """
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import time
-from typing import Any
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
 
 #: Where the fakes keep their state, relative to the node root.
 STATE_DIR = "var/lib/nvfabric-sim"
@@ -43,7 +46,7 @@ def state_path(root: str, name: str) -> str:
 def load(root: str, name: str, default: Any) -> Any:
     try:
         with open(state_path(root, name), encoding="utf-8") as fh:
-            return json.load(fh)
+            return json.loads(fh.read())
     except (OSError, ValueError):
         return default
 
@@ -54,7 +57,7 @@ def save(root: str, name: str, data: Any) -> None:
     os.makedirs(os.path.dirname(path), exist_ok=True)
     tmp = f"{path}.{os.getpid()}.tmp"
     with open(tmp, "w", encoding="utf-8") as fh:
-        json.dump(data, fh, indent=1)
+        fh.write(json.dumps(data, indent=1))
     os.replace(tmp, path)
 
 
@@ -63,8 +66,10 @@ def faults(root: str, prog: str) -> dict[str, Any]:
     out: dict[str, Any] = dict(load(root, "faults.json", {}).get(prog, {}))
     env = os.environ.get("NVFABRIC_FAKE_FAULTS")
     if env:
-        with contextlib.suppress(ValueError, AttributeError):
+        try:
             out.update(json.loads(env).get(prog, {}))
+        except (ValueError, AttributeError):
+            pass
     return out
 
 
@@ -82,9 +87,11 @@ def record(root: str, prog: str, event: str, **extra: Any) -> None:
 
 def driver_version(root: str) -> str | None:
     for rel in ("sys/module/nvidia/version",):
-        with contextlib.suppress(OSError):
+        try:
             with open(os.path.join(root, rel), encoding="utf-8") as fh:
                 return fh.read().strip() or None
+        except OSError:
+            pass
     return None
 
 
@@ -95,8 +102,10 @@ def port_guids(root: str) -> list[str]:
     for dev in sorted(os.listdir(base)) if os.path.isdir(base) else []:
         ports = os.path.join(base, dev, "ports")
         for port in sorted(os.listdir(ports)) if os.path.isdir(ports) else []:
-            with contextlib.suppress(OSError):
+            try:
                 with open(os.path.join(ports, port, "gids/0"), encoding="utf-8") as fh:
                     digits = fh.read().strip().replace(":", "")
-                out.append("0x" + digits[16:].lower())
+            except OSError:
+                continue
+            out.append("0x" + digits[16:].lower())
     return out
