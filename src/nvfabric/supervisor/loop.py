@@ -6,18 +6,20 @@ real :class:`~nvfabric.supervisor.host.Host` of the unit state machine.
 Signals arrive through ``signal.set_wakeup_fd`` (the Python-level handler does nothing), so a
 stop or a child's exit wakes the loop at once. The GPU probe (a slow ``nvidia-smi`` or NVML
 read) runs in a worker thread so that it never delays the reaction to a dying daemon; its
-answer wakes the loop through a pipe. As PID 1 every exited child is reaped, orphans included
-(skipped while the probe runs, whose own child its subprocess call must collect).
+answer wakes the loop through a pipe. (``nvfabric run``'s probe forks its reading into a
+short-lived child from that thread, :mod:`nvfabric.supervisor.gpuprobe`.) As PID 1 every
+exited child is reaped, orphans included (skipped while the probe runs, whose own child, the
+probe's or its subprocess call's, the probe must collect).
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
-import queue
 import selectors
 import signal
 import threading
+from collections import deque
 from collections.abc import Callable, Sequence
 
 from nvfabric.effects import process
@@ -65,8 +67,12 @@ class Loop:
         self._probe_lock = threading.Lock()
         self._probe_busy = False
         self._reap_pending = False
-        self._probe_requests: queue.SimpleQueue[bool] = queue.SimpleQueue()
-        self._probe_results: queue.SimpleQueue[GpuCheck] = queue.SimpleQueue()
+        # one probe at a time: asked for by setting the event (the worker clears it when it
+        # starts), answered through the deque (append and popleft are atomic) and a byte on
+        # the wake pipe; _closing (then the event) ends the worker
+        self._probe_wanted = threading.Event()
+        self._probe_results: deque[GpuCheck] = deque()
+        self._closing = False
         self._probe_thread: threading.Thread | None = None
         self.unit: Unit | None = None
 
@@ -106,7 +112,8 @@ class Loop:
         """Undo :meth:`open`. The probe worker is told to end and not waited for (a daemon
         thread: a probe in flight must not delay the exit of a run whose daemon died)."""
         if self._probe_thread is not None:
-            self._probe_requests.put(False)
+            self._closing = True
+            self._probe_wanted.set()
         if self._old_mask is not None:
             signal.pthread_sigmask(signal.SIG_SETMASK, self._old_mask)
         signal.set_wakeup_fd(self._old_wakeup)
@@ -164,11 +171,8 @@ class Loop:
         with contextlib.suppress(BlockingIOError):
             os.read(self._wake_r, 4096)
         assert self.unit is not None
-        while True:
-            try:
-                result = self._probe_results.get_nowait()
-            except queue.Empty:
-                break
+        while self._probe_results:
+            result = self._probe_results.popleft()
             self._probe_busy = False
             self.unit.on_probe(result)
         if self._reap_pending:
@@ -178,10 +182,14 @@ class Loop:
 
     def _probe_worker(self) -> None:
         assert self._probe_fn is not None
-        while self._probe_requests.get():
+        while True:
+            self._probe_wanted.wait()
+            if self._closing:
+                return
+            self._probe_wanted.clear()
             with self._probe_lock:
                 result = _checked(self._probe_fn)
-            self._probe_results.put(result)
+            self._probe_results.append(result)
             with contextlib.suppress(OSError):
                 os.write(self._wake_w, b"p")
 
@@ -190,7 +198,7 @@ class Loop:
             return False
         if not self._probe_busy:
             self._probe_busy = True
-            self._probe_requests.put(True)
+            self._probe_wanted.set()
         return True
 
     def probe_now(self) -> GpuCheck | None:
