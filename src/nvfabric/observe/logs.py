@@ -22,7 +22,6 @@ formats (the caller applies :func:`nvfabric.supervisor.printable` first).
 from __future__ import annotations
 
 import contextlib
-import math
 import re
 import time
 from typing import IO, TYPE_CHECKING, Literal, NamedTuple
@@ -91,8 +90,8 @@ def rfc3339(created: float) -> str:
     The same text as ``datetime.fromtimestamp(created, timezone.utc).isoformat(timespec=
     "milliseconds")`` with ``Z`` for ``+00:00``: microseconds rounded half to even, then the
     milliseconds cut, not rounded."""
-    frac, whole = math.modf(created)
-    micros = round(frac * 1e6)
+    whole = float(int(created))  # math.modf without math: the subtraction below is exact
+    micros = round((created - whole) * 1e6)
     if micros >= 1_000_000:
         micros -= 1_000_000
         whole += 1
