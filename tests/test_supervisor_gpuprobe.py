@@ -10,12 +10,14 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
 from nvfabric.facts.gpu import SMI_TIMEOUT_S
 from nvfabric.model.health import GpuCheck
+from nvfabric.simulate.fakes import set_faults
 from nvfabric.supervisor.gpuprobe import (
     CHILD_BOUND_S,
     check_from_json,
@@ -25,7 +27,7 @@ from nvfabric.supervisor.gpuprobe import (
     in_child,
 )
 
-from .runkit import alive, sim, stop_pids, until
+from .runkit import Run, alive, sim, stop_pids, until
 
 
 def _set_gpus(root: Path, **values: str) -> None:
@@ -37,8 +39,8 @@ def _set_gpus(root: Path, **values: str) -> None:
     path.write_text(json.dumps(data))
 
 
-def _pids_under(root: Path) -> list[int]:
-    """Live processes whose command line names ``root`` (the probe's nvidia-smi)."""
+def _pids_under(root: Path, program: str = "nvidia-smi") -> list[int]:
+    """Live processes whose command line names ``root`` and ``program``."""
     out = []
     for entry in os.listdir("/proc"):
         if not entry.isdigit():
@@ -47,7 +49,8 @@ def _pids_under(root: Path) -> list[int]:
             cmdline = Path(f"/proc/{entry}/cmdline").read_bytes()
         except OSError:
             continue
-        if str(root).encode() in cmdline and alive(int(entry)):
+        if str(root).encode() in cmdline and program.encode() in cmdline \
+                and alive(int(entry)):
             out.append(int(entry))
     return out
 
@@ -169,3 +172,23 @@ def test_the_child_dies_with_its_parent(tmp_path: Path) -> None:
 def test_an_answer_not_of_the_childs_form_is_refused(raw: object) -> None:
     with pytest.raises((ValueError, KeyError, TypeError)):
         check_from_json(raw)
+
+
+def test_a_run_stopped_while_its_probe_hangs_leaves_no_probe_behind(
+        tmp_path: Path, start: Callable[..., Run]) -> None:
+    # GPUs that do not register, so the lean supervisor keeps probing; then nvidia-smi hangs
+    slow = {"fabricmanager": {"register_delay_s": 300}}
+    root = sim(tmp_path, "dgx-b200", slow)
+    run = start(root, "--json")
+    try:
+        run.wait_line(r"started fabricmanager")
+        set_faults(str(root), {**slow, "nvidia-smi": {"hang": True}})
+        until(lambda: bool(_pids_under(root)), "a probe's nvidia-smi hanging")
+        run.signal(signal.SIGTERM)
+        # the stop is not held up by the hung probe (its own bound is 15 s, the child's 20 s)
+        assert run.wait() == 0 and run.result()["result"] == "stopped"
+        # the probe child died with the supervisor, its nvidia-smi with the child (both by
+        # PR_SET_PDEATHSIG), long before either bound
+        until(lambda: not _pids_under(root), "the hung nvidia-smi gone", bound=10)
+    finally:
+        stop_pids(lambda: _pids_under(root))
