@@ -105,6 +105,25 @@ def test_a_hung_nvidia_smi_is_killed_with_the_child_at_the_bound(tmp_path: Path)
         stop_pids(lambda: _pids_under(root))
 
 
+def test_the_readings_own_bound_answers_from_the_child(tmp_path: Path) -> None:
+    # a hung nvidia-smi is killed by the reading's own bound (facts.gpu, SMI_TIMEOUT_S in the
+    # supervisor; 1 s here) inside the child, whose answer is the in-process one
+    root = sim(tmp_path, "dgx-b200", {"nvidia-smi": {"hang": True}})
+
+    def bounded() -> GpuCheck:
+        from nvfabric.facts.gpu import read_health
+        from nvfabric.model.health import summarise_gpus
+
+        return summarise_gpus(read_health(str(root), timeout=1.0).gpus)
+
+    try:
+        assert in_child(bounded, bound_s=30) == GpuCheck(
+            False, False, "no GPU fabric state", "no GPU fabric state could be read")
+        until(lambda: not _pids_under(root), "the hung nvidia-smi killed", bound=10)
+    finally:
+        stop_pids(lambda: _pids_under(root))
+
+
 def test_an_exception_in_the_child_is_the_answer_unreadable() -> None:
     def broken() -> GpuCheck:
         raise RuntimeError("NVML said no")
