@@ -84,10 +84,12 @@ def in_child(probe: Callable[[], GpuCheck], bound_s: float = CHILD_BOUND_S) -> G
     os.close(w)
     deadline = time.monotonic() + bound_s
     data, answered = bytearray(), False
+    readable = select.poll()  # not select(): the pipe's number may be past FD_SETSIZE
+    readable.register(r, select.POLLIN)
     try:
         while True:
             left = deadline - time.monotonic()
-            if left <= 0 or not select.select([r], [], [], left)[0]:
+            if left <= 0 or not readable.poll(-(-left * 1e3 // 1)):
                 break
             chunk = os.read(r, 65536)
             if not chunk:
