@@ -175,6 +175,7 @@ HEAVY = (
     "traceback", "nvfabric.facts.node", "nvfabric.facts.gpu", "nvfabric.facts.smi",
     "nvfabric.facts.nvml", "nvfabric.rules.preflight", "nvfabric.rules.nodefacts",
     "nvfabric.artifacts", "nvfabric.artifacts.versions", "nvfabric.model.inventory",
+    "nvfabric.model.health", "nvfabric.model.mask",
     "nvfabric.observe.logjson", "nvfabric.cli", "nvfabric.bringup.prepared", "click", "rich",
 )
 

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from nvfabric.model.findings import Finding
+from nvfabric.model.gpucheck import GpuCheck as GpuCheck  # re-exported: its old home
 from nvfabric.model.mask import HealthField
 from nvfabric.model.vocab import FabricState
 from nvfabric.model.words import plural
@@ -212,32 +213,6 @@ class FabricHealth:
     gpus: tuple[GpuFabric, ...]
     driver_version: str | None = None
     findings: tuple[Finding, ...] = field(default=())
-
-
-@dataclass(frozen=True)
-class GpuCheck:
-    """One readiness probe of the GPUs' fabric state
-    (:func:`summarise_gpus`; the IMEX probe answers with it too:
-    ``ready`` is IMEX READY there).
-
-    ``ready``: every GPU's state is completed; ``registered``: at least one GPU is completed
-    (what makes a fabric manager restart need a GPU reset, R04); ``summary``: one line for the
-    log (``8 GPUs: completed x8``); ``error``: why the state could not be read, if so;
-    ``supported``: False when no GPU has a fabric state (NVML "not supported", e.g. A100), so
-    that the service's success line is the readiness signal; ``findings``: problems seen in
-    the state (a GPU completed with an error status), logged when the unit becomes ready;
-    ``progress``: (completed, total) GPUs for systemd's ``STATUS=`` line, when counted.
-    ``registered_gpus``: labels of the GPUs registered (completed), for R09's refusal.
-    """
-
-    ready: bool
-    registered: bool
-    summary: str
-    error: str | None = None
-    supported: bool = True
-    findings: tuple[Finding, ...] = ()
-    progress: tuple[int, int] | None = None  # (GPUs completed, GPUs with a fabric state)
-    registered_gpus: tuple[str, ...] = ()
 
 
 def summarise_gpus(gpus: Sequence[GpuFabric]) -> GpuCheck:
