@@ -6,7 +6,9 @@ from __future__ import annotations
 import io
 import json
 import logging
+import random
 from collections.abc import Iterator
+from datetime import datetime, timezone
 
 import pytest
 
@@ -51,6 +53,29 @@ def test_rfc3339_is_utc_with_milliseconds() -> None:
     assert logs.rfc3339(1796125200.1234) == "2026-12-01T11:40:00.123Z"
 
 
+def _by_datetime(created: float) -> str:
+    """The stamp as the logging formatter made it before (datetime's own rounding)."""
+    stamp = datetime.fromtimestamp(created, timezone.utc).isoformat(timespec="milliseconds")
+    return stamp.replace("+00:00", "Z")
+
+
+@pytest.mark.parametrize("created", [
+    0.0, 0.0005, 0.0015, 0.9994999, 0.9995, 0.9999994, 0.9999995, 0.9999996, 59.9999999,
+    1796125199.9999996, 1796125200.0004996, 951782399.9995, 4102444799.999, 1e9 + 0.5e-6,
+    1e9 + 1.5e-6, 1e9 + 2.5e-6,
+])
+def test_rfc3339_is_the_text_datetime_gave_at_the_edges(created: float) -> None:
+    # micro- and millisecond carries, leap day, the year 2100: the same bytes as before
+    assert logs.rfc3339(created) == _by_datetime(created)
+
+
+def test_rfc3339_is_the_text_datetime_gave_for_times_of_the_run() -> None:
+    rng = random.Random(15)
+    for _ in range(20000):
+        created = rng.uniform(1.7e9, 1.9e9)
+        assert logs.rfc3339(created) == _by_datetime(created), created
+
+
 def test_log_text_lines_have_the_timestamp_before_the_old_text() -> None:
     out = io.StringIO()
     log = Log(out)
@@ -83,6 +108,41 @@ def test_a_closed_stream_never_raises() -> None:
     out = io.StringIO()
     out.close()
     Log(out).say("nobody reads this")  # dropped, as before
+
+
+def test_a_closed_stream_never_raises_in_json(json_format: None) -> None:
+    out = io.StringIO()
+    out.close()
+    Log(out).say("nobody reads this")
+
+
+def test_the_format_is_the_one_chosen_at_each_line() -> None:
+    out = io.StringIO()
+    log = Log(out)
+    log.say("as text")
+    logs.set_format("json")
+    try:
+        log.say("as json")
+    finally:
+        logs.set_format("text")
+    log.say("text again")
+    first, second, third = out.getvalue().splitlines()
+    assert TIMESTAMP.sub("", first, count=1) == "nvfabric: as text"
+    assert json.loads(second)["message"] == "as json"
+    assert TIMESTAMP.sub("", third, count=1) == "nvfabric: text again"
+
+
+def test_the_logging_formatters_write_the_same_lines() -> None:
+    from nvfabric.observe.logjson import JsonFormatter, TextFormatter
+
+    record = logging.LogRecord("nvfabric", logging.INFO, __file__, 1, "%s",
+                               ("nvfabric: error service_exited: nvlsm exited",), None)
+    record.created = 1796125200.1234
+    assert TextFormatter().format(record) == (
+        "2026-12-01T11:40:00.123Z nvfabric: error service_exited: nvlsm exited")
+    assert json.loads(JsonFormatter().format(record)) == {
+        "time": "2026-12-01T11:40:00.123Z", "level": "error", "source": "nvfabric",
+        "message": "nvlsm exited", "code": "service_exited"}
 
 
 def test_unknown_format_is_refused() -> None:

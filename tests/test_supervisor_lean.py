@@ -163,3 +163,74 @@ def test_a_stop_signal_during_the_exec_is_kept_for_the_lean_process(
     assert run.wait() == 0, run.log
     assert run.result()["result"] == "stopped"
     assert not events(root, "fabricmanager", "exec")
+
+
+#: Modules the lean supervisor process must not hold once the unit is ready (issue 15: its
+#: idle resident memory): the CLI, the preflight's readers and rules, the GPU reading (done in
+#: a short-lived child), logging and datetime (text lines are formatted directly), and the
+#: stdlib wrappers replaced by the modules under them (queue, selectors, socket.py).
+HEAVY = (
+    "logging", "datetime", "_datetime", "xml.etree.ElementTree", "pyexpat", "subprocess",
+    "csv", "shlex", "queue", "heapq", "selectors", "socket", "array", "math", "textwrap",
+    "traceback", "nvfabric.facts.node", "nvfabric.facts.gpu", "nvfabric.facts.smi",
+    "nvfabric.facts.nvml", "nvfabric.rules.preflight", "nvfabric.rules.nodefacts",
+    "nvfabric.artifacts", "nvfabric.artifacts.versions", "nvfabric.model.inventory",
+    "nvfabric.model.health", "nvfabric.model.mask",
+    "nvfabric.observe.logjson", "nvfabric.cli", "nvfabric.bringup.prepared", "click", "rich",
+)
+
+#: Prepended to the lean bootstrap (nvfabric.supervisor.lean._BOOT): a thread that waits for
+#: the readiness file (the GPU probe has answered: fabric manager is ready on GPUs), lets the
+#: ready-time work settle, writes the process's modules and SIGTERMs it. It uses only
+#: modules every interpreter starts with.
+_WATCH = r'''
+import os, sys, time, _thread
+def _watch(ready=os.environ["LEAN_READY"], out=os.environ["LEAN_MODULES"]):
+    while not os.path.exists(ready):
+        time.sleep(0.02)
+    time.sleep(0.5)
+    with open(out + ".part", "w") as fh:
+        fh.write("\n".join(sorted(sys.modules)))
+    os.rename(out + ".part", out)
+    os.kill(os.getpid(), 15)
+_thread.start_new_thread(_watch, ())
+'''
+_RUN = r'''
+import os, sys
+import nvfabric.supervisor.lean as lean
+lean._BOOT = os.environ["LEAN_WATCH"] + lean._BOOT
+from nvfabric.cli import main
+sys.argv = ["nvfabric", *sys.argv[1:]]
+main()
+'''
+
+
+@pytest.mark.parametrize("log_format", ["text", "json"])
+def test_the_lean_process_holds_none_of_the_heavy_modules_once_ready(
+        tmp_path: Path, log_format: str) -> None:
+    root = sim(tmp_path, "dgx-b200", {"nvlsm": {"socket_delay_s": 0},
+                                      "fabricmanager": {"register_delay_s": 0}})
+    out = tmp_path / "modules"
+    env = {k: v for k, v in os.environ.items() if k not in ("NOTIFY_SOCKET", "NVFABRIC_DEBUG")}
+    env.update(LEAN_WATCH=_WATCH, LEAN_READY=str(root / "run/nvfabric/ready"),
+               LEAN_MODULES=str(out))
+    done = subprocess.run([sys.executable, "-c", _RUN, "run", "--root", str(root),
+                           "--log-format", log_format], env=env, capture_output=True,
+                          text=True, timeout=120, check=False)
+    assert done.returncode == 0, done.stderr[-2000:]  # stopped by the SIGTERM, orderly
+    modules = set(out.read_text().split())
+    # it is the lean process that answered, after the probe and the readiness
+    assert {"nvfabric.supervisor.lean", "nvfabric.supervisor.loop",
+            "nvfabric.supervisor.gpuprobe", "nvfabric.rules.diagnose"} <= modules
+    assert "nvfabric.cli" not in modules and "__main__" in modules
+    held = sorted(m for m in modules for heavy in HEAVY
+                  if m == heavy or m.startswith(heavy + "."))
+    if log_format == "json":  # JSON lines go through logging (and what it imports) only
+        assert "logging" in held and "nvfabric.observe.logjson" in held
+        held = [m for m in held if m not in ("logging", "traceback", "textwrap",
+                                             "nvfabric.observe.logjson")]
+    assert held == []
+    lines = done.stderr.splitlines()
+    assert any("fabric ready in" in x for x in lines)
+    if log_format == "json":
+        assert all(json.loads(x)["time"].endswith("Z") for x in lines if x.startswith("{"))

@@ -17,18 +17,18 @@ if TYPE_CHECKING:
 class Log:
     """nvfabric's log: one line per event on ``stream`` (stderr by default), flushed at once.
     nvfabric's own lines start with ``nvfabric: ``, a child's with its service name. Written
-    through :mod:`logging` with a timestamp, as text or JSON (:mod:`nvfabric.observe.logs`)."""
+    with a timestamp, as text or JSON (:mod:`nvfabric.observe.logs`)."""
 
     def __init__(self, stream: IO[str] | None = None) -> None:
-        from nvfabric.observe.logs import logger_for
+        from nvfabric.observe.logs import LineWriter
 
         self.stream = stream if stream is not None else sys.stderr
-        self._logger = logger_for(self.stream)
+        self._out = LineWriter(self.stream)
 
     def line(self, text: str) -> None:
         """One line, control characters escaped (:func:`printable`): a daemon's output or a
         value read from the node never reaches the operator's terminal raw."""
-        self._logger.info("%s", printable(text))
+        self._out.write(printable(text))
 
     def say(self, text: str) -> None:
         """One line of nvfabric's own: ``nvfabric: text``."""

@@ -7,9 +7,9 @@ namespace); ``STATUS=`` text escaped and bounded so that systemd reads the datag
 from __future__ import annotations
 
 import os
-import socket
 
 from nvfabric.effects.log import printable
+from nvfabric.effects.sockets import SOCK_DGRAM, unix_socket
 
 NOTIFY_TIMEOUT_S = 0.5
 #: The most bytes of STATUS= text sent. systemd reads a notify datagram into a buffer of
@@ -34,7 +34,7 @@ def sd_notify(message: str, environ: dict[str, str] | None = None) -> bool:
         return False
     address = "\0" + path[1:] if path.startswith("@") else path
     try:
-        with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as sock:
+        with unix_socket(SOCK_DGRAM) as sock:
             # A receiver that does not read (its queue holds net.unix.max_dgram_qlen
             # datagrams, 10 by default) must not stall the supervisor's loop: bounded.
             sock.settimeout(NOTIFY_TIMEOUT_S)

@@ -35,6 +35,16 @@ def _libc() -> ctypes.CDLL:
     return _libc_handle
 
 
+def die_with_parent(sig: int, parent: int) -> bool:
+    """In a child just forked from ``parent`` (its pid): have the kernel send ``sig`` to this
+    process when the parent thread that forked it exits (PR_SET_PDEATHSIG, prctl(2)). False
+    when that failed or the parent is already gone (the signal would never come): the
+    caller then ends at once. Linux only (True elsewhere: nothing is set)."""
+    if not sys.platform.startswith("linux"):
+        return True
+    return _libc().prctl(_PR_SET_PDEATHSIG, sig, 0, 0, 0) == 0 and os.getppid() == parent
+
+
 def spawn(argv: Sequence[str], env: dict[str, str]) -> tuple[int, int]:
     """Start ``argv`` (argv[0] an absolute path) in its own process group, stdin /dev/null,
     stdout and stderr into one pipe, the signals of :data:`RESET_SIGNALS` at their default

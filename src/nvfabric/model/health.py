@@ -11,12 +11,16 @@ source printed N/A; ``health_summary`` is ``healthy``, ``unhealthy``, ``limited_
 from __future__ import annotations
 
 import re
+from collections import Counter
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from nvfabric.model.findings import Finding
+from nvfabric.model.gpucheck import GpuCheck as GpuCheck  # re-exported: its old home
 from nvfabric.model.mask import HealthField
 from nvfabric.model.vocab import FabricState
+from nvfabric.model.words import plural
 
 #: Per-GPU fabric state (the vocabulary's :data:`~nvfabric.model.vocab.FabricState`).
 State = FabricState
@@ -211,27 +215,29 @@ class FabricHealth:
     findings: tuple[Finding, ...] = field(default=())
 
 
-@dataclass(frozen=True)
-class GpuCheck:
-    """One readiness probe of the GPUs' fabric state
-    (:func:`nvfabric.rules.preflight.summarise_gpus`; the IMEX probe answers with it too:
-    ``ready`` is IMEX READY there).
-
-    ``ready``: every GPU's state is completed; ``registered``: at least one GPU is completed
-    (what makes a fabric manager restart need a GPU reset, R04); ``summary``: one line for the
-    log (``8 GPUs: completed x8``); ``error``: why the state could not be read, if so;
-    ``supported``: False when no GPU has a fabric state (NVML "not supported", e.g. A100), so
-    that the service's success line is the readiness signal; ``findings``: problems seen in
-    the state (a GPU completed with an error status), logged when the unit becomes ready;
-    ``progress``: (completed, total) GPUs for systemd's ``STATUS=`` line, when counted.
-    ``registered_gpus``: labels of the GPUs registered (completed), for R09's refusal.
-    """
-
-    ready: bool
-    registered: bool
-    summary: str
-    error: str | None = None
-    supported: bool = True
+def summarise_gpus(gpus: Sequence[GpuFabric]) -> GpuCheck:
+    """The readiness of ``gpus`` (one reading, :func:`nvfabric.facts.gpu.read`) as one
+    :class:`GpuCheck` with the summary ``8 GPUs: completed x8``: ready when every GPU with a
+    fabric state is completed, registered when one is; a GPU completed with an error status
+    is ``registration_error``. The rule of ``nvfabric run``'s preflight and of the
+    supervisor's readiness probe (:mod:`nvfabric.supervisor.gpuprobe`) alike."""
+    if not gpus:
+        return GpuCheck(False, False, "no GPU fabric state", "no GPU fabric state could be read")
+    counts = Counter(str(g.state) for g in gpus)
+    summary = f"{plural(len(gpus), 'GPU')}: " + ", ".join(
+        f"{k} x{v}" for k, v in sorted(counts.items()))
+    supported = [g for g in gpus if g.state != "not_supported"]
+    if not supported:
+        return GpuCheck(False, False, summary, supported=False)
+    done = [g for g in supported if g.state == "completed"]
+    bad = [g for g in done if (g.status or "").lower() not in ("success", "")]
     findings: tuple[Finding, ...] = ()
-    progress: tuple[int, int] | None = None  # (GPUs completed, GPUs with a fabric state)
-    registered_gpus: tuple[str, ...] = ()
+    if bad:
+        findings = (Finding(
+            "registration_error", "warning",
+            f"{plural(len(bad), 'GPU')} completed fabric registration with an error status: "
+            + "; ".join(f"{g.label}: {g.status}" for g in bad),
+            "run `nvfabric status` for the per-GPU verdict", {"count": len(bad)}),)
+    return GpuCheck(len(done) == len(supported), bool(done), summary, findings=findings,
+                    progress=(len(done), len(supported)),
+                    registered_gpus=tuple(g.label for g in done))

@@ -1,4 +1,4 @@
-"""The log lines of ``nvfabric run``, through the standard :mod:`logging` module.
+"""The log lines of ``nvfabric run``: text with an RFC 3339 timestamp, or JSON objects.
 
 A line keeps the shape it always had (``nvfabric: <event>`` for nvfabric's own, ``<service>:
 <line>`` for a daemon's, ``nvfabric: <severity> <code>: <message> (hint: ...)`` for a finding)
@@ -9,6 +9,11 @@ and gets an RFC 3339 timestamp in UTC with milliseconds in front
 service (``nvlsm``, ``fabricmanager``, ``imex``, ``gpu-reset``), ``level`` ``info``,
 ``warning`` or ``error`` (a finding's severity), ``code`` the finding code or null.
 
+Text lines are written here directly (:class:`LineWriter`); JSON lines go through the standard
+:mod:`logging` module (:mod:`nvfabric.observe.logjson`, imported at the first JSON line), so
+that the lean supervisor process of a text run holds neither :mod:`logging` nor
+:mod:`datetime` (issue 15: its idle resident memory).
+
 The structure is read back from the line's own text (:func:`parse`), so every writer keeps
 calling :class:`nvfabric.supervisor.Log` as before. Control characters are escaped in both
 formats (the caller applies :func:`nvfabric.supervisor.printable` first).
@@ -17,17 +22,20 @@ formats (the caller applies :func:`nvfabric.supervisor.printable` first).
 from __future__ import annotations
 
 import contextlib
-import json
-import logging
 import re
-from dataclasses import dataclass
-from datetime import datetime, timezone
-from typing import IO, Literal
+import time
+from typing import IO, TYPE_CHECKING, Literal, NamedTuple
 
 from nvfabric.model.findings import CODES
 
+if TYPE_CHECKING:
+    import logging
+
 LogFormat = Literal["text", "json"]
 FORMATS: tuple[LogFormat, ...] = ("text", "json")
+
+#: The :mod:`logging` levels of a line (the module's own numbers, without importing it).
+INFO, WARNING, ERROR = 20, 30, 40
 
 _format: LogFormat = "text"
 
@@ -35,7 +43,7 @@ _format: LogFormat = "text"
 _SOURCE = re.compile(r"([a-z][a-z0-9_-]{0,31}): ")
 #: ``<severity> <code>: `` at the start of a finding's message (Log.finding).
 _FINDING = re.compile(r"(info|warning|error) ([a-z0-9_]+): ")
-_LEVELS = {"info": logging.INFO, "warning": logging.WARNING, "error": logging.ERROR}
+_LEVELS = {"info": INFO, "warning": WARNING, "error": ERROR}
 
 
 def set_format(fmt: LogFormat) -> None:
@@ -51,16 +59,16 @@ def current_format() -> LogFormat:
     return _format
 
 
-@dataclass(frozen=True)
-class Parts:
+class Parts(NamedTuple):
     """One line taken apart: ``source`` (``nvfabric``, a service, or ``""`` for a line with
     no prefix such as the ``  | `` last lines of a service), ``message`` (the rest; for a
-    finding what follows ``<severity> <code>: ``), ``level`` (a :mod:`logging` level) and the
-    finding ``code`` (None unless the line is a finding)."""
+    finding what follows ``<severity> <code>: ``), ``level`` (a :mod:`logging` level:
+    :data:`INFO`, :data:`WARNING`, :data:`ERROR`) and the finding ``code`` (None unless the
+    line is a finding)."""
 
     source: str
     message: str
-    level: int = logging.INFO
+    level: int = INFO
     code: str | None = None
 
 
@@ -78,56 +86,41 @@ def parse(text: str) -> Parts:
 
 
 def rfc3339(created: float) -> str:
-    """A :func:`time.time` value as RFC 3339 UTC with milliseconds: ``2026-12-01T11:40:00.123Z``."""
-    stamp = datetime.fromtimestamp(created, timezone.utc).isoformat(timespec="milliseconds")
-    return stamp.replace("+00:00", "Z")
+    """A :func:`time.time` value as RFC 3339 UTC with milliseconds: ``2026-12-01T11:40:00.123Z``.
+    The same text as ``datetime.fromtimestamp(created, timezone.utc).isoformat(timespec=
+    "milliseconds")`` with ``Z`` for ``+00:00``: microseconds rounded half to even, then the
+    milliseconds cut, not rounded."""
+    whole = float(int(created))  # math.modf without math: the subtraction below is exact
+    micros = round((created - whole) * 1e6)
+    if micros >= 1_000_000:
+        micros -= 1_000_000
+        whole += 1
+    elif micros < 0:
+        micros += 1_000_000
+        whole -= 1
+    t = time.gmtime(int(whole))
+    return (f"{t.tm_year:04d}-{t.tm_mon:02d}-{t.tm_mday:02d}T{t.tm_hour:02d}:{t.tm_min:02d}:"
+            f"{t.tm_sec:02d}.{micros // 1000:03d}Z")
 
 
-class TextFormatter(logging.Formatter):
-    """``<RFC 3339 time> <the line as written>``."""
-
-    def format(self, record: logging.LogRecord) -> str:
-        return f"{rfc3339(record.created)} {record.getMessage()}"
-
-
-class JsonFormatter(logging.Formatter):
-    """One JSON object per line (module docstring); non-ASCII kept as UTF-8."""
-
-    def format(self, record: logging.LogRecord) -> str:
-        parts = parse(record.getMessage())
-        level = parts.level if parts.code else record.levelno
-        return json.dumps({
-            "time": rfc3339(record.created),
-            "level": logging.getLevelName(level).lower(),
-            "source": parts.source or "nvfabric",
-            "message": parts.message,
-            "code": parts.code,
-        }, ensure_ascii=False)
-
-
-_FORMATTERS: dict[LogFormat, logging.Formatter] = {
-    "text": TextFormatter(), "json": JsonFormatter()}
-
-
-class _LineHandler(logging.Handler):
-    """Writes each record as one line on ``stream`` and flushes at once. A write error (a
-    closed or broken stderr) is dropped: logging must never end the supervisor."""
+class LineWriter:
+    """Writes each line on ``stream`` in the current format (:func:`set_format`, looked up
+    at each line) and flushes at once. A write error (a closed or broken stderr) is dropped:
+    logging must never end the supervisor."""
 
     def __init__(self, stream: IO[str]) -> None:
-        super().__init__()
         self.stream = stream
+        self._json: logging.Logger | None = None
 
-    def emit(self, record: logging.LogRecord) -> None:
-        text = _FORMATTERS[_format].format(record)
+    def write(self, text: str) -> None:
+        """One line (control characters already escaped by the caller)."""
+        if _format == "json":
+            if self._json is None:
+                from nvfabric.observe.logjson import logger_for
+
+                self._json = logger_for(self.stream)
+            self._json.info("%s", text)
+            return
         with contextlib.suppress(OSError, ValueError):
-            self.stream.write(text + "\n")
+            self.stream.write(f"{rfc3339(time.time())} {text}\n")
             self.stream.flush()
-
-
-def logger_for(stream: IO[str]) -> logging.Logger:
-    """A logger writing to ``stream`` only (not propagated to the root logger, so a library's
-    logging configuration never doubles or reformats nvfabric's lines)."""
-    logger = logging.Logger("nvfabric", logging.INFO)
-    logger.propagate = False
-    logger.addHandler(_LineHandler(stream))
-    return logger

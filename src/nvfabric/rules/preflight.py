@@ -19,14 +19,12 @@ Checks, one finding per problem, in this order:
 from __future__ import annotations
 
 import shlex
-from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from nvfabric.artifacts import versions
 from nvfabric.model.findings import Finding
-from nvfabric.model.health import GpuCheck, GpuFabric
-from nvfabric.model.words import plural
+from nvfabric.model.health import summarise_gpus as summarise_gpus  # re-exported: its old home
 from nvfabric.rules.nodefacts import NodeFacts, RunningService, VersionRead
 
 #: The ``nvfabric status`` name of each fabric daemon that ``run`` would start, and what it is.
@@ -59,31 +57,6 @@ class Process:
     restart_needs_gpu_reset: bool = False
 
 
-
-
-def summarise_gpus(gpus: Sequence[GpuFabric]) -> GpuCheck:
-    """``8 GPUs: completed x8``; ready when every GPU with a fabric state is completed,
-    registered when one is; a GPU completed with an error status is ``registration_error``."""
-    if not gpus:
-        return GpuCheck(False, False, "no GPU fabric state", "no GPU fabric state could be read")
-    counts = Counter(str(g.state) for g in gpus)
-    summary = f"{plural(len(gpus), 'GPU')}: " + ", ".join(
-        f"{k} x{v}" for k, v in sorted(counts.items()))
-    supported = [g for g in gpus if g.state != "not_supported"]
-    if not supported:
-        return GpuCheck(False, False, summary, supported=False)
-    done = [g for g in supported if g.state == "completed"]
-    bad = [g for g in done if (g.status or "").lower() not in ("success", "")]
-    findings: tuple[Finding, ...] = ()
-    if bad:
-        findings = (Finding(
-            "registration_error", "warning",
-            f"{plural(len(bad), 'GPU')} completed fabric registration with an error status: "
-            + "; ".join(f"{g.label}: {g.status}" for g in bad),
-            "run `nvfabric status` for the per-GPU verdict", {"count": len(bad)}),)
-    return GpuCheck(len(done) == len(supported), bool(done), summary, findings=findings,
-                      progress=(len(done), len(supported)),
-                      registered_gpus=tuple(g.label for g in done))
 
 
 def service_running(running: Iterable[RunningService], services: Iterable[str]

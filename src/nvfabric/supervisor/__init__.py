@@ -32,7 +32,7 @@ process group, signal dispositions reset, parent death signal); nothing here run
 
 The parts: ``policy`` (values), ``timers`` (injected clock), ``restart`` (back-off, start
 limit, R04/R09 as functions), ``ready`` and ``unit`` (the unit state machine, acting through a
-``host``), ``loop`` (selectors, signals, inotify, the probe thread: the real host),
+``host``), ``loop`` (epoll, signals, inotify, the probe thread: the real host),
 ``supervise`` (:class:`Supervisor`), ``outcome`` (:class:`Outcome`, the ``run --json`` shape),
 ``lean`` (the lean entry point ``nvfabric run`` execs into). The names below are re-exported
 for the modules that import them from here, lazily (PEP 562): importing a part (the lean

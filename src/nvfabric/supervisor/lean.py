@@ -132,15 +132,17 @@ def _classifier(job: Job) -> Callable[[str], Classifier] | None:
 
 
 def _probe(job: Job) -> Callable[[], GpuCheck] | None:
-    """The GPU probe of ``job.probe_root`` (:func:`nvfabric.supervisor.gpuprobe.gpu_check`)."""
+    """The GPU probe of ``job.probe_root``, read in a short-lived child so that the NVML or
+    nvidia-smi reading's modules never stay in the supervisor
+    (:func:`nvfabric.supervisor.gpuprobe.gpu_check_in_child`)."""
     root = job.probe_root
     if root is None:
         return None
 
     def probe() -> GpuCheck:
-        from nvfabric.supervisor.gpuprobe import gpu_check
+        from nvfabric.supervisor.gpuprobe import gpu_check_in_child
 
-        return gpu_check(root)
+        return gpu_check_in_child(root)
 
     return probe
 

@@ -1,4 +1,4 @@
-"""The event loop of a run: one ``selectors`` loop over the signal wakeup pipe, each daemon's
+"""The event loop of a run: one epoll(7) loop over the signal wakeup pipe, each daemon's
 output, the inotify watch of NVLSM's socket directory and the GPU probe's answers, with the
 unit's timers (:mod:`nvfabric.supervisor.timers`) on an injected clock. :class:`Loop` is the
 real :class:`~nvfabric.supervisor.host.Host` of the unit state machine.
@@ -6,18 +6,20 @@ real :class:`~nvfabric.supervisor.host.Host` of the unit state machine.
 Signals arrive through ``signal.set_wakeup_fd`` (the Python-level handler does nothing), so a
 stop or a child's exit wakes the loop at once. The GPU probe (a slow ``nvidia-smi`` or NVML
 read) runs in a worker thread so that it never delays the reaction to a dying daemon; its
-answer wakes the loop through a pipe. As PID 1 every exited child is reaped, orphans included
-(skipped while the probe runs, whose own child its subprocess call must collect).
+answer wakes the loop through a pipe. (``nvfabric run``'s probe forks its reading into a
+short-lived child from that thread, :mod:`nvfabric.supervisor.gpuprobe`.) As PID 1 every
+exited child is reaped, orphans included (skipped while the probe runs, whose own child, the
+probe's or its subprocess call's, the probe must collect).
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
-import queue
-import selectors
+import select
 import signal
 import threading
+from collections import deque
 from collections.abc import Callable, Sequence
 
 from nvfabric.effects import process
@@ -38,6 +40,46 @@ def _noop_handler(signum: int, frame: object) -> None:
     """Signals are handled through the wakeup fd; the Python-level handler does nothing."""
 
 
+class _Readers:
+    """The loop's readable descriptors and their callbacks on one epoll(7) instance: what
+    ``selectors.DefaultSelector`` (the epoll one on Linux) does for reading, without the
+    :mod:`selectors` and :mod:`math` modules in the lean supervisor process (issue 15)."""
+
+    def __init__(self) -> None:
+        self._epoll = select.epoll()  # close-on-exec
+        self._callbacks: dict[int, Callable[[], None]] = {}
+
+    def register(self, fd: int, callback: Callable[[], None]) -> None:
+        """Call ``callback`` when ``fd`` is readable (or hung up). KeyError when ``fd`` is
+        registered already; OSError (ValueError) for a descriptor epoll cannot watch."""
+        if fd in self._callbacks:
+            raise KeyError(f"{fd} is already registered")
+        self._epoll.register(fd, select.EPOLLIN)
+        self._callbacks[fd] = callback
+
+    def unregister(self, fd: int) -> None:
+        """Stop watching ``fd`` (already closed is fine). KeyError when it is not watched."""
+        del self._callbacks[fd]
+        with contextlib.suppress(OSError):
+            self._epoll.unregister(fd)
+
+    def ready(self, timeout: float | None) -> list[Callable[[], None]]:
+        """The callbacks of the descriptors readable within ``timeout`` seconds (None: no
+        limit), the wait rounded up to whole milliseconds (epoll's unit) as selectors does,
+        so that a timer is never woken for too early."""
+        if timeout is None:
+            wait = -1.0
+        elif timeout <= 0:
+            wait = 0.0
+        else:
+            wait = -(-timeout * 1e3 // 1) * 1e-3
+        events = self._epoll.poll(wait, max(len(self._callbacks), 1))
+        return [self._callbacks[fd] for fd, _ in events if fd in self._callbacks]
+
+    def close(self) -> None:
+        self._epoll.close()
+
+
 def _checked(probe: Probe) -> GpuCheck:
     try:
         return probe()
@@ -56,7 +98,7 @@ class Loop:
         self.log = log
         self._probe_fn = probe
         self._reap_orphans = reap_orphans
-        self._sel = selectors.DefaultSelector()
+        self._sel = _Readers()
         self._sig_r, self._sig_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
         self._wake_r, self._wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
         self._old_handlers: dict[int, object] = {}
@@ -65,8 +107,12 @@ class Loop:
         self._probe_lock = threading.Lock()
         self._probe_busy = False
         self._reap_pending = False
-        self._probe_requests: queue.SimpleQueue[bool] = queue.SimpleQueue()
-        self._probe_results: queue.SimpleQueue[GpuCheck] = queue.SimpleQueue()
+        # one probe at a time: asked for by setting the event (the worker clears it when it
+        # starts), answered through the deque (append and popleft are atomic) and a byte on
+        # the wake pipe; _closing (then the event) ends the worker
+        self._probe_wanted = threading.Event()
+        self._probe_results: deque[GpuCheck] = deque()
+        self._closing = False
         self._probe_thread: threading.Thread | None = None
         self.unit: Unit | None = None
 
@@ -84,8 +130,8 @@ class Loop:
         # blocked across the exec into the lean supervisor (a stop asked for meanwhile stays
         # pending): from here on they are handled
         self._old_mask = signal.pthread_sigmask(signal.SIG_UNBLOCK, routed)
-        self._sel.register(self._sig_r, selectors.EVENT_READ, self._on_signal)
-        self._sel.register(self._wake_r, selectors.EVENT_READ, self._on_wake)
+        self._sel.register(self._sig_r, self._on_signal)
+        self._sel.register(self._wake_r, self._on_wake)
         if self._probe_fn is not None:
             self._probe_thread = threading.Thread(
                 target=self._probe_worker, name="nvfabric-gpu-probe", daemon=True)
@@ -95,8 +141,7 @@ class Loop:
         """Turn until ``unit`` has its outcome."""
         self.unit = unit
         while unit.outcome is None:
-            for key, _ in self._sel.select(unit.timers.next_timeout()):
-                callback: Callable[[], None] = key.data
+            for callback in self._sel.ready(unit.timers.next_timeout()):
                 callback()
                 if unit.outcome is not None:
                     break
@@ -106,7 +151,8 @@ class Loop:
         """Undo :meth:`open`. The probe worker is told to end and not waited for (a daemon
         thread: a probe in flight must not delay the exit of a run whose daemon died)."""
         if self._probe_thread is not None:
-            self._probe_requests.put(False)
+            self._closing = True
+            self._probe_wanted.set()
         if self._old_mask is not None:
             signal.pthread_sigmask(signal.SIG_SETMASK, self._old_mask)
         signal.set_wakeup_fd(self._old_wakeup)
@@ -164,11 +210,8 @@ class Loop:
         with contextlib.suppress(BlockingIOError):
             os.read(self._wake_r, 4096)
         assert self.unit is not None
-        while True:
-            try:
-                result = self._probe_results.get_nowait()
-            except queue.Empty:
-                break
+        while self._probe_results:
+            result = self._probe_results.popleft()
             self._probe_busy = False
             self.unit.on_probe(result)
         if self._reap_pending:
@@ -178,10 +221,14 @@ class Loop:
 
     def _probe_worker(self) -> None:
         assert self._probe_fn is not None
-        while self._probe_requests.get():
+        while True:
+            self._probe_wanted.wait()
+            if self._closing:
+                return
+            self._probe_wanted.clear()
             with self._probe_lock:
                 result = _checked(self._probe_fn)
-            self._probe_results.put(result)
+            self._probe_results.append(result)
             with contextlib.suppress(OSError):
                 os.write(self._wake_w, b"p")
 
@@ -190,7 +237,7 @@ class Loop:
             return False
         if not self._probe_busy:
             self._probe_busy = True
-            self._probe_requests.put(True)
+            self._probe_wanted.set()
         return True
 
     def probe_now(self) -> GpuCheck | None:
@@ -221,7 +268,7 @@ class Loop:
             os.waitpid(pid, 0)
 
     def watch_output(self, fd: int, on_readable: Callable[[], None]) -> None:
-        self._sel.register(fd, selectors.EVENT_READ, on_readable)
+        self._sel.register(fd, on_readable)
 
     def read(self, fd: int) -> bytes | None:
         try:
@@ -239,7 +286,7 @@ class Loop:
 
     def watch_dir(self, directory: str, on_change: Callable[[], None]) -> object:
         watch = Inotify(directory)
-        self._sel.register(watch.fd, selectors.EVENT_READ, on_change)
+        self._sel.register(watch.fd, on_change)
         return watch
 
     def drain_watch(self, handle: object) -> None:
