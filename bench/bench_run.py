@@ -18,9 +18,10 @@ Figures (medians over RUNS runs of each, min and max beside; ratio = nvfabric / 
 - nvfabric run SIGKILLed -> NVLSM and fabric manager gone (their parent-death signal).
 - idle: CPU over IDLE_S seconds once ready and resident memory (VmRSS) of the supervising
   process, for both.
-- the floor: what any Python starter on click needs to NVLSM's first record with this
-  preflight (the interpreter with click imported, fabric manager's ``--version``, the
-  yardstick's spawn -> NVLSM figure), to tell our own cost from the language's.
+- the floor: what a Python starter (bare, with subprocess only; or on click) needs to NVLSM's
+  first record with this preflight (the interpreter with that imported, fabric manager's
+  ``--version``, the yardstick's spawn -> NVLSM figure), to tell our own cost from the
+  language's.
 - where nvfabric's start -> NVLSM exec goes, by phase (TRACE_RUNS more runs with the phase
   tracer bench/phasetrace/sitecustomize.py: entry and exit of the host-access functions).
 
@@ -323,30 +324,35 @@ def print_phases(base: str, n0: int, runs: int) -> None:
 
 
 def floor(base: str, yardstick_start_ms: float | None, runs: int) -> None:
-    """The least any Python starter on the click library needs from its start to NVLSM's
-    first record with this preflight, on this machine: the interpreter with click imported
-    (no code of nvfabric), then fabric manager's ``--version`` (NVLSM may not start before
+    """The least a Python starter needs from its start to NVLSM's first record with this
+    preflight, on this machine: the interpreter with what it cannot do without (subprocess,
+    to run ``--version``; or click, the CLI library nvfabric parses its options with: no code
+    of nvfabric either way), then fabric manager's ``--version`` (NVLSM may not start before
     its answer; the GPU read can overlap it), then the spawn of NVLSM and the fake's own
     start-up (the yardstick's start -> NVLSM figure). Each a median of ``runs`` whole
     processes, interleaved."""
     node = os.path.join(base, "floor")
     build(profile_spec("dgx-b200"), node)
     install(node)
-    bare, click_, version = interleaved_ms([
-        [PY, "-I", "-S", "-c", "pass"], [PY, "-c", "import click"],
+    bare, spawner, click_, version = interleaved_ms([
+        [PY, "-I", "-S", "-c", "pass"], [PY, "-I", "-S", "-c", "import subprocess"],
+        [PY, "-c", "import click"],
         [os.path.join(node, "usr/bin/nv-fabricmanager"), "--version"]], runs)
-    print(f"-- the floor of a Python + click starter, medians of {runs} runs (interleaved)")
+    print(f"-- the floor of a Python starter, medians of {runs} runs (interleaved)")
     line("  interpreter alone (python -I -S -c pass)", f"{statistics.median(bare):.1f} ms")
+    line("  interpreter + import subprocess (no site, no CLI library)",
+         f"{statistics.median(spawner):.1f} ms")
     line("  interpreter + site + import click", f"{statistics.median(click_):.1f} ms")
     line("  fake nv-fabricmanager --version, whole process", f"{statistics.median(version):.1f} ms")
     if yardstick_start_ms is None:
         line("  floor", "not known without the yardstick")
         return
-    total = statistics.median(click_) + statistics.median(version) + yardstick_start_ms
     line("  + spawn -> fake NVLSM's first record (the yardstick's)", f"{yardstick_start_ms:.1f} ms")
-    line("  floor: start -> NVLSM exec for any Python + click starter",
-         f"{total:.1f} ms; target {TARGET_START_MS:g} ms is "
-         + ("below the floor on this machine" if total > TARGET_START_MS else "above it"))
+    for what, start in (("a bare Python starter (subprocess only)", spawner),
+                        ("a Python + click starter", click_)):
+        total = statistics.median(start) + statistics.median(version) + yardstick_start_ms
+        line(f"  floor of {what}", f"{total:.1f} ms; target {TARGET_START_MS:g} ms is "
+             + ("below it on this machine" if total > TARGET_START_MS else "above it"))
 
 
 def main() -> int:
