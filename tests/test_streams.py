@@ -102,6 +102,45 @@ def test_a_closed_stdout_is_not_handed_to_a_file_nvfabric_opens(tmp_path: Path) 
     assert lock.read_bytes().strip().isdigit()  # only the run's pid
 
 
+@pytest.mark.parametrize("closed", [(1,), (2,), (1, 2)])
+def test_a_run_with_closed_streams_comes_up_and_stops_cleanly_across_the_exec(
+        tmp_path: Path, closed: tuple[int, ...]) -> None:
+    # the descriptor opened on /dev/null for a closed stdout/stderr must survive the exec into
+    # the lean supervisor: a /dev/null that os.open gave the closed number itself was
+    # close-on-exec, so the lean process started without stderr (nothing started, exit 3) or
+    # without stdout (its --json report crashed after a clean stop, exit 1)
+    import signal
+    import time
+
+    from tests.runkit import events, sim
+
+    root = sim(tmp_path, "dgx-b200", {"nvlsm": {"socket_delay_s": 0},
+                                      "fabricmanager": {"register_delay_s": 0}})
+    env = {k: v for k, v in os.environ.items() if k not in ("NVFABRIC_DEBUG", "NOTIFY_SOCKET")}
+
+    def child() -> None:
+        for fd in closed:
+            os.close(fd)
+
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "nvfabric", "run", "--root", str(root), "--json"],
+        stdin=subprocess.DEVNULL, stdout=None if 1 in closed else subprocess.DEVNULL,
+        stderr=None if 2 in closed else subprocess.DEVNULL, preexec_fn=child, env=env)
+    try:
+        ready = root / "run/nvfabric/ready"
+        deadline = time.monotonic() + 60
+        while not ready.exists() and proc.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert ready.exists(), f"not ready; exit {proc.poll()}"
+        assert [e["event"] for e in events(root, "fabricmanager")][:1] == ["exec"]
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(60) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+
 # ---------------------------------------------------------------- disk full and lock errors
 
 

@@ -143,7 +143,8 @@ def standard_streams() -> None:
     """Called once before any command runs: descriptors 0, 1 and 2 that were closed
     (``>&-``, ``2>&-``) are opened on /dev/null, so that no file nvfabric opens later (a lock,
     a config) becomes its stdout, and sys.stdin/stdout/stderr (None then) are streams again;
-    stdout and stderr are wrapped in :class:`QuietOnBrokenPipe`."""
+    stdout and stderr are wrapped in :class:`QuietOnBrokenPipe`. The descriptors stay open
+    across an exec (``run``'s into the lean supervisor, whose streams are these)."""
     for fd, flags in ((0, os.O_RDONLY), (1, os.O_WRONLY), (2, os.O_WRONLY)):
         try:
             os.fstat(fd)
@@ -151,8 +152,10 @@ def standard_streams() -> None:
             with contextlib.suppress(OSError):
                 null = os.open(os.devnull, flags)
                 if null != fd:
-                    os.dup2(null, fd)
+                    os.dup2(null, fd)  # inheritable
                     os.close(null)
+                else:  # os.open's descriptors are close-on-exec (PEP 446)
+                    os.set_inheritable(fd, True)
     if sys.stdin is None:
         sys.stdin = open(os.devnull, encoding="utf-8")  # noqa: SIM115 - lives with the process
     for name in ("stdout", "stderr"):
