@@ -167,7 +167,8 @@ class Readiness:
         self.ready_at = self.host.now()
         self.ready_after = self.ready_at - self._unit_started
         self._write_ready_file(self.ready_after)
-        self._status = f"fabric ready in {self.ready_after:.1f} s"
+        # from the value the outcome and the readiness file carry (ms), so that they agree
+        self._status = f"fabric ready in {round(self.ready_after, 3):.1f} s"
         notified = self.host.notify(f"READY=1\nSTATUS={self._status}")
         pids = ", ".join(f"{p.spec.name} pid {p.pid}" for p in self.procs)
         self.log.say(f"fabric ready in {self.ready_after:.3f} s ({pids})"
