@@ -40,6 +40,9 @@ REGISTERED = _gpus("hgx-h100-535.161.08-nvidia-smi-q.txt")
 #: one B200 still registering
 IN_PROGRESS = _gpus("fabric-in-progress-580-wide-columns-gpuop2511.txt")
 
+#: the reader's error for a hung nvidia-smi (facts/gpu.py)
+UNANSWERED = "/node/bin/nvidia-smi -q -x did not answer within 15 s (killed)"
+
 OK = NodeFacts(root="/node", executables={FM: True, SM: True}, sockets={SOCKET: False},
                fm_versions={FM: VersionRead("550.90.07", VERSION_TEXT)})
 
@@ -94,6 +97,14 @@ CASES: dict[str, tuple[NodeFacts, tuple[Process, ...], bool, tuple[str, ...] | N
         replace(OK, gpus=REGISTERED), (FM_PROC,), False, None, []),
     "gpus_still_registering_are_not_registered": (
         replace(OK, gpus=IN_PROGRESS), (FM_PROC,), True, None, []),
+    "unreadable_fabric_state_is_not_taken_for_not_registered": (
+        replace(OK, gpus=(), gpu_error=UNANSWERED), (FM_PROC,), True, None,
+        [("restart_needs_gpu_reset", "error")]),
+    "unreadable_fabric_state_with_a_reset_command_is_info": (
+        replace(OK, gpus=(), gpu_error=UNANSWERED), (FM_PROC,), True, ("nvidia-smi", "-r"),
+        [("restart_needs_gpu_reset", "info")]),
+    "unreadable_fabric_state_where_no_reset_is_needed": (
+        replace(OK, gpus=(), gpu_error=UNANSWERED), (FM_PROC,), False, None, []),
     "every_problem_once_in_order": (
         replace(OK, running=(RunningService("fabricmanager", None, "command port 6666"),),
                 executables={FM: True, SM: False}, sockets={SOCKET: True},
@@ -162,6 +173,20 @@ def test_registered_finding_carries_the_gpu_summary_and_the_reset_command() -> N
     assert pre.registered and not pre.refused
     assert f.fields == {"services": "fabricmanager", "gpus": "8 GPUs: completed x8"}
     assert "`nvidia-smi -r` resets them before fabric manager starts" in f.message
+
+
+def test_an_unreadable_fabric_state_is_taken_as_registered_and_says_why() -> None:
+    # R04 with R09's rule: a state that cannot be read is not "nothing registered"
+    pre = preflight(replace(OK, gpus=(), gpu_error=UNANSWERED), (FM_PROC,), driver=DRIVER,
+                    needs_reset=True, reset_argv=None)
+    (f,) = pre.findings
+    assert pre.refused and pre.registered
+    assert f.fields == {"services": "fabricmanager", "gpus": "fabric state unreadable",
+                        "reason": UNANSWERED}
+    assert f"cannot be read ({UNANSWERED})" in f.message and "does not start it" in f.message
+    with_reset = preflight(replace(OK, gpus=(), gpu_error=UNANSWERED), (FM_PROC,),
+                           driver=DRIVER, needs_reset=True, reset_argv=("nvidia-smi", "-r"))
+    assert with_reset.registered and not with_reset.refused
 
 
 @pytest.mark.parametrize("name, ready, registered, summary", [

@@ -233,6 +233,21 @@ def test_r04_no_silent_fabric_manager_restart_after_registration(
     assert finding(result, "service_exited")["service"] == "fabricmanager"
 
 
+def test_r04_a_fabric_state_that_cannot_be_read_refuses_the_start(tmp_path: Path) -> None:
+    # found with a hung nvidia-smi on GPUs left registered (started after 15 s, as if none
+    # were); the kind is every reading that gives no state: here the node's nvidia-smi is gone
+    root = sim(tmp_path, "dgx-b200")
+    (root / "bin/nvidia-smi").unlink()
+    for argv in (("--dry-run", "--json"), ("--json",)):
+        proc = run_cli("run", "--root", str(root), *argv)
+        assert proc.returncode == 1, proc.stderr
+        result = json.loads(proc.stdout)
+        assert result["result"] == "refused"
+        f = finding(result, "restart_needs_gpu_reset")
+        assert f["gpus"] == "fabric state unreadable" and "bin/nvidia-smi" in f["reason"]
+    assert events(root, "nvlsm") == [] and events(root, "fabricmanager", "exec") == []
+
+
 def test_r04_reset_command_opt_in_resets_then_restarts(
         tmp_path: Path, start: Callable[..., Run]) -> None:
     root = sim(tmp_path, "dgx-b200", {"fabricmanager": {"crash_after_s": 0.8}})

@@ -94,17 +94,17 @@ def fm_version(binary: str, timeout_s: float = 10.0) -> VersionRead:
     return VersionRead(fm.parse_version(text), text)
 
 
-def start_gpu_read(root: str) -> Pending[tuple[GpuFabric, ...]]:
-    """The GPUs' fabric states (:func:`gpus`) read in a thread from now on, for a
+def start_gpu_read(root: str) -> Pending[GpuReading]:
+    """The GPUs' fabric states (:func:`gpu_reading`) read in a thread from now on, for a
     :func:`collect` that comes later: the slowest probe starts before the bring-up is
     prepared (issue 15). Read-only, so starting it early changes nothing on the node."""
     from nvfabric.facts.parallel import Pending
 
-    return Pending(lambda: gpus(root), "gpus")
+    return Pending(lambda: gpu_reading(root), "gpus")
 
 
 def collect(root: str, inventory: Inventory | None, probes: Probes,
-            gpu_read: Pending[tuple[GpuFabric, ...]] | None = None) -> NodeFacts:
+            gpu_read: Pending[GpuReading] | None = None) -> NodeFacts:
     """The snapshot: ``inventory`` (already read: the plan comes from it) and the answer to
     each of ``probes``; ``gpu_read``: the GPU read already started (:func:`start_gpu_read`),
     used when ``probes`` ask for the GPUs (else started here). Raises nothing of its own;
@@ -129,22 +129,30 @@ def collect(root: str, inventory: Inventory | None, probes: Probes,
     found = running(root, probes.services)
     versions = {b: Pending(functools.partial(fm_version, b), "fm-version")
                 for b in probes.fm_binaries if executable(b)}
+    gpu_states, gpu_error = gpu_read.result() if gpu_read is not None else (None, None)
     return NodeFacts(
         root=root, inventory=inventory, running=found,
         executables={p: executable(p) for p in probes.executables},
         sockets={p: socket_listening(p) for p in probes.sockets},
         fm_versions={b: v.result() for b, v in versions.items()},
         config_findings=tuple(problems),
-        gpus=gpu_read.result() if gpu_read is not None else None,
+        gpus=gpu_states, gpu_error=gpu_error,
     )
 
 
-def gpus(root: str) -> tuple[GpuFabric, ...]:
-    """The GPUs' fabric states (:func:`nvfabric.facts.gpu.read`: NVML, or the node's
-    nvidia-smi)."""
+#: The GPUs' fabric states and, when none could be read, why (the reader's error message).
+GpuReading = tuple[tuple["GpuFabric", ...], "str | None"]
+
+
+def gpu_reading(root: str) -> GpuReading:
+    """The GPUs' fabric states (:func:`nvfabric.facts.gpu.read_health`: NVML, or the node's
+    nvidia-smi) and, when it gave none, the message of its error finding (a hung or failing
+    nvidia-smi, NVML unavailable); never raises for the reading's own failure."""
     from nvfabric.facts import gpu
 
-    return tuple(gpu.read(root))
+    health = gpu.read_health(root)
+    why = next((f.message for f in health.findings if f.severity == "error"), None)
+    return tuple(health.gpus), None if health.gpus else why
 
 
 @dataclass(frozen=True)

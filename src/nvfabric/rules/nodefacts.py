@@ -139,7 +139,9 @@ class ImexFacts:
 @dataclass(frozen=True)
 class NodeFacts:
     """The snapshot (see the module docstring). Mappings are keyed by host path under the
-    root; a path not probed is absent (the rules treat it as not asked)."""
+    root; a path not probed is absent (the rules treat it as not asked). ``gpus``: the GPUs'
+    fabric states when they were asked for; ``gpu_error``: why none could be read (the
+    reader's error: a hung or failing nvidia-smi, NVML unavailable), None when they were."""
 
     root: str
     inventory: Inventory | None = None
@@ -149,4 +151,5 @@ class NodeFacts:
     fm_versions: Mapping[str, VersionRead] = field(default_factory=dict)
     config_findings: tuple[Finding, ...] = ()
     gpus: tuple[GpuFabric, ...] | None = None
+    gpu_error: str | None = None
     imex: ImexFacts | None = None

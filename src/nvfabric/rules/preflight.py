@@ -12,8 +12,9 @@ Checks, one finding per problem, in this order:
 - nobody serves NVLSM's IPC socket yet (``sm_already_running``: one subnet manager per
   management port);
 - the path keys of the effective fabric manager config (``config_invalid_value``);
-- GPUs already registered where a fabric manager start needs a GPU reset first
-  (``restart_needs_gpu_reset``, RUN.md R04).
+- GPUs already registered where a fabric manager start needs a GPU reset first, or a fabric
+  state that cannot be read there (unknown is not "not registered"; ``restart_needs_gpu_reset``,
+  RUN.md R04, R09).
 """
 
 from __future__ import annotations
@@ -147,6 +148,29 @@ def registered(summary: str, reset_argv: tuple[str, ...] | None) -> Finding:
         "CUDA clients must be stopped: a GPU in use cannot be reset", fields)
 
 
+def unreadable(why: str, reset_argv: tuple[str, ...] | None) -> Finding:
+    """R04 at start when the GPUs' fabric state cannot be read (``why``: the reader's error):
+    whether a fabric manager ran since the last GPU reset is unknown, so fabric manager is not
+    started without a reset (an error without ``--gpu-reset-command``; with it, what will be
+    done: the reset runs and R09 checks the state after it)."""
+    fields = {"services": "fabricmanager", "gpus": "fabric state unreadable", "reason": why}
+    if reset_argv is None:
+        return Finding(
+            "restart_needs_gpu_reset", "error",
+            f"the GPUs' fabric state cannot be read ({why}): whether they are already "
+            "registered with the NVLink fabric is unknown, and starting fabric manager on "
+            "registered GPUs (H100 and later) without a GPU reset breaks NVLink SHARP, so "
+            "nvfabric does not start it",
+            "find why the state cannot be read (`nvidia-smi -q`, `dmesg` for Xid errors); then "
+            "run again, with --gpu-reset-command 'nvidia-smi -r' if a fabric manager ran, or "
+            "reboot the node", fields)
+    return Finding(
+        "restart_needs_gpu_reset", "info",
+        f"the GPUs' fabric state cannot be read ({why}): `{shlex.join(reset_argv)}` resets "
+        "them before fabric manager starts, and the state is checked after it",
+        "CUDA clients must be stopped: a GPU in use cannot be reset", fields)
+
+
 def preflight(facts: NodeFacts, processes: Sequence[Process], *, driver: str | None,
               needs_reset: bool, reset_argv: tuple[str, ...] | None) -> Preflight:
     """The checks of the module docstring over ``facts`` (probed for ``processes``: see
@@ -172,4 +196,9 @@ def preflight(facts: NodeFacts, processes: Sequence[Process], *, driver: str | N
         is_registered = summary.registered
         if is_registered:
             problems.append(registered(summary.summary, reset_argv))
+        elif not facts.gpus and facts.gpu_error is not None:
+            # unknown is not "not registered": taken as registered, as R09 takes a state that
+            # cannot be read after a reset (the reset, when given, runs and is checked)
+            is_registered = True
+            problems.append(unreadable(facts.gpu_error, reset_argv))
     return Preflight(tuple(problems), is_registered)
