@@ -50,6 +50,7 @@ def test_every_re_exported_supervisor_name_resolves_from_its_module(name: str) -
     value = getattr(supervisor, name)
     module = supervisor._DEFINED_IN[name]
     assert value is getattr(sys.modules[module], name)
+    assert vars(supervisor)[name] is value  # kept: the next lookup is a plain attribute
 
 
 def test_the_re_export_list_and_the_table_agree_and_strangers_are_refused() -> None:

@@ -9,8 +9,9 @@ Only this package talks to the network (:mod:`.transport`).
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from nvfabric.lazy import exports
 
 if TYPE_CHECKING:
     from nvfabric.artifacts.model import Artifact, Request, Resolution
@@ -24,10 +25,10 @@ if TYPE_CHECKING:
 #: is the submodule (the function is ``nvfabric.artifacts.resolve.resolve``): a lazy package
 #: cannot also give that name to the function.
 _LAZY = {
-    "Artifact": "model", "Request": "model", "Resolution": "model",
-    "arch_name": "naming", "canonical_arch": "naming", "package_name": "naming",
-    "fetch": "resolve",
-    "RetryPolicy": "transport", "Transport": "transport",
+    "Artifact": ".model", "Request": ".model", "Resolution": ".model",
+    "arch_name": ".naming", "canonical_arch": ".naming", "package_name": ".naming",
+    "fetch": ".resolve",
+    "RetryPolicy": ".transport", "Transport": ".transport",
 }
 
 __all__ = [
@@ -35,9 +36,4 @@ __all__ = [
     "canonical_arch", "fetch", "package_name",
 ]
 
-
-def __getattr__(name: str) -> Any:
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    return getattr(importlib.import_module(f"{__name__}.{module}"), name)
+__getattr__ = exports(__name__, _LAZY)

@@ -41,8 +41,9 @@ entry point, the policy) does not import all the others.
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from nvfabric.lazy import exports
 
 if TYPE_CHECKING:
     from nvfabric.effects.dirs import ensure_dir, not_a_directory
@@ -100,11 +101,4 @@ __all__ = [
 ]
 
 
-def __getattr__(name: str) -> Any:
-    """A re-exported name, imported from its module on first use (PEP 562)."""
-    module = _DEFINED_IN.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value
-    return value
+__getattr__ = exports(__name__, _DEFINED_IN)
