@@ -129,46 +129,38 @@ def sm_already_running(socket: str) -> Finding:
         "hand-made unit) first; one owner per management port", {"socket": socket})
 
 
-def registered(summary: str, reset_argv: tuple[str, ...] | None) -> Finding:
+def registered(summary: str, reset_argv: tuple[str, ...] | None,
+               why: str | None = None) -> Finding:
     """R04 at start: GPUs registered before this run (a fabric manager ran since the last
-    GPU reset): an error without ``--gpu-reset-command``, else what will be done (info)."""
-    fields = {"services": "fabricmanager", "gpus": summary}
-    if reset_argv is None:
+    GPU reset), or, with ``why`` (the reader's error), a fabric state that cannot be read,
+    so that it is unknown: an error without ``--gpu-reset-command``, else what will be done
+    (info; after the reset R09 checks the state)."""
+    fields = {"services": "fabricmanager", "gpus": summary, **({"reason": why} if why else {})}
+    state = (f"GPUs are already registered with the NVLink fabric ({summary})" if why is None
+             else f"the GPUs' fabric state cannot be read ({why})")
+    if reset_argv is not None:
+        checked = "" if why is None else ", and the state is checked after it"
+        return Finding(
+            "restart_needs_gpu_reset", "info",
+            f"{state}: `{shlex.join(reset_argv)}` resets them before fabric manager "
+            f"starts{checked}", "CUDA clients must be stopped: a GPU in use cannot be reset",
+            fields)
+    if why is None:
         return Finding(
             "restart_needs_gpu_reset", "error",
-            f"GPUs are already registered with the NVLink fabric ({summary}): a fabric "
-            "manager ran before; starting it again on H100 and later without a GPU reset "
-            "breaks NVLink SHARP (NCCL 'invalid argument'), so nvfabric does not start it",
+            f"{state}: a fabric manager ran before; starting it again on H100 and later "
+            "without a GPU reset breaks NVLink SHARP (NCCL 'invalid argument'), so nvfabric "
+            "does not start it",
             "stop CUDA clients, then run again with --gpu-reset-command 'nvidia-smi -r' (or "
             "your reset procedure), or reboot the node", fields)
     return Finding(
-        "restart_needs_gpu_reset", "info",
-        f"GPUs are already registered with the NVLink fabric ({summary}): "
-        f"`{shlex.join(reset_argv)}` resets them before fabric manager starts",
-        "CUDA clients must be stopped: a GPU in use cannot be reset", fields)
-
-
-def unreadable(why: str, reset_argv: tuple[str, ...] | None) -> Finding:
-    """R04 at start when the GPUs' fabric state cannot be read (``why``: the reader's error):
-    whether a fabric manager ran since the last GPU reset is unknown, so fabric manager is not
-    started without a reset (an error without ``--gpu-reset-command``; with it, what will be
-    done: the reset runs and R09 checks the state after it)."""
-    fields = {"services": "fabricmanager", "gpus": "fabric state unreadable", "reason": why}
-    if reset_argv is None:
-        return Finding(
-            "restart_needs_gpu_reset", "error",
-            f"the GPUs' fabric state cannot be read ({why}): whether they are already "
-            "registered with the NVLink fabric is unknown, and starting fabric manager on "
-            "registered GPUs (H100 and later) without a GPU reset breaks NVLink SHARP, so "
-            "nvfabric does not start it",
-            "find why the state cannot be read (`nvidia-smi -q`, `dmesg` for Xid errors); then "
-            "run again, with --gpu-reset-command 'nvidia-smi -r' if a fabric manager ran, or "
-            "reboot the node", fields)
-    return Finding(
-        "restart_needs_gpu_reset", "info",
-        f"the GPUs' fabric state cannot be read ({why}): `{shlex.join(reset_argv)}` resets "
-        "them before fabric manager starts, and the state is checked after it",
-        "CUDA clients must be stopped: a GPU in use cannot be reset", fields)
+        "restart_needs_gpu_reset", "error",
+        f"{state}: whether they are already registered with the NVLink fabric is unknown, "
+        "and starting fabric manager on registered GPUs (H100 and later) without a GPU reset "
+        "breaks NVLink SHARP, so nvfabric does not start it",
+        "find why the state cannot be read (`nvidia-smi -q`, `dmesg` for Xid errors); then "
+        "run again, with --gpu-reset-command 'nvidia-smi -r' if a fabric manager ran, or "
+        "reboot the node", fields)
 
 
 def preflight(facts: NodeFacts, processes: Sequence[Process], *, driver: str | None,
@@ -200,5 +192,6 @@ def preflight(facts: NodeFacts, processes: Sequence[Process], *, driver: str | N
             # unknown is not "not registered": taken as registered, as R09 takes a state that
             # cannot be read after a reset (the reset, when given, runs and is checked)
             is_registered = True
-            problems.append(unreadable(facts.gpu_error, reset_argv))
+            problems.append(registered("fabric state unreadable", reset_argv,
+                                       why=facts.gpu_error))
     return Preflight(tuple(problems), is_registered)
