@@ -144,11 +144,6 @@ class Verdict:
     reasons: tuple[str, ...] = field(default=())
 
 
-#: The --query-gpu column of each value the verdict may read besides the state.
-COLUMNS = {"status": "fabric.status", "clique_id": "fabric.cliqueId",
-           "cluster_uuid": "fabric.clusterUuid"}
-
-
 def columns_needed(gpus: tuple[GpuFabric, ...], fabric: FabricKind | None) -> dict[str, str]:
     """The capture columns the verdict of these rows reads, each with the rows that need it
     (``{"fabric.status": "Completed GPUs 0, 1"}``): fabric.status once a GPU is Completed (its
