@@ -70,9 +70,11 @@ def test_r570_uses_the_hyphenated_name_and_the_highest_release(
     assert fm.url == f"{mirror.url}/nvidia-fabric-manager-570.172.08-2.el9.x86_64.rpm"
     assert fm.sha256 == sha256(b"nvidia-fabric-manager-570.172.08-2.el9")
     assert rpm.pin_lines([fm]) == [
+        "dnf install -y 'dnf-command(versionlock)'",
         "dnf install -y nvidia-fabric-manager-570.172.08-2.el9",
         "dnf versionlock add nvidia-fabric-manager-570.172.08-2.el9",
     ]
+    assert fm.module_stream is None  # a repository without module metadata
 
 
 def test_r580_unversioned_name_exact_version(mirror: Mirror) -> None:  # noqa: F811
@@ -126,6 +128,10 @@ def test_rpmvercmp(a: str, b: str, expected: int) -> None:
     assert rpm.rpmvercmp(b, a) == -expected
 
 
+#: The versionlock plugin line's package, as the pin line quotes it.
+PLUGIN = {"dnf": "'dnf-command(versionlock)'", "yum": "yum-plugin-versionlock"}
+
+
 def _art(version: str, package: str = "nvidia-fabric-manager") -> rpm.Artifact:
     return rpm.Artifact("fabricmanager", version, "x86_64", "https://x/y.rpm", "0" * 64, None,
                         "rpm", package)
@@ -145,6 +151,7 @@ def test_yum_for_rhel_centos_7_dnf_for_8_and_later(distro: str | None, version: 
     art = _art(version)
     assert rpm.package_manager(distro, [art]) == tool
     assert rpm.pin_lines([art], distro) == [
+        f"{tool} install -y {PLUGIN[tool]}",
         f"{tool} install -y nvidia-fabric-manager-{version}",
         f"{tool} versionlock add nvidia-fabric-manager-{version}"]
 
@@ -159,12 +166,13 @@ def test_fetch_cli_prints_the_package_manager_of_the_repository(
                        "x86_64", "--components", "fabricmanager", "--mirror", mirror.url,
                        "--distro", distro, "--dry-run", "--retries", "0")
     assert rc == 0, out
-    assert out["pins"] == [f"{tool} install -y nvidia-fabricmanager-580.95.05-1",
+    assert out["pins"] == [f"{tool} install -y {PLUGIN[tool]}",
+                           f"{tool} install -y nvidia-fabricmanager-580.95.05-1",
                            f"{tool} versionlock add nvidia-fabricmanager-580.95.05-1"]
     out, rc = run_json("install", "--source", "rpm", "--driver-version", "580.95.05", "--arch",
                        "x86_64", "--components", "fabricmanager", "--mirror", mirror.url,
                        "--distro", distro, "--dry-run", "--retries", "0")
-    assert rc == 0 and out["commands"][0][:3] == [tool, "install", "-y"]
+    assert rc == 0 and out["commands"][1][:3] == [tool, "install", "-y"]
 
 
 @pytest.mark.parametrize(("os_release", "tool"), [
@@ -187,7 +195,7 @@ def test_with_a_mirror_the_roots_os_release_still_picks_yum_or_dnf(
                            "--driver-version", "580.95.05", "--arch", "x86_64", "--components",
                            "fabricmanager", "--mirror", mirror.url, "--dry-run", "--retries", "0")
         assert rc == 0, out
-        argv = out["pins"][0] if command == "fetch" else " ".join(out["commands"][0])
+        argv = out["pins"][1] if command == "fetch" else " ".join(out["commands"][1])
         assert argv == f"{tool} install -y nvidia-fabricmanager-580.95.05-1"
 
 
@@ -202,7 +210,8 @@ def test_el7_packages_from_a_mirror_on_an_ubuntu_build_host_are_yum(
     out, rc = run_json("fetch", "--root", str(tmp_path), "--source", "rpm", "--driver-version",
                        "580.95.05", "--arch", "x86_64", "--components", "fabricmanager",
                        "--mirror", mirror.url, "--dry-run", "--retries", "0")
-    assert rc == 0 and out["pins"][0] == "yum install -y nvidia-fabricmanager-580.95.05-1.el7"
+    assert rc == 0 and out["pins"][:2] == ["yum install -y yum-plugin-versionlock",
+                                           "yum install -y nvidia-fabricmanager-580.95.05-1.el7"]
 
 
 @pytest.mark.parametrize("distro", ["sles15", "opensuse15"])

@@ -158,20 +158,48 @@ def test_csv_with_other_columns_ignores_them() -> None:
 
 
 @pytest.mark.parametrize(("text", "missing"), [
-    ("index, pci.bus_id, fabric.state\n0, 00000000:18:00.0, Completed\n",
-     "fabric.status, fabric.cliqueId, fabric.clusterUuid"),
-    ("fabric.state, fabric.status\nCompleted, Success\n", "fabric.cliqueId, fabric.clusterUuid"),
     ("index, fabric.status, fabric.cliqueId, fabric.clusterUuid\n0, Success, 0, [N/A]\n",
      "fabric.state"),
-    ("index, fabric.state [enum], fabric.cliqueId, fabric.clusterUuid\n0, Completed, 0, x\n",
-     "fabric.status"),
-], ids=["state-only", "no-clique-no-cluster", "no-state", "units-suffix"])
-def test_csv_without_the_columns_the_verdict_needs_names_them(text: str, missing: str) -> None:
-    """S08, the kind: any needed column missing is refused, naming each and the capture line."""
+    ("index, name\n0, NVIDIA H100 80GB HBM3\n",
+     "fabric.state, fabric.status, fabric.cliqueId, fabric.clusterUuid"),
+], ids=["no-state", "no-fabric-column"])
+def test_csv_without_the_state_column_is_refused_naming_what_it_lacks(text: str,
+                                                                       missing: str) -> None:
+    """No verdict can be told without the state: refused by the reader, naming each column
+    the capture lacks, what it has and the capture line."""
     with pytest.raises(SmiFormatError) as err:
         parse(text)
-    assert f"needs: {missing} (" in str(err.value)
+    assert f"lacks the column{'s' if ',' in missing else ''} {missing} (it has: index" \
+        in str(err.value)
+    assert "every verdict needs fabric.state" in str(err.value)
     assert "--query-gpu=index,uuid,pci.bus_id,fabric.state,fabric.status" in str(err.value)
+
+
+@pytest.mark.parametrize(("text", "unread"), [
+    ("index, pci.bus_id, fabric.state\n0, 00000000:18:00.0, Completed\n",
+     ("fabric.status", "fabric.cliqueId", "fabric.clusterUuid")),
+    ("fabric.state, fabric.status\nCompleted, Success\n",
+     ("fabric.cliqueId", "fabric.clusterUuid")),
+    ("index, name, fabric.state, fabric.status\n0, NVIDIA GB300, In Progress, N/A\n",
+     ("fabric.cliqueId", "fabric.clusterUuid")),
+    ("index, fabric.state [enum], fabric.cliqueId, fabric.clusterUuid\n0, Completed, 0, [N/A]\n",
+     ("fabric.status",)),
+    (CSV_HEADER + "0, GPU-a, In Progress, N/A, N/A, N/A\n", ()),
+], ids=["state-only", "no-clique-no-cluster", "gb300-in-progress", "units-suffix", "all"])
+def test_csv_columns_it_lacks_are_unread_not_na(text: str, unread: tuple[str, ...]) -> None:
+    """S08's kind, read on what the capture has: the columns it lacks are named in
+    ``unread`` (values None on every GPU); judging or refusing is the verdict's
+    (rules.verdict.columns_needed, tests/test_status_cli.py)."""
+    h = parse(text)
+    assert h.unread == unread
+    for column in unread:
+        attr = {"fabric.status": "status", "fabric.cliqueId": "clique_id",
+                "fabric.clusterUuid": "cluster_uuid"}[column]
+        assert all(getattr(g, attr) is None for g in h.gpus)
+
+
+def test_text_and_xml_captures_have_no_unread_columns() -> None:
+    assert parse(_text("hgx-h100-535.161.08-nvidia-smi-q.txt")).unread == ()
 
 
 @pytest.mark.parametrize("text", ["", "hello\n", "<html></html>", "index, uuid\n0, GPU-a\n"],

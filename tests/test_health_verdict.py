@@ -9,7 +9,7 @@ import pytest
 from nvfabric.model.findings import Finding
 from nvfabric.model.health import ZERO_UUID, GpuFabric
 from nvfabric.model.mask import HealthField
-from nvfabric.rules.verdict import Inputs, ServiceState, infer_fabric, verdict
+from nvfabric.rules.verdict import Inputs, ServiceState, columns_needed, infer_fabric, verdict
 
 CLUSTER = "c81d4e2a-9b3f-4a61-8d07-1e6f2b9a4c55"
 OK = GpuFabric(0, "GPU-0", "00000000:18:00.0", "completed", "success", 0, ZERO_UUID, "healthy")
@@ -220,3 +220,42 @@ def test_left_out_counts_every_gpu_read_not_only_the_finished_ones() -> None:
                and f.severity == "error"]
     assert left.message.startswith("1 of 8 GPUs were left out of fabric registration (GPUs 7 ")
     assert "while 6 completed" in left.message and left.fields["gpus"] == [7]
+
+
+# A capture judged on what it has (S08, S09 and a GB300 CSV without cliqueId/clusterUuid):
+# which columns the verdict of the rows reads, per state and fabric kind.
+CLIQUE = ("fabric.cliqueId", "fabric.clusterUuid")
+DONE_FAILED = replace(OK, index=1, status="NVML_ERROR_UNKNOWN")
+
+
+@pytest.mark.parametrize(("rows", "fabric", "needed"), [
+    (gpus(REG, 4), "mnnvl", ()),  # every GPU In Progress: nothing but the state
+    (gpus(replace(REG, state="not_started"), 4), "nvlink5", ()),
+    (gpus(NA, 2), None, ()),
+    ((OK, DONE_FAILED), "nvswitch", ("fabric.status",)),
+    (gpus(OK, 2), "nvlink5", ("fabric.status",)),
+    (gpus(OK, 2), "mnnvl", ("fabric.status", *CLIQUE)),
+    (gpus(OK, 2), None, ("fabric.status", *CLIQUE)),  # the kind only guessed from states
+    ((OK, replace(REG, index=1)), "mnnvl", ("fabric.status", *CLIQUE)),
+], ids=["in-progress-tray", "not-started", "no-fabric", "s09-completed", "nvlink5-completed",
+        "tray-completed", "unknown-kind-completed", "tray-one-completed"])
+def test_columns_needed_follow_the_rows(rows: tuple[GpuFabric, ...], fabric: str | None,
+                                        needed: tuple[str, ...]) -> None:
+    got = columns_needed(rows, fabric)  # type: ignore[arg-type]
+    assert tuple(got) == needed
+    if needed:
+        assert got["fabric.status"].startswith("Completed GPU")
+        assert "0" in got["fabric.status"]
+
+
+def test_columns_not_needed_are_one_information_finding_and_change_no_verdict() -> None:
+    base = verdict(Inputs(gpus(REG, 4), "mnnvl"))
+    v = verdict(Inputs(gpus(REG, 4), "mnnvl", unread_columns=CLIQUE))
+    assert v.verdict == base.verdict == "pending"
+    (f,) = [f for f in v.findings if f.code == "capture_column_missing"]
+    assert f.severity == "info" and f.fields["columns"] == list(CLIQUE)
+    assert "fabric.cliqueId, fabric.clusterUuid" in f.message and "not checked" not in f.message
+    ok = verdict(Inputs(gpus(OK, 2), "nvswitch", unread_columns=CLIQUE))
+    assert ok.verdict == "healthy"
+    (f,) = [f for f in ok.findings if f.code == "capture_column_missing"]
+    assert "NVLink domain was not checked" in f.message

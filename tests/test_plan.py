@@ -214,3 +214,58 @@ def test_all_ports_unreadable_blocks_saying_so() -> None:
     assert "skipped: unreadable capability mask and unreadable port GUID" in blocker.message
     assert blocker.fields["candidates"][0]["cap_mask"] == "unreadable"
     assert "cannot be read is never taken" in blocker.hint
+
+
+# SXM GPUs without a visible NVSwitch (P13, P14): a VM or Kata guest given the GPUs of an
+# NVSwitch baseboard but not its switches. The kind: every SXM part of A100, A800, H100, H800,
+# H200, H20 (rules/products.py), more of them than an HGX 4-GPU board links directly.
+SXM_PARTS = {0x20B0: "A100-SXM4-40GB", 0x20B2: "A100-SXM4-80GB", 0x20B3: "A100-SXM-64GB",
+             0x20BD: "A800-SXM4-40GB", 0x20F3: "A800-SXM4-80GB", 0x2330: "H100 80GB HBM3",
+             0x2339: "H100", 0x2324: "H800", 0x2335: "H200", 0x2329: "H20", 0x232C: "H20-3e"}
+
+
+@pytest.mark.parametrize("device", sorted(SXM_PARTS), ids=lambda d: f"{d:04x}")
+def test_eight_sxm_gpus_without_nvswitch_plan_none_with_the_warning(device: int) -> None:
+    p = plan(inventory(gpu(device, 8), modules=frozenset({"nvidia"})))
+    assert (p.fabric, p.services, p.blockers) == ("none", (), ())
+    (f,) = p.findings
+    name = f"{SXM_PARTS[device]} x8"
+    assert (f.code, f.severity, f.fields["products"], f.fields["gpus"]) == (
+        "sxm_gpus_without_nvswitch", "warning", [name], 8)
+    assert name in f.message and "NVSwitch" in f.hint and "Virtualization Models" in f.hint
+    assert not any("PCIe, NVLink bridge" in r for r in p.reasons)
+    assert p.to_json()["findings"][0]["code"] == "sxm_gpus_without_nvswitch"
+
+
+@pytest.mark.parametrize(("device", "count"), [
+    (0x20B2, 4),   # HGX A100 4-GPU: direct NVLink, no NVSwitch on the board
+    (0x2330, 4),   # HGX H100 4-GPU
+    (0x20F3, 1),   # one GPU: no NVLink between GPUs to lose
+    (0x1DB1, 8),   # DGX-1: eight V100 SXM2 in a hybrid cube-mesh, no NVSwitch
+])
+def test_sxm_gpus_a_board_links_without_nvswitch_are_no_warning(device: int, count: int) -> None:
+    p = plan(inventory(gpu(device, count), modules=frozenset({"nvidia"})))
+    assert (p.fabric, p.findings, p.blockers) == ("none", (), ())
+    assert any("SXM GPUs of an NVSwitch baseboard" in r and "HGX 4-GPU" in r
+               for r in p.reasons)
+
+
+def test_v100_sxm3_needs_its_hgx2_switches_from_two_gpus() -> None:
+    p = plan(inventory(gpu(0x1DB8, 2), modules=frozenset({"nvidia"})))
+    assert [f.code for f in p.findings] == ["sxm_gpus_without_nvswitch"]
+
+
+def test_sxm_gpus_with_their_nvswitches_plan_fabric_manager_and_no_warning() -> None:
+    pci = gpu(0x20F3, 8) + [PciFunction(f"0000:{0xc0 + i:02x}:00.0", 0x10DE, 0x1AF1,
+                                        0x068000) for i in range(6)]
+    p = plan(inventory(pci, modules=frozenset({"nvidia"})))
+    assert (p.fabric, p.services, p.findings) == ("nvswitch", ("fabricmanager",), ())
+    assert p.products == ("A800-SXM4-80GB x8",)
+
+
+def test_pcie_a800_cards_are_nothing_to_manage_and_named() -> None:
+    p = plan(inventory(gpu(0x20F5, 2) + gpu(0x20F6, 2, start=0x40),
+                       modules=frozenset({"nvidia"})))
+    assert (p.fabric, p.findings) == ("none", ())
+    assert p.products == ("A800 80GB PCIe x2", "A800 40GB Active x2")
+    assert any("PCIe, NVLink bridge" in r for r in p.reasons)

@@ -370,3 +370,49 @@ def test_a_capture_cut_short_of_its_attached_gpus_is_never_healthy(tmp_path: Pat
     assert (rc, out["verdict"], len(out["gpus"])) == (1, "degraded", 2), out
     (cut,) = [f for f in out["findings"] if f["code"] == "fabric_value_missing"]
     assert (cut["attached_gpus"], cut["listed_gpus"]) == (8, 2)
+
+
+# A capture that lacks a column is judged on what it has: refused (exit 2) only where the
+# verdict of its rows reads the missing value (S08), otherwise judged with the columns named.
+GB300_IN_PROGRESS = ("index, name, fabric.state, fabric.status\n"
+                     + "".join(f"{i}, NVIDIA GB300, In Progress, N/A\n" for i in range(4)))
+
+
+def test_gb300_csv_in_progress_without_clique_columns_is_judged_pending() -> None:
+    out, rc = run_json("status", "--from-nvidia-smi", "-", stdin=GB300_IN_PROGRESS)
+    assert (rc, out["verdict"], out["fabric"]) == (1, "pending", "mnnvl")
+    codes = {f["code"]: f for f in out["findings"]}
+    assert codes["registration_stuck"]["gpus"] == [0, 1, 2, 3]
+    missing = codes["capture_column_missing"]
+    assert (missing["severity"], missing["columns"]) == (
+        "info", ["fabric.cliqueId", "fabric.clusterUuid"])
+
+
+@pytest.mark.parametrize(("text", "fabric", "needs"), [
+    ("index, name, fabric.state, fabric.status\n0, NVIDIA GB300, Completed, Success\n", None,
+     "the verdict needs fabric.cliqueId, fabric.clusterUuid (Completed GPU 0 on a "
+     "GB200/GB300 tray)"),
+    ("index, fabric.state, fabric.cliqueId, fabric.clusterUuid\n0, Completed, 0, [N/A]\n"
+     "1, In Progress, [N/A], [N/A]\n", "nvswitch", "the verdict needs fabric.status "
+     "(Completed GPU 0)"),
+    ("index, fabric.state, fabric.status\n0, Completed, Success\n", None,
+     "fabric.cliqueId, fabric.clusterUuid (Completed GPU 0 of an unknown fabric kind)"),
+], ids=["tray-completed", "nvswitch-completed-no-status", "no-names-completed"])
+def test_a_column_the_rows_verdict_needs_is_refused_naming_rows_and_columns(
+        text: str, fabric: str | None, needs: str) -> None:
+    args = ("--fabric", fabric) if fabric else ()
+    out, rc = run_json("status", "--from-nvidia-smi", "-", *args, stdin=text)
+    assert rc == 2 and set(out) == {"error"}
+    assert out["error"]["code"] == "input_unreadable" and out["error"]["hint"]
+    assert needs in out["error"]["message"]
+    assert "--query-gpu=index,uuid,pci.bus_id,fabric.state" in out["error"]["message"]
+
+
+def test_nvswitch_completed_without_clique_columns_is_healthy_and_says_what_was_not_checked(
+) -> None:
+    text = ("index, name, fabric.state, fabric.status\n"
+            + "".join(f"{i}, NVIDIA H100 80GB HBM3, Completed, Success\n" for i in range(8)))
+    out, rc = run_json("status", "--from-nvidia-smi", "-", stdin=text)
+    assert (rc, out["verdict"], out["fabric"]) == (0, "healthy", "nvswitch")
+    (f,) = [f for f in out["findings"] if f["code"] == "capture_column_missing"]
+    assert f["severity"] == "info" and "was not checked" in f["message"]

@@ -356,36 +356,62 @@ def load_yaml(text: str, where: str, hint: str = "") -> Any:
     node graph before any Python value is built. Every failure is ``input_unreadable`` (exit
     2) ``WHERE: why``: PyYAML's ``YAMLError`` and the errors that are not (``!!timestamp``
     without a value raises ``AttributeError``, ``!!int x`` a ``ValueError``, deep nesting a
-    ``RecursionError``)."""
+    ``RecursionError``); a stream of more than one document too."""
+    docs = _load_yaml(text, where, hint, MAX_YAML_NODES, single=True)
+    return docs[0] if docs else None
+
+
+def load_yaml_all(text: str, where: str, hint: str = "",
+                  max_nodes: int = MAX_YAML_NODES) -> list[Any]:
+    """Every document of a YAML stream (``---`` between documents, ``...`` ending one: dnf's
+    ``modules.yaml``), bounded as :func:`load_yaml` is, with ``max_nodes`` counting the nodes
+    of all documents together (aliases expanded). Errors as :func:`load_yaml`'s."""
+    return _load_yaml(text, where, hint, max_nodes, single=False)
+
+
+def _load_yaml(text: str, where: str, hint: str, max_nodes: int, single: bool) -> list[Any]:
+    """The documents of ``text``, each composed and checked (:func:`_check_yaml`) before it
+    is built; ``single``: one document at most (PyYAML's ``get_single_node``)."""
     import yaml
 
     loader_class = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
     loader = loader_class(text)
+    out: list[Any] = []
+    budget = max_nodes
     try:
-        try:
-            node = loader.get_single_node()
-        except yaml.YAMLError as err:
-            raise usage_error(f"{where}: not YAML: {' '.join(str(err).split())[:300]}",
-                              hint) from None
-        except RecursionError:
-            raise usage_error(f"{where}: nested too deeply", hint) from None
-        if node is None:
-            return None
-        _check_yaml(node, where, hint)
-        try:
-            return loader.construct_document(node)
-        except RecursionError:
-            raise usage_error(f"{where}: nested too deeply", hint) from None
-        except Exception as err:  # noqa: BLE001 - PyYAML's constructors raise anything
-            why = " ".join(str(err).split())[:200] or type(err).__name__
-            raise usage_error(f"{where}: a YAML value cannot be read ({why})", hint) from None
+        while True:
+            try:
+                if single:
+                    node = loader.get_single_node()
+                else:
+                    node = loader.get_node() if loader.check_node() else None
+            except yaml.YAMLError as err:
+                raise usage_error(f"{where}: not YAML: {' '.join(str(err).split())[:300]}",
+                                  hint) from None
+            except RecursionError:
+                raise usage_error(f"{where}: nested too deeply", hint) from None
+            if node is None:
+                return out
+            budget -= _check_yaml(node, where, hint, budget, max_nodes)
+            try:
+                out.append(loader.construct_document(node))
+            except RecursionError:
+                raise usage_error(f"{where}: nested too deeply", hint) from None
+            except Exception as err:  # noqa: BLE001 - PyYAML's constructors raise anything
+                why = " ".join(str(err).split())[:200] or type(err).__name__
+                raise usage_error(f"{where}: a YAML value cannot be read ({why})",
+                                  hint) from None
+            if single:
+                return out
     finally:
         loader.dispose()
 
 
-def _check_yaml(root: Any, where: str, hint: str) -> None:
-    """Count the nodes of a composed document, aliases expanded, iteratively; refuse past the
-    bounds (stops counting at the first excess: bounded time, whatever the aliases)."""
+def _check_yaml(root: Any, where: str, hint: str, budget: int, limit: int) -> int:
+    """Count the nodes of a composed document, aliases expanded, iteratively; refuse past
+    ``budget`` nodes (what is left of the stream's ``limit``) or :data:`MAX_YAML_DEPTH`
+    levels (stops counting at the first excess: bounded time, whatever the aliases). Returns
+    the count."""
     import yaml
 
     count = 0
@@ -393,9 +419,9 @@ def _check_yaml(root: Any, where: str, hint: str) -> None:
     while stack:
         node, level = stack.pop()
         count += 1
-        if count > MAX_YAML_NODES:
-            raise usage_error(f"{where}: more than {MAX_YAML_NODES} YAML nodes (aliases "
-                              "expanded)", hint)
+        if count > budget:
+            raise usage_error(f"{where}: more than {limit} YAML nodes (aliases expanded)",
+                              hint)
         if level > MAX_YAML_DEPTH:
             raise usage_error(f"{where}: nested more than {MAX_YAML_DEPTH} levels deep", hint)
         if isinstance(node, yaml.SequenceNode):
@@ -404,3 +430,4 @@ def _check_yaml(root: Any, where: str, hint: str) -> None:
             for key, value in node.value:
                 stack.append((key, level + 1))
                 stack.append((value, level + 1))
+    return count

@@ -41,7 +41,9 @@ class Artifact:
     Debian index, ``580.95.05-1.el9`` in an RPM repository); ``arch`` the source's own name
     (``sbsa``, ``amd64``, ``aarch64``); ``url`` absolute (https, http for an explicit mirror,
     file for a mirror directory); ``sha256`` lower-case hex from the manifest or index;
-    ``size`` in bytes when published; ``package`` the deb/rpm package name (None for redist).
+    ``size`` in bytes when published; ``package`` the deb/rpm package name (None for redist);
+    ``module_stream`` the dnf module stream that holds an rpm (``nvidia-driver:570-dkms``),
+    None outside any module.
     """
 
     component: str
@@ -52,6 +54,7 @@ class Artifact:
     size: int | None
     source: str
     package: str | None = None
+    module_stream: str | None = None
 
     @property
     def filename(self) -> str:
@@ -71,6 +74,8 @@ class Artifact:
         }
         if self.package:
             out["package"] = self.package
+        if self.module_stream:
+            out["module_stream"] = self.module_stream
         return out
 
 

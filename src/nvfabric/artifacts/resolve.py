@@ -6,7 +6,9 @@ Where each source looks (``base`` is ``--mirror`` when given, else NVIDIA's defa
 - redist: ``<base>/redistrib_<driver version>.json``; archives at ``<base>/<relative_path>``.
 - apt: ``<base>/Packages.xz``, ``Packages.gz``, ``Packages`` (first found); debs at
   ``<base>/<Filename>``; default base ``…/cuda/repos/<distro>/<x86_64|sbsa>``.
-- rpm: ``<base>/repodata/repomd.xml`` -> primary; rpms at ``<base>/<location href>``.
+- rpm: ``<base>/repodata/repomd.xml`` -> primary, and the dnf module metadata when repomd
+  lists it (``modules``: which stream to enable, :mod:`.modulemd`); rpms at
+  ``<base>/<location href>``.
 - nvlsm for apt/rpm: its calendar version is read from the redist manifest of the same driver
   release (``<mirror or redist base>/redistrib_<driver>.json``) unless given.
 """
@@ -20,7 +22,7 @@ import lzma
 import os
 import zlib
 
-from nvfabric.artifacts import apt, redist, rpm
+from nvfabric.artifacts import apt, modulemd, redist, rpm
 from nvfabric.artifacts.model import (
     Artifact,
     Request,
@@ -79,8 +81,8 @@ def resolve(
         index = _first_index(transport, base, searched, request)
         arts = apt.resolve(index, tuple(searched), base, request)
     else:
-        primary = _primary(transport, base, searched, request)
-        arts = rpm.resolve(primary, tuple(searched), base, request)
+        primary, modules = _repodata(transport, base, searched, request)
+        arts = rpm.resolve(primary, tuple(searched), base, request, modules)
     return Resolution(request, tuple(arts), tuple(searched))
 
 
@@ -125,9 +127,11 @@ def _first_index(
     )
 
 
-def _primary(
+def _repodata(
     transport: Transport, base: str, searched: list[str], request: Request
-) -> bytes:
+) -> tuple[bytes, tuple[modulemd.ModuleStream, ...]]:
+    """The primary metadata (decompressed) and the module streams (none when repomd.xml lists
+    no ``modules``) of an RPM repository, each checked against the sha256 repomd.xml gives."""
     url = join_url(base, "repodata/repomd.xml")
     searched.append(url)
     data = transport.get(url)
@@ -136,10 +140,25 @@ def _primary(
             request.components[0], request.driver_version, arch_name("rpm", request.arch),
             searched, "no repodata/repomd.xml",
         )
-    ref = rpm.parse_repomd(data, url)
-    primary_url = join_url(base, ref.href)
-    searched.append(primary_url)
-    raw = transport.get(primary_url)
+    refs = rpm.repomd_refs(data, url)
+    if "primary" not in refs:
+        raise bad_source(url, "no primary metadata in repomd.xml")
+    primary = _metadata(transport, base, searched, request, refs["primary"], MAX_INDEX)
+    streams: tuple[modulemd.ModuleStream, ...] = ()
+    if "modules" in refs:
+        where = join_url(base, refs["modules"].href)
+        raw = _metadata(transport, base, searched, request, refs["modules"], modulemd.MAX_BYTES)
+        streams = modulemd.parse(raw, where)
+    return primary, streams
+
+
+def _metadata(transport: Transport, base: str, searched: list[str], request: Request,
+              ref: rpm.PrimaryRef, limit: int) -> bytes:
+    """One metadata file repomd.xml names: fetched, its sha256 checked, decompressed (at most
+    ``limit`` bytes)."""
+    url = join_url(base, ref.href)
+    searched.append(url)
+    raw = transport.get(url)
     if raw is None:
         raise not_available(
             request.components[0], request.driver_version, arch_name("rpm", request.arch),
@@ -148,8 +167,8 @@ def _primary(
     if ref.checksum_type == "sha256":
         actual = hashlib.sha256(raw).hexdigest()
         if actual != ref.checksum:
-            raise checksum_mismatch(primary_url, ref.checksum, actual)
-    return decompress(raw, primary_url)
+            raise checksum_mismatch(url, ref.checksum, actual)
+    return decompress(raw, url, limit)
 
 
 def decompress(data: bytes, url: str, limit: int = MAX_INDEX) -> bytes:

@@ -13,10 +13,12 @@ from __future__ import annotations
 
 import io
 import re
+import shlex
 import xml.etree.ElementTree as ET
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
+from nvfabric.artifacts import modulemd
 from nvfabric.artifacts.indexed import not_in_index, package_names, wanted_version
 from nvfabric.artifacts.model import (
     Artifact,
@@ -60,7 +62,8 @@ class RpmPackage:
 
 @dataclass(frozen=True)
 class PrimaryRef:
-    """Where ``repomd.xml`` says the primary metadata is, and its checksum."""
+    """Where ``repomd.xml`` says one metadata file is (the primary, the modules), and its
+    checksum."""
 
     href: str
     checksum_type: str
@@ -70,24 +73,40 @@ class PrimaryRef:
 def parse_repomd(data: bytes, url: str) -> PrimaryRef:
     """The primary metadata reference of ``repomd.xml``. Raises ``input_unreadable`` when the
     document is not repomd or has no safe primary location."""
+    ref = repomd_refs(data, url).get("primary")
+    if ref is None:
+        raise bad_source(url, "no primary metadata in repomd.xml")
+    return ref
+
+
+#: The ``<data>`` types of repomd.xml nvfabric reads.
+REPOMD_TYPES = ("primary", "modules")
+
+
+def repomd_refs(data: bytes, url: str) -> dict[str, PrimaryRef]:
+    """The ``<data type="...">`` entries of ``repomd.xml`` of :data:`REPOMD_TYPES` by type
+    (the first of each; the others are not looked at). Raises ``input_unreadable`` when the
+    document is not XML or such a location is not a plain relative path."""
     try:
         root = ET.fromstring(data)
     except (ET.ParseError, LookupError, ValueError, RecursionError) as err:
         raise bad_source(url, f"not XML ({err})") from None
+    refs: dict[str, PrimaryRef] = {}
     for node in root.iter(f"{REPO_NS}data"):
-        if node.get("type") != "primary":
+        kind = node.get("type", "")
+        if kind in refs or kind not in REPOMD_TYPES:
             continue
         loc = node.find(f"{REPO_NS}location")
         chk = node.find(f"{REPO_NS}checksum")
         href = loc.get("href", "") if loc is not None else ""
         if not safe_relative_path(href):
-            raise bad_source(url, f"unsafe primary location {href!r}")
-        return PrimaryRef(
+            raise bad_source(url, f"unsafe {kind} location {href!r}")
+        refs[kind] = PrimaryRef(
             href=href,
             checksum_type=(chk.get("type", "") if chk is not None else ""),
             checksum=((chk.text or "").strip().lower() if chk is not None else ""),
         )
-    raise bad_source(url, "no primary metadata in repomd.xml")
+    return refs
 
 
 def find_packages(primary: bytes, names: Iterable[str],
@@ -168,11 +187,14 @@ def rpmvercmp(a: str, b: str) -> int:
 
 
 def resolve(
-    primary: bytes, searched: Sequence[str], base: str, request: Request
+    primary: bytes, searched: Sequence[str], base: str, request: Request,
+    streams: Sequence[modulemd.ModuleStream] = (),
 ) -> list[Artifact]:
     """The ``.rpm`` of each requested component whose ``ver`` equals the driver version
-    (nvlsm: ``request.nvlsm_version``), highest ``rel`` first. Raises
-    ``artifact_not_available`` naming package, versions present, platform and ``searched``."""
+    (nvlsm: ``request.nvlsm_version``), highest ``rel`` first, with the module stream that
+    holds it (``module_stream``, :func:`.modulemd.stream_for` among ``streams``: the
+    repository's dnf module metadata). Raises ``artifact_not_available`` naming package,
+    versions present, platform and ``searched``."""
     rpm_arch = arch_name("rpm", request.arch)
     names = package_names("rpm", rpm_arch, request, searched)
     packages = find_packages(primary, names.values(),
@@ -198,10 +220,13 @@ def resolve(
                 comp, want, rpm_arch, searched,
                 f"{name} {best.evr} has no sha256 checksum or an unsafe location",
             )
+        stream = modulemd.stream_for(streams, name, best.evr, best.arch,
+                                     request.driver_version.split(".", 1)[0])
         out.append(
             Artifact(
                 component=comp, version=best.evr, arch=rpm_arch, url=join_url(base, best.href),
                 sha256=sha, size=best.size, source="rpm", package=name,
+                module_stream=stream.spec if stream else None,
             )
         )
     return out
@@ -241,12 +266,21 @@ def package_manager(distro: str | None, artifacts: Iterable[Artifact] = ()) -> s
     return "dnf"
 
 
+#: The package that gives each package manager its ``versionlock`` command: dnf's plugin by
+#: the capability NVIDIA's install scripts ask for (NVIDIA/gpu-driver-container rhel8/rhel9
+#: install.sh: ``dnf install -y 'dnf-command(versionlock)'``), yum's by its package (NVIDIA
+#: Driver Installation Guide, RHEL 7: yum-plugin-versionlock). zypper locks without a plugin.
+VERSIONLOCK_PLUGIN = {"dnf": "dnf-command(versionlock)", "yum": "yum-plugin-versionlock"}
+
+
 def commands(artifacts: Iterable[Artifact], distro: str | None = None) -> list[list[str]]:
-    """``dnf install -y name-ver-rel …`` then ``dnf versionlock add name-ver-rel …`` (needs
-    the versionlock plugin: NVIDIA Driver Installation Guide, "Version locking"); ``yum`` in
-    place of ``dnf`` on RHEL/CentOS 7 and Amazon Linux 2; on SLES/openSUSE ``zypper
-    --non-interactive install name-ver-rel …`` then ``zypper addlock name …``
-    (:func:`package_manager`)."""
+    """In this order (NVIDIA's rhel8/rhel9 install.sh): ``dnf module enable -y STREAM`` for
+    each module stream that holds a package (:func:`.modulemd.stream_for`: dnf's modular
+    filtering hides it otherwise), the versionlock plugin (:data:`VERSIONLOCK_PLUGIN`), ``dnf
+    install -y name-ver-rel …``, then ``dnf versionlock add name-ver-rel …`` (NVIDIA Driver
+    Installation Guide, "Version locking"); ``yum`` in place of ``dnf`` on RHEL/CentOS 7 and
+    Amazon Linux 2 (no modules there); on SLES/openSUSE ``zypper --non-interactive install
+    name-ver-rel …`` then ``zypper addlock name …`` (:func:`package_manager`)."""
     arts = list(artifacts)
     specs = [_spec(a) for a in arts if a.package]
     if not specs:
@@ -256,12 +290,16 @@ def commands(artifacts: Iterable[Artifact], distro: str | None = None) -> list[l
         # zypper locks by package name (`zypper addlock NAME`: the installed version stays).
         names = list(dict.fromkeys(a.package or "" for a in arts if a.package))
         return [["zypper", "--non-interactive", "install", *specs], ["zypper", "addlock", *names]]
-    return [[tool, "install", "-y", *specs], [tool, "versionlock", "add", *specs]]
+    streams = list(dict.fromkeys(a.module_stream for a in arts if a.package and a.module_stream))
+    enable = [[tool, "module", "enable", "-y", *streams]] if streams and tool == "dnf" else []
+    return [*enable, [tool, "install", "-y", VERSIONLOCK_PLUGIN[tool]],
+            [tool, "install", "-y", *specs], [tool, "versionlock", "add", *specs]]
 
 
 def pin_lines(artifacts: Iterable[Artifact], distro: str | None = None) -> list[str]:
-    """The shell lines of :func:`commands`, for an operator to read or paste."""
-    return [" ".join(argv) for argv in commands(artifacts, distro)]
+    """The shell lines of :func:`commands`, for an operator to read or paste (quoted where
+    the shell needs it: ``'dnf-command(versionlock)'``)."""
+    return [shlex.join(argv) for argv in commands(artifacts, distro)]
 
 
 def _spec(art: Artifact) -> str:

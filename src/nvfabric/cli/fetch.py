@@ -7,6 +7,7 @@ apt/rpm packages and a record for ``install --from``. The request's values come 
 from __future__ import annotations
 
 import math
+import shlex
 import sys
 from typing import Any
 
@@ -127,7 +128,8 @@ def fetch(
         record = cachefile.write(dest, [
             cachefile.Cached(a, a.filename, inputs.driver_version)
             for a in resolution.artifacts])
-    pins = [" ".join(argv) for argv in commands(source, resolution.artifacts, inputs.distro)]
+    # shell lines to paste: dnf's plugin capability `dnf-command(versionlock)` is quoted
+    pins = [shlex.join(argv) for argv in commands(source, resolution.artifacts, inputs.distro)]
     out = header(inputs, source, resolution, dry_run)
     out["artifacts"] = rows
     out["record"] = record

@@ -6,6 +6,7 @@ go through dpkg as ``install --from`` does (:mod:`nvfabric.cli.installfrom`).
 
 from __future__ import annotations
 
+import shlex
 from typing import Any
 
 import click
@@ -114,7 +115,7 @@ def _package_manager(out: dict[str, Any], con: Any, source: str, artifacts: Any,
     if con is not None:
         verb = "running" if out["executed"] else "would run (add --execute)"
         for argv in argvs:
-            con.print(f"{verb}: {safe(' '.join(argv))}", emoji=False)
+            con.print(f"{verb}: {safe(shlex.join(argv))}", emoji=False)
     if out["executed"]:
         run(argvs)
 

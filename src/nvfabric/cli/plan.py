@@ -21,9 +21,10 @@ from nvfabric.rules.plan import Plan, plan
 
 
 def print_plan(p: Plan) -> None:
-    """Human rendering of a plan: fabric, services, port, reasons, blockers. Every value that
-    came from the node (arch, driver version, device names, GUIDs, reasons quoting them) goes
-    through :func:`safe`: printed literally, never taken as markup or a terminal escape."""
+    """Human rendering of a plan: fabric, services, port, reasons, blockers, warnings. Every
+    value that came from the node (arch, driver version, device names, GUIDs, reasons quoting
+    them) goes through :func:`safe`: printed literally, never taken as markup or a terminal
+    escape."""
     con = console()
     port = p.management_port
     con.print(f"[bold]fabric[/bold]   {p.fabric}")
@@ -36,6 +37,7 @@ def print_plan(p: Plan) -> None:
     for r in p.reasons:
         con.print(f"  - {safe(r)}")
     print_findings(con, p.blockers, "blocked by")
+    print_findings(con, p.findings, "warnings")
 
 
 @click.command("plan")

@@ -311,7 +311,8 @@ def _nothing_to_do(o: RunOptions, p: Plan, emit: Emit) -> NoReturn:
         notify_nothing_to_start(f"fabric none: nothing to start ({why})")
     if o.stay and not o.dry_run:
         runlock.stay()
-    emit("nothing_to_do", 0, [])
+    # the plan's warnings (sxm_gpus_without_nvswitch): nothing to start, but said
+    emit("nothing_to_do", 0, list(p.findings), title="warnings" if p.findings else "")
 
 
 def _fm_config(o: RunOptions, p: Plan) -> tuple[RunConfig, vendor.Resolved]:

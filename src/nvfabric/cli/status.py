@@ -101,12 +101,13 @@ def read_capture(path: str) -> FabricHealth:
     try:
         return parse(_decode(data))
     except SmiFormatError as err:
-        raise usage_error(
-            f"{path}: {err}",
-            "save `nvidia-smi -q > FILE` (or `nvidia-smi -q -x`, or `nvidia-smi --query-gpu="
-            "index,uuid,pci.bus_id,fabric.state,fabric.status,fabric.cliqueId,"
-            "fabric.clusterUuid --format=csv`)",
-        ) from None
+        raise usage_error(f"{path}: {err}", CAPTURE_HINT) from None
+
+
+#: The hint of a refused capture.
+CAPTURE_HINT = ("save `nvidia-smi -q > FILE` (or `nvidia-smi -q -x`, or `nvidia-smi --query-gpu="
+                "index,uuid,pci.bus_id,fabric.state,fabric.status,fabric.cliqueId,"
+                "fabric.clusterUuid --format=csv`)")
 
 
 def evaluate(
@@ -140,10 +141,13 @@ def evaluate(
         fabric, source = node.fabric, "plan"
     else:
         fabric, source = infer_fabric(health.gpus, health.findings), "inferred"
+    _refuse_unread(capture, health, fabric if source != "inferred"
+                   or any(g.name for g in health.gpus) else None)
     result = verdict(Inputs(
         gpus=health.gpus, fabric=fabric, services=node.services,
         pci_gpu_count=node.pci_gpu_count, grace_s=grace, fabric_mode=node.fabric_mode,
         reader_findings=health.findings, imex_owner=node.imex_owner,
+        unread_columns=health.unread,
     ))
     if source == "inferred":
         result = type(result)(result.verdict, result.findings, (
@@ -154,6 +158,26 @@ def evaluate(
     return Report(result, health, fabric, source, node.services,
                   node_identity(root, fabric) if capture is None or root_given else ())
 
+
+
+def _refuse_unread(capture: str | None, health: FabricHealth, fabric: FabricKind | None) -> None:
+    """Exit 2 (S08) when the capture lacks a column the verdict of its rows needs
+    (:func:`nvfabric.rules.verdict.columns_needed`; ``fabric`` None when only guessed from
+    states), naming every column it lacks and which rows need which."""
+    from nvfabric.facts.smi import missing_columns_error
+    from nvfabric.rules.verdict import columns_needed
+
+    needed = columns_needed(health.gpus, fabric)
+    lacking = [c for c in health.unread if c in needed]
+    if not lacking:
+        return
+    by_rows: dict[str, list[str]] = {}
+    for column in lacking:  # columns needed by the same rows are named together
+        by_rows.setdefault(needed[column], []).append(column)
+    why = "the verdict needs " + "; ".join(f"{', '.join(cs)} ({rows})"
+                                           for rows, cs in by_rows.items())
+    raise usage_error(f"{capture}: {missing_columns_error(health.unread, why)}",
+                      CAPTURE_HINT) from None
 
 
 @dataclass(frozen=True)

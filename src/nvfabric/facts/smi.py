@@ -9,9 +9,12 @@
 - ``nvidia-smi -q -x`` XML (DTD nvsmi_device_v13, tests/data/corpus/nvidia-smi/*.xml).
 - ``nvidia-smi --query-gpu=index,uuid,fabric.state,fabric.status,fabric.cliqueId,
   fabric.clusterUuid --format=csv`` (with or without the header line; ``[N/A]`` allowed). A
-  header without any of the columns the verdict needs (:data:`CSV_REQUIRED`) is refused,
-  naming them (S08): a query that did not ask for fabric.status cannot tell Completed/Success
-  from a failed registration.
+  header without ``fabric.state`` is refused: no verdict can be told without it. The other
+  columns of :data:`CSV_REQUIRED` a header lacks are listed in ``FabricHealth.unread`` (their
+  values None on every GPU): whether the capture is judged or refused is the verdict's to say
+  (:func:`nvfabric.rules.verdict.columns_needed`, S08 and the GB300 In Progress CSV: a query
+  that did not ask for fabric.status cannot tell Completed/Success from a failed registration,
+  while no verdict of In Progress rows reads it).
 
 N/A anywhere is a value (None / ``not_supported``), never an error; an NVML error string
 printed as the fabric State (``GPU requires reset``) is the GPU's read failure, reported as the
@@ -45,9 +48,9 @@ UUID_RE = re.compile(r"^[0-9A-Fa-f]{8}(?:-[0-9A-Fa-f]{4}){3}-[0-9A-Fa-f]{12}$")
 MAX_LINE = 4096
 CSV_FIELDS = ("index", "uuid", "fabric.state", "fabric.status", "fabric.cliqueId",
               "fabric.clusterUuid")
-#: The --query-gpu columns every verdict reads: the state, the status that tells a completed
-#: registration's success from its failure, and the clique and ClusterUUID that say which
-#: NVLink domain the GPU is in (rules.verdict).
+#: The --query-gpu columns a verdict may read: the state (every verdict), the status that
+#: tells a completed registration's success from its failure, and the clique and ClusterUUID
+#: that say which NVLink domain the GPU is in (rules.verdict.columns_needed).
 CSV_REQUIRED = ("fabric.state", "fabric.status", "fabric.cliqueId", "fabric.clusterUuid")
 #: The one capture line that has them all (README, status).
 CSV_QUERY = ("nvidia-smi --query-gpu=index,uuid,pci.bus_id,fabric.state,fabric.status,"
@@ -397,9 +400,10 @@ _CSV_COLUMNS = {
 def parse_csv(text: str) -> FabricHealth:
     """``--query-gpu=... --format=csv`` (header optional: without it, the column order of
     :data:`QUERY_FIELDS` for 7 fields, of :data:`CSV_FIELDS` for 6). Unknown columns are
-    ignored; a header without a column of :data:`CSV_REQUIRED` is a SmiFormatError naming
-    the missing ones; a row with another number of fields, or with a value nvidia-smi does
-    not print, is a SmiFormatError naming the row."""
+    ignored; a header without ``fabric.state`` is a SmiFormatError naming the missing columns,
+    the others of :data:`CSV_REQUIRED` it lacks are ``FabricHealth.unread``; a row with
+    another number of fields, or with a value nvidia-smi does not print, is a SmiFormatError
+    naming the row."""
     rows = [[c.strip() for c in r] for r in _csv_rows(text) if any(r)]
     if not rows:
         raise SmiFormatError("empty CSV")
@@ -415,11 +419,9 @@ def parse_csv(text: str) -> FabricHealth:
         layout = QUERY_FIELDS if len(rows[0]) == len(QUERY_FIELDS) else CSV_FIELDS
         columns = [_CSV_COLUMNS[c.lower()] for c in layout]
     missing = [name for name in CSV_REQUIRED if _CSV_COLUMNS[name.lower()] not in columns]
-    if missing:
+    if "fabric.state" in missing:
         have = ", ".join(c.strip() for c in first if c.strip()) or "none"
-        raise SmiFormatError(
-            f"CSV lacks the column{'s' if len(missing) > 1 else ''} the verdict needs: "
-            f"{', '.join(missing)} (it has: {have}); capture with `{CSV_QUERY}`")
+        raise missing_columns_error(missing, f"it has: {have}; every verdict needs fabric.state")
     gpus: list[GpuFabric] = []
     errors: list[Finding] = []
     driver: str | None = None
@@ -439,7 +441,16 @@ def parse_csv(text: str) -> FabricHealth:
         driver = driver or _na(values.get("driver"))
         builder = _Gpu(pci=_na(values.get("pci")), values=values)
         gpus.append(builder.build(index if index is not None else n, where, errors))
-    return FabricHealth("nvidia-smi-csv", tuple(gpus), driver, tuple(errors))
+    return FabricHealth("nvidia-smi-csv", tuple(gpus), driver, tuple(errors), tuple(missing))
+
+
+def missing_columns_error(missing: tuple[str, ...] | list[str], detail: str) -> SmiFormatError:
+    """The refusal of a CSV that lacks a column its verdict needs (S08): ``CSV lacks the
+    columns A, B (DETAIL); capture with `LINE```, the line that has them all."""
+    plural_s = "s" if len(missing) > 1 else ""
+    return SmiFormatError(
+        f"CSV lacks the column{plural_s} {', '.join(missing)} ({detail}); capture with "
+        f"`{CSV_QUERY}`")
 
 
 SOURCES: tuple[Source, ...] = ("nvidia-smi-text", "nvidia-smi-xml", "nvidia-smi-csv")

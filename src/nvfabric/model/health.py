@@ -206,13 +206,16 @@ class FabricHealth:
 
     ``findings`` are the reader's own (NVML missing, driver not loaded, function not found,
     not supported); an empty ``gpus`` with such a finding means "could not read", not
-    "no GPU".
+    "no GPU". ``unread``: the capture columns it does not have (a CSV query that did not ask
+    for ``fabric.status``, ``fabric.cliqueId`` or ``fabric.clusterUuid``), whose values are
+    None on every GPU because they were not read, not because nvidia-smi printed N/A.
     """
 
     source: Source
     gpus: tuple[GpuFabric, ...]
     driver_version: str | None = None
     findings: tuple[Finding, ...] = field(default=())
+    unread: tuple[str, ...] = ()
 
 
 def summarise_gpus(gpus: Sequence[GpuFabric]) -> GpuCheck:

@@ -115,6 +115,10 @@ FindingCode = Literal[
     "nvlink_training_warning",
     "fabric_value_missing",
     "package_file_missing",
+    # What the platform hides (README "Finding codes"): a guest without its NVSwitches, a
+    # capture without a column its verdict did not need.
+    "sxm_gpus_without_nvswitch",
+    "capture_column_missing",
     # Bug report triage (issue 16; README "nvfabric triage").
     "fm_on_compute_tray",
     "management_port_mismatch",

@@ -8,7 +8,13 @@ IMEX guide; cases ../shared/cases/P*.yaml):
    NVLSM then fabric manager on one management port. Recognised from PCI alone, so a node with
    the IB stack missing is blocked (``ib_stack_missing``), never downgraded to ``nvswitch``.
 3. NVSwitch gen 1-3 on PCI (class 0x0680) -> ``nvswitch``: fabric manager alone.
-4. Otherwise ``none``: PCIe cards, NVLink bridges, a lone superchip, no GPU.
+4. Otherwise ``none``: PCIe cards, NVLink bridges, a lone superchip, no GPU. SXM GPUs of an
+   NVSwitch baseboard, more of them than a baseboard links without NVSwitches (the product's
+   ``direct_nvlink_max``: 4 for A100/A800/H100/H800/H200/H20, the HGX 4-GPU boards), with no
+   NVSwitch on PCI are a VM or Kata guest that was not given the baseboard's NVSwitches: still
+   nothing to start here, plus the warning ``sxm_gpus_without_nvswitch`` (P13, P14; NVIDIA
+   Fabric Manager User Guide, "Virtualization Models": full passthrough puts every NVSwitch in
+   the guest, the shared NVSwitch and vGPU models run fabric manager in the service VM or host).
 
 Management port: the ports of LPF IB devices, devices in plain string order of their names
 (as ``ibstat -l`` lists them), ports in number order; a port with capability mask bit 0x400
@@ -26,7 +32,7 @@ from nvfabric.model.findings import Finding
 from nvfabric.model.inventory import MELLANOX, IbDevice, Inventory
 from nvfabric.model.vocab import FabricKind, Service
 from nvfabric.model.words import plural
-from nvfabric.rules.products import lookup
+from nvfabric.rules.products import Product, lookup
 
 FABRICS = ("none", "nvswitch", "nvlink5", "mnnvl")
 SERVICES_BY_FABRIC: dict[FabricKind, tuple[Service, ...]] = {
@@ -61,7 +67,8 @@ class ManagementPort:
 @dataclass(frozen=True)
 class Plan:
     """What to run. ``services`` in start order; ``blockers`` must be fixed before any start;
-    ``reasons`` explain each decision in one line each."""
+    ``findings`` are warnings that block nothing (``sxm_gpus_without_nvswitch``); ``reasons``
+    explain each decision in one line each."""
 
     fabric: FabricKind
     services: tuple[Service, ...]
@@ -72,6 +79,7 @@ class Plan:
     reasons: tuple[str, ...] = ()
     gpu_count: int = 0
     products: tuple[str, ...] = field(default=())
+    findings: tuple[Finding, ...] = ()
 
     @property
     def blocked(self) -> bool:
@@ -87,6 +95,7 @@ class Plan:
             "gpu_count": self.gpu_count,
             "products": list(self.products),
             "blockers": [b.to_json() for b in self.blockers],
+            "findings": [f.to_json() for f in self.findings],
             "reasons": list(self.reasons),
         }
 
@@ -95,6 +104,7 @@ def plan(inv: Inventory) -> Plan:
     """Decide the fabric of a node. Pure: reads only ``inv``."""
     reasons: list[str] = []
     blockers: list[Finding] = []
+    findings: list[Finding] = []
     gpus = inv.gpus
     roles, products = _products(inv)
     if gpus:
@@ -121,11 +131,7 @@ def plan(inv: Inventory) -> Plan:
         _nvswitch(inv, reasons)
     else:
         fabric = "none"
-        if gpus:
-            reasons.append(
-                "no NVSwitch, no LPF, no multi-node NVLink GPU: nothing to manage (PCIe, NVLink "
-                "bridge or a lone superchip)"
-            )
+        _no_switch(inv, reasons, findings)
 
     if fabric != "none" and (inv.driver_version is None or "nvidia" not in inv.modules):
         blockers.append(_driver_not_loaded(fabric))
@@ -139,6 +145,67 @@ def plan(inv: Inventory) -> Plan:
         reasons=tuple(reasons),
         gpu_count=len(gpus),
         products=products,
+        findings=tuple(findings),
+    )
+
+
+def _no_switch(inv: Inventory, reasons: list[str], findings: list[Finding]) -> None:
+    """The reason of a node with nothing to manage; SXM GPUs of an NVSwitch baseboard with no
+    NVSwitch on PCI get their own reason, and the ``sxm_gpus_without_nvswitch`` warning when
+    there are more of them than a baseboard links without NVSwitches."""
+    if not inv.gpus:
+        return
+    sxm = _sxm_gpus(inv)
+    if not sxm:
+        reasons.append(
+            "no NVSwitch, no LPF, no multi-node NVLink GPU: nothing to manage (PCIe, NVLink "
+            "bridge or a lone superchip)"
+        )
+        return
+    listed = ", ".join(f"{p.name} x{n}" for p, n in sxm.items())
+    hidden = {p: n for p, n in sxm.items() if n >= 2 and n > p.direct_nvlink_max}
+    if not hidden:
+        reasons.append(
+            f"SXM GPUs of an NVSwitch baseboard ({listed}) and no NVSwitch on PCI: as many as "
+            "a baseboard links by NVLink without NVSwitches (HGX 4-GPU), or a guest given "
+            "part of a larger board; nothing to manage here"
+        )
+        return
+    reasons.append(
+        f"SXM GPUs of an NVSwitch baseboard ({listed}) and no NVSwitch on PCI: a VM or Kata "
+        "guest without the baseboard's NVSwitches; nothing to start here, NVLink needs them"
+    )
+    findings.append(_sxm_without_nvswitch(hidden))
+
+
+def _sxm_gpus(inv: Inventory) -> dict[Product, int]:
+    """The node's GPUs of role ``nvswitch_gpu`` (SXM parts of NVSwitch baseboards), counted
+    by product, in PCI order."""
+    out: dict[Product, int] = {}
+    for gpu in inv.gpus:
+        product = lookup(gpu.vendor, gpu.device)
+        if product is not None and product.role == "nvswitch_gpu":
+            out[product] = out.get(product, 0) + 1
+    return out
+
+
+def _sxm_without_nvswitch(hidden: dict[Product, int]) -> Finding:
+    """The warning of SXM GPUs whose baseboard's NVSwitches this machine does not see."""
+    named = [f"{p.name} x{n}" for p, n in hidden.items()]
+    count = sum(hidden.values())
+    return Finding(
+        "sxm_gpus_without_nvswitch",
+        "warning",
+        f"{count} SXM GPUs of an NVSwitch baseboard ({', '.join(named)}) and no NVSwitch on "
+        "PCI: NVLink between these GPUs needs the baseboard's NVSwitches, which this machine "
+        "(a VM or Kata guest) was not given; without them GPU-to-GPU traffic goes over PCIe",
+        "full passthrough: pass every NVSwitch of the baseboard (PCI class 0x0680) into this "
+        "guest with its GPUs; `nvfabric plan` then plans fabric manager here. Shared NVSwitch "
+        "or vGPU: fabric manager runs in the service VM or the host and must activate a "
+        "partition with these GPUs: check it there (NVIDIA Fabric Manager User Guide, "
+        "\"Virtualization Models\")",
+        {"products": named, "gpus": count, "nvswitches": 0,
+         "form_factors": sorted({p.form_factor for p in hidden})},
     )
 
 

@@ -38,6 +38,11 @@ NVIDIA Fabric Manager User Guide, "GPU fabric registration" / "NVLink 5"):
   DRA driver or Slurm start it per job its absence is normal.
 - A reader's finding (NVML missing) on a node whose plan needs no fabric is information.
 - A GPU on PCI that NVML does not list -> ``gpu_missing_from_driver`` (unhealthy).
+- A capture judged on what it has: a CSV without a column is refused only when the verdict of
+  its rows reads that column (:func:`columns_needed`: fabric.status of Completed GPUs, and on
+  ``mnnvl`` or an unknown kind their CliqueId and ClusterUUID); otherwise it is judged and the
+  columns it lacks are ``capture_column_missing`` (information). Every GPU of a GB300 tray In
+  Progress needs neither (S08's refusal stays: Completed without fabric.status).
 
 Severity order of the result: unhealthy > degraded > pending > healthy.
 """
@@ -114,7 +119,9 @@ class Inputs:
     ``fabric``: the plan's kind (None unknown); ``services`` None when liveness is unknown
     (a saved capture); ``pci_gpu_count`` GPUs on PCI (None unknown); ``grace_s`` seconds
     registration may take after the services started; ``fabric_mode`` fabric manager's
-    FABRIC_MODE (None unknown); ``reader_findings`` the reader's own findings.
+    FABRIC_MODE (None unknown); ``reader_findings`` the reader's own findings;
+    ``unread_columns`` the capture columns the reader did not have (none of them needed:
+    :func:`columns_needed`).
     """
 
     gpus: tuple[GpuFabric, ...]
@@ -125,6 +132,7 @@ class Inputs:
     fabric_mode: int | None = None
     reader_findings: tuple[Finding, ...] = ()
     imex_owner: str | None = None
+    unread_columns: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -134,6 +142,23 @@ class Verdict:
     verdict: VerdictWord
     findings: tuple[Finding, ...] = ()
     reasons: tuple[str, ...] = field(default=())
+
+
+def columns_needed(gpus: tuple[GpuFabric, ...], fabric: FabricKind | None) -> dict[str, str]:
+    """The capture columns the verdict of these rows reads, each with the rows that need it
+    (``{"fabric.status": "Completed GPUs 0, 1"}``): fabric.status once a GPU is Completed (its
+    success cannot be told from a failure without it); fabric.cliqueId and fabric.clusterUuid
+    of Completed GPUs on ``mnnvl`` or an unknown kind (None: the NVLink domain IMEX and NCCL
+    form). GPUs still registering, left out or without a fabric need none of them. Pure."""
+    done = [g.index for g in gpus if g.state == "completed"]
+    if not done:
+        return {}
+    rows = f"Completed {verb(len(done), 'GPU', 'GPUs')} {', '.join(map(str, done))}"
+    out = {"fabric.status": rows}
+    if fabric in (None, "mnnvl"):
+        where = "on a GB200/GB300 tray" if fabric == "mnnvl" else "of an unknown fabric kind"
+        out["fabric.cliqueId"] = out["fabric.clusterUuid"] = f"{rows} {where}"
+    return out
 
 
 def infer_fabric(gpus: tuple[GpuFabric, ...], reader_findings: tuple[Finding, ...] = (),
@@ -187,6 +212,7 @@ def verdict(inp: Inputs) -> Verdict:
     reader_failed = any(f.severity == "error" for f in inp.reader_findings)
     fabric_needed = fabric not in (None, "none")
     _reader_findings(inp, acc, fabric_needed)
+    _columns_unread(inp, acc)
     _gpus_missing(inp, acc, reader_failed)
 
     if not gpus:
@@ -241,6 +267,30 @@ def _reader_findings(inp: Inputs, acc: _Acc, fabric_needed: bool) -> None:
             acc.add("degraded" if fabric_needed else None, f)
         else:
             acc.add(None, f)
+
+
+def _columns_unread(inp: Inputs, acc: _Acc) -> None:
+    """``capture_column_missing`` (information): the capture columns that were not read and
+    that the verdict of its rows does not need (:func:`columns_needed`; a needed one refuses
+    the capture before any verdict)."""
+    unread = inp.unread_columns
+    if not unread:
+        return
+    domain = [c for c in unread if c != "fabric.status"]
+    unchecked = (" and whether this node's GPUs agree on their NVLink domain was not checked"
+                 if domain and any(g.state == "completed" for g in inp.gpus) else "")
+    acc.add(None, Finding(
+        "capture_column_missing", "info",
+        f"the capture has no {', '.join(unread)} column: the verdict of these rows does not "
+        f"need {verb(len(unread), 'it', 'them')}{unchecked}",
+        f"capture every fabric column for a full picture: `{_CAPTURE}`",
+        {"columns": list(unread)},
+    ))
+
+
+#: The capture line with every column (nvfabric.facts.smi.CSV_QUERY; rules read no facts).
+_CAPTURE = ("nvidia-smi --query-gpu=index,uuid,pci.bus_id,fabric.state,fabric.status,"
+            "fabric.cliqueId,fabric.clusterUuid --format=csv")
 
 
 def _no_gpus(acc: _Acc, fabric: str | None, fabric_needed: bool, reader_failed: bool) -> Verdict:
