@@ -124,6 +124,11 @@ FindingCode = Literal[
     "management_port_mismatch",
     "report_truncated",
     "report_section_missing",
+    # What applications print (NCCL, PyTorch, CUDA programs; README "Finding codes").
+    "nvls_multicast_exhausted",
+    "cuda_fabric_not_ready",
+    "cuda_nvlink_uncorrectable",
+    "cuda_error_contained",
 ]
 
 FABRIC_KINDS: Final[tuple[FabricKind, ...]] = get_args(FabricKind)

@@ -14,11 +14,14 @@ Platform awareness: the same line can mean different things on different fabric 
 baseboard); signatures carry ``by_fabric`` overrides, chosen by the kind given to the
 classifier (``None``: unknown).
 
-Catalogue lookups: a signature with ``lookup`` takes an extracted number (an SXid, an Xid) to a
-table shipped as data (``data/sxid.yaml``: NVIDIA Fabric Manager User Guide, NVSwitch SXid
-Errors; ``data/xid.yaml``: NVIDIA Xid catalogue, NVLink Xids). The entry's class picks the
-outcome (``by_class``; ``unknown`` for a number the table lacks, where a null code means "no
-finding") and its name rides along as ``catalogue_name``/``catalogue_class`` fields.
+Catalogue lookups: a signature with ``lookup`` takes an extracted number (an SXid, an Xid, a
+CUDA result) to a table shipped as data (``data/sxid.yaml``: NVIDIA Fabric Manager User Guide,
+NVSwitch SXid Errors; ``data/xid.yaml``: NVIDIA Xid catalogue, NVLink Xids; ``data/cuda.yaml``:
+CUDA driver API, CUresult, whose entry can also be named by its text when a line prints no
+number), or decodes an NVLink 5 Xid line's hex words by the catalogue's decode sheet (table
+``xid_decode``: :mod:`nvfabric.rules.xid_decode`). The entry's class picks the outcome
+(``by_class``; ``unknown`` for a number the table lacks, where a null code means "no finding")
+and its name rides along as ``catalogue_name``/``catalogue_class`` fields.
 """
 
 from __future__ import annotations
@@ -35,6 +38,7 @@ from nvfabric.model.errors import InputError
 from nvfabric.model.findings import is_code
 from nvfabric.model.vocab import FABRIC_KINDS as FABRIC_KINDS  # re-exported: its old home
 from nvfabric.model.vocab import FindingCode, Severity, is_severity
+from nvfabric.rules import xid_decode
 
 
 @dataclass(frozen=True)
@@ -49,12 +53,16 @@ class Outcome:
 
 @dataclass(frozen=True)
 class Lookup:
-    """A signature's catalogue lookup: ``table`` (``sxid``, ``xid``), the extracted integer
-    field ``key`` it looks up, and the outcome per entry class (``unknown``: not listed)."""
+    """A signature's catalogue lookup: ``table`` (``sxid``, ``xid``, ``cuda``: the extracted
+    integer field ``key`` looked up by number; ``xid_decode``: the decode of the fields xid, unit,
+    intr_info and error_status, ``key`` intr_info), ``text`` (``cuda`` only: a field whose text
+    names the result where the line prints no number), and the outcome per entry class
+    (``unknown``: not listed)."""
 
     table: str
     key: str
     by_class: Mapping[str, Outcome]
+    text: str | None = None
 
 
 @dataclass(frozen=True)
@@ -135,7 +143,7 @@ def parse_catalogue(rows: Any) -> tuple[Signature, ...]:
         collect = tuple(row.get("collect") or ())
         if not ints <= groups or not set(collect) <= groups:
             raise CatalogueError(f"{sid}: int/collect name fields the pattern does not capture")
-        lookup = _lookup(row.get("lookup"), default, sid, ints)
+        lookup = _lookup(row.get("lookup"), default, sid, ints, frozenset(groups))
         scan = None
         if row.get("scan"):
             try:
@@ -151,24 +159,37 @@ def parse_catalogue(rows: Any) -> tuple[Signature, ...]:
     return tuple(out)
 
 
-def _lookup(spec: Any, default: Outcome, sid: str, ints: frozenset[str]) -> Lookup | None:
+#: The fields a decode table reads from the line (``xid_decode``: :func:`look_up`).
+DECODE_FIELDS = {"xid_decode": frozenset({"xid", "unit", "intr_info", "error_status"})}
+
+
+def _lookup(spec: Any, default: Outcome, sid: str, ints: frozenset[str],
+            groups: frozenset[str]) -> Lookup | None:
     if spec is None:
         return None
     if not isinstance(spec, Mapping) or spec.get("table") not in TABLES:
         raise CatalogueError(f"{sid}: lookup needs a table of {sorted(TABLES)}")
-    key = spec.get("key")
-    if key not in ints:
+    key, text, table = spec.get("key"), spec.get("text"), str(spec["table"])
+    if table in DECODE_FIELDS:
+        if not DECODE_FIELDS[table] <= groups or "xid" not in ints or key != "intr_info":
+            raise CatalogueError(f"{sid}: a {table} decode needs the fields "
+                                 f"{sorted(DECODE_FIELDS[table])} (xid an int field), key "
+                                 "intr_info")
+    elif key not in ints:
         raise CatalogueError(f"{sid}: lookup key {key!r} is not an int field")
+    if text is not None and (table != "cuda" or text not in groups):
+        raise CatalogueError(f"{sid}: lookup text {text!r} needs table cuda and a field")
     by_class: dict[str, Outcome] = {}
     for cls, over in (spec.get("by_class") or {}).items():
         if not isinstance(over, Mapping):
             raise CatalogueError(f"{sid}: lookup.by_class.{cls}: not a mapping")
         by_class[str(cls)] = _outcome(over, default, f"{sid}.lookup.by_class.{cls}")
-    return Lookup(str(spec["table"]), str(key), by_class)
+    return Lookup(table, str(key), by_class, None if text is None else str(text))
 
 
 #: Catalogue tables shipped as data: name -> file under nvfabric/data.
-TABLES = {"sxid": "data/sxid.yaml", "xid": "data/xid.yaml"}
+TABLES = {"sxid": "data/sxid.yaml", "xid": "data/xid.yaml", "cuda": "data/cuda.yaml",
+          "xid_decode": "data/xid.yaml"}
 
 #: The package directory (nvfabric/), where data/ is, in a checkout, a wheel and the binary.
 _PACKAGE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -193,13 +214,19 @@ def lookup_table(name: str) -> Mapping[int, Mapping[str, str]]:
     ``sxid`` (data/sxid.yaml, NVIDIA Fabric Manager User Guide "NVSwitch SXid Errors"):
     classes ``nonfatal``, ``fatal``, ``always_fatal``, ``other``. ``xid`` (data/xid.yaml, NVIDIA
     Xid catalogue): class ``nvlink``, name the mnemonic, plus ``description`` and
-    ``resolution``. KeyError for another name."""
+    ``resolution``. ``cuda`` (data/cuda.yaml, CUDA driver API CUresult): class and name the
+    result's name (``CUDA_ERROR_ILLEGAL_STATE``), plus ``text`` and ``runtime`` where known.
+    KeyError for another name."""
     data = shipped_data(TABLES[name])
     out: dict[int, dict[str, str]] = {}
     if name == "sxid":
         for cls, rows in data["classes"].items():
             for number, label in rows.items():
                 out[int(number)] = {"class": str(cls), "name": str(label)}
+    elif name == "cuda":
+        for number, entry in data["results"].items():
+            out[int(number)] = {"class": str(entry["name"]),
+                                **{str(k): str(v) for k, v in entry.items()}}
     else:
         for number, entry in data["xids"].items():
             out[int(number)] = {"class": "nvlink", "name": str(entry["mnemonic"]),
@@ -213,3 +240,44 @@ def catalogue() -> tuple[Signature, ...]:
     """The shipped catalogue (nvfabric/data/signatures.yaml, read from its JSON twin:
     :func:`shipped_data`), parsed once."""
     return parse_catalogue(shipped_data("data/signatures.yaml"))
+
+
+@cache
+def _cuda_by_text() -> Mapping[str, int]:
+    """CUDA result text -> number, for the texts only one result has."""
+    seen: dict[str, list[int]] = {}
+    for number, entry in lookup_table("cuda").items():
+        if "text" in entry:
+            seen.setdefault(entry["text"], []).append(number)
+    return {text: numbers[0] for text, numbers in seen.items() if len(numbers) == 1}
+
+
+@cache
+def decode_rows() -> tuple[xid_decode.DecodeRow, ...]:
+    """The shipped NVLink 5 decode rows (data/xid.yaml ``nvlink5_decode``)."""
+    return xid_decode.parse_rows(shipped_data(TABLES["xid_decode"]))
+
+
+def look_up(lookup: Lookup, values: Mapping[str, Any]) -> tuple[str, dict[str, Any]]:
+    """The class of the entry that a matched line's ``values`` (its fields, int fields already
+    numbers) name in ``lookup``'s table, and the fields the entry adds to the finding:
+    ``catalogue_class`` and the entry's others as ``catalogue_<key>``; for ``cuda`` also the
+    number found by ``text``; for ``xid_decode`` those of :func:`xid_decode.decode`."""
+    if lookup.table == "xid_decode":
+        decoded, fields = xid_decode.decode(
+            decode_rows(), values["xid"], values["unit"], int(values["intr_info"], 16),
+            int(values["error_status"], 16), values.get("severity_word"))
+        xid = lookup_table("xid").get(values["xid"], {})
+        return decoded, {**{f"catalogue_{k}": v for k, v in xid.items() if k != "class"}, **fields}
+    extra: dict[str, Any] = {}
+    number = values.get(lookup.key)
+    if number is None and lookup.text is not None and values.get(lookup.text) is not None:
+        number = _cuda_by_text().get(values[lookup.text])
+        if number is not None:
+            extra[lookup.key] = number
+    entry = lookup_table(lookup.table).get(number) if number is not None else None
+    cls = entry["class"] if entry else "unknown"
+    extra["catalogue_class"] = cls
+    if entry:
+        extra.update({f"catalogue_{k}": v for k, v in entry.items() if k != "class"})
+    return cls, extra

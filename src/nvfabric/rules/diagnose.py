@@ -28,6 +28,7 @@ from nvfabric.rules.catalogue import (
     Outcome,
     Signature,
     catalogue,
+    look_up,
     lookup_table,
     parse_catalogue,
 )
@@ -169,7 +170,7 @@ class Classifier:
             outcome = sig.outcome(self.fabric)
             extra: dict[str, Any] = {}
             if sig.lookup is not None:
-                outcome, extra = self._look_up(sig.lookup, outcome, m)
+                outcome, extra = self._look_up(sig, outcome, m)
             if outcome.code is None or outcome.code in codes:
                 continue
             codes.add(outcome.code)
@@ -179,17 +180,15 @@ class Classifier:
         return [e.finding() for e in new]
 
     @staticmethod
-    def _look_up(lookup: Lookup, outcome: Outcome, m: re.Match[str]
+    def _look_up(sig: Signature, outcome: Outcome, m: re.Match[str]
                  ) -> tuple[Outcome, dict[str, Any]]:
-        """The outcome and the catalogue fields for the number the line carries."""
-        raw = m.group(lookup.key)
-        entry = (lookup_table(lookup.table).get(_number(raw, lookup.table, lookup.key))
-                 if raw is not None else None)
-        cls = entry["class"] if entry else "unknown"
-        extra: dict[str, Any] = {"catalogue_class": cls}
-        if entry:
-            extra.update({f"catalogue_{k}": v for k, v in entry.items() if k != "class"})
-        return lookup.by_class.get(cls, outcome), extra
+        """The outcome and the catalogue fields for what the line carries (a number, a CUDA
+        result's text, an NVLink 5 Xid's hex words)."""
+        assert sig.lookup is not None
+        values = {name: _number(value, sig.id, name) if name in sig.int_fields else value
+                  for name, value in m.groupdict().items() if value is not None}
+        cls, extra = look_up(sig.lookup, values)
+        return sig.lookup.by_class.get(cls, outcome), extra
 
     def _record(
         self, sig: Signature, outcome: Outcome, m: re.Match[str], line: str,
