@@ -376,7 +376,8 @@ def _run_conflict(ev: OwnerEvidence, owner: str, requested: str | None, for_run:
         others.append(("nvfabric", f"{who} already supervises nvidia-imex on this node"))
     if requested is not None and owner != "nvfabric":
         others.append((requested, f"--imex-owner {requested} names another owner"))
-    if ev.dra_present and not (ev.dra_host_managed and run.serves == "dra-host"):
+    driver_managed = ev.dra_mode is not None and not ev.dra_mode.host_managed
+    if ev.dra_present and (driver_managed or run.serves != "dra-host"):
         others.append(("dra", "the DRA driver's kubelet plugin state is here"))
     scripts = ev.slurm.daemon_scripts
     if scripts:

@@ -65,6 +65,7 @@ _REF = re.compile(
     r"|`([^`]*)`"                      # `...`
     r"|\$([A-Za-z_][A-Za-z0-9_]*|[0-9@*#?$!-])"
 )
+_HELD = re.compile("\x01([0-9]+)\x01")
 #: What an unset variable reads as in a path: a glob over whatever is there.
 UNKNOWN = "*"
 #: The most words of one ``for`` list, and of one script's follow list.
@@ -363,8 +364,21 @@ class _State:
     # -- commands
 
     def line(self, number: int, raw: str) -> None:
-        for words in _commands(self.expand(raw)):
-            self.command(number, words)
+        """Split the line into simple commands first, then expand each command's words in
+        order, so that ``S=x; cmd "$S"`` and ``for f in ...; do "$f"; done`` see the value set
+        before them. Substitutions (``${...}``, ``$(...)``, backquotes) are kept whole
+        through the split."""
+        held: list[str] = []
+
+        def hold(m: re.Match[str]) -> str:
+            if m.group(4) is not None:
+                return m.group(0)
+            held.append(m.group(0))
+            return f"\x01{len(held) - 1}\x01"
+
+        for words in _commands(_REF.sub(hold, raw)):
+            self.command(number, [self.expand(_HELD.sub(lambda m: held[int(m.group(1))], w))
+                                  for w in words])
 
     def command(self, number: int, words: list[str]) -> None:
         words, redirects = _split_redirects(words)
