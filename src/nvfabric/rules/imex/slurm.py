@@ -236,16 +236,17 @@ def nvfabric_prolog_actions(settings: Mapping[str, str], where: str) -> Actions:
     environment first; packaging/slurm/nvfabric-imex-prolog): ``NVFABRIC_IMEX_START``
     ``nvfabric`` (default) starts ``nvfabric run`` (the daemon run by the prolog), ``unit``
     restarts nvidia-imex.service, ``none`` starts nothing; both write the job's node list;
-    ``NVFABRIC_IMEX_CHANNEL`` a number (default 0) creates that channel, ``job`` none (the
-    switch/nvidia_imex plugin makes the job's own)."""
+    ``NVFABRIC_IMEX_CHANNEL`` a number creates that channel, ``job`` none (the
+    switch/nvidia_imex plugin makes the job's own), ``auto`` (default) channel 0 unless that
+    plugin is configured (which then owns the channels either way)."""
     mode = settings.get("NVFABRIC_IMEX_START") or "nvfabric"
-    channel = settings.get("NVFABRIC_IMEX_CHANNEL") or "0"
+    channel = settings.get("NVFABRIC_IMEX_CHANNEL") or "auto"
     line = f"{where}: nvfabric's Slurm prolog, NVFABRIC_IMEX_START={mode}"
     return Actions(
         unit_verbs=("restart", "stop") if mode == "unit" else (),
         daemon=mode == "nvfabric",
         node_list=mode in ("nvfabric", "unit"),
-        channels=channel not in ("job", "auto"),
+        channels=channel != "job",
         lines=(line + f", NVFABRIC_IMEX_CHANNEL={channel}",),
     )
 
