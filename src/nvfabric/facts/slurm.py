@@ -61,6 +61,12 @@ def read(root: str) -> slurm.SlurmFacts:
     conf, found_by = find_conf(root)
     if conf is None:
         return slurm.SlurmFacts()
+    return read_conf(root, conf, found_by)
+
+
+def read_conf(root: str, conf: str, found_by: str) -> slurm.SlurmFacts:
+    """Slurm on the node under ``root`` as the slurm.conf at host path ``conf`` (found
+    ``found_by``) describes it: its ``SwitchType`` and the scripts it runs, followed."""
     items, notes = _conf_items(root, conf)
     switch = slurm.conf_value(items, "SwitchType")
     switch_line = (f"{conf}:{switch.line}: {switch.key}={switch.value}"
@@ -77,7 +83,7 @@ def read(root: str) -> slurm.SlurmFacts:
 
 def find_conf(root: str) -> tuple[str | None, str]:
     """(host path of the slurm.conf slurmd reads, how it was found); (None, "") when none."""
-    for named, how in _named_confs(root):
+    for named, how in named_confs(root):
         if named == "configless":
             for path in SLURM_CONFIGLESS_PATHS:
                 if _is_file(root, path):
@@ -94,7 +100,7 @@ def find_conf(root: str) -> tuple[str | None, str]:
     return None, ""
 
 
-def _named_confs(root: str) -> list[tuple[str, str]]:
+def named_confs(root: str) -> list[tuple[str, str]]:
     """What names slurm.conf explicitly, in slurmd's order of precedence: (path or
     ``configless``, how)."""
     out: list[tuple[str, str]] = []
