@@ -97,7 +97,7 @@ def check_sizes(sizes: Sequence[int]) -> str | None:
     before), None when it is."""
     if not sizes or any(s < 1 for s in sizes):
         return "block sizes must be positive whole numbers"
-    for low, high in zip(sizes, sizes[1:]):
+    for low, high in zip(sizes, sizes[1:], strict=False):
         ratio, rest = divmod(high, low)
         if rest or ratio < 2 or ratio & (ratio - 1):
             return f"{high} is not a power of two times {low} (topology.conf(5), BlockSizes)"
