@@ -22,7 +22,8 @@ from nvfabric.facts.imexhost import unit_argv
 from nvfabric.model.errors import NvfabricError
 from nvfabric.rules.imex.owner import OwnerEvidence, unit_policy
 from nvfabric.rules.imex.owner import decide as decide_owner
-from nvfabric.rules.imex.slurm import Actions, Script, SlurmFacts
+from nvfabric.rules.imex.script import Actions
+from nvfabric.rules.imex.slurm import Script, SlurmFacts
 from tests.conftest import run_cli, run_json
 from tests.test_fetch_mirror import (  # noqa: F401 - fixture
     Mirror,

@@ -11,7 +11,8 @@ import pytest
 
 from nvfabric.facts import imex as host
 from nvfabric.rules.imex.owner import DraMode, OwnerEvidence, RunFacts, decide
-from nvfabric.rules.imex.slurm import Actions, Script, SlurmFacts
+from nvfabric.rules.imex.script import Actions
+from nvfabric.rules.imex.slurm import Script, SlurmFacts
 from nvfabric.rules.imex.tables import DRA_HOST_UNIT_FIX
 from tests.conftest import run_cli, run_json
 

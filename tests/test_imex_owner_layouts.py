@@ -16,6 +16,7 @@ import pytest
 
 from nvfabric.facts import imex as imex_facts
 from nvfabric.facts import slurm as slurm_facts
+from nvfabric.rules.imex import script as script_rules
 from nvfabric.rules.imex import slurm as slurm_rules
 from nvfabric.rules.imex.owner import decide
 from tests.conftest import run_json
@@ -368,14 +369,14 @@ def test_a_live_run_is_the_owner_and_a_second_owner_appearing_is_an_error(
 ])
 def test_what_a_script_does_to_imex(text: str, verbs: tuple[str, ...], daemon: bool,
                                     nodes: bool, chans: bool) -> None:
-    a = slurm_rules.analyse("#!/bin/bash\n" + text, "/p", "/p", {}).actions
+    a = script_rules.analyse("#!/bin/bash\n" + text, "/p", "/p", {}).actions
     assert (a.unit_verbs, a.daemon, a.node_list, a.channels) == (verbs, daemon, nodes, chans)
 
 
 def test_hand_offs_a_script_names() -> None:
     text = ("#!/bin/sh\n. /etc/slurm/common.sh\nrun-parts /etc/slurm/prolog.d\n"
             "for f in /opt/site/imex/*.sh; do \"$f\"; done\nbash /opt/x.sh\n")
-    found = slurm_rules.analyse(text, "/p", "/p", {}).follow
+    found = script_rules.analyse(text, "/p", "/p", {}).follow
     assert found == ("/etc/slurm/common.sh", "/etc/slurm/prolog.d/*", "/opt/site/imex/*.sh",
                      "/opt/x.sh")
 

@@ -1,6 +1,7 @@
 """Slurm on a node, read under a root for IMEX ownership: which slurm.conf slurmd reads, its
 ``SwitchType``, and the prolog and epilog scripts it runs, followed through their hand-offs.
-What the texts mean is :mod:`nvfabric.rules.imex.slurm`; this module finds and reads them.
+What the texts mean is :mod:`nvfabric.rules.imex.slurm` and
+:mod:`nvfabric.rules.imex.script`; this module finds and reads them.
 
 slurm.conf is found the way slurmd finds it ("Configless Slurm", Notes: ``--conf-server``,
 then ``-f``, then ``SLURM_CONF``, then the compiled-in default):
@@ -33,7 +34,7 @@ from nvfabric.facts import procs
 from nvfabric.facts.fs import listdir, read_bytes, read_text
 from nvfabric.facts.paths import PathEscape, host_view, under
 from nvfabric.model import hostpath
-from nvfabric.rules.imex import slurm
+from nvfabric.rules.imex import script, slurm
 from nvfabric.rules.imex.tables import (
     NVFABRIC_SLURM_DEFAULTS,
     SLURM_CONF_PATHS,
@@ -269,9 +270,9 @@ class _Walker:
             matches, escaped = _glob(self.root, pattern)
             self.notes += [f"{chain[-1]}: {m} leads out of the root: not read" for m in escaped]
             for path in matches:
-                self.script(key, path, env, chain, depth)
+                self.read_script(key, path, env, chain, depth)
 
-    def script(self, key: str, path: str, env: Mapping[str, str], chain: tuple[str, ...],
+    def read_script(self, key: str, path: str, env: Mapping[str, str], chain: tuple[str, ...],
                depth: int) -> None:
         real = host_view(self.root, os.path.realpath(under(self.root, path)))
         if real in self.read:
@@ -286,16 +287,16 @@ class _Walker:
             data = read_bytes(under(self.root, path), SLURM_MAX_SCRIPT_BYTES)
         except PathEscape:
             data = None
-        if data is None or not slurm.is_script(data[:4096]):
+        if data is None or not script.is_script(data[:4096]):
             return
         shown = path if real == path else f"{path} -> {real}"
         text = data.decode("utf-8", "replace")
-        found = slurm.analyse(text, path, real, env, shell=slurm.is_shell(data[:4096]))
+        found = script.analyse(text, path, real, env, shell=script.is_shell(data[:4096]))
         actions = found.actions
         if found.nvfabric_prolog:
             settings = {**_settings(self.root, env.get("NVFABRIC_SLURM_DEFAULTS")),
                         **{k: v for k, v in env.items()
-                           if k.startswith("NVFABRIC_") and v != slurm.UNKNOWN}}
+                           if k.startswith("NVFABRIC_") and v != script.UNKNOWN}}
             actions = slurm.nvfabric_prolog_actions(settings, shown)
         if actions.imex:
             self.found.append(slurm.Script(key, chain + (shown,), actions,

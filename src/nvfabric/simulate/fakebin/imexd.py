@@ -66,33 +66,31 @@ def nvidia_imex(argv: list[str]) -> int:
     nodes = {str(i): {"status": "READY" if (i == me or peers_up) else "UNAVAILABLE",
                       "host": entry, "version": version} for i, entry in enumerate(entries)}
     status = "UP" if all(n["status"] == "READY" for n in nodes.values()) else "DEGRADED"
-    sock_path = cfg.get("IMEX_CMD_UNIX_DOMAIN_PATH", "") \
-        if cfg.get("IMEX_CMD_ENABLED", "1") == "1" else ""
-    if sock_path:
-        _serve_commands(sock_path)
-        say(f"{stamp(tid)} IMEX command service listening on {sock_path}", log)
+    sock_path = _serve_commands(cfg, log, tid)
     save(root, "imex.json", {"pid": os.getpid(), "self": str(me), "status": status,
                              "nodes": nodes, "since": time.time(), "socket": sock_path})
     while d.wait(3600):
         pass
     save(root, "imex.json", {"pid": None, "status": "DOWN", "nodes": {}})
-    if sock_path:
-        try:
-            os.unlink(sock_path)
-        except OSError:
-            pass
+    _remove(sock_path)
     if d.crash_due():
         return d.crash()
     d.shutdown_delay()
     return 0
 
 
-def _serve_commands(path: str) -> None:
-    """The command service on the Unix socket ``path`` (IMEX_CMD_UNIX_DOMAIN_PATH): bound
-    (a stale file replaced), every connection accepted and closed by a daemon thread, so that
-    ``nvidia-imex-ctl --u=PATH`` reaches it as long as the daemon runs."""
+def _serve_commands(cfg: dict[str, str], log: Any, tid: int) -> str:
+    """The command service on the Unix socket IMEX_CMD_UNIX_DOMAIN_PATH (with
+    IMEX_CMD_ENABLED=1), its path ("" when none): bound (a stale file replaced), every
+    connection accepted and closed by a daemon thread, so that ``nvidia-imex-ctl --u=PATH``
+    reaches it as long as the daemon runs."""
     import socket
     import threading
+
+    path = cfg.get("IMEX_CMD_UNIX_DOMAIN_PATH", "") if cfg.get("IMEX_CMD_ENABLED", "1") == "1" \
+        else ""
+    if not path:
+        return ""
 
     os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
     try:
@@ -113,6 +111,17 @@ def _serve_commands(path: str) -> None:
             conn.close()
 
     threading.Thread(target=serve, daemon=True).start()
+    say(f"{stamp(tid)} IMEX command service listening on {path}", log)
+    return path
+
+
+def _remove(path: str) -> None:
+    """The command socket's file, removed as the daemon stops ("" : none)."""
+    if path:
+        try:
+            os.unlink(path)
+        except OSError:
+            pass
 
 
 def _open_log(log_name: str) -> Any:
