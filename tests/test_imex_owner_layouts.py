@@ -19,7 +19,7 @@ from nvfabric.facts import slurm as slurm_facts
 from nvfabric.rules.imex import script as script_rules
 from nvfabric.rules.imex import slurm as slurm_rules
 from nvfabric.rules.imex.owner import decide
-from tests.conftest import run_json
+from tests.conftest import run_cli, run_json
 from tests.runkit import Run, codes, events
 from tests.test_imex_run import tray as run_tray
 
@@ -338,6 +338,9 @@ def test_a_live_run_is_the_owner_and_a_second_owner_appearing_is_an_error(
     assert out["run"]["imex_pid"] == events(root, "imex", "exec")[0]["pid"]
     status, _ = run_json("status", "--root", str(root))
     assert (status["imex"]["owner"], status["imex"]["run"]["pid"]) == ("nvfabric", run.proc.pid)
+    human = run_cli("status", "--root", str(root)).stdout
+    assert (f"IMEX owner nvfabric (run by nvfabric), nvfabric run pid {run.proc.pid}, state dir "
+            "/run/nvfabric") in human
     # the DRA driver's plugin state appears while nvfabric runs IMEX
     (root / DRA_DIR).mkdir(parents=True)
     out, rc = owner(root)

@@ -260,6 +260,14 @@ def print_report(report: Report) -> None:
         state = "running" if s.running else "not running"
         age = f", {s.age_s:.0f} s" if s.age_s is not None else ""
         con.print(f"service {safe(s.name)}: {state}{age} ({safe(s.detail)})")
+    imex = dict(report.node).get("imex")
+    if isinstance(imex, dict):
+        run = imex.get("run")
+        by = f" (run by {imex['runner']})" if imex.get("runner") else ""
+        ran = (f", nvfabric run pid {run['pid']}, state dir {run['state_dir']}"
+               if isinstance(run, dict) else "")
+        con.print(f"IMEX owner {safe(str(imex.get('owner')))}{safe(by)}{safe(ran)}; channels: "
+                  f"{safe(str(imex.get('channel_owner')))}", emoji=False)
     print_findings(con, list(report.verdict.findings), "findings")
     for r in report.verdict.reasons:
         con.print(f"  - {safe(r)}")
