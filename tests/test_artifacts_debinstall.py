@@ -20,7 +20,10 @@ from nvfabric.artifacts.naming import split_for_fabric
 from nvfabric.artifacts.runfile import DiskFile, OnDisk, classify, library_version
 from nvfabric.facts.imexhost import unit_argv
 from nvfabric.model.errors import NvfabricError
-from nvfabric.rules.imex.owner import OWNERS, unit_policy
+from nvfabric.rules.imex.owner import OwnerEvidence, unit_policy
+from nvfabric.rules.imex.owner import decide as decide_owner
+from nvfabric.rules.imex.script import Actions
+from nvfabric.rules.imex.slurm import Script, SlurmFacts
 from tests.conftest import run_cli, run_json
 from tests.test_fetch_mirror import (  # noqa: F401 - fixture
     Mirror,
@@ -187,13 +190,23 @@ def test_a_root_without_a_dpkg_database_is_unreadable(tmp_path: Path) -> None:
 
 # -- the IMEX owner decides the unit -------------------------------------------------------
 
-def test_unit_follows_the_imex_owner() -> None:
-    got = {o: (unit_policy(o).action, unit_policy(o).now) for o in OWNERS}
-    assert got == {"host": ("enable", True), "dra": ("disable", True),
-                   "slurm": ("disable", False), "none": ("disable", True)}
-    assert "ComputeDomain" in unit_policy("dra").reason
-    with pytest.raises(ValueError):
-        unit_policy("kubelet")
+def test_unit_follows_the_imex_owner_and_its_runner() -> None:
+    def policy(ev: OwnerEvidence, requested: str | None = None) -> tuple[str, bool]:
+        p = unit_policy(decide_owner(ev, requested))
+        return p.action, p.now
+
+    unit = SlurmFacts(scripts=(Script("Prolog", ("p",), Actions(unit_verbs=("restart",))),))
+    own = SlurmFacts(scripts=(Script("Prolog", ("p",), Actions(daemon=True)),))
+    assert policy(OwnerEvidence(), "host") == ("enable", True)
+    assert policy(OwnerEvidence(), "dra-host") == ("enable", True)
+    assert policy(OwnerEvidence(dra=("d",))) == ("mask", True)
+    assert policy(OwnerEvidence(slurm=unit)) == ("enable", False)
+    assert policy(OwnerEvidence(slurm=own)) == ("mask", True)
+    assert policy(OwnerEvidence(), "slurm") == ("disable", False)
+    assert policy(OwnerEvidence()) == ("disable", True)
+    assert "ComputeDomain" in unit_policy(decide_owner(OwnerEvidence(dra=("d",)))).reason
+    assert "IMEX_CMD_UNIX_DOMAIN_PATH=/etc/nvidia-imex/imex_ctrl.sock" in unit_policy(
+        decide_owner(OwnerEvidence(), "dra-host")).reason
 
 
 def test_unit_argv_uses_systemctl_root_for_an_image_and_now_on_a_live_host() -> None:
@@ -203,6 +216,8 @@ def test_unit_argv_uses_systemctl_root_for_an_image_and_now_on_a_live_host() -> 
         "systemctl", "disable", "--now", "nvidia-imex.service"]
     assert unit_argv("/", "disable", False, live=True) == [
         "systemctl", "disable", "nvidia-imex.service"]
+    assert unit_argv("/", "mask", True, live=True) == [
+        "systemctl", "mask", "--now", "nvidia-imex.service"]
     with pytest.raises(ValueError):
         unit_argv("/img/root", "mask; reboot", True, live=False)
     with pytest.raises(ValueError):
@@ -509,7 +524,7 @@ def test_owner_host_on_a_dra_node_is_refused_before_dpkg(
     detected, rc = run_json("install", "--from", str(tmp_path / "debs"), "--root",
                             str(runfile_tray), "--dry-run")
     assert rc == 0
-    assert (detected["imex_unit"]["owner"], detected["imex_unit"]["action"]) == ("dra", "disable")
+    assert (detected["imex_unit"]["owner"], detected["imex_unit"]["action"]) == ("dra", "mask")
 
 
 def test_install_from_puts_a_cached_redist_archive_under_the_prefix(

@@ -10,11 +10,19 @@ from pathlib import Path
 import pytest
 
 from nvfabric.facts import imex as host
-from nvfabric.rules.imex.owner import OwnerEvidence, decide
+from nvfabric.rules.imex.owner import DraMode, OwnerEvidence, RunFacts, decide
+from nvfabric.rules.imex.script import Actions
+from nvfabric.rules.imex.slurm import Script, SlurmFacts
 from nvfabric.rules.imex.tables import DRA_HOST_UNIT_FIX
 from tests.conftest import run_cli, run_json
 
 DRA_DIR = "var/lib/kubelet/plugins/compute-domain.nvidia.com"
+UNIT_PROLOG = SlurmFacts(scripts=(Script("Prolog", ("p",), Actions(unit_verbs=("restart",))),))
+OWN_PROLOG = SlurmFacts(scripts=(Script("Prolog", ("p",), Actions(daemon=True)),))
+DRA_HOST = DraMode("hostManaged", "/etc/nvidia-imex/imex_ctrl.sock", "plugin")
+DRA_DRIVER = DraMode("driverManaged", "/etc/nvidia-imex/imex_ctrl.sock", "plugin")
+RUN = RunFacts(4242, "/run/nvfabric", 11, True, "host")
+SLURM_RUN = RunFacts(4243, "/run/nvfabric-slurm", 12, True, "host", slurm=True)
 WANTS = "etc/systemd/system/multi-user.target.wants/nvidia-imex.service"
 
 
@@ -111,15 +119,18 @@ def test_slurm_prolog_that_restarts_imex_makes_slurm_the_owner(tray: Path) -> No
 
 def test_slurm_prolog_without_imex_is_not_evidence(tray: Path) -> None:
     add_slurm_prolog(tray, "#!/bin/bash\necho hello\n")
-    assert host.gather_evidence(str(tray)).slurm == ()
+    slurm = host.gather_evidence(str(tray)).slurm
+    assert (slurm.conf, slurm.scripts) == ("/etc/slurm/slurm.conf", ())
 
 
-def test_slurm_switch_plugin_makes_slurm_the_owner(tray: Path) -> None:
+def test_slurm_switch_plugin_owns_the_channels_not_the_daemon(tray: Path) -> None:
     conf = tray / "etc/slurm/slurm.conf"
     conf.parent.mkdir(parents=True)
     conf.write_text("switchtype=switch/nvidia_imex\n")
-    assert host.gather_evidence(str(tray)).slurm == (
-        "/etc/slurm/slurm.conf: switchtype=switch/nvidia_imex",)
+    assert host.gather_evidence(str(tray)).slurm.switch == (
+        "/etc/slurm/slurm.conf:1: switchtype=switch/nvidia_imex")
+    out, rc = run_json("imex", "owner", "--root", str(tray))
+    assert (out["owner"], out["channel_owner"], rc) == ("none", "slurm", 0)
 
 
 def test_requested_host_on_a_dra_node_is_a_conflict(tray: Path) -> None:
@@ -140,7 +151,27 @@ def test_requested_host_on_a_dra_node_is_a_conflict(tray: Path) -> None:
         (OwnerEvidence(dra=("d",)), None, True, "dra", None, False),
         (OwnerEvidence(dra=("d",), unit_enabled=("w",)), None, True, "dra", None, True),
         (OwnerEvidence(dra=("d",), unit_enabled=("w",)), "slurm", True, "slurm", None, True),
-        (OwnerEvidence(slurm=("s",), unit_enabled=("w",)), None, True, "slurm", None, False),
+        (OwnerEvidence(slurm=UNIT_PROLOG, unit_enabled=("w",)), None, True, "slurm", "unit",
+         False),
+        (OwnerEvidence(slurm=OWN_PROLOG, unit_enabled=("w",)), None, False, "slurm", "prolog",
+         True),
+        (OwnerEvidence(slurm=OWN_PROLOG, unit_enabled=("w",), unit_masked="m"), None, False,
+         "slurm", "prolog", False),
+        (OwnerEvidence(dra=("d",), dra_mode=DRA_HOST), None, True, "dra-host", "nvfabric",
+         False),
+        (OwnerEvidence(dra=("d",), dra_mode=DRA_HOST, unit_enabled=("w",)), None, True,
+         "dra-host", "unit", False),
+        (OwnerEvidence(dra=("d",), dra_mode=DRA_DRIVER), "dra-host", True, "dra-host",
+         "nvfabric", True),
+        (OwnerEvidence(dra=("d",)), "dra-host", True, "dra-host", "nvfabric", False),
+        (OwnerEvidence(run=RUN), None, False, "nvfabric", "nvfabric", False),
+        (OwnerEvidence(run=RUN), None, True, "nvfabric", "nvfabric", True),
+        (OwnerEvidence(run=RUN, dra=("d",)), None, False, "nvfabric", "nvfabric", True),
+        (OwnerEvidence(run=RUN, slurm=UNIT_PROLOG), None, False, "nvfabric", "nvfabric", True),
+        (OwnerEvidence(run=RUN, daemons=(11, 12)), None, False, "nvfabric", "nvfabric", True),
+        (OwnerEvidence(run=RUN, daemons=(11,)), None, False, "nvfabric", "nvfabric", False),
+        (OwnerEvidence(run=SLURM_RUN, slurm=OWN_PROLOG), None, False, "slurm", "prolog",
+         False),
         (OwnerEvidence(dra=("d",)), "none", True, "none", None, False),
         (OwnerEvidence(unit_enabled=("w",), unit_masked="m"), "host", True, "host", "nvfabric",
          False),
@@ -150,7 +181,8 @@ def test_owner_decision_table(evidence: OwnerEvidence, requested: str | None, fo
                               owner: str, runner: str | None, conflict: bool) -> None:
     d = decide(evidence, requested, for_run)
     assert (d.owner, d.runner, d.conflict is not None) == (owner, runner, conflict)
-    assert d.nvfabric_starts_imex == (runner == "nvfabric" and not conflict)
+    assert d.nvfabric_starts_imex == (runner == "nvfabric" and not conflict
+                                      and owner != "nvfabric")
 
 
 def test_unknown_owner_is_rejected() -> None:

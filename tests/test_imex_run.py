@@ -165,21 +165,45 @@ def test_dra_owner_with_host_unit_enabled_is_refused(tmp_path: Path) -> None:
     assert stat.S_ISREG(os.lstat(root / "dev/nvidia-caps-imex-channels/channel0").st_mode)
 
 
-def test_dra_owner_starts_nothing_and_reports_the_channel(tmp_path: Path) -> None:
+def test_dra_owner_starts_nothing_and_run_and_status_agree_no_host_channel_is_needed(
+        tmp_path: Path) -> None:
+    # The DRA driver creates a channel per claim: a tray without channel0 is no error for run
+    # (which used to log imex_channel_missing) nor for status.
     root = tray(tmp_path, channel0="file")
     (root / "var/lib/kubelet/plugins/compute-domain.nvidia.com").mkdir(parents=True)
     out, rc = run_json("run", "--root", str(root))
     assert (rc, out["result"], out["imex"]["owner"]) == (0, "not_started", "dra")
-    assert codes(out) == ["imex_channel_missing"]  # reported, not fixed: not nvfabric's to own
+    assert out["imex"]["channel_owner"] == "dra"
+    assert "imex_channel_missing" not in codes(out)
+    status, _ = run_json("status", "--root", str(root))
+    assert "imex_channel_missing" not in codes(status)
+    assert status["imex"]["channel_findings"] == []
     assert events(root, "imex") == []
+
+
+def test_host_unit_owner_without_channel0_is_an_error_for_run_and_status_alike(
+        tmp_path: Path) -> None:
+    root = tray(tmp_path, channel0="file")
+    wants = root / "etc/systemd/system/multi-user.target.wants"
+    wants.mkdir(parents=True)
+    os.symlink("/usr/lib/systemd/system/nvidia-imex.service", wants / "nvidia-imex.service")
+    out, rc = run_json("run", "--root", str(root))
+    assert (rc, out["result"], out["imex"]["runner"]) == (0, "not_started", "unit")
+    assert codes(out) == ["imex_channel_missing"]
+    status, _ = run_json("status", "--root", str(root))
+    assert "imex_channel_missing" in codes(status)
+    assert status["verdict"] in ("degraded", "unhealthy")
 
 
 def test_slurm_and_none_owners_start_nothing(tmp_path: Path) -> None:
     root = tray(tmp_path)
-    (root / "etc/slurm").mkdir(parents=True)
-    (root / "etc/slurm/slurm.conf").write_text("SwitchType=switch/nvidia_imex\n")
+    (root / "etc/slurm/prolog.d").mkdir(parents=True)
+    (root / "etc/slurm/slurm.conf").write_text("Prolog=/etc/slurm/prolog.d/*\n")
+    (root / "etc/slurm/prolog.d/50-imex.sh").write_text(
+        "#!/bin/sh\nnvidia-imex -c /etc/nvidia-imex/config.cfg\n")
     out, rc = run_json("run", "--root", str(root))
     assert (rc, out["result"], out["imex"]["owner"]) == (0, "not_started", "slurm")
+    assert out["imex"]["runner"] == "prolog"
     out, rc = run_json("run", "--root", str(root), "--imex-owner", "none")
     assert (rc, out["result"], out["imex"]["owner"]) == (0, "not_started", "none")
     assert events(root, "imex") == []

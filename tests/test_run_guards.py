@@ -45,7 +45,10 @@ def test_second_imex_run_with_another_state_dir_is_refused_before_any_start(
         assert second.wait() == 1
         result = second.result()
         assert result["result"] == "refused"
-        assert finding(result, "fabric_service_running")["service"] == "imex"
+        # the first run is seen as IMEX's owner (its pid and state dir), not only its daemon
+        conflict = finding(result, "imex_owner_conflict")
+        assert f"nvfabric run (pid {first.proc.pid}, state dir /run/nvfabric)" in \
+            conflict["message"]
         assert len(events(root, "imex", "exec")) == 1
         assert not (root / "run/other/imex").exists()
         first.signal(signal.SIGTERM)

@@ -173,6 +173,34 @@ def test_prolog_then_epilog_on_a_tray(tray: Path, scontrol: Path) -> None:
     assert drains(scontrol) == []
 
 
+def test_with_the_switch_plugin_the_prolog_makes_no_channel_and_imex_owner_names_both(
+        tray: Path, scontrol: Path) -> None:
+    # slurm.conf sets SwitchType=switch/nvidia_imex: slurmstepd makes each job's channel in
+    # its own namespace (and slurmd empties the host's directory), so the prolog creates none
+    (tray / "etc/slurm").mkdir(parents=True)
+    (tray / "etc/slurm/slurm.conf").write_text("SwitchType=switch/nvidia_imex\n")
+    (tray / "dev/nvidia-caps-imex-channels/channel0").unlink()
+    env = slurm_env(tray, scontrol)
+    done = script(PROLOG, env)
+    assert done.returncode == 0, done.stderr
+    assert "slurmstepd creates the job's own (switch/nvidia_imex)" in done.stdout
+    assert not (tray / "dev/nvidia-caps-imex-channels/channel0").exists()
+    out = json.loads(subprocess.run(
+        [str(NVFABRIC), "imex", "owner", "--root", str(tray), "--json"], capture_output=True,
+        text=True, timeout=120, check=False).stdout)
+    # the daemon: nvfabric run started by the prolog; the channels: the switch plugin
+    assert (out["owner"], out["runner"], out["channel_owner"]) == ("slurm", "prolog", "slurm")
+    assert out["run"]["state_dir"] == "/run/nvfabric-slurm" and out["run"]["slurm_prolog"]
+    assert script(EPILOG, env).returncode == 0
+    # NVFABRIC_IMEX_CHANNEL=0 names the channel whatever slurm.conf says; a bad value is refused
+    done = script(PROLOG, slurm_env(tray, scontrol, NVFABRIC_IMEX_CHANNEL="0"))
+    assert done.returncode == 0, done.stderr
+    assert (tray / "dev/nvidia-caps-imex-channels/channel0").exists()
+    assert script(EPILOG, env).returncode == 0
+    done = script(PROLOG, slurm_env(tray, scontrol, NVFABRIC_IMEX_CHANNEL="jobs"))
+    assert done.returncode == 1 and "NVFABRIC_IMEX_CHANNEL must be job, auto" in done.stderr
+
+
 def _zombie(pid: int) -> bool:
     try:
         return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z"

@@ -54,7 +54,11 @@ def test_unit_keys_the_live_behaviour_depends_on() -> None:
     assert v["ExecStart"] == ["/usr/bin/nvfabric run"]
     assert v["KillMode"] == ["mixed"] and v["Restart"] == ["on-failure"]
     assert set(" ".join(v["Conflicts"]).split()) == {
-        "nvidia-fabricmanager.service", "nvlsm.service", "nvidia-imex.service"}
+        "nvidia-fabricmanager.service", "nvlsm.service"}
+    # nvfabric defers to another IMEX owner and never stops it: the host unit is ordered
+    # before nvfabric, never in conflict with it
+    assert "nvidia-imex.service" not in " ".join(v["Conflicts"] + v["Before"])
+    assert "nvidia-imex.service" in " ".join(v["After"])
     assert "nvidia-persistenced.service" in v["After"] and \
         "nvidia-persistenced.service" in v["Wants"]
     assert v["StartLimitBurst"] and v["StartLimitIntervalSec"] and v["WatchdogSec"]

@@ -182,6 +182,22 @@ def test_runfile_node_gets_imex_with_only_nvidia_modprobe_forced_and_the_unit_of
     assert out["imex_unit"]["state"] == "disabled"
     assert is_enabled(root) == "disabled"
 
+    # A ParallelCluster-style Slurm prolog that restarts the unit per job (case I02): the unit
+    # is enabled again, not started, by the real systemctl (it skips IMEX when disabled).
+    prolog = root / "opt/slurm/etc/scripts/prolog.d/91_nvidia_imex_prolog.sh"
+    prolog.parent.mkdir(parents=True)
+    prolog.write_text("#!/usr/bin/env bash\nIMEX_SERVICE=nvidia-imex\n"
+                      "systemctl is-enabled ${IMEX_SERVICE} || exit 0\n"
+                      "systemctl restart ${IMEX_SERVICE}\n")
+    (root / "opt/slurm/etc/slurm.conf").write_text("Prolog=/opt/slurm/etc/scripts/prolog.d/*\n")
+    out, rc = run_json("install", "--from", str(tmp_path / "debs"), "--root", str(root),
+                       timeout=300)
+    assert rc == 0, out
+    assert (out["imex_unit"]["owner"], out["imex_unit"]["runner"],
+            out["imex_unit"]["action"]) == ("slurm", "unit", "enable")
+    assert is_enabled(root) == "enabled"
+    prolog.unlink()
+
     # The host owns IMEX: the unit is enabled (the cached .deb is installed again, unchanged).
     out, rc = run_json("install", "--from", str(tmp_path / "debs"), "--root", str(root),
                        "--imex-owner", "host", timeout=300)
@@ -189,7 +205,8 @@ def test_runfile_node_gets_imex_with_only_nvidia_modprobe_forced_and_the_unit_of
     assert out["imex_unit"]["action"] == "enable"
     assert is_enabled(root) == "enabled"
 
-    # The DRA driver's kubelet plugin state appears: detected owner dra, the unit goes off.
+    # The DRA driver's kubelet plugin state appears: detected owner dra, the unit is masked
+    # (the driver's documented fix: disable and mask, so no upgrade enables it again).
     plugin = root / "var/lib/kubelet/plugins/compute-domain.nvidia.com"
     plugin.mkdir(parents=True)
     (plugin / "checkpoint.json").write_text("{}")
@@ -197,7 +214,8 @@ def test_runfile_node_gets_imex_with_only_nvidia_modprobe_forced_and_the_unit_of
                        timeout=300)
     assert rc == 0, out
     assert (out["imex_unit"]["owner"], out["imex_unit"]["owner_source"]) == ("dra", "detected")
-    assert is_enabled(root) == "disabled"
+    assert out["imex_unit"]["action"] == "mask"
+    assert is_enabled(root) == "masked"
 
 
 def test_a_dependency_the_runfile_does_not_provide_refuses_and_installs_nothing(

@@ -192,3 +192,78 @@ def test_on_a_hgx_node_the_prolog_does_nothing(site: Site) -> None:
     assert not (root / STATE_DIR).exists()
     assert calls(root) == []
     site.slurm.idle()
+
+
+#: Slurm's IMEX channel plugin, where the distribution builds it (slurm-wlm's plugin directory).
+SWITCH_PLUGIN = "/usr/lib/*/slurm-wlm/switch_nvidia_imex.so"
+
+
+def slurm_version() -> tuple[int, int]:
+    done = subprocess.run(["slurmd", "-V"], capture_output=True, text=True, timeout=60,
+                          check=True)
+    major, minor = done.stdout.split()[1].split(".")[:2]  # "slurm-wlm 22.05.8"
+    return int(major), int(minor)
+
+
+def test_nvfabric_finds_the_slurm_conf_of_the_running_slurmd_and_its_prolog(
+        site: Site) -> None:
+    """The configuration as the real slurmd reads it: its SLURM_CONF (from its process
+    environment, where this test's Slurm got it), the Prolog= of that file (compared with what
+    the real parser, scontrol, reports), and the hand-off the wrapper makes to nvfabric's own
+    prolog (whose settings file the wrapper names) recognised as a prolog that runs the
+    daemon."""
+    from nvfabric.facts import procs
+    from nvfabric.facts import slurm as slurm_facts
+
+    (slurmd,) = [pid for name, proc in site.slurm.procs if name == "slurmd"
+                 for pid in (proc.pid,)]
+    named = slurm_facts.named_confs("/")
+    how = f"SLURM_CONF of slurmd (pid {slurmd})"
+    assert (str(site.slurm.conf), how) in named, named
+    assert any(p.pid == slurmd for p in procs.by_name("/", ("slurmd",)))
+    facts = slurm_facts.read_conf("/", str(site.slurm.conf), how)
+    shown = site.slurm.run("scontrol", "show", "config").stdout
+    prolog = next(line.split("=", 1)[1].strip() for line in shown.splitlines()
+                  if line.split("=", 1)[0].strip() == "Prolog")
+    (script,) = [s for s in facts.scripts if s.key == "Prolog"]
+    assert script.chain[0].endswith(f"Prolog={prolog}")  # the value slurmd itself has
+    assert script.chain[1] == prolog
+    assert script.chain[-1] == str(SCRIPTS / "nvfabric-imex-prolog")
+    assert script.nvfabric and facts.runner == "prolog"
+    assert facts.switch is None  # SwitchType=switch/none
+
+
+def test_the_switch_plugin_where_this_slurm_has_it(site: Site, tmp_path: Path) -> None:
+    """Debian 12's slurm-wlm (22.05) has no switch/nvidia_imex (it came with Slurm 24.05): then
+    only the configuration reading is tested (SwitchType read from slurm.conf, the channels
+    Slurm's, none made), and this test says so by asserting the version that decides it.
+    Where the plugin exists, a Slurm with SwitchType=switch/nvidia_imex must start and
+    scontrol must report it."""
+    import glob
+
+    plugins = glob.glob(SWITCH_PLUGIN)
+    if not plugins:
+        assert slurm_version() < (24, 5), "no switch_nvidia_imex.so on a Slurm that has it?"
+    else:
+        assert slurm_version() >= (24, 5)
+        text = site.slurm.conf.read_text().replace("SwitchType=switch/none",
+                                                   "SwitchType=switch/nvidia_imex")
+        site.slurm.conf.write_text(text)
+        try:
+            site.slurm.run("scontrol", "reconfigure")
+            shown = site.slurm.run("scontrol", "show", "config").stdout
+            assert "switch/nvidia_imex" in shown, shown
+        finally:
+            site.slurm.conf.write_text(text.replace("SwitchType=switch/nvidia_imex",
+                                                    "SwitchType=switch/none"))
+            site.slurm.run("scontrol", "reconfigure")
+    root = site.node_root("gb200-tray")
+    (root / "etc/slurm").mkdir(parents=True, exist_ok=True)
+    (root / "etc/slurm/slurm.conf").write_text(
+        site.slurm.conf.read_text().replace("SwitchType=switch/none",
+                                            "SwitchType=switch/nvidia_imex"))
+    done = subprocess.run([str(dist_binary()), "imex", "owner", "--root", str(root), "--json"],
+                          capture_output=True, text=True, timeout=120, check=False)
+    out = json.loads(done.stdout)
+    assert out["channel_owner"] == "slurm", out
+    assert out["slurm_conf"]["path"] == "/etc/slurm/slurm.conf"

@@ -70,10 +70,13 @@ def prepare(facts: NodeFacts, p: Plan, opts: ImexRunOptions) -> Prepared:
     part = ImexPart(decision, imex.channels)
     if decision.conflict is not None:
         return Prepared("mnnvl", refusals=(decision.conflict,), imex=part)
+    # The channels the owner needs: the same answer status gives (channel0, unless Slurm's
+    # switch plugin or the DRA driver make them per job or claim).
+    required = decision.required_channels if decision.owner != "none" else ()
     if not decision.nvfabric_starts_imex:
-        return Prepared("mnnvl", warnings=channels.check(imex.channels), imex=part)
+        return Prepared("mnnvl", warnings=channels.check(imex.channels, required), imex=part)
     refusals = list(service_running(facts.running, ("imex",)))
-    create = channels.needs_create(imex.channels, 0)
+    create = 0 in required and channels.needs_create(imex.channels, 0)
     warnings: list[Finding] = []
     if create and imex.channel_escape is not None:  # before anything is written
         raise usage_error(imex.channel_escape, "a link on the channel's path under --root (the "
@@ -83,7 +86,7 @@ def prepare(facts: NodeFacts, p: Plan, opts: ImexRunOptions) -> Prepared:
     if imex.channels.major is None:
         refusals += channels.check(imex.channels)
     else:
-        warnings += [f for f in channels.check(imex.channels)
+        warnings += [f for f in channels.check(imex.channels, required)
                      if f.code != "imex_channel_missing" or not create]
     shipped_path = opts.resolve(opts.paths.shipped_config)
     if imex.shipped_problem is not None:
@@ -97,7 +100,7 @@ def prepare(facts: NodeFacts, p: Plan, opts: ImexRunOptions) -> Prepared:
     peers, more, note = _checked_node_list(imex, opts, p.driver_version)
     refusals += more + _binaries(imex, opts, p.driver_version)
     notes += note
-    spec, files, bad = _daemon(imex, opts, peers)
+    spec, files, bad = _daemon(imex, opts, peers, decision.socket)
     refusals += bad
     notes.append(f"effective IMEX config: {files[1].path} (from {shipped_path}, which is not "
                  "edited)")
@@ -142,17 +145,20 @@ def _binaries(imex: ImexFacts, opts: ImexRunOptions, driver_version: str | None
     return out
 
 
-def _daemon(imex: ImexFacts, opts: ImexRunOptions, peers: tuple[nodes.Peer, ...]
+def _daemon(imex: ImexFacts, opts: ImexRunOptions, peers: tuple[nodes.Peer, ...],
+            socket: str | None = None
             ) -> tuple[ServiceSpec | None, tuple[PlannedFile, PlannedFile], list[Finding]]:
     """The nvidia-imex spec, the two files it reads (node list, effective config) and their
-    refusals."""
+    refusals. ``socket``: the command socket the DRA driver's host-managed mode queries
+    (host path), served by the daemon (IMEX_CMD_UNIX_DOMAIN_PATH)."""
     state = opts.resolve(opts.state_dir)
     cfg_path = os.path.join(state, EFFECTIVE_CFG)
     nodes_path = os.path.join(state, EFFECTIVE_NODES)
     refusals = []
     try:
         text = config.effective(imex.shipped, config.run_overrides(
-            keyvalue.parse(imex.shipped or config.MINIMAL_CONFIG), nodes_path))
+            keyvalue.parse(imex.shipped or config.MINIMAL_CONFIG), nodes_path,
+            opts.resolve(socket) if socket else None))
     except ConfigValueError as err:
         refusals.append(Finding(
             "config_invalid_value", "error", f"IMEX config: {err}",

@@ -1,5 +1,7 @@
 """``nvfabric domain check REPORT...``: the fleet check over many nodes' ``nvfabric status
---json`` reports (collected any way: pdsh, a Slurm job, a Kubernetes Job).
+--json`` reports (collected any way: pdsh, a Slurm job, a Kubernetes Job); ``nvfabric domain
+topology --format slurm REPORT...``: Slurm's topology.conf (topology/block) from the same
+reports, one block per NVLink domain.
 
 A REPORT is a file holding one JSON object or JSON Lines (one report per line), a directory
 (its ``*.json`` files), or ``-`` (stdin, JSON Lines or one object).
@@ -17,9 +19,11 @@ import click
 
 from nvfabric import strict
 from nvfabric.cli.render import console, guarded, json_option, print_findings, print_json, safe
+from nvfabric.effects.atomic import write_atomic
 from nvfabric.model.errors import usage_error
 from nvfabric.rules.imex import domain as fleet
 from nvfabric.rules.imex import nodes
+from nvfabric.rules.imex import topology as slurm_topology
 from nvfabric.rules.imex.tables import DOMAIN_SIZE_NVL72
 
 
@@ -203,4 +207,52 @@ def check(reports: tuple[str, ...], domain_size: int, node_lists: tuple[str, ...
                       f"CliqueId {safe(clique)}", emoji=False)
         print_findings(con, list(result.all_findings()), "findings")
     if not result.ok:
+        sys.exit(1)
+
+
+@domain.command("topology")
+@click.argument("reports", nargs=-1, required=True, metavar="REPORT...")
+@click.option("--format", "fmt", type=click.Choice(["slurm"]), default="slurm",
+              show_default=True, help="slurm: topology.conf of the topology/block plugin.")
+@click.option("--block-sizes", default=None, metavar="N[,N...]",
+              help="BlockSizes (base, then each a power of two times the one before); "
+                   "default: inferred from the blocks (smallest block, doubled while the "
+                   "blocks allow).")
+@click.option("--output", default=None, metavar="FILE",
+              help="Write topology.conf there (atomically) instead of to stdout.")
+@json_option
+@guarded
+def topology(reports: tuple[str, ...], fmt: str, block_sizes: str | None, output: str | None,
+             as_json: bool) -> None:
+    """Slurm's topology.conf for topology/block from nvfabric status reports: one block per
+    NVLink domain (ClusterUUID + CliqueId), its nodes as a hostlist, and BlockSizes; nodes
+    whose fabric is not registered are left out with a warning. Exit 1 when no block is left."""
+    sizes = None
+    if block_sizes is not None:
+        try:
+            sizes = [int(v) for v in block_sizes.split(",")]
+        except ValueError:
+            raise usage_error(f"--block-sizes {block_sizes!r}: not a comma list of numbers",
+                              "e.g. --block-sizes 18 or 16,32") from None
+    try:
+        result = slurm_topology.slurm_blocks(read_reports(reports), sizes)
+    except ValueError as err:
+        raise usage_error(f"--block-sizes {block_sizes}: {err}", "e.g. 18, or 16,32") from None
+    text = result.slurm_conf()
+    if output is not None and result.blocks:
+        try:
+            write_atomic(os.path.abspath(output), text, mode=0o644)
+        except OSError as err:
+            raise usage_error(f"cannot write {output}: {err.strerror or err}",
+                              "give a writable path") from None
+    if as_json:
+        print_json({**result.to_json(), "output": output})
+    else:
+        if output is None:
+            sys.stdout.write(text)
+        else:
+            console().print(f"wrote {safe(output)}: {len(result.blocks)} block(s)")
+        print_findings(console(stderr=True) if output is None else console(),
+                       list(result.findings), "findings")
+    if not result.blocks:
         sys.exit(1)

@@ -1,6 +1,7 @@
 """``nvfabric imex owner|channel|config|domain``: IMEX on GB200/GB300 compute trays.
 
-- ``owner``: who runs IMEX here (host, dra, slurm, none) and the evidence; exit 1 on a conflict.
+- ``owner``: who runs IMEX here (host, dra, dra-host, slurm, nvfabric, none), who creates its
+  channels, and the evidence; exit 1 on a conflict.
 - ``channel``: the IMEX channel device and nodes; ``--create N`` makes channelN (mode 0666).
 - ``config``: patch config.cfg and write nodes_config.cfg from ``--peers FILE``,
   ``--peers-slurm HOSTLIST`` or ``--peer ADDR``; refuses a node list without this host.
@@ -66,8 +67,8 @@ owner_option = click.option(
 @json_option
 @guarded
 def owner_cmd(root: str, imex_owner: str | None, as_json: bool) -> None:
-    """Who runs IMEX here (DRA driver, Slurm, the host unit, nobody), with the evidence;
-    exit 1 when two owners claim the node."""
+    """Who runs IMEX here (a live nvfabric run, the DRA driver, Slurm, the host unit, nobody)
+    and who creates its channels, with the evidence; exit 1 when two owners claim the node."""
     require_root(root)
     decision = owner.decide(imex_facts.gather_evidence(root), imex_owner)
     findings = [decision.conflict] if decision.conflict else []
@@ -76,7 +77,14 @@ def owner_cmd(root: str, imex_owner: str | None, as_json: bool) -> None:
     else:
         con = console()
         runner = f" (run by {decision.runner})" if decision.runner else ""
-        con.print(f"[bold]IMEX owner[/bold] {decision.owner}{runner}, {decision.source}")
+        con.print(f"[bold]IMEX owner[/bold] {decision.owner}{runner}, {decision.source}; "
+                  f"channels: {decision.channels}")
+        if decision.run is not None:
+            con.print(f"  nvfabric run pid {decision.run.pid}, state dir "
+                      f"{safe(decision.run.state_dir)}", emoji=False)
+        if decision.slurm_conf is not None:
+            con.print(f"  slurm.conf {safe(decision.slurm_conf[0])} "
+                      f"({safe(decision.slurm_conf[1])})", emoji=False)
         for r in decision.reasons:
             con.print(f"  - {safe(r)}", emoji=False)
         if decision.evidence:

@@ -37,9 +37,11 @@ from nvfabric.model.words import plural
               help="Install, with no network, what `fetch --dest DIR` cached in DIR: .debs "
               "with dpkg -i (only runfile-provided dependencies forced), redist archives "
               "under --prefix.")
-@click.option("--imex-owner", type=click.Choice(["host", "dra", "slurm", "none"]), default=None,
+@click.option("--imex-owner", type=click.Choice(["host", "dra", "dra-host", "slurm", "none"]),
+              default=None,
               help="Who runs IMEX (default: detected); decides whether nvidia-imex.service "
-              "is enabled (host) or left disabled (dra, slurm, none).")
+              "is enabled (host, dra-host, a Slurm prolog that drives the unit), masked (dra, "
+              "a Slurm prolog that runs the daemon itself) or disabled (none).")
 @guarded
 def install(
     root: str, driver_version: str | None, arch: str | None, source: str,

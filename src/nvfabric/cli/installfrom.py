@@ -48,7 +48,7 @@ def install_from(
     live = imex_host.systemd_running(root)
     if any(c.artifact.component == "imex" for c in debs):
         ownership = decide(imex_host.gather_evidence(root), imex_owner)
-        if ownership.conflict is not None and unit_policy(ownership.owner).action == "enable":
+        if ownership.conflict is not None and unit_policy(ownership).action == "enable":
             # Enabling the host unit beside the DRA driver's daemons: refused before dpkg runs.
             raise NvfabricError(ownership.conflict, exit_code=1)
     if prepared is not None:
@@ -153,7 +153,7 @@ def _imex_unit(root: str, ownership: Any, prepared: Any, added: list[str], live:
     from nvfabric.rules.imex.owner import unit_policy
     from nvfabric.rules.imex.tables import HOST_UNIT, IMEX_BINARY
 
-    policy = unit_policy(ownership.owner)
+    policy = unit_policy(ownership)
     try:
         argv = imex_host.unit_argv(root, policy.action, policy.now, live)
     except ValueError as err:
@@ -162,13 +162,14 @@ def _imex_unit(root: str, ownership: Any, prepared: Any, added: list[str], live:
     unit: dict[str, Any] = {
         "unit": HOST_UNIT, "owner": ownership.owner, "owner_source": ownership.source,
         "action": policy.action, "live": live, "argv": argv, "reason": policy.reason,
-        "owner_reasons": list(ownership.reasons), "binary": IMEX_BINARY,
+        "runner": ownership.runner, "owner_reasons": list(ownership.reasons),
+        "binary": IMEX_BINARY,
     }
     present = dry_run or imex_host.unit_file(root) is not None
     if not present:
         unit["state"] = "not installed"
         unit["argv"] = None
-        unit["reason"] = f"the package ships no {HOST_UNIT}: nothing to enable or disable"
+        unit["reason"] = f"the package ships no {HOST_UNIT}: nothing to enable, disable or mask"
     elif not dry_run:
         rc, text = _systemctl(argv)
         if rc != 0 and prepared is not None:

@@ -161,8 +161,10 @@ def _emit(result: str, code: int, findings: list[Finding], *, p: Plan, o: RunOpt
 @click.option("--nvlsm-pid-file", default=nvlsm.PID_FILE, show_default=True)
 @click.option("--fm-sm-socket", default=None,
               help=f"NVLSM's IPC socket [default: FM_SM_IPC_INTERFACE, else {nvlsm.SOCKET}]")
-@click.option("--imex-owner", type=click.Choice(["host", "dra", "slurm", "none"]), default=None,
-              help="GB200/GB300: who runs IMEX here [default: detected; nvfabric when none].")
+@click.option("--imex-owner", type=click.Choice(["host", "dra", "dra-host", "slurm", "none"]),
+              default=None,
+              help="GB200/GB300: who runs IMEX here [default: detected; nvfabric when none]; "
+              "dra-host: the DRA driver in imex.mode=hostManaged, served by nvfabric.")
 @click.option("--imex-bin", default="/usr/bin/nvidia-imex", show_default=True)
 @click.option("--imex-ctl", default="/usr/bin/nvidia-imex-ctl", show_default=True)
 @click.option("--imex-config", default="/etc/nvidia-imex/config.cfg", show_default=True,

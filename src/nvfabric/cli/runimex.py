@@ -66,9 +66,10 @@ def _imex_not_ours(o: RunOptions, p: Plan, prepared: Prepared) -> NoReturn:
     assert prepared.imex is not None
     log = Log()
     d = prepared.imex.ownership
-    runner = {"unit": "the nvidia-imex.service unit"}.get(d.runner or "", d.owner)
+    runner = {"unit": "the nvidia-imex.service unit", "prolog": "the Slurm prolog",
+              "nvfabric": "another nvfabric run"}.get(d.runner or "", d.runner)
     log.say(f"fabric mnnvl: IMEX is owned by {d.owner}"
-            + (f" (run by {runner})" if d.owner == "host" else "")
+            + (f" (run by {runner})" if runner else "")
             + "; nvfabric starts nothing")
     for r in d.reasons:
         log.say(f"  {r}")
@@ -94,9 +95,10 @@ def _supervise_imex(o: RunOptions, opts: ImexRunOptions, prepared: Prepared, p: 
     from nvfabric.rules.diagnose import Classifier
 
     assert prepared.imex is not None
+    ownership = prepared.imex.ownership
     log = Log()
-    log.say("fabric mnnvl: IMEX owner host, nvfabric starts and supervises nvidia-imex ("
-            + "; ".join(prepared.imex.ownership.reasons) + ")")
+    log.say(f"fabric mnnvl: IMEX owner {ownership.owner}, nvfabric starts and supervises "
+            "nvidia-imex (" + "; ".join(ownership.reasons) + ")")
     for note in prepared.notes:
         log.say(note)
     for f in prepared.warnings:
@@ -109,13 +111,17 @@ def _supervise_imex(o: RunOptions, opts: ImexRunOptions, prepared: Prepared, p: 
     if failed:
         emit("refused", 1, failed, title="refused: nothing was started")
     info: dict[str, Any] = {"fabric": "mnnvl", "driver_version": p.driver_version,
-                            "imex_owner": "host", "node_list_id": imex_json(prepared)[
+                            "imex_owner": ownership.owner, "node_list_id": imex_json(prepared)[
                                 "node_list_id"]}
+    # dra-host: READY over the command socket the DRA driver's kubelet plugin asks.
+    socket = opts.resolve(ownership.socket) if ownership.socket else None
+    # The pid file (<state dir>/imex.pid) and the ready file tell `imex owner` and `status`
+    # that this run owns IMEX (owner nvfabric, its pid and state dir).
     sup = Supervisor(
         prepared.processes, o.policy(), log=log, classifier=lambda name: Classifier("mnnvl"),
         probe=readiness_probe(opts.resolve(opts.paths.ctl), prepared.files[1].path,
-                              opts.ctl_timeout_s),
-        ready_file=opts.ready_file, ready_info=info)
+                              opts.ctl_timeout_s, socket),
+        ready_file=opts.ready_file, ready_info=info, pid_dir=opts.resolve(opts.state_dir))
     attach(lambda: of_supervisor(sup), imex=(opts.resolve(opts.paths.ctl), prepared.files[1].path),
            phase=lambda: sup.unit.phase)
     outcome = sup.run()

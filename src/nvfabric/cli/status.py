@@ -31,7 +31,9 @@ from nvfabric.model.errors import usage_error
 from nvfabric.model.vocab import FABRIC_KINDS, FabricKind
 
 if TYPE_CHECKING:  # the health modules are imported lazily, inside the functions
+    from nvfabric.model.findings import Finding
     from nvfabric.model.health import FabricHealth
+    from nvfabric.rules.imex.owner import Ownership
     from nvfabric.rules.verdict import ServiceState, Verdict
 
 OK_VERDICTS = ("healthy", "not_applicable")
@@ -148,6 +150,7 @@ def evaluate(
         pci_gpu_count=node.pci_gpu_count, grace_s=grace, fabric_mode=node.fabric_mode,
         reader_findings=health.findings, imex_owner=node.imex_owner,
         unread_columns=health.unread,
+        imex_findings=node.imex_findings,
     ))
     if source == "inferred":
         result = type(result)(result.verdict, result.findings, (
@@ -156,7 +159,7 @@ def evaluate(
             *result.reasons,
         ))
     return Report(result, health, fabric, source, node.services,
-                  node_identity(root, fabric) if capture is None or root_given else ())
+                  node_identity(root, fabric, node.imex) if capture is None or root_given else ())
 
 
 
@@ -184,13 +187,19 @@ def _refuse_unread(capture: str | None, health: FabricHealth, fabric: FabricKind
 class _Node:
     """What :func:`evaluate` reads of the node under ``root``: its plan's fabric kind (None:
     the node is not consulted), and for a live verdict (else None) the GPUs on PCI, the
-    services' liveness, FABRIC_MODE and the IMEX owner."""
+    services' liveness, FABRIC_MODE and, on an mnnvl tray, the IMEX decision and what is wrong
+    with it (two owners, a channel the owner needs that is missing)."""
 
     fabric: FabricKind | None
     pci_gpu_count: int | None = None
     services: tuple[ServiceState, ...] | None = None
     fabric_mode: int | None = None
-    imex_owner: str | None = None
+    imex: Ownership | None = None
+    imex_findings: tuple[Finding, ...] = ()
+
+    @property
+    def imex_owner(self) -> str | None:
+        return self.imex.owner if self.imex is not None else None
 
 
 def _read_node(root: str, fabric_option: FabricKind | None, live: bool) -> _Node:
@@ -207,19 +216,27 @@ def _read_node(root: str, fabric_option: FabricKind | None, live: bool) -> _Node
     kind = fabric_option or p.fabric
     services = svc.read(root, SERVICES_BY_FABRIC.get(kind, p.services))
     mode = svc.fabric_mode(root)
-    imex_owner = None
-    if kind == "mnnvl":
-        from nvfabric.facts import imexhost as host
-        from nvfabric.rules.imex import owner
+    if kind != "mnnvl":
+        return _Node(p.fabric, p.gpu_count, services, mode)
+    from nvfabric.facts import imex as imex_facts
+    from nvfabric.rules.imex import channels, owner
 
-        imex_owner = owner.decide(host.gather_evidence(root)).owner
-    return _Node(p.fabric, p.gpu_count, services, mode, imex_owner)
+    # Who owns IMEX now (a live nvfabric run included) and the channels that owner needs:
+    # the same rule as run's check (Ownership.required_channels).
+    decision = owner.decide(imex_facts.gather_evidence(root))
+    needed = decision.required_channels if decision.owner != "none" else ()
+    found = channels.check(imex_facts.read_channels(root), needed) if needed else ()
+    problems = ((decision.conflict,) if decision.conflict else ()) + tuple(
+        f for f in found if f.code == "imex_channel_missing")
+    return _Node(p.fabric, p.gpu_count, services, mode, decision, problems)
 
 
-def node_identity(root: str, fabric: FabricKind | None) -> tuple[tuple[str, Any], ...]:
+def node_identity(root: str, fabric: FabricKind | None,
+                  decision: Ownership | None = None) -> tuple[tuple[str, Any], ...]:
     """What ``nvfabric domain check`` needs to place this report in a node list: the host
     name, and on mnnvl trays the node's addresses and its IMEX section (owner, node list,
-    channels; :func:`nvfabric.facts.imex.section`)."""
+    channels; :func:`nvfabric.facts.imex.section`, with the IMEX ``decision`` already made
+    when given)."""
     from nvfabric.facts import imexhost as host
 
     names = host.local_names(root)
@@ -227,7 +244,8 @@ def node_identity(root: str, fabric: FabricKind | None) -> tuple[tuple[str, Any]
     if fabric == "mnnvl":
         from nvfabric.facts.imex import section
 
-        out += [("addresses", list(host.node_addresses(root))), ("imex", section(root))]
+        out += [("addresses", list(host.node_addresses(root))),
+                ("imex", section(root, decision=decision))]
     return tuple(out)
 
 
@@ -266,6 +284,14 @@ def print_report(report: Report) -> None:
         state = "running" if s.running else "not running"
         age = f", {s.age_s:.0f} s" if s.age_s is not None else ""
         con.print(f"service {safe(s.name)}: {state}{age} ({safe(s.detail)})")
+    imex = dict(report.node).get("imex")
+    if isinstance(imex, dict):
+        run = imex.get("run")
+        by = f" (run by {imex['runner']})" if imex.get("runner") else ""
+        ran = (f", nvfabric run pid {run['pid']}, state dir {run['state_dir']}"
+               if isinstance(run, dict) else "")
+        con.print(f"IMEX owner {safe(str(imex.get('owner')))}{safe(by)}{safe(ran)}; channels: "
+                  f"{safe(str(imex.get('channel_owner')))}", emoji=False)
     print_findings(con, list(report.verdict.findings), "findings")
     for r in report.verdict.reasons:
         con.print(f"  - {safe(r)}")

@@ -56,12 +56,12 @@ def systemd_running(root: str) -> bool:
 
 
 def unit_argv(root: str, action: str, now: bool, live: bool) -> list[str]:
-    """The systemctl argv that applies ``action`` (``enable`` | ``disable``) to
+    """The systemctl argv that applies ``action`` (``enable`` | ``disable`` | ``mask``) to
     :data:`HOST_UNIT`: ``systemctl --root ROOT ACTION UNIT`` for an image root (systemctl(1)
     ``--root``: edits the unit links of that tree, no manager involved), ``systemctl ACTION
-    [--now] UNIT`` on a live host. ValueError for another action or a root that is not a plain
-    absolute path."""
-    if action not in ("enable", "disable"):
+    [--now] UNIT`` on a live host (``mask --now`` also stops it: systemctl(1), "mask").
+    ValueError for another action or a root that is not a plain absolute path."""
+    if action not in ("enable", "disable", "mask"):
         raise ValueError(f"unknown unit action {action!r}")
     if live:
         return ["systemctl", action, *(["--now"] if now else []), HOST_UNIT]

@@ -1,7 +1,9 @@
 """IMEX facts of a node, read under a root directory (default ``/``); nothing here writes.
 
 Reads: the owner evidence (systemd wants/ links and masks of the host unit, the DRA driver's
-kubelet plugin state, slurm.conf and its prolog/epilog scripts), the channel nodes and
+kubelet plugin state and the IMEX mode its process runs with, slurm.conf and the scripts it
+runs (:mod:`nvfabric.facts.slurm`), a live nvfabric run's lock, ready and pid files, the
+nvidia-imex processes), the channel nodes and
 /proc/driver/nvidia/params, the IMEX config and node list files, the node's addresses and
 names, the host unit's file and enablement (``nvidia-imex-ctl`` answers:
 :func:`nvfabric.facts.imexctl.run_ctl`). The changes (channel nodes, config writes, unit
@@ -15,7 +17,6 @@ interfaces (psutil), its names from gethostname() and the resolver; a tree's fro
 
 from __future__ import annotations
 
-import glob
 import os
 import socket
 import stat
@@ -23,33 +24,40 @@ import subprocess
 from collections.abc import Iterable
 from typing import Any
 
+from nvfabric.effects.runlock import live_ready, run_lock_holder
+from nvfabric.facts import procs, services
+from nvfabric.facts import slurm as slurm_reader
 from nvfabric.facts.fs import listdir, read_bytes, read_text
 from nvfabric.facts.nvidia import driver_version, imex_major, loaded_modules
-from nvfabric.facts.paths import PathEscape, confined, host_view, is_live, under
+from nvfabric.facts.paths import PathEscape, confined, is_live, under
 from nvfabric.model import hostpath
 from nvfabric.model.errors import usage_error
 from nvfabric.model.words import plural
 from nvfabric.rules.imex import config, nodes, owner, report
+from nvfabric.rules.imex import slurm as slurm_rules
 from nvfabric.rules.imex.channels import ChannelFacts, DevNode, channel_path, parse_params
-from nvfabric.rules.imex.owner import OwnerEvidence
+from nvfabric.rules.imex.owner import DraMode, OwnerEvidence, RunFacts
 from nvfabric.rules.imex.tables import (
     CAPS_DIR,
     CHANNEL_DIR,
     CONFIG_PATH,
+    DRA_HOST_SOCKET,
+    DRA_KUBELET_PLUGIN,
     DRA_PLUGIN_DIRS,
     HOST_UNIT,
     NODES_CONFIG_PATH,
+    NVFABRIC_SLURM_DEFAULTS,
+    NVFABRIC_SLURM_STATE_DIR,
+    NVFABRIC_STATE_DIR,
     PARAMS_PATH,
-    SLURM_CONF_PATHS,
-    SLURM_PROLOG_MARKERS,
-    SLURM_SWITCH_IMEX,
     SYSTEMD_DIRS,
 )
 from nvfabric.strict import int_or_none
 
 __all__ = [
     "MAX_CONFIG_BYTES", "PathEscape", "RESOLVE_TIMEOUT_S", "UNIT_DIRS",
-    "channel_target", "confined", "gather_evidence", "local_addresses", "local_names",
+    "channel_target", "confined", "gather_evidence", "live_run", "local_addresses",
+    "local_names",
     "node_addresses", "node_list", "not_regular", "parse_fib_trie", "parse_hosts",
     "parse_if_inet6", "read_channels", "read_file", "resolve_names", "section",
     "shipped_problem", "stat_node", "unit_file", "unit_state",
@@ -60,12 +68,18 @@ __all__ = [
 
 
 def gather_evidence(root: str) -> OwnerEvidence:
-    """Owner evidence of the node under ``root`` (host paths in the lines)."""
+    """Owner evidence of the node under ``root`` (host paths in the lines): the DRA driver's
+    kubelet plugin state and IMEX mode, the host unit's links, Slurm
+    (:func:`nvfabric.facts.slurm.read`), a live nvfabric run and the nvidia-imex processes."""
+    slurm_facts = slurm_reader.read(root)
     return OwnerEvidence(
         dra=_dra_evidence(root),
         unit_enabled=_unit_wants(root),
         unit_masked=_unit_masked(root),
-        slurm=_slurm_evidence(root),
+        slurm=slurm_facts,
+        dra_mode=_dra_mode(root),
+        run=live_run(root),
+        daemons=services.pids(root, services.SERVICES["imex"].comm),
     )
 
 
@@ -83,6 +97,81 @@ def _dra_evidence(root: str) -> tuple[str, ...]:
             parts.append(plural(len(domains), "ComputeDomain"))
         out.append(f"kubelet plugin state {d}" + (f" ({', '.join(parts)})" if parts else ""))
     return tuple(out)
+
+
+def _dra_mode(root: str) -> DraMode | None:
+    """The IMEX mode the DRA driver's kubelet plugin runs with: its ``--imex-mode`` flag, else
+    its ``IMEX_MODE`` environment (default ``driverManaged``), and the host path of the socket
+    it queries (``--imex-host-socket-path`` / ``IMEX_HOST_SOCKET_PATH``, default
+    /etc/nvidia-imex/imex_ctrl.sock, under its ``--nvidia-driver-root`` / ``NVIDIA_DRIVER_ROOT``,
+    default /). Source: kubernetes-sigs/dra-driver-nvidia-gpu,
+    cmd/compute-domain-kubelet-plugin/main.go (the flags and their environment variables)."""
+    for p in procs.by_name(root, (DRA_KUBELET_PLUGIN[:15],)):
+        if not p.argv or os.path.basename(p.argv[0]) != DRA_KUBELET_PLUGIN:
+            continue
+        flags = _flags(p.argv[1:])
+        mode = flags.get("imex-mode") or p.env.get("IMEX_MODE") or "driverManaged"
+        socket_path = (flags.get("imex-host-socket-path") or p.env.get("IMEX_HOST_SOCKET_PATH")
+                       or DRA_HOST_SOCKET)
+        driver_root = (flags.get("nvidia-driver-root") or flags.get("host_driver-root")
+                       or p.env.get("NVIDIA_DRIVER_ROOT") or p.env.get("HOST_DRIVER_ROOT") or "/")
+        full = os.path.normpath(os.path.join(driver_root, socket_path.lstrip("/")))
+        if hostpath.problem(full) is not None:
+            full = DRA_HOST_SOCKET
+        where = f"{DRA_KUBELET_PLUGIN} (pid {p.pid}) runs with IMEX mode {mode}"
+        if mode == "hostManaged":
+            where += f", command socket {full}"
+        return DraMode(mode, full, where)
+    return None
+
+
+def _flags(args: tuple[str, ...] | list[str]) -> dict[str, str]:
+    """``--name=value`` and ``--name value`` flags of a command line (urfave/cli's forms)."""
+    out: dict[str, str] = {}
+    args = list(args)
+    for i, arg in enumerate(args):
+        if not arg.startswith("-"):
+            continue
+        name, sep, value = arg.lstrip("-").partition("=")
+        if sep:
+            out[name] = value
+        elif i + 1 < len(args) and not args[i + 1].startswith("-"):
+            out[name] = args[i + 1]
+    return out
+
+
+def live_run(root: str) -> RunFacts | None:
+    """A live ``nvfabric run`` supervising nvidia-imex under ``root``: the holder of the run
+    lock in nvfabric.service's state directory or in the one nvfabric's Slurm prolog uses
+    (its settings' ``NVFABRIC_STATE_DIR``), whose nvidia-imex runs (its pid file
+    ``imex.pid`` there, or the ready file's services). A run that holds the lock but runs no
+    nvidia-imex (it defers to another owner) is none."""
+    settings = slurm_rules.parse_settings(read_text(under(root, NVFABRIC_SLURM_DEFAULTS),
+                                                    limit=1 << 16) or "")
+    slurm_dir = settings.get("NVFABRIC_STATE_DIR") or NVFABRIC_SLURM_STATE_DIR
+    for state_dir, by_slurm in ((NVFABRIC_STATE_DIR, False), (slurm_dir, True)):
+        if hostpath.problem(state_dir) is not None:
+            continue
+        try:
+            full = under(root, state_dir)
+            holder = run_lock_holder(full)
+        except (OSError, PathEscape):
+            continue
+        if holder is None:
+            continue
+        info, _ = live_ready(full)
+        imex_pid = services.pid_from_file(root, f"{state_dir}/imex.pid")
+        running = (info or {}).get("services")
+        listed = [s.get("pid") for s in (running if isinstance(running, list) else [])
+                  if isinstance(s, dict) and s.get("service") == "imex"]
+        if imex_pid is None and listed and isinstance(listed[0], int):
+            imex_pid = listed[0]
+        if imex_pid is None:
+            continue
+        serves = (info or {}).get("imex_owner")
+        return RunFacts(holder, state_dir, imex_pid, info is not None,
+                        serves if isinstance(serves, str) else None, by_slurm)
+    return None
 
 
 def _unit_wants(root: str) -> tuple[str, ...]:
@@ -108,48 +197,6 @@ def _unit_masked(root: str) -> str | None:
         if target == "/dev/null":
             return f"{link} -> /dev/null"
     return None
-
-
-def _slurm_evidence(root: str) -> tuple[str, ...]:
-    out: list[str] = []
-    for conf in SLURM_CONF_PATHS:
-        text = read_text(under(root, conf), limit=1 << 20)
-        if text is None:
-            continue
-        for key, value in _slurm_items(text):
-            low = key.lower()
-            if low == "switchtype" and value.strip() == SLURM_SWITCH_IMEX:
-                out.append(f"{conf}: {key}={value.strip()}")
-            elif low in ("prolog", "epilog"):
-                for script in _scripts(root, value):
-                    body = read_text(under(root, script), limit=1 << 20) or ""
-                    marks = [m for m in SLURM_PROLOG_MARKERS if m in body]
-                    if marks:
-                        out.append(f"{conf}: {key}={value} -> {script} mentions {marks[0]}")
-    return tuple(out)
-
-
-def _slurm_items(text: str) -> list[tuple[str, str]]:
-    """``Key=Value`` pairs of slurm.conf (case-insensitive keys, ``#`` comments)."""
-    out = []
-    for line in text.splitlines():
-        line = line.split("#", 1)[0].strip()
-        key, sep, value = line.partition("=")
-        if sep and key.strip() and " " not in key.strip():
-            out.append((key.strip(), value.strip()))
-    return out
-
-
-def _scripts(root: str, value: str) -> list[str]:
-    """Host paths of a Prolog/Epilog value: comma-separated paths, each may be a glob."""
-    out = []
-    for item in value.split(","):
-        item = item.strip()
-        if hostpath.problem(item) is not None:
-            continue  # not an absolute, plain path (relative, NUL, control characters)
-        matches = sorted(glob.glob(under(root, item)))
-        out += [host_view(root, m) for m in matches if os.path.isfile(m)]
-    return out
 
 
 #: Seconds all resolver lookups of one node list check may take together.
@@ -418,10 +465,13 @@ def node_list(root: str, config_path: str = CONFIG_PATH) -> tuple[str, tuple[nod
     return path, nodes.parse_nodes_config(text) if text is not None else ()
 
 
-def section(root: str, config_path: str = CONFIG_PATH) -> dict[str, Any]:
+def section(root: str, config_path: str = CONFIG_PATH,
+            decision: owner.Ownership | None = None) -> dict[str, Any]:
     """The IMEX section of the node under ``root`` (:func:`nvfabric.rules.imex.report.section`
-    of what is read here: owner evidence, channels, node list)."""
-    decision = owner.decide(gather_evidence(root))
+    of what is read here: owner evidence (unless ``decision`` is given, made from it already),
+    channels, node list)."""
+    if decision is None:
+        decision = owner.decide(gather_evidence(root))
     facts = read_channels(root)
     try:
         listed: report.NodeList = node_list(root, config_path)

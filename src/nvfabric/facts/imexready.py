@@ -15,16 +15,20 @@ from nvfabric.model.health import GpuCheck
 from nvfabric.rules.imex.domain import plural
 
 
-def readiness_probe(ctl_binary: str, cfg_path: str,
-                    timeout_s: float) -> Callable[[], GpuCheck]:
+def readiness_probe(ctl_binary: str, cfg_path: str, timeout_s: float,
+                    socket: str | None = None) -> Callable[[], GpuCheck]:
     """The supervisor's readiness probe for IMEX: ``nvidia-imex-ctl -q`` under a hard timeout;
-    when not READY, ``-N -j`` names the peers it waits for. ``error`` says why it is not READY;
+    when not READY, ``-N -j`` names the peers it waits for. ``socket``: ask over that Unix
+    command socket instead (``-q --u=<socket>``, the DRA driver's host-managed mode: READY
+    there is what its kubelet plugin needs). ``error`` says why it is not READY;
     the supervisor logs it as ``IMEX not READY yet: <why>`` and gives ``imex_not_ready`` after
     the readiness timeout (the spec's :data:`nvfabric.bringup.imexd.IMEX_READY`)."""
 
     def probe() -> GpuCheck:
         try:
-            result = host.run_ctl(ctl.query_argv(ctl_binary, cfg_path), timeout_s)
+            argv = (ctl.socket_query_argv(ctl_binary, socket) if socket
+                    else ctl.query_argv(ctl_binary, cfg_path))
+            result = host.run_ctl(argv, timeout_s)
         except OSError as err:
             return GpuCheck(False, False, "not queried",
                             f"cannot run {ctl_binary}: {exec_error(ctl_binary, err)}")

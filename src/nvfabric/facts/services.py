@@ -191,17 +191,45 @@ def _scan(proc: str, names: tuple[str, ...]) -> tuple[int, float | None] | None:
 def _scan_host_for_root(root: str, names: tuple[str, ...]) -> tuple[int, float | None] | None:
     """A simulated root's daemon among this host's processes: ``comm`` matches and an argument
     of its command line is a path under the root (the fakes run ``<root>/usr/bin/...``)."""
+    found = host_pids_for_root(root, names, limit=1)
+    return (found[0], _age_from_stat("/proc", found[0])) if found else None
+
+
+def host_pids_for_root(root: str, names: tuple[str, ...], limit: int = 16) -> tuple[int, ...]:
+    """This host's processes (at most ``limit``) whose ``comm`` is one of ``names`` and whose
+    command line names a path under ``root``: a simulated root's daemons."""
     prefix = os.path.realpath(root).rstrip("/") + "/"
+    out: list[int] = []
     for entry in listdir("/proc"):
         if not is_uint(entry):
             continue
         if read_text(os.path.join("/proc", entry, "comm")) not in names:
             continue
         raw = read_text(os.path.join("/proc", entry, "cmdline"), limit=1 << 16) or ""
-        if any(arg.startswith(prefix) for arg in raw.split("\0")):
-            pid = to_int(entry)
-            return pid, _age_from_stat("/proc", pid)
-    return None
+        if any(arg.startswith(prefix) for arg in raw.split("\0")) and not zombie(root,
+                                                                                to_int(entry)):
+            out.append(to_int(entry))
+            if len(out) >= limit:
+                break
+    return tuple(sorted(out))
+
+
+def pids(root: str, names: tuple[str, ...]) -> tuple[int, ...]:
+    """Every live process named ``names`` (``comm``) of the node under ``root``: its process
+    table, or for a tree without one this host's processes running a binary under it."""
+    if _has_process_table(under(root, "/proc")):
+        proc = under(root, "/proc")
+        return tuple(sorted(to_int(e) for e in listdir(proc)
+                            if is_uint(e) and read_text(os.path.join(proc, e, "comm")) in names
+                            and not zombie(root, to_int(e))))
+    return host_pids_for_root(root, names)
+
+
+def pid_from_file(root: str, path: str) -> int | None:
+    """The live pid a pid file under ``root`` names (the root's process table, else this
+    host's for a tree), None when missing, malformed or gone."""
+    found = _from_pidfile(root, path, _has_process_table(under(root, "/proc")))
+    return found[0] if found else None
 
 
 def _listening_tcp(root: str, port: int) -> bool:

@@ -102,6 +102,7 @@ FindingCode = Literal[
     "domain_cluster_uuid_split",
     "domain_clique_split",
     "domain_gpus_not_attached",
+    "domain_node_left_out",
     "domain_not_nvlink_domain",
     "domain_report_missing",
     "domain_size_mismatch",

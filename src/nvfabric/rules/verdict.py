@@ -33,9 +33,12 @@ NVIDIA Fabric Manager User Guide, "GPU fabric registration" / "NVLink 5"):
   fabric state) -> ``fabric_info_not_supported`` (unhealthy): the driver gives no fabric info.
 - GPUs fine but fabric manager not running on an nvswitch/nvlink5 node -> ``fm_inactive``
   (degraded: fabric manager handles NVSwitch errors and GPU resets at run time). On mnnvl
-  trays the IMEX daemon counts only where the host owns IMEX (its unit, or ``nvfabric run``:
-  :mod:`nvfabric.rules.imex.owner`): not running there is ``imex_not_ready`` (degraded); where the
-  DRA driver or Slurm start it per job its absence is normal.
+  trays the IMEX daemon counts only where the host owns IMEX (its unit, or ``nvfabric run``,
+  also for the DRA driver's host-managed mode: :mod:`nvfabric.rules.imex.owner`): not running
+  there is ``imex_not_ready`` (degraded); where the DRA driver or Slurm start it per job its
+  absence is normal. Two owners of IMEX (``imex_owner_conflict``) or a missing channel the
+  owner needs (``imex_channel_missing``: channel0, unless Slurm's switch plugin or the DRA
+  driver make channels per job) is degraded: the same answer ``run`` logs.
 - A reader's finding (NVML missing) on a node whose plan needs no fabric is information.
 - A GPU on PCI that NVML does not list -> ``gpu_missing_from_driver`` (unhealthy).
 - A capture judged on what it has: a CSV without a column is refused only when the verdict of
@@ -133,6 +136,7 @@ class Inputs:
     reader_findings: tuple[Finding, ...] = ()
     imex_owner: str | None = None
     unread_columns: tuple[str, ...] = ()
+    imex_findings: tuple[Finding, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -249,6 +253,9 @@ def verdict(inp: Inputs) -> Verdict:
     health.consistency(acc, ok, fabric)
     if not registering:
         services.services_when_fine(inp, acc, fabric)
+    if fabric == "mnnvl":
+        for f in inp.imex_findings:
+            acc.add("degraded" if f.severity == "error" else None, f)
     return acc.result()
 
 

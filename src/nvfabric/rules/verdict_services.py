@@ -91,7 +91,7 @@ def imex_when_fine(inp: Inputs, acc: _Acc) -> None:
     if imex is None or imex.running:
         return
     owner = inp.imex_owner
-    if owner == "host":
+    if owner in ("host", "dra-host"):
         acc.add("degraded", Finding(
             "imex_not_ready", "warning",
             "the GPUs are registered but the host's IMEX daemon is not running: multi-node "

@@ -141,16 +141,23 @@ def validate(changes: Mapping[str, str]) -> None:
             raise ConfigValueError(key, f"{value!r} {problem}")
 
 
-def run_overrides(shipped: KeyValueFile, nodes_config_path: str) -> dict[str, str]:
+def run_overrides(shipped: KeyValueFile, nodes_config_path: str,
+                  socket: str | None = None) -> dict[str, str]:
     """What ``nvfabric run`` changes: foreground, stderr logging, the node list it checked,
-    and the command service on (a port when the shipped file sets neither port nor socket)."""
+    and the command service on (a port when the shipped file sets neither port nor socket).
+    ``socket``: the command socket to serve (IMEX_CMD_UNIX_DOMAIN_PATH), the one the DRA
+    driver's kubelet plugin queries in its host-managed mode (DRA driver prerequisites,
+    "Host-managed IMEX": IMEX_CMD_ENABLED=1, IMEX_CMD_UNIX_DOMAIN_PATH)."""
     changes = {
         **FOREGROUND,
         "IMEX_NODE_CONFIG_FILE": nodes_config_path,
         "IMEX_CMD_ENABLED": "1",
     }
+    if socket:
+        changes["IMEX_CMD_UNIX_DOMAIN_PATH"] = socket
     items = shipped.items()
-    if not items.get("IMEX_CMD_PORT") and not items.get("IMEX_CMD_UNIX_DOMAIN_PATH"):
+    if (not socket and not items.get("IMEX_CMD_PORT")
+            and not items.get("IMEX_CMD_UNIX_DOMAIN_PATH")):
         changes["IMEX_CMD_PORT"] = DEFAULT_CMD_PORT
     return changes
 

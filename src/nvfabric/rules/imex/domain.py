@@ -224,7 +224,7 @@ def check(nodes: Sequence[NodeReport], domain_size: int = DOMAIN_SIZE_NVL72,
     if domain_size < 1:
         raise ValueError("domain size must be at least 1")
     inputs = len(nodes)
-    nodes, repeated = _unique(nodes)
+    nodes, repeated = unique_reports(nodes)
     fleet = _duplicates(nodes, repeated)
     if node_lists:
         groups, stray = _groups_by_given_lists(nodes, node_lists)
@@ -324,7 +324,7 @@ def _groups_by_reports(nodes: Sequence[NodeReport]) -> list[Group]:
     return groups
 
 
-def _unique(nodes: Sequence[NodeReport]
+def unique_reports(nodes: Sequence[NodeReport]
             ) -> tuple[list[NodeReport], list[tuple[str, str]]]:
     """The reports with each node once: a report whose GPU UUIDs (all of them, at least one)
     are those of an earlier report is the same node again. Returns (unique reports,

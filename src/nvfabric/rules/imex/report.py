@@ -17,17 +17,24 @@ NodeList = tuple[str, tuple[nodes.Peer, ...]] | nodes.PeerError
 
 def section(decision: Ownership, facts: channels.ChannelFacts,
             listed: NodeList) -> dict[str, Any]:
-    """``{"owner", "owner_evidence", "node_list_path", "node_list", "node_list_id",
-    "channels", "channel_findings"}``; a malformed node list is reported in
-    ``node_list_error`` (the path, list and id then stay empty), never raised."""
+    """``{"owner", "runner", "channel_owner", "run", "owner_evidence", "owner_conflict",
+    "node_list_path", "node_list", "node_list_id", "channels", "channel_findings"}``: the
+    channel findings about the channels the owner needs
+    (:attr:`~nvfabric.rules.imex.owner.Ownership.required_channels`); a malformed node list is
+    reported in ``node_list_error`` (the path, list and id then stay empty), never raised."""
     out: dict[str, Any] = {
         "owner": decision.owner,
+        "runner": decision.runner,
+        "channel_owner": decision.channels,
+        "run": decision.run.to_json() if decision.run else None,
         "owner_evidence": list(decision.evidence),
+        "owner_conflict": decision.conflict.to_json() if decision.conflict else None,
         "node_list_path": None,
         "node_list": [],
         "node_list_id": None,
         "channels": facts.to_json(),
-        "channel_findings": [f.to_json() for f in channels.check(facts)],
+        "channel_findings": [f.to_json() for f in channels.check(
+            facts, decision.required_channels)],
     }
     if isinstance(listed, nodes.PeerError):
         out["node_list_error"] = str(listed)

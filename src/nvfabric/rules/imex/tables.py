@@ -31,22 +31,71 @@ DRA_HOST_UNIT_FIX = (
     "systemctl disable --now nvidia-imex.service && systemctl mask nvidia-imex.service"
 )
 
+#: The command socket the DRA driver's kubelet plugin queries in imex.mode=hostManaged
+#: (``nvidia-imex-ctl -q --u=<socket>`` at claim prepare; Helm value
+#: ``resources.computeDomains.imex.hostSocketPath``, plugin flag ``--imex-host-socket-path`` /
+#: ``IMEX_HOST_SOCKET_PATH``, relative to its driver root). Source: kubernetes-sigs/
+#: dra-driver-nvidia-gpu, cmd/compute-domain-kubelet-plugin/main.go
+#: (defaultIMEXHostSocketPath) and site/content/docs/prerequisites.md, "Host-managed IMEX".
+DRA_HOST_SOCKET = "/etc/nvidia-imex/imex_ctrl.sock"
+#: The kubelet plugin's program name and its kernel ``comm`` (15 characters).
+DRA_KUBELET_PLUGIN = "compute-domain-kubelet-plugin"
+
 #: State directories of NVIDIA's DRA driver kubelet plugin for ComputeDomains (one IMEX
 #: daemon per ComputeDomain, run by the driver). Source: NVIDIA/k8s-dra-driver-gpu,
 #: cmd/compute-domain-kubelet-plugin (``/var/lib/kubelet/plugins/compute-domain.nvidia.com``,
 #: its ``checkpoint.json`` and ``domains/<uid>``).
 DRA_PLUGIN_DIRS = ("/var/lib/kubelet/plugins/compute-domain.nvidia.com",)
 
-#: slurm.conf locations (Slurm packages for RHEL/SUSE and Debian/Ubuntu). Source: slurm.conf(5).
-SLURM_CONF_PATHS = ("/etc/slurm/slurm.conf", "/etc/slurm-llnl/slurm.conf")
+#: Where slurm.conf is when nothing names it (slurmd's ``-f``, ``SLURM_CONF`` in its
+#: environment or unit): the compiled-in default (``DEFAULT_SLURM_CONF``, ``$sysconfdir/
+#: slurm.conf``) of the common builds, in the order nvfabric tries them. Sources: slurm.conf(5)
+#: (the file location is set at build time); SchedMD slurm.spec (``--sysconfdir=/etc/slurm``);
+#: Debian slurm-wlm 22.05 (/etc/slurm) and before 20.11 (/etc/slurm-llnl); a source build's
+#: default prefix /usr/local (``/usr/local/etc``) or ``--sysconfdir=/usr/local/etc/slurm``;
+#: AWS ParallelCluster (``--prefix=/opt/slurm``: /opt/slurm/etc/slurm.conf, case I01).
+SLURM_CONF_PATHS = (
+    ("/etc/slurm/slurm.conf", "the RPM and Debian packages"),
+    ("/etc/slurm-llnl/slurm.conf", "Debian and Ubuntu packages before 20.11"),
+    ("/usr/local/etc/slurm.conf", "a source build with the default prefix"),
+    ("/usr/local/etc/slurm/slurm.conf", "a source build with --sysconfdir=/usr/local/etc/slurm"),
+    ("/opt/slurm/etc/slurm.conf", "AWS ParallelCluster (--prefix=/opt/slurm)"),
+)
 
-#: Slurm's own IMEX plugin (creates an IMEX channel per job). Source: Slurm 24.05 NEWS,
-#: "switch/nvidia_imex"; slurm.conf(5) SwitchType.
+#: Where a configless slurmd keeps the slurm.conf it pulled: ``/run/slurm/conf``, a link
+#: slurmd makes to ``<SlurmdSpoolDir>/conf-cache``, and that cache under the spool
+#: directories of the common builds (Slurm's default /var/spool/slurmd; Debian's
+#: /var/lib/slurm/slurmd; /var/spool/slurm/d of the SchedMD example). Source: SchedMD
+#: doc/html/configless_slurm.shtml, "Initial Testing".
+SLURM_CONFIGLESS_PATHS = (
+    "/run/slurm/conf/slurm.conf",
+    "/var/spool/slurmd/conf-cache/slurm.conf",
+    "/var/lib/slurm/slurmd/conf-cache/slurm.conf",
+    "/var/spool/slurm/d/conf-cache/slurm.conf",
+)
+
+#: slurmd's systemd unit and the environment files it reads (SchedMD etc/slurmd.service.in:
+#: ``EnvironmentFile=-/etc/sysconfig/slurmd``, ``-/etc/default/slurmd``; ``$SLURMD_OPTIONS``).
+SLURMD_UNIT = "slurmd.service"
+
+#: The settings file of nvfabric's Slurm prolog, and the state directories of the runs it and
+#: nvfabric.service start (packaging/slurm/nvfabric-imex-prolog, packaging/systemd).
+NVFABRIC_SLURM_DEFAULTS = "/etc/default/nvfabric-slurm"
+NVFABRIC_STATE_DIR = "/run/nvfabric"
+NVFABRIC_SLURM_STATE_DIR = "/run/nvfabric-slurm"
+
+#: Bounds of the prolog follower: scripts read in all, hand-offs deep, bytes of one script,
+#: matches of one glob.
+SLURM_MAX_SCRIPTS = 64
+SLURM_MAX_DEPTH = 8
+SLURM_MAX_SCRIPT_BYTES = 1 << 20
+SLURM_MAX_GLOB = 256
+
+#: Slurm's own IMEX channel plugin (slurmctld gives each job a channel, slurmstepd makes its
+#: device in the job's mount namespace, slurmd empties /dev/nvidia-caps-imex-channels at
+#: start). Sources: Slurm 24.05 NEWS; SchedMD src/plugins/switch/nvidia_imex (imex_device.c,
+#: switch_nvidia_imex.c); slurm.conf(5) SwitchType.
 SLURM_SWITCH_IMEX = "switch/nvidia_imex"
-
-#: Words in a Slurm prolog/epilog that mean it manages IMEX. Source: AWS ParallelCluster
-#: 91_nvidia_imex_prolog.sh (rewrites nodes_config.cfg, restarts nvidia-imex), docs/imex-slurm.md.
-SLURM_PROLOG_MARKERS = ("nvidia-imex", "nvfabric imex", "nodes_config.cfg")
 
 #: IMEX channel character device (its major in /proc/devices) and node directory.
 #: Source: NVIDIA IMEX guide, "IMEX Channels"; ../shared/corpus/proc/

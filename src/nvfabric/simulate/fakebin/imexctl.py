@@ -9,7 +9,7 @@ import json
 import os
 import time
 
-from .daemon import init_stamp, say
+from .daemon import init_stamp, say, short_path
 from .state import faults, load, node_root
 
 TYPE_CHECKING = False
@@ -87,6 +87,7 @@ def nvidia_imex_ctl(argv: list[str]) -> int:
     """Fake ``nvidia-imex-ctl``: ``-q`` prints READY when the local daemon runs and every node
     is connected; ``-N`` prints the node table and connection matrix
     (:func:`imex_domain_text`); ``-N -j`` the same as JSON (:func:`imex_domain_json`).
+    ``--u=PATH`` asks over the daemon's Unix command socket: fails when nobody listens there.
     Fault ``hang``: never answers."""
     root = node_root()
     if faults(root, "imex-ctl").get("hang"):
@@ -97,6 +98,10 @@ def nvidia_imex_ctl(argv: list[str]) -> int:
     status = state.get("status", "DOWN") if alive else "DOWN"
     if not alive:
         state = {"nodes": {}}
+    socket_path = next((a[4:] for a in argv if a.startswith("--u=")), None)
+    if socket_path is not None and not _reachable(socket_path):
+        say(f"[fake] failed to connect to the IMEX command socket {socket_path}")
+        return 1
     if "-q" in argv:
         lag = float(faults(root, "imex-ctl").get("ready_delay_s", 0))
         ready = status == "UP" and time.time() - float(state.get("since", 0)) >= lag
@@ -108,6 +113,23 @@ def nvidia_imex_ctl(argv: list[str]) -> int:
         return 0
     say("[fake] usage: nvidia-imex-ctl -q | -N [-j]")
     return 1
+
+
+def _reachable(path: str) -> bool:
+    """A daemon listens on the Unix command socket ``path`` (``--u=PATH``, the form the DRA
+    driver's kubelet plugin uses)."""
+    import socket
+
+    conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    conn.settimeout(2.0)
+    try:
+        with short_path(path) as name:
+            conn.connect(name)
+    except OSError:
+        return False
+    finally:
+        conn.close()
+    return True
 
 
 def _alive(pid: int) -> bool:

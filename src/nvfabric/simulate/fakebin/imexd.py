@@ -9,7 +9,7 @@ import os
 import sys
 import time
 
-from .daemon import Daemon, daemonize, init_stamp, options, read_cfg, say, stamp
+from .daemon import Daemon, daemonize, init_stamp, options, read_cfg, say, short_path, stamp
 from .state import driver_version, faults, load, node_root, record, save
 
 TYPE_CHECKING = False
@@ -66,15 +66,62 @@ def nvidia_imex(argv: list[str]) -> int:
     nodes = {str(i): {"status": "READY" if (i == me or peers_up) else "UNAVAILABLE",
                       "host": entry, "version": version} for i, entry in enumerate(entries)}
     status = "UP" if all(n["status"] == "READY" for n in nodes.values()) else "DEGRADED"
+    sock_path = _serve_commands(cfg, log, tid)
     save(root, "imex.json", {"pid": os.getpid(), "self": str(me), "status": status,
-                             "nodes": nodes, "since": time.time()})
+                             "nodes": nodes, "since": time.time(), "socket": sock_path})
     while d.wait(3600):
         pass
     save(root, "imex.json", {"pid": None, "status": "DOWN", "nodes": {}})
+    _remove(sock_path)
     if d.crash_due():
         return d.crash()
     d.shutdown_delay()
     return 0
+
+
+def _serve_commands(cfg: dict[str, str], log: Any, tid: int) -> str:
+    """The command service on the Unix socket IMEX_CMD_UNIX_DOMAIN_PATH (with
+    IMEX_CMD_ENABLED=1), its path ("" when none): bound (a stale file replaced), every
+    connection accepted and closed by a daemon thread, so that ``nvidia-imex-ctl --u=PATH``
+    reaches it as long as the daemon runs."""
+    import socket
+    import threading
+
+    path = cfg.get("IMEX_CMD_UNIX_DOMAIN_PATH", "") if cfg.get("IMEX_CMD_ENABLED", "1") == "1" \
+        else ""
+    if not path:
+        return ""
+
+    os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
+    try:
+        os.unlink(path)
+    except FileNotFoundError:
+        pass
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    with short_path(path) as name:
+        listener.bind(name)
+    listener.listen(16)
+
+    def serve() -> None:
+        while True:
+            try:
+                conn, _ = listener.accept()
+            except OSError:
+                return
+            conn.close()
+
+    threading.Thread(target=serve, daemon=True).start()
+    say(f"{stamp(tid)} IMEX command service listening on {path}", log)
+    return path
+
+
+def _remove(path: str) -> None:
+    """The command socket's file, removed as the daemon stops ("" : none)."""
+    if path:
+        try:
+            os.unlink(path)
+        except OSError:
+            pass
 
 
 def _open_log(log_name: str) -> Any:

@@ -1,0 +1,195 @@
+"""Slurm as a site installs it, read for IMEX ownership: slurm.conf, the prolog and epilog
+scripts it runs and what they do (:mod:`nvfabric.rules.imex.script`), as one value
+(:class:`SlurmFacts`). Pure: the texts come from :mod:`nvfabric.facts.slurm`, which finds the
+files and follows the hand-offs.
+
+slurm.conf (slurm.conf(5)): ``Key=Value`` lines, keys case-insensitive, ``#`` starts a
+comment, ``Include FILE`` pulls in another file (relative to slurm.conf's directory, globs
+allowed). ``Prolog``/``Epilog``: programs slurmd runs on the node, comma-separated, each a path
+or a glob ("/etc/slurm/prolog.d/*"); a relative name is next to slurm.conf (the form a
+configless cluster ships, "Configless Slurm", Limitations). ``SwitchType=switch/nvidia_imex``:
+Slurm's own IMEX channel plugin (Slurm 24.05 and later; SchedMD
+src/plugins/switch/nvidia_imex): slurmctld gives each job (from 25.11 optionally each segment)
+a channel and slurmstepd creates that channel's device in the job's own mount namespace; it
+writes no node list, starts no IMEX daemon and checks no health.
+
+nvfabric's own prolog (packaging/slurm/nvfabric-imex-prolog, told by its setting
+``NVFABRIC_IMEX_START``) does what its settings say: :func:`nvfabric_prolog_actions`.
+"""
+
+from __future__ import annotations
+
+import posixpath
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from nvfabric.rules.imex.script import Actions
+from nvfabric.rules.imex.tables import SLURM_SWITCH_IMEX
+
+_ASSIGN = re.compile(r"([A-Za-z_][A-Za-z0-9_]*)=(.*)", re.S)
+
+# -- slurm.conf -------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ConfLine:
+    """One ``Key=Value`` of slurm.conf: ``key`` as written, ``value`` stripped, 1-based
+    ``line``."""
+
+    key: str
+    value: str
+    line: int
+
+
+def parse_conf(text: str) -> tuple[tuple[ConfLine, ...], tuple[str, ...]]:
+    """(the ``Key=Value`` lines, the ``Include`` patterns) of slurm.conf text. A line with
+    several pairs (``NodeName=a CPUs=4``) yields its first key with the rest as value, which
+    is all the keys read here need (they stand alone on their line)."""
+    items: list[ConfLine] = []
+    includes: list[str] = []
+    for number, raw in enumerate(text.splitlines(), 1):
+        line = raw.split("#", 1)[0].strip()
+        if not line:
+            continue
+        head, _, rest = line.partition(" ")
+        if head.lower() == "include" and rest.strip():
+            includes.append(rest.strip())
+            continue
+        key, sep, value = line.partition("=")
+        key = key.strip()
+        if sep and key and " " not in key and "\t" not in key:
+            items.append(ConfLine(key, value.strip(), number))
+    return tuple(items), tuple(includes)
+
+
+def conf_value(items: tuple[ConfLine, ...], key: str) -> ConfLine | None:
+    """The last ``key`` line (Slurm takes the last setting of a key), case-insensitive."""
+    found = None
+    for item in items:
+        if item.key.lower() == key.lower():
+            found = item
+    return found
+
+
+def conf_values(items: tuple[ConfLine, ...], key: str) -> tuple[ConfLine, ...]:
+    """Every ``key`` line, case-insensitive (Prolog and Epilog may be given more than once)."""
+    return tuple(i for i in items if i.key.lower() == key.lower())
+
+
+def switch_is_imex(value: str) -> bool:
+    """``SwitchType`` names Slurm's IMEX channel plugin."""
+    return value.strip().strip('"').lower() == SLURM_SWITCH_IMEX
+
+
+def script_patterns(value: str, conf_dir: str) -> tuple[str, ...]:
+    """Host path patterns of a Prolog/Epilog value: comma-separated, quotes dropped, a relative
+    name joined to ``conf_dir`` (where slurm.conf lives)."""
+    out = []
+    for item in value.split(","):
+        item = item.strip().strip('"').strip("'")
+        if not item:
+            continue
+        out.append(item if item.startswith("/") else posixpath.join(conf_dir, item))
+    return tuple(out)
+
+
+def nvfabric_prolog_actions(settings: Mapping[str, str], where: str) -> Actions:
+    """What nvfabric's own Slurm prolog does under ``settings`` (its KEY=VALUE settings, the
+    environment first; packaging/slurm/nvfabric-imex-prolog): ``NVFABRIC_IMEX_START``
+    ``nvfabric`` (default) starts ``nvfabric run`` (the daemon run by the prolog), ``unit``
+    restarts nvidia-imex.service, ``none`` starts nothing; both write the job's node list;
+    ``NVFABRIC_IMEX_CHANNEL`` a number creates that channel, ``job`` none (the
+    switch/nvidia_imex plugin makes the job's own), ``auto`` (default) channel 0 unless that
+    plugin is configured (which then owns the channels either way)."""
+    mode = settings.get("NVFABRIC_IMEX_START") or "nvfabric"
+    channel = settings.get("NVFABRIC_IMEX_CHANNEL") or "auto"
+    line = f"{where}: nvfabric's Slurm prolog, NVFABRIC_IMEX_START={mode}"
+    return Actions(
+        unit_verbs=("restart", "stop") if mode == "unit" else (),
+        daemon=mode == "nvfabric",
+        node_list=mode in ("nvfabric", "unit"),
+        channels=channel != "job",
+        lines=(line + f", NVFABRIC_IMEX_CHANNEL={channel}",),
+    )
+
+
+def parse_settings(text: str) -> dict[str, str]:
+    """``KEY=VALUE`` lines of a settings file read as data (``#`` comments), as the nvfabric
+    prolog reads /etc/default/nvfabric-slurm."""
+    out: dict[str, str] = {}
+    for raw in text.splitlines():
+        line = raw.strip()
+        if not line or line.startswith("#"):
+            continue
+        found = _ASSIGN.fullmatch(line)
+        if found:
+            out[found.group(1)] = found.group(2).strip().strip('"').strip("'")
+    return out
+
+
+# -- the node's Slurm, as read ------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Script:
+    """A script Slurm runs on the node that manages IMEX. ``key``: ``Prolog`` or ``Epilog``;
+    ``chain``: how slurmd gets there, from the slurm.conf line through each hand-off (a link
+    shown ``path -> target``); ``nvfabric``: nvfabric's own prolog."""
+
+    key: str
+    chain: tuple[str, ...]
+    actions: Actions
+    nvfabric: bool = False
+
+    def line(self) -> str:
+        return f"{' => '.join(self.chain)}: {self.actions.summary()}"
+
+
+@dataclass(frozen=True)
+class SlurmFacts:
+    """Slurm on the node. ``conf``: the slurm.conf read (host path), None when none was
+    found; ``found_by``: how (``SLURM_CONF of slurmd (pid 812)``, ``compiled-in default of
+    ...``, ``configless cache``); ``switch``: the ``SwitchType=switch/nvidia_imex`` line
+    (``path:line: ...``) when set; ``scripts``: the prolog/epilog scripts that manage IMEX;
+    ``notes``: what was not followed (a link out of the root, a bound reached)."""
+
+    conf: str | None = None
+    found_by: str = ""
+    switch: str | None = None
+    scripts: tuple[Script, ...] = ()
+    notes: tuple[str, ...] = ()
+
+    @property
+    def daemon_scripts(self) -> tuple[Script, ...]:
+        """The scripts that start, drive or configure the daemon (not only channels)."""
+        return tuple(s for s in self.scripts
+                     if s.actions.drives_unit or s.actions.daemon or s.actions.node_list)
+
+    @property
+    def runner(self) -> str | None:
+        """Who runs the daemon for the Slurm prologs: ``unit`` when one drives
+        nvidia-imex.service (it must stay enabled), ``prolog`` when one runs the daemon
+        itself, None when they only write the node list or make channels."""
+        if any(s.actions.drives_unit for s in self.scripts):
+            return "unit"
+        if any(s.actions.daemon for s in self.scripts):
+            return "prolog"
+        return None
+
+    @property
+    def creates_channels(self) -> bool:
+        return any(s.actions.channels for s in self.scripts)
+
+    @property
+    def nvfabric_prolog(self) -> bool:
+        return any(s.nvfabric for s in self.scripts)
+
+    def lines(self) -> tuple[str, ...]:
+        out = []
+        if self.conf:
+            out.append(f"slurm.conf {self.conf} ({self.found_by})")
+        if self.switch:
+            out.append(f"{self.switch}: Slurm creates each job's IMEX channel")
+        out += [s.line() for s in self.scripts]
+        return tuple(out + list(self.notes))
