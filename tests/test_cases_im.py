@@ -31,21 +31,8 @@ from tests.test_fetch_mirror import deb_stanza
 I_CASES = load_cases("I")
 M_CASES = load_cases("M")
 
-#: Cases whose fix belongs to another branch (the IMEX owner rules, branch imex25): they run
-#: here and must fail until it lands (strict: an unexpected pass fails too). The lead removes
-#: an entry when its owner's rules are merged.
-PENDING_ELSEWHERE = {
-    "I01": "IMEX owner rules (slurm.conf under /opt/slurm/etc, a prolog that drives the host "
-           "unit: owner slurm, runner unit) land with branch imex25",
-    "I02": "IMEX owner rules (a prolog that drives nvidia-imex.service keeps it enabled: "
-           "imex_unit action enable) land with branch imex25",
-}
-
-
 def _params(cases: list[dict[str, Any]]) -> list[Any]:
-    return [pytest.param(c, id=c["_file"].removesuffix(".yaml"), marks=(
-        [pytest.mark.xfail(strict=True, reason=PENDING_ELSEWHERE[c["id"]])]
-        if c["id"] in PENDING_ELSEWHERE else [])) for c in cases]
+    return [pytest.param(c, id=c["_file"].removesuffix(".yaml")) for c in cases]
 
 
 @pytest.mark.parametrize("case", _params(I_CASES + M_CASES))
