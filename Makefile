@@ -4,8 +4,8 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test test-integration bench lint clean dist deb image talos-image fuzz sync-shared \
-	catalogues
+.PHONY: demo test test-integration bench lint clean dist dist-dir deb image talos-image fuzz \
+	sync-shared catalogues
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -162,6 +162,26 @@ dist/nvfabric: $(DIST_STAMP) $(DIST_SOURCES)
 	dist/nvfabric --version
 
 dist: dist/nvfabric
+
+# The directory build dist/nvfabric-dir/ (PyInstaller one-dir: the executable nvfabric beside
+# its _internal/ directory of libraries and data), from the same venv and entry as dist/nvfabric.
+# Nothing is unpacked at start (one process, no TMPDIR, nothing left behind by a SIGKILL): the
+# build the Debian package, the container image and the Talos extension carry (README
+# "Debian package and single-file binary"). The one-file binary stays for the one place a
+# single file is the point: copying nvfabric onto a host by hand.
+DIST_DIR := dist/nvfabric-dir
+dist-dir: $(DIST_DIR)/nvfabric
+
+$(DIST_DIR)/nvfabric: $(DIST_STAMP) $(DIST_SOURCES)
+	$(DIST_VENV)/bin/python -m pip install -q --no-deps --force-reinstall .
+	rm -rf build/pyinstaller-dir build/onedir
+	$(DIST_VENV)/bin/pyinstaller --log-level WARN --noconfirm --onedir --strip \
+	  --name nvfabric --distpath build/onedir --workpath build/pyinstaller-dir \
+	  --specpath build/pyinstaller-dir \
+	  --collect-submodules nvfabric --collect-data nvfabric --copy-metadata nvfabric \
+	  packaging/dist/nvfabric-entry.py
+	rm -rf $(DIST_DIR) && mkdir -p dist && mv build/onedir/nvfabric $(DIST_DIR)
+	$(DIST_DIR)/nvfabric --version
 
 # The Debian package dist/nvfabric_<version>_<arch>.deb: the binary as /usr/bin/nvfabric and
 # the unit as /lib/systemd/system/nvfabric.service (packaging/debian/build_deb.py: computed
