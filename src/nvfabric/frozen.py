@@ -6,10 +6,11 @@ Either is the whole CLI plus the fake daemons of simulated nodes. The directory 
 process: its bootloader sets ``LD_LIBRARY_PATH`` to ``_internal/`` (the caller's value saved as
 ``LD_LIBRARY_PATH_ORIG``), executes itself once more in place and runs Python in that same
 process, with nothing unpacked (PyInstaller manual, "Bundling to One Folder"; measured: one
-``execve`` of the same file, one pid). A one-file PyInstaller executable is two processes: the bootloader unpacks the bundled libraries into a private
-``_MEI*`` directory, sets ``LD_LIBRARY_PATH`` to it (the caller's value saved as
-``LD_LIBRARY_PATH_ORIG``) and runs the Python part as its child (PyInstaller manual, "The
-Bootstrap Process in Detail"). Before anything else :func:`main` therefore
+``execve`` of the same file, one pid). A one-file PyInstaller executable is two processes:
+the bootloader unpacks the bundled libraries into a private ``_MEI*`` directory, sets
+``LD_LIBRARY_PATH`` to it (the caller's value saved as ``LD_LIBRARY_PATH_ORIG``) and runs the
+Python part as its child (PyInstaller manual, "The Bootstrap Process in Detail"). Before
+anything else :func:`main` therefore
 
 - gives the processes nvfabric starts (fabric manager, NVLSM, nvidia-imex, ``mknod``,
   ``systemctl``, a GPU reset command) the caller's ``LD_LIBRARY_PATH``, not the bundle's, so a
