@@ -170,10 +170,14 @@ def alive(pid: int) -> bool:
     return stat.rsplit(")", 1)[1].split()[0] != "Z"
 
 
-def build_talos_image() -> str:
-    """``make talos-image`` (deploy/talos/Containerfile, FROM scratch) as ``TALOS_IMAGE``, on
-    the bookworm base (the glibc the single-file binary was built against on this machine);
-    no FABRIC_DIR: NVIDIA's archives cannot be downloaded here."""
-    require("podman", "buildah", "runc", "make")
-    _make("talos-image", TALOS_BASE=base_image(), TALOS_IMAGE=TALOS_IMAGE)
-    return TALOS_IMAGE
+def build_talos_image(arch: str, driver: str, mirror: Path, **variables: str) -> str:
+    """``make talos-image DRIVER_VERSION=driver ARCH=arch MIRROR=mirror`` (deploy/talos,
+    FROM scratch) as ``TALOS_IMAGE-<arch>``, its extension assembled under build/talos-<arch>/
+    of the checkout; ``variables`` are further make variables (TALOS_DIST, TALOS_GLIBC_ROOT
+    for an architecture this machine cannot build)."""
+    require("podman", "buildah", "make")
+    image = f"{TALOS_IMAGE}-{arch}"
+    _make("talos-image", DRIVER_VERSION=driver, ARCH=arch, MIRROR=str(mirror),
+          TALOS_IMAGE=image, TALOS_EXT=f"build/talos-{arch}/ext",
+          TALOS_ARTIFACTS=f"build/talos-{arch}/artifacts", **variables)
+    return image

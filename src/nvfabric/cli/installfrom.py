@@ -16,6 +16,7 @@ from nvfabric.cli.render import console, print_findings, print_json, safe
 from nvfabric.facts.fs import under
 from nvfabric.facts.inventory import collect
 from nvfabric.model.errors import NvfabricError, usage_error
+from nvfabric.model.words import plural
 
 
 def install_from(
@@ -66,7 +67,7 @@ def install_from(
     if con is not None and not dry_run:
         for item in installed:
             what = item.get("package") or item.get("component")
-            where = f" at its vendor paths ({len(item['files'])} files)" \
+            where = f" at its vendor paths ({plural(len(item['files']), 'file')})" \
                 if item.get("layout") == "vendor" else ""
             con.print(f"installed: {safe(what)} {safe(item['version'])}{where}", emoji=False)
     if ownership is not None:
