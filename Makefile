@@ -68,21 +68,38 @@ $(INTEGRATION_STAMP): $(STAMP)
 test-integration: pyc $(INTEGRATION_STAMP)
 	$(BIN)/pytest tests/integration
 
-# The container image (deploy/container/Containerfile): a wheelhouse of this checkout as the
-# build context, so the build installs offline. BASE: any glibc image with python3 >= 3.10
-# whose minor version is the one of $(PY) (the wheels of compiled dependencies follow it).
-# PODMAN and PODMAN_BUILD_FLAGS: how podman is run (the integration tests pass their private
-# storage and this sandbox's runtime settings).
+# The container image (deploy/container/Containerfile): the one-dir build (make dist-dir) onto
+# BASE, any glibc image of the distribution it was built on (Debian bookworm here); no Python in
+# the image. `make image` gives localhost/nvfabric:<version>, without the fabric: for
+# GB200/GB300 trays where NVIDIA's DRA driver runs IMEX, and for the run-time path of connected
+# clusters (deploy/kubernetes/components/fetch-at-start installs the node's driver's fabric into
+# a host cache before bring-up). `make image DRIVER_VERSION=570.148.08 [MIRROR=URL|DIR]` gives
+# localhost/nvfabric:<version>-<driver> with that driver's fabric services inside, fetched,
+# verified and laid out at their vendor paths by nvfabric (this host's architecture: fabric
+# manager, its libraries and NVLSM on x86_64; nvidia-imex on aarch64), as the GPU Operator
+# ships one driver image per driver version. PODMAN and PODMAN_BUILD_FLAGS: how podman is run
+# (the integration tests pass their private storage and this sandbox's runtime settings).
 VERSION := $(shell sed -n 's/^version = "\(.*\)"/\1/p' pyproject.toml)
-BASE ?= docker.io/library/python:3.11-slim-bookworm
-IMAGE ?= localhost/nvfabric:$(VERSION)
+BASE ?= docker.io/library/debian:bookworm-slim
+IMAGE ?= localhost/nvfabric:$(VERSION)$(if $(DRIVER_VERSION),-$(DRIVER_VERSION))
 PODMAN ?= podman
 PODMAN_BUILD_FLAGS ?=
-image: $(STAMP)
-	rm -rf build/image && mkdir -p build/image
-	$(BIN)/python -m pip wheel -q --wheel-dir build/image/wheels . pip
+HOST_ARCH := $(shell uname -m)
+IMAGE_FABRIC = $(if $(filter aarch64,$(HOST_ARCH)),mnnvl,nvlink5)
+image: $(STAMP) $(DIST_DIR)/nvfabric
+	rm -rf build/image && mkdir -p build/image/root/usr/lib build/image/root/usr/bin
+	cp -a $(DIST_DIR) build/image/root/usr/lib/nvfabric
+	ln -s ../lib/nvfabric/nvfabric build/image/root/usr/bin/nvfabric
+	if [ -n "$(DRIVER_VERSION)" ]; then \
+	  $(BIN)/nvfabric fetch --driver-version $(DRIVER_VERSION) --arch $(HOST_ARCH) \
+	    --fabric $(IMAGE_FABRIC) $(if $(MIRROR),--mirror $(MIRROR)) \
+	    --dest build/image/artifacts && \
+	  $(BIN)/nvfabric install --from build/image/artifacts --driver-version $(DRIVER_VERSION) \
+	    --arch $(HOST_ARCH) --fabric $(IMAGE_FABRIC) --layout vendor \
+	    --root build/image/root; fi
 	$(PODMAN) build $(PODMAN_BUILD_FLAGS) -f deploy/container/Containerfile --build-arg BASE=$(BASE) \
-	  --build-arg VERSION=$(VERSION) --build-arg REVISION=$$(git rev-parse HEAD) \
+	  --build-arg VERSION=$(VERSION) --build-arg DRIVER_VERSION=$(DRIVER_VERSION) \
+	  --build-arg REVISION=$$(git rev-parse HEAD) \
 	  --build-arg CREATED=$$(date -u +%Y-%m-%dT%H:%M:%SZ) -t $(IMAGE) build/image
 
 # The Talos system extension (deploy/talos/Containerfile, FROM scratch), for one driver version

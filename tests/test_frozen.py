@@ -154,3 +154,10 @@ def test_same_executable_is_the_inode_of_proc_exe() -> None:
             p.kill()
             p.wait()
     assert not same_executable(other.pid)  # gone: unreadable is False
+
+
+def test_the_lean_flag_is_the_supervisors() -> None:
+    from nvfabric.frozen import SUPERVISE_FLAG
+    from nvfabric.supervisor.lean import FLAG
+
+    assert SUPERVISE_FLAG == FLAG

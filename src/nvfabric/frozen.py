@@ -39,6 +39,9 @@ import sys
 
 #: argv[1] of a fake daemon's launcher in a tree written by the single-file binary.
 FAKE_FLAG = "--nvfabric-sim-fake"
+#: argv[1] of the one-dir build re-executed as the lean supervisor by ``nvfabric run``
+#: (:data:`nvfabric.supervisor.lean.FLAG`, spelled here so the dispatch imports nothing).
+SUPERVISE_FLAG = "--supervise-fd"
 
 
 def is_frozen() -> bool:
@@ -165,6 +168,10 @@ def main() -> None:
         os.environ.clear()
         os.environ.update(env)
     argv = sys.argv
+    if len(argv) >= 3 and argv[1] == SUPERVISE_FLAG and not is_one_file():
+        from nvfabric.supervisor.lean import main as supervise
+
+        supervise(argv[1:])
     if len(argv) >= 3 and argv[1] == FAKE_FLAG:
         from nvfabric.simulate import fakebin
 

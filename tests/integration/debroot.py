@@ -41,14 +41,15 @@ def bookworm_tarball(include: tuple[str, ...] = ("python3",)) -> Path:
     require("mmdebstrap")
     CACHE.mkdir(parents=True, exist_ok=True)
     tarball = TARBALL if include == ("python3",) else CACHE / (
-        "bookworm-apt-" + "-".join(include) + ".tar")
+        "-".join(("bookworm-apt", *include)) + ".tar")
     with open(CACHE / "bookworm.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         if tarball.is_file():
             return tarball
         tmp = tarball.with_suffix(f".tmp{os.getpid()}.tar")
         subprocess.run(
-            ["mmdebstrap", "--quiet", "--variant=apt", f"--include={','.join(include)}",
+            ["mmdebstrap", "--quiet", "--variant=apt",
+             *([f"--include={','.join(include)}"] if include else []),
              "bookworm", str(tmp), MIRROR],
             check=True, timeout=1200,
         )
