@@ -79,19 +79,32 @@ def main() -> int:
 
 
 def _left_after_kill(exe: Path, tmpdir: str) -> int:
-    """Bytes left under TMPDIR by ``exe plan`` SIGKILLed once it runs (polled
-    until it has written something there, or for 2 s)."""
+    """Bytes left under TMPDIR by ``exe plan`` SIGKILLed (its main pid, as a supervisor that
+    knows only that pid does) once it has unpacked a megabyte there, or after 2 s."""
     os.makedirs(tmpdir)
     proc = subprocess.Popen([str(exe), "plan", "--root", "/nonexistent", "--json"],
                             env={**os.environ, "TMPDIR": tmpdir}, stdout=subprocess.DEVNULL,
                             stderr=subprocess.DEVNULL)
     deadline = time.monotonic() + 2.0
-    while not os.listdir(tmpdir) and time.monotonic() < deadline:
-        time.sleep(0.005)
-    time.sleep(0.2)
-    os.kill(proc.pid, signal.SIGKILL)
+    while _tree_bytes(tmpdir) < 1 << 20 and time.monotonic() < deadline \
+            and proc.poll() is None:
+        time.sleep(0.002)
+    if proc.poll() is None:
+        os.kill(proc.pid, signal.SIGKILL)
     proc.wait()
-    return sum(os.path.getsize(os.path.join(d, f)) for d, _, fs in os.walk(tmpdir) for f in fs)
+    time.sleep(0.5)  # a child of the main pid that outlives it may still clean up
+    return _tree_bytes(tmpdir)
+
+
+def _tree_bytes(top: str) -> int:
+    total = 0
+    for d, _, files in os.walk(top):
+        for f in files:
+            try:
+                total += os.path.getsize(os.path.join(d, f))
+            except OSError:
+                pass
+    return total
 
 
 if __name__ == "__main__":
