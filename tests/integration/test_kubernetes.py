@@ -264,7 +264,8 @@ def test_kubernetes_validate_strict(rendered: dict[str, Path], version: str) -> 
         out = subprocess.run([_tool("kubernetes-validate"), "--strict", "-k", version, str(path)],
                              capture_output=True, text=True, timeout=300)
         assert out.returncode == 0, f"{overlay} @ {version}: {out.stdout}{out.stderr}"
-        assert out.stdout.count("passed for resource") == 5, out.stdout
+        count = len([d for d in yaml.safe_load_all(path.read_text()) if d])
+        assert out.stdout.count("passed for resource") == count, out.stdout
 
 
 def test_kubernetes_validate_strict_rejects_an_unknown_field(tmp_path: Path) -> None:
@@ -299,14 +300,14 @@ def _checkov(path: Path) -> tuple[int, dict[str, Any]]:
 def test_checkov_passes_with_every_skip_reasoned(rendered: dict[str, Path]) -> None:
     for overlay, path in rendered.items():
         returncode, report = _checkov(path)
+        if overlay == "namespace":  # nothing to fail: checkov has no check of a Namespace
+            assert returncode == 0 and not report.get("results", {}).get("failed_checks")
+            continue
         failed = [(c["check_id"], c["check_name"]) for c in report["results"]["failed_checks"]]
         assert failed == [], f"{overlay}: {failed}"
         assert returncode == 0
         skipped = {c["check_id"]: c["check_result"].get("suppress_comment", "")
                    for c in report["results"]["skipped_checks"]}
-        if overlay == "namespace":
-            assert skipped == {}
-            continue
         reasons = _skips(daemonset(list(yaml.safe_load_all(path.read_text()))))
         assert skipped.keys() == reasons.keys()
         assert all(len(r) > 20 for r in reasons.values()), reasons

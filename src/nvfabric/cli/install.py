@@ -60,17 +60,9 @@ def install(
     artifacts").
     """
     if from_dir is not None:
-        if execute or mirror:
-            raise usage_error("--from installs what is cached, with no network and no "
-                              "package manager: drop --execute and --mirror",
-                              "nvfabric install --from DIR [--root ROOT]")
-        if layout == "vendor" and prefix is not None:
-            raise usage_error("--layout vendor places the archives at their vendor paths "
-                              "under --root: drop --prefix", "nvfabric install --from DIR "
-                              "--root IMAGE_ROOT --layout vendor")
-        prefix = prefix or under(root, DEFAULT_PREFIX)
-        install_from(root, from_dir, driver_version, arch, components, fabric, prefix,
-                     imex_owner, dry_run, as_json, layout)
+        _check_from(execute, mirror, layout, prefix)
+        install_from(root, from_dir, driver_version, arch, components, fabric,
+                     prefix or under(root, DEFAULT_PREFIX), imex_owner, dry_run, as_json, layout)
         return
     if layout != "prefix":
         raise usage_error("--layout vendor lays out what fetch cached: use it with --from DIR",
@@ -113,6 +105,18 @@ def install(
                                          dry_run)
     if as_json:
         print_json(out)
+
+
+def _check_from(execute: bool, mirror: str | None, layout: str, prefix: str | None) -> None:
+    """usage_error for the options ``--from`` does not take with the given ones."""
+    if execute or mirror:
+        raise usage_error("--from installs what is cached, with no network and no "
+                          "package manager: drop --execute and --mirror",
+                          "nvfabric install --from DIR [--root ROOT]")
+    if layout == "vendor" and prefix is not None:
+        raise usage_error("--layout vendor places the archives at their vendor paths "
+                          "under --root: drop --prefix", "nvfabric install --from DIR "
+                          "--root IMAGE_ROOT --layout vendor")
 
 
 def _package_manager(out: dict[str, Any], con: Any, source: str, artifacts: Any,

@@ -293,14 +293,7 @@ def install(root: str, driver_only: bool = False) -> list[str]:
         for name, source in fakebin_sources().items():
             _write(os.path.join(bindir, FAKES_PACKAGE, name), source)
         precompile(os.path.join(bindir, FAKES_PACKAGE))
-    installed = []
-    for prog, vendor in VENDOR_PATHS.items():
-        if driver_only and prog in FABRIC_PROGRAMS:
-            continue
-        path = os.path.join(bindir, prog)
-        _write(path, _launcher(prog), mode=0o755)
-        _link(root, vendor, path)
-        installed.append(path)
+    installed = _launchers(root, bindir, driver_only)
     if not driver_only:
         _write(os.path.join(root, "usr/share/nvidia/nvswitch/fabricmanager.cfg"),
                SHIPPED_FM_CFG, keep=True)
@@ -336,6 +329,20 @@ def install(root: str, driver_only: bool = False) -> list[str]:
         path = os.path.join(state, stale)
         if os.path.exists(path):
             os.unlink(path)
+    return installed
+
+
+def _launchers(root: str, bindir: str, driver_only: bool) -> list[str]:
+    """Write each fake's launcher in ``bindir`` with its link at the vendor path (none of
+    :data:`FABRIC_PROGRAMS` on a ``driver_only`` node); their paths."""
+    installed = []
+    for prog, vendor in VENDOR_PATHS.items():
+        if driver_only and prog in FABRIC_PROGRAMS:
+            continue
+        path = os.path.join(bindir, prog)
+        _write(path, _launcher(prog), mode=0o755)
+        _link(root, vendor, path)
+        installed.append(path)
     return installed
 
 
