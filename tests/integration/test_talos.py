@@ -207,9 +207,10 @@ def test_service_runs_as_talos_runs_it_on_a_simulated_b200(x86_ext: Path,
         assert [s["service"] for s in ready["services"]] == ["nvlsm", "fabricmanager"]
         pids = _container_pids(name)
         # the one-dir build is one process: nvfabric itself is the container's PID 1 (it reaps
-        # every orphan), with the image's NVLSM and fabric manager as its children
+        # every orphan), after its checks the lean supervisor (the same build re-executed in
+        # place), with the image's NVLSM and fabric manager as its children
         init = Path(f"/proc/{pids[0]}/cmdline").read_bytes().split(b"\0")
-        assert init[0] == b"/usr/bin/nvfabric" and b"run" in init, init
+        assert init[:2] == [b"/usr/bin/nvfabric", b"--supervise-fd"], init
         # each stand-in daemon is a script: the kernel runs its #! program, then its path
         daemons = {Path(f"/proc/{p}/cmdline").read_bytes().split(b"\0")[2] for p in pids[1:]}
         assert {b"/work/node/opt/nvidia/nvlsm/sbin/nvlsm",
