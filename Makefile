@@ -3,9 +3,11 @@ PY ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
+# The one-dir build (make dist-dir, below), named here: the image targets depend on it.
+DIST_DIR := dist/nvfabric-dir
 
-.PHONY: demo test test-integration bench lint clean dist deb image talos-image fuzz sync-shared \
-	catalogues
+.PHONY: demo test test-integration bench lint clean dist dist-dir deb image talos-image \
+	talos-layout fuzz sync-shared catalogues
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -66,37 +68,87 @@ $(INTEGRATION_STAMP): $(STAMP)
 test-integration: pyc $(INTEGRATION_STAMP)
 	$(BIN)/pytest tests/integration
 
-# The container image (deploy/container/Containerfile): a wheelhouse of this checkout as the
-# build context, so the build installs offline. BASE: any glibc image with python3 >= 3.10
-# whose minor version is the one of $(PY) (the wheels of compiled dependencies follow it).
-# PODMAN and PODMAN_BUILD_FLAGS: how podman is run (the integration tests pass their private
-# storage and this sandbox's runtime settings).
+# The container image (deploy/container/Containerfile): the one-dir build (make dist-dir) onto
+# BASE, any glibc image of the distribution it was built on (Debian bookworm here); no Python in
+# the image. `make image` gives localhost/nvfabric:<version>, without the fabric: for
+# GB200/GB300 trays where NVIDIA's DRA driver runs IMEX, and for the run-time path of connected
+# clusters (deploy/kubernetes/components/fetch-at-start installs the node's driver's fabric into
+# a host cache before bring-up). `make image DRIVER_VERSION=570.148.08 [MIRROR=URL|DIR]` gives
+# localhost/nvfabric:<version>-<driver> with that driver's fabric services inside, fetched,
+# verified and laid out at their vendor paths by nvfabric (this host's architecture: fabric
+# manager, its libraries and NVLSM on x86_64; nvidia-imex on aarch64), as the GPU Operator
+# ships one driver image per driver version. PODMAN and PODMAN_BUILD_FLAGS: how podman is run
+# (the integration tests pass their private storage and this sandbox's runtime settings).
 VERSION := $(shell sed -n 's/^version = "\(.*\)"/\1/p' pyproject.toml)
-BASE ?= docker.io/library/python:3.11-slim-bookworm
-IMAGE ?= localhost/nvfabric:$(VERSION)
+BASE ?= docker.io/library/debian:bookworm-slim
+IMAGE ?= localhost/nvfabric:$(VERSION)$(if $(DRIVER_VERSION),-$(DRIVER_VERSION))
 PODMAN ?= podman
 PODMAN_BUILD_FLAGS ?=
-image: $(STAMP)
-	rm -rf build/image && mkdir -p build/image
-	$(BIN)/python -m pip wheel -q --wheel-dir build/image/wheels . pip
+HOST_ARCH := $(shell uname -m)
+IMAGE_FABRIC = $(if $(filter aarch64,$(HOST_ARCH)),mnnvl,nvlink5)
+image: $(STAMP) $(DIST_DIR)/nvfabric
+	rm -rf build/image && mkdir -p build/image/root/usr/lib build/image/root/usr/bin
+	cp -a $(DIST_DIR) build/image/root/usr/lib/nvfabric
+	ln -s ../lib/nvfabric/nvfabric build/image/root/usr/bin/nvfabric
+	if [ -n "$(DRIVER_VERSION)" ]; then \
+	  $(BIN)/nvfabric fetch --driver-version $(DRIVER_VERSION) --arch $(HOST_ARCH) \
+	    --fabric $(IMAGE_FABRIC) $(if $(MIRROR),--mirror $(MIRROR)) \
+	    --dest build/image/artifacts && \
+	  $(BIN)/nvfabric install --from build/image/artifacts --driver-version $(DRIVER_VERSION) \
+	    --arch $(HOST_ARCH) --fabric $(IMAGE_FABRIC) --layout vendor \
+	    --root build/image/root; fi
 	$(PODMAN) build $(PODMAN_BUILD_FLAGS) -f deploy/container/Containerfile --build-arg BASE=$(BASE) \
-	  --build-arg VERSION=$(VERSION) --build-arg REVISION=$$(git rev-parse HEAD) \
+	  --build-arg VERSION=$(VERSION) --build-arg DRIVER_VERSION=$(DRIVER_VERSION) \
+	  --build-arg REVISION=$$(git rev-parse HEAD) \
 	  --build-arg CREATED=$$(date -u +%Y-%m-%dT%H:%M:%SZ) -t $(IMAGE) build/image
 
-# The Talos system extension (deploy/talos/Containerfile, FROM scratch): the single-file binary,
-# deploy/talos/ and FABRIC_DIR (NVIDIA's fabric manager and NVLSM archives unpacked at their
-# vendor paths; empty: nvfabric alone) as the build context. TALOS_BASE: the glibc image whose
-# loader and libraries the binary runs on (the one it was built on).
-TALOS_BASE ?= docker.io/library/debian:bookworm-slim
-TALOS_IMAGE ?= localhost/nvfabric-talos:$(VERSION)
-FABRIC_DIR ?=
-talos-image: dist/nvfabric
-	rm -rf build/talos && mkdir -p build/talos/dist build/talos/deploy build/talos/fabric
-	cp dist/nvfabric build/talos/dist/ && cp -r deploy/talos build/talos/deploy/
-	if [ -n "$(FABRIC_DIR)" ]; then cp -a "$(FABRIC_DIR)"/. build/talos/fabric/; fi
-	$(PODMAN) build $(PODMAN_BUILD_FLAGS) -f deploy/talos/Containerfile --build-arg BASE=$(TALOS_BASE) \
-	  --build-arg VERSION=$(VERSION) --build-arg REVISION=$$(git rev-parse HEAD) \
-	  -t $(TALOS_IMAGE) build/talos
+# The Talos system extension (deploy/talos/Containerfile, FROM scratch), for one driver version
+# and one architecture: `make talos-image DRIVER_VERSION=570.148.08 [ARCH=x86_64|aarch64]
+# [MIRROR=URL|DIR]`. nvfabric fetches and verifies the fabric services of that driver for ARCH
+# (x86_64: fabric manager, its libraries and NVLSM, for HGX A100..B300; aarch64: nvidia-imex,
+# for GB200/GB300 trays), lays them out at their vendor paths in the service's root (install
+# --from --layout vendor), and packaging/talos/build_extension.py adds the one-dir build, the
+# glibc it runs on, the service spec deploy/talos/nvfabric-ARCH.yaml and the manifest; every
+# path from ARCH, none from the build host, and no step runs a program of ARCH, so the aarch64
+# extension builds on x86_64 too. TALOS_DIST: the one-dir build of ARCH (default: make
+# dist-dir here; for another ARCH build it there); TALOS_GLIBC_ROOT: the root filesystem whose
+# glibc it was built on (default /, this host; for aarch64 e.g. `mmdebstrap --arch=arm64
+# --variant=extract --include=libc6,libgcc-s1,zlib1g bookworm DIR`). make talos-layout stops
+# before podman.
+DRIVER_VERSION ?=
+ARCH ?= $(shell uname -m)
+MIRROR ?=
+TALOS_DIST ?= $(DIST_DIR)
+TALOS_GLIBC_ROOT ?= /
+TALOS_EXT ?= build/talos/ext
+TALOS_ARTIFACTS ?= build/talos/artifacts
+TALOS_IMAGE ?= localhost/nvfabric-talos:$(VERSION)-$(DRIVER_VERSION)
+TALOS_ARCH = $(if $(filter aarch64 arm64,$(ARCH)),aarch64,$(if $(filter x86_64 amd64,$(ARCH)),x86_64,$(ARCH)))
+TALOS_FABRIC = $(if $(filter aarch64,$(TALOS_ARCH)),mnnvl,nvlink5)
+OCI_ARCH = $(if $(filter aarch64,$(TALOS_ARCH)),arm64,amd64)
+FETCH_FLAGS = --driver-version $(DRIVER_VERSION) --arch $(TALOS_ARCH) --fabric $(TALOS_FABRIC)
+
+ifneq ($(filter talos-layout talos-image,$(MAKECMDGOALS)),)
+ifeq ($(DRIVER_VERSION),)
+$(error make talos-image: give DRIVER_VERSION=<the driver of your Talos nvidia extensions, e.g. 570.148.08>)
+endif
+endif
+
+talos-layout: $(STAMP) $(if $(filter $(DIST_DIR),$(TALOS_DIST)),$(DIST_DIR)/nvfabric)
+	rm -rf $(TALOS_EXT) $(TALOS_ARTIFACTS) && mkdir -p $(TALOS_EXT)
+	$(BIN)/nvfabric fetch $(FETCH_FLAGS) $(if $(MIRROR),--mirror $(MIRROR)) \
+	  --dest $(TALOS_ARTIFACTS)
+	$(BIN)/nvfabric install --from $(TALOS_ARTIFACTS) $(FETCH_FLAGS) --layout vendor \
+	  --root $(TALOS_EXT)/rootfs/usr/local/lib/containers/nvfabric
+	$(BIN)/python packaging/talos/build_extension.py --arch $(TALOS_ARCH) --dist $(TALOS_DIST) \
+	  --glibc-root $(TALOS_GLIBC_ROOT) --version $(VERSION) --driver-version $(DRIVER_VERSION) \
+	  --ext $(TALOS_EXT)
+
+talos-image: talos-layout
+	$(PODMAN) build $(PODMAN_BUILD_FLAGS) --platform linux/$(OCI_ARCH) \
+	  -f deploy/talos/Containerfile --build-arg VERSION=$(VERSION) \
+	  --build-arg DRIVER_VERSION=$(DRIVER_VERSION) --build-arg REVISION=$$(git rev-parse HEAD) \
+	  -t $(TALOS_IMAGE) $(TALOS_EXT)
 
 # The long fuzz run (tests/fuzz): 1,000,000+ inputs over every reader, a count per reader and the
 # slowest input printed; failing or slow inputs are kept under build/fuzz. About 18 minutes.
@@ -162,6 +214,25 @@ dist/nvfabric: $(DIST_STAMP) $(DIST_SOURCES)
 	dist/nvfabric --version
 
 dist: dist/nvfabric
+
+# The directory build dist/nvfabric-dir/ (PyInstaller one-dir: the executable nvfabric beside
+# its _internal/ directory of libraries and data), from the same venv and entry as dist/nvfabric.
+# Nothing is unpacked at start (one process, no TMPDIR, nothing left behind by a SIGKILL): the
+# build the Debian package, the container image and the Talos extension carry (README
+# "Debian package and single-file binary"). The one-file binary stays for the one place a
+# single file is the point: copying nvfabric onto a host by hand.
+dist-dir: $(DIST_DIR)/nvfabric
+
+$(DIST_DIR)/nvfabric: $(DIST_STAMP) $(DIST_SOURCES)
+	$(DIST_VENV)/bin/python -m pip install -q --no-deps --force-reinstall .
+	rm -rf build/pyinstaller-dir build/onedir
+	$(DIST_VENV)/bin/pyinstaller --log-level WARN --noconfirm --onedir --strip \
+	  --name nvfabric --distpath build/onedir --workpath build/pyinstaller-dir \
+	  --specpath build/pyinstaller-dir \
+	  --collect-submodules nvfabric --collect-data nvfabric --copy-metadata nvfabric \
+	  packaging/dist/nvfabric-entry.py
+	rm -rf $(DIST_DIR) && mkdir -p dist && mv build/onedir/nvfabric $(DIST_DIR)
+	$(DIST_DIR)/nvfabric --version
 
 # The Debian package dist/nvfabric_<version>_<arch>.deb: the binary as /usr/bin/nvfabric and
 # the unit as /lib/systemd/system/nvfabric.service (packaging/debian/build_deb.py: computed

@@ -1,22 +1,26 @@
-"""Benchmark of the single-file binary (``make dist``, issue 12 "A Debian package and a
-single-file binary").
+"""Benchmark of the PyInstaller builds: the single-file binary (``make dist``) and the
+directory build (``make dist-dir``, what the Debian package, the container image and the Talos
+extension carry).
 
-Figures: size of dist/nvfabric and of the Debian package (``make deb``); median start-up
-(wall time of a whole process) of ``nvfabric --version`` and ``nvfabric plan --json`` on a
-simulated DGX B200, for the binary and for the interpreter's console script side by side (the
-binary unpacks its libraries into a private temporary directory at every start); peak RSS of
-``plan --json``; and a fake daemon's start from the binary (``nvidia-smi -L`` of the
-simulated node). Builds the binary with ``make dist`` when it is missing or stale, and the
-package with ``make deb``.
+Figures: size of dist/nvfabric, of dist/nvfabric-dir/ and of the Debian package (``make
+deb``); median start-up (wall time of a whole process) of ``nvfabric --version`` and
+``nvfabric plan --json`` on a simulated DGX B200 for the one-file binary (it unpacks its
+libraries into a private temporary directory at every start), the one-dir build (nothing
+unpacked) and the interpreter's console script side by side; peak RSS of ``plan --json``;
+a fake daemon's start from each build (``nvidia-smi -L`` of a simulated node); what a
+SIGKILLed start leaves in TMPDIR. Builds with ``make dist dist-dir`` when missing or stale,
+and the package with ``make deb``.
 """
 
 from __future__ import annotations
 
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -25,13 +29,17 @@ from common import PY, line, peak_rss_mb, process_ms  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 BINARY = REPO / "dist" / "nvfabric"
+ONEDIR = REPO / "dist" / "nvfabric-dir" / "nvfabric"
 _SCRIPT = Path(PY).parent / "nvfabric"
 NVFABRIC = [str(_SCRIPT)] if _SCRIPT.exists() else [PY, "-m", "nvfabric"]
 
 
 def main() -> int:
-    subprocess.run(["make", "-s", "dist"], cwd=REPO, check=True, stdout=subprocess.DEVNULL)
-    line("dist/nvfabric size", f"{BINARY.stat().st_size / 1e6:.1f} MB")
+    subprocess.run(["make", "-s", "dist", "dist-dir"], cwd=REPO, check=True,
+                   stdout=subprocess.DEVNULL)
+    line("dist/nvfabric size (one-file)", f"{BINARY.stat().st_size / 1e6:.1f} MB")
+    size = sum(f.stat().st_size for f in ONEDIR.parent.rglob("*") if f.is_file())
+    line("dist/nvfabric-dir size (one-dir)", f"{size / 1e6:.1f} MB")
     deb = subprocess.run(["make", "-s", "deb"], cwd=REPO, check=True, capture_output=True,
                          text=True).stdout.strip().splitlines()[-1]
     installed = subprocess.run(["dpkg-deb", "--field", deb, "Installed-Size"], check=True,
@@ -46,15 +54,57 @@ def main() -> int:
         for label, args in (("--version", ["--version"]),
                             ("plan --json (DGX B200)", ["plan", "--root", root, "--json"])):
             frozen = process_ms([str(BINARY), *args], runs=15)
+            onedir = process_ms([str(ONEDIR), *args], runs=15)
             script = process_ms([*NVFABRIC, *args], runs=15)
-            line(f"start-up {label}: binary / interpreter", f"{frozen:.0f} ms / {script:.0f} ms")
-        line("peak RSS plan --json: binary (both processes' max)",
-             f"{peak_rss_mb([str(BINARY), 'plan', '--root', root, '--json']):.0f} MiB")
+            line(f"start-up {label}: one-file / one-dir / venv",
+                 f"{frozen:.0f} ms / {onedir:.0f} ms / {script:.0f} ms")
+        for label, exe in (("one-file", BINARY), ("one-dir", ONEDIR)):
+            line(f"peak RSS plan --json: {label}",
+                 f"{peak_rss_mb([str(exe), 'plan', '--root', root, '--json']):.0f} MiB")
         smi = os.path.join(root, "usr/bin/nvidia-smi")
-        line("fake nvidia-smi -L from the binary", f"{process_ms([smi, '-L'], runs=15):.0f} ms")
+        line("fake nvidia-smi -L from the one-file binary",
+             f"{process_ms([smi, '-L'], runs=15):.0f} ms")
+        root_d = os.path.join(tmp, "b200-onedir")
+        subprocess.run([str(ONEDIR), "simulate", "dgx-b200", root_d], check=True,
+                       stdout=subprocess.DEVNULL)
+        smi = os.path.join(root_d, "usr/bin/nvidia-smi")
+        line("fake nvidia-smi -L from the one-dir build",
+             f"{process_ms([smi, '-L'], runs=15):.0f} ms")
+        for label, exe in (("one-file", BINARY), ("one-dir", ONEDIR)):
+            line(f"left in TMPDIR by a SIGKILLed start: {label}",
+                 f"{_left_after_kill(exe, os.path.join(tmp, 'tmp-' + label)) / 1e6:.1f} MB")
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     return 0
+
+
+def _left_after_kill(exe: Path, tmpdir: str) -> int:
+    """Bytes left under TMPDIR by ``exe plan`` SIGKILLed (its main pid, as a supervisor that
+    knows only that pid does) once it has unpacked a megabyte there, or after 2 s."""
+    os.makedirs(tmpdir)
+    proc = subprocess.Popen([str(exe), "plan", "--root", "/nonexistent", "--json"],
+                            env={**os.environ, "TMPDIR": tmpdir}, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 2.0
+    while _tree_bytes(tmpdir) < 1 << 20 and time.monotonic() < deadline \
+            and proc.poll() is None:
+        time.sleep(0.002)
+    if proc.poll() is None:
+        os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
+    time.sleep(0.5)  # a child of the main pid that outlives it may still clean up
+    return _tree_bytes(tmpdir)
+
+
+def _tree_bytes(top: str) -> int:
+    total = 0
+    for d, _, files in os.walk(top):
+        for f in files:
+            try:
+                total += os.path.getsize(os.path.join(d, f))
+            except OSError:
+                pass
+    return total
 
 
 if __name__ == "__main__":

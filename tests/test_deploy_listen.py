@@ -66,7 +66,7 @@ def test_dra_overlay_listens_on_the_same_port_and_keeps_the_status_readiness() -
     assert _listen(args) == ("0.0.0.0", 9464)
     # nothing runs there, so /readyz is 200 at once: readiness stays nvfabric status's verdict
     readiness = ops["/spec/template/spec/containers/0/readinessProbe"]
-    assert readiness["exec"]["command"] == ["/opt/nvfabric/bin/nvfabric", "status"]
+    assert readiness["exec"]["command"] == ["/usr/bin/nvfabric", "status"]
     assert "httpGet" not in readiness
 
 

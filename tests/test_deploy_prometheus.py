@@ -99,9 +99,31 @@ def _full_reading_metrics() -> set[str]:
         n + "_total" for n in re.findall(r"^# TYPE (\S+) counter", text, re.M)}
 
 
+#: The alerts on nvfabric's own presence, and the series of others they read: Prometheus' own
+#: ``up`` of the scrape, node_exporter's textfile collector's file mtime.
+PRESENCE = {"NvfabricDown": {"up"}, "NvfabricAbsent": set(),
+            "NvfabricTextfileStale": {"node_textfile_mtime_seconds"}}
+
+
 def test_the_rules_use_only_metrics_nvfabric_emits() -> None:
     emitted = _full_reading_metrics()
     for alert in _alerts():
         used = set(re.findall(r"\b(nvfabric_[a-z_]+)", alert["expr"]))
-        assert used, alert["alert"]
         assert used <= emitted, (alert["alert"], used - emitted)
+        others = set(re.findall(r"\b(up|node_[a-z_]+)\b", alert["expr"]))
+        assert others == PRESENCE.get(alert["alert"], set()), alert["alert"]
+        assert used or others, alert["alert"]
+
+
+def test_a_dead_agent_is_alerted_by_the_presence_rules() -> None:
+    # every other rule stays silent while nvfabric's target is down or its series are gone
+    names = {a["alert"] for a in _alerts()}
+    assert set(PRESENCE) <= names
+    by = {a["alert"]: a for a in _alerts()}
+    assert by["NvfabricDown"]["expr"].startswith("up{")
+    assert by["NvfabricAbsent"]["expr"] == "absent(nvfabric_build_info)"
+    # the stale-file rule matches the file the shipped textfile timer writes
+    service = (REPO / "packaging/systemd/nvfabric-textfile.service").read_text()
+    (path,) = re.findall(r"--textfile (\S+)", service)
+    regex = re.search(r'file=~"([^"]+)"', by["NvfabricTextfileStale"]["expr"]).group(1)  # type: ignore[union-attr]
+    assert re.fullmatch(regex.replace("\\\\", "\\"), path), (regex, path)

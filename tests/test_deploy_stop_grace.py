@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
 import yaml
 
 from nvfabric.cli.run import run_cmd
@@ -41,8 +42,9 @@ def test_run_grace_default_is_what_this_test_reads() -> None:
     assert _grace(["run", "--grace", "3"]) == 3.0 and _grace(["run", "--grace=2.5"]) == 2.5
 
 
-def test_talos_service_stops_within_talos_graceful_shutdown_timeout() -> None:
-    spec = yaml.safe_load((REPO / "deploy/talos/nvfabric.yaml").read_text())
+@pytest.mark.parametrize("arch", ["x86_64", "aarch64"])
+def test_talos_service_stops_within_talos_graceful_shutdown_timeout(arch: str) -> None:
+    spec = yaml.safe_load((REPO / f"deploy/talos/nvfabric-{arch}.yaml").read_text())
     args = spec["container"]["args"]
     assert args[0] == "run"
     bound = SERVICES_STOPPED_IN_TURN * _grace(args)

@@ -116,9 +116,24 @@ def test_overlays_that_start_daemons_keep_the_base_args(overlay: str) -> None:
         REPO / "deploy/kubernetes/overlays" / overlay / "daemonset.yaml").read_text()
 
 
-def test_talos_service_gives_every_daemon_write_a_writable_mount() -> None:
-    spec = yaml.safe_load((REPO / "deploy/talos/nvfabric.yaml").read_text())
+def _talos(arch: str) -> tuple[list[str], list[str]]:
+    spec = yaml.safe_load((REPO / f"deploy/talos/nvfabric-{arch}.yaml").read_text())
     writable = [m["destination"] for m in spec["container"]["mounts"]
                 if "ro" not in m.get("options", [])]
-    # the Talos container root (deploy/talos/Containerfile) has real directories, no links
-    assert unwritable(spec["container"]["args"], writable, {}) == []
+    return spec["container"]["args"], writable
+
+
+def test_talos_service_gives_every_daemon_write_a_writable_mount() -> None:
+    args, writable = _talos("x86_64")
+    # the Talos container root (packaging/talos/build_extension.py) has real directories
+    assert unwritable(args, writable, {}) == []
+
+
+def test_talos_tray_service_writes_its_state_and_imex_log_on_mounts() -> None:
+    from nvfabric.rules.imex.config import SHIPPED_DEFAULTS
+
+    args, writable = _talos("aarch64")
+    state = (_option(args, "--state-dir") or [_default("state_dir")])[-1]
+    log = dict(SHIPPED_DEFAULTS)["LOG_FILE_NAME"]
+    for path in (state + "/", log):
+        assert any(path.startswith(m.rstrip("/") + "/") for m in writable), path

@@ -135,7 +135,7 @@ def make_archive(top: str, files: dict[str, bytes], links: dict[str, str] | None
         for name, data in files.items():
             info = tarfile.TarInfo(f"{top}/{name}")
             info.size = len(data)
-            info.mode = 0o755 if name.startswith("bin/") else 0o644
+            info.mode = 0o755 if name.startswith(("bin/", "sbin/")) else 0o644
             tar.addfile(info, io.BytesIO(data))
         for name, target in (links or {}).items():
             info = tarfile.TarInfo(f"{top}/{name}")

@@ -87,13 +87,53 @@ def test_the_binarys_unit_lets_its_child_notify_and_changes_nothing_else() -> No
 
 
 def test_unit_install_from_the_binary_writes_notify_access_all(
-        monkeypatch: pytest.MonkeyPatch) -> None:
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     import sys
 
     from nvfabric.effects.unitfile import unit_text
 
+    (tmp_path / "usr/bin").mkdir(parents=True)
     monkeypatch.setattr(sys, "frozen", True, raising=False)
+    monkeypatch.setattr(sys, "executable", str(tmp_path / "usr/bin/nvfabric"))
+    monkeypatch.setattr(sys, "_MEIPASS", str(tmp_path / "tmp/_MEIabc123"), raising=False)
     assert "\nNotifyAccess=all\n" in unit_text()
+
+
+def test_the_one_dir_build_keeps_the_unit_as_shipped(
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    # one process (its bootloader runs Python in place): READY=1 comes from the main pid
+    import sys
+
+    from nvfabric.effects.unitfile import unit_text
+    from nvfabric.frozen import is_one_file
+
+    home = tmp_path / "usr/lib/nvfabric"
+    (home / "_internal").mkdir(parents=True)
+    (tmp_path / "usr/bin").mkdir()
+    (home / "nvfabric").write_bytes(b"\x7fELF")
+    os.symlink("../lib/nvfabric/nvfabric", tmp_path / "usr/bin/nvfabric")
+    monkeypatch.setattr(sys, "frozen", True, raising=False)
+    monkeypatch.setattr(sys, "_MEIPASS", str(home / "_internal"), raising=False)
+    for exe in (home / "nvfabric", tmp_path / "usr/bin/nvfabric"):  # also through its link
+        monkeypatch.setattr(sys, "executable", str(exe))
+        assert not is_one_file()
+        assert "\nNotifyAccess=main\n" in unit_text()
+    monkeypatch.delattr(sys, "frozen")
+    assert not is_one_file()
+
+
+def test_a_stand_in_daemon_laid_out_in_the_tree_finds_its_node(tmp_path: Path) -> None:
+    # a fabric archive's launcher installed at a vendor path or under an install prefix
+    from nvfabric.simulate.fakebin.state import STATE_DIR
+
+    (tmp_path / STATE_DIR).mkdir(parents=True)
+    (tmp_path / STATE_DIR / "node.json").write_text("{}")
+    for rel in ("usr/bin/nv-fabricmanager", "opt/nvidia/nvlsm/sbin/nvlsm",
+                "opt/nvfabric/fabricmanager-570.148.08/bin/nv-fabricmanager"):
+        (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / rel).write_text("#!/x\n")
+        assert fake_target(str(tmp_path / rel)) == (os.path.basename(rel),
+                                                     str(tmp_path.resolve()))
 
 
 def test_same_executable_is_the_inode_of_proc_exe() -> None:
@@ -114,3 +154,10 @@ def test_same_executable_is_the_inode_of_proc_exe() -> None:
             p.kill()
             p.wait()
     assert not same_executable(other.pid)  # gone: unreadable is False
+
+
+def test_the_lean_flag_is_the_supervisors() -> None:
+    from nvfabric.frozen import SUPERVISE_FLAG
+    from nvfabric.supervisor.lean import FLAG
+
+    assert SUPERVISE_FLAG == FLAG

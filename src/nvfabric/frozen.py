@@ -1,10 +1,16 @@
-"""Entry point of the single-file binary (``make dist``: PyInstaller one-file, ``dist/nvfabric``).
+"""Entry point of the PyInstaller builds: the single-file binary (``make dist``, one-file,
+``dist/nvfabric``) and the directory build (``make dist-dir``, one-dir,
+``dist/nvfabric-dir/``: the executable ``nvfabric`` beside its ``_internal/`` directory).
 
-The binary is the whole CLI plus the fake daemons of simulated nodes. A one-file PyInstaller
-executable is two processes: the bootloader unpacks the bundled libraries into a private
-``_MEI*`` directory, sets ``LD_LIBRARY_PATH`` to it (the caller's value saved as
-``LD_LIBRARY_PATH_ORIG``) and runs the Python part as its child (PyInstaller manual, "The
-Bootstrap Process in Detail"). Before anything else :func:`main` therefore
+Either is the whole CLI plus the fake daemons of simulated nodes. The directory build is one
+process: its bootloader sets ``LD_LIBRARY_PATH`` to ``_internal/`` (the caller's value saved as
+``LD_LIBRARY_PATH_ORIG``), executes itself once more in place and runs Python in that same
+process, with nothing unpacked (PyInstaller manual, "Bundling to One Folder"; measured: one
+``execve`` of the same file, one pid). A one-file PyInstaller executable is two processes:
+the bootloader unpacks the bundled libraries into a private ``_MEI*`` directory, sets
+``LD_LIBRARY_PATH`` to it (the caller's value saved as ``LD_LIBRARY_PATH_ORIG``) and runs the
+Python part as its child (PyInstaller manual, "The Bootstrap Process in Detail"). Before
+anything else :func:`main` therefore
 
 - gives the processes nvfabric starts (fabric manager, NVLSM, nvidia-imex, ``mknod``,
   ``systemctl``, a GPU reset command) the caller's ``LD_LIBRARY_PATH``, not the bundle's, so a
@@ -33,11 +39,30 @@ import sys
 
 #: argv[1] of a fake daemon's launcher in a tree written by the single-file binary.
 FAKE_FLAG = "--nvfabric-sim-fake"
+#: argv[1] of the one-dir build re-executed as the lean supervisor by ``nvfabric run``
+#: (:data:`nvfabric.supervisor.lean.FLAG`, spelled here so the dispatch imports nothing).
+SUPERVISE_FLAG = "--supervise-fd"
 
 
 def is_frozen() -> bool:
-    """True when running as the single-file binary (PyInstaller sets ``sys.frozen``)."""
+    """True when running as a PyInstaller build, one-file or one-dir (PyInstaller sets
+    ``sys.frozen``)."""
     return bool(getattr(sys, "frozen", False))
+
+
+def is_one_file() -> bool:
+    """True when running as the single-file binary: a PyInstaller build whose bundle
+    (``sys._MEIPASS``) is unpacked outside the executable's own directory (a ``_MEI*``
+    directory under TMPDIR). The one-dir build's bundle is its ``_internal/`` directory, beside
+    the executable (PyInstaller manual, "Run-time information": ``sys._MEIPASS``)."""
+    if not is_frozen():
+        return False
+    bundle = getattr(sys, "_MEIPASS", None)
+    if not isinstance(bundle, str):
+        return False
+    home = os.path.dirname(os.path.realpath(sys.executable))
+    return os.path.dirname(os.path.realpath(bundle)) != home \
+        and os.path.realpath(bundle) != home
 
 
 def child_environment(env: dict[str, str]) -> dict[str, str]:
@@ -55,7 +80,8 @@ def child_environment(env: dict[str, str]) -> dict[str, str]:
 
 
 #: The unit's line that the single-file binary cannot satisfy, and its replacement: READY=1
-#: and the watchdog pings come from the Python child of the bootloader, not the main pid.
+#: and the watchdog pings come from the Python child of the bootloader, not the main pid
+#: (the one-dir build is one process: the unit as shipped holds for it).
 #: Source: systemd.exec(5) NotifyAccess=; measured in tests/integration/test_deb_systemd.py.
 UNIT_NOTIFY_MAIN = "NotifyAccess=main\n"
 UNIT_NOTIFY_BINARY = (
@@ -110,11 +136,28 @@ def follow_bootloader() -> None:
         sys.exit(1)
 
 
+#: A simulated node's root holds this file (:data:`nvfabric.simulate.fakebin.state.STATE_DIR`,
+#: written by ``nvfabric simulate``); spelled here so the fakes' dispatch imports nothing.
+_SIM_NODE_FILE = "var/lib/nvfabric-sim/node.json"
+
+
 def fake_target(script: str) -> tuple[str, str]:
-    """(program, simulated root) of the launcher at ``script`` (``DIR/bin/PROG``, reached
-    directly or through a vendor-path link such as ``DIR/usr/bin/nvidia-imex``)."""
+    """(program, simulated root) of the launcher at ``script``: the program is the launcher's
+    file name, links followed (``DIR/bin/PROG``, reached directly or through a vendor-path link
+    such as ``DIR/usr/bin/nvidia-imex``); the root is the nearest directory above it that holds
+    a simulated node's state (:data:`_SIM_NODE_FILE`), so a launcher laid out elsewhere in the
+    tree (a stand-in fabric archive installed at ``DIR/usr/bin/nv-fabricmanager`` or
+    ``DIR/opt/nvfabric/fabricmanager-V/bin/``) finds its node too; without one, the parent of
+    the launcher's directory."""
     real = os.path.realpath(script)
-    return os.path.basename(real), os.path.dirname(os.path.dirname(real))
+    here = os.path.dirname(real)
+    while True:
+        if os.path.isfile(os.path.join(here, _SIM_NODE_FILE)):
+            return os.path.basename(real), here
+        up = os.path.dirname(here)
+        if up == here:
+            return os.path.basename(real), os.path.dirname(os.path.dirname(real))
+        here = up
 
 
 def main() -> None:
@@ -125,6 +168,10 @@ def main() -> None:
         os.environ.clear()
         os.environ.update(env)
     argv = sys.argv
+    if len(argv) >= 3 and argv[1] == SUPERVISE_FLAG and not is_one_file():
+        from nvfabric.supervisor.lean import main as supervise
+
+        supervise(argv[1:])
     if len(argv) >= 3 and argv[1] == FAKE_FLAG:
         from nvfabric.simulate import fakebin
 

@@ -41,14 +41,15 @@ def bookworm_tarball(include: tuple[str, ...] = ("python3",)) -> Path:
     require("mmdebstrap")
     CACHE.mkdir(parents=True, exist_ok=True)
     tarball = TARBALL if include == ("python3",) else CACHE / (
-        "bookworm-apt-" + "-".join(include) + ".tar")
+        "-".join(("bookworm-apt", *include)) + ".tar")
     with open(CACHE / "bookworm.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         if tarball.is_file():
             return tarball
         tmp = tarball.with_suffix(f".tmp{os.getpid()}.tar")
         subprocess.run(
-            ["mmdebstrap", "--quiet", "--variant=apt", f"--include={','.join(include)}",
+            ["mmdebstrap", "--quiet", "--variant=apt",
+             *([f"--include={','.join(include)}"] if include else []),
              "bookworm", str(tmp), MIRROR],
             check=True, timeout=1200,
         )
@@ -60,6 +61,28 @@ def fresh_root(dest: Path, include: tuple[str, ...] = ("python3",)) -> Path:
     """Unpack a private copy of the bookworm root (apt variant plus ``include``) into
     ``dest`` (created) and return it."""
     tarball = bookworm_tarball(include)
+    dest.mkdir(parents=True, exist_ok=True)
+    subprocess.run(["tar", "-xf", str(tarball), "-C", str(dest)], check=True, timeout=600)
+    return dest
+
+
+def arm64_glibc_root(dest: Path) -> Path:
+    """Debian bookworm's arm64 glibc, libgcc and zlib packages unpacked into ``dest`` (created),
+    as ``mmdebstrap --arch=arm64 --variant=extract`` lays them out: the glibc root of an
+    aarch64 Talos extension built on this x86_64 machine (extract runs no program of the
+    packages, so no emulator is needed). The tarball is cached like the bookworm root's."""
+    require("mmdebstrap")
+    CACHE.mkdir(parents=True, exist_ok=True)
+    tarball = CACHE / "bookworm-arm64-glibc.tar"
+    with open(CACHE / "bookworm.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not tarball.is_file():
+            tmp = tarball.with_suffix(f".tmp{os.getpid()}.tar")
+            subprocess.run(
+                ["mmdebstrap", "--quiet", "--arch=arm64", "--variant=extract",
+                 "--include=libc6,libgcc-s1,zlib1g", "bookworm", str(tmp), MIRROR],
+                check=True, timeout=1200)
+            os.replace(tmp, tarball)
     dest.mkdir(parents=True, exist_ok=True)
     subprocess.run(["tar", "-xf", str(tarball), "-C", str(dest)], check=True, timeout=600)
     return dest

@@ -7,17 +7,18 @@ the checkout's ext4, the ``cgroupfs`` cgroup manager (cgroup v1, no systemd sess
 ``file`` events backend (no journald), ``--runtime runc``, and explicit ``--ulimit
 nofile=1024:1024 --ulimit nproc=1024:1024`` on each run (the defaults podman derives from
 this machine's limits are refused by runc here). No registry is reachable: the base image is
-the cached mmdebstrap tarball (``debroot.bookworm_tarball()``) imported with ``podman
-import``, and every run and build says ``--pull never``.
+the cached mmdebstrap tarball of a bookworm root without Python (``debroot.bookworm_tarball(())``:
+the image needs none) imported with ``podman import``, and every run and build says ``--pull
+never``.
 """
 
 from __future__ import annotations
 
 import fcntl
 import json
+import os
 import shlex
 import subprocess
-import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -57,20 +58,15 @@ def _has_image(name: str) -> bool:
 
 
 def base_image() -> str:
-    """The bookworm base (apt variant + python3) in the private storage, imported once."""
+    """The bookworm base (apt variant, no Python) in the private storage, imported once."""
     require("podman", "runc")
     if not _has_image(BASE_IMAGE):
-        podman("import", str(bookworm_tarball()), BASE_IMAGE, timeout=600)
+        podman("import", str(bookworm_tarball(())), BASE_IMAGE, timeout=600)
     return BASE_IMAGE
 
 
 BUILD_FLAGS = ["--runtime", "runc", "--pull=never", "--network", "none",
                "--ulimit", "nofile=1024:1024", "--ulimit", "nproc=1024:1024"]
-
-
-def _python_minor(image: str) -> str:
-    return podman("run", "--rm", *RUN_FLAGS, "--entrypoint", "python3", image, "-c",
-                  "import sys; print(*sys.version_info[:2], sep='.')").stdout.strip()
 
 
 def _make(target: str, **variables: str) -> None:
@@ -93,18 +89,20 @@ def _make(target: str, **variables: str) -> None:
 
 
 def build_image() -> str:
-    """``make image`` (deploy/container/Containerfile) on the bookworm base, as ``IMAGE``.
-
-    The wheelhouse is made by this venv's Python: its compiled wheels (PyYAML) are for its
-    minor version, which must be the base's (AssertionError naming both otherwise)."""
+    """``make image`` (deploy/container/Containerfile: the one-dir build, no fabric) on the
+    bookworm base, as ``IMAGE``."""
     require("podman", "buildah", "runc", "make")
-    base = base_image()
-    here = f"{sys.version_info[0]}.{sys.version_info[1]}"
-    there = _python_minor(base)
-    assert here == there, (f"the test venv's Python is {here}, the bookworm base's {there}: "
-                           "the wheelhouse would not install there")
-    _make("image", BASE=base, IMAGE=IMAGE)
+    _make("image", BASE=base_image(), IMAGE=IMAGE)
     return IMAGE
+
+
+def build_driver_image(driver: str, mirror: Path) -> str:
+    """``make image DRIVER_VERSION=driver MIRROR=mirror``: the image with that driver's
+    fabric inside, as ``IMAGE-<driver>`` (the tag scheme's ``<version>-<driver>``)."""
+    require("podman", "buildah", "runc", "make")
+    image = f"{IMAGE}-{driver}"
+    _make("image", BASE=base_image(), IMAGE=image, DRIVER_VERSION=driver, MIRROR=str(mirror))
+    return image
 
 
 def inspect(kind: str, name: str) -> dict[str, Any]:
@@ -117,15 +115,35 @@ def inspect(kind: str, name: str) -> dict[str, Any]:
     return obj
 
 
-def simulate_in_image(image: str, node: Path, profile: str = "dgx-b200") -> Path:
+def simulate_in_image(image: str, node: Path, profile: str = "dgx-b200",
+                      *extra: str) -> Path:
     """``nvfabric simulate PROFILE`` run by the image into ``node`` (bind-mounted at /node).
 
-    Simulated inside the image, the fake daemons' shebang names the image's own interpreter
-    (/opt/nvfabric/bin/python): the host venv's path would not exist in the container, as a
-    real fabric manager runs on the image's loader and libraries, not the host's."""
+    Simulated inside the image, the fake daemons' shebang names the image's own nvfabric
+    (``#!/usr/lib/nvfabric/nvfabric --nvfabric-sim-fake``): the host venv's path would not
+    exist in the container, as a real fabric manager runs on the image's loader and libraries,
+    not the host's. ``extra``: more simulate options (``--driver-only``)."""
     node.mkdir(parents=True, exist_ok=True)
-    podman("run", "--rm", *RUN_FLAGS, "-v", f"{node}:/node", image, "simulate", profile, "/node")
+    podman("run", "--rm", *RUN_FLAGS, "-v", f"{node}:/node", image, "simulate", profile, "/node",
+           *extra)
     return node
+
+
+def export_root(image: str, dest: Path) -> Path:
+    """The image's root filesystem unpacked into ``dest`` (``podman export`` of a container
+    made from it, never started)."""
+    name = f"nvfabric-export-{os.getpid()}-{dest.name}"
+    podman("create", "--name", name, image)
+    try:
+        dest.mkdir(parents=True, exist_ok=True)
+        tar = podman_argv("export", name)
+        with subprocess.Popen(tar, stdout=subprocess.PIPE) as src:
+            subprocess.run(["tar", "-x", "-C", str(dest)], stdin=src.stdout, check=True,
+                           timeout=600)
+        assert src.returncode == 0
+    finally:
+        podman("rm", "--force", name, check=False)
+    return dest
 
 
 def wait_for(path: Path, timeout: float, container: str | None = None) -> None:
@@ -170,10 +188,14 @@ def alive(pid: int) -> bool:
     return stat.rsplit(")", 1)[1].split()[0] != "Z"
 
 
-def build_talos_image() -> str:
-    """``make talos-image`` (deploy/talos/Containerfile, FROM scratch) as ``TALOS_IMAGE``, on
-    the bookworm base (the glibc the single-file binary was built against on this machine);
-    no FABRIC_DIR: NVIDIA's archives cannot be downloaded here."""
-    require("podman", "buildah", "runc", "make")
-    _make("talos-image", TALOS_BASE=base_image(), TALOS_IMAGE=TALOS_IMAGE)
-    return TALOS_IMAGE
+def build_talos_image(arch: str, driver: str, mirror: Path, **variables: str) -> str:
+    """``make talos-image DRIVER_VERSION=driver ARCH=arch MIRROR=mirror`` (deploy/talos,
+    FROM scratch) as ``TALOS_IMAGE-<arch>``, its extension assembled under build/talos-<arch>/
+    of the checkout; ``variables`` are further make variables (TALOS_DIST, TALOS_GLIBC_ROOT
+    for an architecture this machine cannot build)."""
+    require("podman", "buildah", "make")
+    image = f"{TALOS_IMAGE}-{arch}"
+    _make("talos-image", DRIVER_VERSION=driver, ARCH=arch, MIRROR=str(mirror),
+          TALOS_IMAGE=image, TALOS_EXT=f"build/talos-{arch}/ext",
+          TALOS_ARTIFACTS=f"build/talos-{arch}/artifacts", **variables)
+    return image

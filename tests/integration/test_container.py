@@ -1,9 +1,14 @@
-"""The container image of deploy/container/Containerfile, built and run with the real podman.
+"""The container images of deploy/container/Containerfile, built and run with the real podman.
 
-The image is built on a bookworm root made by mmdebstrap (no registry is reachable), runs
-``nvfabric run`` as PID 1 on a simulated DGX B200 bind-mounted as its ``--root``, reaches
-ready, stops fabric manager then NVLSM on ``podman stop``, leaves no daemon behind when it is
-killed, and its OCI layout is checked by skopeo and umoci.
+The images are built on a bookworm root made by mmdebstrap (no registry is reachable, no
+Python in it): ``make image`` (the one-dir build alone) runs ``nvfabric run`` as PID 1 on a
+simulated DGX B200 bind-mounted as its ``--root``, reaches ready, stops fabric manager then
+NVLSM on ``podman stop``, leaves no daemon behind when it is killed, and its OCI layout is
+checked by skopeo and umoci. ``make image DRIVER_VERSION=...`` (the fabric of that driver
+inside, fetched from a local mirror of stand-in archives, tests/fabrickit.py) brings a
+driver-only node up on its own fabric manager and NVLSM; the run-time path (``nvfabric
+install`` for the node's loaded driver into the node's cache, then ``run``) brings one up from
+the image without fabric, and refuses a driver the mirror does not carry.
 """
 
 from __future__ import annotations
@@ -20,11 +25,14 @@ from pathlib import Path
 
 import pytest
 
+from tests.fabrickit import stand_in_release, write_mirror
 from tests.integration.debroot import REPO, require
 from tests.integration.podman import (
     RUN_FLAGS,
     alive,
+    build_driver_image,
     children,
+    export_root,
     host_pid,
     inspect,
     podman,
@@ -34,6 +42,23 @@ from tests.integration.podman import (
 )
 
 GRACE_S = 5.0
+DRIVER = "570.148.08"  # the dgx-b200 profile's driver
+
+
+@pytest.fixture(scope="module")
+def mirror(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Stand-in archives of DRIVER whose daemons are launchers run by the image's nvfabric."""
+    return write_mirror(tmp_path_factory.mktemp("mirror"),
+                        stand_in_release(DRIVER, binary="/usr/bin/nvfabric"))
+
+
+@pytest.fixture(scope="module")
+def driver_image(mirror: Path) -> str:
+    """``make image DRIVER_VERSION=DRIVER MIRROR=...``."""
+    started = time.monotonic()
+    image = build_driver_image(DRIVER, mirror)
+    print(f"\nmake image DRIVER_VERSION={DRIVER}: {time.monotonic() - started:.0f} s")
+    return image
 
 
 @pytest.fixture
@@ -52,9 +77,9 @@ def _version() -> str:
 
 def test_image_entrypoint_is_nvfabric_in_exec_form_with_oci_labels(nvfabric_image: str) -> None:
     config = inspect("image", nvfabric_image)["Config"]
-    # exec form: the kernel runs the console script (its shebang is the venv's python); no
-    # /bin/sh -c anywhere between the runtime and nvfabric.
-    assert config["Entrypoint"] == ["/opt/nvfabric/bin/nvfabric"]
+    # exec form: the kernel runs the one-dir build (through its link); no /bin/sh -c anywhere
+    # between the runtime and nvfabric.
+    assert config["Entrypoint"] == ["/usr/bin/nvfabric"]
     assert config["Cmd"] == ["run", "--root", "/"]
     assert config.get("StopSignal") == "SIGTERM"
     labels = config["Labels"]
@@ -67,18 +92,19 @@ def test_image_entrypoint_is_nvfabric_in_exec_form_with_oci_labels(nvfabric_imag
     assert labels["org.opencontainers.image.created"] != "1970-01-01T00:00:00Z"
     out = podman("run", "--rm", *RUN_FLAGS, nvfabric_image, "--version").stdout
     assert _version() in out
-    # no pip, no build tools in the image: pip ran from its wheel in the build stage only
-    listing = podman("run", "--rm", *RUN_FLAGS, "--entrypoint", "/opt/nvfabric/bin/python",
-                     nvfabric_image, "-c",
-                     "import importlib.util as u; print(u.find_spec('pip') is None)").stdout
-    assert listing.strip() == "True"
+    assert labels["io.nvfabric.driver-version"] == ""  # no fabric inside
+    # no Python in the image: nvfabric is the one-dir build, its libraries beside it
+    listing = podman("run", "--rm", *RUN_FLAGS, "--entrypoint", "/bin/sh", nvfabric_image, "-c",
+                     "readlink /usr/bin/nvfabric; ls /usr/lib/nvfabric; "
+                     "command -v python3 || echo no-python").stdout.split()
+    assert listing == ["../lib/nvfabric/nvfabric", "_internal", "nvfabric", "no-python"], listing
 
 
 def test_run_on_simulated_b200_ready_as_pid1_then_podman_stop_in_order(
         nvfabric_image: str, container_name: str, tmp_path: Path) -> None:
     node = simulate_in_image(nvfabric_image, tmp_path / "node")
     shebang = (node / "bin" / "nvlsm").read_text().splitlines()[0]
-    assert shebang == "#!/opt/nvfabric/bin/python -IS"
+    assert shebang == "#!/usr/lib/nvfabric/nvfabric --nvfabric-sim-fake"  # sys.executable
     podman("run", "--detach", "--name", container_name, *RUN_FLAGS, "--read-only",
            "-v", f"{node}:/node", nvfabric_image,
            "run", "--root", "/node", "--grace", str(GRACE_S))
@@ -95,9 +121,8 @@ def test_run_on_simulated_b200_ready_as_pid1_then_podman_stop_in_order(
     assert nspid[-1] == "1"  # nvfabric is PID 1 of the container's pid namespace
     cmdline = Path(f"/proc/{pid1}/cmdline").read_bytes().split(b"\0")
     # `nvfabric run` after its checks execs into the lean supervisor, same pid (README "The
-    # supervising process"), still shown as the image's nvfabric command running `run`
-    assert cmdline[0] == b"/opt/nvfabric/bin/nvfabric" and b"run" in cmdline, cmdline
-    assert b"--supervise-fd" in cmdline and b"nvfabric.supervisor.lean" in b" ".join(cmdline)
+    # supervising process"): the one-dir build again, still shown as the image's nvfabric
+    assert cmdline[:2] == [b"/usr/bin/nvfabric", b"--supervise-fd"], cmdline
     daemons = children(pid1)
     assert len(daemons) == 2
 
@@ -227,8 +252,89 @@ def test_oci_layout_checked_by_skopeo_and_umoci(nvfabric_image: str, tmp_path: P
         sizes.append(layer["size"])
     config = json.loads((layout / "blobs" / algo /
                          manifest["config"]["digest"].split(":")[1]).read_text())
-    assert config["config"]["Entrypoint"] == ["/opt/nvfabric/bin/nvfabric"]
-    # the image is the base plus one layer of nvfabric's venv
+    assert config["config"]["Entrypoint"] == ["/usr/bin/nvfabric"]
+    # the image is the base plus one layer: the one-dir build
     assert len(manifest["layers"]) == 2
     size = inspect("image", nvfabric_image)["Size"]
     print(f"\nimage size: {size / 1e6:.0f} MB uncompressed; layers {[s // 1000 for s in sizes]} kB")
+
+
+def _fabric_daemons(name: str) -> set[bytes]:
+    """The script path of each daemon nvfabric runs in container ``name`` (the stand-ins are
+    scripts: the kernel runs their #! program, then the path)."""
+    return {Path(f"/proc/{p}/cmdline").read_bytes().split(b"\0")[2]
+            for p in children(host_pid(name))}
+
+
+def test_the_driver_image_is_tagged_with_its_driver_and_carries_its_fabric(
+        driver_image: str) -> None:
+    assert driver_image.endswith(f"-{DRIVER}")
+    labels = inspect("image", driver_image)["Config"]["Labels"]
+    assert labels["io.nvfabric.driver-version"] == DRIVER
+    listing = podman("run", "--rm", *RUN_FLAGS, "--entrypoint", "/bin/sh", driver_image, "-c",
+                     "ls /usr/bin/nv-fabricmanager /opt/nvidia/nvlsm/sbin/nvlsm "
+                     "/usr/share/nvidia/nvswitch/fabricmanager.cfg "
+                     f"/usr/lib/x86_64-linux-gnu/libnvidia-nscq.so.{DRIVER} "
+                     "/usr/share/nvfabric/fabric.json").stdout.split()
+    assert len(listing) == 5, listing
+    size = inspect("image", driver_image)["Size"]
+    print(f"\nimage {driver_image}: {size / 1e6:.0f} MB uncompressed")
+
+
+def test_the_driver_image_brings_a_driver_only_node_up_on_its_own_fabric(
+        driver_image: str, container_name: str, tmp_path: Path) -> None:
+    """The node is the image's root filesystem with a DGX B200's hardware and driver under it
+    (simulated --driver-only by the image itself: no fabric manager, NVLSM or their configs):
+    what the container sees on a GPU node with --root / and the host's /sys and /dev. Nothing
+    else is supplied: the daemons that come up are the image's."""
+    node = simulate_in_image(driver_image, tmp_path / "node", "dgx-b200", "--driver-only")
+    assert not (node / "usr/bin/nv-fabricmanager").exists()
+    image_root = export_root(driver_image, tmp_path / "image-root")
+    subprocess.run(["cp", "-a", "-n", f"{image_root}/.", str(node)], check=True, timeout=300)
+    podman("run", "--detach", "--name", container_name, *RUN_FLAGS, "--read-only",
+           "-v", f"{node}:/node", driver_image, "run", "--root", "/node", "--grace", str(GRACE_S))
+    wait_for(node / "run/nvfabric/ready", 60, container=container_name)
+    ready = json.loads((node / "run/nvfabric/ready").read_text())
+    assert [s["service"] for s in ready["services"]] == ["nvlsm", "fabricmanager"]
+    assert _fabric_daemons(container_name) == {b"/node/opt/nvidia/nvlsm/sbin/nvlsm",
+                                               b"/node/usr/bin/nv-fabricmanager"}
+    podman("stop", "--time", str(int(GRACE_S * 2 + 5)), container_name, timeout=60)
+    assert inspect("container", container_name)["State"]["ExitCode"] == 0
+
+
+def test_the_run_time_path_installs_the_loaded_drivers_fabric_then_comes_up(
+        nvfabric_image: str, mirror: Path, container_name: str, tmp_path: Path) -> None:
+    """The image without fabric on a driver-only node: `install` (what the DaemonSet's init
+    container of deploy/kubernetes/components/fetch-at-start runs) resolves the loaded driver,
+    fetches and verifies its archives and installs them into the node's cache; `run` then comes
+    up on exactly those daemons."""
+    node = simulate_in_image(nvfabric_image, tmp_path / "node", "dgx-b200", "--driver-only")
+    out = podman("run", "--rm", *RUN_FLAGS, "--read-only", "-v", f"{node}:/node",
+                 "-v", f"{mirror}:/mirror:ro", nvfabric_image, "install", "--root", "/node",
+                 "--mirror", "/mirror", "--retries", "0", "--json", check=False)
+    assert out.returncode == 0, out.stdout + out.stderr
+    done = json.loads(out.stdout)
+    assert done["driver_version"] == DRIVER and done["fabric"] == "nvlink5"
+    podman("run", "--detach", "--name", container_name, *RUN_FLAGS, "--read-only",
+           "-v", f"{node}:/node", nvfabric_image, "run", "--root", "/node")
+    wait_for(node / "run/nvfabric/ready", 60, container=container_name)
+    assert _fabric_daemons(container_name) == {
+        b"/node/opt/nvfabric/nvlsm-2025.06.6/sbin/nvlsm",
+        f"/node/opt/nvfabric/fabricmanager-{DRIVER}/bin/nv-fabricmanager".encode()}
+    podman("stop", "--time", "25", container_name, timeout=60)
+
+
+def test_the_run_time_path_never_runs_another_drivers_fabric(
+        nvfabric_image: str, tmp_path: Path) -> None:
+    other = write_mirror(tmp_path / "mirror", stand_in_release("570.158.01",
+                                                               binary="/usr/bin/nvfabric"))
+    node = simulate_in_image(nvfabric_image, tmp_path / "node", "dgx-b200", "--driver-only")
+    out = podman("run", "--rm", *RUN_FLAGS, "-v", f"{node}:/node", "-v", f"{other}:/mirror:ro",
+                 nvfabric_image, "install", "--root", "/node", "--mirror", "/mirror",
+                 "--retries", "0", "--json", check=False)
+    assert out.returncode == 1, out.stdout + out.stderr
+    assert json.loads(out.stdout)["error"]["code"] == "artifact_not_available"
+    out = podman("run", "--rm", *RUN_FLAGS, "-v", f"{node}:/node", nvfabric_image, "run",
+                 "--root", "/node", "--json", check=False)
+    assert out.returncode == 1
+    assert "binary_missing" in {f["code"] for f in json.loads(out.stdout)["findings"]}

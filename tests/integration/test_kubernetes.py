@@ -37,8 +37,8 @@ from tests.integration.podman import (
 
 KUSTOMIZE = REPO / "deploy" / "kubernetes"
 OVERLAYS = ("nvswitch", "nvlink5", "mnnvl-dra")
-# Three minor versions of the schemas kubernetes-validate ships (the newest it has, and two back).
-K8S_VERSIONS = ("1.35.0", "1.36.0", "1.37.0")
+# Kubernetes 1.30 and every later minor version whose schemas kubernetes-validate ships.
+K8S_VERSIONS = ("1.30.0", "1.31.0", "1.32.0", "1.33.0", "1.34.0", "1.35.0", "1.36.0", "1.37.0")
 BIN = Path(sys.executable).parent  # the validators come with [dev] into this venv
 GRACE_S = 10  # the --grace of the base DaemonSet's args
 
@@ -56,11 +56,26 @@ def _pyproject_version() -> str:
     raise AssertionError("no version in pyproject.toml")
 
 
-def render(overlay: str) -> list[dict[str, Any]]:
-    """``kubectl kustomize`` of one overlay, as objects."""
-    out = subprocess.run([_tool("kubectl"), "kustomize", str(KUSTOMIZE / "overlays" / overlay)],
+def render_dir(path: Path) -> list[dict[str, Any]]:
+    """``kubectl kustomize PATH``, as objects."""
+    out = subprocess.run([_tool("kubectl"), "kustomize", str(path)],
                          capture_output=True, text=True, check=True, timeout=120).stdout
     return [d for d in yaml.safe_load_all(out) if d]
+
+
+def render(overlay: str) -> list[dict[str, Any]]:
+    """``kubectl kustomize`` of one overlay, as objects."""
+    return render_dir(KUSTOMIZE / "overlays" / overlay)
+
+
+def with_component(tmp: Path, overlay: str, component: str) -> Path:
+    """An operator's own kustomization: ``overlay`` plus ``component`` (relative paths, as
+    kustomize wants them); its directory."""
+    tmp.mkdir(parents=True, exist_ok=True)
+    (tmp / "kustomization.yaml").write_text(yaml.safe_dump({
+        "resources": [os.path.relpath(KUSTOMIZE / "overlays" / overlay, tmp)],
+        "components": [os.path.relpath(KUSTOMIZE / "components" / component, tmp)]}))
+    return tmp
 
 
 def daemonset(objs: list[dict[str, Any]]) -> dict[str, Any]:
@@ -70,47 +85,97 @@ def daemonset(objs: list[dict[str, Any]]) -> dict[str, Any]:
 
 @pytest.fixture(scope="module")
 def rendered(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """Every overlay, the namespace, and an overlay with the fetch-at-start component,
+    rendered to a file each."""
     out = tmp_path_factory.mktemp("rendered")
     files = {}
     for overlay in OVERLAYS:
         path = out / f"{overlay}.yaml"
         path.write_text(yaml.safe_dump_all(render(overlay)))
         files[overlay] = path
+    files["namespace"] = out / "namespace.yaml"
+    files["namespace"].write_text(yaml.safe_dump_all(render_dir(KUSTOMIZE / "namespace")))
+    files["nvlink5+fetch-at-start"] = out / "fetch.yaml"
+    files["nvlink5+fetch-at-start"].write_text(yaml.safe_dump_all(render_dir(
+        with_component(out / "own", "nvlink5", "fetch-at-start"))))
     return files
+
+
+def test_one_namespace_owned_by_no_overlay_so_deleting_one_deletes_only_its_objects() -> None:
+    """``kubectl delete -k overlays/X`` deletes exactly what X renders: no overlay renders the
+    Namespace (deleting it would delete every overlay's DaemonSet), and no two overlays render
+    an object of the same kind and name."""
+    (ns,) = render_dir(KUSTOMIZE / "namespace")
+    assert ns["kind"] == "Namespace" and ns["metadata"]["name"] == "nvfabric"
+    assert ns["metadata"]["labels"]["pod-security.kubernetes.io/enforce"] == "privileged"
+    owners: dict[tuple[str, str], str] = {}
+    for overlay in OVERLAYS:
+        for obj in render(overlay):
+            assert obj["kind"] != "Namespace", overlay
+            assert obj["metadata"]["namespace"] == "nvfabric"
+            key = (obj["kind"], obj["metadata"]["name"])
+            assert owners.setdefault(key, overlay) == overlay, (key, owners[key], overlay)
+
+
+def test_the_fetch_at_start_component_installs_the_fabric_before_bring_up(
+        rendered: dict[str, Path]) -> None:
+    objs = [d for d in yaml.safe_load_all(rendered["nvlink5+fetch-at-start"].read_text()) if d]
+    spec = daemonset(objs)["spec"]["template"]["spec"]
+    (init,) = spec["initContainers"]
+    (ctr,) = spec["containers"]
+    assert init["image"] == ctr["image"]  # the DaemonSet's own image, whatever images: made it
+    assert init["args"] == ["install", "--root", "/", "--dest", "/opt/nvfabric/artifacts"]
+    sec = init["securityContext"]
+    assert sec["privileged"] is False and sec["capabilities"] == {"drop": ["ALL"]}
+    assert sec["allowPrivilegeEscalation"] is False and sec["readOnlyRootFilesystem"] is True
+    assert {"name": "fabric-cache", "mountPath": "/opt/nvfabric"} in init["volumeMounts"]
+    assert {"name": "fabric-cache", "mountPath": "/opt/nvfabric", "readOnly": True} in \
+        ctr["volumeMounts"]
+    (cache,) = [v for v in spec["volumes"] if v["name"] == "fabric-cache"]
+    assert cache["hostPath"] == {"path": "/var/lib/nvfabric/fabric", "type": "DirectoryOrCreate"}
+    (deny,) = [o for o in objs if o["metadata"]["name"] == "nvfabric-deny-all-nvlink5"]
+    ports = sorted((p["protocol"], p["port"]) for rule in deny["spec"]["egress"]
+                   for p in rule["ports"])
+    assert ports == [("TCP", 53), ("TCP", 443), ("UDP", 53)]
 
 
 @pytest.mark.parametrize("overlay", OVERLAYS)
 def test_overlay_renders_one_daemonset_per_fabric_kind(overlay: str) -> None:
     objs = render(overlay)
     kinds = sorted(o["kind"] for o in objs)
-    assert kinds == ["DaemonSet", "Namespace", "NetworkPolicy", "NetworkPolicy",
-                     "ServiceAccount"]
+    assert kinds == ["DaemonSet", "NetworkPolicy", "NetworkPolicy", "ServiceAccount"]
     ds = daemonset(objs)
     assert ds["metadata"]["name"] == f"nvfabric-{overlay}"
     assert ds["metadata"]["namespace"] == "nvfabric"
     spec = ds["spec"]["template"]["spec"]
     assert spec["priorityClassName"] == "system-node-critical"
     assert spec["hostPID"] is True
-    assert spec["nodeSelector"]["feature.node.kubernetes.io/pci-10de.present"] == "true"
-    (term,) = spec["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"][
+    assert spec["nodeSelector"] == {"kubernetes.io/os": "linux"}
+    terms = spec["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"][
         "nodeSelectorTerms"]
-    (expr,) = term["matchExpressions"]
-    assert expr["key"] == "nvidia.com/gpu.product" and expr["operator"] == "In"
-    assert {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"} in \
-        spec["tolerations"]
+    keys = [t["matchExpressions"][0]["key"] for t in terms]
+    assert keys[0] == "nvidia.com/gpu.product" and keys[-1] == "node.kubernetes.io/instance-type"
+    assert all(k.startswith("feature.node.kubernetes.io/pci-10de_") for k in keys[1:-1])
+    # the GPU Operator's own DaemonSet toleration, AKS's GPU pool taint, critical add-ons
+    assert spec["tolerations"] == [
+        {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"},
+        {"key": "sku", "operator": "Equal", "value": "gpu", "effect": "NoSchedule"},
+        {"key": "CriticalAddonsOnly", "operator": "Exists"}]
     (ctr,) = spec["containers"]
     # the image `make image` tags by default: localhost/nvfabric:<package version>
     assert ctr["image"] == f"localhost/nvfabric:{_pyproject_version()}"
     assert ctr["securityContext"]["privileged"] is True
     assert ctr["securityContext"]["readOnlyRootFilesystem"] is True
-    mounts = {m["mountPath"] for m in ctr["volumeMounts"]}
-    assert {"/dev", "/sys", "/run/nvidia-fabricmanager", "/var/log", "/run/nvfabric"} <= mounts
+    mounts = {m["mountPath"]: m for m in ctr["volumeMounts"]}
+    assert {"/dev", "/sys", "/run/nvidia-fabricmanager", "/var/log", "/run/nvfabric"} <= set(mounts)
+    assert mounts["/sys"]["readOnly"] is True
+    volumes = {v["name"]: v for v in spec["volumes"]}
+    assert volumes["var-log"]["hostPath"]["path"] == "/var/log/nvidia-fabricmanager"
     # run's /readyz on its metrics port; on GB200/GB300 (nothing runs, /readyz is 200 at once)
     # readiness stays the verdict of nvfabric status
     assert ctr["startupProbe"]["httpGet"] == {"path": "/readyz", "port": "metrics"}
     if overlay == "mnnvl-dra":
-        assert ctr["readinessProbe"]["exec"]["command"] == ["/opt/nvfabric/bin/nvfabric",
-                                                            "status"]
+        assert ctr["readinessProbe"]["exec"]["command"] == ["/usr/bin/nvfabric", "status"]
     else:
         assert ctr["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "metrics"}
     assert "livenessProbe" not in ctr  # a fabric fault must not restart the fabric
@@ -178,6 +243,7 @@ def test_overlays_select_disjoint_gpu_products_and_args() -> None:
         spec = daemonset(render(overlay))["spec"]["template"]["spec"]
         term = spec["affinity"]["nodeAffinity"][
             "requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"][0]
+        assert term["matchExpressions"][0]["key"] == "nvidia.com/gpu.product"
         products[overlay] = set(term["matchExpressions"][0]["values"])
         args[overlay] = spec["containers"][0]["args"]
     assert not products["nvswitch"] & products["nvlink5"]
@@ -198,7 +264,8 @@ def test_kubernetes_validate_strict(rendered: dict[str, Path], version: str) -> 
         out = subprocess.run([_tool("kubernetes-validate"), "--strict", "-k", version, str(path)],
                              capture_output=True, text=True, timeout=300)
         assert out.returncode == 0, f"{overlay} @ {version}: {out.stdout}{out.stderr}"
-        assert out.stdout.count("passed for resource") == 5, out.stdout
+        count = len([d for d in yaml.safe_load_all(path.read_text()) if d])
+        assert out.stdout.count("passed for resource") == count, out.stdout
 
 
 def test_kubernetes_validate_strict_rejects_an_unknown_field(tmp_path: Path) -> None:
@@ -233,6 +300,9 @@ def _checkov(path: Path) -> tuple[int, dict[str, Any]]:
 def test_checkov_passes_with_every_skip_reasoned(rendered: dict[str, Path]) -> None:
     for overlay, path in rendered.items():
         returncode, report = _checkov(path)
+        if overlay == "namespace":  # nothing to fail: checkov has no check of a Namespace
+            assert returncode == 0 and not report.get("results", {}).get("failed_checks")
+            continue
         failed = [(c["check_id"], c["check_name"]) for c in report["results"]["failed_checks"]]
         assert failed == [], f"{overlay}: {failed}"
         assert returncode == 0
@@ -370,9 +440,11 @@ def _probe(ctr_name: str, spec: dict[str, Any]) -> tuple[int, str]:
     get = spec["httpGet"]
     port = get["port"]
     assert isinstance(port, int), port
-    res = podman("exec", ctr_name, "/opt/nvfabric/bin/python", "-c", HTTP_GET,
-                 f"http://127.0.0.1:{port}{get['path']}", str(spec["timeoutSeconds"]),
-                 check=False, timeout=60)
+    # the image has no Python: the host's, in the container's network namespace
+    pid = inspect("container", ctr_name)["State"]["Pid"]
+    res = subprocess.run(["nsenter", "-t", str(pid), "-n", sys.executable, "-c", HTTP_GET,
+                          f"http://127.0.0.1:{port}{get['path']}", str(spec["timeoutSeconds"])],
+                         capture_output=True, text=True, check=False, timeout=60)
     assert res.returncode == 0, res.stderr
     status, _, body = res.stdout.partition("\n")
     return int(status), body

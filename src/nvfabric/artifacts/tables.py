@@ -185,3 +185,35 @@ RUNFILE_LIB_DIRS: tuple[str, ...] = (
 #: every driver install, runfile or package, ships it (NVML; NVIDIA driver README,
 #: "Installed Components").
 DRIVER_VERSION_LIB = "libnvidia-ml.so."
+
+#: Canonical arch -> Debian multiarch tuple, the library directory name of the distribution
+#: the vendor's .deb packages install into (``/usr/lib/<tuple>``). Source: DEB (Debian
+#: multiarch tuples, dpkg-architecture -qDEB_HOST_MULTIARCH), as RUNFILE_LIB_DIRS above.
+MULTIARCH: dict[str, str] = {"x86_64": "x86_64-linux-gnu", "aarch64": "aarch64-linux-gnu"}
+
+#: Where each directory of a redist archive (its top directory stripped) goes when the archive
+#: is laid out at the vendor paths (``install --from DIR --layout vendor``, an image being
+#: built): component -> ((archive directory, host directory), ...); ``{multiarch}`` is
+#: :data:`MULTIARCH`'s tuple of the target architecture, never the build host's. Members in
+#: no listed directory (``include/``, ``systemd/``, the licence and docs) are not laid out.
+#: Sources: siderolabs/extensions nvidia-gpu/nvidia-fabricmanager/production/pkg.yaml
+#: ("SIDERO": fabric manager's ``bin/``, ``lib/``, ``etc/fabricmanager.cfg`` and
+#: ``share/nvidia/nvswitch/*`` into ``usr/bin``, ``usr/lib``, ``usr/share/nvidia/nvswitch``;
+#: NVLSM's ``sbin/nvlsm``, ``lib/libgrpc_mgr.so`` and ``share/nvidia/nvlsm/*.conf`` into
+#: ``opt/nvidia/nvlsm/sbin``, ``opt/nvidia/nvlsm/lib``, ``usr/share/nvidia/nvlsm``);
+#: NixOS/nixpkgs pkgs/os-specific/linux/nvidia-x11/fabricmanager.nix (the fabric manager
+#: archive's top directories: bin, etc, systemd, share/nvidia, include, lib); NVIDIA Fabric
+#: Manager User Guide, "Installation" (the package's /usr/bin/nv-fabricmanager,
+#: /usr/share/nvidia/nvswitch/fabricmanager.cfg and topology files); NVIDIA IMEX guide,
+#: "Installation" (/usr/bin/nvidia-imex, /usr/bin/nvidia-imex-ctl, /etc/nvidia-imex/); the
+#: NSCQ and NVSDM libraries where the distribution's .debs put libraries (DEB).
+VENDOR_LAYOUT: dict[str, tuple[tuple[str, str], ...]] = {
+    "fabricmanager": (("bin", "/usr/bin"), ("lib", "/usr/lib/{multiarch}"),
+                      ("etc", "/usr/share/nvidia/nvswitch"),
+                      ("share/nvidia/nvswitch", "/usr/share/nvidia/nvswitch")),
+    "nvlsm": (("sbin", "/opt/nvidia/nvlsm/sbin"), ("lib", "/opt/nvidia/nvlsm/lib"),
+              ("share/nvidia/nvlsm", "/usr/share/nvidia/nvlsm")),
+    "libnvidia_nscq": (("lib", "/usr/lib/{multiarch}"),),
+    "libnvsdm": (("lib", "/usr/lib/{multiarch}"),),
+    "imex": (("bin", "/usr/bin"), ("etc", "/etc"), ("lib", "/usr/lib/{multiarch}")),
+}

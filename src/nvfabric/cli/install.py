@@ -42,13 +42,18 @@ from nvfabric.model.words import plural
               help="Who runs IMEX (default: detected); decides whether nvidia-imex.service "
               "is enabled (host, dra-host, a Slurm prolog that drives the unit), masked (dra, "
               "a Slurm prolog that runs the daemon itself) or disabled (none).")
+@click.option("--layout", type=click.Choice(["prefix", "vendor"]), default="prefix",
+              show_default=True,
+              help="With --from: redist archives under --prefix with install records "
+              "(prefix), or at their packages' vendor paths under --root, an image being "
+              "built (vendor).")
 @guarded
 def install(
     root: str, driver_version: str | None, arch: str | None, source: str,
     components: str | None, mirror: str | None, distro: str | None,
     nvlsm_version: str | None, fabric: str | None, dest: str | None, timeout: float,
     retries: int, dry_run: bool, as_json: bool, prefix: str | None, execute: bool,
-    from_dir: str | None, imex_owner: str | None,
+    from_dir: str | None, imex_owner: str | None, layout: str,
 ) -> None:
     """Install the exact artifacts of the loaded driver.
 
@@ -58,14 +63,14 @@ def install(
     artifacts").
     """
     if from_dir is not None:
-        if execute or mirror:
-            raise usage_error("--from installs what is cached, with no network and no "
-                              "package manager: drop --execute and --mirror",
-                              "nvfabric install --from DIR [--root ROOT]")
-        prefix = prefix or under(root, DEFAULT_PREFIX)
-        install_from(root, from_dir, driver_version, arch, components, fabric, prefix,
-                     imex_owner, dry_run, as_json)
+        _check_from(execute, mirror, layout, prefix)
+        install_from(root, from_dir, driver_version, arch, components, fabric,
+                     prefix or under(root, DEFAULT_PREFIX), imex_owner, dry_run, as_json, layout)
         return
+    if layout != "prefix":
+        raise usage_error("--layout vendor lays out what fetch cached: use it with --from DIR",
+                          "nvfabric fetch --dest DIR ..., then nvfabric install --from DIR "
+                          "--root IMAGE_ROOT --layout vendor")
     if execute and source == "redist":
         raise usage_error("--execute is for apt/rpm sources; redist archives install directly",
                           "drop --execute, or pass --source apt|rpm")
@@ -103,6 +108,18 @@ def install(
                                          dry_run)
     if as_json:
         print_json(out)
+
+
+def _check_from(execute: bool, mirror: str | None, layout: str, prefix: str | None) -> None:
+    """usage_error for the options ``--from`` does not take with the given ones."""
+    if execute or mirror:
+        raise usage_error("--from installs what is cached, with no network and no "
+                          "package manager: drop --execute and --mirror",
+                          "nvfabric install --from DIR [--root ROOT]")
+    if layout == "vendor" and prefix is not None:
+        raise usage_error("--layout vendor places the archives at their vendor paths "
+                          "under --root: drop --prefix", "nvfabric install --from DIR "
+                          "--root IMAGE_ROOT --layout vendor")
 
 
 def _package_manager(out: dict[str, Any], con: Any, source: str, artifacts: Any,
@@ -190,4 +207,4 @@ def _apt_on_runfile(
     cachefile.write(dest, [cachefile.Cached(a, a.filename, inputs.driver_version)
                            for a in resolution.artifacts])
     install_from(root, dest, inputs.driver_version, inputs.arch, ",".join(inputs.components),
-                  inputs.fabric, prefix, imex_owner, not execute, as_json)
+                 inputs.fabric, prefix, imex_owner, not execute, as_json)

@@ -1,8 +1,9 @@
 """``nvfabric install --from DIR``: the boot step of the image flow (README, "Version-matched
 artifacts"), with no network: what ``fetch --dest DIR`` cached there is checked against its
 record and the node's driver, the .debs go through dpkg (forcing only what the runfile
-provides), redist archives are extracted under ``--prefix``, and nvidia-imex.service is
-enabled or left disabled by the IMEX owner.
+provides), redist archives are extracted under ``--prefix`` (or, with ``--layout vendor``, laid
+out at their vendor paths under ``--root``: :mod:`nvfabric.artifacts.vendorlayout`), and
+nvidia-imex.service is enabled or left disabled by the IMEX owner.
 """
 
 from __future__ import annotations
@@ -15,12 +16,13 @@ from nvfabric.cli.render import console, print_findings, print_json, safe
 from nvfabric.facts.fs import under
 from nvfabric.facts.inventory import collect
 from nvfabric.model.errors import NvfabricError, usage_error
+from nvfabric.model.words import plural
 
 
 def install_from(
     root: str, from_dir: str, driver_version: str | None, arch: str | None,
     components: str | None, fabric: str | None, prefix: str, imex_owner: str | None,
-    dry_run: bool, as_json: bool,
+    dry_run: bool, as_json: bool, layout: str = "prefix",
 ) -> None:
     """``install --from DIR``: the boot step of the image flow (README, "Version-matched
     artifacts"). Facts first (the fetch record, the node's driver, the dpkg database, the IMEX
@@ -33,13 +35,13 @@ def install_from(
                                                  components, fabric)
     debs = [c for c in chosen if c.artifact.source == "apt"]
     archives = [c for c in chosen if c.artifact.source == "redist"]
-    if archives and prefix == under(root, DEFAULT_PREFIX):
+    if archives and layout == "prefix" and prefix == under(root, DEFAULT_PREFIX):
         prefix = default_path(root, DEFAULT_PREFIX, "--prefix")  # before anything is installed
     findings = list(inputs.findings)
     out: dict[str, Any] = {
         "from": directory, "driver_version": inputs.driver_version, "arch": inputs.arch,
         "fabric": inputs.fabric, "components": [c.artifact.component for c in chosen],
-        "dry_run": dry_run, "reasons": reasons, "route": "dpkg",
+        "dry_run": dry_run, "reasons": reasons, "route": "dpkg", "layout": layout,
     }
     prepared = debinstall.prepare(root, directory, debs, inputs.arch) if debs else None
     if archives:
@@ -59,12 +61,15 @@ def install_from(
     con = None if as_json else console()
     if con is not None:
         _print_plan(con, reasons, prepared, inputs, dry_run)
-    installed, added = _apply(root, prepared, directory, archives, prefix, dry_run)
+    installed, added = _apply(root, prepared, directory, archives, prefix, dry_run, layout,
+                              inputs.arch)
     out["installed"] = installed
     if con is not None and not dry_run:
         for item in installed:
             what = item.get("package") or item.get("component")
-            con.print(f"installed: {safe(what)} {safe(item['version'])}", emoji=False)
+            where = f" at its vendor paths ({plural(len(item['files']), 'file')})" \
+                if item.get("layout") == "vendor" else ""
+            con.print(f"installed: {safe(what)} {safe(item['version'])}{where}", emoji=False)
     if ownership is not None:
         out["imex_unit"] = _imex_unit(root, ownership, prepared, added, live, dry_run, con)
     out["findings"] = [f.to_json() for f in findings]
@@ -121,14 +126,26 @@ def _print_plan(con: Any, reasons: list[str], prepared: Any, inputs: Inputs,
 
 
 def _apply(root: str, prepared: Any, directory: str, archives: list[Any], prefix: str,
-           dry_run: bool) -> tuple[list[dict[str, Any]], list[str]]:
-    """dpkg, then the redist archives (on a dry run only where each would go). (installed
-    items, packages dpkg newly added)."""
+           dry_run: bool, layout: str = "prefix",
+           arch: str = "x86_64") -> tuple[list[dict[str, Any]], list[str]]:
+    """dpkg, then the redist archives (on a dry run only where each would go): under
+    ``prefix``, or at the vendor paths under ``root`` (``layout`` vendor, for target
+    ``arch``). (installed items, packages dpkg newly added)."""
     from nvfabric.artifacts import debinstall
     from nvfabric.artifacts.install import install_archive, install_dir
 
     installed: list[dict[str, Any]] = []
     added: list[str] = []
+    if layout == "vendor" and archives:
+        from nvfabric.artifacts.vendorlayout import lay_out
+
+        # planned and checked whole before dpkg touches the root
+        lay_out(root, directory, archives, arch, dry_run=True)
+        if not dry_run and prepared is not None:
+            added = debinstall.newly_added(root, prepared)
+            installed += debinstall.apply(root, prepared)
+        laid = lay_out(root, directory, archives, arch, dry_run=dry_run)
+        return installed + laid.to_json(archives), added
     if not dry_run:
         if prepared is not None:
             added = debinstall.newly_added(root, prepared)

@@ -40,6 +40,7 @@ from nvfabric.effects.log import Log
 from nvfabric.effects.notify import notify_nothing_to_start
 from nvfabric.effects.runlock import READY_FILE, RunLock
 from nvfabric.facts.paths import confined
+from nvfabric.frozen import is_one_file
 from nvfabric.model.errors import NvfabricError, usage_error
 from nvfabric.model.findings import Finding
 from nvfabric.model.hostpath import check as check_path
@@ -423,5 +424,5 @@ def _supervise_fm(o: RunOptions, prepared: Prepared, p: Plan, root: str,
                   fm_check=(fms[0], p.driver_version) if fms else None,
                   state_dir=prepared.state_dir, lock_fd=lock.fd if lock else None,
                   log_format=o.log_format),
-              in_process=o.listen_at is not None)
+              in_process=o.listen_at is not None or is_one_file())
 

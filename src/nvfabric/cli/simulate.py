@@ -28,10 +28,14 @@ CASE_KEYS = frozenset({"id", "title", "command", "node", "input", "options", "ex
               help="An nvidia-bug-report.log(.gz): build the node it describes "
               "(see `nvfabric triage`).")
 @click.option("--list", "list_profiles", is_flag=True, help="List the built-in profiles.")
+@click.option("--driver-only", is_flag=True,
+              help="The driver and its nvidia-smi only: no fabric manager, NVLSM or IMEX "
+              "fakes nor their shipped configs (what an image or `nvfabric install` brings).")
 @json_option
 @guarded
 def simulate(profile: str | None, directory: str | None, spec_file: str | None,
-             report_file: str | None, list_profiles: bool, as_json: bool) -> None:
+             report_file: str | None, list_profiles: bool, driver_only: bool,
+             as_json: bool) -> None:
     """Build a node tree: `simulate PROFILE DIR`, `simulate --spec FILE DIR` or
     `simulate --from-bug-report FILE DIR`.
 
@@ -65,7 +69,7 @@ def simulate(profile: str | None, directory: str | None, spec_file: str | None,
     except SpecError as err:
         raise usage_error(str(err)) from None
     try:
-        fakes = install(directory)
+        fakes = install(directory, driver_only=driver_only)
         if report_file:
             from nvfabric.simulate import fakebin
             from nvfabric.simulate.fakes import gpus

@@ -39,11 +39,12 @@ BACKUP_SUFFIX = ".nvfabric.bak"
 
 def unit_text() -> str:
     """The unit file, exactly as shipped (UTF-8 text ending in a newline); from the
-    single-file binary with ``NotifyAccess=all`` (:func:`nvfabric.frozen.unit_for_binary`)."""
-    from nvfabric.frozen import is_frozen, unit_for_binary
+    single-file binary with ``NotifyAccess=all`` (:func:`nvfabric.frozen.unit_for_binary`;
+    the one-dir build notifies from its main pid, as the interpreter does)."""
+    from nvfabric.frozen import is_one_file, unit_for_binary
 
     text = (resources.files("nvfabric") / "data" / UNIT_NAME).read_text(encoding="utf-8")
-    return unit_for_binary(text) if is_frozen() else text
+    return unit_for_binary(text) if is_one_file() else text
 
 
 @dataclass(frozen=True)

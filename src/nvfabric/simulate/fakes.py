@@ -52,6 +52,10 @@ CUDA_BY_BRANCH: dict[str, str] = {
     "580": "13.0", "590": "13.1",
 }
 
+#: The fakes of the fabric packages (fabric manager, NVLSM, IMEX): what a driver-only node
+#: lacks (``nvfabric simulate --driver-only``), and an image or ``nvfabric install`` brings.
+FABRIC_PROGRAMS = frozenset({"nvlsm", "nv-fabricmanager", "nvidia-imex", "nvidia-imex-ctl"})
+
 #: GPU generations whose NVML fabric state is "not supported" even with fabric manager running
 #: (A100 capture: State N/A with FM up, bottlerocket PR 3873; V100 predates the API).
 NO_FABRIC_STATE = frozenset({"volta", "ampere", "ada"})
@@ -270,9 +274,14 @@ def gpu_state(root: str) -> list[dict[str, Any]]:
     return out
 
 
-def install(root: str) -> list[str]:
+def install(root: str, driver_only: bool = False) -> list[str]:
     """Install the fakes, shipped configs and simulated state under ``root`` (a tree written
-    by :func:`nvfabric.simulate.build`). Returns the fake programs' paths in ``bin/``."""
+    by :func:`nvfabric.simulate.build`). Returns the fake programs' paths in ``bin/``.
+
+    ``driver_only``: a node with the driver (its nvidia-smi) and none of the fabric packages:
+    no fake of :data:`FABRIC_PROGRAMS` and none of their shipped configs, so what runs is what
+    an image carries or ``nvfabric install`` installed (a stand-in archive's launcher finds
+    this node's state from wherever it is laid out: :func:`nvfabric.frozen.fake_target`)."""
     from nvfabric.facts.inventory import collect
     from nvfabric.rules.plan import plan
 
@@ -284,23 +293,21 @@ def install(root: str) -> list[str]:
         for name, source in fakebin_sources().items():
             _write(os.path.join(bindir, FAKES_PACKAGE, name), source)
         precompile(os.path.join(bindir, FAKES_PACKAGE))
-    installed = []
-    for prog, vendor in VENDOR_PATHS.items():
-        path = os.path.join(bindir, prog)
-        _write(path, _launcher(prog), mode=0o755)
-        _link(root, vendor, path)
-        installed.append(path)
-    _write(os.path.join(root, "usr/share/nvidia/nvswitch/fabricmanager.cfg"), SHIPPED_FM_CFG,
-           keep=True)
-    _write(os.path.join(root, "usr/share/nvidia/nvlsm/nvlsm.conf"), SHIPPED_NVLSM_CONF,
-           keep=True)
+    installed = _launchers(root, bindir, driver_only)
+    if not driver_only:
+        _write(os.path.join(root, "usr/share/nvidia/nvswitch/fabricmanager.cfg"),
+               SHIPPED_FM_CFG, keep=True)
+        _write(os.path.join(root, "usr/share/nvidia/nvlsm/nvlsm.conf"), SHIPPED_NVLSM_CONF,
+               keep=True)
     os.makedirs(os.path.join(root, "var/log"), exist_ok=True)
     os.makedirs(os.path.join(root, "var/run"), exist_ok=True)
     os.makedirs(os.path.join(root, "tmp"), exist_ok=True)
     p = plan(collect(root))
     _write(os.path.join(root, "proc/net/fib_trie"), FIB_TRIE, keep=True)
     if p.fabric == "mnnvl":
-        _write(os.path.join(root, "etc/nvidia-imex/config.cfg"), SHIPPED_IMEX_CFG, keep=True)
+        if not driver_only:
+            _write(os.path.join(root, "etc/nvidia-imex/config.cfg"), SHIPPED_IMEX_CFG,
+                   keep=True)
         _write(os.path.join(root, "etc/nvidia-imex/nodes_config.cfg"), SIM_LOCAL_IP + "\n",
                keep=True)
     driver = p.driver_version or ""
@@ -322,6 +329,20 @@ def install(root: str) -> list[str]:
         path = os.path.join(state, stale)
         if os.path.exists(path):
             os.unlink(path)
+    return installed
+
+
+def _launchers(root: str, bindir: str, driver_only: bool) -> list[str]:
+    """Write each fake's launcher in ``bindir`` with its link at the vendor path (none of
+    :data:`FABRIC_PROGRAMS` on a ``driver_only`` node); their paths."""
+    installed = []
+    for prog, vendor in VENDOR_PATHS.items():
+        if driver_only and prog in FABRIC_PROGRAMS:
+            continue
+        path = os.path.join(bindir, prog)
+        _write(path, _launcher(prog), mode=0o755)
+        _link(root, vendor, path)
+        installed.append(path)
     return installed
 
 

@@ -13,10 +13,13 @@ process that stays up for days holds a few MiB instead of the whole CLI (issue 1
   again so that no daemon inherits it). The lock is never released in between: flock(2)
   locks belong to the open file, which the exec keeps.
 - Command: ``python -S -c <bootstrap> --supervise-fd N PATHS`` (``-S``: no site import; the
-  CLI's ``sys.path`` is passed instead). The single-file binary is not re-executed: its
-  executable is PyInstaller's bootloader, which would unpack itself again and run Python as a
-  new child (another pid, the lock's pid no longer the supervisor's), so it supervises
-  in-process, as does a run where the exec fails.
+  CLI's ``sys.path`` is passed instead). The one-dir build (``make dist-dir``) execs itself:
+  ``nvfabric --supervise-fd N``, which its entry (:func:`nvfabric.frozen.main`) hands to
+  :func:`main` before anything of the CLI is imported; its bootloader runs Python in the same
+  process (same pid). The single-file binary is not re-executed: its executable is
+  PyInstaller's bootloader, which would unpack itself again and run Python as a new child
+  (another pid, the lock's pid no longer the supervisor's), so it supervises in-process (its
+  caller says so: ``in_process``), as does a run where the exec fails.
 - At the end the outcome is reported as ``nvfabric run`` reports it (``--json``: the one
   object; else one closing line on failure) and the process ends with ``os._exit`` once
   stdout and stderr are flushed: nothing is left to clean up, and the interpreter's teardown
@@ -52,8 +55,7 @@ def supervise(job: Job, in_process: bool = False) -> NoReturn:
     """Supervise ``job`` until it ends, then report and exit: in the lean process (exec, see
     the module docstring) where possible, else here (``in_process``: this process serves
     ``run --listen``'s HTTP endpoint, whose threads an exec would end)."""
-    if not in_process and not getattr(sys, "frozen", False) and not os.environ.get(NO_EXEC_ENV) \
-            and sys.platform.startswith("linux"):
+    if not in_process and not os.environ.get(NO_EXEC_ENV) and sys.platform.startswith("linux"):
         _exec(job)  # returns only when the exec failed
     finish(job, run_job(job))
 
@@ -78,9 +80,12 @@ def _exec(job: Job) -> None:
         # a stop signal during the exec stays pending for the lean process (its loop
         # unblocks it once its handlers are in place) instead of killing the run
         blocked = signal.pthread_sigmask(signal.SIG_BLOCK, _STOP)
-        os.execv(sys.executable, [  # noqa: S606 - argv list: this interpreter, our code
-            _shown_as(), "-S", "-c", _BOOT, "run", FLAG, str(fd), json.dumps(paths),
-            sys.executable])
+        if getattr(sys, "frozen", False):  # the one-dir build: its entry takes the flag
+            argv = [_shown_as(), FLAG, str(fd)]
+        else:
+            argv = [_shown_as(), "-S", "-c", _BOOT, "run", FLAG, str(fd), json.dumps(paths),
+                    sys.executable]
+        os.execv(sys.executable, argv)  # noqa: S606 - argv list: this program, our code
     except OSError:
         if blocked is not None:
             signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
@@ -98,6 +103,9 @@ def _shown_as() -> str:
     if os.path.basename(started) == "nvfabric" and \
             os.path.dirname(started) == os.path.dirname(os.path.abspath(sys.executable)):
         return started
+    if getattr(sys, "frozen", False) and started and os.path.realpath(started) == \
+            os.path.realpath(sys.executable):
+        return started  # the one-dir build through its link (/usr/bin/nvfabric)
     return sys.executable
 
 

@@ -24,7 +24,14 @@ Sources (siderolabs/talos at ad8823176e75b9cd07647ddde13c34f2ab77c663, read, not
   ``/usr/local/lib/containers/<name>`` (``constants.ExtensionServiceRootfsPath``); its
   specs are read from ``/usr/local/etc/containers`` (``constants.ExtensionServiceConfigPath``);
   the process is ``entrypoint`` then ``args``, with a read-only root unless
-  ``security.writeableRootfs``.
+  ``security.writeableRootfs``. ``Runner``: every mount source that does not exist is
+  created with ``os.MkdirAll(source, 0o700)`` before the container starts, and a ``depends``
+  path makes the service wait (``conditions.WaitForFileToExist``) before that. So a bind
+  mount of a file the host gets from another extension (NVML under ``/usr/local/lib``, on the
+  read-only system image) must be a ``depends: path``: without it Talos tries to create it as
+  a directory and the start fails instead of waiting (:func:`check_mount_sources`; Talos's
+  writable places are ``/var`` (the EPHEMERAL partition) and ``/run``, ``/system``, ``/tmp``
+  (tmpfs); ``/dev``, ``/sys`` and ``/proc`` always exist).
 
 Talos decodes the YAML without rejecting unknown keys; these checks reject them, so that a
 misspelt key (``depend:``) is an error here instead of a silently ignored setting.
@@ -59,6 +66,10 @@ CONTAINER_KEYS = {"entrypoint", "environment", "environmentFile", "args", "mount
 SECURITY_KEYS = {"writeableSysfs", "maskedPaths", "readonlyPaths", "writeableRootfs",
                  "rootfsPropagation"}
 DEPEND_KEYS = ("service", "path", "network", "time", "configuration")
+#: Host places where Talos can create a missing mount source (writable at run time), and
+#: those that always exist: any other source must be a ``depends: path`` (module doc).
+WRITABLE_HOST = ("/var/", "/run/", "/system/", "/tmp/")
+ALWAYS_THERE = ("/dev", "/sys", "/proc")
 MOUNT_KEYS = {"source", "destination", "type", "options", "uidMappings", "gidMappings"}
 
 
@@ -175,6 +186,22 @@ def check_service(spec: Any, where: str) -> list[str]:
     return errors
 
 
+def check_mount_sources(spec: dict[str, Any], where: str) -> list[str]:
+    """extension.go's Runner on the spec's mounts: a bind source Talos cannot create (outside
+    :data:`WRITABLE_HOST`, not one of :data:`ALWAYS_THERE`) must be waited for with a
+    ``depends: path`` of exactly that source."""
+    waited = {d.get("path") for d in spec.get("depends") or [] if isinstance(d, dict)}
+    errors = []
+    for mount in (spec.get("container") or {}).get("mounts") or []:
+        source = str(mount.get("source", ""))
+        if source in ALWAYS_THERE or source.startswith(WRITABLE_HOST) or source in waited:
+            continue
+        errors.append(f"{where}: mount source {source} is neither writable on Talos nor a "
+                      "`depends: path`: Talos would create it as a directory (MkdirAll) on "
+                      "its read-only image instead of waiting for it")
+    return errors
+
+
 def check_services(rootfs: Path) -> list[str]:
     """Every service spec under /usr/local/etc/containers, and the root Talos runs it in:
     /usr/local/lib/containers/<name>/ with the entrypoint an executable file there."""
@@ -186,6 +213,8 @@ def check_services(rootfs: Path) -> list[str]:
         where = f"{CONFIG_PATH}/{path.name}"
         spec = yaml.safe_load(path.read_text())
         found = check_service(spec, where)
+        if not found:
+            found = check_mount_sources(spec, where)
         errors += found
         if found:
             continue
