@@ -120,6 +120,8 @@ FindingCode = Literal[
     "management_port_mismatch",
     "report_truncated",
     "report_section_missing",
+    # Hardening round 3 (README "Finding codes").
+    "architecture_mismatch",
 ]
 
 FABRIC_KINDS: Final[tuple[FabricKind, ...]] = get_args(FabricKind)
