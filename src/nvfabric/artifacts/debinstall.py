@@ -55,6 +55,7 @@ from nvfabric.artifacts.transport import sha256_file
 from nvfabric.artifacts.versions import same
 from nvfabric.facts.paths import confined as confined_path
 from nvfabric.model import hostpath
+from nvfabric.model.commandline import command_line
 from nvfabric.model.errors import NvfabricError
 from nvfabric.model.findings import Finding
 
@@ -372,7 +373,7 @@ def apply(root: str, prepared: Prepared) -> list[dict[str, Any]]:
     except subprocess.TimeoutExpired:
         rc, out = 124, f"timed out after {DPKG_TIMEOUT_S:g} s"
     except OSError as err:
-        raise _failed(prepared.argv, f"cannot run: {err.strerror}", "", [], []) from None
+        raise _failed(root, prepared.argv, f"cannot run: {err.strerror}", "", [], []) from None
     after = status_of(root, names)
     bad = [n for n, k in zip(names, todo, strict=True)
            if after.get(n) != ("install ok installed", k["Version"])]
@@ -381,7 +382,7 @@ def apply(root: str, prepared: Prepared) -> list[dict[str, Any]]:
         # (another architecture, a bad archive) is not there, and was not "purged again".
         rolled = _roll_back(root, [n for n in names if n not in before and n in after])
         why = f"exit status {rc}" if rc else f"not installed afterwards: {', '.join(bad)}"
-        raise _failed(prepared.argv, why, out, rolled, [n for n in names if n in before])
+        raise _failed(root, prepared.argv, why, out, rolled, [n for n in names if n in before])
     return [{"package": k["Package"], "version": k["Version"], "status": "install ok installed",
              "changed": k["Package"] not in prepared.unchanged} for k in prepared.controls]
 
@@ -406,7 +407,8 @@ def unit_failed(root: str, prepared: Prepared, added: Sequence[str], argv: Seque
     hint = "make systemctl work under the root, then run install --from again"
     if upgraded:
         undo += f"; {', '.join(upgraded)} was installed before and stays"
-        hint += f"; until then set the unit by hand: systemctl {action} nvidia-imex.service"
+        by_hand = command_line(action, "nvidia-imex.service", root=root, program="systemctl")
+        hint += f"; until then set the unit by hand: {by_hand}"
     return NvfabricError(
         Finding("install_failed", "error",
                 f"`{' '.join(argv)}` failed (exit status {status}): {text}{undo}", hint,
@@ -432,19 +434,20 @@ def _roll_back(root: str, added: Sequence[str]) -> list[str]:
     return [n for n in names if n not in still or still[n][0].endswith("not-installed")]
 
 
-def _failed(argv: Sequence[str], why: str, output: str, rolled: list[str],
+def _failed(root: str, argv: Sequence[str], why: str, output: str, rolled: list[str],
             upgraded: list[str]) -> NvfabricError:
+    query = command_line("-s", "PACKAGE", root=root, program="dpkg")
     tail = " | ".join(output.splitlines()[-3:])
     undo = f"; purged again: {', '.join(rolled)}" if rolled else ""
     if upgraded:
         undo += (f"; {', '.join(upgraded)} was an upgrade of an installed version, which a "
-                 "purge cannot undo: check `dpkg --root ROOT --audit`")
+                 f"purge cannot undo: check `{command_line('--audit', root=root, program='dpkg')}`")
     return NvfabricError(
         Finding(
             "install_failed", "error",
             f"`{' '.join(argv)}` failed: {why}" + (f" ({tail})" if tail else "") + undo,
             "read dpkg's words above; a dependency dpkg still refuses is one nvfabric judged "
-            "satisfied: report it with `dpkg --root ROOT -s` of the package",
+            f"satisfied: report it with `{query}`",
             {"argv": list(argv), "rolled_back": rolled},
         ),
         exit_code=1,

@@ -140,13 +140,15 @@ def driver_origin(root: str) -> DriverOrigin:
 
 def control(deb: str) -> dict[str, str]:
     """The control paragraph of the ``.deb`` at ``deb`` (python-debian reads the ar archive;
-    nothing is run). Raises ``input_unreadable`` (exit 2) when it is not a Debian package."""
+    nothing is run). Raises ``input_unreadable`` (exit 2) when it is not a Debian package (not
+    an ar archive at all included: python-debian's ArError)."""
+    from debian.arfile import ArError
     from debian.debfile import DebError, DebFile
 
     try:
         with DebFile(deb) as pkg:
             return {k: str(v) for k, v in pkg.debcontrol().items()}
-    except (DebError, OSError, ValueError, KeyError) as err:
+    except (ArError, DebError, OSError, ValueError, KeyError) as err:
         raise _unreadable(deb, f"not a readable Debian package ({err})") from None
 
 
@@ -154,12 +156,13 @@ def data_paths(deb: str) -> list[tuple[str, bool]]:
     """The paths the ``.deb`` at ``deb`` installs (host view, ``/usr/bin/nvidia-imex``), each
     with whether it is a directory, in archive order (python-debian reads the data member;
     nothing is run). Raises ``input_unreadable`` (exit 2) when the data cannot be read."""
+    from debian.arfile import ArError
     from debian.debfile import DebError, DebFile
 
     try:
         with DebFile(deb) as pkg:
             members = pkg.data.tgz().getmembers()
-    except (DebError, OSError, ValueError, KeyError, EOFError) as err:
+    except (ArError, DebError, OSError, ValueError, KeyError, EOFError) as err:
         raise _unreadable(deb, f"the package's data cannot be read ({err})") from None
     out = []
     for m in members:
@@ -179,6 +182,7 @@ def content_md5sums(deb: str) -> tuple[dict[str, str], frozenset[str]]:
     package cannot be read."""
     import hashlib
 
+    from debian.arfile import ArError
     from debian.debfile import DebError, DebFile
 
     out: dict[str, str] = {}
@@ -198,7 +202,7 @@ def content_md5sums(deb: str) -> tuple[dict[str, str], frozenset[str]]:
                 for chunk in iter(lambda: fh.read(1 << 20), b""):  # noqa: B023
                     digest.update(chunk)
                 out[name] = digest.hexdigest()
-    except (DebError, OSError, ValueError, KeyError, EOFError) as err:
+    except (ArError, DebError, OSError, ValueError, KeyError, EOFError) as err:
         raise _unreadable(deb, f"the package's data cannot be read ({err})") from None
     return out, conffiles
 

@@ -166,7 +166,7 @@ def _create(root: str, facts: channels.ChannelFacts, number: int) -> str:
             "imex_channel_missing", "error",
             f"cannot create {path}: {err.strerror or err}",
             "run as root (mknod needs CAP_MKNOD; in a container, a privileged one with the "
-            "host's /dev); or " + channels.fixes(number, facts.major),
+            "host's /dev); or " + channels.fixes(number, facts.major, root),
             {"channel": number, "major": facts.major, "path": path},
         )) from None
     return path

@@ -40,6 +40,7 @@ from nvfabric.effects.log import Log
 from nvfabric.effects.notify import notify_nothing_to_start
 from nvfabric.effects.runlock import READY_FILE, RunLock
 from nvfabric.facts.paths import confined
+from nvfabric.model.commandline import DEFAULT_STATE_DIR
 from nvfabric.model.errors import NvfabricError, usage_error
 from nvfabric.model.findings import Finding
 from nvfabric.model.hostpath import check as check_path
@@ -151,7 +152,7 @@ def _emit(result: str, code: int, findings: list[Finding], *, p: Plan, o: RunOpt
                    "end a crash loop (like systemd's StartLimitBurst; 0: no limit).")
 @click.option("--restart-limit-interval", type=Seconds(0.0), default=300.0,
               show_default=True, help="Seconds of the restart limit's window.")
-@click.option("--state-dir", default="/run/nvfabric", show_default=True,
+@click.option("--state-dir", default=DEFAULT_STATE_DIR, show_default=True,
               help="Where the effective config and the readiness file are written.")
 @click.option("--fm-bin", default=fm.BINARY, show_default=True)
 @click.option("--fm-config", default=fm.CONFIG, show_default=True,

@@ -51,6 +51,6 @@ def _make_channel(node: ChannelNode, root: str, say: Callable[[str], None]) -> F
             "imex_channel_missing", "error",
             f"cannot create {channels.channel_path(node.minor)}: {why}",
             "run nvfabric as root with the host's /dev (mknod needs CAP_MKNOD); or "
-            + channels.fixes(node.minor, node.major),
+            + channels.fixes(node.minor, node.major, root),
             {"channel": node.minor, "major": node.major})
     return None

@@ -24,6 +24,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from nvfabric.artifacts import versions
+from nvfabric.model.commandline import command_line
 from nvfabric.model.findings import Finding
 from nvfabric.model.health import summarise_gpus as summarise_gpus  # re-exported: its old home
 from nvfabric.rules.nodefacts import NodeFacts, RunningService, VersionRead
@@ -60,11 +61,11 @@ class Process:
 
 
 
-def service_running(running: Iterable[RunningService], services: Iterable[str]
-                    ) -> tuple[Finding, ...]:
-    """``fabric_service_running`` (error) for each of ``services`` found running, whoever
-    started it (another ``nvfabric run`` with another ``--state-dir``, a vendor unit, a hand
-    start)."""
+def service_running(running: Iterable[RunningService], services: Iterable[str],
+                    root: str = "/") -> tuple[Finding, ...]:
+    """``fabric_service_running`` (error) for each of ``services`` found running on the node
+    under ``root``, whoever started it (another ``nvfabric run`` with another
+    ``--state-dir``, a vendor unit, a hand start)."""
     wanted = set(services)
     out = []
     for state in running:
@@ -77,7 +78,7 @@ def service_running(running: Iterable[RunningService], services: Iterable[str]
             f"{what} is already running on this node ({pid}; {state.detail}): nvfabric "
             "neither resets the GPUs nor starts a second one",
             f"stop the running {what} first (its unit, or the nvfabric run that started it: "
-            "`nvfabric status` shows it); one per node",
+            f"`{command_line('status', root=root)}` shows it); one per node",
             {"service": state.name, "pid": state.pid}))
     return tuple(out)
 
@@ -169,7 +170,7 @@ def preflight(facts: NodeFacts, processes: Sequence[Process], *, driver: str | N
     :func:`nvfabric.bringup.prepared.Prepared.checks`). ``driver``: the plan's driver
     version; ``needs_reset``: a fabric manager restart needs a GPU reset on this node."""
     problems = list(service_running(
-        facts.running, [p.name for p in processes if p.name == "fabricmanager"]))
+        facts.running, [p.name for p in processes if p.name == "fabricmanager"], facts.root))
     missing = set()
     for proc in processes:
         if not facts.executables.get(proc.binary, False):
