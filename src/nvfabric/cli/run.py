@@ -39,6 +39,7 @@ from nvfabric.cli.textfile import read_text_file
 from nvfabric.effects.log import Log
 from nvfabric.effects.notify import notify_nothing_to_start
 from nvfabric.effects.runlock import READY_FILE, RunLock
+from nvfabric.facts.fs import program_path
 from nvfabric.facts.paths import confined
 from nvfabric.model.commandline import DEFAULT_STATE_DIR
 from nvfabric.model.errors import NvfabricError, usage_error
@@ -281,7 +282,8 @@ def _run_fm(o: RunOptions, inv: Inventory, p: Plan, emit: Emit) -> NoReturn:
     lock = runlock.hold(o.root, o.state_dir, o.dry_run, emit)
     facts = node.collect(o.root, inv, prepared.checks(), gpu_read)
     pre = preflight(facts, prepared.preflight_processes(), driver=p.driver_version,
-                    needs_reset=prepared.needs_reset, reset_argv=reset_argv)
+                    needs_reset=prepared.needs_reset, reset_argv=reset_argv,
+                    reset_found=reset_argv is None or program_path(reset_argv[0]) is not None)
     if o.dry_run:
         if not o.as_json:
             runview.dry_run(prepared, pre.refused)

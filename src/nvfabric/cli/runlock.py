@@ -21,6 +21,7 @@ from nvfabric.effects.runlock import (
     clear_stale_ready,
     run_lock_holder,
 )
+from nvfabric.facts.fs import unwritable
 from nvfabric.facts.paths import confined, under
 from nvfabric.model.commandline import command_line
 from nvfabric.model.errors import NvfabricError, usage_error
@@ -72,6 +73,13 @@ def take_lock(state: str, dry_run: bool, root: str = "/"
     is created for it); ``--dry-run``: only who holds it. A Finding when another run does."""
     lock_path = os.path.join(state, LOCK_FILE)
     existed = os.path.isdir(state)
+    # the same check in a dry run as before the real lock: the state directory must be
+    # writable (a read-only tree is refused by both, not only by the run)
+    problem = unwritable(state)
+    if problem is not None:
+        finding, code = os_error(OSError(problem, os.strerror(problem), lock_path),
+                                 "cannot take the run lock", lock_path)
+        raise NvfabricError(finding, code)
     try:
         if dry_run:
             lock, holder = None, run_lock_holder(state)
