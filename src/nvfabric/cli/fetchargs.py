@@ -132,6 +132,19 @@ def _driver_version(driver_version: str | None, node: Callable[[], Inventory]) -
 
     if driver_version is None:
         driver_version = node().driver_version
+        why = node().driver_unreadable
+        if driver_version is None and why is not None:
+            raise NvfabricError(
+                Finding(
+                    "driver_version_unreadable", "error",
+                    f"the loaded NVIDIA driver's version cannot be read ({why}), so there is "
+                    "no version to match",
+                    "read it as root (`cat /sys/module/nvidia/version`), or pass "
+                    "--driver-version",
+                    {"reason": why},
+                ),
+                exit_code=1,
+            )
         if driver_version is None:
             raise NvfabricError(
                 Finding(

@@ -36,6 +36,7 @@ def print_plan(p: Plan) -> None:
     for r in p.reasons:
         con.print(f"  - {safe(r)}")
     print_findings(con, p.blockers, "blocked by")
+    print_findings(con, p.findings, "warnings")
 
 
 @click.command("plan")

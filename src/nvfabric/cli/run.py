@@ -284,6 +284,8 @@ def _run_fm(o: RunOptions, inv: Inventory, p: Plan, emit: Emit) -> NoReturn:
     pre = preflight(facts, prepared.preflight_processes(), driver=p.driver_version,
                     needs_reset=prepared.needs_reset, reset_argv=reset_argv,
                     reset_found=reset_argv is None or program_path(reset_argv[0]) is not None)
+    # the plan's warnings (management_port_unverified) go with the preflight's
+    pre = replace(pre, findings=(*p.findings, *pre.findings))
     if o.dry_run:
         if not o.as_json:
             runview.dry_run(prepared, pre.refused)

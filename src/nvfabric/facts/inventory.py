@@ -40,10 +40,11 @@ def collect(root: str = "/", arch: str | None = None) -> Inventory:
     if arch is not None:
         arch = checked_arch(arch)
     require_root(root)
+    version = nvidia.driver_version(root)
     return Inventory(
         root=root,
         arch=arch or normalise_arch(nvidia.arch(root)),
-        driver_version=nvidia.driver_version(root),
+        driver_version=version,
         modules=nvidia.loaded_modules(root),
         pci=pci.read_all(root),
         infiniband=infiniband.read_all(root),
@@ -51,6 +52,7 @@ def collect(root: str = "/", arch: str | None = None) -> Inventory:
         imex_major=nvidia.imex_major(root),
         imex_channels=nvidia.imex_channels(root),
         os_release=nvidia.os_release(root),
+        driver_unreadable=None if version else nvidia.driver_unreadable(root),
     )
 
 

@@ -122,6 +122,8 @@ FindingCode = Literal[
     "report_section_missing",
     # Hardening round 3 (README "Finding codes").
     "architecture_mismatch",
+    "management_port_unverified",
+    "driver_version_unreadable",
 ]
 
 FABRIC_KINDS: Final[tuple[FabricKind, ...]] = get_args(FabricKind)
