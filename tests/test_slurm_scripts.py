@@ -319,3 +319,16 @@ def test_a_run_that_never_reports_ready_fails_the_prolog_with_imex_not_ready(
     [call] = drains(scontrol)
     assert call[3].startswith("Reason=nvfabric imex_not_ready: "), call
     assert not (tray / "run/nvfabric-slurm/slurm-job").exists()  # the run it started stopped
+
+
+def test_a_run_refused_by_its_preflight_drains_with_the_runs_finding(
+        tray: Path, scontrol: Path) -> None:
+    # the run's refusal is logged as every run line is, time first; the prolog still reads
+    # the finding out of it (not the fallback "nvfabric run failed")
+    (tray / "usr/bin/nvidia-imex").unlink()
+    done = script(PROLOG, slurm_env(tray, scontrol))
+    assert done.returncode == 1
+    [call] = drains(scontrol)
+    assert call[3].startswith("Reason=nvfabric binary_missing: "), (call, done.stderr)
+    log = (tray / "run/nvfabric-slurm/run.log").read_text()
+    assert all(re.match(r"\d{4}-\d\d-\d\dT[\d:.]+Z ", line) for line in log.splitlines()), log

@@ -36,6 +36,8 @@ from nvfabric.supervisor.restart import (
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
 #: The one line logged for a SIGHUP (ignored: nvfabric has no reload; a terminal closing or a
 #: ``systemctl reload`` must not stop the fabric).
+#: How often STATUS= says the time left before a restart (seconds).
+RESTART_STATUS_EVERY_S = 1.0
 SIGHUP_IGNORED = "received SIGHUP: ignored (no reload; restart nvfabric run to apply changes)"
 
 
@@ -64,6 +66,7 @@ class Unit(Readiness):
         self._stop_signal_at: float | None = None
         self._past_exits: list[Finding] = []  # service_exited of failures handled by a restart
         self._backoff_n = 0
+        self._restart_due = 0.0  # the host clock's time of the pending restart
         self._watchdog_s: float | None = None
         self._termed: int | None = None  # pid sent SIGTERM ahead of its stop line
         #: exits per service by reason: ``exit_code`` (it exited), ``signal`` (killed by
@@ -309,7 +312,7 @@ class Unit(Readiness):
             self.failure = []  # failures are ours to handle; the operator asked for a stop
         self.log.say(f"received {name}: stopping in reverse start order")
         if self.phase == "waiting" or not any(p.status is None for p in self.procs):
-            self.timers.cancel("restart")
+            self.timers.cancel("restart", "restart-status")
             self._finish(1 if self.failure else 0, "failed" if self.failure else "stopped",
                          self.failure)
             return
@@ -385,8 +388,21 @@ class Unit(Readiness):
         self._backoff_n += 1
         self.phase = "waiting"
         self.log.say(f"restarting the unit in {delay:g} s (restart {self.restarts + 1})")
-        self._say_status(f"restarting the unit in {delay:g} s")
+        self._restart_due = self.host.now() + delay
+        self._restart_status()
         self.timers.at("restart", delay, self._restart)
+
+    def _restart_status(self) -> None:
+        """STATUS= while the unit waits to restart: the time left, said again every
+        :data:`RESTART_STATUS_EVERY_S` (a line said once, "in 30 s", is stale for the rest of
+        the wait in `systemctl status`)."""
+        if self.phase != "waiting":
+            return
+        left = max(0.0, self._restart_due - self.host.now())
+        self._say_status(f"restarting the unit in {round(left, 1):g} s (restart "
+                         f"{self.restarts + 1})")
+        if left > RESTART_STATUS_EVERY_S:
+            self.timers.at("restart-status", RESTART_STATUS_EVERY_S, self._restart_status)
 
     def _restart_preflight(self) -> bool:
         """Before a restart, what would refuse a first start refuses it too (a binary removed
@@ -416,6 +432,7 @@ class Unit(Readiness):
         if not self._reset_gate():  # not restarted: not counted, the failure is kept
             return
         self.restarts += 1
+        self._say_status(f"starting the unit again (restart {self.restarts})")
         self._keep_exits(f"the unit was restarted (restart {self.restarts})")
         self.failure = []
         self._start_unit()
