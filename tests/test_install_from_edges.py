@@ -554,19 +554,3 @@ def test_an_installed_package_is_the_cached_one_only_with_dpkgs_md5sums_of_its_f
 
     content = {"usr/bin/x": "a", "etc/x.cfg": "c"}
     assert same_md5sums(recorded, content, frozenset({"etc/x.cfg"})) is same
-
-
-def test_a_cached_deb_that_is_not_an_ar_archive_is_unreadable_not_a_bug(
-    runfile_tray: Path, tmp_path: Path  # noqa: F811
-) -> None:
-    path = cache_deb(tmp_path / "debs")
-    data = b"not a Debian package at all"
-    path.write_bytes(data)
-    record = json.loads((tmp_path / "debs" / cachefile.RECORD).read_text())
-    record["artifacts"][0]["sha256"] = sha256(data)
-    (tmp_path / "debs" / cachefile.RECORD).write_text(json.dumps(record))
-    out, rc = run_json("install", "--from", str(tmp_path / "debs"), "--root", str(runfile_tray),
-                       "--dry-run")
-    assert rc == 2, out  # was exit 3, internal_error "ArError: Unable to find global header"
-    assert out["error"]["code"] == "input_unreadable"
-    assert "not a readable Debian package" in out["error"]["message"]

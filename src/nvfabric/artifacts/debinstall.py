@@ -58,6 +58,7 @@ from nvfabric.model import hostpath
 from nvfabric.model.commandline import command_line
 from nvfabric.model.errors import NvfabricError
 from nvfabric.model.findings import Finding
+from nvfabric.model.words import seconds
 
 DPKG_TIMEOUT_S = 900.0
 DPKG_LOG = "/var/log/dpkg.log"
@@ -163,11 +164,11 @@ def check_version(c: Cached, driver_version: str) -> None:
         )
 
 
-def prepare(root: str, directory: str, entries: Sequence[Cached], arch: str) -> Prepared:
-    """Steps 1-3 of the module doc for the ``.deb`` entries (all ``source == "apt"``) for
-    ``arch`` (canonical). Raises ``input_unreadable`` (exit 2: also a write that would leave the
-    root), ``checksum_mismatch`` or ``dependency_unsatisfied`` (exit 1, nothing run)."""
-    paths = verify_files(directory, entries)
+def _controls(entries: Sequence[Cached], paths: Sequence[str], arch: str
+              ) -> list[dict[str, str]]:
+    """The control paragraph of each verified file, checked against its record entry
+    (package, version, architecture ``arch`` or ``all``) and the component's package name.
+    Raises ``input_unreadable`` (exit 2)."""
     deb_arch = arch_name("deb", arch)
     controls = []
     for c, path in zip(entries, paths, strict=True):
@@ -196,6 +197,15 @@ def prepare(root: str, directory: str, entries: Sequence[Cached], arch: str) -> 
                 "the directory holds another file than was fetched: fetch again",
             )
         controls.append(ctrl)
+    return controls
+
+
+def prepare(root: str, directory: str, entries: Sequence[Cached], arch: str) -> Prepared:
+    """Steps 1-3 of the module doc for the ``.deb`` entries (all ``source == "apt"``) for
+    ``arch`` (canonical). Raises ``input_unreadable`` (exit 2: also a write that would leave the
+    root), ``checksum_mismatch`` or ``dependency_unsatisfied`` (exit 1, nothing run)."""
+    paths = verify_files(directory, entries)
+    controls = _controls(entries, paths, arch)
     db: Database = read(root)
     for path, ctrl in zip(paths, controls, strict=True):
         check_architecture(path, ctrl, db)
@@ -371,7 +381,7 @@ def apply(root: str, prepared: Prepared) -> list[dict[str, Any]]:
                               check=False)
         rc, out = proc.returncode, (proc.stdout + proc.stderr).strip()
     except subprocess.TimeoutExpired:
-        rc, out = 124, f"timed out after {DPKG_TIMEOUT_S:g} s"
+        rc, out = 124, f"timed out after {seconds(DPKG_TIMEOUT_S)} s"
     except OSError as err:
         raise _failed(root, prepared.argv, f"cannot run: {err.strerror}", "", [], []) from None
     after = status_of(root, names)

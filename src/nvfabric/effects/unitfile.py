@@ -28,7 +28,7 @@ from importlib import resources
 from nvfabric.effects.atomic import write_atomic
 from nvfabric.effects.dirs import not_a_directory
 from nvfabric.facts.paths import under
-from nvfabric.model.errors import NvfabricError
+from nvfabric.model.errors import NvfabricError, os_hint
 from nvfabric.model.findings import Finding
 
 UNIT_NAME = "nvfabric.service"
@@ -223,7 +223,8 @@ def install(root: str, *, dry_run: bool = False, text: str | None = None) -> Ins
         write_atomic(path, data, mode=0o644, backup=True, dir_mode=0o755)
     except OSError as err:
         raise UnitError(f"cannot write {path}: {err.strerror or err}; the previous file, if "
-                        "any, is untouched", "run as root, or pass --root DIR", path) from None
+                        "any, is untouched", os_hint(err, os.path.dirname(path)),
+                        path) from None
     return Installed(path, result, backup, shadows)
 
 

@@ -27,7 +27,8 @@ def require_root(root: str) -> None:
     directory: every command that reads a node refuses ``--root /nonexistent`` with this line
     instead of reporting on an empty node."""
     if not os.path.isdir(root) or not os.access(root, os.R_OK | os.X_OK):
-        raise usage_error(f"root {root!r} is not a readable directory")
+        raise usage_error(f"root {root!r} is not a readable directory",
+                          "give the root of the node or image tree (/ for this host)")
 
 
 def collect(root: str = "/", arch: str | None = None) -> Inventory:

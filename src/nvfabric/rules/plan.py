@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from nvfabric.model.findings import Finding
-from nvfabric.model.inventory import MELLANOX, IbDevice, Inventory
+from nvfabric.model.inventory import MELLANOX, IbDevice, Inventory, PciFunction
 from nvfabric.model.vocab import FabricKind, Service
 from nvfabric.model.words import plural
 from nvfabric.rules.products import lookup
@@ -288,18 +288,7 @@ def _nvlink5_checks(
         )
     chosen, candidates, unreadable_seen = _choose_port(lpf_devices, reasons)
     unknown = [f for f in inv.pci if f.lpf_unknown]
-    unknown_pci = {f.address for f in unknown}
-    others = sorted(d.name for d in inv.infiniband
-                    if d.pci not in lpf_addresses and d.pci not in unknown_pci)
-    if others:
-        reasons.append(
-            "not candidates (no SMDL=SW_MNG in VPD, ordinary NICs): " + ", ".join(others)
-        )
-    if unknown:
-        reasons.append(
-            "not candidates, VPD unreadable (whether SMDL=SW_MNG is unknown): "
-            + ", ".join(_function_name(inv, f.address) for f in unknown)
-        )
+    _not_candidates(inv, lpf_addresses, unknown, reasons)
     if chosen is None:
         blockers.append(_no_port(candidates, unreadable_seen))
         return None
@@ -313,6 +302,24 @@ def _nvlink5_checks(
     if skipped or hidden:
         findings.append(_port_unverified(chosen, skipped, hidden))
     return chosen
+
+
+def _not_candidates(inv: Inventory, lpf_addresses: set[str], unknown: list[PciFunction],
+                    reasons: list[str]) -> None:
+    """The reasons naming the IB devices that are not candidates: ordinary NICs (VPD read,
+    no SMDL=SW_MNG) apart from the functions whose VPD could not be read."""
+    unknown_pci = {f.address for f in unknown}
+    others = sorted(d.name for d in inv.infiniband
+                    if d.pci not in lpf_addresses and d.pci not in unknown_pci)
+    if others:
+        reasons.append(
+            "not candidates (no SMDL=SW_MNG in VPD, ordinary NICs): " + ", ".join(others)
+        )
+    if unknown:
+        reasons.append(
+            "not candidates, VPD unreadable (whether SMDL=SW_MNG is unknown): "
+            + ", ".join(_function_name(inv, f.address) for f in unknown)
+        )
 
 
 def _function_name(inv: Inventory, address: str) -> str:

@@ -22,6 +22,7 @@ from nvfabric.effects.log import Log
 from nvfabric.effects.process import describe_status
 from nvfabric.facts.execinfo import INTERPRETER_HINT, exec_error, missing_interpreter
 from nvfabric.model.findings import Finding
+from nvfabric.model.words import seconds
 from nvfabric.supervisor.host import Host, Proc
 from nvfabric.supervisor.outcome import Outcome
 from nvfabric.supervisor.policy import REPEATED_STOP_WINDOW_S, Classifier, Policy
@@ -351,7 +352,7 @@ class Unit(Readiness):
                 if f"kill:{proc.spec.name}" in self.timers:
                     return  # already asked, waiting for it
                 self.log.say(f"stopping {proc.spec.name} (pid {proc.pid}): SIGTERM, SIGKILL "
-                             f"after {proc.spec.grace_s:g} s")
+                             f"after {seconds(proc.spec.grace_s)} s")
                 self._say_status(f"stopping {proc.spec.name}")
                 if self._termed != proc.pid:
                     self.host.kill(proc.pid, signal.SIGTERM)
@@ -364,7 +365,7 @@ class Unit(Readiness):
     def _on_grace_over(self, proc: Proc) -> None:
         if proc.status is None:
             self.log.say(f"{proc.spec.name} (pid {proc.pid}) ignored SIGTERM for "
-                         f"{proc.spec.grace_s:g} s: SIGKILL")
+                         f"{seconds(proc.spec.grace_s)} s: SIGKILL")
             self.host.kill(proc.pid, signal.SIGKILL)
 
     def _stopped_all(self) -> None:
@@ -387,19 +388,18 @@ class Unit(Readiness):
         delay = backoff_delay(self.policy, self._backoff_n)
         self._backoff_n += 1
         self.phase = "waiting"
-        self.log.say(f"restarting the unit in {delay:g} s (restart {self.restarts + 1})")
+        self.log.say(f"restarting the unit in {seconds(delay)} s (restart {self.restarts + 1})")
         self._restart_due = self.host.now() + delay
         self._restart_status()
         self.timers.at("restart", delay, self._restart)
 
     def _restart_status(self) -> None:
         """STATUS= while the unit waits to restart: the time left, said again every
-        :data:`RESTART_STATUS_EVERY_S` (a line said once, "in 30 s", is stale for the rest of
-        the wait in `systemctl status`)."""
+        :data:`RESTART_STATUS_EVERY_S` (said once, "in 30 s" goes stale in systemctl status)."""
         if self.phase != "waiting":
             return
         left = max(0.0, self._restart_due - self.host.now())
-        self._say_status(f"restarting the unit in {round(left, 1):g} s (restart "
+        self._say_status(f"restarting the unit in {seconds(round(left, 1))} s (restart "
                          f"{self.restarts + 1})")
         if left > RESTART_STATUS_EVERY_S:
             self.timers.at("restart-status", RESTART_STATUS_EVERY_S, self._restart_status)
