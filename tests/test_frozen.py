@@ -161,3 +161,41 @@ def test_the_lean_flag_is_the_supervisors() -> None:
     from nvfabric.supervisor.lean import FLAG
 
     assert SUPERVISE_FLAG == FLAG
+
+
+# The bootloader's Python child, as a child of a process running the same executable (this
+# interpreter standing for the bootloader); sys.frozen set as PyInstaller sets it.
+_CHILD_WATCHDOG = ("import sys; sys.frozen = True; "
+                   "from nvfabric.effects.notify import watchdog_usec; "
+                   "from nvfabric.frozen import bootloader_pid; "
+                   "print(watchdog_usec(), bootloader_pid())")
+
+
+@pytest.mark.parametrize("frozen", [True, False])
+def test_the_binarys_child_keeps_the_watchdog_systemd_gave_the_bootloader(frozen: bool) -> None:
+    # systemd sets WATCHDOG_PID to the main pid, the bootloader; the pings come from its
+    # Python child, which must take the watchdog as its own (else the unit is killed at
+    # WatchdogSec). Not frozen, a child never takes its parent's watchdog.
+    import subprocess
+    import sys
+
+    code = _CHILD_WATCHDOG if frozen else _CHILD_WATCHDOG.replace("sys.frozen = True; ", "")
+    env = {**os.environ, "WATCHDOG_USEC": "60000000", "WATCHDOG_PID": str(os.getpid())}
+    done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
+                          text=True, timeout=60, check=False)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == (["60000000", str(os.getpid())] if frozen
+                                   else ["None", "None"])
+
+
+def test_a_frozen_child_of_another_program_takes_no_watchdog() -> None:
+    # the parent is not the binary (sh here): not a bootloader, its watchdog is not ours
+    import subprocess
+    import sys
+
+    env = {**os.environ, "WATCHDOG_USEC": "60000000"}
+    done = subprocess.run(["sh", "-c", 'WATCHDOG_PID=$$ "$0" -c "$1"; :', sys.executable,
+                           _CHILD_WATCHDOG], env=env, capture_output=True, text=True,
+                          timeout=60, check=False)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["None", "None"]

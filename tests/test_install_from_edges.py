@@ -7,6 +7,7 @@ are tests/integration/test_imex_image_flow.py)."""
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 from typing import Any
 
@@ -15,7 +16,7 @@ import pytest
 from nvfabric.artifacts import cachefile, debinstall
 from nvfabric.artifacts.model import Artifact
 from nvfabric.model.errors import NvfabricError
-from tests.conftest import run_json
+from tests.conftest import run_cli, run_json
 from tests.test_artifacts_debinstall import (  # noqa: F401 - fixture
     _ar,
     _tgz,
@@ -409,3 +410,147 @@ def test_install_default_prefix_through_a_link_out_of_the_root_is_refused(
         f"--prefix (default) '/opt/nvfabric' resolves to {outside}/nvfabric, outside the root "
         f"{runfile_tray}")
     assert list(outside.iterdir()) == [], "nothing written there"
+
+
+# -- the root's dpkg architecture: a multiarch root's foreign one is refused before dpkg ------
+
+def _dpkg_package(root: Path, arch: str, foreign: tuple[str, ...] = ()) -> None:
+    """The root's own dpkg (its Architecture is the root's) and, for a multiarch root, the
+    architectures dpkg --add-architecture listed (var/lib/dpkg/arch: native first)."""
+    status = root / "var/lib/dpkg/status"
+    status.write_text(status.read_text() + "\nPackage: dpkg\nStatus: install ok installed\n"
+                      f"Architecture: {arch}\nVersion: 1.21.22\nDescription: dpkg\n")
+    if foreign:
+        (root / "var/lib/dpkg/arch").write_text("".join(a + "\n" for a in (arch, *foreign)))
+
+
+@pytest.mark.parametrize("foreign", [("arm64",), ()])
+def test_a_deb_not_of_the_roots_dpkg_architecture_is_refused_before_dpkg(
+    runfile_tray: Path, tmp_path: Path, foreign: tuple[str, ...]  # noqa: F811
+) -> None:
+    # an amd64 root with arm64 added (multiarch): dpkg would unpack the arm64 package and then
+    # leave it unconfigured (libc6:arm64 is not there); without arm64 added dpkg refuses it
+    _dpkg_package(runfile_tray, "amd64", foreign)
+    cache_deb(tmp_path / "debs", depends="libc6, nvidia-modprobe")
+    out, rc = run_json("install", "--from", str(tmp_path / "debs"), "--root", str(runfile_tray),
+                       "--dry-run")
+    assert rc == 1, out
+    err = out["error"]
+    assert err["code"] == "architecture_mismatch"
+    assert (err["package_arch"], err["root_arch"], err["foreign_archs"]) == (
+        "arm64", "amd64", list(foreign))
+    assert "nothing was installed" in err["message"]
+    assert ("foreign architecture" in err["message"]) is bool(foreign)
+    assert "nvfabric fetch --arch amd64" in err["hint"]
+
+
+def test_a_deb_of_the_roots_own_architecture_passes_the_check(
+    runfile_tray: Path, tmp_path: Path  # noqa: F811
+) -> None:
+    _dpkg_package(runfile_tray, "arm64", ("amd64",))
+    cache_deb(tmp_path / "debs")
+    out, rc = run_json("install", "--from", str(tmp_path / "debs"), "--root", str(runfile_tray),
+                       "--dry-run")
+    assert rc == 0, out
+
+
+# -- a re-run: nothing to do is said, and dpkg is not run again -----------------------------
+
+def _fake_dpkg(tmp_path: Path) -> tuple[dict[str, str], Path]:
+    """A ``dpkg`` first on PATH that records its argv and fails (it must not be reached)."""
+    bindir = tmp_path / "fakebin"
+    bindir.mkdir()
+    calls = tmp_path / "dpkg.calls"
+    (bindir / "dpkg").write_text(f"#!/bin/sh\necho \"$@\" >> {calls}\nexit 9\n")
+    (bindir / "dpkg").chmod(0o755)
+    return {"PATH": f"{bindir}:{os.environ['PATH']}"}, calls
+
+
+def _installed_as_cached(root: Path, deb: Path, version: str) -> None:
+    """The root's dpkg database says nvidia-imex is installed at ``version`` with the files
+    of ``deb`` (info/nvidia-imex.md5sums as dpkg writes it)."""
+    from nvfabric.artifacts import dpkgdb
+
+    status = root / "var/lib/dpkg/status"
+    status.write_text(status.read_text() + "\nPackage: nvidia-imex\nStatus: install ok "
+                      f"installed\nArchitecture: arm64\nVersion: {version}\n"
+                      "Description: imex\n")
+    sums, _ = dpkgdb.content_md5sums(str(deb))
+    (root / "var/lib/dpkg/info/nvidia-imex.md5sums").write_text(
+        "".join(f"{md5}  {path}\n" for path, md5 in sums.items()))
+
+
+def test_a_rerun_of_an_installed_identical_deb_runs_no_dpkg_and_says_unchanged(
+    runfile_tray: Path, tmp_path: Path  # noqa: F811
+) -> None:
+    version = "580.126.20-1ubuntu1"
+    deb = cache_deb(tmp_path / "debs", version=version)
+    _installed_as_cached(runfile_tray, deb, version)
+    env, calls = _fake_dpkg(tmp_path)
+    args = ("install", "--from", str(tmp_path / "debs"), "--root", str(runfile_tray))
+    out, rc = run_json(*args, env=env)
+    assert rc == 0, out
+    assert not calls.exists(), calls.read_text()  # no dpkg: no unpack, no maintainer scripts
+    assert out["commands"] == [] and out["unchanged"] == ["nvidia-imex"]
+    assert out["installed"] == [{"package": "nvidia-imex", "version": version,
+                                 "status": "install ok installed", "changed": False}]
+    text = run_cli(*args, env=env)
+    assert text.returncode == 0, text.stderr
+    assert "unchanged: nvidia-imex 580.126.20-1ubuntu1" in text.stdout
+    assert "installed: nvidia-imex" not in text.stdout and "running: dpkg" not in text.stdout
+
+
+@pytest.mark.parametrize("damage", ["version", "files"])
+def test_the_same_version_with_other_files_or_another_version_is_installed_again(
+    runfile_tray: Path, tmp_path: Path, damage: str  # noqa: F811
+) -> None:
+    version = "580.126.20-1ubuntu1"
+    deb = cache_deb(tmp_path / "debs", version=version)
+    _installed_as_cached(runfile_tray, deb, "580.126.20-1" if damage == "version" else version)
+    if damage == "files":
+        sums = runfile_tray / "var/lib/dpkg/info/nvidia-imex.md5sums"
+        sums.write_text("0" * 32 + "  usr/bin/nvidia-imex\n")
+    out, rc = run_json("install", "--from", str(tmp_path / "debs"), "--root", str(runfile_tray),
+                       "--dry-run")
+    assert rc == 0, out
+    assert out["unchanged"] == [] and out["commands"][0][-1] == str(deb)
+
+
+def test_install_from_dry_run_and_a_repeated_archive_install_say_what_they_do(
+    runfile_tray: Path, tmp_path: Path  # noqa: F811
+) -> None:
+    from tests.test_fetch_mirror import make_archive
+
+    top = "nvidia-imex-linux-sbsa-580.126.20-archive"
+    data = make_archive(top, {"bin/nvidia-imex": b"imex"})
+    (tmp_path / "c").mkdir()
+    (tmp_path / "c" / f"{top}.tar.xz").write_bytes(data)
+    entry = Artifact("imex", "580.126.20", "sbsa", f"https://x/{top}.tar.xz", sha256(data),
+                     len(data), "redist")
+    cachefile.write(str(tmp_path / "c"), [cachefile.Cached(entry, f"{top}.tar.xz",
+                                                           "580.126.20")])
+    args = ("install", "--from", str(tmp_path / "c"), "--root", str(runfile_tray), "--prefix",
+            str(tmp_path / "opt"))
+    dry = run_cli(*args, "--dry-run")
+    assert dry.returncode == 0, dry.stderr
+    assert f"would install imex 580.126.20 -> {tmp_path / 'opt/imex-580.126.20'}" in dry.stdout
+    assert not (tmp_path / "opt").exists()
+    first, again = run_cli(*args), run_cli(*args)
+    assert "installed: imex 580.126.20" in first.stdout
+    assert "unchanged: imex 580.126.20" in again.stdout and "installed:" not in again.stdout
+
+
+@pytest.mark.parametrize(("recorded", "same"), [
+    ({"usr/bin/x": "a", "etc/x.cfg": "c"}, True),   # dpkg's own file: conffiles listed too
+    ({"usr/bin/x": "a"}, True),                     # the package's md5sums: conffiles left out
+    ({"usr/bin/x": "a", "etc/x.cfg": "d"}, False),  # a conffile of another build
+    ({"usr/bin/x": "b", "etc/x.cfg": "c"}, False),  # other bytes
+    ({"usr/bin/x": "a", "usr/bin/y": "e"}, False),  # a file the .deb does not hold
+    ({}, False),
+])
+def test_an_installed_package_is_the_cached_one_only_with_dpkgs_md5sums_of_its_files(
+        recorded: dict[str, str], same: bool) -> None:
+    from nvfabric.artifacts.dpkgdb import same_md5sums
+
+    content = {"usr/bin/x": "a", "etc/x.cfg": "c"}
+    assert same_md5sums(recorded, content, frozenset({"etc/x.cfg"})) is same

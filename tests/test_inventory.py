@@ -269,9 +269,13 @@ def test_fifos_in_a_node_tree_never_hang_detect_or_plan(node: Callable[..., Path
     data, rc = run_json("detect", "--root", str(root), timeout=30)
     assert rc == 0 and data["driver_version"] is None
     mlx5_0 = data["infiniband"][0]
-    assert mlx5_0["sw_mng"] is False  # its VPD is a FIFO now: not read, not an LPF
+    # its VPD is a FIFO now: not read, so whether it is an LPF is unknown (not "no")
+    assert (mlx5_0["sw_mng"], mlx5_0["vpd_unreadable"]) == (None, True)
     data, rc = run_json("plan", "--root", str(root), timeout=30)
     assert rc == 1 and data["management_port"]["device"] == "mlx5_1"
+    # the version files are FIFOs: unreadable, not "not loaded"
+    assert [b["code"] for b in data["blockers"]] == ["driver_version_unreadable"]
+    assert [f["code"] for f in data["findings"]] == ["management_port_unverified"]
 
 
 def test_garbled_cap_mask_and_gid_read_as_unknown_not_zero(node: Callable[..., Path]) -> None:

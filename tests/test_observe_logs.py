@@ -9,6 +9,7 @@ import logging
 import random
 from collections.abc import Iterator
 from datetime import datetime, timezone
+from pathlib import Path
 
 import pytest
 
@@ -148,3 +149,23 @@ def test_the_logging_formatters_write_the_same_lines() -> None:
 def test_unknown_format_is_refused() -> None:
     with pytest.raises(ValueError, match="text, json"):
         logs.set_format("yaml")  # type: ignore[arg-type]
+
+
+def test_every_line_of_a_refused_or_blocked_run_carries_its_timestamp(tmp_path: Path) -> None:
+    # the preflight's refusal and the plan's blockers were printed as a listing without a
+    # time, between the run's timestamped lines
+    from tests.conftest import run_cli
+    from tests.runkit import sim
+    from tests.test_run_dry_checks import registered
+
+    root = sim(tmp_path, "dgx-b200")
+    registered(root)  # R04: a second start without a reset is refused
+    refused = run_cli("run", "--root", str(root))
+    blocked_root = sim(tmp_path, "dgx-b200", name="blocked")
+    (blocked_root / "sys/module/ib_umad").rename(blocked_root / "sys/module/ib_umad.gone")
+    blocked = run_cli("run", "--root", str(blocked_root))
+    for proc, code in ((refused, "restart_needs_gpu_reset"), (blocked, "missing_kernel_module")):
+        assert proc.returncode == 1, proc.stderr
+        lines = proc.stderr.splitlines()
+        assert lines and all(TIMESTAMP.match(line) for line in lines), proc.stderr
+        assert any(f"nvfabric: error {code}: " in line for line in lines), proc.stderr

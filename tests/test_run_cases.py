@@ -290,9 +290,12 @@ def test_r04_a_second_run_after_registration_needs_the_reset(
         assert human.returncode == 1
         assert "restart_needs_gpu_reset: GPUs are already registered" in human.stderr
         assert "hint: stop CUDA clients, then run again with --gpu-reset-command" in human.stderr
-    # with the reset command the dry run says what it would do, and would start
+    # with the reset command the dry run says what it would do, and would start (the
+    # tree's nvidia-smi: a bare "nvidia-smi" is not on this machine's PATH, and a reset
+    # command that cannot run is a refusal, tests/test_run_dry_checks.py)
     dry = subprocess.run([sys.executable, "-m", "nvfabric", "run", "--root", str(root),
-                          "--dry-run", "--json", "--gpu-reset-command", "nvidia-smi -r"],
+                          "--dry-run", "--json", "--gpu-reset-command",
+                          f"{root}/bin/nvidia-smi -r"],
                          capture_output=True, text=True, timeout=60, check=False)
     assert dry.returncode == 0
     dry_result = json.loads(dry.stdout)

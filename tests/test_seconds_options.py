@@ -31,7 +31,7 @@ def _float_options() -> Iterator[tuple[str, click.Command, click.Option]]:
 
 def test_the_duration_options_are_found() -> None:
     found = {(path, p.opts[0]) for path, _, p in _float_options()}
-    assert {("wait", "--timeout"), ("wait", "--interval"), ("status", "--grace"),
+    assert {("wait", "--timeout"), ("wait", "--interval"), ("status", "--registration-grace"),
             ("run", "--grace"), ("fetch", "--timeout"),
             ("install", "--timeout")} <= found
 
@@ -52,3 +52,17 @@ def test_wait_timeout_nan_exits_at_once() -> None:
     proc = run_cli("wait", "--timeout", "nan", timeout=30)
     assert proc.returncode == 2, proc.stderr
     assert "'--timeout'" in proc.stderr and "finite" in proc.stderr
+
+
+def test_grace_names_one_thing_the_registration_grace_is_another() -> None:
+    # `run --grace` is the SIGTERM-to-SIGKILL time of a stop; status and wait had a --grace
+    # that was the time GPUs may take to register: one name, two meanings
+    by_command: dict[str, dict[str, str]] = {}
+    for path, _, p in _float_options():
+        by_command.setdefault(path, {})[p.opts[0]] = p.help or ""
+    assert "SIGKILL" in by_command["run"]["--grace"]
+    for path in ("status", "wait"):
+        assert "--grace" not in by_command[path]
+        assert "register" in by_command[path]["--registration-grace"]
+    proc = run_cli("status", "--grace", "5")
+    assert proc.returncode == 2 and "No such option '--grace'" in proc.stderr

@@ -88,7 +88,8 @@ def test_spec_that_is_a_fifo_is_refused_at_once(tmp_path: Path) -> None:
 def test_error_message_keeps_its_closing_quote(tmp_path: Path) -> None:
     err = one_error_line(run_cli("simulate", "--spec", str(spec_file(tmp_path, "arch: riscv64\n")),
                                  str(tmp_path / "n")))
-    assert err.rstrip().endswith("arch: expected x86_64 or aarch64, got 'riscv64'")
+    # the message ends with its closing quote, then the hint every usage error has
+    assert "arch: expected x86_64 or aarch64, got 'riscv64' (hint: " in err
     err = one_error_line(run_cli("simulate", "no-such-profile", str(tmp_path / "n")))
     assert "unknown profile 'no-such-profile'; known: a40-bridge" in err
 

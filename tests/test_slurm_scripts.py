@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import time
@@ -225,6 +226,31 @@ def test_the_epilog_never_signals_a_pid_that_is_not_the_recorded_run(
         other.wait()
 
 
+def test_a_recorded_run_that_is_gone_says_nothing_on_slurmds_stderr(
+        tray: Path, scontrol: Path) -> None:
+    # The record names a pid whose process has exited: its /proc/PID/cmdline cannot be opened.
+    # A redirection of stderr written after the input's ("< FILE 2>/dev/null") comes too late
+    # for the shell's own "cannot open" message, which went to slurmd's stderr.
+    gone = subprocess.Popen(["true"])
+    gone.wait()
+    state = tray / "run/nvfabric-slurm"
+    state.mkdir(parents=True)
+    (state / "slurm-job").write_text(f"40 nvfabric {gone.pid}\n")
+    done = script(EPILOG, slurm_env(tray, scontrol))
+    assert done.returncode == 0, done.stderr
+    assert done.stderr == ""
+    assert not (state / "slurm-job").exists()
+
+
+def test_no_input_redirection_of_the_scripts_can_leak_the_shells_cannot_open() -> None:
+    # The kind, in the text: a command whose input file may fail to open has its stderr
+    # redirected around the whole command ({ ...; } 2>/dev/null), never after the "<".
+    text = PROLOG.read_text()
+    leaks = [line.strip() for line in text.splitlines()
+             if re.search(r'<\s*"[^"]*"\s*2>', line)]
+    assert leaks == []
+
+
 def test_on_a_hgx_node_prolog_and_epilog_do_nothing(tmp_path: Path, scontrol: Path) -> None:
     root = sim(tmp_path, "dgx-b200")
     env = slurm_env(root, scontrol)
@@ -321,3 +347,16 @@ def test_a_run_that_never_reports_ready_fails_the_prolog_with_imex_not_ready(
     [call] = drains(scontrol)
     assert call[3].startswith("Reason=nvfabric imex_not_ready: "), call
     assert not (tray / "run/nvfabric-slurm/slurm-job").exists()  # the run it started stopped
+
+
+def test_a_run_refused_by_its_preflight_drains_with_the_runs_finding(
+        tray: Path, scontrol: Path) -> None:
+    # the run's refusal is logged as every run line is, time first; the prolog still reads
+    # the finding out of it (not the fallback "nvfabric run failed")
+    (tray / "usr/bin/nvidia-imex").unlink()
+    done = script(PROLOG, slurm_env(tray, scontrol))
+    assert done.returncode == 1
+    [call] = drains(scontrol)
+    assert call[3].startswith("Reason=nvfabric binary_missing: "), (call, done.stderr)
+    log = (tray / "run/nvfabric-slurm/run.log").read_text()
+    assert all(re.match(r"\d{4}-\d\d-\d\dT[\d:.]+Z ", line) for line in log.splitlines()), log

@@ -601,3 +601,29 @@ def test_the_other_service_gets_its_sigterm_before_the_failure_is_logged() -> No
     assert kills_when_logged == [1] and host.kills == [(fm, signal.SIGTERM)]  # once
     exit_(unit, host, fm, OK)
     assert unit.outcome is not None and unit.outcome.findings[0].fields["service"] == "nvlsm"
+
+
+def test_status_counts_down_the_wait_before_a_restart_and_says_the_restart() -> None:
+    # a STATUS= said once ("restarting the unit in 3 s") is what `systemctl status` shows for
+    # the whole wait: stale after a second; it is said again each second
+    unit, host, _ = machine([spec("fm")], Policy(restart="on-failure", backoff_base_s=3.0))
+    unit.start()
+    exit_(unit, host, host.pids()[-1], EXIT_3)
+    seen = [m for m in host.notified if m.startswith("STATUS=")]
+    assert seen[-1] == "STATUS=restarting the unit in 3 s (restart 1)"
+    advance(unit, host, 2.5)
+    assert [m for m in host.notified if m.startswith("STATUS=restarting")][-3:] == [
+        "STATUS=restarting the unit in 3 s (restart 1)",
+        "STATUS=restarting the unit in 2 s (restart 1)",
+        "STATUS=restarting the unit in 1 s (restart 1)"]
+    restart_due(unit, host)
+    assert "STATUS=starting the unit again (restart 1)" in host.notified
+    assert "restart-status" not in unit.timers
+
+
+def test_a_stop_during_the_restart_wait_ends_the_countdown() -> None:
+    unit, host, _ = machine([spec("fm")], Policy(restart="on-failure", backoff_base_s=5.0))
+    unit.start()
+    exit_(unit, host, host.pids()[-1], EXIT_3)
+    unit.on_signal(signal.SIGTERM)
+    assert unit.outcome is not None and "restart-status" not in unit.timers

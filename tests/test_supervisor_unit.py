@@ -343,7 +343,14 @@ def test_control_characters_of_daemon_output_never_reach_the_terminal_raw() -> N
 ])
 def test_watchdog_usec_follows_sd_watchdog_enabled(env: dict[str, str], pid: int,
                                                    expected: int | None) -> None:
-    assert supervisor.watchdog_usec(env, pid) == expected
+    assert supervisor.watchdog_usec(env, (pid,)) == expected
+
+
+def test_watchdog_usec_takes_any_pid_this_process_pings_for() -> None:
+    # the single-file binary's child pings for itself and for the bootloader (its main pid)
+    env = {"WATCHDOG_USEC": "30000000", "WATCHDOG_PID": "101"}
+    assert supervisor.watchdog_usec(env, (100, 101)) == 30_000_000
+    assert supervisor.watchdog_usec(env, (100, 102)) is None
 
 
 class Listener:

@@ -596,3 +596,33 @@ def test_nvidia_smi_failing_in_the_report_is_diagnosed() -> None:
     assert ("driver_not_loaded", "nvidia-smi --query") in sections
     assert t.verdict is not None and t.verdict.verdict == "unhealthy"
     assert t.exit_code == 1
+
+
+def test_a_tree_simulated_from_a_version_mismatch_report_keeps_the_reported_version(
+        tmp_path: Path) -> None:
+    # the report's fabric manager is 530.30.02 on driver 535.x: a tree whose fake fabric
+    # manager printed the driver's version would start where the reporter's node refused
+    root = tmp_path / "sim"
+    out, rc = run_json("simulate", "--from-bug-report",
+                       str(report("hgx-h100-version-mismatch.log.gz")), str(root))
+    assert rc == 0, out
+    assert ("fabric manager version 530.30.02 from the report (the tree's nv-fabricmanager "
+            "--version prints it)") in out["notes"]
+    dry, rc = run_json("run", "--root", str(root), "--dry-run")
+    assert rc == 1 and dry["result"] == "refused", dry
+    [f] = [f for f in dry["findings"] if f["code"] == "version_mismatch"]
+    assert f["fm_version"] == "530.30.02"
+
+
+def test_fake_versions_carry_one_reported_version_and_say_so_otherwise() -> None:
+    from nvfabric.triage.spec import fake_versions
+
+    assert fake_versions({"fabricmanager": ("550.90.07",)}, "550.90.07")[0] == {
+        "fm_version": "550.90.07"}
+    keys, notes = fake_versions({"fabricmanager": ("550.54.15", "550.90.07"),
+                                 "imex": ("580.1.2",)}, "550.90.07")
+    assert keys == {"imex_version": "580.1.2"}
+    assert any("versions 550.54.15, 550.90.07; not carried over" in n for n in notes)
+    keys, notes = fake_versions({}, "550.90.07")
+    assert keys == {} and notes == [
+        "fabric manager: the report shows no version; the tree's is the driver's (550.90.07)"]

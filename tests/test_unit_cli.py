@@ -9,6 +9,7 @@ import os
 import re
 import shlex
 import stat
+import sys
 from pathlib import Path
 
 import pytest
@@ -133,7 +134,11 @@ def test_dry_run_prints_exactly_the_unit_and_writes_nothing(tmp_path: Path) -> N
     proc = run_cli("unit", "install", "--root", str(tmp_path), "--dry-run")
     assert proc.returncode == 0
     assert proc.stdout == unitfile.unit_text()
-    assert proc.stderr == f"nvfabric: would write {tmp_path / UNIT_PATH}\n"
+    assert proc.stderr.splitlines() == [
+        f"nvfabric: would write {tmp_path / UNIT_PATH}",
+        "nvfabric: ExecStart: /usr/bin/nvfabric, which the tree does not have yet: install "
+        "nvfabric there (the .deb, or the single-file binary as /usr/bin/nvfabric) before the "
+        "unit starts"]
     assert os.listdir(tmp_path) == []
     data, code = run_json("unit", "install", "--root", str(tmp_path), "--dry-run")
     assert (code, data["result"], data["dry_run"]) == (0, "would_write", True)
@@ -226,3 +231,62 @@ def test_missing_root_is_a_usage_error(tmp_path: Path) -> None:
 def test_unit_text_is_valid_utf8_ending_in_newline() -> None:
     raw = PACKAGED.read_bytes()
     assert raw.endswith(b"\n") and json.dumps(raw.decode("utf-8"))
+
+
+# -- ExecStart names the nvfabric that can run: a virtual environment's is not /usr/bin ------
+
+def test_from_a_venv_outside_home_directories_execstart_is_the_venvs_nvfabric() -> None:
+    start = unitfile.exec_start("/", ("/opt/nvfabric/venv/bin/nvfabric",), "/usr/bin/python3")
+    assert start.argv == ("/opt/nvfabric/venv/bin/nvfabric",)
+    assert start.why.startswith("/opt/nvfabric/venv/bin/nvfabric: the running nvfabric "
+                                "(/usr/bin/nvfabric ")
+    text = unitfile.unit_text_for(start)
+    assert "\nExecStart=/opt/nvfabric/venv/bin/nvfabric run\n" in text
+    assert "\nExecStart=/usr/bin/nvfabric run\n" not in text
+    # one line changed, one comment above it; the rest is the shipped unit
+    shipped = unitfile.unit_text().splitlines()
+    changed = [x for x in text.splitlines() if x not in shipped]
+    assert len(changed) == 2 and changed[0].startswith("# ExecStart: ")
+    python_m = unitfile.exec_start("/", ("/opt/v/bin/python", "-m", "nvfabric"),
+                                   "/opt/v/bin/python")
+    assert "\nExecStart=/opt/v/bin/python -m nvfabric run\n" in unitfile.unit_text_for(python_m)
+
+
+@pytest.mark.parametrize(("program", "interpreter", "words"), [
+    (("/home/ops/venv/bin/nvfabric",), "/usr/bin/python3", "under a home directory"),
+    (("/opt/venv/bin/nvfabric",), "/root/.pyenv/versions/3.11.7/bin/python3.11",
+     "/root/.pyenv/versions/3.11.7/bin/python3.11, under a home directory"),
+    (("/opt/my venv/bin/nvfabric",), "/usr/bin/python3", "cannot hold"),
+    (("/opt/50%/bin/nvfabric",), "/usr/bin/python3", "cannot hold"),
+])
+def test_an_nvfabric_the_unit_could_not_run_is_refused_with_the_fix(
+        program: tuple[str, ...], interpreter: str, words: str) -> None:
+    with pytest.raises(unitfile.UnitError) as err:
+        unitfile.exec_start("/", program, interpreter)
+    assert words in err.value.finding.message and "nothing was written" in err.value.finding.message
+    assert "the .deb (/usr/bin/nvfabric)" in err.value.finding.hint
+
+
+def test_in_a_tree_execstart_stays_the_trees_usr_bin_nvfabric_and_says_so(tmp_path: Path) -> None:
+    program = ("/opt/venv/bin/nvfabric",)
+    start = unitfile.exec_start(str(tmp_path), program, "/usr/bin/python3")
+    assert start.argv == ("/usr/bin/nvfabric",) and "does not have yet" in start.why
+    (tmp_path / "usr/bin").mkdir(parents=True)
+    (tmp_path / "usr/bin/nvfabric").write_text("#!/bin/sh\n")
+    start = unitfile.exec_start(str(tmp_path), program, "/usr/bin/python3")
+    assert start.why == "/usr/bin/nvfabric: the tree's nvfabric"
+
+
+def test_unit_install_on_this_host_from_the_venv_names_it_or_refuses(tmp_path: Path) -> None:
+    # --dry-run on / writes nothing. The test's own venv: its nvfabric goes in ExecStart,
+    # unless its Python lives under a home directory (pyenv under /root), which
+    # ProtectHome=yes hides: then a refusal naming it, never /usr/bin/nvfabric silently.
+    data, code = run_json("unit", "install", "--root", "/", "--dry-run")
+    script = str(Path(sys.executable).parent / "nvfabric")
+    if os.path.realpath(sys.executable).startswith(unitfile.HOME_DIRS):
+        assert code == 1 and data["error"]["code"] == "unit_not_installed", data
+        assert script in data["error"]["message"]
+    else:
+        assert code == 0, data
+        assert data["exec_start"]["argv"] == [script, "run"]
+        assert f"\nExecStart={script} run\n" in data["content"]

@@ -115,6 +115,19 @@ def same_executable(pid: int, proc: str = "/proc") -> bool:
     return (theirs.st_dev, theirs.st_ino) == (ours.st_dev, ours.st_ino)
 
 
+def bootloader_pid() -> int | None:
+    """The bootloader's pid when this process is the single-file binary's Python child (its
+    parent runs the same executable), else None. That pid is the unit's main pid, the one
+    systemd names in ``$WATCHDOG_PID`` (systemd.service(5) WatchdogSec=), while the pings come
+    from here: :func:`nvfabric.effects.notify.watchdog_usec` accepts it. Independent of how
+    the bundle is laid out (one file or one directory): a bootloader that runs Python as its
+    child is the parent with the same executable. Host access: procfs only."""
+    if not is_frozen():
+        return None
+    parent = os.getppid()
+    return parent if parent > 1 and same_executable(parent) else None
+
+
 def follow_bootloader() -> None:
     """In the bootloader's Python child: SIGTERM when the bootloader dies (see the module
     docstring). Does nothing when the parent is not this binary (the bootloader already gone,

@@ -14,7 +14,7 @@ import pytest
 
 import nvfabric
 from tests.integration.debroot import REPO, fresh_root, require
-from tests.integration.distbin import dist_binary
+from tests.integration.distbin import deb_package, dist_binary
 
 UNIT = REPO / "packaging/systemd/nvfabric.service"
 #: The target system: systemd (so init-system-helpers, deb-systemd-helper) and no Python.
@@ -32,13 +32,7 @@ def sh(*argv: str, env: dict[str, str] | None = None,
 @pytest.fixture(scope="module")
 def deb() -> Path:
     require("dpkg", "dpkg-deb", "lintian", "systemd-analyze", "chroot")
-    dist_binary()
-    done = sh("make", "-s", "deb", timeout=900)
-    assert done.returncode == 0, done.stdout + done.stderr
-    arch = sh("dpkg", "--print-architecture").stdout.strip()
-    path = REPO / "dist" / f"nvfabric_{nvfabric.__version__}_{arch}.deb"
-    assert path.is_file(), f"make deb wrote no {path.name}"
-    return path
+    return deb_package()
 
 
 def field(deb: Path, name: str) -> str:

@@ -198,12 +198,16 @@ def test_runfile_node_gets_imex_with_only_nvidia_modprobe_forced_and_the_unit_of
     assert is_enabled(root) == "enabled"
     prolog.unlink()
 
-    # The host owns IMEX: the unit is enabled (the cached .deb is installed again, unchanged).
+    # The host owns IMEX: the unit is enabled. The cached .deb is what is installed (same
+    # version, same files by dpkg's md5sums): dpkg is not run again, nor its postinst.
     out, rc = run_json("install", "--from", str(tmp_path / "debs"), "--root", str(root),
                        "--imex-owner", "host", timeout=300)
     assert rc == 0, out
     assert out["imex_unit"]["action"] == "enable"
     assert is_enabled(root) == "enabled"
+    assert (out["commands"], out["unchanged"]) == ([], ["nvidia-imex"])
+    assert [i["changed"] for i in out["installed"]] == [False]
+    assert (root / "var/log/dpkg.log").read_text().count(" install nvidia-imex:") == 1
 
     # The DRA driver's kubelet plugin state appears: detected owner dra, the unit is masked
     # (the driver's documented fix: disable and mask, so no upgrade enables it again).
@@ -270,3 +274,38 @@ def test_a_failing_dpkg_run_is_purged_again_and_leaves_the_root_as_it_was(
     assert not (root / "usr/bin/nvidia-imex").exists()
     assert (root / "var/lib/dpkg/status").read_bytes() == status_before
     assert (root / "usr/bin/nvidia-modprobe").is_file(), "the runfile's file is untouched"
+
+
+def test_a_foreign_architecture_of_a_multiarch_root_is_refused_before_dpkg(
+    tmp_path: Path,
+) -> None:
+    # The root's dpkg is this machine's architecture with another one added (dpkg
+    # --add-architecture): dpkg would unpack the other architecture's package and leave it
+    # unconfigured (its libc6 is looked for as libc6:<other>, which the root lacks), and only
+    # the rollback would undo it. Refused before dpkg runs, the root unchanged.
+    require("mmdebstrap", "dpkg", "dpkg-deb", "systemctl")
+    native = host_arch()
+    other = "arm64" if native != "arm64" else "amd64"
+    root = fresh_root(tmp_path / "root")
+    subprocess.run(["dpkg", "--root", str(root), "--add-architecture", other], check=True,
+                   timeout=60)
+    (root / "usr/lib" / TRIPLETS[other]).mkdir(parents=True, exist_ok=True)
+    runfile_driver(root, other)
+    deb = build_imex_deb(tmp_path, other, "libc6 (>= 2.34), nvidia-modprobe")
+    status_before = (root / "var/lib/dpkg/status").read_bytes()
+    mirror = Mirror()
+    try:
+        serve_cuda_repo(mirror, deb, other)
+        out, rc = fetch_and_install(mirror, root, tmp_path / "debs", other, "--arch", other)
+    finally:
+        mirror.close()
+    assert rc == 1, out
+    err = out["error"]
+    assert err["code"] == "architecture_mismatch", err
+    assert (err["package_arch"], err["root_arch"], err["foreign_archs"]) == (
+        other, native, [other])
+    assert dpkg_status(root, "nvidia-imex").returncode != 0
+    assert (root / "var/lib/dpkg/status").read_bytes() == status_before
+    assert not (root / "usr/bin/nvidia-imex").exists()
+    log = root / "var/log/dpkg.log"
+    assert not log.exists() or "nvidia-imex" not in log.read_text()

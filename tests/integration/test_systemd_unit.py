@@ -2,7 +2,9 @@
 ``systemd --user`` in a private mount namespace, its own cgroup), pointed at a simulated DGX
 B200 (``nvfabric simulate dgx-b200 DIR``; fake NVLSM and fabric manager as real processes).
 
-The unit is exactly what ``nvfabric unit install`` writes; a drop-in changes ExecStart
+The unit is exactly what ``nvfabric unit install`` writes (the watchdog test also runs the
+single-file binary with the unit it writes, and the Debian package's files with its drop-in,
+as installed); a drop-in changes ExecStart
 (``--root DIR`` and, for the restart, the simulated node's GPU reset command), sends
 stdout/stderr to a file (there is no journald in the test's namespace), and, only when the
 test's Python lives in a home directory (see PROTECT_HOME), makes ProtectHome= read-only; the
@@ -26,7 +28,8 @@ import pytest
 from nvfabric.simulate.fakes import calls
 from tests.conftest import REPO, run_cli
 from tests.integration.debroot import require
-from tests.integration.usermanager import NVFABRIC, UNIT, Node, UserManager
+from tests.integration.distbin import binary_install, deb_install
+from tests.integration.usermanager import NVFABRIC, UNIT, Node, UserManager, venv_install
 from tests.runkit import alive
 
 
@@ -151,21 +154,34 @@ def test_killing_nvlsm_restarts_the_unit_per_its_policy(node: Node) -> None:
     node.stop()
 
 
+INSTALLS = {"venv": venv_install, "binary": binary_install, "deb": deb_install}
+
+
+@pytest.mark.parametrize("how", list(INSTALLS))
 def test_a_supervisor_that_stops_pinging_is_killed_by_the_watchdog(
-        manager: UserManager, tmp_path: Path) -> None:
+        manager: UserManager, tmp_path: Path, how: str) -> None:
+    # As each installation runs it: the venv's entry point, the single-file binary with the unit
+    # its `unit install` writes, the Debian package's files with its drop-in. The binary's main
+    # pid (WATCHDOG_PID) is PyInstaller's bootloader; the pings come from its Python child, which
+    # is the process that stops pinging here (the ready file's pid: the supervisor).
     # WatchdogSec=5s instead of the shipped 60 s, so that the test takes seconds, not minutes
-    node = Node(manager, tmp_path, extra="WatchdogSec=5s\n")
+    node = Node(manager, tmp_path, extra="WatchdogSec=5s\n", install=INSTALLS[how](tmp_path))
     try:
         node.start()
         first = node.props("MainPID", "WatchdogUSec")
         assert first["WatchdogUSec"] == "5s"
-        pids = service_pids(node.ready())
+        ready = node.ready()
+        pids = service_pids(ready)
+        supervisor = ready["pid"]
+        assert isinstance(supervisor, int)
+        assert (supervisor == int(first["MainPID"])) is (how == "venv")
         time.sleep(12)  # more than two intervals: the loop's pings keep it alive
         p = node.props("MainPID", "NRestarts", "ActiveState")
-        assert p == {"MainPID": first["MainPID"], "NRestarts": "0", "ActiveState": "active"}
+        assert p == {"MainPID": first["MainPID"], "NRestarts": "0", "ActiveState": "active"}, \
+            node.text()[-3000:]
         main = int(first["MainPID"])
         stopped = time.perf_counter()
-        os.kill(main, signal.SIGSTOP)  # the loop stops turning: no more WATCHDOG=1
+        os.kill(supervisor, signal.SIGSTOP)  # the loop stops turning: no more WATCHDOG=1
 
         seen: set[tuple[str, str]] = set()
 
@@ -177,12 +193,14 @@ def test_a_supervisor_that_stops_pinging_is_killed_by_the_watchdog(
 
         wait_for(restarted, "watchdog killed the stopped supervisor and the unit restarted", 90)
         took = time.perf_counter() - stopped
-        assert not alive(main) and not any(alive(pid) for pid in pids.values())
+        assert not alive(main) and not alive(supervisor)
+        assert not any(alive(pid) for pid in pids.values())
         assert took >= 5.0  # not before the watchdog interval passed
         # why systemd stopped it: the watchdog (Result=watchdog while it stopped the unit:
         # SIGABRT to the main process, SIGKILL to the rest, then the restart's wait)
         assert {r for sub, r in seen if sub != "running"} >= {"watchdog"}, seen
-        print(f"\nsupervisor SIGSTOPped -> killed by the watchdog and running again: {took:.1f} s")
+        print(f"\n{how}: supervisor SIGSTOPped -> killed by the watchdog and running again: "
+              f"{took:.1f} s")
     finally:
         node.cleanup()
 

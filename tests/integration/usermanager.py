@@ -35,6 +35,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 MANAGER = "/lib/systemd/systemd"
@@ -231,28 +232,50 @@ def _nvfabric(*args: str) -> subprocess.CompletedProcess[str]:
                           text=True, timeout=120, check=False)
 
 
+@dataclass(frozen=True)
+class Install:
+    """How nvfabric is installed for a :class:`Node`: the program ExecStart runs, the unit
+    file as that installation has it, and the drop-ins it ships (the Debian package's)."""
+
+    name: str
+    command: Path
+    unit: Path
+    dropins: tuple[Path, ...] = ()
+
+
+def venv_install(tmp_path: Path) -> Install:
+    """The test's virtual environment: its entry point and the unit its ``nvfabric unit
+    install`` writes."""
+    staging = tmp_path / "staging-venv"
+    staging.mkdir()
+    proc = _nvfabric("unit", "install", "--root", str(staging))
+    assert proc.returncode == 0, proc.stderr
+    return Install("venv", NVFABRIC, staging / "etc/systemd/system" / UNIT)
+
+
 class Node:
-    """A simulated DGX B200 with nvfabric.service pointed at it in ``manager``."""
+    """A simulated DGX B200 with nvfabric.service pointed at it in ``manager``, nvfabric as
+    ``install`` has it (default: :func:`venv_install`)."""
 
     def __init__(self, manager: UserManager, tmp_path: Path, extra: str = "",
-                 profile: str = "dgx-b200") -> None:
+                 profile: str = "dgx-b200", install: Install | None = None) -> None:
         self.m = manager
         self.root = tmp_path / "node"
         self.log = tmp_path / "nvfabric.log"
         proc = _nvfabric("simulate", profile, str(self.root))
         assert proc.returncode == 0, proc.stderr
-        staging = tmp_path / "staging"
-        staging.mkdir()
-        proc = _nvfabric("unit", "install", "--root", str(staging))
-        assert proc.returncode == 0, proc.stderr
-        shutil.copyfile(staging / "etc/systemd/system" / UNIT, manager.units / UNIT)
-        for value in (str(self.root), str(self.log), str(NVFABRIC)):
+        self.install = install or venv_install(tmp_path)
+        shutil.copyfile(self.install.unit, manager.units / UNIT)
+        command = self.install.command
+        for value in (str(self.root), str(self.log), str(command)):
             assert not set(value) & set("%$\"\\ \n"), value  # no unit-file specifiers/quoting
         dropin = manager.units / f"{UNIT}.d"
         dropin.mkdir(exist_ok=True)
-        (dropin / "test.conf").write_text(
+        for shipped in self.install.dropins:
+            shutil.copyfile(shipped, dropin / shipped.name)
+        (dropin / "zz-test.conf").write_text(
             "[Service]\nExecStart=\n"
-            f"ExecStart={NVFABRIC} run --root {self.root} "
+            f"ExecStart={command} run --root {self.root} "
             f"--gpu-reset-command \"{self.root}/bin/nvidia-smi -r\"\n"
             f"StandardOutput=append:{self.log}\nStandardError=append:{self.log}\n"
             + PROTECT_HOME + extra)

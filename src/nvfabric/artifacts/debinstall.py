@@ -4,14 +4,19 @@ step of nvfabric issue 17), forcing only the dependencies the runfile driver sat
 Read first, decide second, act third:
 
 1. every file of the fetch record is checked against its published SHA-256, and its control
-   paragraph against the record (package, version, architecture);
+   paragraph against the record (package, version, architecture), and its architecture
+   against the root's dpkg architecture (:func:`check_architecture`: a foreign architecture of
+   a multiarch root is refused, dpkg would leave the package unconfigured);
 2. every place dpkg would write (its database, each directory of each package's files) is
    proven to resolve under the root with links followed (:func:`confine`); the dpkg database
    under the root and the driver's origin (:mod:`.runfile`) are read once;
 3. every dependency is classified (:func:`.debdeps.decide`): any ``missing`` one refuses the
    whole install with ``dependency_unsatisfied`` before dpkg runs (``dpkg -i`` unpacks a
    package even when its dependencies are unmet, so refusing afterwards would be too late);
-4. ``dpkg --root ROOT [--ignore-depends=NAME,...] -i FILE...``: only the forced names are
+4. a package already installed under the root as its file would install it (same version,
+   same files by dpkg's own md5sums) is left alone: dpkg is not run for it, so its maintainer
+   scripts do not run again (:func:`same_as_installed`);
+5. ``dpkg --root ROOT [--ignore-depends=NAME,...] -i FILE...``: only the forced names are
    ignored (each one a ``dependency_forced`` finding); the status database is re-read to prove
    every package is ``install ok installed`` at its version. A failed dpkg run purges the
    packages it newly added, so the root is left as it was (an upgrade cannot be undone that
@@ -32,7 +37,17 @@ from typing import Any
 from nvfabric.artifacts.apt import upstream, valid_name
 from nvfabric.artifacts.cachefile import Cached
 from nvfabric.artifacts.debdeps import Decision, Known, decide, provides
-from nvfabric.artifacts.dpkgdb import Database, control, data_paths, driver_origin, read, status_of
+from nvfabric.artifacts.dpkgdb import (
+    Database,
+    content_md5sums,
+    control,
+    data_paths,
+    driver_origin,
+    installed_md5sums,
+    read,
+    same_md5sums,
+    status_of,
+)
 from nvfabric.artifacts.naming import arch_name, package_name
 from nvfabric.artifacts.runfile import DriverOrigin
 from nvfabric.artifacts.tables import OWN_VERSION
@@ -40,8 +55,10 @@ from nvfabric.artifacts.transport import sha256_file
 from nvfabric.artifacts.versions import same
 from nvfabric.facts.paths import confined as confined_path
 from nvfabric.model import hostpath
+from nvfabric.model.commandline import command_line
 from nvfabric.model.errors import NvfabricError
 from nvfabric.model.findings import Finding
+from nvfabric.model.words import seconds
 
 DPKG_TIMEOUT_S = 900.0
 DPKG_LOG = "/var/log/dpkg.log"
@@ -53,7 +70,11 @@ ADMIN_PATHS = ("/var/lib/dpkg", "/var/lib/dpkg/status", "/var/lib/dpkg/info",
 @dataclass(frozen=True)
 class Prepared:
     """Everything decided before dpkg runs: the files (absolute paths) and their control
-    paragraphs in install order, the dependency decisions, the driver origin, the argv."""
+    paragraphs in install order, the dependency decisions of the packages to install, the
+    driver origin, the argv (empty when nothing is to install), and ``unchanged``: the
+    packages already installed under the root as these files would install them (same
+    version, same files by dpkg's md5sums: :func:`same_as_installed`), which dpkg is not run
+    for (no unpack, no maintainer scripts)."""
 
     entries: tuple[Cached, ...]
     paths: tuple[str, ...]
@@ -61,6 +82,12 @@ class Prepared:
     decisions: tuple[Decision, ...]
     origin: DriverOrigin
     argv: tuple[str, ...]
+    unchanged: tuple[str, ...] = ()
+
+    @property
+    def to_install(self) -> list[dict[str, str]]:
+        """The control paragraphs of the packages dpkg installs (not :attr:`unchanged`)."""
+        return [k for k in self.controls if k["Package"] not in self.unchanged]
 
     @property
     def forced(self) -> list[Finding]:
@@ -137,11 +164,11 @@ def check_version(c: Cached, driver_version: str) -> None:
         )
 
 
-def prepare(root: str, directory: str, entries: Sequence[Cached], arch: str) -> Prepared:
-    """Steps 1-3 of the module doc for the ``.deb`` entries (all ``source == "apt"``) for
-    ``arch`` (canonical). Raises ``input_unreadable`` (exit 2: also a write that would leave the
-    root), ``checksum_mismatch`` or ``dependency_unsatisfied`` (exit 1, nothing run)."""
-    paths = verify_files(directory, entries)
+def _controls(entries: Sequence[Cached], paths: Sequence[str], arch: str
+              ) -> list[dict[str, str]]:
+    """The control paragraph of each verified file, checked against its record entry
+    (package, version, architecture ``arch`` or ``all``) and the component's package name.
+    Raises ``input_unreadable`` (exit 2)."""
     deb_arch = arch_name("deb", arch)
     controls = []
     for c, path in zip(entries, paths, strict=True):
@@ -170,14 +197,30 @@ def prepare(root: str, directory: str, entries: Sequence[Cached], arch: str) -> 
                 "the directory holds another file than was fetched: fetch again",
             )
         controls.append(ctrl)
-    confine(root, paths, controls)
+    return controls
+
+
+def prepare(root: str, directory: str, entries: Sequence[Cached], arch: str) -> Prepared:
+    """Steps 1-3 of the module doc for the ``.deb`` entries (all ``source == "apt"``) for
+    ``arch`` (canonical). Raises ``input_unreadable`` (exit 2: also a write that would leave the
+    root), ``checksum_mismatch`` or ``dependency_unsatisfied`` (exit 1, nothing run)."""
+    paths = verify_files(directory, entries)
+    controls = _controls(entries, paths, arch)
     db: Database = read(root)
+    for path, ctrl in zip(paths, controls, strict=True):
+        check_architecture(path, ctrl, db)
+    confine(root, paths, controls)
     origin = driver_origin(root)
+    before = status_of(root, [k["Package"] for k in controls])
+    unchanged = tuple(k["Package"] for k, path in zip(controls, paths, strict=True)
+                      if same_as_installed(root, k, path, before))
+    todo = [(k, path) for k, path in zip(controls, paths, strict=True)
+            if k["Package"] not in unchanged]
     same_call = [Known(k["Package"], k["Version"], provides(k.get("Provides", "")))
                  for k in controls]
     known = [*db.installed, *same_call]
     try:
-        decisions = tuple(decide(k, known, origin.provides) for k in controls)
+        decisions = tuple(decide(k, known, origin.provides) for k, _ in todo)
     except ValueError as err:
         raise _unreadable(f"unreadable Depends in a cached package: {err}",
                           "the package is damaged: fetch again") from None
@@ -186,12 +229,55 @@ def prepare(root: str, directory: str, entries: Sequence[Cached], arch: str) -> 
         raise NvfabricError(unsatisfied(missing, origin), exit_code=1)
     ignore = sorted({n for d in decisions for n in d.ignore})
     try:
-        argv = dpkg_argv(root, ignore, paths)
+        argv = dpkg_argv(root, ignore, [path for _, path in todo]) if todo else []
     except ValueError as err:
         raise _unreadable(f"refusing to build the dpkg command line: {err}",
                           "use plain absolute paths (no newline, no '..') for --root and "
                           "--from") from None
-    return Prepared(tuple(entries), paths, tuple(controls), decisions, origin, tuple(argv))
+    return Prepared(tuple(entries), paths, tuple(controls), decisions, origin, tuple(argv),
+                    unchanged)
+
+
+def same_as_installed(root: str, ctrl: dict[str, str], path: str,
+                      status: dict[str, tuple[str, str]]) -> bool:
+    """True when the package of ``path`` (control paragraph ``ctrl``) is installed under
+    ``root`` as this file would install it: ``install ok installed`` at the same version, and
+    every file it holds has the md5 dpkg recorded at its install
+    (``info/<package>.md5sums``, :func:`nvfabric.artifacts.dpkgdb.installed_md5sums`): the
+    same package, not merely the same version string. False when anything is unknown."""
+    name = ctrl["Package"]
+    if status.get(name) != ("install ok installed", ctrl.get("Version")):
+        return False
+    recorded = installed_md5sums(root, name, ctrl.get("Architecture", ""))
+    return recorded is not None and same_md5sums(recorded, *content_md5sums(path))
+
+
+def check_architecture(path: str, ctrl: dict[str, str], db: Database) -> None:
+    """A package must be of the root's own dpkg architecture (or ``all``). One of a foreign
+    architecture of a multiarch root (``dpkg --add-architecture``) is unpacked by dpkg and then
+    left unconfigured: its dependencies are looked for in that architecture, which the root
+    does not have (libc6 is ``Multi-Arch: same``), and the install fails half-way. Nothing to
+    check when the database names no architecture. Raises ``architecture_mismatch`` (exit 1),
+    before dpkg runs."""
+    arch = ctrl.get("Architecture", "")
+    native = db.native_arch
+    if native is None or arch in (native, "all"):
+        return
+    if arch in db.foreign_archs:
+        why = (f"{arch} is only a foreign architecture of the root (dpkg --add-architecture): "
+               "dpkg would unpack the package and leave it unconfigured, its dependencies "
+               f"being looked for as :{arch} packages the root does not have")
+    else:
+        why = f"dpkg under the root installs {native} packages, not {arch}"
+    raise NvfabricError(Finding(
+        "architecture_mismatch", "error",
+        f"refusing to install {ctrl.get('Package')} {ctrl.get('Version')} ({arch}) into a "
+        f"root whose dpkg architecture is {native}: {why}; nothing was installed",
+        f"fetch the {native} package (nvfabric fetch --arch {native}), or install from a "
+        f"root of architecture {arch}",
+        {"file": path, "package_arch": arch, "root_arch": native,
+         "foreign_archs": list(db.foreign_archs)},
+    ), exit_code=1)
 
 
 def confine(root: str, paths: Sequence[str], controls: Sequence[dict[str, str]]) -> None:
@@ -281,7 +367,13 @@ def apply(root: str, prepared: Prepared) -> list[dict[str, Any]]:
     """Step 4: run dpkg, then prove each package installed. Returns one ``{"package",
     "version", "status"}`` per package. Raises ``install_failed`` (exit 1) after purging what
     a failed run newly added."""
-    names = [k["Package"] for k in prepared.controls]
+    if not prepared.argv:
+        # every package is installed already as these files would install it: no dpkg
+        return [{"package": k["Package"], "version": k["Version"],
+                 "status": "install ok installed", "changed": False}
+                for k in prepared.controls]
+    todo = prepared.to_install
+    names = [k["Package"] for k in todo]
     before = {n: s for n, s in status_of(root, names).items() if s[0].endswith(" installed")}
     try:
         proc = subprocess.run(list(prepared.argv), stdin=subprocess.DEVNULL,
@@ -289,25 +381,26 @@ def apply(root: str, prepared: Prepared) -> list[dict[str, Any]]:
                               check=False)
         rc, out = proc.returncode, (proc.stdout + proc.stderr).strip()
     except subprocess.TimeoutExpired:
-        rc, out = 124, f"timed out after {DPKG_TIMEOUT_S:g} s"
+        rc, out = 124, f"timed out after {seconds(DPKG_TIMEOUT_S)} s"
     except OSError as err:
-        raise _failed(prepared.argv, f"cannot run: {err.strerror}", "", [], []) from None
+        raise _failed(root, prepared.argv, f"cannot run: {err.strerror}", "", [], []) from None
     after = status_of(root, names)
-    bad = [n for n, k in zip(names, prepared.controls, strict=True)
+    bad = [n for n, k in zip(names, todo, strict=True)
            if after.get(n) != ("install ok installed", k["Version"])]
     if rc != 0 or bad:
         # Only what this run added to the database: a package dpkg refused before unpacking
         # (another architecture, a bad archive) is not there, and was not "purged again".
         rolled = _roll_back(root, [n for n in names if n not in before and n in after])
         why = f"exit status {rc}" if rc else f"not installed afterwards: {', '.join(bad)}"
-        raise _failed(prepared.argv, why, out, rolled, [n for n in names if n in before])
-    return [{"package": n, "version": after[n][1], "status": after[n][0]} for n in names]
+        raise _failed(root, prepared.argv, why, out, rolled, [n for n in names if n in before])
+    return [{"package": k["Package"], "version": k["Version"], "status": "install ok installed",
+             "changed": k["Package"] not in prepared.unchanged} for k in prepared.controls]
 
 
 def newly_added(root: str, prepared: Prepared) -> list[str]:
     """The packages of ``prepared`` that are not installed under ``root`` now (read before
     dpkg runs): what a failure after dpkg may purge again."""
-    names = [k["Package"] for k in prepared.controls]
+    names = [k["Package"] for k in prepared.to_install]
     have = {n for n, s in status_of(root, names).items() if s[0].endswith(" installed")}
     return [n for n in names if n not in have]
 
@@ -324,7 +417,8 @@ def unit_failed(root: str, prepared: Prepared, added: Sequence[str], argv: Seque
     hint = "make systemctl work under the root, then run install --from again"
     if upgraded:
         undo += f"; {', '.join(upgraded)} was installed before and stays"
-        hint += f"; until then set the unit by hand: systemctl {action} nvidia-imex.service"
+        by_hand = command_line(action, "nvidia-imex.service", root=root, program="systemctl")
+        hint += f"; until then set the unit by hand: {by_hand}"
     return NvfabricError(
         Finding("install_failed", "error",
                 f"`{' '.join(argv)}` failed (exit status {status}): {text}{undo}", hint,
@@ -350,19 +444,20 @@ def _roll_back(root: str, added: Sequence[str]) -> list[str]:
     return [n for n in names if n not in still or still[n][0].endswith("not-installed")]
 
 
-def _failed(argv: Sequence[str], why: str, output: str, rolled: list[str],
+def _failed(root: str, argv: Sequence[str], why: str, output: str, rolled: list[str],
             upgraded: list[str]) -> NvfabricError:
+    query = command_line("-s", "PACKAGE", root=root, program="dpkg")
     tail = " | ".join(output.splitlines()[-3:])
     undo = f"; purged again: {', '.join(rolled)}" if rolled else ""
     if upgraded:
         undo += (f"; {', '.join(upgraded)} was an upgrade of an installed version, which a "
-                 "purge cannot undo: check `dpkg --root ROOT --audit`")
+                 f"purge cannot undo: check `{command_line('--audit', root=root, program='dpkg')}`")
     return NvfabricError(
         Finding(
             "install_failed", "error",
             f"`{' '.join(argv)}` failed: {why}" + (f" ({tail})" if tail else "") + undo,
             "read dpkg's words above; a dependency dpkg still refuses is one nvfabric judged "
-            "satisfied: report it with `dpkg --root ROOT -s` of the package",
+            f"satisfied: report it with `{query}`",
             {"argv": list(argv), "rolled_back": rolled},
         ),
         exit_code=1,

@@ -19,19 +19,27 @@ from dataclasses import dataclass
 from nvfabric.artifacts.debdeps import Known, provides
 from nvfabric.artifacts.runfile import DiskFile, DriverOrigin, classify
 from nvfabric.artifacts.tables import DRIVER_VERSION_LIB, RUNFILE_LIB_DIRS, RUNFILE_PROVIDES
-from nvfabric.facts.fs import under
+from nvfabric.facts.fs import read_bytes, read_text, under
 from nvfabric.model.errors import NvfabricError
 from nvfabric.model.findings import Finding
 
 ADMIN_DIR = "/var/lib/dpkg"
+#: The most bytes read of ``var/lib/dpkg/arch`` (one architecture name a line; a few dozen).
+ARCH_FILE_MAX = 4096
 _MERGED = ("/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
 
 
 @dataclass(frozen=True)
 class Database:
-    """The installed packages of a root's dpkg database (``Status: ... installed``)."""
+    """The installed packages of a root's dpkg database (``Status: ... installed``) and its
+    architectures: ``native_arch`` the root's own (the Architecture of its installed ``dpkg``
+    package; without one, the first line of ``var/lib/dpkg/arch``, which dpkg writes native
+    first), None when neither says; ``foreign_archs`` those added with ``dpkg
+    --add-architecture`` (the other lines of ``var/lib/dpkg/arch``; dpkg(1) "Multiarch")."""
 
     installed: tuple[Known, ...]
+    native_arch: str | None = None
+    foreign_archs: tuple[str, ...] = ()
 
 
 def aliases(path: str) -> tuple[str, ...]:
@@ -65,13 +73,19 @@ def read(root: str) -> Database:
         raise _unreadable(status_path, f"cannot read the dpkg status database "
                           f"({err.strerror})") from None
     installed = []
+    native = None
     for para in paragraphs:
         words = para.get("Status", "").split()
         if len(words) != 3 or words[2] != "installed":
             continue
         installed.append(Known(para.get("Package", ""), para.get("Version", ""),
                                provides(para.get("Provides", ""))))
-    return Database(tuple(installed))
+        if para.get("Package") == "dpkg":
+            native = para.get("Architecture") or None
+    listed = (read_text(under(root, ADMIN_DIR + "/arch"), ARCH_FILE_MAX) or "").split()
+    native = native or (listed[0] if listed else None)
+    foreign = tuple(dict.fromkeys(a for a in listed if a != native))
+    return Database(tuple(installed), native, foreign)
 
 
 def owners(root: str, paths: Iterable[str]) -> dict[str, str]:
@@ -126,13 +140,15 @@ def driver_origin(root: str) -> DriverOrigin:
 
 def control(deb: str) -> dict[str, str]:
     """The control paragraph of the ``.deb`` at ``deb`` (python-debian reads the ar archive;
-    nothing is run). Raises ``input_unreadable`` (exit 2) when it is not a Debian package."""
+    nothing is run). Raises ``input_unreadable`` (exit 2) when it is not a Debian package (not
+    an ar archive at all included: python-debian's ArError)."""
+    from debian.arfile import ArError
     from debian.debfile import DebError, DebFile
 
     try:
         with DebFile(deb) as pkg:
             return {k: str(v) for k, v in pkg.debcontrol().items()}
-    except (DebError, OSError, ValueError, KeyError) as err:
+    except (ArError, DebError, OSError, ValueError, KeyError) as err:
         raise _unreadable(deb, f"not a readable Debian package ({err})") from None
 
 
@@ -140,12 +156,13 @@ def data_paths(deb: str) -> list[tuple[str, bool]]:
     """The paths the ``.deb`` at ``deb`` installs (host view, ``/usr/bin/nvidia-imex``), each
     with whether it is a directory, in archive order (python-debian reads the data member;
     nothing is run). Raises ``input_unreadable`` (exit 2) when the data cannot be read."""
+    from debian.arfile import ArError
     from debian.debfile import DebError, DebFile
 
     try:
         with DebFile(deb) as pkg:
             members = pkg.data.tgz().getmembers()
-    except (DebError, OSError, ValueError, KeyError, EOFError) as err:
+    except (ArError, DebError, OSError, ValueError, KeyError, EOFError) as err:
         raise _unreadable(deb, f"the package's data cannot be read ({err})") from None
     out = []
     for m in members:
@@ -154,6 +171,74 @@ def data_paths(deb: str) -> list[tuple[str, bool]]:
         if name and name != ".":
             out.append(("/" + name, m.isdir()))
     return out
+
+
+def content_md5sums(deb: str) -> tuple[dict[str, str], frozenset[str]]:
+    """(``path -> md5`` (hex) of every regular file the ``.deb`` at ``deb`` installs, its
+    conffiles), paths without the leading ``/``: the shape of dpkg's
+    ``info/<package>.md5sums``. Computed from the data member, not taken from the package's own
+    ``md5sums`` (optional; it leaves conffiles out, while the file dpkg writes at unpack for a
+    package that ships none lists them too). Raises ``input_unreadable`` (exit 2) when the
+    package cannot be read."""
+    import hashlib
+
+    from debian.arfile import ArError
+    from debian.debfile import DebError, DebFile
+
+    out: dict[str, str] = {}
+    try:
+        with DebFile(deb) as pkg:
+            conf = (pkg.control.get_content("conffiles", encoding="utf-8") or ""
+                    if pkg.control.has_file("conffiles") else "")
+            conffiles = frozenset(line.strip().lstrip("/") for line in conf.splitlines()
+                                  if line.strip())
+            tar = pkg.data.tgz()
+            for m in tar.getmembers():
+                name = (m.name[2:] if m.name.startswith("./") else m.name).strip("/")
+                fh = tar.extractfile(m) if m.isfile() and name else None
+                if fh is None:
+                    continue
+                digest = hashlib.md5(usedforsecurity=False)
+                for chunk in iter(lambda: fh.read(1 << 20), b""):  # noqa: B023
+                    digest.update(chunk)
+                out[name] = digest.hexdigest()
+    except (ArError, DebError, OSError, ValueError, KeyError, EOFError) as err:
+        raise _unreadable(deb, f"the package's data cannot be read ({err})") from None
+    return out, conffiles
+
+
+def same_md5sums(recorded: dict[str, str], content: dict[str, str],
+                 conffiles: frozenset[str]) -> bool:
+    """True when dpkg's record of an installed package (``recorded``) lists the files of a
+    ``.deb`` (``content``) with the same md5s and nothing else; a conffile may be missing from
+    the record (a package's own md5sums leaves them out) but, if listed, must match. Pure."""
+    if {p for p in recorded if p not in conffiles} != {p for p in content if p not in conffiles}:
+        return False
+    return all(content.get(p) == md5 for p, md5 in recorded.items())
+
+
+#: The most bytes read of one package's ``info/<package>.md5sums`` (one line a file; the
+#: largest packages list tens of thousands of files, a few MiB).
+MD5SUMS_MAX = 16 << 20
+
+
+def installed_md5sums(root: str, package: str, arch: str) -> dict[str, str] | None:
+    """``path -> md5`` of ``package`` as dpkg recorded it at install under ``root``
+    (``info/<package>.md5sums``, or ``info/<package>:<arch>.md5sums`` for a ``Multi-Arch:
+    same`` package), None when there is none or it cannot be read whole."""
+    for name in (f"{package}.md5sums", f"{package}:{arch}.md5sums"):
+        data = read_bytes(under(root, f"{ADMIN_DIR}/info/{name}"), MD5SUMS_MAX + 1)
+        if data is None:
+            continue
+        if len(data) > MD5SUMS_MAX:
+            return None
+        out = {}
+        for line in data.decode("utf-8", "replace").splitlines():
+            digest, _, path = line.partition("  ")
+            if path:
+                out[path.lstrip("/")] = digest.strip().lower()
+        return out
+    return None
 
 
 def status_of(root: str, names: Iterable[str]) -> dict[str, tuple[str, str]]:

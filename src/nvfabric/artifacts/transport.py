@@ -27,6 +27,7 @@ from nvfabric.artifacts.model import checksum_mismatch, download_failed
 from nvfabric.effects.atomic import atomic_writer
 from nvfabric.model.errors import NvfabricError, usage_error
 from nvfabric.model.findings import Finding
+from nvfabric.model.words import seconds
 from nvfabric.strict import int_or_none
 
 #: HTTP statuses worth retrying (RFC 9110 15.5.9, 15.6; RFC 6585 4 for 429).
@@ -223,7 +224,7 @@ class Transport:
             self._get(url, sink, size)
         except httpx.TimeoutException as err:
             raise _Transient(
-                f"timed out ({type(err).__name__}, {self.policy.timeout_s} s)"
+                f"timed out ({type(err).__name__}, {seconds(self.policy.timeout_s)} s)"
             ) from None
         except (httpx.NetworkError, httpx.RemoteProtocolError) as err:
             raise _Transient(f"connection failed: {err}") from None

@@ -13,11 +13,22 @@ import re
 
 #: At most 12 digits a field (\Z, not $: a trailing newline is not part of a version).
 _VERSION_RE = re.compile(r"^[0-9]{1,12}(\.[0-9]{1,12}){1,3}\Z")
+#: An NVIDIA driver version as the kernel module prints it: a three-digit branch and one or
+#: two more fields (``580.95.05``, ``570.36``), the shape nvfabric reads from
+#: sys/module/nvidia/version (nvfabric.facts.nvidia).
+_DRIVER_RE = re.compile(r"^[0-9]{3}\.[0-9]{1,3}(\.[0-9]{1,3})?\Z")
 
 
 def is_version(text: str) -> bool:
     """True for 2 to 4 dot-separated decimal fields (``580.95.05``, ``2025.06.6``, ``570.00``)."""
     return bool(_VERSION_RE.match(text))
+
+
+def is_driver_version(text: str) -> bool:
+    """True for a driver version (:data:`_DRIVER_RE`): ``1.2`` or ``2025.06.6`` is a version,
+    but no driver's, and fetching it would only ask the network for a manifest that cannot
+    exist."""
+    return bool(_DRIVER_RE.match(text))
 
 
 def fields(text: str) -> tuple[int, ...] | None:

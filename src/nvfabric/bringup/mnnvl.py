@@ -20,6 +20,7 @@ from nvfabric.bringup.prepared import ChannelNode, ImexPart, Prepared
 from nvfabric.bringup.spec import PlannedFile, ServiceSpec
 from nvfabric.facts.fs import under
 from nvfabric.model import keyvalue
+from nvfabric.model.commandline import command_line
 from nvfabric.model.errors import usage_error
 from nvfabric.model.findings import Finding
 from nvfabric.model.keyvalue import ConfigValueError
@@ -75,7 +76,7 @@ def prepare(facts: NodeFacts, p: Plan, opts: ImexRunOptions) -> Prepared:
     required = decision.required_channels if decision.owner != "none" else ()
     if not decision.nvfabric_starts_imex:
         return Prepared("mnnvl", warnings=channels.check(imex.channels, required), imex=part)
-    refusals = list(service_running(facts.running, ("imex",)))
+    refusals = list(service_running(facts.running, ("imex",), facts.root))
     create = 0 in required and channels.needs_create(imex.channels, 0)
     warnings: list[Finding] = []
     if create and imex.channel_escape is not None:  # before anything is written
@@ -186,8 +187,11 @@ def _node_list(imex: ImexFacts, opts: ImexRunOptions
         return (), where, Finding(
             "config_invalid_value", "error",
             f"no IMEX node list: {opts.resolve(where)} {imex.node_list_why}",
-            "write the addresses of every tray of the domain there (`nvfabric imex config "
-            "--peers FILE`), or pass --imex-peers FILE", {"key": "IMEX_NODE_CONFIG_FILE"})
+            "write the addresses of every tray of the domain there (`"
+            + command_line("imex", "config", root=opts.root, options=(
+                ("--config", None if opts.paths.shipped_config == imex_service.CONFIG
+                 else opts.paths.shipped_config), ("--peers", "FILE")))
+            + "`), or pass --imex-peers FILE", {"key": "IMEX_NODE_CONFIG_FILE"})
     try:
         return nodes.parse_nodes_config(text), where, None
     except nodes.PeerError as err:

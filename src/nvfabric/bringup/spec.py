@@ -20,6 +20,7 @@ from dataclasses import dataclass
 
 from nvfabric.model.findings import Finding
 from nvfabric.model.vocab import FindingCode, Service
+from nvfabric.model.words import seconds
 
 #: A port GUID as NVLSM and fabric manager take it on their command line: ``0x`` + 16 hex
 #: digits (Fabric Manager User Guide, "NVLink 5": ``-g`` / ``FM_SM_MGMT_PORT_GUID``).
@@ -52,7 +53,7 @@ class ReadyProbe:
         if last:
             fields["last_probe"] = last
         return Finding(self.stuck_code, "warning",
-                       self.stuck_message.format(timeout=f"{timeout_s:g}",
+                       self.stuck_message.format(timeout=seconds(timeout_s),
                                                  last=last or "no answer"),
                        self.stuck_hint, fields)
 

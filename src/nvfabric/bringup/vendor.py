@@ -22,13 +22,13 @@ For each, in order (RUN.md R08):
 from __future__ import annotations
 
 import os
-import shlex
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from nvfabric.bringup import fabricmanager as fm
 from nvfabric.bringup import nvlsm
+from nvfabric.model.commandline import command_line
 from nvfabric.model.errors import InputError
 from nvfabric.model.findings import Finding
 from nvfabric.model.hostpath import problem as path_problem
@@ -99,9 +99,8 @@ def install_line(component: str, driver_version: str | None, root: str = "/") ->
     """The ``nvfabric install`` command that installs ``component`` for this driver into the
     node under ``root`` (``--root`` named, shell-quoted, unless it is ``/``: without it the
     line would install into the host running it, not the node that was checked)."""
-    version = f" --driver-version {driver_version}" if driver_version else ""
-    where = "" if os.path.abspath(root) == "/" else f" --root {shlex.quote(os.path.abspath(root))}"
-    return f"nvfabric install{where} --components {component}{version}"
+    return command_line("install", root=root, options=(("--components", component),
+                                                        ("--driver-version", driver_version)))
 
 
 def wanted(fabric: FabricKind) -> tuple[VendorFile, ...]:

@@ -31,7 +31,9 @@ def detect_json(inv: Inventory) -> dict[str, Any]:
                 "device": dev.name if dev else None,
                 "pci": fn.address,
                 "device_id": f"{fn.device:04x}",
-                "sw_mng": fn.sw_mng,
+                # unknown (null) when the VPD could not be read: not "no SMDL=SW_MNG"
+                "sw_mng": None if fn.lpf_unknown else fn.sw_mng,
+                "vpd_unreadable": fn.vpd_unreadable,
                 "vpd_id_string": fn.vpd.id_string if fn.vpd else None,
                 "vpd_checksum_ok": fn.vpd.checksum_ok if fn.vpd else None,
                 "vpd_problems": list(fn.vpd.problems) if fn.vpd else [],
@@ -106,8 +108,13 @@ def detect(root: str, arch: str | None, as_json: bool) -> None:
 def _port_row(dev: dict[str, Any], p: dict[str, Any] | None) -> tuple[str, ...]:
     """One row of the human table: values as read from the node (made safe by the caller)."""
     if p is None:
-        return (dev["pci"], dev["device"] or "-", "yes" if dev["sw_mng"] else "no",
+        return (dev["pci"], dev["device"] or "-", _sw_mng(dev["sw_mng"]),
                 "-", "-", "-", "-", "-")
     sm = {True: "disabled", False: "enabled", None: "unknown"}[p["sm_disabled"]]
-    return (dev["pci"], dev["device"] or "-", "yes" if dev["sw_mng"] else "no", str(p["port"]),
+    return (dev["pci"], dev["device"] or "-", _sw_mng(dev["sw_mng"]), str(p["port"]),
             p["guid"] or "unreadable", p["cap_mask"] or "unreadable", sm, p["state"])
+
+
+def _sw_mng(value: bool | None) -> str:
+    """The SW_MNG column: yes, no, or unreadable (the VPD could not be read)."""
+    return "unreadable" if value is None else "yes" if value else "no"

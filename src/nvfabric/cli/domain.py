@@ -156,18 +156,28 @@ def read_reports(paths: tuple[str, ...]) -> list[fleet.NodeReport]:
 MAX_REPORT_BYTES = 64 << 20
 
 
-def _read(path: str) -> str:
-    """A report file (``-``: stdin), refused over :data:`MAX_REPORT_BYTES` (never cut)."""
+def _read(path: str, holds: str = "`nvfabric status --json` output") -> str:
+    """A report file (``-``: stdin), refused over :data:`MAX_REPORT_BYTES` (never cut), and
+    refused when it is not text (a binary file is not "bad JSON at line 8"); ``holds`` what
+    it should hold, for the hint."""
     data = strict.read_capped(path, MAX_REPORT_BYTES, "domain reports",
                               "give a readable file or directory")
-    return data.decode("utf-8", "replace")
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as err:
+        raise usage_error(f"{path} is not a text file (byte 0x{data[err.start]:02x} at offset "
+                          f"{err.start} is not UTF-8)", f"give {holds}") from None
+    if "\x00" in text:
+        raise usage_error(f"{path} is not a text file (it holds NUL bytes)", f"give {holds}")
+    return text
 
 
 def read_node_lists(paths: tuple[str, ...]) -> dict[str, tuple[str, ...]]:
     out: dict[str, tuple[str, ...]] = {}
     for path in paths:
         try:
-            peers = nodes.parse_nodes_config(_read(path))
+            peers = nodes.parse_nodes_config(_read(path, "a node list: one address or host "
+                                                       "name per line"))
         except nodes.PeerError as err:
             raise usage_error(f"{path}: {err}", "one address or host name per line") from None
         out[path] = tuple(p.text for p in peers)

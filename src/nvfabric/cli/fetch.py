@@ -22,6 +22,7 @@ from nvfabric.cli.fetchargs import (
     gather,
 )
 from nvfabric.cli.render import console, guarded, print_findings, print_json, safe
+from nvfabric.model.commandline import command_line
 from nvfabric.model.errors import usage_error
 
 __all__ = ["DEFAULT_DEST", "DEFAULT_PREFIX", "Inputs", "fetch", "gather", "header", "nothing",
@@ -135,14 +136,25 @@ def fetch(
     out["record"] = record
     if pins:
         out["pins"] = pins
+    # typed as printed, it installs what was fetched into the same root, for the same
+    # architecture and fabric kind as asked here (not the host's /opt/nvfabric)
+    out["next"] = offline_install(root, dest, arch, fabric) if record else None
     if as_json:
         print_json(out)
         return
-    _print_fetched(inputs, source, rows, pins, record, dest)
+    _print_fetched(inputs, source, rows, pins, out["next"])
+
+
+def offline_install(root: str, dest: str, arch: str | None, fabric: str | None) -> str:
+    """The ``install --from`` line that installs what this fetch cached: ``--root`` when the
+    fetch read a root other than ``/``, ``--arch``/``--fabric`` when they were given (the record
+    may hold other architectures; the root's plan may say another fabric kind)."""
+    return command_line("install", "--from", dest, root=root,
+                        options=(("--arch", arch), ("--fabric", fabric)))
 
 
 def _print_fetched(inputs: Inputs, source: str, rows: list[dict[str, Any]], pins: list[str],
-                   record: Any, dest: str) -> None:
+                   next_step: str | None) -> None:
     """The human form of ``fetch``: findings, one line per artifact, the pin lines and the
     offline install command."""
     con = console()
@@ -157,6 +169,6 @@ def _print_fetched(inputs: Inputs, source: str, rows: list[dict[str, Any]], pins
         con.print("pin exactly these versions:")
         for line in pins:
             con.print(f"  {safe(line)}", emoji=False)
-    if record:
-        con.print(f"offline install (at boot, e.g. on a runfile-driver image): nvfabric install "
-                  f"--from {safe(dest)}", emoji=False)
+    if next_step:
+        con.print(f"offline install (at boot, e.g. on a runfile-driver image): "
+                  f"{safe(next_step)}", emoji=False)

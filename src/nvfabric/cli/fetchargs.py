@@ -128,10 +128,23 @@ def _driver_version(driver_version: str | None, node: Callable[[], Inventory]) -
     """``--driver-version``, else the loaded module's (``node()`` read only then), validated.
     Raises ``driver_not_loaded`` (exit 1) when there is none, usage_error when it is not a
     version."""
-    from nvfabric.artifacts.versions import is_version
+    from nvfabric.artifacts.versions import is_driver_version
 
     if driver_version is None:
         driver_version = node().driver_version
+        why = node().driver_unreadable
+        if driver_version is None and why is not None:
+            raise NvfabricError(
+                Finding(
+                    "driver_version_unreadable", "error",
+                    f"the loaded NVIDIA driver's version cannot be read ({why}), so there is "
+                    "no version to match",
+                    "read it as root (`cat /sys/module/nvidia/version`), or pass "
+                    "--driver-version",
+                    {"reason": why},
+                ),
+                exit_code=1,
+            )
         if driver_version is None:
             raise NvfabricError(
                 Finding(
@@ -142,8 +155,9 @@ def _driver_version(driver_version: str | None, node: Callable[[], Inventory]) -
                 ),
                 exit_code=1,
             )
-    if not is_version(driver_version):
-        raise usage_error(f"--driver-version {driver_version!r} is not a version like 580.95.05",
+    if not is_driver_version(driver_version):
+        raise usage_error(f"--driver-version {driver_version!r} is not a driver version like "
+                          "580.95.05",
                           "give the version as published, e.g. 580.95.05")
     return driver_version
 

@@ -41,6 +41,7 @@ from nvfabric.rules.imex import channels, edit, nodes, owner
 from nvfabric.rules.imex.domain import node_list_id, plural
 from nvfabric.rules.imex.tables import (
     CONFIG_PATH,
+    CTL_TIMEOUT_RANGE_S,
     CTL_TIMEOUT_S,
     IMEX_CTL_BINARY,
 )
@@ -173,8 +174,7 @@ def _create(root: str, facts: channels.ChannelFacts, number: int) -> str:
         raise NvfabricError(Finding(
             "imex_channel_missing", "error",
             f"cannot create {path}: {err.strerror or err}",
-            "run as root (mknod needs CAP_MKNOD; in a container, a privileged one with the "
-            "host's /dev); or " + channels.fixes(number, facts.major),
+            imex_effects.mknod_hint(err) + "; or " + channels.fixes(number, facts.major, root),
             {"channel": number, "major": facts.major, "path": path},
         )) from None
     return path
@@ -370,7 +370,7 @@ def _current_node_list(root: str, plan: edit.ConfigEdit) -> tuple[tuple[nodes.Pe
               help="The config.cfg the daemon runs with (nvidia-imex-ctl -c).")
 @click.option("--ctl", "ctl_path", default=IMEX_CTL_BINARY, show_default=True,
               help="nvidia-imex-ctl (host path, resolved under --root).")
-@click.option("--timeout", "timeout_s", type=Seconds(0.1, 600), default=CTL_TIMEOUT_S,
+@click.option("--timeout", "timeout_s", type=Seconds(*CTL_TIMEOUT_RANGE_S), default=CTL_TIMEOUT_S,
               show_default=True, help="Hard timeout for each nvidia-imex-ctl call, seconds.")
 @click.option("--from-file", "from_file", default=None, metavar="FILE",
               help="Read a saved `nvidia-imex-ctl -N` or `-N -j` output instead ('-': stdin).")
@@ -382,7 +382,9 @@ def domain_cmd(root: str, config_path: str, ctl_path: str, timeout_s: float,
     unreachable nodes named; exit 1 unless UP."""
     require_root(root)
     if from_file is not None:
-        status = _parse(read_text_file(from_file, "--from-file", 16 << 20), from_file)
+        status = _parse(read_text_file(from_file, "--from-file", 16 << 20,
+                                       "the saved text of `nvidia-imex-ctl -N` (or `-N -j`)"),
+                        from_file)
     else:
         status = _query(root, ctl_path, config_path, timeout_s)
     finding = status.finding()

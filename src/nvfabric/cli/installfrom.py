@@ -57,19 +57,16 @@ def install_from(
         findings += prepared.forced
         out["driver_origin"] = prepared.origin.to_json()
         out["forced"] = [f.to_json() for d in prepared.decisions for f in d.forced]
-        out["commands"] = [list(prepared.argv)]
+        out["commands"] = [list(prepared.argv)] if prepared.argv else []
+        out["unchanged"] = list(prepared.unchanged)
     con = None if as_json else console()
     if con is not None:
         _print_plan(con, reasons, prepared, inputs, dry_run)
     installed, added = _apply(root, prepared, directory, archives, prefix, dry_run, layout,
                               inputs.arch)
     out["installed"] = installed
-    if con is not None and not dry_run:
-        for item in installed:
-            what = item.get("package") or item.get("component")
-            where = f" at its vendor paths ({plural(len(item['files']), 'file')})" \
-                if item.get("layout") == "vendor" else ""
-            con.print(f"installed: {safe(what)} {safe(item['version'])}{where}", emoji=False)
+    if con is not None:
+        _print_installed(con, installed, dry_run)
     if ownership is not None:
         out["imex_unit"] = _imex_unit(root, ownership, prepared, added, live, dry_run, con)
     out["findings"] = [f.to_json() for f in findings]
@@ -121,8 +118,31 @@ def _print_plan(con: Any, reasons: list[str], prepared: Any, inputs: Inputs,
             for f in d.forced:
                 con.print(f"forcing dependency {safe(f.relation)} of {safe(d.package)}: "
                           f"{safe(f.by.evidence())}", emoji=False)
-        verb = "would run" if dry_run else "running"
-        con.print(f"{verb}: {safe(' '.join(prepared.argv))}", emoji=False)
+        for k in prepared.controls:
+            if k["Package"] in prepared.unchanged:
+                con.print(f"unchanged: {safe(k['Package'])} {safe(k['Version'])} is installed "
+                          "with the same files (dpkg's md5sums): dpkg is not run for it",
+                          emoji=False)
+        if prepared.argv:
+            verb = "would run" if dry_run else "running"
+            con.print(f"{verb}: {safe(' '.join(prepared.argv))}", emoji=False)
+
+
+def _print_installed(con: Any, installed: list[dict[str, Any]], dry_run: bool) -> None:
+    """One line per package or archive: installed, unchanged (nothing was written), or on a
+    dry run where an archive would go."""
+    for item in installed:
+        what, version = item.get("package") or item.get("component"), item["version"]
+        if dry_run:
+            con.print(f"would install {safe(what)} {safe(version)} -> {safe(item['path'])}",
+                      emoji=False)
+        elif item.get("changed") is False:
+            con.print(f"unchanged: {safe(what)} {safe(version)} (already installed, same "
+                      "files)", emoji=False)
+        else:
+            where = f" at its vendor paths ({plural(len(item['files']), 'file')})" \
+                if item.get("layout") == "vendor" else ""
+            con.print(f"installed: {safe(what)} {safe(version)}{where}", emoji=False)
 
 
 def _apply(root: str, prepared: Any, directory: str, archives: list[Any], prefix: str,

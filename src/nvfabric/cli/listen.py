@@ -16,6 +16,7 @@ import click
 
 from nvfabric.cli.render import Seconds
 from nvfabric.model.errors import usage_error
+from nvfabric.model.words import seconds
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -76,7 +77,7 @@ def start(address: tuple[str, int] | None, root: str, interval_s: float) -> None
     watch.start_reader()
     shown = f"[{host}]" if ":" in host else host
     Log().say(f"serving /metrics, /healthz, /readyz, /status on http://{shown}:{port} "
-              f"(fabric read every {interval_s:g} s)")
+              f"(fabric read every {seconds(interval_s)} s)")
 
 
 def reader(root: str) -> Callable[[tuple[str, str] | None], tuple[Any, dict[str, Any]]]:

@@ -15,13 +15,14 @@ import click
 
 from nvfabric.cli.render import guarded, json_option, print_json, root_option
 from nvfabric.facts.paths import confined
+from nvfabric.model.commandline import DEFAULT_STATE_DIR, command_line
 from nvfabric.model.errors import usage_error
 from nvfabric.model.findings import Finding
 
 
 @click.command("ready")
 @root_option
-@click.option("--state-dir", default="/run/nvfabric", show_default=True,
+@click.option("--state-dir", default=DEFAULT_STATE_DIR, show_default=True,
               help="The state directory of `nvfabric run`.")
 @json_option
 @guarded
@@ -41,8 +42,9 @@ def ready(root: str, state_dir: str, as_json: bool) -> None:
     info, why = live_ready(state)
     finding = None if info is not None else Finding(
         "run_not_ready", "error", why,
-        "start `nvfabric run` (or wait for it to report ready); a file left by a run that is "
-        "gone is removed by the next run", {"state_dir": state})
+        f"start `{command_line('run', root=root, state_dir=state_dir)}` (or wait for it to "
+        "report ready); a file left by a run that is gone is removed by the next run",
+        {"state_dir": state})
     if as_json:
         print_json({"ready": info is not None, "run": info,
                     "findings": [] if finding is None else [finding.to_json()]})

@@ -16,7 +16,7 @@ from typing import Any, NoReturn, TypeVar
 
 import click
 
-from nvfabric.model.errors import NvfabricError, usage_error
+from nvfabric.model.errors import NvfabricError, os_hint, usage_error
 from nvfabric.model.findings import Finding
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -234,18 +234,8 @@ def os_error(err: OSError, doing: str = "", path: str | None = None) -> tuple[Fi
         return Finding("disk_full", "error", message,
                        f"free space on the filesystem of {parent} (`df -h {parent}`), or pass "
                        "a directory on another filesystem", {"path": where}), 1
-    hints = {
-        errno.EACCES: "run as root, or pass a path nvfabric may write",
-        errno.EPERM: "run as root (or with the capability this needs)",
-        errno.EROFS: f"{parent} is on a read-only filesystem: pass a path on a writable one",
-        errno.ENOLCK: f"the filesystem of {parent} does not support locks (NFS?): pass a "
-                      "local directory",
-        errno.ENOTDIR: "a file is where a directory should be: check the path",
-        errno.EISDIR: "a directory is where a file should be: check the path",
-    }
-    hint = hints.get(err.errno or 0, "check the path given and that it is the right kind "
-                     "(file or directory) and writable where nvfabric writes")
-    return Finding("input_unreadable", "error", message, hint, {"path": where}), 2
+    return Finding("input_unreadable", "error", message, os_hint(err, parent),
+                   {"path": where}), 2
 
 
 def safe(value: object) -> str:
@@ -282,7 +272,8 @@ def guarded(fn: F) -> F:
                 try:
                     kwargs["root"] = checked_root(kwargs["root"])
                 except ValueError as err:
-                    raise usage_error(f"--root {err}") from None
+                    raise usage_error(f"--root {err}", "give a plain absolute directory "
+                                      "(UTF-8, no control characters)") from None
             return fn(*args, **kwargs)
         except NvfabricError as err:
             fail(err.finding, err.exit_code, as_json)

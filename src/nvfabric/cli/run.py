@@ -39,14 +39,17 @@ from nvfabric.cli.textfile import read_text_file
 from nvfabric.effects.log import Log
 from nvfabric.effects.notify import notify_nothing_to_start
 from nvfabric.effects.runlock import READY_FILE, RunLock
+from nvfabric.facts.fs import program_path
 from nvfabric.facts.paths import confined
 from nvfabric.frozen import is_one_file
+from nvfabric.model.commandline import DEFAULT_STATE_DIR
 from nvfabric.model.errors import NvfabricError, usage_error
 from nvfabric.model.findings import Finding
 from nvfabric.model.hostpath import check as check_path
 from nvfabric.model.inventory import Inventory
 from nvfabric.observe.hook import attach
 from nvfabric.observe.unitstate import NOTHING_TO_RUN, of_running, phase_of_running
+from nvfabric.rules.imex.tables import CTL_TIMEOUT_RANGE_S, CTL_TIMEOUT_S
 from nvfabric.rules.plan import Plan
 from nvfabric.supervisor.outcome import run_result
 from nvfabric.supervisor.policy import Policy
@@ -152,29 +155,35 @@ def _emit(result: str, code: int, findings: list[Finding], *, p: Plan, o: RunOpt
                    "end a crash loop (like systemd's StartLimitBurst; 0: no limit).")
 @click.option("--restart-limit-interval", type=Seconds(0.0), default=300.0,
               show_default=True, help="Seconds of the restart limit's window.")
-@click.option("--state-dir", default="/run/nvfabric", show_default=True,
+@click.option("--state-dir", default=DEFAULT_STATE_DIR, show_default=True,
               help="Where the effective config and the readiness file are written.")
-@click.option("--fm-bin", default=fm.BINARY, show_default=True)
+@click.option("--fm-bin", default=fm.BINARY, show_default=True,
+              help="Fabric manager's binary (host path, under --root).")
 @click.option("--fm-config", default=fm.CONFIG, show_default=True,
               help="The shipped fabricmanager.cfg (read, never edited).")
-@click.option("--nvlsm-bin", default=nvlsm.BINARY, show_default=True)
-@click.option("--nvlsm-config", default=nvlsm.CONFIG, show_default=True)
-@click.option("--nvlsm-pid-file", default=nvlsm.PID_FILE, show_default=True)
+@click.option("--nvlsm-bin", default=nvlsm.BINARY, show_default=True,
+              help="NVLSM's binary (NVLink 5; host path, under --root).")
+@click.option("--nvlsm-config", default=nvlsm.CONFIG, show_default=True,
+              help="NVLSM's shipped config file (read, never edited).")
+@click.option("--nvlsm-pid-file", default=nvlsm.PID_FILE, show_default=True,
+              help="Where NVLSM writes its pid (its --pid_file).")
 @click.option("--fm-sm-socket", default=None,
               help=f"NVLSM's IPC socket [default: FM_SM_IPC_INTERFACE, else {nvlsm.SOCKET}]")
 @click.option("--imex-owner", type=click.Choice(["host", "dra", "dra-host", "slurm", "none"]),
               default=None,
               help="GB200/GB300: who runs IMEX here [default: detected; nvfabric when none]; "
               "dra-host: the DRA driver in imex.mode=hostManaged, served by nvfabric.")
-@click.option("--imex-bin", default="/usr/bin/nvidia-imex", show_default=True)
-@click.option("--imex-ctl", default="/usr/bin/nvidia-imex-ctl", show_default=True)
+@click.option("--imex-bin", default="/usr/bin/nvidia-imex", show_default=True,
+              help="The IMEX daemon's binary (GB200/GB300; host path, under --root).")
+@click.option("--imex-ctl", default="/usr/bin/nvidia-imex-ctl", show_default=True,
+              help="nvidia-imex-ctl, which readiness is asked of (host path, under --root).")
 @click.option("--imex-config", default="/etc/nvidia-imex/config.cfg", show_default=True,
               help="The shipped IMEX config.cfg (read, never edited).")
 @click.option("--imex-peers", default=None, metavar="FILE",
               help="IMEX node list [default: IMEX_NODE_CONFIG_FILE of the shipped config].")
 @click.option("--imex-local-address", multiple=True, metavar="ADDR",
               help="This node's addresses, instead of reading its interfaces (repeatable).")
-@click.option("--imex-ctl-timeout", type=Seconds(0.05, 120), default=5.0,
+@click.option("--imex-ctl-timeout", type=Seconds(*CTL_TIMEOUT_RANGE_S), default=CTL_TIMEOUT_S,
               show_default=True, help="Hard timeout of each nvidia-imex-ctl call, seconds.")
 @listen.options
 @guarded
@@ -248,9 +257,11 @@ def _reset_argv(o: RunOptions) -> tuple[str, ...] | None:
     try:
         argv = tuple(shlex.split(o.gpu_reset_command))
     except ValueError as err:
-        raise usage_error(f"--gpu-reset-command: {err}") from None
+        raise usage_error(f"--gpu-reset-command: {err}", "quote it as a shell would, e.g. "
+                          "--gpu-reset-command 'nvidia-smi -r'") from None
     if not argv or any("\x00" in a for a in argv):
-        raise usage_error("--gpu-reset-command: empty or contains NUL")
+        raise usage_error("--gpu-reset-command: empty or contains NUL",
+                          "give the reset program and its arguments, e.g. 'nvidia-smi -r'")
     return argv
 
 
@@ -278,12 +289,16 @@ def _run_fm(o: RunOptions, inv: Inventory, p: Plan, emit: Emit) -> NoReturn:
     except fmcfg.ConfigError as err:
         raise NvfabricError(err.finding, exit_code=2) from None
     except ValueError as err:
-        raise usage_error(str(err)) from None
+        raise usage_error(str(err), "pass absolute host paths (resolved under --root) without "
+                          "control characters") from None
     prepared = replace(prepared, notes=(*prepared.notes, *vend.notes()))
     lock = runlock.hold(o.root, o.state_dir, o.dry_run, emit)
     facts = node.collect(o.root, inv, prepared.checks(), gpu_read)
     pre = preflight(facts, prepared.preflight_processes(), driver=p.driver_version,
-                    needs_reset=prepared.needs_reset, reset_argv=reset_argv)
+                    needs_reset=prepared.needs_reset, reset_argv=reset_argv,
+                    reset_found=reset_argv is None or program_path(reset_argv[0]) is not None)
+    # the plan's warnings (management_port_unverified) go with the preflight's
+    pre = replace(pre, findings=(*p.findings, *pre.findings))
     if o.dry_run:
         if not o.as_json:
             runview.dry_run(prepared, pre.refused)

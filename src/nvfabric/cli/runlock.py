@@ -21,20 +21,23 @@ from nvfabric.effects.runlock import (
     clear_stale_ready,
     run_lock_holder,
 )
+from nvfabric.facts.fs import unwritable
 from nvfabric.facts.paths import confined, under
+from nvfabric.model.commandline import command_line
 from nvfabric.model.errors import NvfabricError, usage_error
 from nvfabric.model.findings import Finding
 from nvfabric.model.hostpath import check as check_path
 
 
-def already_running(pid: int, lock: str) -> Finding:
-    """Another ``nvfabric run`` holds the lock (``pid``, 0 when unknown)."""
+def already_running(pid: int, lock: str, root: str = "/") -> Finding:
+    """Another ``nvfabric run`` holds the lock (``pid``, 0 when unknown) on the node under
+    ``root``."""
     return Finding(
         "already_running", "error",
         f"nvfabric run is already running on this node (pid {pid or 'unknown'}, lock {lock}); "
         "nothing was started or written",
         "one nvfabric run per node: stop the running one first (systemctl stop, or kill -TERM "
-        "its pid); `nvfabric status` shows the fabric it keeps up",
+        f"its pid); `{command_line('status', root=root)}` shows the fabric it keeps up",
         {"pid": pid or None, "lock": lock})
 
 
@@ -64,11 +67,19 @@ def clear_stale_unlocked(root: str, state_dir: str) -> None:
         return
 
 
-def take_lock(state: str, dry_run: bool) -> tuple[RunLock | None, Finding | None]:
+def take_lock(state: str, dry_run: bool, root: str = "/"
+              ) -> tuple[RunLock | None, Finding | None]:
     """``run``: the run lock, taken before anything is written or reset (the state directory
     is created for it); ``--dry-run``: only who holds it. A Finding when another run does."""
     lock_path = os.path.join(state, LOCK_FILE)
     existed = os.path.isdir(state)
+    # the same check in a dry run as before the real lock: the state directory must be
+    # writable (a read-only tree is refused by both, not only by the run)
+    problem = unwritable(state)
+    if problem is not None:
+        finding, code = os_error(OSError(problem, os.strerror(problem), lock_path),
+                                 "cannot take the run lock", lock_path)
+        raise NvfabricError(finding, code)
     try:
         if dry_run:
             lock, holder = None, run_lock_holder(state)
@@ -79,7 +90,7 @@ def take_lock(state: str, dry_run: bool) -> tuple[RunLock | None, Finding | None
     except OSError as err:
         finding, code = os_error(err, "cannot take the run lock", lock_path)
         raise NvfabricError(finding, code) from None
-    return lock, None if holder is None else already_running(holder, lock_path)
+    return lock, None if holder is None else already_running(holder, lock_path, root)
 
 
 def stay() -> None:
@@ -96,7 +107,7 @@ def hold(root: str, state_path: str, dry_run: bool, emit: Emit) -> RunLock | Non
     reset or started and after every pure check. Its descriptor is never closed: the lock
     lasts as long as this process, however it ends."""
     state = state_dir(root, state_path)
-    lock, busy = take_lock(state, dry_run)
+    lock, busy = take_lock(state, dry_run, root)
     if busy is not None:
         emit("refused", 1, [busy], title="refused: another nvfabric run is active")
     if lock is not None:  # R10: ours now; a ready file left by a run that is gone goes

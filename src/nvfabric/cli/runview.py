@@ -98,13 +98,15 @@ def report(result: str, code: int, findings: Sequence[Finding], p: Plan, *, as_j
     """Print the outcome: under ``--json`` the one ``run`` object (``listed``: the prepared
     bring-up whose processes and files it lists; ``imex``: the tray's, adding ``imex`` and,
     in a dry run, ``actions``); else the findings under ``title`` on stderr (nothing without
-    a title)."""
+    a title): as log lines of the run's format (each with its timestamp, as every line a run
+    logs), or, for a text dry run, under the listing it prints."""
     if not as_json:
         from nvfabric.observe.logs import current_format
 
-        if findings and title and current_format() == "json":
-            log = Log()  # --log-format json: the findings as log records, one object a line
-            log.say(title)
+        if findings and title and (current_format() == "json" or not dry_run):
+            log = Log()  # the findings as log records: one line (or JSON object) each
+            # "run refused: ...", not "refused: ...", which reads as a finding's "CODE: ..."
+            log.say(f"run {title}")
             for f in findings:
                 log.finding(f)
         elif findings and title:

@@ -62,22 +62,32 @@ def simulate(profile: str | None, directory: str | None, spec_file: str | None,
             source = spec_file
         else:
             assert profile is not None
-            spec = profile_spec(profile)
+            try:
+                spec = profile_spec(profile)
+            except SpecError as err:  # not a spec to fix: a name to choose
+                raise usage_error(str(err), "`nvfabric simulate --list` names the profiles; "
+                                  "or build your own with --spec FILE") from None
             source = profile
         existed = os.path.lexists(directory)
         build(spec, directory)
     except SpecError as err:
-        raise usage_error(str(err)) from None
+        raise usage_error(str(err), "fix the node spec (tests/data/cases/README.md in the "
+                          "source tree, \"Node spec\")") from None
     try:
         fakes = install(directory, driver_only=driver_only)
         if report_file:
             from nvfabric.simulate import fakebin
             from nvfabric.simulate.fakes import gpus
-            from nvfabric.triage.spec import fabric_states
+            from nvfabric.triage.spec import fabric_states, fake_versions
 
             states, note = fabric_states(gpus(directory), triaged.gpus)
             fakebin.save(directory, "gpus.json", {"gpus": states})
             notes.append(note)
+            keys, said = fake_versions(triaged.extras.get("versions", {}),
+                                       triaged.inventory.driver_version)
+            fakebin.save(directory, "node.json",
+                         {**fakebin.load(directory, "node.json", {}), **keys})
+            notes += said
     except BaseException:
         clear(directory, remove_root=not existed)
         raise
@@ -89,11 +99,13 @@ def _arguments(profile: str | None, directory: str | None, spec_file: str | None
     """(PROFILE, checked DIR) of the command line: with --spec or --from-bug-report the one
     argument is DIR. usage_error on a missing, extra or refused argument."""
     if spec_file and report_file:
-        raise usage_error("give either --spec FILE or --from-bug-report FILE, not both")
+        raise usage_error("give either --spec FILE or --from-bug-report FILE, not both",
+                          "nvfabric simulate --spec FILE DIR, or --from-bug-report FILE DIR")
     if spec_file or report_file:
         if directory is not None:
             raise usage_error("give either --spec FILE DIR, --from-bug-report FILE DIR or "
-                              "PROFILE DIR")
+                              "PROFILE DIR", "one DIR after --spec FILE or --from-bug-report "
+                              "FILE; a PROFILE and a DIR otherwise (simulate --list)")
         directory, profile = profile, None
     if not directory:
         raise usage_error("missing DIR", "nvfabric simulate PROFILE DIR, --spec FILE DIR or "
@@ -101,7 +113,8 @@ def _arguments(profile: str | None, directory: str | None, spec_file: str | None
     try:
         return profile, checked_root(directory)
     except ValueError as err:
-        raise usage_error(f"DIR {err}") from None
+        raise usage_error(f"DIR {err}", "give a plain directory path (UTF-8, no control "
+                          "characters)") from None
 
 
 def _from_spec_file(spec_file: str) -> Any:
@@ -113,7 +126,8 @@ def _from_spec_file(spec_file: str) -> Any:
     try:
         return parse(raw)
     except SpecError as err:  # name the file: every reader's error does
-        raise usage_error(f"{spec_file}: {err}") from None
+        raise usage_error(f"{spec_file}: {err}", "fix the node spec (tests/data/cases/"
+                          "README.md in the source tree, \"Node spec\")") from None
 
 
 def _from_report(report_file: str) -> tuple[Any, list[str], Any]:
@@ -168,18 +182,22 @@ def load_spec(path: str) -> Any:
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
     except OSError as err:
-        raise usage_error(f"cannot read node spec {path}: {err.strerror}") from None
+        raise usage_error(f"cannot read node spec {path}: {err.strerror}",
+                          "give a readable YAML node spec file") from None
     try:
         if not stat.S_ISREG(os.fstat(fd).st_mode):
-            raise usage_error(f"node spec {path} is not a regular file")
+            raise usage_error(f"node spec {path} is not a regular file",
+                              "give a YAML node spec file, not a directory or a device")
         with os.fdopen(os.dup(fd), "rb") as fh:
             data = fh.read(MAX_SPEC_BYTES + 1)
     except OSError as err:
-        raise usage_error(f"cannot read node spec {path}: {err.strerror}") from None
+        raise usage_error(f"cannot read node spec {path}: {err.strerror}",
+                          "give a readable YAML node spec file") from None
     finally:
         os.close(fd)
     if len(data) > MAX_SPEC_BYTES:
-        raise usage_error(f"node spec {path} is over {MAX_SPEC_BYTES // 1024} KiB")
+        raise usage_error(f"node spec {path} is over {MAX_SPEC_BYTES // 1024} KiB",
+                          "a node spec is a few KiB: give the spec, not a capture")
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError as err:

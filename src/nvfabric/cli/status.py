@@ -9,6 +9,7 @@ timed out); 2 bad input.
 
 from __future__ import annotations
 
+import math
 import os
 import sys
 import time
@@ -264,8 +265,12 @@ def print_report(report: Report) -> None:
     con = console()
     v = report.verdict.verdict
     driver = report.health.driver_version
+    health = report.health
+    # "read from nvml" only when something was read: a reader that failed read nothing
+    unread = not health.gpus and any(f.code == "nvml_unavailable" for f in health.findings)
+    where = f"not read ({health.source} tried)" if unread else f"read from {health.source}"
     con.print(f"[{VERDICT_STYLE[v]}]{v}[/]  fabric {safe(report.fabric or 'unknown')} "
-              f"({report.fabric_source}), read from {report.health.source}"
+              f"({report.fabric_source}), {where}"
               + (f", driver {safe(driver)}" if driver else ""))
     if report.health.gpus:
         table = Table(box=None, pad_edge=False)
@@ -306,8 +311,10 @@ fabric_option = click.option(
     "--fabric", type=click.Choice(FABRIC_CHOICES), default=None,
     help="The node's fabric kind (default: from --root's plan, or inferred from a capture).",
 )
+#: ``--registration-grace``, not ``--grace``: ``run --grace`` is the SIGTERM-to-SIGKILL time of
+#: a stop, another thing; one name means one thing across commands.
 grace_option = click.option(
-    "--grace", type=Seconds(min=0), default=None,
+    "--registration-grace", "grace", type=Seconds(min=0), default=None,
     help="Seconds GPUs may take to register after the services started (default 300).",
 )
 
@@ -336,7 +343,9 @@ def status(ctx: click.Context, root: str, capture: str | None, fabric: FabricKin
     from nvfabric.facts.gpu import exit_on_sigterm
 
     if prometheus and as_json:
-        raise usage_error("--prometheus and --json both choose the output: give one")
+        raise usage_error("--prometheus and --json both choose the output: give one",
+                          "drop --json for the Prometheus text format, or --prometheus for "
+                          "the JSON object")
     if textfile is not None:
         textfile = textfile_path(root, textfile)
     with exit_on_sigterm():
@@ -447,10 +456,11 @@ MIN_PROBE_S = 0.5
 
 def probe_budget(left_s: float) -> float:
     """Seconds the next fabric-state probe of ``wait`` may take: the time left before the
-    deadline, at least :data:`MIN_PROBE_S`, at most the usual probe timeout."""
+    deadline in whole tenths (a bound a message can say: 2.9, not 2.99997), at least
+    :data:`MIN_PROBE_S`, at most the usual probe timeout."""
     from nvfabric.facts.gpu import SMI_TIMEOUT_S
 
-    return min(SMI_TIMEOUT_S, max(MIN_PROBE_S, left_s))
+    return min(SMI_TIMEOUT_S, max(MIN_PROBE_S, math.floor(left_s * 10) / 10))
 
 
 @click.command("wait")

@@ -7,11 +7,15 @@ import sys
 
 from nvfabric.model.errors import usage_error
 
+#: What each option's file holds, for the hint of a file that is not it.
+NODE_LIST = "a text file: one address or host name per line"
 
-def read_text_file(path: str, what: str, limit: int = 1 << 20) -> str:
+
+def read_text_file(path: str, what: str, limit: int = 1 << 20, holds: str = NODE_LIST) -> str:
     """A UTF-8 text file given on the command line (up to ``limit`` bytes; ``-`` is stdin);
     usage error (exit 2) naming the option when it cannot be read or is not text (a binary
-    file, NUL bytes)."""
+    file, NUL bytes), whose hint says what the file should hold (``holds``: a node list by
+    default)."""
     try:
         if path == "-":  # stdin, as every command reads it
             data = sys.stdin.buffer.read(limit + 1)
@@ -30,8 +34,8 @@ def read_text_file(path: str, what: str, limit: int = 1 << 20) -> str:
     except UnicodeDecodeError as err:
         raise usage_error(f"{what} {path} is not a text file (byte 0x{data[err.start]:02x} at "
                           f"offset {err.start} is not UTF-8)",
-                          "give a text file: one address or host name per line") from None
+                          f"give {holds}") from None
     if "\x00" in text:
         raise usage_error(f"{what} {path} is not a text file (it holds NUL bytes)",
-                          "give a text file: one address or host name per line")
+                          f"give {holds}")
     return text

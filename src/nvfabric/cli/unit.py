@@ -35,12 +35,15 @@ def install_cmd(root: str, dry_run: bool, as_json: bool) -> None:
     if not os.path.isdir(root):
         raise usage_error(f"--root {root} is not a directory",
                           "give the root of the node or image tree (/ for this host)")
-    done = unitfile.install(root, dry_run=dry_run)
+    start = unitfile.exec_start(root, unitfile.running_program(),
+                                None if getattr(sys, "frozen", False) else sys.executable)
+    text = unitfile.unit_text_for(start)
+    done = unitfile.install(root, dry_run=dry_run, text=text)
     steps = unitfile.next_steps(root)
-    text = unitfile.unit_text()
     if as_json:
         print_json({"unit": unitfile.UNIT_NAME, "path": done.path, "result": done.result,
                     "dry_run": dry_run, "backup": done.backup, "shadows": done.shadows,
+                    "exec_start": {"argv": [*start.argv, "run"], "why": start.why},
                     "next": steps, "content": text})
         return
     if dry_run:
@@ -49,6 +52,7 @@ def install_cmd(root: str, dry_run: bool, as_json: bool) -> None:
         where = f"would write {done.path}" if done.result == "would_write" else \
             f"{done.path} is already this unit"
         click.echo(f"nvfabric: {where}", err=True)
+        click.echo(f"nvfabric: ExecStart: {start.why}", err=True)
         return
     said = {"written": "wrote", "replaced": "replaced", "unchanged": "unchanged:"}[done.result]
     click.echo(f"{said} {done.path}")
@@ -56,6 +60,7 @@ def install_cmd(root: str, dry_run: bool, as_json: bool) -> None:
         click.echo(f"the previous file is kept as {done.backup}")
     if done.shadows:
         click.echo(f"note: it overrides the package's {done.shadows}")
+    click.echo(f"ExecStart: {start.why}")
     click.echo("to enable it:")
     for step in steps:
         click.echo(f"  {step}")

@@ -12,6 +12,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from nvfabric.effects.atomic import write_atomic
+from nvfabric.effects.imex import mknod_hint
 from nvfabric.model.findings import Finding
 
 if TYPE_CHECKING:
@@ -47,10 +48,11 @@ def _make_channel(node: ChannelNode, root: str, say: Callable[[str], None]) -> F
             f"{made.major},{made.minor}, mode 0{made.mode:03o})")
     except (OSError, host.PathEscape) as err:
         why = err.strerror or err if isinstance(err, OSError) else err
+        first = mknod_hint(err) if isinstance(err, OSError) else (
+            "make the channel directory a real directory under the root")
         return Finding(
             "imex_channel_missing", "error",
             f"cannot create {channels.channel_path(node.minor)}: {why}",
-            "run nvfabric as root with the host's /dev (mknod needs CAP_MKNOD); or "
-            + channels.fixes(node.minor, node.major),
+            first + "; or " + channels.fixes(node.minor, node.major, root),
             {"channel": node.minor, "major": node.major})
     return None

@@ -8,6 +8,7 @@ through :func:`nvfabric.facts.paths.confined` first; what is read back is
 
 from __future__ import annotations
 
+import errno
 import os
 import stat
 import subprocess
@@ -16,8 +17,10 @@ from nvfabric.effects.atomic import staged, write_atomic
 from nvfabric.facts.imex import channel_target, stat_node
 from nvfabric.facts.paths import confined
 from nvfabric.model import hostpath
+from nvfabric.model.errors import os_hint
+from nvfabric.model.words import seconds
 from nvfabric.rules.imex.channels import DevNode, channel_path
-from nvfabric.rules.imex.tables import CHANNEL_MODE, HOST_UNIT
+from nvfabric.rules.imex.tables import CHANNEL_DIR, CHANNEL_MODE, HOST_UNIT
 
 #: Bound for each systemctl call (it only edits links offline; a live manager answers fast).
 SYSTEMCTL_TIMEOUT_S = 60.0
@@ -38,6 +41,20 @@ def create_channel(root: str, number: int, major: int) -> DevNode:
     node = stat_node(root, host_path)
     assert node is not None
     return node
+
+
+def mknod_hint(err: OSError, euid: int | None = None) -> str:
+    """What to do when a channel node cannot be made: "run as root" only to a process that is
+    not root and was refused (EPERM/EACCES); as root, the container's limits (no CAP_MKNOD, a
+    device cgroup); a read-only ``/dev`` named as one; else the errno's hint
+    (:func:`nvfabric.model.errors.os_hint`)."""
+    root = (os.geteuid() if euid is None else euid) == 0
+    if err.errno in (errno.EPERM, errno.EACCES):
+        return ("nvfabric runs as root already: its container lacks CAP_MKNOD or the host's "
+                "/dev (run it privileged with /dev bind-mounted)" if root else
+                "run as root (mknod needs CAP_MKNOD; in a container, a privileged one with the "
+                "host's /dev)")
+    return os_hint(err, os.path.dirname(CHANNEL_DIR))
 
 
 def write_file(root: str, host_path: str, content: str, mode: int = 0o644) -> None:
@@ -77,5 +94,5 @@ def run_systemctl(argv: list[str]) -> tuple[int, str]:
         proc = subprocess.run(argv, stdin=subprocess.DEVNULL, capture_output=True, text=True,
                               timeout=SYSTEMCTL_TIMEOUT_S, check=False)
     except subprocess.TimeoutExpired:
-        return 124, f"timed out after {SYSTEMCTL_TIMEOUT_S:g} s"
+        return 124, f"timed out after {seconds(SYSTEMCTL_TIMEOUT_S)} s"
     return proc.returncode, (proc.stdout + proc.stderr).strip()

@@ -10,6 +10,7 @@ import os
 
 from nvfabric.effects.log import printable
 from nvfabric.effects.sockets import SOCK_DGRAM, unix_socket
+from nvfabric.frozen import bootloader_pid
 
 NOTIFY_TIMEOUT_S = 0.5
 #: The most bytes of STATUS= text sent. systemd reads a notify datagram into a buffer of
@@ -65,20 +66,30 @@ def notify_nothing_to_start(why: str) -> bool:
     return sd_notify(f"READY=1\nSTATUS={status_text(why) if why else 'nothing to start'}")
 
 
-def watchdog_usec(environ: dict[str, str] | None = None, pid: int | None = None) -> int | None:
+def watchdog_pids() -> tuple[int, ...]:
+    """The pids whose watchdog this process keeps: its own, and in the single-file binary the
+    bootloader's (:func:`nvfabric.frozen.bootloader_pid`): systemd names the main pid in
+    ``$WATCHDOG_PID``, which is the bootloader there, and the Python child is what pings (the
+    unit then needs ``NotifyAccess=all``, which the binary's unit and the package's drop-in
+    set)."""
+    boot = bootloader_pid()
+    return (os.getpid(),) if boot is None else (os.getpid(), boot)
+
+
+def watchdog_usec(environ: dict[str, str] | None = None,
+                  pids: tuple[int, ...] | None = None) -> int | None:
     """The watchdog interval systemd expects pings within, in microseconds, or None when no
     watchdog applies to this process, as sd_watchdog_enabled(3) decides: ``$WATCHDOG_USEC``
-    unset, not a positive decimal integer, or ``$WATCHDOG_PID`` set to another pid than
-    ``pid`` (default: this process; the variables are inherited by children, who must not
-    ping). Pure; never raises."""
+    unset, not a positive decimal integer, or ``$WATCHDOG_PID`` set to a pid not in ``pids``
+    (default :func:`watchdog_pids`; the variables are inherited by children, who must not
+    ping). Never raises."""
     env = environ if environ is not None else os.environ
     text = env.get("WATCHDOG_USEC", "")
     if not text.isascii() or not text.isdigit() or int(text) <= 0:
         return None
     owner = env.get("WATCHDOG_PID")
     if owner is not None:
-        me = os.getpid() if pid is None else pid
-        if not owner.isascii() or not owner.isdigit() or int(owner) != me:
+        mine = watchdog_pids() if pids is None else pids
+        if not owner.isascii() or not owner.isdigit() or int(owner) not in mine:
             return None
     return int(text)
-

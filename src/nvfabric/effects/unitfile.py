@@ -15,16 +15,20 @@ the write fails; the previous file is then untouched (configs/atomic.py).
 
 from __future__ import annotations
 
+import contextlib
 import os
+import re
 import shlex
 import stat
+import sys
+import sysconfig
 from dataclasses import dataclass
 from importlib import resources
 
 from nvfabric.effects.atomic import write_atomic
 from nvfabric.effects.dirs import not_a_directory
 from nvfabric.facts.paths import under
-from nvfabric.model.errors import NvfabricError
+from nvfabric.model.errors import NvfabricError, os_hint
 from nvfabric.model.findings import Finding
 
 UNIT_NAME = "nvfabric.service"
@@ -67,6 +71,100 @@ class UnitError(NvfabricError):
     def __init__(self, message: str, hint: str, path: str) -> None:
         super().__init__(Finding("unit_not_installed", "error", message, hint,
                                  {"path": path}), exit_code=1)
+
+
+#: The program the shipped unit runs (``ExecStart=/usr/bin/nvfabric run``): the Debian
+#: package's single-file binary.
+UNIT_PROGRAM = "/usr/bin/nvfabric"
+_SHIPPED_EXEC = f"\nExecStart={UNIT_PROGRAM} run\n"
+#: Where the unit's ``ProtectHome=yes`` hides everything (systemd.exec(5) ProtectHome=).
+HOME_DIRS = ("/home", "/root", "/run/user")
+#: What a word of ExecStart may hold here: no quoting, no specifier (``%``), no variable
+#: (``$``), no space (systemd.service(5) "Command lines").
+_EXEC_WORD = re.compile(r"[A-Za-z0-9_./+@:=,-]+")
+
+
+@dataclass(frozen=True)
+class ExecStart:
+    """The command the installed unit runs before ``run``: ``argv`` (the program, and ``-m
+    nvfabric`` for an interpreter) and ``why``, one line for the operator."""
+
+    argv: tuple[str, ...]
+    why: str
+
+
+def running_program() -> tuple[str, ...]:
+    """This nvfabric as a command line: the single-file binary itself; else the console script
+    pip wrote beside this interpreter (its scripts directory, e.g. ``.venv/bin/nvfabric``);
+    else the interpreter with ``-m nvfabric``. Paths as they are, links not followed (a
+    virtual environment's ``bin/python`` is a link, and resolving it loses the venv)."""
+    from nvfabric.frozen import is_frozen
+
+    if is_frozen():
+        return (os.path.abspath(sys.executable),)
+    script = os.path.join(sysconfig.get_path("scripts"), "nvfabric")
+    if os.path.isfile(script) and os.access(script, os.X_OK):
+        return (os.path.abspath(script),)
+    return (os.path.abspath(sys.executable), "-m", "nvfabric")
+
+
+def _hidden_by_protect_home(paths: list[str]) -> str | None:
+    """The first of ``paths`` (each with every link followed) under :data:`HOME_DIRS`."""
+    for path in paths:
+        real = os.path.realpath(path)
+        if any(real == d or real.startswith(d + "/") for d in HOME_DIRS):
+            return real
+    return None
+
+
+def exec_start(root: str, program: tuple[str, ...], interpreter: str | None) -> ExecStart:
+    """What the unit under ``root`` runs, ``program`` being the running nvfabric
+    (:func:`running_program`; ``interpreter`` its Python, None for the single-file binary):
+
+    - on this host (``root`` is ``/``): :data:`UNIT_PROGRAM` when that is this nvfabric, else
+      ``program`` itself (a virtual environment's nvfabric: the shipped path does not exist
+      there, or is another nvfabric); refused (:class:`UnitError`) when systemd could not run
+      it as installed: under a home directory (the program or its interpreter, links
+      followed), which the unit's ``ProtectHome=yes`` hides, or a path ExecStart cannot hold;
+    - in a tree (an image being built): :data:`UNIT_PROGRAM`, the program of the tree (this
+      host's nvfabric is not the tree's), with a note when the tree has none yet.
+    """
+    shipped = ExecStart((UNIT_PROGRAM,), f"{UNIT_PROGRAM}: the package's path")
+    if os.path.abspath(root) != "/":
+        if os.path.exists(under(root, UNIT_PROGRAM)):
+            return ExecStart((UNIT_PROGRAM,), f"{UNIT_PROGRAM}: the tree's nvfabric")
+        return ExecStart((UNIT_PROGRAM,), f"{UNIT_PROGRAM}, which the tree does not have yet: "
+                         "install nvfabric there (the .deb, or the single-file binary as "
+                         f"{UNIT_PROGRAM}) before the unit starts")
+    with contextlib.suppress(OSError):
+        if len(program) == 1 and os.path.samefile(program[0], UNIT_PROGRAM):
+            return shipped
+    command = " ".join(program)
+    hidden = _hidden_by_protect_home([program[0], *([interpreter] if interpreter else [])])
+    fix = (f"install nvfabric where systemd can run it: the .deb ({UNIT_PROGRAM}), the "
+           "single-file binary, or a virtual environment outside /home and /root made with a "
+           "Python that is not under them either; then run `unit install` from there")
+    if hidden is not None:
+        raise UnitError(f"the running nvfabric ({command}) needs {hidden}, under a home "
+                        "directory, which the unit's ProtectHome=yes hides: the service "
+                        "could not start; nothing was written", fix, f"{UNIT_DIR}/{UNIT_NAME}")
+    if not all(_EXEC_WORD.fullmatch(w) for w in program):
+        raise UnitError(f"the running nvfabric ({command}) has a path ExecStart= cannot hold "
+                        "unquoted (a space, % or $); nothing was written", fix,
+                        f"{UNIT_DIR}/{UNIT_NAME}")
+    where = "does not exist" if not os.path.exists(UNIT_PROGRAM) else "is another nvfabric"
+    return ExecStart(program, f"{command}: the running nvfabric ({UNIT_PROGRAM} {where})")
+
+
+def unit_text_for(start: ExecStart) -> str:
+    """:func:`unit_text` with its ExecStart naming ``start`` (unchanged for
+    :data:`UNIT_PROGRAM`; otherwise a comment above says why)."""
+    text = unit_text()
+    if start.argv == (UNIT_PROGRAM,):
+        return text
+    return text.replace(_SHIPPED_EXEC, (
+        "\n# ExecStart: the nvfabric that ran `nvfabric unit install`, not the package's "
+        f"{UNIT_PROGRAM}\nExecStart={' '.join(start.argv)} run\n"), 1)
 
 
 def install(root: str, *, dry_run: bool = False, text: str | None = None) -> Installed:
@@ -126,7 +224,8 @@ def install(root: str, *, dry_run: bool = False, text: str | None = None) -> Ins
         write_atomic(path, data, mode=0o644, backup=True, dir_mode=0o755)
     except OSError as err:
         raise UnitError(f"cannot write {path}: {err.strerror or err}; the previous file, if "
-                        "any, is untouched", "run as root, or pass --root DIR", path) from None
+                        "any, is untouched", os_hint(err, os.path.dirname(path)),
+                        path) from None
     return Installed(path, result, backup, shadows)
 
 

@@ -10,6 +10,7 @@ are joined to the root by :func:`nvfabric.facts.paths.under` (re-exported here a
 
 from __future__ import annotations
 
+import errno
 import os
 from stat import S_ISREG
 
@@ -139,3 +140,39 @@ def link_name(path: str) -> str | None:
         return os.path.basename(os.readlink(path))
     except OSError:
         return None
+
+
+def program_path(program: str, path_env: str | None = None) -> str | None:
+    """Where ``program`` (an argv[0]) is as ``execvp`` finds it: itself when it names a
+    directory part, else the first executable regular file of that name in ``path_env``
+    (default ``$PATH``); None when there is none. Host view (a command run on this host, not
+    under a root)."""
+    import shutil
+
+    if "/" in program:
+        return program if os.path.isfile(program) and os.access(program, os.X_OK) else None
+    return shutil.which(program, path=path_env if path_env is not None else
+                        os.environ.get("PATH", os.defpath))
+
+
+def unwritable(path: str) -> int | None:
+    """The errno a write at ``path`` (a directory that may not exist yet) would fail with,
+    judged without writing: EROFS when the nearest existing directory on the way is on a
+    read-only filesystem, EACCES when this process may not create entries in it, ENOTDIR
+    when a file stands on the way; None when it looks writable. For the checks a dry run
+    shares with the real run (``run --dry-run`` writes nothing)."""
+    at = os.path.abspath(path)
+    while not os.path.lexists(at):
+        parent = os.path.dirname(at)
+        if parent == at:
+            break
+        at = parent
+    if not os.path.isdir(at):
+        return errno.ENOTDIR
+    try:
+        if os.statvfs(at).f_flag & os.ST_RDONLY:
+            return errno.EROFS
+    except OSError as err:
+        return err.errno
+    return None if os.access(at, os.W_OK | os.X_OK, effective_ids=os.access in
+                             os.supports_effective_ids) else errno.EACCES

@@ -23,6 +23,7 @@ from collections.abc import Callable, Iterator
 from nvfabric.facts.paths import is_live, under
 from nvfabric.model.findings import Finding
 from nvfabric.model.health import FabricHealth, GpuFabric
+from nvfabric.model.words import seconds
 
 SMI_TIMEOUT_S = 15.0
 
@@ -70,7 +71,8 @@ def smi_source(root: str) -> Source:
 
     def read_smi(timeout: float) -> FabricHealth:
         if not os.access(smi, os.X_OK):
-            return FabricHealth("nvml", (), findings=(Finding(
+            # the source this root has is its nvidia-smi (NVML is never read under a root)
+            return FabricHealth("nvidia-smi-xml", (), findings=(Finding(
                 "nvml_unavailable", "error",
                 f"the simulated root {root} has no bin/nvidia-smi to read fabric state from",
                 "write one with `nvfabric simulate PROFILE DIR`, or read a capture with "
@@ -88,7 +90,7 @@ def _run_smi(smi: str, timeout: float) -> FabricHealth:
     except OSError as error:
         return _failed(f"{smi} -q -x did not run: {error.strerror or error}")
     if rc is None:
-        return _failed(f"{smi} -q -x did not answer within {timeout:g} s (killed)",
+        return _failed(f"{smi} -q -x did not answer within {seconds(timeout)} s (killed)",
                        "timeout")
     if rc != 0:
         first = (err or out).decode("utf-8", "replace").strip().splitlines()
@@ -218,7 +220,7 @@ def _bounded(read: Callable[[], FabricHealth], timeout: float) -> FabricHealth:
     if box:
         return box[0]
     return FabricHealth("nvml", (), findings=(Finding(
-        "nvml_unavailable", "error", f"NVML did not answer within {timeout:g} s",
+        "nvml_unavailable", "error", f"NVML did not answer within {seconds(timeout)} s",
         "a GPU or the driver is hung: check `dmesg` for Xid errors and whether `nvidia-smi` "
         "answers; a GPU reset or reboot is usually needed",
         {"reason": "timeout", "timeout_s": timeout},

@@ -243,6 +243,7 @@ def read_channels(root: str) -> ChannelFacts:
         caps=tuple(n for n in caps if n is not None),
         params=parse_params(params) if params else {},
         driver_loaded=driver_version(root) is not None and "nvidia" in loaded_modules(root),
+        root=root,
     )
 
 

@@ -32,7 +32,7 @@ from nvfabric.facts.execinfo import exec_error
 from nvfabric.model.errors import NvfabricError
 from nvfabric.model.findings import Finding
 from nvfabric.model.hostpath import check as check_path
-from nvfabric.model.words import plural
+from nvfabric.model.words import plural, seconds
 from nvfabric.rules.imex.tables import CTL_TIMEOUT_S
 
 STATES = ("UP", "DEGRADED", "DOWN")
@@ -371,7 +371,7 @@ def query_domain(binary: str, cfg: str, timeout_s: float) -> DomainStatus:
         if result.timed_out:
             raise NvfabricError(Finding(
                 "imex_ctl_timeout", "error",
-                f"{' '.join(argv)} did not answer within {timeout_s:g} s (killed)",
+                f"{' '.join(argv)} did not answer within {seconds(timeout_s)} s (killed)",
                 "is nvidia-imex running with IMEX_CMD_ENABLED=1 and this config? "
                 "(nvidia-imex-ctl hangs when the daemon does not answer)",
                 {"argv": list(argv), "timeout_s": timeout_s}))

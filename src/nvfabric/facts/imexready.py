@@ -12,6 +12,7 @@ from nvfabric.facts import imexctl as ctl
 from nvfabric.facts import imexhost as host
 from nvfabric.facts.execinfo import exec_error
 from nvfabric.model.health import GpuCheck
+from nvfabric.model.words import seconds
 from nvfabric.rules.imex.domain import plural
 
 
@@ -34,7 +35,7 @@ def readiness_probe(ctl_binary: str, cfg_path: str, timeout_s: float,
                             f"cannot run {ctl_binary}: {exec_error(ctl_binary, err)}")
         if result.timed_out:
             return GpuCheck(False, False, "not answering",
-                            f"nvidia-imex-ctl -q did not answer within {timeout_s:g} s "
+                            f"nvidia-imex-ctl -q did not answer within {seconds(timeout_s)} s "
                             "(killed; it hangs while the daemon does not answer)")
         domain = _domain(ctl_binary, cfg_path, timeout_s)
         if ctl.parse_query(result.stdout):

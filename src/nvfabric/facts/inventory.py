@@ -27,7 +27,8 @@ def require_root(root: str) -> None:
     directory: every command that reads a node refuses ``--root /nonexistent`` with this line
     instead of reporting on an empty node."""
     if not os.path.isdir(root) or not os.access(root, os.R_OK | os.X_OK):
-        raise usage_error(f"root {root!r} is not a readable directory")
+        raise usage_error(f"root {root!r} is not a readable directory",
+                          "give the root of the node or image tree (/ for this host)")
 
 
 def collect(root: str = "/", arch: str | None = None) -> Inventory:
@@ -40,10 +41,11 @@ def collect(root: str = "/", arch: str | None = None) -> Inventory:
     if arch is not None:
         arch = checked_arch(arch)
     require_root(root)
+    version = nvidia.driver_version(root)
     return Inventory(
         root=root,
         arch=arch or normalise_arch(nvidia.arch(root)),
-        driver_version=nvidia.driver_version(root),
+        driver_version=version,
         modules=nvidia.loaded_modules(root),
         pci=pci.read_all(root),
         infiniband=infiniband.read_all(root),
@@ -51,6 +53,7 @@ def collect(root: str = "/", arch: str | None = None) -> Inventory:
         imex_major=nvidia.imex_major(root),
         imex_channels=nvidia.imex_channels(root),
         os_release=nvidia.os_release(root),
+        driver_unreadable=None if version else nvidia.driver_unreadable(root),
     )
 
 

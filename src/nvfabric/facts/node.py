@@ -24,6 +24,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from nvfabric.model.commandline import command_line
 from nvfabric.model.errors import usage_error
 from nvfabric.model.inventory import Inventory
 from nvfabric.model.vocab import FabricKind, Service
@@ -188,7 +189,7 @@ def collect_imex(root: str, inventory: Inventory, req: ImexRequest) -> NodeFacts
     try:
         decision = owner.decide(evidence, req.owner, for_run=True)
     except ValueError as err:
-        raise usage_error(str(err)) from None
+        raise usage_error(str(err), "choose --imex-owner host, dra, slurm or none") from None
     if decision.conflict is not None or not decision.nvfabric_starts_imex:
         return NodeFacts(root, inventory, imex=ImexFacts(evidence, chans))
     return NodeFacts(root, inventory, running=running(root, ("imex",)),
@@ -255,15 +256,13 @@ def _imex_install_line(root: str, inventory: Inventory) -> str:
     ``/usr/bin``; a redist archive under ``/opt/nvfabric`` is not read for IMEX): the node's
     package family from its os-release (rpm distributions: ``--source rpm``, else apt), with
     ``--root`` when the node is not ``/`` (RUN.md R08)."""
-    import shlex
-
     from nvfabric.artifacts.naming import distro_dir
 
     distro = distro_dir(dict(inventory.os_release)) or ""
     source = "apt" if not distro or distro.startswith(("ubuntu", "debian")) else "rpm"
-    where = "" if os.path.abspath(root) == "/" else f" --root {shlex.quote(os.path.abspath(root))}"
-    version = f" --driver-version {inventory.driver_version}" if inventory.driver_version else ""
-    return f"nvfabric install{where} --source {source} --components imex{version}"
+    return command_line("install", root=root, options=(
+        ("--source", source), ("--components", "imex"),
+        ("--driver-version", inventory.driver_version)))
 
 
 def vendor_seen(root: str, fabric: FabricKind, typed: Mapping[str, str | None],

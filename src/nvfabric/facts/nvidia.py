@@ -11,6 +11,7 @@ version:`` line of ``proc/driver/nvidia/version`` (capture:
 
 from __future__ import annotations
 
+import os
 import re
 
 from nvfabric.facts.fs import listdir, read_text, under
@@ -39,8 +40,22 @@ def parse_proc_version(text: str) -> str | None:
     return None
 
 
+def driver_unreadable(root: str) -> str | None:
+    """Why the loaded driver's version cannot be read, when :func:`driver_version` found none
+    although a version file is there: one line naming the file (it cannot be read, or holds no
+    version); None when neither file exists (the module is not loaded)."""
+    for host in ("/sys/module/nvidia/version", "/proc/driver/nvidia/version"):
+        path = under(root, host)
+        if not os.path.lexists(path):
+            continue
+        text = read_text(path)
+        return f"{host} cannot be read" if text is None else f"{host} holds no driver version"
+    return None
+
+
 def driver_version(root: str) -> str | None:
-    """The loaded NVIDIA driver version, or None when the module is not loaded."""
+    """The loaded NVIDIA driver version, or None when the module is not loaded or its version
+    cannot be read (:func:`driver_unreadable` tells the two apart)."""
     text = read_text(under(root, "/sys/module/nvidia/version"))
     if text and _VERSION.fullmatch(text):
         return text

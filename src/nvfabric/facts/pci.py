@@ -11,6 +11,7 @@ Driver and NUMA node are read only for NVIDIA and Mellanox functions, the ones t
 
 from __future__ import annotations
 
+import os
 import struct
 
 from nvfabric.facts.fs import link_name, listdir, read_bytes, read_hex, read_int, under
@@ -58,10 +59,15 @@ def _read_function(base: str, address: str) -> PciFunction | None:
     if numa is not None and numa < 0:
         numa = None  # -1: no NUMA affinity (the kernel's NUMA_NO_NODE)
     vpd = None
+    unreadable = False
     if vendor == MELLANOX:
         raw = read_bytes(f"{base}/vpd")
         if raw:
             vpd = decode(raw)
+            # cut short before its vendor field: the marker may be in what was not read
+            unreadable = bool(vpd.problems) and "SMDL" not in vpd.mellanox_fields()
+        elif raw is None and os.path.lexists(f"{base}/vpd"):
+            unreadable = True  # there, but not readable (mode 0600 for non-root, EIO)
     return PciFunction(
         address=address,
         vendor=vendor,
@@ -72,6 +78,7 @@ def _read_function(base: str, address: str) -> PciFunction | None:
         driver=link_name(f"{base}/driver"),
         numa_node=numa,
         vpd=vpd,
+        vpd_unreadable=unreadable,
     )
 
 

@@ -44,6 +44,8 @@ finding and exit code ride along to the CLI.
 
 from __future__ import annotations
 
+import errno
+import os
 from collections.abc import Mapping
 from typing import Any, ClassVar
 
@@ -86,6 +88,29 @@ class InputError(NvfabricError, ValueError):
         super().__init__(finding, exit_code=self.exit_status)
 
 
-def usage_error(message: str, hint: str = "") -> NvfabricError:
-    """An error about the caller's input (bad file, bad value): exit code 2."""
+def usage_error(message: str, hint: str) -> NvfabricError:
+    """An error about the caller's input (bad file, bad value): exit code 2. ``hint`` is
+    required: an error says what to do about it (tests/test_message_slips.py)."""
     return NvfabricError(Finding("input_unreadable", "error", message, hint), exit_code=2)
+
+
+def os_hint(err: OSError, parent: str, euid: int | None = None) -> str:
+    """What to do about an OSError met writing or reading under ``parent``, by its errno:
+    a read-only filesystem is named as one (never "run as root"), and "run as root" is said
+    only to a process that is not root (``euid``, default this process's): as root a denial
+    comes from a security module, a read-only mount or a container's limits."""
+    root = (os.geteuid() if euid is None else euid) == 0
+    denied = ("nvfabric runs as root already: a security module (SELinux, AppArmor), a "
+              "read-only bind mount or the container's limits deny it; pass a path it may "
+              "write") if root else ""
+    hints = {
+        errno.EACCES: denied or "run as root, or pass a path nvfabric may write",
+        errno.EPERM: denied or "run as root (or with the capability this needs)",
+        errno.EROFS: f"{parent} is on a read-only filesystem: pass a path on a writable one",
+        errno.ENOLCK: f"the filesystem of {parent} does not support locks (NFS?): pass a "
+                      "local directory",
+        errno.ENOTDIR: "a file is where a directory should be: check the path",
+        errno.EISDIR: "a directory is where a file should be: check the path",
+    }
+    return hints.get(err.errno or 0, "check the path given and that it is the right kind "
+                     "(file or directory) and writable where nvfabric writes")

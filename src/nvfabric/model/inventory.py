@@ -26,7 +26,11 @@ class PciFunction:
 
     ``address`` is the full domain:bus:device.function (``0000:05:00.0``); ``class_code`` the
     24-bit class/subclass/prog-if (``0x020700``); ``numa_node`` None when the kernel writes -1;
-    ``vpd`` the decoded VPD, read only for Mellanox functions (None when absent/unreadable).
+    ``vpd`` the decoded VPD, read only for Mellanox functions (None when absent/unreadable);
+    ``vpd_unreadable``: the function has a VPD that could not be read whole (the file exists
+    but the read failed, as for a non-root reader of the mode-0600 attribute or a device that
+    answers EIO, or the image stops before a Mellanox vendor field): whether it is an LPF is
+    unknown, which is not "no SMDL=SW_MNG".
     """
 
     address: str
@@ -38,6 +42,7 @@ class PciFunction:
     driver: str | None = None
     numa_node: int | None = None
     vpd: Vpd | None = None
+    vpd_unreadable: bool = False
 
     @property
     def is_gpu(self) -> bool:
@@ -60,6 +65,12 @@ class PciFunction:
             and self.vpd is not None
             and self.vpd.mellanox_fields().get("SMDL") == "SW_MNG"
         )
+
+    @property
+    def lpf_unknown(self) -> bool:
+        """A ConnectX function that may be an LPF: its VPD could not be read (see
+        ``vpd_unreadable``) and what was read carries no ``SMDL=SW_MNG``."""
+        return self.vendor == MELLANOX and self.vpd_unreadable and not self.sw_mng
 
 
 @dataclass(frozen=True)
@@ -110,7 +121,10 @@ class Inventory:
     names under ``sys/module``; ``nvswitch_proc_devices`` the entries of
     ``proc/driver/nvidia-nvswitch/devices``; ``imex_major`` the ``nvidia-caps-imex-channels``
     major from ``proc/devices``; ``imex_channels`` the channel numbers under
-    ``dev/nvidia-caps-imex-channels``; ``problems`` what could not be read (one line each).
+    ``dev/nvidia-caps-imex-channels``; ``problems`` what could not be read (one line each);
+    ``driver_unreadable``: why the driver version could not be read where the module shows
+    (a version file that exists but cannot be read or holds no version), None otherwise: with
+    ``driver_version`` None, unknown is then not "not loaded".
     """
 
     root: str
@@ -124,6 +138,7 @@ class Inventory:
     imex_channels: tuple[int, ...] = ()
     os_release: tuple[tuple[str, str], ...] = ()
     problems: tuple[str, ...] = field(default=())
+    driver_unreadable: str | None = None
 
     @property
     def gpus(self) -> tuple[PciFunction, ...]:

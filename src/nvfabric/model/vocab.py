@@ -130,6 +130,10 @@ FindingCode = Literal[
     "cuda_fabric_not_ready",
     "cuda_nvlink_uncorrectable",
     "cuda_error_contained",
+    # Hardening round 3 (README "Finding codes").
+    "architecture_mismatch",
+    "management_port_unverified",
+    "driver_version_unreadable",
 ]
 
 FABRIC_KINDS: Final[tuple[FabricKind, ...]] = get_args(FabricKind)

@@ -1,7 +1,9 @@
-"""Counts in messages: ``1 GPU``, ``2 GPUs``, ``1 node list entry``, ``3 NVSwitches``. Pure.
+"""Counts and durations in messages: ``1 GPU``, ``2 GPUs``, ``1 node list entry``, ``3
+NVSwitches``, ``3 s``. Pure.
 
 Every count nvfabric prints goes through :func:`plural` (and the verb after it through
-:func:`verb`), so that no message says ``1 GPUs`` or ``1 GPU(s)``.
+:func:`verb`), so that no message says ``1 GPUs`` or ``1 GPU(s)``; every duration in seconds
+through :func:`seconds`, so that none says ``2.99997 s`` (a bound computed from a deadline).
 """
 
 from __future__ import annotations
@@ -35,3 +37,9 @@ def plural(count: int, noun: str, many: str | None = None) -> str:
 def verb(count: int, one: str, many: str) -> str:
     """``one`` when ``count`` is 1, else ``many`` (``is``/``are``, ``has``/``have``)."""
     return one if count == 1 else many
+
+
+def seconds(value: float) -> str:
+    """``value`` seconds as a message says them, to the millisecond and without trailing
+    zeros: ``3`` for 2.99997, ``0.25``, ``300``, ``1.5e+06`` for a large one (``:g``)."""
+    return f"{round(value, 3):g}"

@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from nvfabric.model.findings import Finding
-from nvfabric.model.inventory import MELLANOX, IbDevice, Inventory
+from nvfabric.model.inventory import MELLANOX, IbDevice, Inventory, PciFunction
 from nvfabric.model.vocab import FabricKind, Service
 from nvfabric.model.words import plural
 from nvfabric.rules.products import Product, lookup
@@ -67,7 +67,8 @@ class ManagementPort:
 @dataclass(frozen=True)
 class Plan:
     """What to run. ``services`` in start order; ``blockers`` must be fixed before any start;
-    ``findings`` are warnings that block nothing (``sxm_gpus_without_nvswitch``); ``reasons``
+    ``findings`` are warnings that block nothing (``sxm_gpus_without_nvswitch``,
+    ``management_port_unverified``); ``reasons``
     explain each decision in one line each."""
 
     fabric: FabricKind
@@ -125,7 +126,7 @@ def plan(inv: Inventory) -> Plan:
         )
     elif lpfs or roles.get("nvlink5_gpu"):
         fabric = "nvlink5"
-        port = _nvlink5(inv, reasons, blockers)
+        port = _nvlink5(inv, reasons, blockers, findings)
     elif switches:
         fabric = "nvswitch"
         _nvswitch(inv, reasons)
@@ -133,7 +134,9 @@ def plan(inv: Inventory) -> Plan:
         fabric = "none"
         _no_switch(inv, reasons, findings)
 
-    if fabric != "none" and (inv.driver_version is None or "nvidia" not in inv.modules):
+    if fabric != "none" and inv.driver_version is None and inv.driver_unreadable:
+        blockers.append(_driver_unreadable(fabric, inv.driver_unreadable))
+    elif fabric != "none" and (inv.driver_version is None or "nvidia" not in inv.modules):
         blockers.append(_driver_not_loaded(fabric))
     return Plan(
         fabric=fabric,
@@ -209,8 +212,8 @@ def _sxm_without_nvswitch(hidden: dict[Product, int]) -> Finding:
     )
 
 
-def _nvlink5(inv: Inventory, reasons: list[str], blockers: list[Finding]
-             ) -> ManagementPort | None:
+def _nvlink5(inv: Inventory, reasons: list[str], blockers: list[Finding],
+             findings: list[Finding]) -> ManagementPort | None:
     """An NVLink 5 node: its LPFs and management port (:func:`_nvlink5_checks`), or the
     blocker of NVLink 5 GPUs without a visible LPF."""
     lpfs = inv.lpfs
@@ -220,7 +223,7 @@ def _nvlink5(inv: Inventory, reasons: list[str], blockers: list[Finding]
             + ", ".join(f.address for f in lpfs)
             + "): NVLink 5 baseboard, NVLSM then fabric manager"
         )
-        return _nvlink5_checks(inv, reasons, blockers)
+        return _nvlink5_checks(inv, reasons, blockers, findings)
     reasons.append("NVLink 5 GPUs but no LPF (VPD SMDL=SW_MNG) visible on PCI")
     reasons.append("management port: not chosen, no LPF on PCI")
     blockers.append(_no_lpf(inv))
@@ -268,6 +271,20 @@ def _driver_not_loaded(fabric: str) -> Finding:
     )
 
 
+def _driver_unreadable(fabric: str, why: str) -> Finding:
+    """The blocker of a node whose driver version cannot be read: not "not loaded" (the
+    module's files are there), but nothing can be matched to an unknown version."""
+    return Finding(
+        "driver_version_unreadable",
+        "error",
+        f"the loaded NVIDIA driver's version cannot be read ({why}); a {fabric} node's fabric "
+        "services must match it exactly, so nothing can be chosen",
+        "read it as root (`cat /sys/module/nvidia/version`); a file that exists but cannot be "
+        "read is a permission or a container mount problem, not a missing driver",
+        {"reason": why},
+    )
+
+
 def _name(vendor: int, device: int) -> str:
     product = lookup(vendor, device)
     return product.name if product else f"{vendor:04x}:{device:04x}"
@@ -299,7 +316,7 @@ def _no_lpf(inv: Inventory) -> Finding:
 
 
 def _nvlink5_checks(
-    inv: Inventory, reasons: list[str], blockers: list[Finding]
+    inv: Inventory, reasons: list[str], blockers: list[Finding], findings: list[Finding]
 ) -> ManagementPort | None:
     """IB stack checks and management port choice for an NVLink 5 node."""
     lpf_addresses = {f.address for f in inv.lpfs}
@@ -333,14 +350,66 @@ def _nvlink5_checks(
             )
         )
     chosen, candidates, unreadable_seen = _choose_port(lpf_devices, reasons)
-    others = sorted(d.name for d in inv.infiniband if d.pci not in lpf_addresses)
+    unknown = [f for f in inv.pci if f.lpf_unknown]
+    _not_candidates(inv, lpf_addresses, unknown, reasons)
+    if chosen is None:
+        blockers.append(_no_port(candidates, unreadable_seen))
+        return None
+    # the choice is the first eligible port in order: an unreadable candidate before it
+    # (a port skipped for unreadable values, an LPF that may hide behind an unreadable VPD)
+    # could have been the one; never chosen around silently
+    skipped = [f"{c['device']} port {c['port']}" for c in candidates
+               if c["verdict"].startswith("skipped: unreadable")]
+    hidden = [_function_name(inv, f.address) for f in unknown
+              if (dev := inv.ib_device_for(f.address)) is None or dev.name < chosen.device]
+    if skipped or hidden:
+        findings.append(_port_unverified(chosen, skipped, hidden))
+    return chosen
+
+
+def _not_candidates(inv: Inventory, lpf_addresses: set[str], unknown: list[PciFunction],
+                    reasons: list[str]) -> None:
+    """The reasons naming the IB devices that are not candidates: ordinary NICs (VPD read,
+    no SMDL=SW_MNG) apart from the functions whose VPD could not be read."""
+    unknown_pci = {f.address for f in unknown}
+    others = sorted(d.name for d in inv.infiniband
+                    if d.pci not in lpf_addresses and d.pci not in unknown_pci)
     if others:
         reasons.append(
             "not candidates (no SMDL=SW_MNG in VPD, ordinary NICs): " + ", ".join(others)
         )
-    if chosen is None:
-        blockers.append(_no_port(candidates, unreadable_seen))
-    return chosen
+    if unknown:
+        reasons.append(
+            "not candidates, VPD unreadable (whether SMDL=SW_MNG is unknown): "
+            + ", ".join(_function_name(inv, f.address) for f in unknown)
+        )
+
+
+def _function_name(inv: Inventory, address: str) -> str:
+    """``mlx5_0 (0000:05:00.0)``, or the PCI address alone when no IB device is bound."""
+    dev = inv.ib_device_for(address)
+    return f"{dev.name} ({address})" if dev is not None else address
+
+
+def _port_unverified(chosen: ManagementPort, skipped: list[str], hidden: list[str]
+                     ) -> Finding:
+    """The warning of a management port chosen after candidates that could not be read."""
+    parts = ([f"LPF port{'s' if len(skipped) > 1 else ''} {', '.join(skipped)} skipped for "
+              "unreadable values"] if skipped else []) + (
+        [f"ConnectX function{'s' if len(hidden) > 1 else ''} {', '.join(hidden)} with an "
+         "unreadable VPD (it may be an LPF)"] if hidden else [])
+    return Finding(
+        "management_port_unverified",
+        "warning",
+        f"management port {chosen.device} port {chosen.port} (GUID {chosen.guid}) was chosen "
+        f"after candidates that could not be read: {'; '.join(parts)}; if one of them is "
+        "eligible, the vendor's procedure takes it instead, and NVLSM and fabric manager run "
+        "on another port than it would",
+        "read them as root (`lspci -s ADDRESS -vvv`: [VA] SMDL=SW_MNG; `ibstat`), look for "
+        "VPD or port read errors in `dmesg`; the chosen GUID is passed to NVLSM and fabric "
+        "manager as planned",
+        {"chosen": chosen.to_json(), "skipped_ports": skipped, "unreadable_vpd": hidden},
+    )
 
 
 def _choose_port(lpf_devices: list[IbDevice], reasons: list[str]

@@ -24,6 +24,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from nvfabric.artifacts import versions
+from nvfabric.model.commandline import command_line
 from nvfabric.model.findings import Finding
 from nvfabric.model.health import summarise_gpus as summarise_gpus  # re-exported: its old home
 from nvfabric.rules.nodefacts import NodeFacts, RunningService, VersionRead
@@ -60,11 +61,11 @@ class Process:
 
 
 
-def service_running(running: Iterable[RunningService], services: Iterable[str]
-                    ) -> tuple[Finding, ...]:
-    """``fabric_service_running`` (error) for each of ``services`` found running, whoever
-    started it (another ``nvfabric run`` with another ``--state-dir``, a vendor unit, a hand
-    start)."""
+def service_running(running: Iterable[RunningService], services: Iterable[str],
+                    root: str = "/") -> tuple[Finding, ...]:
+    """``fabric_service_running`` (error) for each of ``services`` found running on the node
+    under ``root``, whoever started it (another ``nvfabric run`` with another
+    ``--state-dir``, a vendor unit, a hand start)."""
     wanted = set(services)
     out = []
     for state in running:
@@ -77,7 +78,7 @@ def service_running(running: Iterable[RunningService], services: Iterable[str]
             f"{what} is already running on this node ({pid}; {state.detail}): nvfabric "
             "neither resets the GPUs nor starts a second one",
             f"stop the running {what} first (its unit, or the nvfabric run that started it: "
-            "`nvfabric status` shows it); one per node",
+            f"`{command_line('status', root=root)}` shows it); one per node",
             {"service": state.name, "pid": state.pid}))
     return tuple(out)
 
@@ -163,13 +164,37 @@ def registered(summary: str, reset_argv: tuple[str, ...] | None,
         "reboot the node", fields)
 
 
+def reset_missing(reset_argv: tuple[str, ...], registered_now: bool) -> Finding:
+    """``--gpu-reset-command`` names a program that cannot be run (not on PATH, not an
+    executable file): an error when GPUs are registered now (the reset runs before fabric
+    manager and would fail), else a warning (a restart after they register would fail)."""
+    command = shlex.join(reset_argv)
+    if registered_now:
+        return Finding(
+            "restart_needs_gpu_reset", "error",
+            f"GPUs are registered with the NVLink fabric and must be reset before fabric "
+            f"manager starts, but the reset command `{command}` cannot run: "
+            f"{reset_argv[0]!r} is not an executable file (nor found on PATH)",
+            "give the reset program's absolute path, or one on PATH, in --gpu-reset-command",
+            {"services": "fabricmanager", "command": list(reset_argv)})
+    return Finding(
+        "restart_needs_gpu_reset", "warning",
+        f"the reset command `{command}` cannot run: {reset_argv[0]!r} is not an executable "
+        "file (nor found on PATH); a restart after the GPUs register would fail at it",
+        "give the reset program's absolute path, or one on PATH, in --gpu-reset-command",
+        {"services": "fabricmanager", "command": list(reset_argv)})
+
+
 def preflight(facts: NodeFacts, processes: Sequence[Process], *, driver: str | None,
-              needs_reset: bool, reset_argv: tuple[str, ...] | None) -> Preflight:
+              needs_reset: bool, reset_argv: tuple[str, ...] | None,
+              reset_found: bool = True) -> Preflight:
     """The checks of the module docstring over ``facts`` (probed for ``processes``: see
     :func:`nvfabric.bringup.prepared.Prepared.checks`). ``driver``: the plan's driver
-    version; ``needs_reset``: a fabric manager restart needs a GPU reset on this node."""
+    version; ``needs_reset``: a fabric manager restart needs a GPU reset on this node;
+    ``reset_found``: the program of ``reset_argv`` can be run (read by the caller,
+    :func:`nvfabric.facts.fs.program_path`)."""
     problems = list(service_running(
-        facts.running, [p.name for p in processes if p.name == "fabricmanager"]))
+        facts.running, [p.name for p in processes if p.name == "fabricmanager"], facts.root))
     missing = set()
     for proc in processes:
         if not facts.executables.get(proc.binary, False):
@@ -186,12 +211,17 @@ def preflight(facts: NodeFacts, processes: Sequence[Process], *, driver: str | N
     if needs_reset and any(p.restart_needs_gpu_reset for p in processes):
         summary = summarise_gpus(facts.gpus or ())
         is_registered = summary.registered
+        r04 = None
         if is_registered:
-            problems.append(registered(summary.summary, reset_argv))
+            r04 = registered(summary.summary, reset_argv)
         elif not facts.gpus and facts.gpu_error is not None:
             # unknown is not "not registered": taken as registered, as R09 takes a state that
             # cannot be read after a reset (the reset, when given, runs and is checked)
             is_registered = True
-            problems.append(registered("fabric state unreadable", reset_argv,
-                                       why=facts.gpu_error))
+            r04 = registered("fabric state unreadable", reset_argv, why=facts.gpu_error)
+        if reset_argv is not None and not reset_found:
+            # the reset it would run cannot run: said instead of "it resets them"
+            r04 = reset_missing(reset_argv, is_registered)
+        if r04 is not None:
+            problems.append(r04)
     return Preflight(tuple(problems), is_registered)

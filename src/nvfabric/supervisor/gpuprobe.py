@@ -23,6 +23,7 @@ from typing import Any
 
 from nvfabric.effects.process import RESET_SIGNALS, die_with_parent
 from nvfabric.model.findings import Finding
+from nvfabric.model.words import seconds
 from nvfabric.supervisor.policy import GpuCheck
 
 #: Seconds the supervisor waits for the probe child's answer before it kills it: the reading's
@@ -102,7 +103,7 @@ def in_child(probe: Callable[[], GpuCheck], bound_s: float = CHILD_BOUND_S) -> G
             _kill(pid)
         _collect(pid, time.monotonic() + (1.0 if answered else 0.5))
     if not answered:
-        return _unreadable(f"the GPU probe did not answer within {bound_s:g} s (killed)")
+        return _unreadable(f"the GPU probe did not answer within {seconds(bound_s)} s (killed)")
     try:
         return check_from_json(json.loads(data))
     except (ValueError, TypeError, KeyError):

@@ -20,6 +20,7 @@ from nvfabric.bringup.spec import ServiceSpec
 from nvfabric.effects.log import Log
 from nvfabric.effects.notify import status_text
 from nvfabric.model.findings import Finding
+from nvfabric.model.words import seconds
 from nvfabric.supervisor.host import Host, Proc
 from nvfabric.supervisor.outcome import Outcome
 from nvfabric.supervisor.policy import GpuCheck, Policy
@@ -149,7 +150,7 @@ class Readiness:
         self._fail(Finding(
             "socket_timeout", "error",
             f"{proc.spec.name} did not create its IPC socket {path} within "
-            f"{self.policy.socket_timeout_s:g} s; fabric manager was not started",
+            f"{seconds(self.policy.socket_timeout_s)} s; fabric manager was not started",
             "look at the service's last lines below (is ib_umad loaded? is the GUID the one of "
             "an LPF port with the SM enabled?), or raise --socket-timeout",
             {"service": proc.spec.name, "socket": path,

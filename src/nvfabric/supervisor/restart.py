@@ -19,6 +19,7 @@ from typing import Literal, Protocol
 
 from nvfabric.effects.log import Log
 from nvfabric.model.findings import Finding
+from nvfabric.model.words import seconds
 from nvfabric.supervisor.policy import GpuCheck, Policy
 
 
@@ -43,8 +44,8 @@ def start_limit(policy: Policy, starts: deque[float], now: float) -> Finding | N
         return None
     return Finding(
         "restart_limit", "error",
-        f"the unit was started {len(starts)} times within {interval:g} s and failed "
-        f"each time: not restarted again (limit {burst} starts in {interval:g} s)",
+        f"the unit was started {len(starts)} times within {seconds(interval)} s and failed "
+        f"each time: not restarted again (limit {burst} starts in {seconds(interval)} s)",
         "read the failures above (the first one says why); fix the cause and start "
         "nvfabric run again, or change --restart-limit-burst/--restart-limit-interval",
         {"starts": len(starts), "burst": burst, "interval_s": interval})
@@ -98,7 +99,7 @@ def gpu_reset(names: str, policy: Policy, host: ResetHost, log: Log,
     if returncode is None:
         timeout = policy.gpu_reset_timeout_s
         return _refusal(
-            f"the GPU reset command did not finish within {timeout:g} s and was killed; "
+            f"the GPU reset command did not finish within {seconds(timeout)} s and was killed; "
             f"{names} was not started",
             "find what holds the GPUs (CUDA clients, nvidia-persistenced), or raise "
             "--gpu-reset-timeout; the GPUs must be reset before fabric manager starts",

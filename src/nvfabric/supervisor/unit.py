@@ -22,6 +22,7 @@ from nvfabric.effects.log import Log
 from nvfabric.effects.process import describe_status
 from nvfabric.facts.execinfo import INTERPRETER_HINT, exec_error, missing_interpreter
 from nvfabric.model.findings import Finding
+from nvfabric.model.words import seconds
 from nvfabric.supervisor.host import Host, Proc
 from nvfabric.supervisor.outcome import Outcome
 from nvfabric.supervisor.policy import REPEATED_STOP_WINDOW_S, Classifier, Policy
@@ -36,6 +37,8 @@ from nvfabric.supervisor.restart import (
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
 #: The one line logged for a SIGHUP (ignored: nvfabric has no reload; a terminal closing or a
 #: ``systemctl reload`` must not stop the fabric).
+#: How often STATUS= says the time left before a restart (seconds).
+RESTART_STATUS_EVERY_S = 1.0
 SIGHUP_IGNORED = "received SIGHUP: ignored (no reload; restart nvfabric run to apply changes)"
 
 
@@ -64,6 +67,7 @@ class Unit(Readiness):
         self._stop_signal_at: float | None = None
         self._past_exits: list[Finding] = []  # service_exited of failures handled by a restart
         self._backoff_n = 0
+        self._restart_due = 0.0  # the host clock's time of the pending restart
         self._watchdog_s: float | None = None
         self._termed: int | None = None  # pid sent SIGTERM ahead of its stop line
         #: exits per service by reason: ``exit_code`` (it exited), ``signal`` (killed by
@@ -309,7 +313,7 @@ class Unit(Readiness):
             self.failure = []  # failures are ours to handle; the operator asked for a stop
         self.log.say(f"received {name}: stopping in reverse start order")
         if self.phase == "waiting" or not any(p.status is None for p in self.procs):
-            self.timers.cancel("restart")
+            self.timers.cancel("restart", "restart-status")
             self._finish(1 if self.failure else 0, "failed" if self.failure else "stopped",
                          self.failure)
             return
@@ -348,7 +352,7 @@ class Unit(Readiness):
                 if f"kill:{proc.spec.name}" in self.timers:
                     return  # already asked, waiting for it
                 self.log.say(f"stopping {proc.spec.name} (pid {proc.pid}): SIGTERM, SIGKILL "
-                             f"after {proc.spec.grace_s:g} s")
+                             f"after {seconds(proc.spec.grace_s)} s")
                 self._say_status(f"stopping {proc.spec.name}")
                 if self._termed != proc.pid:
                     self.host.kill(proc.pid, signal.SIGTERM)
@@ -361,7 +365,7 @@ class Unit(Readiness):
     def _on_grace_over(self, proc: Proc) -> None:
         if proc.status is None:
             self.log.say(f"{proc.spec.name} (pid {proc.pid}) ignored SIGTERM for "
-                         f"{proc.spec.grace_s:g} s: SIGKILL")
+                         f"{seconds(proc.spec.grace_s)} s: SIGKILL")
             self.host.kill(proc.pid, signal.SIGKILL)
 
     def _stopped_all(self) -> None:
@@ -384,9 +388,21 @@ class Unit(Readiness):
         delay = backoff_delay(self.policy, self._backoff_n)
         self._backoff_n += 1
         self.phase = "waiting"
-        self.log.say(f"restarting the unit in {delay:g} s (restart {self.restarts + 1})")
-        self._say_status(f"restarting the unit in {delay:g} s")
+        self.log.say(f"restarting the unit in {seconds(delay)} s (restart {self.restarts + 1})")
+        self._restart_due = self.host.now() + delay
+        self._restart_status()
         self.timers.at("restart", delay, self._restart)
+
+    def _restart_status(self) -> None:
+        """STATUS= while the unit waits to restart: the time left, said again every
+        :data:`RESTART_STATUS_EVERY_S` (said once, "in 30 s" goes stale in systemctl status)."""
+        if self.phase != "waiting":
+            return
+        left = max(0.0, self._restart_due - self.host.now())
+        self._say_status(f"restarting the unit in {seconds(round(left, 1))} s (restart "
+                         f"{self.restarts + 1})")
+        if left > RESTART_STATUS_EVERY_S:
+            self.timers.at("restart-status", RESTART_STATUS_EVERY_S, self._restart_status)
 
     def _restart_preflight(self) -> bool:
         """Before a restart, what would refuse a first start refuses it too (a binary removed
@@ -416,6 +432,7 @@ class Unit(Readiness):
         if not self._reset_gate():  # not restarted: not counted, the failure is kept
             return
         self.restarts += 1
+        self._say_status(f"starting the unit again (restart {self.restarts})")
         self._keep_exits(f"the unit was restarted (restart {self.restarts})")
         self.failure = []
         self._start_unit()

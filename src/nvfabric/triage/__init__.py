@@ -80,7 +80,8 @@ def triage(path: str) -> Triage:
     try:
         return triage_stream(stream, "stdin" if path == "-" else path)
     except OSError as err:
-        raise usage_error(f"cannot read {path}: {err.strerror or err}") from None
+        raise usage_error(f"cannot read {path}: {err.strerror or err}",
+                          "give a readable nvidia-bug-report.log(.gz), or '-' for stdin") from None
     finally:
         if path != "-":
             stream.close()

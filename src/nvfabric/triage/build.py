@@ -199,7 +199,8 @@ def build(c: Collected, label: str) -> Triage:
         services={"fabricmanager": _unit_json(fm), "imex": _unit_json(imex)},
         extras={"imex_params": facts.imex_params, "pci_known": fabric_known,
                 "lspci_cut": cut is not None and c.last_key == "lspci",
-                "driver_unknown": driver is None and "driver_not_loaded" in unknown},
+                "driver_unknown": driver is None and "driver_not_loaded" in unknown,
+                "versions": component_versions(c, head)},
     )
 
 
@@ -276,18 +277,25 @@ def _imex_ctl_findings(texts: dict[str, str], reasons: list[str]) -> list[Findin
     return findings
 
 
+def component_versions(c: Collected, head: dict[str, Any]) -> dict[str, tuple[str, ...]]:
+    """``component -> versions`` the report shows for fabric manager and IMEX (their logs'
+    running-version lines, and fabric manager's row of the versions table), sorted."""
+    versions = {k: tuple(sorted(v)) for k, v in c.versions.items()}
+    table_fm = fm_table_version(head)
+    if table_fm:
+        versions["fabricmanager"] = tuple(sorted({*versions.get("fabricmanager", ()),
+                                                  table_fm}))
+    return versions
+
+
 def _ran_findings(c: Collected, head: dict[str, Any], inv: Inventory, p: Plan,
                   kind: FabricKind | None, fm: UnitState | None, imex: UnitState | None,
                   vpd_unknown: bool) -> list[Finding]:
     """What ran against what should have (:func:`nvfabric.triage.checks.check`): the
     services' units, the versions the report shows, the LPF port GUIDs when ibstat and the
     VPD are readable."""
-    versions = {k: tuple(sorted(v)) for k, v in c.versions.items()}
-    table_fm = fm_table_version(head)
-    if table_fm:
-        versions["fabricmanager"] = tuple(sorted({*versions.get("fabricmanager", ()),
-                                                  table_fm}))
-    ran = Ran(fm=fm, imex=imex, versions=versions, in_use=tuple(c.in_use_sections))
+    ran = Ran(fm=fm, imex=imex, versions=component_versions(c, head),
+              in_use=tuple(c.in_use_sections))
     lpf_guids = None
     if c.seen.get("ibstat") == "ok" and not vpd_unknown:
         lpf = {f.address for f in inv.lpfs}

@@ -126,6 +126,36 @@ def _mellanox_entry(fn: PciFunction, dev: IbDevice | None, name: str,
     return entry
 
 
+#: The fakes' version keys (``node.json`` of :mod:`nvfabric.simulate.fakes`) per component
+#: whose version a report shows, and the component's name in a note.
+FAKE_VERSION_KEYS = {"fabricmanager": ("fm_version", "fabric manager"),
+                     "imex": ("imex_version", "IMEX")}
+
+
+def fake_versions(reported: dict[str, tuple[str, ...]], driver: str | None
+                  ) -> tuple[dict[str, str], list[str]]:
+    """(``node.json`` keys to set, notes) so that the tree's fake fabric manager and IMEX
+    print the version the report shows (``--version``; a report of a version mismatch gives
+    a tree whose preflight refuses as the node did). One version per component is carried
+    over; several, or none, leave the tree's the driver's and a note says so. Pure."""
+    keys: dict[str, str] = {}
+    notes: list[str] = []
+    for component, (key, name) in FAKE_VERSION_KEYS.items():
+        seen = reported.get(component, ())
+        if len(seen) == 1:
+            keys[key] = seen[0]
+            notes.append(f"{name} version {seen[0]} from the report (the tree's "
+                         f"{'nv-fabricmanager' if component == 'fabricmanager' else 'nvidia-imex'}"
+                         " --version prints it)")
+        elif seen:
+            notes.append(f"{name}: the report shows versions {', '.join(seen)}; not carried "
+                         f"over, the tree's is the driver's ({driver or 'none'})")
+        elif component == "fabricmanager":
+            notes.append(f"{name}: the report shows no version; the tree's is the driver's "
+                         f"({driver or 'none'})")
+    return keys, notes
+
+
 def fabric_states(simulated: list[dict[str, Any]],
                   reported: tuple[dict[str, Any], ...]) -> tuple[list[dict[str, Any]], str]:
     """The simulated GPUs (``gpus.json`` entries of :mod:`nvfabric.simulate.fakes`) with the

@@ -19,6 +19,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from nvfabric.model.commandline import command_line
 from nvfabric.model.errors import NvfabricError, usage_error
 from nvfabric.model.findings import Finding
 from nvfabric.rules.imex.tables import (
@@ -65,7 +66,8 @@ class ChannelFacts:
     ``major``: the ``nvidia-caps-imex-channels`` major from /proc/devices (None: absent);
     ``nodes``: entries of /dev/nvidia-caps-imex-channels; ``caps``: entries of
     /dev/nvidia-caps; ``params``: /proc/driver/nvidia/params as name -> value text;
-    ``driver_loaded``: the nvidia module is loaded.
+    ``driver_loaded``: the nvidia module is loaded; ``root``: the root they were read under
+    (the fixes printed name it).
     """
 
     major: int | None
@@ -73,6 +75,7 @@ class ChannelFacts:
     caps: tuple[DevNode, ...] = ()
     params: Mapping[str, str] = field(default_factory=dict)
     driver_loaded: bool = True
+    root: str = "/"
 
     @property
     def channel_count(self) -> int | None:
@@ -121,10 +124,12 @@ def channel_path(number: int) -> str:
     return f"{CHANNEL_DIR}/channel{number}"
 
 
-def fixes(number: int, major: int | None) -> str:
-    """Both fixes for a missing channel: now (mknod) and persistent (module parameter)."""
+def fixes(number: int, major: int | None, root: str = "/") -> str:
+    """Both fixes for a missing channel: now (mknod; the command names ``root``) and
+    persistent (module parameter)."""
+    create = command_line("imex", "channel", root=root, options=(("--create", str(number)),))
     now = (
-        f"now: `nvfabric imex channel --create {number}` (mknod {channel_path(number)} c "
+        f"now: `{create}` (mknod {channel_path(number)} c "
         f"{major if major is not None else '<major>'} {number}, mode 0666)"
     )
     if number == 0:
@@ -187,7 +192,7 @@ def _channel_finding(facts: ChannelFacts, major: int, number: int) -> Finding | 
     node = facts.node(number)
     problem = _unusable(node, major, number)
     if problem:
-        hint = fixes(number, major)
+        hint = fixes(number, major, facts.root)
         if number == 0 and facts.create_channel0:
             hint += ("; NVreg_CreateImexChannel0 is already 1, so the driver made the "
                      "device: is udev running, or /dev a container's own?")

@@ -141,6 +141,9 @@ DOMAIN_SIZE_NVL72 = 18
 #: does not answer (it has no timeout of its own for -q/-N). Source: NVIDIA IMEX guide,
 #: "The nvidia-imex-ctl Tool" (-t applies to -s only).
 CTL_TIMEOUT_S = 5.0
+#: The range every option of that timeout takes (``run --imex-ctl-timeout``, ``imex domain
+#: --timeout``): one kind of timeout, one range.
+CTL_TIMEOUT_RANGE_S = (0.05, 600.0)
 
 #: The all-zero ClusterUUID: GPUs not attached to a multi-node fabric. Source: NVML
 #: nvmlGpuFabricInfo_t (clusterUuid zero until registration completes).
