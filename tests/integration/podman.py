@@ -26,7 +26,9 @@ from typing import Any
 from tests.integration.debroot import REPO, bookworm_tarball, require
 
 STORE = REPO / "build" / "podman"
-BASE_IMAGE = "localhost/nvfabric-test-base:bookworm"
+#: tagged by what it holds: a storage kept from an earlier checkout may hold a base of the same
+#: name with other packages (the base had python3 before), which must not be taken for this one
+BASE_IMAGE = "localhost/nvfabric-test-base:bookworm-apt"
 IMAGE = "localhost/nvfabric:test"
 TALOS_IMAGE = "localhost/nvfabric-talos:test"
 RUN_FLAGS = ["--runtime", "runc", "--pull=never", "--network", "none",
