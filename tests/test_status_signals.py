@@ -74,11 +74,12 @@ def _alive(pid: int) -> bool:
 
 
 def test_a_signal_during_a_blocked_nvml_read_ends_within_a_second() -> None:
-    # The host path: NVML is read in a helper thread (health.live._bounded); a read blocked
+    # The host path: NVML is read in a helper thread (facts.gpu._bounded); a read blocked
     # in the driver must not keep the command for the 15 s probe timeout.
     code = ("import time\n"
+            "from nvfabric.cli.status import stopped_exits\n"
             "from nvfabric.facts import gpu as live\n"
-            "with live.exit_on_sigterm():\n"
+            "with stopped_exits():\n"
             "    print('probing', flush=True)\n"
             "    live._bounded(lambda: time.sleep(60), 15.0)\n")
     for sig in (signal.SIGINT, signal.SIGTERM):

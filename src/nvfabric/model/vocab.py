@@ -120,6 +120,8 @@ FindingCode = Literal[
     "management_port_mismatch",
     "report_truncated",
     "report_section_missing",
+    # Bounded children (issue 23; README "What the readers refuse").
+    "probe_limit",
 ]
 
 FABRIC_KINDS: Final[tuple[FabricKind, ...]] = get_args(FabricKind)
