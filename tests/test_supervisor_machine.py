@@ -438,6 +438,25 @@ def test_r04_a_stop_signal_during_the_reset_is_an_orderly_stop() -> None:
     assert not host.spawned and "received SIGTERM during the GPU reset" in log.text
 
 
+def test_r04_a_stop_during_the_reset_before_a_restart_keeps_the_crash_that_caused_it() -> None:
+    # The crash asked for the restart, the reset ran, SIGTERM came during it: `stopped`,
+    # exit 0, and the service_exited that led there is still in the findings (it was dropped)
+    host = FakeHost(probe=lambda: REGISTERED, reset_answer=(None, b"", "SIGTERM"))
+    policy = Policy(restart="on-failure", backoff_base_s=0.01, gpu_reset_argv=("/r",))
+    unit, host, _ = machine([_fm()], policy, host)
+    unit.start()
+    _ready_then_crash(unit, host)
+    advance(unit, host, 1)
+    assert host.resets == [("/r",)] and len(host.spawned) == 1
+    assert unit.outcome is not None and (unit.outcome.exit_code, unit.outcome.reason) == (
+        0, "stopped")
+    (crash,) = unit.outcome.findings
+    assert (crash.code, crash.severity, crash.fields["exit_code"]) == (
+        "service_exited", "error", 1)
+    assert crash.fields["restarted"] is False
+    assert crash.message.endswith("the run was stopped during the GPU reset before its restart")
+
+
 def test_r04_no_gpu_reset_needed_where_the_spec_does_not_ask() -> None:
     host = FakeHost(probe=lambda: REGISTERED)
     unit, host, log = machine([spec("fabricmanager", ready_gpus=True)],

@@ -16,6 +16,7 @@ from nvfabric.bringup.prepared import Prepared
 from nvfabric.cli import runview
 from nvfabric.cli.runlock import hold
 from nvfabric.cli.runview import Emit
+from nvfabric.effects import stop
 from nvfabric.model.inventory import Inventory
 from nvfabric.observe.hook import attach
 from nvfabric.observe.unitstate import NOTHING_TO_RUN, of_supervisor
@@ -118,6 +119,7 @@ def _supervise_imex(o: RunOptions, opts: ImexRunOptions, prepared: Prepared, p: 
         ready_file=opts.ready_file, ready_info=info)
     attach(lambda: of_supervisor(sup), imex=(opts.resolve(opts.paths.ctl), prepared.files[1].path),
            phase=lambda: sup.unit.phase)
+    stop.handover()  # the signals are the supervisor's from here on
     outcome = sup.run()
     emit(outcome.reason, outcome.exit_code, list(outcome.findings), listed=prepared,
          outcome=outcome, title="run failed" if outcome.exit_code else "")

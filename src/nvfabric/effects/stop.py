@@ -33,6 +33,9 @@ from collections.abc import Iterator, Sequence
 
 #: The signals that stop a command.
 STOP = (signal.SIGTERM, signal.SIGINT)
+#: The one line logged for a SIGHUP to ``nvfabric run`` (ignored: nvfabric has no reload; a
+#: terminal closing or a ``systemctl reload`` must not stop the fabric).
+SIGHUP_IGNORED = "received SIGHUP: ignored (no reload; restart nvfabric run to apply changes)"
 
 
 class Stopped(BaseException):
@@ -162,10 +165,10 @@ def block_in_thread() -> None:
 
 def handover() -> None:
     """Before the signals get another owner (a loop's handlers, the lean process after
-    ``execv``, ``sigwait``): the stop signals and SIGHUP are blocked from now on, so one that
-    comes stays pending for that owner, and :class:`Stopped` is raised when a stop signal
-    already came (the block is undone then: the stop is this process's to finish)."""
-    blocked = signal.pthread_sigmask(signal.SIG_BLOCK, (*STOP, signal.SIGHUP))
-    if received():
-        signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
-        raise Stopped(received())
+    ``execv``, ``sigwait``): :class:`Stopped` when a stop signal already came (the stop is this
+    process's to finish); else the stop signals and SIGHUP are blocked in this thread from now
+    on, so one that comes stays pending for that owner. A signal that another thread took
+    meanwhile is recorded all the same: the new owner asks :func:`received` once its handlers
+    are in place (:meth:`nvfabric.supervisor.loop.Loop.open`)."""
+    check()
+    signal.pthread_sigmask(signal.SIG_BLOCK, (*STOP, signal.SIGHUP))
