@@ -27,7 +27,7 @@ from nvfabric.effects.atomic import write_atomic
 from nvfabric.effects.dirs import ensure_dir
 from nvfabric.effects.log import Log
 from nvfabric.effects.notify import sd_notify
-from nvfabric.effects.sockets import is_socket, socket_listening
+from nvfabric.effects.sockets import is_socket, listens, socket_listening
 from nvfabric.effects.stop import SIGHUP_IGNORED
 from nvfabric.supervisor.inotify import Inotify
 from nvfabric.supervisor.policy import GpuCheck
@@ -310,6 +310,9 @@ class Loop:
 
     def socket_listening(self, path: str) -> bool:
         return socket_listening(path)
+
+    def socket_listens(self, path: str) -> bool | None:
+        return listens(path)
 
     def unlink(self, path: str) -> None:
         os.unlink(path)
