@@ -437,6 +437,7 @@ def _supervise_fm(o: RunOptions, prepared: Prepared, p: Plan, root: str,
     from nvfabric.supervisor.lean import supervise
 
     log = Log()
+    stop.check()  # a stop that came where nothing waited: before anything is written
     apply(prepared, root, log.say)
     for note in prepared.notes:
         log.say(note)

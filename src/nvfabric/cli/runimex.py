@@ -102,6 +102,7 @@ def _supervise_imex(o: RunOptions, opts: ImexRunOptions, prepared: Prepared, p: 
         log.say(note)
     for f in prepared.warnings:
         log.finding(f)
+    stop.check()  # a stop that came where nothing waited: before anything is made
     failed = apply(prepared, o.root, log.say)
     # what the report shows of the channels: read again, after they were made
     prepared = replace(prepared, imex=replace(prepared.imex,

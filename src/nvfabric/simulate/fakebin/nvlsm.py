@@ -52,22 +52,9 @@ def nvlsm(argv: list[str]) -> int:
     if not d.wait(float(d.faults.get("socket_delay_s", 0.05))):
         return d.crash() if d.crash_due() else _nvlsm_exit(d, opts, None, path)
     if not d.faults.get("no_socket"):
-        bound_at = time.time()
-        listener = _bind(path)
-        # fault listen_delay_s: a busy NVLSM, slow between bind (the file appears) and listen
-        # (connections are accepted): fabric manager started in the gap is refused. Without
-        # it, listen follows bind at once, as in NVLSM; the records come after (a write of
-        # calls.jsonl between the two would be a gap of its own), "socket" at the bind's time
-        gap = float(d.faults.get("listen_delay_s", 0))
-        if gap > 0:
-            record(root, "nvlsm", "socket", path=path, t=bound_at)
-            if not d.wait(gap):
-                listener.close()
-                return d.crash() if d.crash_due() else _nvlsm_exit(d, opts, None, path)
-        listener.listen(8)
-        if gap <= 0:
-            record(root, "nvlsm", "socket", path=path, t=bound_at)
-        record(root, "nvlsm", "listen", path=path)
+        listener = _listen(d, root, path)
+        if listener is None:  # stopped (or crashed) between bind and listen
+            return d.crash() if d.crash_due() else _nvlsm_exit(d, opts, None, path)
     say("Entering MASTER state")
     say("SUBNET UP")
     _spawn_orphans(root, int(d.faults.get("spawn_orphans", 0)))
@@ -118,6 +105,26 @@ def _start_up(root: str, opts: dict[str, str]) -> str | None:
         say(f"[fake] port GUID {guid} is not a port of this node; cannot bind")
         return None
     return guid
+
+
+def _listen(d: Daemon, root: str, path: str) -> socket | None:
+    """The FM-SM IPC socket at ``path``, bound, then listening; None when a stop or the crash
+    came in between. Fault ``listen_delay_s``: a busy NVLSM, slow between bind (the file
+    appears) and listen (connections are accepted): fabric manager started in the gap is
+    refused. Without it, listen follows bind at once, as in NVLSM, and the records come after
+    both (a write of calls.jsonl between the two would be a gap of its own)."""
+    listener = _bind(path)
+    gap = float(d.faults.get("listen_delay_s", 0))
+    if gap > 0:
+        record(root, "nvlsm", "socket", path=path)
+        if not d.wait(gap):
+            listener.close()
+            return None
+    listener.listen(8)
+    if gap <= 0:
+        record(root, "nvlsm", "socket", path=path)
+    record(root, "nvlsm", "listen", path=path)
+    return listener
 
 
 def _bind(path: str) -> socket:
