@@ -279,7 +279,7 @@ def test_one_dry_run_renderer_lists_a_b200(tmp_path: Path,
     assert lines[0] == "fabric nvlink5: 2 processes, in start order"
     assert lines[1].startswith(f"  nvlsm: {root}/opt/nvidia/nvlsm/sbin/nvlsm ")
     assert lines[2] == ("    ready when the socket "
-                        f"{root}/var/run/nvidia-fabricmanager/fm_sm_ipc.socket exists")
+                        f"{root}/var/run/nvidia-fabricmanager/fm_sm_ipc.socket listens")
     assert lines[3].startswith(f"  fabricmanager: {root}/usr/bin/nv-fabricmanager -c ")
     assert lines[4] == "    ready when every GPU's fabric state is completed"
     assert f"file {root}/run/nvfabric/fabricmanager.cfg (mode 644):" in lines

@@ -7,9 +7,13 @@ from __future__ import annotations
 import importlib
 import inspect
 import json
+import os
 import pkgutil
 import re
+import subprocess
+import sys
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
@@ -18,9 +22,10 @@ from nvfabric.cli.render import guarded
 from nvfabric.model import errors
 from nvfabric.model.errors import InputError, NvfabricError
 from nvfabric.model.findings import Finding
+from tests.runkit import sim
 
 #: Exception classes that are not errors of nvfabric (see the docstring of model/errors.py).
-NOT_ERRORS = {"nvfabric.artifacts.transport._Transient"}
+NOT_ERRORS = {"nvfabric.artifacts.transport._Transient", "nvfabric.effects.stop.Stopped"}
 
 
 def _exception_classes() -> Iterator[type[BaseException]]:
@@ -139,3 +144,38 @@ def test_a_refused_value_reaching_the_cli_is_one_json_object_and_exit_2(
 def test_finding_error_keeps_exit_code_one_by_default() -> None:
     err = NvfabricError(Finding("fm_inactive", "error", "fabric manager is not running"))
     assert err.exit_code == 1 and str(err) == "fabric manager is not running"
+
+
+#: ``nvfabric ARGS`` with a bug injected: the plan raises an exception no command expects.
+_WITH_A_BUG = """
+import runpy, sys
+import nvfabric.rules.plan as rules_plan
+def bug(*args, **kwargs):
+    raise RuntimeError("an injected bug")
+rules_plan.plan = bug
+sys.argv = ["nvfabric", *sys.argv[1:]]
+runpy.run_module("nvfabric", run_name="__main__", alter_sys=True)
+"""
+
+
+@pytest.mark.parametrize("debug", [False, True], ids=["plain", "NVFABRIC_DEBUG=1"])
+@pytest.mark.parametrize("as_json", [False, True], ids=["text", "json"])
+def test_an_internal_error_exits_3_with_or_without_nvfabric_debug(
+        tmp_path: Path, debug: bool, as_json: bool) -> None:
+    """README exit codes: 3 for a bug; NVFABRIC_DEBUG=1 adds the traceback and changes
+    nothing else (it used to re-raise: Python's exit 1, which means "the checked thing is
+    bad")."""
+    root = sim(tmp_path, "hgx-h100")
+    env = {k: v for k, v in os.environ.items() if k != "NVFABRIC_DEBUG"}
+    if debug:
+        env["NVFABRIC_DEBUG"] = "1"
+    proc = subprocess.run([sys.executable, "-c", _WITH_A_BUG, "plan", "--root", str(root),
+                           *(["--json"] if as_json else [])], capture_output=True, text=True,
+                          env=env, timeout=120, check=False)
+    assert proc.returncode == 3, proc.stderr
+    assert ("Traceback" in proc.stderr) is debug, proc.stderr
+    assert "RuntimeError: an injected bug" in proc.stderr + proc.stdout
+    if as_json:
+        assert json.loads(proc.stdout)["error"]["code"] == "internal_error"
+    else:
+        assert proc.stderr.rstrip().splitlines()[-1].startswith("nvfabric: internal_error: ")

@@ -125,7 +125,7 @@ def test_the_nvlsm_daemon_serves_its_socket_with_the_daemon_modules_only(tmp_pat
     conf = root / "usr/share/nvidia/nvlsm/nvlsm.conf"
     status, own, other = fake_imports(tmp_path, root, "nvlsm", "-F", str(conf), "-g", guid)
     assert status == 1  # the simulated crash's exit code
-    assert [e["event"] for e in events(root, "nvlsm")] == ["exec", "socket"]
+    assert [e["event"] for e in events(root, "nvlsm")] == ["exec", "socket", "listen"]
     assert own == package("nvlsm", *CORE)
     assert other <= {"__future__", *DAEMON_LIFE}, sorted(other)
 

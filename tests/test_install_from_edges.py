@@ -75,11 +75,11 @@ def test_the_purge_of_a_failed_run_ends_options_and_takes_only_package_names(
 ) -> None:
     seen: list[list[str]] = []
 
-    def fake_run(argv: list[str], **_: Any) -> Any:
-        seen.append(argv)
+    def fake_dpkg(argv: list[str]) -> Any:
+        seen.append(list(argv))
         return None
 
-    monkeypatch.setattr(debinstall.subprocess, "run", fake_run)
+    monkeypatch.setattr(debinstall, "_dpkg", fake_dpkg)
     monkeypatch.setattr(debinstall, "status_of", lambda root, names: {})
     rolled = debinstall._roll_back(str(tmp_path), ["nvidia-imex", "--instdir=/"])
     assert seen == [["dpkg", "--root", str(tmp_path), f"--log={tmp_path}/var/log/dpkg.log",
@@ -276,21 +276,20 @@ def test_a_changed_cached_deb_says_fetch_again_not_refresh_the_mirror(
 def test_a_package_dpkg_refused_before_unpacking_is_not_reported_purged(
     monkeypatch: pytest.MonkeyPatch, runfile_tray: Path, tmp_path: Path  # noqa: F811
 ) -> None:
-    import subprocess
+    from nvfabric.effects.program import Ran
 
     cache_deb(tmp_path / "debs")
     entries = cachefile.read(str(tmp_path / "debs"))
     prepared = debinstall.prepare(str(runfile_tray), str(tmp_path / "debs"), entries, "aarch64")
     calls: list[list[str]] = []
 
-    def refusing_dpkg(argv: list[str], **_: Any) -> subprocess.CompletedProcess[str]:
+    def refusing_dpkg(argv: list[str]) -> Ran:
         # What dpkg -i says for an arm64 .deb on an amd64 dpkg; it adds nothing.
-        calls.append(argv)
-        return subprocess.CompletedProcess(argv, 1, "", "dpkg: error processing archive: "
-                                           "package architecture (arm64) does not match "
-                                           "system (amd64)\n")
+        calls.append(list(argv))
+        return Ran(tuple(argv), 1, b"", b"dpkg: error processing archive: package "
+                   b"architecture (arm64) does not match system (amd64)\n")
 
-    monkeypatch.setattr(debinstall.subprocess, "run", refusing_dpkg)
+    monkeypatch.setattr(debinstall, "_dpkg", refusing_dpkg)
     with pytest.raises(NvfabricError) as err:
         debinstall.apply(str(runfile_tray), prepared)
     assert err.value.finding.fields["rolled_back"] == []

@@ -74,11 +74,12 @@ def _alive(pid: int) -> bool:
 
 
 def test_a_signal_during_a_blocked_nvml_read_ends_within_a_second() -> None:
-    # The host path: NVML is read in a helper thread (health.live._bounded); a read blocked
+    # The host path: NVML is read in a helper thread (facts.gpu._bounded); a read blocked
     # in the driver must not keep the command for the 15 s probe timeout.
     code = ("import time\n"
+            "from nvfabric.cli.status import stopped_exits\n"
             "from nvfabric.facts import gpu as live\n"
-            "with live.exit_on_sigterm():\n"
+            "with stopped_exits():\n"
             "    print('probing', flush=True)\n"
             "    live._bounded(lambda: time.sleep(60), 15.0)\n")
     for sig in (signal.SIGINT, signal.SIGTERM):
@@ -120,3 +121,38 @@ def test_sigkill_of_the_command_during_a_hanging_probe_leaves_no_probe_behind(
         for pid in probes:  # only the probe this test started, by pid
             if _alive(pid):
                 os.kill(pid, signal.SIGKILL)
+
+
+#: Run the CLI with a stop signal that arrives while ``pyexpat`` is imported: inside
+#: ``PyCapsule_Import``, which ``_elementtree``'s C initialisation calls and which turns any
+#: error raised meanwhile into an ImportError, which ElementTree catches. That is where
+#: `wait` lost its SIGTERM under load (1 in 10 with four loops on 2 cores): the handler's
+#: SystemExit landed there and vanished, and the probe ran on for its 15 s.
+_TRIP_DURING_THE_PARSER_IMPORT = """
+import os, runpy, signal, sys
+class Trip:
+    fired = False
+    def find_spec(self, name, path=None, target=None):
+        if name == "pyexpat" and not Trip.fired:
+            Trip.fired = True
+            os.kill(os.getpid(), signal.SIGTERM)
+            for _ in range(10000):  # the Python-level handler runs here, inside the import
+                pass
+        return None
+sys.meta_path.insert(0, Trip())
+sys.argv = ["nvfabric", *sys.argv[1:]]
+runpy.run_module("nvfabric", run_name="__main__", alter_sys=True)
+"""
+
+
+@pytest.mark.parametrize("command", [("status",), ("wait", "--timeout", "120")])
+def test_a_signal_that_lands_inside_a_c_import_still_stops_the_command(
+        tmp_path: Path, command: tuple[str, ...]) -> None:
+    root = sim(tmp_path, "hgx-h100")
+    set_faults(str(root), {"nvidia-smi": {"hang": True}})  # only a stop ends the probe
+    env = {k: v for k, v in os.environ.items() if k != "NVFABRIC_DEBUG"}
+    proc = subprocess.run([sys.executable, "-c", _TRIP_DURING_THE_PARSER_IMPORT, *command,
+                           "--root", str(root)], capture_output=True, text=True, env=env,
+                          timeout=120, check=False)
+    assert proc.returncode == 128 + signal.SIGTERM, proc.stderr[-2000:]
+    assert "Traceback" not in proc.stderr

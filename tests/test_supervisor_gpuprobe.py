@@ -211,3 +211,13 @@ def test_a_run_stopped_while_its_probe_hangs_leaves_no_probe_behind(
         until(lambda: not _pids_under(root), "the hung nvidia-smi gone", bound=10)
     finally:
         stop_pids(lambda: _pids_under(root))
+
+
+def test_an_answer_past_the_cap_is_unreadable_and_the_child_killed() -> None:
+    # The probe child's answer is read as every child's output is: bounded in bytes.
+    from nvfabric.supervisor.gpuprobe import ANSWER_MAX_BYTES
+
+    huge = GpuCheck(False, False, "x", "y" * (ANSWER_MAX_BYTES + 1))
+    got = in_child(lambda: huge)
+    assert (got.ready, got.summary) == (False, "unreadable")
+    assert got.error == f"the GPU probe wrote more than {ANSWER_MAX_BYTES >> 20} MiB (killed)"

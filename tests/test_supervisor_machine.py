@@ -60,6 +60,10 @@ class FakeHost:
     resets: list[tuple[str, ...]] = field(default_factory=list)
     missing: set[str] = field(default_factory=set)
     sockets: set[str] = field(default_factory=set)
+    #: sockets whose file exists (bind) that do not listen yet
+    bound_only: set[str] = field(default_factory=set)
+    #: the kernel's table of Unix sockets can be read
+    table: bool = True
     #: for each watch closed: how many services had been spawned by then
     unwatched: list[int] = field(default_factory=list)
 
@@ -108,6 +112,9 @@ class FakeHost:
 
     def socket_listening(self, path: str) -> bool:
         return False
+
+    def socket_listens(self, path: str) -> bool | None:
+        return path in self.sockets and path not in self.bound_only if self.table else None
 
     def unlink(self, path: str) -> None:
         self.sockets.discard(path)
@@ -270,6 +277,51 @@ def test_without_restart_a_failure_ends_the_run() -> None:
     f = unit.outcome.findings[0]
     assert (f.code, f.fields["service"], f.fields["signal"], f.fields["phase"]) == (
         "service_exited", "nvlsm", signal.SIGKILL, "after the fabric was ready")
+
+
+# ---------------------------------------------------------------- NVLSM's socket listens
+
+
+def test_nvlsm_is_ready_when_its_socket_listens_not_when_its_file_exists() -> None:
+    # bind(2) makes the file (inotify sees it), listen(2) makes it accept connections: fabric
+    # manager started in between was refused (`Connection refused`)
+    unit, host, log = machine([spec("nvlsm", ready_socket="/run/sm.sock"), spec("fm")])
+    unit.start()
+    host.sockets.add("/run/sm.sock")
+    host.bound_only.add("/run/sm.sock")
+    unit.on_socket_event(proc(unit, "nvlsm"))
+    assert len(host.spawned) == 1 and "exists but does not listen yet" in log.text
+    advance(unit, host, 0.5)  # looked at again and again: still not listening
+    assert len(host.spawned) == 1 and unit.outcome is None
+    assert host.notified[-1] == "STATUS=waiting for nvlsm to listen on /run/sm.sock"
+    host.bound_only.clear()  # listen(2): no inotify event; the next look sees it
+    advance(unit, host, 0.01)
+    assert [argv for _, argv in host.spawned] == [("/usr/bin/nvlsm",), ("/usr/bin/fm",)]
+    assert "nvlsm IPC socket /run/sm.sock is up after" in log.text
+
+
+def test_a_socket_that_never_listens_is_a_socket_timeout_naming_the_listen() -> None:
+    unit, host, _ = machine([spec("nvlsm", ready_socket="/run/sm.sock"), spec("fm")],
+                            Policy(socket_timeout_s=2.0))
+    unit.start()
+    host.sockets.add("/run/sm.sock")
+    host.bound_only.add("/run/sm.sock")
+    unit.on_socket_event(proc(unit, "nvlsm"))
+    advance(unit, host, 2.0)
+    exit_(unit, host, host.pids()[0], OK)
+    assert unit.outcome is not None and len(host.spawned) == 1
+    f = unit.outcome.findings[0]
+    assert f.code == "socket_timeout" and "did not listen on its IPC socket" in f.message
+
+
+def test_without_the_kernels_table_the_socket_file_is_the_readiness_as_before() -> None:
+    unit, host, log = machine([spec("nvlsm", ready_socket="/run/sm.sock"), spec("fm")],
+                              host=FakeHost(table=False))
+    unit.start()
+    host.sockets.add("/run/sm.sock")
+    unit.on_socket_event(proc(unit, "nvlsm"))
+    assert len(host.spawned) == 2
+    assert "the kernel's table of Unix sockets cannot be read" in log.text
 
 
 # ---------------------------------------------------------------- start limit
@@ -436,6 +488,25 @@ def test_r04_a_stop_signal_during_the_reset_is_an_orderly_stop() -> None:
     assert unit.outcome is not None and (unit.outcome.exit_code, unit.outcome.reason) == (
         0, "stopped")
     assert not host.spawned and "received SIGTERM during the GPU reset" in log.text
+
+
+def test_r04_a_stop_during_the_reset_before_a_restart_keeps_the_crash_that_caused_it() -> None:
+    # The crash asked for the restart, the reset ran, SIGTERM came during it: `stopped`,
+    # exit 0, and the service_exited that led there is still in the findings (it was dropped)
+    host = FakeHost(probe=lambda: REGISTERED, reset_answer=(None, b"", "SIGTERM"))
+    policy = Policy(restart="on-failure", backoff_base_s=0.01, gpu_reset_argv=("/r",))
+    unit, host, _ = machine([_fm()], policy, host)
+    unit.start()
+    _ready_then_crash(unit, host)
+    advance(unit, host, 1)
+    assert host.resets == [("/r",)] and len(host.spawned) == 1
+    assert unit.outcome is not None and (unit.outcome.exit_code, unit.outcome.reason) == (
+        0, "stopped")
+    (crash,) = unit.outcome.findings
+    assert (crash.code, crash.severity, crash.fields["exit_code"]) == (
+        "service_exited", "error", 1)
+    assert crash.fields["restarted"] is False
+    assert crash.message.endswith("the run was stopped during the GPU reset before its restart")
 
 
 def test_r04_no_gpu_reset_needed_where_the_spec_does_not_ask() -> None:

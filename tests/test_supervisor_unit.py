@@ -469,7 +469,10 @@ def test_status_says_what_the_unit_waits_for_in_order(
                          Policy(probe_interval_s=0.01), log=StopOn("fabric ready in"),
                          probe=probe).run()
     with listener:
-        messages = listener.messages
+        # a server that the kernel preempts between its bind and its listen is seen bound
+        # first: then the unit also says that it waits for the listen (and only then)
+        messages = [m for m in listener.messages
+                    if m != f"STATUS=waiting for nvlsm to listen on {path}"]
     assert outcome.exit_code == 0
     assert messages[:5] == [
         f"STATUS=waiting for nvlsm IPC socket {path}",

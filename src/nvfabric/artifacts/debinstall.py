@@ -29,7 +29,6 @@ reach a command line.
 from __future__ import annotations
 
 import os
-import subprocess
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -53,6 +52,7 @@ from nvfabric.artifacts.runfile import DriverOrigin
 from nvfabric.artifacts.tables import OWN_VERSION
 from nvfabric.artifacts.transport import sha256_file
 from nvfabric.artifacts.versions import same
+from nvfabric.effects import program
 from nvfabric.facts.paths import confined as confined_path
 from nvfabric.model import hostpath
 from nvfabric.model.commandline import command_line
@@ -61,6 +61,9 @@ from nvfabric.model.findings import Finding
 from nvfabric.model.words import seconds
 
 DPKG_TIMEOUT_S = 900.0
+#: The most of dpkg's stdout and stderr kept each (the tail: the failure names its last
+#: lines); maintainer scripts may print a lot, which is read on and dropped.
+DPKG_OUTPUT_BYTES = 1 << 20
 DPKG_LOG = "/var/log/dpkg.log"
 #: What dpkg --root writes of its database (dpkg(1) FILES: the admin directory and its parts).
 ADMIN_PATHS = ("/var/lib/dpkg", "/var/lib/dpkg/status", "/var/lib/dpkg/info",
@@ -376,12 +379,9 @@ def apply(root: str, prepared: Prepared) -> list[dict[str, Any]]:
     names = [k["Package"] for k in todo]
     before = {n: s for n, s in status_of(root, names).items() if s[0].endswith(" installed")}
     try:
-        proc = subprocess.run(list(prepared.argv), stdin=subprocess.DEVNULL,
-                              capture_output=True, text=True, timeout=DPKG_TIMEOUT_S,
-                              check=False)
-        rc, out = proc.returncode, (proc.stdout + proc.stderr).strip()
-    except subprocess.TimeoutExpired:
-        rc, out = 124, f"timed out after {seconds(DPKG_TIMEOUT_S)} s"
+        ran = _dpkg(prepared.argv)
+        rc, out = (124, f"timed out after {seconds(DPKG_TIMEOUT_S)} s") if ran.rc is None else \
+            (ran.rc, (ran.stdout + ran.stderr).decode("utf-8", "replace").strip())
     except OSError as err:
         raise _failed(root, prepared.argv, f"cannot run: {err.strerror}", "", [], []) from None
     after = status_of(root, names)
@@ -395,6 +395,15 @@ def apply(root: str, prepared: Prepared) -> list[dict[str, Any]]:
         raise _failed(root, prepared.argv, why, out, rolled, [n for n in names if n in before])
     return [{"package": k["Package"], "version": k["Version"], "status": "install ok installed",
              "changed": k["Package"] not in prepared.unchanged} for k in prepared.controls]
+
+
+def _dpkg(argv: Sequence[str]) -> program.Ran:
+    """One dpkg call through the door of every child whose output is read
+    (:func:`nvfabric.effects.program.run`): bounded by :data:`DPKG_TIMEOUT_S` (then its
+    process group, maintainer scripts included, is killed), the last :data:`DPKG_OUTPUT_BYTES`
+    of each stream kept; never killed for its output (it changes the node). OSError when it
+    cannot be run."""
+    return program.run(argv, DPKG_TIMEOUT_S, DPKG_OUTPUT_BYTES, DPKG_OUTPUT_BYTES, keep="tail")
 
 
 def newly_added(root: str, prepared: Prepared) -> list[str]:
@@ -436,9 +445,8 @@ def _roll_back(root: str, added: Sequence[str]) -> list[str]:
         return []
     try:
         argv = [*dpkg_base(root), "--purge", "--", *names]
-        subprocess.run(argv, stdin=subprocess.DEVNULL, capture_output=True,
-                       timeout=DPKG_TIMEOUT_S, check=False)
-    except (OSError, ValueError, subprocess.TimeoutExpired):
+        _dpkg(argv)
+    except (OSError, ValueError):
         return []
     still = status_of(root, added)
     return [n for n in names if n not in still or still[n][0].endswith("not-installed")]

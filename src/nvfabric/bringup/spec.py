@@ -83,8 +83,9 @@ class ServiceSpec:
 
     Readiness (the next service starts, and the unit is reported ready, only once it holds):
 
-    - ``ready_socket``: a path where the daemon creates a Unix socket (NVLSM's IPC socket);
-      waited for with an event-driven watch bounded by the supervisor's socket timeout;
+    - ``ready_socket``: a path where the daemon creates a Unix socket (NVLSM's IPC socket)
+      and listens on it; waited for with an event-driven watch, then confirmed listening in
+      the kernel's table of Unix sockets, bounded by the supervisor's socket timeout;
     - ``ready_gpus``: every GPU's fabric state is ``completed`` (read through the health
       module); bounded by the supervisor's readiness timeout, which yields a finding, not a
       stop (the daemon may still finish);

@@ -10,9 +10,12 @@ failed); 2 usage or unreadable input; 3 internal error (a bug: please report it)
 from __future__ import annotations
 
 import importlib
+import signal
 from typing import Any
 
 import click
+
+from nvfabric.effects import stop
 
 #: command name -> "module:attribute" of its click command, in help order.
 COMMANDS: dict[str, str] = {
@@ -52,6 +55,12 @@ class LazyGroup(click.Group):
         if target is None:
             return None
         module, _, attr = target.partition(":")
+        if cmd_name == "run":
+            # From here until the supervisor takes them over, SIGTERM and SIGINT are events
+            # (nvfabric.effects.stop): whatever run is doing, it ends with `stopped`, exit 0
+            # and its one JSON object, never killed half-way or with click's `Aborted!`;
+            # SIGHUP is ignored with one line, as the supervisor ignores it.
+            stop.watch(ignored=(signal.SIGHUP,))
         command: Any = getattr(importlib.import_module(module), attr)
         assert isinstance(command, click.Command)
         return command

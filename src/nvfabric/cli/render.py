@@ -254,7 +254,8 @@ def safe(value: object) -> str:
 
 def guarded(fn: F) -> F:
     """Turn NvfabricError and stray exceptions into one line (one JSON object under ``--json``)
-    and an exit code; never a traceback unless NVFABRIC_DEBUG is set.
+    and an exit code; never a traceback unless NVFABRIC_DEBUG is set (then also the traceback,
+    with the same exit code).
 
     An OSError or UnicodeDecodeError that escapes a command is about the files or directories
     it was given (a file where a directory should be, bytes that are not text): exit 2 with
@@ -283,22 +284,34 @@ def guarded(fn: F) -> F:
             _quiet_stdout()
             sys.exit(0)
         except UnicodeDecodeError as err:
-            if os.environ.get("NVFABRIC_DEBUG"):
-                raise
+            debug_traceback()
             fail(Finding("input_unreadable", "error", f"input is not text: {err}",
                          "give a text file (UTF-8)"), 2, as_json)
         except OSError as err:
-            if os.environ.get("NVFABRIC_DEBUG"):
-                raise
+            debug_traceback()
             fail(*os_error(err), as_json)
         except Exception as err:  # noqa: BLE001 - last resort, see docstring
-            if os.environ.get("NVFABRIC_DEBUG"):
-                raise
-            fail(Finding("internal_error", "error", f"{type(err).__name__}: {err}",
-                         "this is a bug in nvfabric: run again with NVFABRIC_DEBUG=1 for the "
-                         "traceback and report it"), 3, as_json)
+            debug_traceback()
+            fail(internal_error(err), 3, as_json)
 
     return wrapper  # type: ignore[return-value]
+
+
+def internal_error(err: BaseException) -> Finding:
+    """The finding of a bug (exit 3): an exception no command expects."""
+    return Finding("internal_error", "error", f"{type(err).__name__}: {err}",
+                   "this is a bug in nvfabric: run again with NVFABRIC_DEBUG=1 for the "
+                   "traceback and report it")
+
+
+def debug_traceback() -> None:
+    """With ``NVFABRIC_DEBUG`` set, the traceback of the exception being handled on stderr.
+    The exit code stays the contract's (3 for a bug, 2 for unreadable input): debugging
+    changes what is printed, never how the command ends."""
+    if os.environ.get("NVFABRIC_DEBUG"):
+        import traceback
+
+        traceback.print_exc()
 
 
 def _quiet_stdout() -> None:

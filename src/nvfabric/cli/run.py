@@ -15,6 +15,7 @@ from __future__ import annotations
 import functools
 import os
 import shlex
+import signal
 import sys
 from dataclasses import dataclass, replace
 from typing import Any, NoReturn
@@ -36,9 +37,11 @@ from nvfabric.cli.render import (
 )
 from nvfabric.cli.runview import Emit
 from nvfabric.cli.textfile import read_text_file
+from nvfabric.effects import stop
 from nvfabric.effects.log import Log
 from nvfabric.effects.notify import notify_nothing_to_start
 from nvfabric.effects.runlock import READY_FILE, RunLock
+from nvfabric.effects.stop import SIGHUP_IGNORED
 from nvfabric.facts.fs import program_path
 from nvfabric.facts.paths import confined
 from nvfabric.frozen import is_one_file
@@ -114,11 +117,30 @@ _PATH_OPTIONS = (("state_dir", "--state-dir"), ("fm_bin", "--fm-bin"),
                  ("imex_ctl", "--imex-ctl"), ("imex_config", "--imex-config"))
 
 
+#: The outcomes decided before anything was started, which a stop signal that came meanwhile
+#: turns into ``stopped`` (exit 0; their findings kept): the operator asked for a stop.
+_BEFORE_START = ("blocked", "refused", "would_start")
+
+
 def _emit(result: str, code: int, findings: list[Finding], *, p: Plan, o: RunOptions,
           **kw: Any) -> NoReturn:
-    """Print the outcome (:func:`nvfabric.cli.runview.report`) and exit with ``code``."""
+    """Print the outcome (:func:`nvfabric.cli.runview.report`) and exit with ``code``; a stop
+    signal that came before (:mod:`nvfabric.effects.stop`) makes an outcome decided before
+    the start ``stopped``."""
+    for _ in stop.ignored():
+        Log().say(SIGHUP_IGNORED)
+    if stop.received() and result in _BEFORE_START:
+        result, code = "stopped", 0
+        kw["title"] = "found before the stop" if kw.get("title") else ""
+        _say_stopped()
     runview.report(result, code, findings, p, as_json=o.as_json, dry_run=o.dry_run, **kw)
     sys.exit(code)
+
+
+def _say_stopped() -> None:
+    """The one log line of a run stopped before it started anything."""
+    name = signal.Signals(stop.received() or signal.SIGTERM).name
+    Log().say(f"received {name} before anything was started: stopped")
 
 
 @click.command("run")
@@ -206,6 +228,15 @@ def _run(o: RunOptions) -> NoReturn:
     inv = collect(o.root, o.arch)
     p = plan(inv)
     emit: Emit = functools.partial(_emit, p=p, o=o)
+    try:
+        _bring_up(o, inv, p, emit)
+    except stop.Stopped:  # during a wait of the preflight, or at the hand-over
+        _say_stopped()
+        emit("stopped", 0, [])
+
+
+def _bring_up(o: RunOptions, inv: Inventory, p: Plan, emit: Emit) -> NoReturn:
+    """Refuse a blocked plan, or bring up the plan's fabric kind."""
     if p.blocked:
         if not o.dry_run:
             runlock.clear_stale_unlocked(o.root, o.state_dir)
@@ -292,27 +323,32 @@ def _run_fm(o: RunOptions, inv: Inventory, p: Plan, emit: Emit) -> NoReturn:
         raise usage_error(str(err), "pass absolute host paths (resolved under --root) without "
                           "control characters") from None
     prepared = replace(prepared, notes=(*prepared.notes, *vend.notes()))
-    lock = runlock.hold(o.root, o.state_dir, o.dry_run, emit)
-    facts = node.collect(o.root, inv, prepared.checks(), gpu_read)
-    pre = preflight(facts, prepared.preflight_processes(), driver=p.driver_version,
-                    needs_reset=prepared.needs_reset, reset_argv=reset_argv,
-                    reset_found=reset_argv is None or program_path(reset_argv[0]) is not None)
-    # the plan's warnings (management_port_unverified) go with the preflight's
-    pre = replace(pre, findings=(*p.findings, *pre.findings))
-    if o.dry_run:
-        if not o.as_json:
-            runview.dry_run(prepared, pre.refused)
-        emit("refused" if pre.refused else "would_start", 1 if pre.refused else 0,
-             list(pre.findings), listed=prepared, title="preflight would refuse to start"
-             if pre.refused else "preflight")
-    if pre.refused:
-        emit("refused", 1, list(pre.findings), listed=prepared,
-             title="preflight: nothing was started")
-    serve(o)
-    _supervise_fm(o, prepared, p, cfg.root, pre.findings,
-                  o.policy(socket_timeout_s=o.socket_timeout, gpu_reset_argv=reset_argv,
-                           gpu_reset_timeout_s=o.gpu_reset_timeout,
-                           registered_at_start=pre.registered), vend, lock)
+    try:
+        lock = runlock.hold(o.root, o.state_dir, o.dry_run, emit)
+        facts = node.collect(o.root, inv, prepared.checks(), gpu_read)
+        pre = preflight(facts, prepared.preflight_processes(), driver=p.driver_version,
+                        needs_reset=prepared.needs_reset, reset_argv=reset_argv,
+                        reset_found=reset_argv is None
+                        or program_path(reset_argv[0]) is not None)
+        # the plan's warnings (management_port_unverified) go with the preflight's
+        pre = replace(pre, findings=(*p.findings, *pre.findings))
+        if o.dry_run:
+            if not o.as_json:
+                runview.dry_run(prepared, pre.refused)
+            emit("refused" if pre.refused else "would_start", 1 if pre.refused else 0,
+                 list(pre.findings), listed=prepared, title="preflight would refuse to start"
+                 if pre.refused else "preflight")
+        if pre.refused:
+            emit("refused", 1, list(pre.findings), listed=prepared,
+                 title="preflight: nothing was started")
+        serve(o)
+        _supervise_fm(o, prepared, p, cfg.root, pre.findings,
+                      o.policy(socket_timeout_s=o.socket_timeout, gpu_reset_argv=reset_argv,
+                               gpu_reset_timeout_s=o.gpu_reset_timeout,
+                               registered_at_start=pre.registered), vend, lock)
+    except stop.Stopped:  # during a probe's wait, or at the hand-over: nothing was started
+        _say_stopped()
+        emit("stopped", 0, [], listed=prepared)
 
 
 def _nothing_to_do(o: RunOptions, p: Plan, emit: Emit) -> NoReturn:
@@ -421,6 +457,7 @@ def _supervise_fm(o: RunOptions, prepared: Prepared, p: Plan, root: str,
     from nvfabric.supervisor.lean import supervise
 
     log = Log()
+    stop.check()  # a stop that came where nothing waited: before anything is written
     apply(prepared, root, log.say)
     for note in prepared.notes:
         log.say(note)

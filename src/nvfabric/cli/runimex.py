@@ -16,6 +16,7 @@ from nvfabric.bringup.prepared import Prepared
 from nvfabric.cli import runview
 from nvfabric.cli.runlock import hold
 from nvfabric.cli.runview import Emit
+from nvfabric.effects import stop
 from nvfabric.model.inventory import Inventory
 from nvfabric.observe.hook import attach
 from nvfabric.observe.unitstate import NOTHING_TO_RUN, of_supervisor
@@ -103,6 +104,7 @@ def _supervise_imex(o: RunOptions, opts: ImexRunOptions, prepared: Prepared, p: 
         log.say(note)
     for f in prepared.warnings:
         log.finding(f)
+    stop.check()  # a stop that came where nothing waited: before anything is made
     failed = apply(prepared, o.root, log.say)
     # what the report shows of the channels: read again, after they were made
     prepared = replace(prepared, imex=replace(prepared.imex,
@@ -124,6 +126,7 @@ def _supervise_imex(o: RunOptions, opts: ImexRunOptions, prepared: Prepared, p: 
         ready_file=opts.ready_file, ready_info=info, pid_dir=opts.resolve(opts.state_dir))
     attach(lambda: of_supervisor(sup), imex=(opts.resolve(opts.paths.ctl), prepared.files[1].path),
            phase=lambda: sup.unit.phase)
+    stop.handover()  # the signals are the supervisor's from here on
     outcome = sup.run()
     emit(outcome.reason, outcome.exit_code, list(outcome.findings), listed=prepared,
          outcome=outcome, title="run failed" if outcome.exit_code else "")

@@ -49,7 +49,7 @@ def dry_run(prepared: Prepared, refused: bool) -> None:
     for s in prepared.processes:
         _echo(f"  {s.name}: {shlex.join(s.argv)}")
         if s.ready_socket:
-            _echo(f"    ready when the socket {s.ready_socket} exists")
+            _echo(f"    ready when the socket {s.ready_socket} listens")
         if s.name == "imex":
             _echo("    ready when `nvidia-imex-ctl -q` prints READY")
         elif s.ready_gpus:

@@ -9,10 +9,13 @@ timed out); 2 bad input.
 
 from __future__ import annotations
 
+import contextlib
 import math
 import os
+import signal
 import sys
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -28,6 +31,7 @@ from nvfabric.cli.render import (
     root_option,
     safe,
 )
+from nvfabric.effects import stop
 from nvfabric.model.errors import usage_error
 from nvfabric.model.vocab import FABRIC_KINDS, FabricKind
 
@@ -89,17 +93,16 @@ def _decode(data: bytes) -> str:
     return text.replace("\0", "") if name == "utf-8" else text  # NUL padding
 
 
-#: The largest nvidia-smi capture read: `nvidia-smi -q -x` of an 8-GPU node is ~250 KB; 16 MiB
-#: holds any real one, and `/dev/zero` or a 500 MB file is refused instead of filling memory.
-MAX_CAPTURE_BYTES = 16 << 20
-
-
 def read_capture(path: str) -> FabricHealth:
-    """A saved nvidia-smi capture (``-`` for stdin). Unreadable or unrecognised -> exit 2."""
+    """A saved nvidia-smi capture (``-`` for stdin), at most
+    :data:`nvfabric.facts.gpu.SMI_MAX_BYTES` (16 MiB: `nvidia-smi -q -x` of an 8-GPU node is
+    ~250 KB; `/dev/zero` or a 500 MB file is refused instead of filling memory), the same
+    bound as the node's nvidia-smi output. Unreadable or unrecognised -> exit 2."""
+    from nvfabric.facts.gpu import SMI_MAX_BYTES
     from nvfabric.facts.smi import SmiFormatError, parse
     from nvfabric.strict import read_capped
 
-    data = read_capped(path, MAX_CAPTURE_BYTES, "an nvidia-smi capture",
+    data = read_capped(path, SMI_MAX_BYTES, "an nvidia-smi capture",
                        "give a file saved from `nvidia-smi -q` (or -q -x)")
     try:
         return parse(_decode(data))
@@ -340,25 +343,24 @@ def status(ctx: click.Context, root: str, capture: str | None, fabric: FabricKin
     \b
     Exit codes: 0 healthy or not_applicable; 1 degraded, unhealthy or pending; 2 bad input.
     """
-    from nvfabric.facts.gpu import exit_on_sigterm
-
     if prometheus and as_json:
         raise usage_error("--prometheus and --json both choose the output: give one",
                           "drop --json for the Prometheus text format, or --prometheus for "
                           "the JSON object")
     if textfile is not None:
         textfile = textfile_path(root, textfile)
-    with exit_on_sigterm():
+    with stopped_exits():
         report = evaluate(root, capture, fabric, _root_given(ctx), grace)
-    if prometheus or textfile is not None:
-        from nvfabric.observe.metrics import reading_of, render
+        if prometheus or textfile is not None:
+            from nvfabric.observe.metrics import reading_of, render
 
-        reading = reading_of(report)
-        if any(s.name == "imex" and s.running for s in report.services or ()):
-            reading = _with_imex_domain(root, reading)
-        if capture is None:
-            reading = _with_run_ready(root, reading)
-        text = render(reading)
+            reading = reading_of(report)
+            if any(s.name == "imex" and s.running for s in report.services or ()):
+                reading = _with_imex_domain(root, reading)
+            if capture is None:
+                reading = _with_run_ready(root, reading)
+            text = render(reading)
+        stop.check()  # one that came during a read that waits on nothing
         if textfile is not None:
             write_textfile(textfile, text)
     if prometheus:
@@ -449,6 +451,19 @@ def write_textfile(path: str, text: bytes) -> None:
         raise NvfabricError(finding, exit_code=code) from None
 
 
+@contextlib.contextmanager
+def stopped_exits() -> Iterator[None]:
+    """While inside, SIGTERM and SIGINT end the command with ``128 + signal`` (143, 130: the
+    shell's figures, never 1, which means "unhealthy"), at once also while a probe runs
+    (:mod:`nvfabric.effects.stop`: the probe's group is killed, an NVML read blocked in its
+    helper thread is left behind); nothing is printed."""
+    with stop.watching():
+        try:
+            yield
+        except stop.Stopped as got:
+            sys.exit(128 + (got.signum or stop.received() or signal.SIGTERM))
+
+
 #: The shortest fabric-state probe ``wait`` makes, even when its time is (nearly) up, so that
 #: the last answer is a reading rather than a timeout; it bounds the overrun of --timeout.
 MIN_PROBE_S = 0.5
@@ -479,17 +494,16 @@ def wait(root: str, fabric: FabricKind | None, grace: float | None, timeout: flo
 
     For init containers, ExecStartPost= and job prologs.
     """
-    from nvfabric.facts.gpu import exit_on_sigterm
-
     deadline = time.monotonic() + timeout
-    with exit_on_sigterm():
+    with stopped_exits():
         while True:
             left = deadline - time.monotonic()
             report = evaluate(root, None, fabric, True, grace,
                               probe_timeout_s=probe_budget(left))
+            stop.check()  # one that came during a read that waits on nothing
             if report.exit_code == 0 or time.monotonic() >= deadline:
                 break
-            time.sleep(min(interval, max(0.0, deadline - time.monotonic())))
+            stop.sleep(min(interval, max(0.0, deadline - time.monotonic())))
     if as_json:
         print_json({**report.to_json(), "timed_out": report.exit_code != 0})
     else:

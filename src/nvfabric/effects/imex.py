@@ -11,19 +11,21 @@ from __future__ import annotations
 import errno
 import os
 import stat
-import subprocess
 
+from nvfabric.effects import program
 from nvfabric.effects.atomic import staged, write_atomic
-from nvfabric.facts.imex import channel_target, stat_node
+from nvfabric.facts.imex import (
+    SYSTEMCTL_MAX_BYTES,
+    SYSTEMCTL_TIMEOUT_S,
+    channel_target,
+    stat_node,
+)
 from nvfabric.facts.paths import confined
 from nvfabric.model import hostpath
 from nvfabric.model.errors import os_hint
 from nvfabric.model.words import seconds
 from nvfabric.rules.imex.channels import DevNode, channel_path
 from nvfabric.rules.imex.tables import CHANNEL_DIR, CHANNEL_MODE, HOST_UNIT
-
-#: Bound for each systemctl call (it only edits links offline; a live manager answers fast).
-SYSTEMCTL_TIMEOUT_S = 60.0
 
 
 def create_channel(root: str, number: int, major: int) -> DevNode:
@@ -87,12 +89,13 @@ def unit_argv(root: str, action: str, now: bool, live: bool) -> list[str]:
 
 
 def run_systemctl(argv: list[str]) -> tuple[int, str]:
-    """Run one systemctl argv (no shell), bounded by :data:`SYSTEMCTL_TIMEOUT_S`: (exit status,
-    its stdout and stderr together, stripped). OSError when systemctl cannot be run; a timeout
-    is exit status 124."""
-    try:
-        proc = subprocess.run(argv, stdin=subprocess.DEVNULL, capture_output=True, text=True,
-                              timeout=SYSTEMCTL_TIMEOUT_S, check=False)
-    except subprocess.TimeoutExpired:
+    """Run one systemctl argv (no shell) through the door of every child whose output is read
+    (:func:`nvfabric.effects.program.run`), bounded by :data:`SYSTEMCTL_TIMEOUT_S` and, for
+    what is kept of its output, :data:`SYSTEMCTL_MAX_BYTES` a stream: (exit status, its stdout
+    and stderr together, stripped). OSError when systemctl cannot be run; a timeout is exit
+    status 124."""
+    ran = program.run(argv, SYSTEMCTL_TIMEOUT_S, SYSTEMCTL_MAX_BYTES, SYSTEMCTL_MAX_BYTES,
+                      keep="tail")  # it changes the node: never killed for its output
+    if ran.rc is None:
         return 124, f"timed out after {seconds(SYSTEMCTL_TIMEOUT_S)} s"
-    return proc.returncode, (proc.stdout + proc.stderr).strip()
+    return ran.rc, (ran.stdout + ran.stderr).decode("utf-8", "replace").strip()

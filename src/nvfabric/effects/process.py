@@ -11,7 +11,7 @@ import os
 import signal
 import sys
 import warnings
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from nvfabric.strict import int_or_none
 
@@ -43,6 +43,22 @@ def die_with_parent(sig: int, parent: int) -> bool:
     if not sys.platform.startswith("linux"):
         return True
     return _libc().prctl(_PR_SET_PDEATHSIG, sig, 0, 0, 0) == 0 and os.getppid() == parent
+
+
+def die_with_parent_preexec(sig: int) -> Callable[[], None] | None:
+    """A ``preexec_fn`` for :class:`subprocess.Popen` that gives the child
+    :func:`die_with_parent` ``(sig)`` (it exits at once, 127, when the caller is already gone).
+    libc is looked up here, in the parent: the child only calls it. None off Linux."""
+    if not sys.platform.startswith("linux"):
+        return None
+    prctl = _libc().prctl
+    parent = os.getpid()
+
+    def child() -> None:
+        if prctl(_PR_SET_PDEATHSIG, sig, 0, 0, 0) != 0 or os.getppid() != parent:
+            os._exit(127)
+
+    return child
 
 
 def spawn(argv: Sequence[str], env: dict[str, str]) -> tuple[int, int]:

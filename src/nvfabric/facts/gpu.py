@@ -13,19 +13,20 @@ This is the contract the supervisor relies on: :func:`read` returns one GpuFabri
 
 from __future__ import annotations
 
-import contextlib
 import os
-import signal
-import sys
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 
+from nvfabric.effects import stop
 from nvfabric.facts.paths import is_live, under
 from nvfabric.model.findings import Finding
 from nvfabric.model.health import FabricHealth, GpuFabric
 from nvfabric.model.words import seconds
 
 SMI_TIMEOUT_S = 15.0
+#: The most of ``nvidia-smi -q -x``'s output read: the limit of a saved capture (README
+#: "Sizes"; an 8-GPU node's is ~250 KB); a program printing more is killed at it.
+SMI_MAX_BYTES = 16 << 20
 
 
 #: A source of fabric state: given the probe's time bound (seconds), the reading.
@@ -85,20 +86,32 @@ def smi_source(root: str) -> Source:
 
 
 def _run_smi(smi: str, timeout: float) -> FabricHealth:
+    """``smi -q -x`` through the probe door (:func:`nvfabric.effects.program.run`: its output
+    at most :data:`SMI_MAX_BYTES`, killed at ``timeout`` seconds or the cap, not run when it
+    is a link out of the root), its XML parsed."""
+    from nvfabric.effects import program  # lazy: `status --from-nvidia-smi` runs no probe
+    from nvfabric.facts.paths import PathEscape
+
     try:
-        rc, out, err = run_bounded([smi, "-q", "-x"], timeout, meanwhile=_load_parser)
+        ran = program.run([smi, "-q", "-x"], timeout, SMI_MAX_BYTES, meanwhile=_load_parser)
     except OSError as error:
         return _failed(f"{smi} -q -x did not run: {error.strerror or error}")
-    if rc is None:
+    except PathEscape as error:
+        return _failed(str(error), "outside_root")
+    if ran.timed_out:
         return _failed(f"{smi} -q -x did not answer within {seconds(timeout)} s (killed)",
                        "timeout")
-    if rc != 0:
-        first = (err or out).decode("utf-8", "replace").strip().splitlines()
-        return _failed(f"{smi} -q -x exited {rc}: {first[0] if first else ''}")
+    if ran.rc is None:
+        assert ran.limit is not None
+        return _failed(ran.limit_text(), "output_limit",
+                       {"program": smi, "limit": ran.limit.what, "limit_value": ran.limit.value})
+    if ran.rc != 0:
+        first = (ran.stderr or ran.stdout).decode("utf-8", "replace").strip().splitlines()
+        return _failed(f"{smi} -q -x exited {ran.rc}: {first[0] if first else ''}")
     from nvfabric.facts.smi import SmiFormatError, parse
 
     try:
-        return parse(out.decode("utf-8", "replace"))
+        return parse(ran.stdout.decode("utf-8", "replace"))
     except SmiFormatError as error:
         return _failed(f"{smi} -q -x printed no readable capture: {error}")
 
@@ -108,101 +121,11 @@ def _load_parser() -> None:
     import nvfabric.facts.smi  # noqa: F401
 
 
-def run_bounded(argv: list[str], timeout: float,
-                meanwhile: Callable[[], None] | None = None) -> tuple[int | None, bytes, bytes]:
-    """(exit code, stdout, stderr) of ``argv`` (no shell), or (None, ...) when it did not
-    finish within ``timeout`` seconds: then its whole process group gets SIGKILL, so a
-    grandchild holding the pipes cannot keep the caller waiting. ``meanwhile()`` is called
-    once the program runs (work that does not need its answer, done while it is awaited).
-    Raises OSError when the program cannot be started."""
-    import subprocess  # lazy: `status --from-nvidia-smi` runs no probe
-
-    proc = subprocess.Popen(  # noqa: S603 - argv list, no shell
-        argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-        start_new_session=True, preexec_fn=_die_with_parent(),
-    )
-    try:
-        if meanwhile is not None:
-            meanwhile()
-        out, err = proc.communicate(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        _kill_group(proc.pid)
-        try:
-            out, err = proc.communicate(timeout=1.0)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            out, err = b"", b""
-        return None, out, err
-    finally:
-        # Leaving for any other reason (KeyboardInterrupt, SystemExit from a SIGTERM handler,
-        # see :func:`exit_on_sigterm`): the probe is in its own session, so no terminal signal
-        # reaches it; without this it would run on with PPID 1.
-        if proc.poll() is None:
-            _kill_group(proc.pid)
-            with contextlib.suppress(subprocess.TimeoutExpired):
-                proc.wait(timeout=1.0)
-    return proc.returncode, out, err
-
-
-#: prctl(2) option (<linux/prctl.h> PR_SET_PDEATHSIG = 1): the signal a process gets when
-#: its parent thread exits.
-_PR_SET_PDEATHSIG = 1
-
-
-def _die_with_parent() -> Callable[[], None] | None:
-    """On Linux, a ``preexec_fn`` that gives the probe PR_SET_PDEATHSIG = SIGKILL (prctl(2)):
-    a caller killed with SIGKILL runs no ``finally``, and the probe, in its own session, would
-    otherwise run on with PPID 1 for as long as nvidia-smi hangs. The libc function is looked
-    up here, in the parent; the child only calls it (and exits when the caller is already
-    gone). None elsewhere."""
-    if not sys.platform.startswith("linux"):
-        return None
-    import ctypes  # lazy, as subprocess
-
-    prctl = ctypes.CDLL(None, use_errno=True).prctl
-    parent = os.getpid()
-
-    def child() -> None:
-        prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
-        if os.getppid() != parent:  # the caller died before the prctl: nobody to answer
-            os._exit(127)
-
-    return child
-
-
-def _kill_group(pgid: int) -> None:
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(pgid, signal.SIGKILL)
-
-
-@contextlib.contextmanager
-def exit_on_sigterm() -> Iterator[None]:
-    """While inside, SIGTERM and SIGINT raise ``SystemExit(128 + signal)`` (143, 130: the
-    shell's figures, never 1, which means "unhealthy") in the main thread at once, also while
-    a probe runs (a helper thread's join and a child's pipes are interrupted), so ``finally``
-    clauses run: the one in :func:`run_bounded` kills a running probe's process group; an
-    NVML read blocked in its helper thread is left behind (a daemon thread). The previous
-    handlers are put back on leaving. Outside the main thread (no signal handlers there) it
-    does nothing."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-
-    def handler(signum: int, frame: object) -> None:
-        raise SystemExit(128 + signum)
-
-    previous = {sig: signal.signal(sig, handler) for sig in (signal.SIGTERM, signal.SIGINT)}
-    try:
-        yield
-    finally:
-        for sig, old in previous.items():
-            signal.signal(sig, old)
-
-
 def _bounded(read: Callable[[], FabricHealth], timeout: float) -> FabricHealth:
     """``read()`` in a daemon thread, given ``timeout`` seconds; a reading that does not come
     back in time (an NVML call blocked in the driver) is a finding, and the thread is left
-    behind (it cannot be interrupted; it ends with the process)."""
+    behind (it cannot be interrupted; it ends with the process). A stop signal
+    (:mod:`nvfabric.effects.stop`) ends the wait at once: Stopped."""
     box: list[FabricHealth] = []
     failure: list[BaseException] = []
 
@@ -212,9 +135,21 @@ def _bounded(read: Callable[[], FabricHealth], timeout: float) -> FabricHealth:
         except BaseException as err:  # noqa: BLE001 - handed back to the caller below
             failure.append(err)
 
-    thread = threading.Thread(target=work, name="nvml-read", daemon=True)
-    thread.start()
-    thread.join(timeout)
+    done_r, done_w = os.pipe2(os.O_CLOEXEC)
+
+    def work_and_say() -> None:
+        stop.block_in_thread()
+        try:
+            work()
+        finally:
+            os.close(done_w)  # readable (end of file) at the reader: the answer is in
+
+    thread = threading.Thread(target=work_and_say, name="nvml-read", daemon=True)
+    try:
+        thread.start()
+        stop.wait([done_r], timeout)  # Stopped when a stop signal comes meanwhile
+    finally:
+        os.close(done_r)
     if failure:
         raise failure[0]
     if box:
@@ -227,10 +162,11 @@ def _bounded(read: Callable[[], FabricHealth], timeout: float) -> FabricHealth:
     ),))
 
 
-def _failed(message: str, reason: str = "nvidia_smi_failed") -> FabricHealth:
+def _failed(message: str, reason: str = "nvidia_smi_failed",
+            fields: dict[str, object] | None = None) -> FabricHealth:
     return FabricHealth("nvidia-smi-xml", (), findings=(Finding(
         "nvml_unavailable", "error", message,
         "run the same command by hand; a driver that is not loaded makes nvidia-smi fail, a "
         "hung GPU makes it hang (check `dmesg` for Xid errors)",
-        {"reason": reason},
+        {"reason": reason, **(fields or {})},
     ),))

@@ -20,7 +20,6 @@ from __future__ import annotations
 import os
 import socket
 import stat
-import subprocess
 from collections.abc import Iterable
 from typing import Any
 
@@ -428,6 +427,9 @@ UNIT_DIRS = ("/etc/systemd/system", "/usr/lib/systemd/system", "/lib/systemd/sys
 
 #: Bound for each systemctl call (it only edits links offline; a live manager answers fast).
 SYSTEMCTL_TIMEOUT_S = 60.0
+#: The most of a systemctl call's output kept (it prints a word or a few lines; a config file
+#: or node list is read up to the same 1 MiB).
+SYSTEMCTL_MAX_BYTES = 1 << 20
 
 
 def unit_file(root: str) -> str | None:
@@ -446,12 +448,15 @@ def unit_state(root: str, live: bool) -> str:
     argv = ["systemctl", "is-enabled", HOST_UNIT] if live else \
         ["systemctl", "--root", hostpath.check(os.path.abspath(root), "--root"), "is-enabled",
          HOST_UNIT]
+    from nvfabric.effects import program
+
     try:
-        proc = subprocess.run(argv, stdin=subprocess.DEVNULL, capture_output=True, text=True,
-                              timeout=SYSTEMCTL_TIMEOUT_S, check=False)
-    except (OSError, subprocess.TimeoutExpired):
+        ran = program.run(argv, SYSTEMCTL_TIMEOUT_S, SYSTEMCTL_MAX_BYTES, SYSTEMCTL_MAX_BYTES)
+    except OSError:
         return "unknown"
-    words = (proc.stdout + proc.stderr).split()
+    if ran.rc is None:  # killed at a cap: no answer
+        return "unknown"
+    words = (ran.stdout + ran.stderr).decode("utf-8", "replace").split()
     return words[0] if words and words[0].replace("-", "").isalpha() else "unknown"
 
 

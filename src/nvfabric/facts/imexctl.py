@@ -22,18 +22,21 @@ import atexit
 import os
 import re
 import signal
-import subprocess
 import threading
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from nvfabric import strict
 from nvfabric.facts.execinfo import exec_error
+from nvfabric.facts.paths import PathEscape
 from nvfabric.model.errors import NvfabricError
 from nvfabric.model.findings import Finding
 from nvfabric.model.hostpath import check as check_path
 from nvfabric.model.words import plural, seconds
 from nvfabric.rules.imex.tables import CTL_TIMEOUT_S
+
+if TYPE_CHECKING:
+    from nvfabric.effects.program import Limit
 
 STATES = ("UP", "DEGRADED", "DOWN")
 READY = "READY"
@@ -283,17 +286,23 @@ def _text_node(node_id: int, rest: str) -> CtlNode:
 
 @dataclass(frozen=True)
 class CtlResult:
-    """One ctl call: ``rc`` None when it timed out (then killed with its process group)."""
+    """One ctl call: ``rc`` None when it was killed at a cap (``limit``: its time, or its output
+    over :data:`CTL_MAX_BYTES`), then with its process group."""
 
     argv: tuple[str, ...]
     rc: int | None
     stdout: str
     stderr: str
+    limit: Limit | None = None
 
     @property
     def timed_out(self) -> bool:
-        return self.rc is None
+        return self.rc is None and (self.limit is None or self.limit.what == "time")
 
+
+#: The most of a ctl call's output read: the limit of a saved ``-N -j`` (``imex domain
+#: --from-file``, README "Sizes"); a ctl printing more is killed at it.
+CTL_MAX_BYTES = 16 << 20
 
 #: Process groups of the ctl calls in flight (a readiness probe runs them in a worker thread).
 _LIVE_CTL: set[int] = set()
@@ -315,42 +324,29 @@ def _kill_live_ctl() -> None:
 
 
 def run_ctl(argv: tuple[str, ...], timeout_s: float = CTL_TIMEOUT_S) -> CtlResult:
-    """Run ``nvidia-imex-ctl`` (argv only) with a hard timeout: it is known to hang. On
-    timeout its whole process group gets SIGKILL, and so does a call still in flight when
-    nvfabric exits (:func:`_kill_live_ctl`). Raises OSError when it cannot be executed."""
-    # Started and registered under the lock: an exit between the two would find the call
-    # not yet registered (the ctl may already be running) and leave it behind; the exit's
-    # kill waits for the lock instead.
-    with _LIVE_LOCK:
-        proc = subprocess.Popen(
-            list(argv), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE, start_new_session=True,
-        )
-        _LIVE_CTL.add(proc.pid)
+    """Run ``nvidia-imex-ctl`` through the probe door (:func:`nvfabric.effects.program.run`:
+    argv only, a hard timeout: it is known to hang; its output at most
+    :data:`CTL_MAX_BYTES`; its whole process group SIGKILLed at either cap, and at exit when
+    still in flight, :func:`_kill_live_ctl`). Raises OSError when it cannot be executed,
+    PathEscape when it is a link out of the root, Stopped."""
+    from nvfabric.effects import program
+
+    pids: list[int] = []
+
+    def started(pid: int) -> None:
+        # registered as soon as it runs; an exit before that finds its PR_SET_PDEATHSIG
+        # doing the same (the door sets it)
+        with _LIVE_LOCK:
+            _LIVE_CTL.add(pid)
+            pids.append(pid)
+
     try:
-        return _communicate(proc, argv, timeout_s)
+        ran = program.run(argv, timeout_s, CTL_MAX_BYTES, on_start=started)
     finally:
         with _LIVE_LOCK:
-            _LIVE_CTL.discard(proc.pid)
-
-
-def _communicate(proc: subprocess.Popen[bytes], argv: tuple[str, ...],
-                 timeout_s: float) -> CtlResult:
-    try:
-        out, err = proc.communicate(timeout=timeout_s)
-    except subprocess.TimeoutExpired:
-        try:
-            os.killpg(proc.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-        try:
-            out, err = proc.communicate(timeout=1.0)
-        except subprocess.TimeoutExpired:
-            out, err = b"", b""
-        return CtlResult(argv, None, out.decode("utf-8", "replace"),
-                         err.decode("utf-8", "replace"))
-    return CtlResult(argv, proc.returncode, out.decode("utf-8", "replace"),
-                     err.decode("utf-8", "replace"))
+            _LIVE_CTL.difference_update(pids)
+    return CtlResult(tuple(argv), ran.rc, ran.stdout.decode("utf-8", "replace"),
+                     ran.stderr.decode("utf-8", "replace"), ran.limit)
 
 
 def query_domain(binary: str, cfg: str, timeout_s: float) -> DomainStatus:
@@ -363,11 +359,21 @@ def query_domain(binary: str, cfg: str, timeout_s: float) -> DomainStatus:
         argv = domain_argv(binary, cfg, as_json)
         try:
             result = run_ctl(argv, timeout_s)
-        except OSError as err:
+        except (OSError, PathEscape) as err:
+            why = exec_error(binary, err) if isinstance(err, OSError) else str(err)
             raise NvfabricError(Finding(
-                "binary_missing", "error", f"cannot run {binary}: {exec_error(binary, err)}",
+                "binary_missing", "error", f"cannot run {binary}: {why}",
                 "install the nvidia-imex package (it ships nvidia-imex-ctl), or give --ctl",
                 {"service": "imex"})) from None
+        if result.rc is None and not result.timed_out:
+            assert result.limit is not None
+            raise NvfabricError(Finding(
+                "probe_limit", "error",
+                f"{' '.join(argv)} {result.limit.words()} (killed)",
+                "nvidia-imex-ctl prints a few KiB for a whole domain: check that --ctl names "
+                "the vendor's nvidia-imex-ctl",
+                {"program": binary, "argv": list(argv), "limit": result.limit.what,
+                 "limit_value": result.limit.value}))
         if result.timed_out:
             raise NvfabricError(Finding(
                 "imex_ctl_timeout", "error",

@@ -8,7 +8,6 @@ re-exports them so that callers written against the old names keep working.
 from __future__ import annotations
 
 from nvfabric.effects.imex import (
-    SYSTEMCTL_TIMEOUT_S,
     create_channel,
     run_systemctl,
     systemd_running,
@@ -18,6 +17,7 @@ from nvfabric.effects.imex import (
 from nvfabric.facts.imex import (
     MAX_CONFIG_BYTES,
     RESOLVE_TIMEOUT_S,
+    SYSTEMCTL_TIMEOUT_S,
     UNIT_DIRS,
     PathEscape,
     channel_target,

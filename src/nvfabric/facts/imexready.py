@@ -11,6 +11,7 @@ from collections.abc import Callable
 from nvfabric.facts import imexctl as ctl
 from nvfabric.facts import imexhost as host
 from nvfabric.facts.execinfo import exec_error
+from nvfabric.facts.paths import PathEscape
 from nvfabric.model.health import GpuCheck
 from nvfabric.model.words import seconds
 from nvfabric.rules.imex.domain import plural
@@ -30,13 +31,16 @@ def readiness_probe(ctl_binary: str, cfg_path: str, timeout_s: float,
             argv = (ctl.socket_query_argv(ctl_binary, socket) if socket
                     else ctl.query_argv(ctl_binary, cfg_path))
             result = host.run_ctl(argv, timeout_s)
-        except OSError as err:
-            return GpuCheck(False, False, "not queried",
-                            f"cannot run {ctl_binary}: {exec_error(ctl_binary, err)}")
+        except (OSError, PathEscape) as err:
+            why = exec_error(ctl_binary, err) if isinstance(err, OSError) else str(err)
+            return GpuCheck(False, False, "not queried", f"cannot run {ctl_binary}: {why}")
         if result.timed_out:
             return GpuCheck(False, False, "not answering",
                             f"nvidia-imex-ctl -q did not answer within {seconds(timeout_s)} s "
                             "(killed; it hangs while the daemon does not answer)")
+        if result.rc is None and result.limit is not None:
+            return GpuCheck(False, False, "not answering",
+                            f"nvidia-imex-ctl -q {result.limit.words()} (killed)")
         domain = _domain(ctl_binary, cfg_path, timeout_s)
         if ctl.parse_query(result.stdout):
             where = f", domain {domain.state} ({plural(len(domain.nodes), 'node')})" \

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import functools
 import os
-import subprocess
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -40,6 +39,7 @@ from nvfabric.rules.nodefacts import (
 )
 
 if TYPE_CHECKING:
+    from nvfabric.effects.program import Ran
     from nvfabric.facts.parallel import Pending
     from nvfabric.model.health import GpuFabric
     from nvfabric.rules.imex.channels import ChannelFacts
@@ -63,35 +63,47 @@ def running(root: str, services: tuple[Service, ...]) -> tuple[RunningService, .
                  if s.running)
 
 
-def version_output(binary: str, timeout_s: float = 10.0) -> str:
-    """What ``<binary> --version`` prints (stdout and stderr together, decoded leniently);
-    each daemon module parses it with its own pattern.
+#: The most of ``<binary> --version``'s output read: a version is one line; this is the limit
+#: of a one-value file (an attribute, ``sys/module/nvidia/version``), and a program printing
+#: more is killed at it (``yes`` as ``--fm-bin`` once filled 18.6 GB).
+VERSION_MAX_BYTES = 64 << 10
 
-    Host access: spawns the binary (argv only). Raises OSError when it cannot be executed;
-    subprocess.TimeoutExpired after ``timeout_s`` seconds.
-    """
-    done = subprocess.run(
-        [binary, "--version"], stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT, timeout=timeout_s, check=False,
-    )
-    return done.stdout.decode("utf-8", "replace")
+
+def version_output(binary: str, timeout_s: float = 10.0) -> Ran:
+    """``<binary> --version`` through the probe door (:func:`nvfabric.effects.program.run`:
+    argv only, stdout and stderr each at most :data:`VERSION_MAX_BYTES`, killed at a cap or
+    after ``timeout_s`` seconds); each daemon module parses its output with its own pattern.
+    Raises OSError when it cannot be executed, PathEscape for a link out of the root,
+    Stopped."""
+    from nvfabric.effects import program
+
+    return program.run([binary, "--version"], timeout_s, VERSION_MAX_BYTES, VERSION_MAX_BYTES)
 
 
 def fm_version(binary: str, timeout_s: float = 10.0) -> VersionRead:
     """What ``<binary> --version`` says, parsed by
     :func:`nvfabric.bringup.fabricmanager.parse_version` (User Guide, "Startup Options");
-    spawns it (argv only, bounded by ``timeout_s``); an exec failure or a timeout is the
-    ``error``, never raised."""
+    an exec failure, a link out of the root or a timeout is the ``error``, a cap met the
+    ``probe_limit`` finding, never raised."""
     from nvfabric.bringup import fabricmanager as fm
     from nvfabric.facts.execinfo import INTERPRETER_HINT, exec_error, missing_interpreter
+    from nvfabric.facts.paths import PathEscape
 
     try:
-        text = version_output(binary, timeout_s)
-    except subprocess.TimeoutExpired as err:
+        ran = version_output(binary, timeout_s)
+    except PathEscape as err:
         return VersionRead(None, error=str(err))
     except OSError as err:
         return VersionRead(None, error=exec_error(binary, err),
                            hint=INTERPRETER_HINT if missing_interpreter(binary) else None)
+    text = (ran.stdout + ran.stderr).decode("utf-8", "replace")
+    if ran.timed_out:
+        return VersionRead(None, text, error=f"it did not answer within {timeout_s:g} s "
+                           "(killed)")
+    if ran.limit is not None:
+        return VersionRead(None, text, error=ran.limit_text(), finding=ran.finding(
+            "run it by hand: a fabric manager prints one version line; this is not the "
+            "vendor's nv-fabricmanager (or --fm-bin names another program)"))
     return VersionRead(fm.parse_version(text), text)
 
 
@@ -304,12 +316,12 @@ def vendor_seen(root: str, fabric: FabricKind, typed: Mapping[str, str | None],
 def path_seen(root: str, path: str, kind: str) -> PathSeen:
     """``path`` under ``root``: present as ``kind`` (``exec``: an executable regular file;
     ``file``; ``dir``), or where a link on it leads out of the root (not present then)."""
-    from nvfabric.facts.paths import confined, under
+    from nvfabric.facts.paths import confined, program, under
     from nvfabric.model.hostpath import problem as path_problem
 
     if path_problem(path) is None:  # relative or with '..': not a question of links
-        try:
-            confined(root, path)
+        try:  # a program: the rule of every program run under a root (paths.program)
+            program(under(root, path)) if kind == "exec" else confined(root, path)
         except ValueError:
             return PathSeen(False, os.path.realpath(under(root, path)))
     full = under(root, path)

@@ -5,6 +5,8 @@ The probes of ``run``'s preflight are mostly waits on other processes (``nv-fabr
 --version``, the node's nvidia-smi, NVML's first call): one after the other they cost the sum
 of their times before NVLSM may start, side by side the longest one (issue 15). Threads, not
 processes: the work is waiting (the GIL is released), and a thread costs ~0.1 ms to start.
+A stop signal ends a probe's wait in its thread (:mod:`nvfabric.effects.stop`): its
+``Stopped`` is raised again where the answer is asked for.
 """
 
 from __future__ import annotations
@@ -12,6 +14,8 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable
 from typing import Generic, TypeVar
+
+from nvfabric.effects import stop
 
 T = TypeVar("T")
 
@@ -32,6 +36,7 @@ class Pending(Generic[T]):
         self._thread.start()
 
     def _run(self) -> None:
+        stop.block_in_thread()  # stop signals go to the main thread (effects.stop)
         try:
             self._value.append(self._fn())
         except BaseException as err:  # noqa: BLE001 - handed to the caller by result()

@@ -103,6 +103,20 @@ def confined(root: str, path: str, what: str = "path") -> str:
     return full
 
 
+def program(full: str) -> str:
+    """``full``, a program nvfabric is about to execute, checked: when it was joined under a
+    root other than ``/`` (:func:`under`), it must really be inside that root (the tree's
+    ``bin/nvidia-smi``, fabric manager, ``nvidia-imex-ctl``), not a link out of it, which
+    would run a program of the host or of another tree. :class:`PathEscape` naming where it
+    leads otherwise. The one rule for every program run under a root: the probe door
+    (:func:`nvfabric.effects.program.run`) and the daemons ``run`` starts
+    (:func:`nvfabric.facts.node.path_seen`) both apply it."""
+    real = os.path.realpath(full)
+    if full.startswith("/") and escapes(full, real):
+        raise PathEscape(f"{full} is a link out of the root (to {real}): it is not run")
+    return full
+
+
 def host_view(root: str, full: str) -> str:
     """The host path of ``full``, a path under ``root`` (:func:`under`'s inverse): ``full``
     itself under ``/``, else ``full`` with the root's absolute path cut off."""

@@ -134,6 +134,8 @@ FindingCode = Literal[
     "architecture_mismatch",
     "management_port_unverified",
     "driver_version_unreadable",
+    # Bounded children (README "What the readers refuse").
+    "probe_limit",
 ]
 
 FABRIC_KINDS: Final[tuple[FabricKind, ...]] = get_args(FabricKind)

@@ -48,12 +48,16 @@ class VersionRead:
     """What ``<binary> --version`` gave: ``version`` parsed (None when the output has none),
     ``text`` the output; ``error`` why it could not be run (a timeout or an exec error, in
     words); ``hint``: what to do about that error when the reader knows better than "check
-    the installation" (a binary whose loader or interpreter is absent here)."""
+    the installation" (a binary whose loader or interpreter is absent here); ``finding``:
+    the probe door's ``probe_limit`` when it was killed at a cap."""
 
     version: str | None
     text: str = ""
     error: str | None = None
     hint: str | None = None
+    #: the reader's own finding when the program met a cap (``probe_limit``: its output or
+    #: its time), which the preflight reports as it is
+    finding: Finding | None = None
 
 
 @dataclass(frozen=True)

@@ -100,6 +100,8 @@ def binary_missing(proc: Process, driver: str | None) -> Finding:
 def fm_version(binary: str, driver: str | None, read: VersionRead) -> list[Finding]:
     """``nv-fabricmanager --version`` against the loaded driver, compared as fetch does
     (numeric per field: 550.90.7 is 550.90.07), both printed as published."""
+    if read.finding is not None:
+        return [read.finding]
     if read.error is not None:
         hint = read.hint or "check the fabric manager installation"
         return [Finding("binary_missing", "error", f"cannot run {binary} --version: {read.error}",

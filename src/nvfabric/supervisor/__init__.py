@@ -66,11 +66,11 @@ if TYPE_CHECKING:
         run_lock_holder,
     )
     from nvfabric.effects.sockets import is_socket, socket_listening
+    from nvfabric.effects.stop import SIGHUP_IGNORED
     from nvfabric.supervisor.loop import wait_for_stop
     from nvfabric.supervisor.outcome import RUN_RESULTS, Outcome, run_result
     from nvfabric.supervisor.policy import REPEATED_STOP_WINDOW_S, Classifier, GpuCheck, Policy
     from nvfabric.supervisor.supervise import Supervisor, running
-    from nvfabric.supervisor.unit import SIGHUP_IGNORED
 
 #: Where each re-exported name is defined.
 _DEFINED_IN = {
@@ -88,7 +88,7 @@ _DEFINED_IN = {
     **dict.fromkeys(("REPEATED_STOP_WINDOW_S", "Classifier", "GpuCheck", "Policy"),
                     "nvfabric.supervisor.policy"),
     **dict.fromkeys(("Supervisor", "running"), "nvfabric.supervisor.supervise"),
-    "SIGHUP_IGNORED": "nvfabric.supervisor.unit",
+    "SIGHUP_IGNORED": "nvfabric.effects.stop",
 }
 
 __all__ = [

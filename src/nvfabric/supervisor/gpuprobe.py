@@ -30,6 +30,9 @@ from nvfabric.supervisor.policy import GpuCheck
 #: own bound (:data:`nvfabric.facts.gpu.SMI_TIMEOUT_S`, 15 s: a hung nvidia-smi is killed, a
 #: hung NVML call abandoned, and either is answered) plus time for the child's imports.
 CHILD_BOUND_S = 20.0
+#: The most of the probe child's answer read (a GPU check of 8 GPUs is ~2 KB; the reading
+#: itself is bounded as a capture, 16 MiB); a child writing more is killed, as at the bound.
+ANSWER_MAX_BYTES = 16 << 20
 
 #: Probe children killed at the bound whose exit could not be collected yet (a thread of
 #: theirs stuck in the driver): collected, without waiting, at the next probe.
@@ -97,11 +100,16 @@ def in_child(probe: Callable[[], GpuCheck], bound_s: float = CHILD_BOUND_S) -> G
                 answered = True
                 break
             data += chunk
+            if len(data) > ANSWER_MAX_BYTES:  # no answer of ours is that long: a bug
+                break
     finally:
         os.close(r)
         if not answered:
             _kill(pid)
         _collect(pid, time.monotonic() + (1.0 if answered else 0.5))
+    if not answered and len(data) > ANSWER_MAX_BYTES:
+        return _unreadable(f"the GPU probe wrote more than {ANSWER_MAX_BYTES >> 20} MiB "
+                           "(killed)")
     if not answered:
         return _unreadable(f"the GPU probe did not answer within {seconds(bound_s)} s (killed)")
     try:

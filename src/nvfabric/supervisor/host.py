@@ -23,7 +23,7 @@ class Proc:
     """One started service: its spec, pid, output descriptor (None once closed), start time
     (the host's clock), live diagnosis, last lines, the partial line not yet terminated,
     readiness, wait status once it exited, the socket directory watch while waiting for it,
-    and whether its success line was seen."""
+    whether its success line was seen, and the poll of its socket's listening."""
 
     spec: ServiceSpec
     pid: int
@@ -36,6 +36,9 @@ class Proc:
     status: int | None = None
     watch: object | None = None
     line_seen: bool = False
+    #: seconds to the next look at the kernel's table while the socket file exists but is not
+    #: listening yet (listen(2) makes no inotify event); None before the file was seen
+    listen_poll: float | None = None
 
 
 class Host(Protocol):
@@ -83,7 +86,12 @@ class Host(Protocol):
         """True when ``path`` is a socket."""
 
     def socket_listening(self, path: str) -> bool:
-        """True when a process accepts connections on the socket at ``path``."""
+        """True when a process accepts connections on the socket at ``path`` (someone else's
+        socket: asked by connecting)."""
+
+    def socket_listens(self, path: str) -> bool | None:
+        """True when the socket bound at ``path`` is listening, read without connecting (the
+        kernel's table of Unix sockets); None when that cannot be read."""
 
     def unlink(self, path: str) -> None:
         """Remove ``path`` (OSError passes)."""

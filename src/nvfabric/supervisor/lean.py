@@ -35,6 +35,7 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, NoReturn
 
+from nvfabric.effects import stop
 from nvfabric.supervisor.job import Job, job_from_json
 from nvfabric.supervisor.outcome import Outcome
 
@@ -55,6 +56,9 @@ def supervise(job: Job, in_process: bool = False) -> NoReturn:
     """Supervise ``job`` until it ends, then report and exit: in the lean process (exec, see
     the module docstring) where possible, else here (``in_process``: this process serves
     ``run --listen``'s HTTP endpoint, whose threads an exec would end)."""
+    # the stop signals from here on belong to the supervisor (the lean process, or the loop
+    # here); a stop that came before is the command's: Stopped (nvfabric.effects.stop)
+    stop.handover()
     if not in_process and not os.environ.get(NO_EXEC_ENV) and sys.platform.startswith("linux"):
         _exec(job)  # returns only when the exec failed
     finish(job, run_job(job))
@@ -62,7 +66,8 @@ def supervise(job: Job, in_process: bool = False) -> NoReturn:
 
 def _exec(job: Job) -> None:
     """``execv`` into the lean entry point with ``job``; returns (nothing changed but an
-    extra descriptor) only when that failed."""
+    extra descriptor) only when that failed. Stopped (nothing changed) when a stop signal
+    came after the hand-over."""
     try:
         fd = os.memfd_create("nvfabric-unit", 0)  # close-on-exec unless made inheritable
     except (OSError, AttributeError):
@@ -80,18 +85,21 @@ def _exec(job: Job) -> None:
         # a stop signal during the exec stays pending for the lean process (its loop
         # unblocks it once its handlers are in place) instead of killing the run
         blocked = signal.pthread_sigmask(signal.SIG_BLOCK, _STOP)
+        stop.check()  # recorded by the command's handler after the hand-over
         if getattr(sys, "frozen", False):  # the one-dir build: its entry takes the flag
             argv = [_shown_as(), FLAG, str(fd)]
         else:
             argv = [_shown_as(), "-S", "-c", _BOOT, "run", FLAG, str(fd), json.dumps(paths),
                     sys.executable]
         os.execv(sys.executable, argv)  # noqa: S606 - argv list: this program, our code
-    except OSError:
+    except (OSError, stop.Stopped) as err:
         if blocked is not None:
             signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
         if job.lock_fd is not None:
             os.set_inheritable(job.lock_fd, False)
         os.close(fd)
+        if isinstance(err, stop.Stopped):
+            raise
 
 
 def _shown_as() -> str:
@@ -218,12 +226,8 @@ def main(argv: list[str]) -> NoReturn:
     try:
         outcome = run_job(job)
     except Exception as err:  # noqa: BLE001 - last resort, as the CLI's guarded()
-        if os.environ.get("NVFABRIC_DEBUG"):
-            raise
-        from nvfabric.cli.render import fail
-        from nvfabric.model.findings import Finding
+        from nvfabric.cli.render import debug_traceback, fail, internal_error
 
-        fail(Finding("internal_error", "error", f"{type(err).__name__}: {err}",
-                     "this is a bug in nvfabric: run again with NVFABRIC_DEBUG=1 for the "
-                     "traceback and report it"), 3, job.report.as_json)
+        debug_traceback()
+        fail(internal_error(err), 3, job.report.as_json)
     finish(job, outcome)

@@ -22,16 +22,17 @@ import threading
 from collections import deque
 from collections.abc import Callable, Sequence
 
-from nvfabric.effects import process
+from nvfabric.effects import process, stop
 from nvfabric.effects.atomic import write_atomic
 from nvfabric.effects.dirs import ensure_dir
 from nvfabric.effects.log import Log
 from nvfabric.effects.notify import sd_notify
-from nvfabric.effects.sockets import is_socket, socket_listening
+from nvfabric.effects.sockets import is_socket, listens, socket_listening
+from nvfabric.effects.stop import SIGHUP_IGNORED
 from nvfabric.supervisor.inotify import Inotify
 from nvfabric.supervisor.policy import GpuCheck
 from nvfabric.supervisor.timers import Clock
-from nvfabric.supervisor.unit import SIGHUP_IGNORED, STOP_SIGNALS, Unit
+from nvfabric.supervisor.unit import STOP_SIGNALS, Unit
 
 Probe = Callable[[], GpuCheck]
 
@@ -132,6 +133,11 @@ class Loop:
         self._old_mask = signal.pthread_sigmask(signal.SIG_UNBLOCK, routed)
         self._sel.register(self._sig_r, self._on_signal)
         self._sel.register(self._wake_r, self._on_wake)
+        # a stop the command recorded before the loop took the signals over (one that a
+        # thread of its took after the hand-over, nvfabric.effects.stop.handover) is the
+        # loop's first event
+        if stop.received():
+            os.write(self._sig_w, bytes([stop.received()]))
         if self._probe_fn is not None:
             self._probe_thread = threading.Thread(
                 target=self._probe_worker, name="nvfabric-gpu-probe", daemon=True)
@@ -305,6 +311,9 @@ class Loop:
     def socket_listening(self, path: str) -> bool:
         return socket_listening(path)
 
+    def socket_listens(self, path: str) -> bool | None:
+        return listens(path)
+
     def unlink(self, path: str) -> None:
         os.unlink(path)
 
@@ -334,8 +343,14 @@ def wait_for_stop(message: str, log: Log | None = None) -> str:
     way is logged (:data:`SIGHUP_IGNORED`) and ignored."""
     log = log or Log()
     signals = {*STOP_SIGNALS, signal.SIGHUP}
+    try:
+        stop.handover()  # the command's recorded stop, if one came before
+    except stop.Stopped as got:
+        return signal.Signals(got.signum or signal.SIGTERM).name
     signal.pthread_sigmask(signal.SIG_BLOCK, signals)
     log.say(message)
+    if stop.received():  # taken by another thread after the hand-over
+        return signal.Signals(stop.received()).name
     while True:
         signum = signal.sigwait(signals)
         if signum != signal.SIGHUP:

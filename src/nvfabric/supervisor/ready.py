@@ -2,7 +2,8 @@
 unit state machine shares, plus
 
 - NVLSM's IPC socket, seen through a directory watch (inotify; a 10 ms poll where there is
-  none) and bounded by ``socket_timeout_s``;
+  none), then confirmed listening in the kernel's table of Unix sockets (polled from 1 ms:
+  listen(2) makes no inotify event), bounded by ``socket_timeout_s``;
 - the GPU probe (every GPU's fabric state completed), asked for at a growing interval and
   reported as ``registration_stuck``/``imex_not_ready`` after ``ready_timeout_s``;
 - a success line of the daemon's output (``ready_line``), and the live diagnosis of each line;
@@ -27,6 +28,9 @@ from nvfabric.supervisor.policy import GpuCheck, Policy
 from nvfabric.supervisor.timers import Timers
 
 POLL_FALLBACK_S = 0.01
+#: The first look again at a socket file that exists but does not listen yet (doubling up to
+#: POLL_FALLBACK_S): a real NVLSM listens microseconds after its bind.
+LISTEN_POLL_FIRST_S = 0.001
 MAX_LINE = 65536
 
 
@@ -123,7 +127,7 @@ class Readiness:
             return
         path = proc.spec.ready_socket
         assert path is not None
-        if self.host.is_socket(path):
+        if self.host.is_socket(path) and self._listening(proc, path):
             # the next service (fabric manager) is started before the watch is closed:
             # closing an inotify descriptor waits for the kernel's SRCU grace period,
             # 0.1-19 ms here, which must not stand between the socket and fabric manager
@@ -134,8 +138,28 @@ class Readiness:
             self._mark_ready(proc)
             if watch is not None:
                 self.host.unwatch(watch)
+        elif proc.listen_poll is not None:  # bound, not listening: listen(2) makes no event
+            self.timers.at("socket-poll", proc.listen_poll, lambda: self.on_socket_event(proc))
+            proc.listen_poll = min(proc.listen_poll * 2, POLL_FALLBACK_S)
         elif proc.watch is None:
             self.timers.at("socket-poll", POLL_FALLBACK_S, lambda: self.on_socket_event(proc))
+
+    def _listening(self, proc: Proc, path: str) -> bool:
+        """The socket file of ``proc`` exists: is it listening (NVLSM is ready when it accepts
+        connections, not when bind(2) made the file)? Read from the kernel's table without
+        connecting (:func:`nvfabric.effects.sockets.listens`); a table that cannot be read
+        leaves the file as the sign, said once."""
+        listening = self.host.socket_listens(path)
+        if listening is None:
+            self.log.say(f"the kernel's table of Unix sockets cannot be read; taking {path} "
+                         f"as {proc.spec.name}'s readiness")
+            return True
+        if not listening and proc.listen_poll is None:
+            self.log.say(f"{proc.spec.name} IPC socket {path} exists but does not listen yet; "
+                         "waiting for it to listen")
+            self._say_status(f"waiting for {proc.spec.name} to listen on {path}")
+            proc.listen_poll = LISTEN_POLL_FIRST_S
+        return listening
 
     def _unwatch(self, proc: Proc) -> None:
         if proc.spec.ready_socket:
@@ -147,9 +171,10 @@ class Readiness:
     def _on_socket_timeout(self, proc: Proc) -> None:
         self._unwatch(proc)
         path = proc.spec.ready_socket
+        did = "listen on" if proc.listen_poll is not None else "create"
         self._fail(Finding(
             "socket_timeout", "error",
-            f"{proc.spec.name} did not create its IPC socket {path} within "
+            f"{proc.spec.name} did not {did} its IPC socket {path} within "
             f"{seconds(self.policy.socket_timeout_s)} s; fabric manager was not started",
             "look at the service's last lines below (is ib_umad loaded? is the GUID the one of "
             "an LPF port with the SM enabled?), or raise --socket-timeout",

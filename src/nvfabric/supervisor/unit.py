@@ -20,6 +20,7 @@ from collections.abc import Callable, Sequence
 from nvfabric.bringup.spec import ServiceSpec
 from nvfabric.effects.log import Log
 from nvfabric.effects.process import describe_status
+from nvfabric.effects.stop import SIGHUP_IGNORED
 from nvfabric.facts.execinfo import INTERPRETER_HINT, exec_error, missing_interpreter
 from nvfabric.model.findings import Finding
 from nvfabric.model.words import seconds
@@ -35,11 +36,8 @@ from nvfabric.supervisor.restart import (
 )
 
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
-#: The one line logged for a SIGHUP (ignored: nvfabric has no reload; a terminal closing or a
-#: ``systemctl reload`` must not stop the fabric).
 #: How often STATUS= says the time left before a restart (seconds).
 RESTART_STATUS_EVERY_S = 1.0
-SIGHUP_IGNORED = "received SIGHUP: ignored (no reload; restart nvfabric run to apply changes)"
 
 
 class Unit(Readiness):
@@ -114,8 +112,10 @@ class Unit(Readiness):
         names = ", ".join(s.name for s in self.specs if s.restart_needs_gpu_reset)
         result, refusal = gpu_reset(names, self.policy, self.host, self.log, self._say_status,
                                     self._watchdog_tick)
-        if result == "stopped":
+        if result == "stopped":  # the crash that asked for the restart stays in the outcome
             self._shutdown = True
+            self._keep_exits("the run was stopped during the GPU reset before its restart")
+            self.failure = []
             self._finish(0, "stopped", [])
             return False
         if refusal is not None:

@@ -8,7 +8,7 @@ from __future__ import annotations
 import os
 import time
 
-from .daemon import Daemon, options, say, short_path
+from .daemon import Daemon, options, say
 from .state import host, load, node_root, port_guids, record, save
 
 TYPE_CHECKING = False
@@ -25,7 +25,8 @@ NVLSM_VERSION = "2025.06.5_eb3b4ba_df9bb3c_ae214d2"
 def nvlsm(argv: list[str]) -> int:
     """Fake NVLSM (OpenSM derivative): ``-F/--config``, ``-g/--guid``, ``--pid_file``,
     ``-f/--log_file``. Prints the OpenSM banner, checks ib_umad and the GUID, writes its pid
-    file, creates and serves the FM-SM IPC socket after ``socket_delay_s``."""
+    file, creates the FM-SM IPC socket after ``socket_delay_s`` and listens on it
+    ``listen_delay_s`` later (faults; 0.05 s and 0 by default)."""
     root = node_root()
     record(root, "nvlsm", "exec", argv=argv)
     opts = options(argv, {"-F": "config", "--config": "config", "-g": "guid", "--guid": "guid",
@@ -51,7 +52,9 @@ def nvlsm(argv: list[str]) -> int:
     if not d.wait(float(d.faults.get("socket_delay_s", 0.05))):
         return d.crash() if d.crash_due() else _nvlsm_exit(d, opts, None, path)
     if not d.faults.get("no_socket"):
-        listener = _listen(root, path)
+        listener = _listen(d, root, path)
+        if listener is None:  # stopped (or crashed) between bind and listen
+            return d.crash() if d.crash_due() else _nvlsm_exit(d, opts, None, path)
     say("Entering MASTER state")
     say("SUBNET UP")
     _spawn_orphans(root, int(d.faults.get("spawn_orphans", 0)))
@@ -104,8 +107,31 @@ def _start_up(root: str, opts: dict[str, str]) -> str | None:
     return guid
 
 
-def _listen(root: str, path: str) -> socket:
-    """Create and listen on the FM-SM IPC socket at ``path`` (replacing a stale one)."""
+def _listen(d: Daemon, root: str, path: str) -> socket | None:
+    """The FM-SM IPC socket at ``path``, bound, then listening; None when a stop or the crash
+    came in between. Fault ``listen_delay_s``: a busy NVLSM, slow between bind (the file
+    appears) and listen (connections are accepted): fabric manager started in the gap is
+    refused. Without it, listen follows bind at once, as in NVLSM, and the records come after
+    both (a write of calls.jsonl between the two would be a gap of its own)."""
+    listener = _bind(path)
+    gap = float(d.faults.get("listen_delay_s", 0))
+    if gap > 0:
+        record(root, "nvlsm", "socket", path=path)
+        if not d.wait(gap):
+            listener.close()
+            return None
+    listener.listen(8)
+    if gap <= 0:
+        record(root, "nvlsm", "socket", path=path)
+    record(root, "nvlsm", "listen", path=path)
+    return listener
+
+
+def _bind(path: str) -> socket:
+    """Create the FM-SM IPC socket at ``path`` (replacing a stale one), bound, not yet
+    listening. A path too long for sockaddr_un is bound through this process's descriptor of
+    its directory, ``/proc/PID/fd/N/NAME`` (kept open while the socket lives), so that the
+    name in the kernel's table of Unix sockets leads another process to the same file."""
     import socket
 
     os.makedirs(os.path.dirname(path), exist_ok=True)
@@ -114,10 +140,13 @@ def _listen(root: str, path: str) -> socket:
     except FileNotFoundError:
         pass
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    with short_path(path) as name:
-        listener.bind(name)
-    listener.listen(8)
-    record(root, "nvlsm", "socket", path=path)
+    name = path
+    if len(os.fsencode(path)) >= 100:
+        held = os.open(os.path.dirname(path), os.O_PATH | os.O_DIRECTORY)  # never closed
+        # the pid as the mounted procfs knows it (in a pid namespace of its own, with the
+        # host's /proc, getpid() is another number)
+        name = f"/proc/{os.readlink('/proc/self')}/fd/{held}/{os.path.basename(path)}"
+    listener.bind(name)
     return listener
 
 

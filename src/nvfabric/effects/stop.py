@@ -1,0 +1,174 @@
+"""Stop signals as events: SIGTERM and SIGINT (and an ignored SIGHUP) recorded when they come
+and acted on where the command waits, never raised from the signal handler into whatever code
+happens to run.
+
+Why not raise from the handler: an exception raised at an arbitrary bytecode can land inside
+C code that clears errors. ``nvfabric wait`` lost its SIGTERM that way under load: the
+handler's ``SystemExit`` came while ``xml.etree.ElementTree`` imported its C accelerator,
+which swallowed it, and ``wait`` ran on for the probe's whole 15 s and the next one.
+
+So the handler only records the first stop signal and writes one byte to a pipe
+(:func:`fd`); the pipe stays readable from then on, so every wait that includes it (the
+probe door :func:`nvfabric.effects.program.run`, :func:`wait`, :func:`sleep`) ends at once,
+in any thread, and raises :class:`Stopped` there, at a point where the caller's
+``finally`` and ``except`` clauses are ordinary Python. The stop signals are delivered to
+the main thread (Linux prefers the thread group leader; the probe threads of
+:mod:`nvfabric.facts.parallel` block them), whose handler runs even while it waits on a
+thread (a lock acquire is interrupted by the signal).
+
+A command that hands the signals on to another owner (the supervisor's loop, the lean
+process after ``execv``, a ``sigwait``) calls :func:`handover` first: the signals are blocked
+(one that comes now stays pending for the next owner) and a stop that already came is
+raised as :class:`Stopped`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import select
+import signal
+import threading
+from collections.abc import Iterator, Sequence
+
+#: The signals that stop a command.
+STOP = (signal.SIGTERM, signal.SIGINT)
+#: The one line logged for a SIGHUP to ``nvfabric run`` (ignored: nvfabric has no reload; a
+#: terminal closing or a ``systemctl reload`` must not stop the fabric).
+SIGHUP_IGNORED = "received SIGHUP: ignored (no reload; restart nvfabric run to apply changes)"
+
+
+class Stopped(BaseException):
+    """A stop signal came (``signum``; 0 when the handler had not run yet where it was seen).
+    A BaseException, as KeyboardInterrupt: a reader's ``except Exception`` does not eat it."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signum)
+        self.signum = signum
+
+
+class _Watch:
+    """What the handlers share: the pipe, the first stop signal, the ignored ones not yet
+    said."""
+
+    def __init__(self) -> None:
+        self.r, self.w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
+        self.signum = 0
+        self.ignored: list[int] = []
+        self.previous: dict[int, object] = {}
+
+    def on_stop(self, signum: int, frame: object) -> None:
+        if not self.signum:
+            self.signum = signum
+            with contextlib.suppress(OSError):
+                os.write(self.w, b"s")
+
+    def on_ignored(self, signum: int, frame: object) -> None:
+        self.ignored.append(signum)
+
+
+_watch: _Watch | None = None
+
+
+def watch(ignored: Sequence[int] = ()) -> bool:
+    """From now on the stop signals are recorded (see the module docstring), and each of
+    ``ignored`` (``run``'s SIGHUP) is noted for :func:`ignored` instead of acting. Main thread
+    only: False (nothing done) elsewhere; True also when already watching."""
+    global _watch
+    if threading.current_thread() is not threading.main_thread():
+        return False
+    if _watch is None:
+        w = _Watch()
+        for sig in STOP:
+            w.previous[sig] = signal.signal(sig, w.on_stop)
+        _watch = w
+    for extra in ignored:
+        if extra not in _watch.previous:
+            _watch.previous[extra] = signal.signal(extra, _watch.on_ignored)
+    return True
+
+
+def unwatch() -> None:
+    """Put back the handlers :func:`watch` replaced (a stop that came is forgotten)."""
+    global _watch
+    w, _watch = _watch, None
+    if w is None:
+        return
+    for sig, old in w.previous.items():
+        signal.signal(sig, old)  # type: ignore[arg-type]
+    for fd in (w.r, w.w):
+        with contextlib.suppress(OSError):
+            os.close(fd)
+
+
+@contextlib.contextmanager
+def watching(ignored: Sequence[int] = ()) -> Iterator[None]:
+    """:func:`watch` while inside, :func:`unwatch` on leaving (when this block started it)."""
+    mine = _watch is None and watch(ignored)
+    try:
+        yield
+    finally:
+        if mine:
+            unwatch()
+
+
+def fd() -> int | None:
+    """The descriptor that is readable once a stop signal came (None: not watching)."""
+    return _watch.r if _watch is not None else None
+
+
+def received() -> int:
+    """The stop signal that came (its number), 0 when none did or nothing watches."""
+    return _watch.signum if _watch is not None else 0
+
+
+def ignored() -> list[str]:
+    """The names of the ignored signals that came since the last call (to be logged)."""
+    if _watch is None or not _watch.ignored:
+        return []
+    got, _watch.ignored = _watch.ignored, []
+    return [signal.Signals(s).name for s in got]
+
+
+def check() -> None:
+    """Raise :class:`Stopped` when a stop signal came."""
+    if received():
+        raise Stopped(received())
+
+
+def wait(fds: Sequence[int], timeout_s: float | None) -> list[int]:
+    """Those of ``fds`` readable within ``timeout_s`` seconds (None: no limit; [] when the time
+    is up); :class:`Stopped` as soon as a stop signal comes (before, too)."""
+    stop = fd()
+    poller = select.poll()  # not select(): a descriptor may be past FD_SETSIZE
+    for f in fds:
+        poller.register(f, select.POLLIN)
+    if stop is not None:
+        poller.register(stop, select.POLLIN)
+    ms = None if timeout_s is None else max(0, int(-(-timeout_s * 1e3 // 1)))
+    ready = [f for f, _ in poller.poll(ms)]
+    if stop is not None and stop in ready:
+        raise Stopped(received())
+    return ready
+
+
+def sleep(seconds: float) -> None:
+    """Sleep ``seconds``; :class:`Stopped` as soon as a stop signal comes."""
+    wait((), max(0.0, seconds))
+
+
+def block_in_thread() -> None:
+    """In a helper thread: the stop signals are not delivered to it (they go to the main
+    thread, whose handler records them; see the module docstring)."""
+    signal.pthread_sigmask(signal.SIG_BLOCK, (*STOP, signal.SIGHUP))
+
+
+def handover() -> None:
+    """Before the signals get another owner (a loop's handlers, the lean process after
+    ``execv``, ``sigwait``): :class:`Stopped` when a stop signal already came (the stop is this
+    process's to finish); else the stop signals and SIGHUP are blocked in this thread from now
+    on, so one that comes stays pending for that owner. A signal that another thread took
+    meanwhile is recorded all the same: the new owner asks :func:`received` once its handlers
+    are in place (:meth:`nvfabric.supervisor.loop.Loop.open`)."""
+    check()
+    signal.pthread_sigmask(signal.SIG_BLOCK, (*STOP, signal.SIGHUP))
