@@ -10,6 +10,7 @@ import os
 
 from nvfabric.effects.log import printable
 from nvfabric.effects.sockets import SOCK_DGRAM, unix_socket
+from nvfabric.strict import int_or_none
 
 NOTIFY_TIMEOUT_S = 0.5
 #: The most bytes of STATUS= text sent. systemd reads a notify datagram into a buffer of
@@ -72,13 +73,13 @@ def watchdog_usec(environ: dict[str, str] | None = None, pid: int | None = None)
     ``pid`` (default: this process; the variables are inherited by children, who must not
     ping). Pure; never raises."""
     env = environ if environ is not None else os.environ
-    text = env.get("WATCHDOG_USEC", "")
-    if not text.isascii() or not text.isdigit() or int(text) <= 0:
+    usec = int_or_none(env.get("WATCHDOG_USEC", ""))
+    if usec is None or usec <= 0:
         return None
     owner = env.get("WATCHDOG_PID")
     if owner is not None:
         me = os.getpid() if pid is None else pid
-        if not owner.isascii() or not owner.isdigit() or int(owner) != me:
+        if int_or_none(owner) != me:
             return None
-    return int(text)
+    return usec
 
