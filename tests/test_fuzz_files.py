@@ -457,3 +457,105 @@ def test_pid_file_that_is_not_utf_8_does_not_end_the_supervisor(
     result = run.result()
     assert result["result"] == "failed" and "service_exited" in codes(result)
     assert pidfile.read_bytes() == b"\xff\xfe\n"  # not its pid: left alone
+
+
+# a bug report's section fields, as the damaged reports people attach show them
+
+def _report_text(name: str) -> str:
+    import gzip
+
+    return gzip.decompress((REPORTS / name).read_bytes()).decode("utf-8", "replace")
+
+
+REPORTS = FUZZ.parent / "bugreports"
+
+
+def _triaged(proc: subprocess.CompletedProcess[str]) -> dict[str, object]:
+    """A triage that judged the report (exit 0 or 1, one JSON object), never exit 3."""
+    assert proc.returncode in (0, 1), (proc.returncode, proc.stdout, proc.stderr)
+    data = json.loads(proc.stdout)
+    assert isinstance(data, dict) and "report" in data
+    return data
+
+
+def test_triage_lspci_hex_field_too_long_is_judged_not_a_crash(tmp_path: Path) -> None:
+    path = str(_file("triage-lspci-hex-field-too-long.log"))
+    _triaged(run_cli("triage", path, "--json"))
+    proc = run_cli("simulate", "--from-bug-report", path, str(tmp_path / "n"))
+    assert proc.returncode in (0, 2), (proc.stdout, proc.stderr)
+    assert "internal_error" not in proc.stdout + proc.stderr
+
+
+@pytest.mark.parametrize("old,new", [
+    ("\n00: de 10 ", "\n00: de10 "),  # two bytes glued: "de10" is no byte
+    ("\n00: de 10 ", "\n00: de 100 "),  # three digits
+    ("\n10: ", "\n10:"),  # the blank after the offset lost
+    ("\tNUMA node: 0", "\tNUMA node: ²"),
+    ("Port GUID: 0x", "Port GUID: 0x" + "f" * 40),
+    ("Capability mask: 0x", "Capability mask: 0x²"),
+    ("Port 1:", "Port 99999999999:"),
+    ("Base lid: ", "Base lid: ٣"),
+], ids=["hex-glued", "hex-3-digits", "hex-no-blank", "numa-superscript", "guid-40-digits",
+        "cap-mask-superscript", "port-11-digits", "lid-arabic-indic"])
+def test_damaged_fields_of_every_section_are_judged_not_a_crash(
+        tmp_path: Path, old: str, new: str) -> None:
+    text = _report_text("dgx-b200-healthy.log.gz")
+    assert old in text
+    path = tmp_path / "report.log"
+    path.write_text(text.replace(old, new))
+    _triaged(run_cli("triage", str(path), "--json"))
+    proc = run_cli("simulate", "--from-bug-report", str(path), str(tmp_path / "n"))
+    assert proc.returncode in (0, 2), (proc.stdout, proc.stderr)
+    assert "internal_error" not in proc.stdout + proc.stderr
+
+
+# the strict number helper, in every reader: Attached GPUs
+
+@pytest.mark.parametrize("extra", [(), ("--prometheus",), ("--json",)])
+def test_smi_attached_gpus_superscript_is_input_unreadable(extra: tuple[str, ...]) -> None:
+    path = str(_file("smi-attached-gpus-superscript.txt"))
+    proc = run_cli("status", "--from-nvidia-smi", path, *extra)
+    assert proc.returncode == 2, (proc.stdout, proc.stderr)
+    assert "internal_error" not in proc.stdout + proc.stderr
+    if "--json" not in extra:
+        _one_line_exit_2(proc, path)
+
+
+@pytest.mark.parametrize("count", ["²", "٣", "1" + "0" * 50, "--1", "８"])
+def test_attached_gpus_that_is_no_number_is_no_count(tmp_path: Path, count: str) -> None:
+    # a whole capture whose Attached GPUs is no number: judged by the GPUs it lists
+    capture = (FUZZ.parent / "corpus/nvidia-smi").glob("*q*.txt")
+    text = next(p for p in sorted(capture) if "Attached GPUs" in p.read_text())
+    path = tmp_path / "q.txt"
+    lines = [f"Attached GPUs                             : {count}"
+             if ln.startswith("Attached GPUs") else ln for ln in text.read_text().splitlines()]
+    path.write_text("\n".join(lines) + "\n")
+    for extra in ((), ("--prometheus",)):
+        proc = run_cli("status", "--from-nvidia-smi", str(path), *extra)
+        assert proc.returncode in (0, 1), (count[:8], proc.stdout, proc.stderr)
+
+
+# a config reader linear in a run of blank lines
+
+def test_imex_config_blank_line_run_is_read_at_once(tmp_path: Path) -> None:
+    root = _simulated(tmp_path, "gb200-tray")
+    cfg = root / "etc/nvidia-imex/config.cfg"
+    cfg.write_bytes(_file("imex-config-blank-line-run.cfg").read_bytes())
+    proc = run_cli("imex", "config", "--root", str(root), "--peer", "192.0.2.1",
+                   "--skip-local-check", "--dry-run", "--json")
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout)["node_list"] == ["192.0.2.1"]
+
+
+@pytest.mark.parametrize("blank", [" \n", "\n", "\t\n", " \t \n"])
+def test_shipped_configs_with_40000_blank_lines_are_read_at_once(tmp_path: Path,
+                                                                  blank: str) -> None:
+    # 40,000 blank lines (~100 KB): the cubic check took hours; the bound below is a hang
+    # guard, not a timing assertion (figures: bench/bench_readers.py)
+    root = _simulated(tmp_path, "gb200-tray")
+    cfg = root / "etc/nvidia-imex/config.cfg"
+    cfg.write_text("SERVER_PORT=50000\n" + blank * 40_000)  # no key after the run
+    proc = run_cli("imex", "config", "--root", str(root), "--peer", "192.0.2.1",
+                   "--skip-local-check", "--dry-run", "--set", "SERVER_PORTX=1", timeout=120)
+    assert proc.returncode == 2, proc.stderr
+    assert "SERVER_PORTX: not a key nvidia-imex knows" in proc.stderr
