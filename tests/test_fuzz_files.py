@@ -559,3 +559,21 @@ def test_shipped_configs_with_40000_blank_lines_are_read_at_once(tmp_path: Path,
                    "--skip-local-check", "--dry-run", "--set", "SERVER_PORTX=1", timeout=120)
     assert proc.returncode == 2, proc.stderr
     assert "SERVER_PORTX: not a key nvidia-imex knows" in proc.stderr
+
+
+@pytest.mark.parametrize("start,lines", [
+    ("NVRM: Xid (PCI:0000:07:00): 79, pid=1, ", 2),
+    ("Sending inband response message: ", 2),
+    ("[ERROR] Failed to get export ref for UUID: x for request ", 16),
+])
+def test_log_lines_repeating_a_signature_start_are_classified_at_once(
+        tmp_path: Path, start: str, lines: int) -> None:
+    # found by make fuzz: 'A .* B' searched in a line repeating A without B costs the square
+    # of the line (300 KB of Xid prefixes: 25 s); these logs of ~1 MiB lines took 5-10
+    # minutes. The bound is a hang guard, not a timing assertion (bench/bench_readers.py)
+    log = tmp_path / "fm.log"
+    line = start * ((1 << 20) // len(start) - 1) + "\n"
+    log.write_text(line * lines)
+    proc = run_cli("doctor", "--log", str(log), "--json", timeout=120)
+    assert proc.returncode in (0, 1), proc.stderr
+    assert "internal_error" not in proc.stdout
