@@ -46,6 +46,15 @@ def events(root: Path, prog: str | None = None, event: str | None = None) -> lis
             if (prog is None or c["prog"] == prog) and (event is None or c["event"] == event)]
 
 
+def crash(root: Path, prog: str) -> int:
+    """Make the running fake ``prog`` of the node crash now (its fault ``crash_on_sigusr1``:
+    exit with its ``exit_code``), at the event the test waited for rather than after a time a
+    loaded machine may overrun; the pid signalled (the last one started)."""
+    pid = int(events(root, prog, "exec")[-1]["pid"])
+    os.kill(pid, signal.SIGUSR1)
+    return pid
+
+
 def alive(pid: int) -> bool:
     """True while ``pid`` exists and is not a zombie."""
     try:

@@ -22,7 +22,7 @@ from nvfabric.simulate.fakes import gpus, set_faults
 
 from .cases import CASES, load_run_cases
 from .conftest import run_cli
-from .runkit import Run, alive, codes, events, finding, sim, until
+from .runkit import Run, alive, codes, crash, events, finding, sim, until
 
 B200_GUID = "0xe09d730300e400e8"
 
@@ -200,9 +200,10 @@ def test_r03_nvlsm_dying_after_ready_stops_fabric_manager(
 
 def test_r03_fabric_manager_crashing_after_ready_stops_nvlsm(
         tmp_path: Path, start: Callable[..., Run]) -> None:
-    root = sim(tmp_path, "dgx-b200", {"fabricmanager": {"crash_after_s": 1.0, "exit_code": 3}})
+    root = sim(tmp_path, "dgx-b200", {"fabricmanager": {"crash_on_sigusr1": True, "exit_code": 3}})
     run = start(root, "--json")
     run.wait_line(r"fabric ready in")
+    crash(root, "fabricmanager")
     assert run.wait() == 1
     f = finding(run.result(), "service_exited")
     assert (f["service"], f["exit_code"]) == ("fabricmanager", 3)
@@ -220,9 +221,10 @@ def test_r03_fabric_manager_crashing_after_ready_stops_nvlsm(
 
 def test_r04_no_silent_fabric_manager_restart_after_registration(
         tmp_path: Path, start: Callable[..., Run]) -> None:
-    root = sim(tmp_path, "dgx-b200", {"fabricmanager": {"crash_after_s": 0.8}})
+    root = sim(tmp_path, "dgx-b200", {"fabricmanager": {"crash_on_sigusr1": True}})
     run = start(root, "--json", "--restart", "on-failure", "--restart-delay", "0.05")
     run.wait_line(r"fabric ready in")
+    crash(root, "fabricmanager")
     assert run.wait() == 1
     result = run.result()
     assert finding(result, "restart_needs_gpu_reset")["services"] == "fabricmanager"
@@ -250,11 +252,12 @@ def test_r04_a_fabric_state_that_cannot_be_read_refuses_the_start(tmp_path: Path
 
 def test_r04_reset_command_opt_in_resets_then_restarts(
         tmp_path: Path, start: Callable[..., Run]) -> None:
-    root = sim(tmp_path, "dgx-b200", {"fabricmanager": {"crash_after_s": 0.8}})
+    root = sim(tmp_path, "dgx-b200", {"fabricmanager": {"crash_on_sigusr1": True}})
     run = start(root, "--restart", "on-failure", "--restart-delay", "0.05",
                 "--gpu-reset-command", f"{root}/bin/nvidia-smi -r")
     run.wait_line(r"fabric ready in")
     set_faults(str(root), {})  # the restarted fabric manager stays up
+    crash(root, "fabricmanager")
     run.wait_line(r"resetting GPUs before starting fabricmanager")
     run.wait_count(r"fabric ready in", 2)
     assert "gpu-reset: All done." in run.lines
@@ -476,10 +479,11 @@ def test_r09_a_reset_that_did_nothing_does_not_start_fabric_manager(
 
 def test_r09_the_in_process_restart_checks_the_reset_too(
         tmp_path: Path, start: Callable[..., Run]) -> None:
-    root = sim(tmp_path, "dgx-b200", {"fabricmanager": {"crash_after_s": 0.8}})
+    root = sim(tmp_path, "dgx-b200", {"fabricmanager": {"crash_on_sigusr1": True}})
     run = start(root, "--json", "--restart", "on-failure", "--restart-delay", "0.05",
                 "--gpu-reset-command", "true")
     run.wait_line(r"fabric ready in")
+    crash(root, "fabricmanager")
     assert run.wait() == 1
     result = run.result()
     assert codes(result)[:2] == ["service_exited", "restart_needs_gpu_reset"]
