@@ -17,13 +17,14 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from nvfabric.simulate import build, parse, profile_spec
 from nvfabric.simulate.fakes import calls, install, set_faults
 from tests import forkserver
 
 BOUND_S = 30.0
+T = TypeVar("T")
 #: The RFC 3339 UTC timestamp nvfabric puts before each log line (nvfabric.observe.logs).
 TIMESTAMP = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z ")
 PYTHON_M_NVFABRIC = (sys.executable, "-m", "nvfabric")
@@ -130,17 +131,19 @@ def run(argv: Sequence[str | os.PathLike[str]], *, timeout: float = 120, check: 
 class Child:
     """A child process for a test (``subprocess.Popen(argv, stdout=PIPE, stderr=PIPE,
     text=True, **kw)``, or ``proc`` already started with both pipes) whose stderr lines and
-    stdout are collected by threads as they come: :meth:`wait_line` waits for an event (a
+    stdout are collected by threads as they come (``merge_output``: both as one stream of
+    lines, ``stderr=STDOUT``): :meth:`wait_line` waits for an event (a
     line) with a generous bound, :meth:`wait` for the exit; a failure of either shows what the
     child wrote. :meth:`close` kills it if it still runs."""
 
     def __init__(self, argv: Sequence[str | os.PathLike[str]] | None = None, *,
-                 proc: Any = None, **kw: Any) -> None:
+                 proc: Any = None, merge_output: bool = False, **kw: Any) -> None:
         if proc is None:
             assert argv is not None
             kw.setdefault("stdin", subprocess.DEVNULL)
-            proc = subprocess.Popen([os.fspath(a) for a in argv], stdout=subprocess.PIPE,
-                                    stderr=subprocess.PIPE, text=True, **kw)
+            proc = subprocess.Popen(
+                [os.fspath(a) for a in argv], stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT if merge_output else subprocess.PIPE, text=True, **kw)
         self.proc = proc
         self.lines: list[str] = []  # stderr lines (for nvfabric run: without the timestamp)
         self.raw_lines: list[str] = []  # as written
@@ -159,8 +162,9 @@ class Child:
         return raw
 
     def _read_err(self) -> None:
-        assert self.proc.stderr is not None
-        for line in self.proc.stderr:
+        stream = self.proc.stderr if self.proc.stderr is not None else self.proc.stdout
+        assert stream is not None
+        for line in stream:
             with self._cond:
                 raw = line.rstrip("\n")
                 self.raw_lines.append(raw)
@@ -168,6 +172,8 @@ class Child:
                 self._cond.notify_all()
 
     def _read_out(self) -> None:
+        if self.proc.stderr is None:
+            return  # merge_output: stdout's lines are read as stderr's
         assert self.proc.stdout is not None
         self.stdout = self.proc.stdout.read()
 
@@ -272,6 +278,21 @@ def until(predicate: Callable[[], bool], what: str, bound: float = BOUND_S) -> N
         if time.monotonic() > deadline:
             raise AssertionError(f"still not true after {bound} s: {what}")
         time.sleep(0.01)
+
+
+def poll(fetch: Callable[[], T], done: Callable[[T], bool], what: str,
+         bound: float = BOUND_S, every: float = 0.05) -> T:
+    """``fetch()`` every ``every`` seconds until ``done(value)``; that value. Fails the test
+    after ``bound`` seconds naming ``what`` and the last value: a bound on an event (the
+    value arriving), never a count of tries that assumes how long each takes."""
+    deadline = time.monotonic() + bound
+    while True:
+        value = fetch()
+        if done(value):
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"still not {what} after {bound} s; last: {value!r}"[:4000])
+        time.sleep(every)
 
 
 def codes(result: dict[str, Any]) -> list[str]:

@@ -209,8 +209,7 @@ def test_simulated_root_daemon_found_among_host_processes(tmp_path: Path) -> Non
         # Popen returns once exec has begun; the new program's command line is set a moment
         # later (a loaded machine shows the gap): wait for it rather than race it.
         cmdline = Path(f"/proc/{proc.pid}/cmdline")
-        while str(binary).encode() not in cmdline.read_bytes():
-            time.sleep(0.01)
+        until(lambda: str(binary).encode() in cmdline.read_bytes(), "the exec of the binary")
         (sm,) = services.read(str(tmp_path), ("nvlsm",))
         assert (sm.running, sm.pid) == (True, proc.pid)
         (other,) = services.read(str(tmp_path / "elsewhere"), ("nvlsm",))

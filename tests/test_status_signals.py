@@ -62,7 +62,7 @@ def test_a_signal_during_a_hanging_probe_ends_the_command_within_a_second(
     assert proc.returncode == 128 + sig
     assert proc.stderr is not None and b"Traceback" not in proc.stderr.read()
     until(lambda: not any(os.path.exists(f"/proc/{p}") and _alive(p) for p in probes),
-          "the probe is killed with the command", bound=5)
+          "the probe is killed with the command")
 
 
 def _alive(pid: int) -> bool:
