@@ -21,6 +21,7 @@ from pathlib import Path
 
 import pytest
 
+from tests import runkit
 from tests.cases import CASES, FUZZ
 from tests.conftest import run_cli
 from tests.runkit import Run, codes, events, sim
@@ -276,9 +277,8 @@ def test_pid_file_with_superscript_or_huge_pid_is_no_process(tmp_path: Path) -> 
 
 
 def test_stdin_is_not_read_past_the_cap() -> None:
-    proc = subprocess.run(
-        [sys.executable, "-m", "nvfabric", "status", "--from-nvidia-smi", "-"],
-        stdin=open("/dev/zero", "rb"), capture_output=True, text=True, timeout=60, check=False)
+    proc = runkit.run([sys.executable, "-m", "nvfabric", "status", "--from-nvidia-smi", "-"],
+                      stdin=open("/dev/zero", "rb"))
     _one_line_exit_2(proc, "-", "larger than")
 
 
