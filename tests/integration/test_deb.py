@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 import nvfabric
+from tests import runkit
 from tests.integration.debroot import REPO, fresh_root, require
 from tests.integration.distbin import deb_package, dist_binary
 
@@ -25,8 +26,7 @@ WANTS_LINK = "etc/systemd/system/multi-user.target.wants/nvfabric.service"
 
 def sh(*argv: str, env: dict[str, str] | None = None,
        timeout: float = 300) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(list(argv), capture_output=True, text=True, timeout=timeout,
-                          check=False, env=env)
+    return runkit.run(list(argv), timeout=timeout, env=env)
 
 
 @pytest.fixture(scope="module")

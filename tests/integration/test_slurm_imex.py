@@ -7,13 +7,13 @@ from __future__ import annotations
 import json
 import os
 import stat
-import subprocess
 import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
+from tests import runkit
 from tests.integration.debroot import REPO
 from tests.integration.distbin import dist_binary
 from tests.integration.slurmkit import Slurm
@@ -72,8 +72,7 @@ class Site:
         if self.slurm.state() != "idle":
             self.slurm.resume()
         root = self.workdir / f"{profile}-{self.count}"
-        done = subprocess.run([str(dist_binary()), "simulate", profile, str(root)],
-                              capture_output=True, text=True, timeout=120, check=False)
+        done = runkit.run([str(dist_binary()), "simulate", profile, str(root)], timeout=120)
         assert done.returncode == 0, done.stderr
         (root / "etc/hostname").write_text(self.slurm.node + "\n")
         if faults:
@@ -122,7 +121,7 @@ def test_scripts_are_executable_posix_sh() -> None:
     assert prolog.read_text().startswith("#!/bin/sh\n")
     assert prolog.stat().st_mode & stat.S_IXUSR
     assert os.readlink(SCRIPTS / "nvfabric-imex-epilog") == "nvfabric-imex-prolog"
-    assert subprocess.run(["sh", "-n", str(prolog)], check=False).returncode == 0
+    assert runkit.run(["sh", "-n", str(prolog)], text=False).returncode == 0
 
 
 def test_srun_runs_the_prolog_that_brings_imex_up_and_the_epilog_that_stops_it(
@@ -142,8 +141,7 @@ def test_srun_runs_the_prolog_that_brings_imex_up_and_the_epilog_that_stops_it(
           "nvfabric run stopping nvidia-imex")
     assert not alive(int(imex[0]["pid"]))  # type: ignore[call-overload]
     until(lambda: processes_of(root) == [], "no process of the tray left")
-    ctl = subprocess.run([str(root / "usr/bin/nvidia-imex-ctl"), "-q"], capture_output=True,
-                         text=True, timeout=60, check=False)
+    ctl = runkit.run([str(root / "usr/bin/nvidia-imex-ctl"), "-q"])
     assert ctl.returncode == 1  # no daemon left: NOT READY
     fields = site.slurm.node_fields()
     assert "DRAIN" not in fields["State"], fields
@@ -199,8 +197,7 @@ SWITCH_PLUGIN = "/usr/lib/*/slurm-wlm/switch_nvidia_imex.so"
 
 
 def slurm_version() -> tuple[int, int]:
-    done = subprocess.run(["slurmd", "-V"], capture_output=True, text=True, timeout=60,
-                          check=True)
+    done = runkit.run(["slurmd", "-V"], timeout=60, check=True)
     major, minor = done.stdout.split()[1].split(".")[:2]  # "slurm-wlm 22.05.8"
     return int(major), int(minor)
 
@@ -262,8 +259,7 @@ def test_the_switch_plugin_where_this_slurm_has_it(site: Site, tmp_path: Path) -
     (root / "etc/slurm/slurm.conf").write_text(
         site.slurm.conf.read_text().replace("SwitchType=switch/none",
                                             "SwitchType=switch/nvidia_imex"))
-    done = subprocess.run([str(dist_binary()), "imex", "owner", "--root", str(root), "--json"],
-                          capture_output=True, text=True, timeout=120, check=False)
+    done = runkit.run([str(dist_binary()), "imex", "owner", "--root", str(root), "--json"])
     out = json.loads(done.stdout)
     assert out["channel_owner"] == "slurm", out
     assert out["slurm_conf"]["path"] == "/etc/slurm/slurm.conf"
