@@ -12,7 +12,7 @@ from nvfabric.artifacts.model import Request
 from nvfabric.artifacts.resolve import resolve
 from nvfabric.artifacts.transport import Transport
 from nvfabric.model.errors import NvfabricError
-from nvfabric.strict import load_yaml_all
+from nvfabric.model.strict import load_yaml_all
 from tests.test_artifacts_rpm import pkg
 from tests.test_fetch_mirror import (  # noqa: F401 - fixture
     FAST,

@@ -7,7 +7,7 @@ import pytest
 
 from nvfabric.artifacts.naming import arch_name, canonical_arch, distro_dir, package_name
 from nvfabric.artifacts.tables import ARCH_NAMES, COMPONENTS, KINDS, PACKAGE_NAMES
-from nvfabric.artifacts.versions import at_least, branch, fields, is_version, same
+from nvfabric.model.versions import at_least, branch, fields, is_version, same
 
 
 @pytest.mark.parametrize(

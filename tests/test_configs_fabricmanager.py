@@ -18,7 +18,8 @@ from nvfabric.bringup.spec import PlannedFile
 from nvfabric.effects.apply import apply
 from nvfabric.effects.atomic import write_atomic
 from nvfabric.facts.fmconfig import check_paths
-from nvfabric.facts.paths import under
+from nvfabric.model import fmkeys
+from nvfabric.model.hostpath import under
 from tests import runkit
 
 from .cases import CASES, CORPUS
@@ -68,11 +69,11 @@ def test_operator_overrides_env_then_fm_set_then_fabric_mode() -> None:
 
 @pytest.mark.parametrize("key", ["DAEMONIZE", "FM_SM_MGMT_PORT_GUID"])
 def test_keys_nvfabric_owns_cannot_be_overridden(key: str) -> None:
-    with pytest.raises(fmcfg.ConfigError) as err:
+    with pytest.raises(fmkeys.ConfigError) as err:
         fmcfg.effective(SHIPPED_535, sets={key: "1"})
     assert err.value.finding.code == "config_invalid_value"
     assert err.value.finding.fields["key"] == key
-    with pytest.raises(fmcfg.ConfigError):
+    with pytest.raises(fmkeys.ConfigError):
         fmcfg.effective(SHIPPED_535, environ={f"NVFM_CONFIG_{key}": "1"})
 
 
@@ -84,20 +85,20 @@ def test_keys_nvfabric_owns_cannot_be_overridden(key: str) -> None:
     ("LOG_FILE_NAME", "/var/log/fm\x00.log"),
 ])
 def test_bad_values_are_refused_naming_the_key(key: str, value: str) -> None:
-    with pytest.raises(fmcfg.ConfigError) as err:
+    with pytest.raises(fmkeys.ConfigError) as err:
         fmcfg.effective(SHIPPED_535, sets={key: value})
     assert err.value.finding.fields["key"] == key
 
 
 def test_bad_guid_is_refused() -> None:
-    with pytest.raises(fmcfg.ConfigError) as err:
+    with pytest.raises(fmkeys.ConfigError) as err:
         fmcfg.effective(SHIPPED_535, guid="0xe09d7303")
     assert err.value.finding.fields["key"] == "FM_SM_MGMT_PORT_GUID"
 
 
 @pytest.mark.parametrize("arg", ["LOG_LEVEL", "=3", "1BAD=2"])
 def test_malformed_fm_set_is_refused(arg: str) -> None:
-    with pytest.raises(fmcfg.ConfigError):
+    with pytest.raises(fmkeys.ConfigError):
         fmcfg.parse_sets([arg])
 
 
@@ -123,7 +124,7 @@ def test_path_value_with_dotdot_is_refused_wherever_it_comes_from(source: str,
     shipped = SHIPPED_535.replace("LOG_FILE_NAME=/var/log/fabricmanager.log",
                                   f"LOG_FILE_NAME={value}") if source == "shipped" \
         else SHIPPED_535
-    with pytest.raises(fmcfg.ConfigError) as err:
+    with pytest.raises(fmkeys.ConfigError) as err:
         fmcfg.effective(shipped, root="/sim", **kw)  # type: ignore[arg-type]
     assert err.value.finding.fields["key"] == "LOG_FILE_NAME"
     assert "'..'" in err.value.finding.message
@@ -139,7 +140,7 @@ def test_under_never_leaves_the_root(path: str) -> None:
 def test_every_resolved_path_key_lies_under_the_root() -> None:
     eff = fmcfg.effective(SHIPPED_535, root="/sim", sets={
         "STATE_FILE_NAME": "/run/x.state", "FM_CMD_UNIX_SOCKET_PATH": "//run//fm.sock"})
-    values = [eff.get(k) for k in fmcfg.PATH_KEYS]
+    values = [eff.get(k) for k in fmkeys.PATH_KEYS]
     assert [v for v in values if v and not v.startswith("/sim/")] == []
 
 
@@ -232,7 +233,7 @@ atomic.write_atomic(sys.argv[1], "NEW=1\\n" * 200000)
 _WRITE_LOOP = """
 import sys
 from nvfabric.effects.atomic import write_atomic
-from nvfabric.facts.paths import under
+from nvfabric.model.hostpath import under
 sys.stdout.write("go\\n"); sys.stdout.flush()
 while True:
     write_atomic(sys.argv[1], "NEW=1\\n" * 200000, backup=False)
@@ -289,8 +290,8 @@ def test_known_keys_of_a_shipped_file_with_a_run_of_blank_lines_stays_linear(
     ``run --dry-run --fm-set`` on such a node answers (the timeout guards the old hang)."""
     shipped = (CORPUS / "configs" / "fabricmanager-535.216.01.cfg").read_text()
     padded = "\n" * 4000 + shipped.replace("\n\n", "\n" + " \n" * 500 + "\t\n", 1)
-    assert fmcfg.known_keys(padded) == fmcfg.known_keys(shipped)
-    assert {"LOG_LEVEL", "FABRIC_MODE_RESTART", "STATE_FILE_NAME"} <= fmcfg.known_keys(padded)
+    assert fmkeys.known_keys(padded) == fmkeys.known_keys(shipped)
+    assert {"LOG_LEVEL", "FABRIC_MODE_RESTART", "STATE_FILE_NAME"} <= fmkeys.known_keys(padded)
     root = tmp_path / "node"
     assert run_cli("simulate", "hgx-h100", str(root)).returncode == 0
     cfg = root / "usr/share/nvidia/nvswitch/fabricmanager.cfg"

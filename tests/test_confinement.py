@@ -115,7 +115,8 @@ def test_sysfs_relative_links_inside_the_tree_keep_working(node: Callable[..., P
 
 
 def test_under_refuses_a_path_whose_links_leave_the_root(tmp_path: Path) -> None:
-    from nvfabric.facts.fs import read_text, under
+    from nvfabric.facts.fs import read_text
+    from nvfabric.model.hostpath import under
 
     root = tmp_path / "root"
     (root / "sys/a").mkdir(parents=True)
@@ -206,6 +207,7 @@ def test_unknown_key_from_the_environment_is_refused(tmp_path: Path) -> None:
 
 def test_the_shipped_files_keys_are_the_reference() -> None:
     from nvfabric.bringup import fmconfig as fmcfg
+    from nvfabric.model import fmkeys
     from tests.cases import CORPUS
 
     bottlerocket = (CORPUS / "configs/bottlerocket-nvidia-fabricmanager.cfg").read_text()
@@ -215,7 +217,7 @@ def test_the_shipped_files_keys_are_the_reference() -> None:
     fmcfg.effective(bottlerocket, sets={"LOG_LEVEL": "2", "FABRIC_MODE": "1"})
     try:
         fmcfg.effective(bottlerocket, sets={"LOG_FILE_MAX_SIZE": "1024"})
-    except fmcfg.ConfigError as err:
+    except fmkeys.ConfigError as err:
         assert err.finding.fields["key"] == "LOG_FILE_MAX_SIZE"
     else:
         raise AssertionError("a key the shipped file does not list was accepted")

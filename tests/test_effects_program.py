@@ -25,7 +25,7 @@ import pytest
 
 from nvfabric.effects import program
 from nvfabric.effects.program import Limit
-from nvfabric.facts.paths import PathEscape, under
+from nvfabric.model.hostpath import PathEscape, under
 from tests.conftest import run_json
 from tests.runkit import alive, sim, until
 

@@ -105,7 +105,7 @@ def test_config_value_error_names_its_key_in_the_finding() -> None:
 
 
 def test_an_error_raised_with_its_finding_carries_that_finding() -> None:
-    from nvfabric.bringup.fmconfig import ConfigError, check_value
+    from nvfabric.model.fmkeys import ConfigError, check_value
 
     with pytest.raises(ConfigError) as info:
         check_value("FM_CMD_PORT_NUMBER", "70000")

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from nvfabric.facts import paths
 from nvfabric.facts.fs import read_text
 from nvfabric.model import hostpath
+from nvfabric.model import hostpath as paths
 
 
 @pytest.mark.parametrize(

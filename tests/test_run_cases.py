@@ -843,8 +843,8 @@ def test_every_path_of_the_unit_lies_under_the_root(tmp_path: Path) -> None:
     assert rc == 0, data
     paths = [a for p in data["processes"] for a in p["argv"] if a.startswith("/")]
     paths += [f["path"] for f in data["files"]]
-    from nvfabric.bringup.fmconfig import PATH_KEYS
     from nvfabric.model import keyvalue
+    from nvfabric.model.fmkeys import PATH_KEYS
 
     cfg = keyvalue.parse(data["files"][0]["content"]).items()
     paths += [cfg[k] for k in PATH_KEYS if cfg.get(k)]

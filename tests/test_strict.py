@@ -1,4 +1,4 @@
-"""nvfabric.strict: the one number, JSON, YAML and file-size rule of every reader (issue 10),
+"""nvfabric.model.strict: the one number, JSON, YAML and file-size rule of every reader (issue 10),
 and the config round trip: what nvfabric writes reads back identically."""
 
 from __future__ import annotations
@@ -11,9 +11,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from nvfabric import strict
 from nvfabric.bringup import fmconfig as fm
-from nvfabric.model import keyvalue
+from nvfabric.model import keyvalue, strict
 from nvfabric.model.errors import NvfabricError
 from nvfabric.rules.imex import config as imex_config
 from tests.cases import CORPUS
@@ -195,7 +194,7 @@ def test_imex_config_reads_back_identically(value: str) -> None:
     assert keyvalue.parse(text).get("IMEX_NODE_CONFIG_FILE") == value
 
 
-#: The calls that turn text into numbers or documents outside nvfabric.strict, each with why
+#: The calls that turn text into numbers or documents outside nvfabric.model.strict, each with why
 #: it is not a reader of input: (file under src/nvfabric, text of the call).
 NOT_READERS = {
     ("supervisor/lean.py", "json.loads(sys.argv[4])"): "the boot line's own sys.path, "
@@ -219,7 +218,7 @@ def test_every_reader_goes_through_strict() -> None:
     found = set()
     for path in sorted(src.rglob("*.py")):
         rel = path.relative_to(src).as_posix()
-        if rel == "strict.py":
+        if rel == "model/strict.py":
             continue
         text = path.read_text(encoding="utf-8")
         found |= {(rel, m.group(0)) for m in _BYPASS.finditer(text)}

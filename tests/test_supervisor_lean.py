@@ -171,7 +171,7 @@ HEAVY = (
     "csv", "shlex", "queue", "heapq", "selectors", "socket", "array", "math", "textwrap",
     "traceback", "nvfabric.facts.node", "nvfabric.facts.gpu", "nvfabric.facts.smi",
     "nvfabric.facts.nvml", "nvfabric.rules.preflight", "nvfabric.rules.nodefacts",
-    "nvfabric.artifacts", "nvfabric.artifacts.versions", "nvfabric.model.inventory",
+    "nvfabric.artifacts", "nvfabric.model.versions", "nvfabric.model.inventory",
     "nvfabric.model.health", "nvfabric.model.mask",
     "nvfabric.observe.logjson", "nvfabric.cli", "nvfabric.bringup.prepared", "click", "rich",
 )

@@ -76,7 +76,7 @@ def _nvfabric_error(err: BaseException) -> None:
 # --- numbers and JSON --------------------------------------------------------------------
 
 def _numbers(data: bytes) -> None:
-    from nvfabric import strict
+    from nvfabric.model import strict
 
     text = _text(data)[:300]
     for base, signed in ((10, False), (10, True), (16, False), (0, False)):
@@ -98,7 +98,7 @@ def _numbers(data: bytes) -> None:
 
 
 def _json(data: bytes) -> None:
-    from nvfabric import strict
+    from nvfabric.model import strict
 
     doc = strict.parse_json(data)
     json.dumps(doc)  # whatever was accepted can be written back (no 4,300-digit number)
@@ -297,7 +297,7 @@ def _redist(data: bytes) -> None:
     manifest = redist.parse_manifest(data, url)
     comp = manifest.components.get("fabricmanager")
     version = comp.version if comp is not None else "580.95.05"
-    from nvfabric.artifacts.versions import is_version
+    from nvfabric.model.versions import is_version
 
     if not is_version(version):
         version = "580.95.05"
@@ -433,8 +433,8 @@ def _spec_seeds() -> list[bytes]:
 
 
 def _spec(data: bytes) -> None:
-    from nvfabric import strict
     from nvfabric.cli.simulate import node_of
+    from nvfabric.model import strict
     from nvfabric.simulate import parse
     from nvfabric.simulate.tree import layout
 
@@ -728,7 +728,7 @@ def _probe_answer_seeds() -> list[bytes]:
 
 def _probe_answer(data: bytes) -> None:
     """The GPU probe child's answer as the supervisor reads it back (supervisor/gpuprobe)."""
-    from nvfabric import strict
+    from nvfabric.model import strict
     from nvfabric.supervisor.gpuprobe import check_from_json, check_to_json
 
     check = check_from_json(strict.parse_json(data))
@@ -887,8 +887,8 @@ def _seed_text(*extra: bytes) -> Callable[[], list[bytes]]:
 
 def targets() -> list[Target]:
     """Every reader, in the order the report prints them."""
-    from nvfabric.bringup.fmconfig import ConfigError
     from nvfabric.facts.smi import SmiFormatError
+    from nvfabric.model.fmkeys import ConfigError
     from nvfabric.rules.imex.nodes import PeerError
     from nvfabric.simulate import SpecError
 
@@ -898,8 +898,8 @@ def targets() -> list[Target]:
     except ImportError:  # older trees: doctor refused nothing
         log_errors = ()
     try:
-        from nvfabric.strict import BadValue
-    except ImportError:  # a tree without nvfabric.strict (fuzzing an older commit)
+        from nvfabric.model.strict import BadValue
+    except ImportError:  # a tree without nvfabric.model.strict (fuzzing an older commit)
         BadValue = ValueError  # type: ignore[misc,assignment]  # noqa: N806
     return [
         Target("numbers", _number_seeds, _numbers, limit=6000),

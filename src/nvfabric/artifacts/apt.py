@@ -37,12 +37,12 @@ from nvfabric.artifacts.model import (
     safe_relative_path,
 )
 from nvfabric.artifacts.naming import arch_name
-from nvfabric.artifacts.versions import same
 from nvfabric.model.errors import NvfabricError
 from nvfabric.model.findings import Finding
-from nvfabric.strict import MAX_DIGITS, BadValue, to_int
+from nvfabric.model.strict import MAX_DIGITS, BadValue, to_int
+from nvfabric.model.versions import same
 
-#: A digit run longer than any version field (nvfabric.strict.MAX_DIGITS).
+#: A digit run longer than any version field (nvfabric.model.strict.MAX_DIGITS).
 _LONG_NUMBER = re.compile(f"[0-9]{{{MAX_DIGITS + 1}}}")
 
 

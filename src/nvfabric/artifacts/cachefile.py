@@ -22,7 +22,7 @@ from nvfabric.artifacts.tables import COMPONENTS
 from nvfabric.effects.atomic import write_atomic
 from nvfabric.model.errors import NvfabricError
 from nvfabric.model.findings import Finding
-from nvfabric.strict import BadValue, parse_json, read_capped
+from nvfabric.model.strict import BadValue, parse_json, read_capped
 
 RECORD = "nvfabric-artifacts.json"
 FORMAT = 1

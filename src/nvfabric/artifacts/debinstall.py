@@ -51,13 +51,13 @@ from nvfabric.artifacts.naming import arch_name, package_name
 from nvfabric.artifacts.runfile import DriverOrigin
 from nvfabric.artifacts.tables import OWN_VERSION
 from nvfabric.artifacts.transport import sha256_file
-from nvfabric.artifacts.versions import same
 from nvfabric.effects import program
-from nvfabric.facts.paths import confined as confined_path
 from nvfabric.model import hostpath
 from nvfabric.model.commandline import command_line
 from nvfabric.model.errors import NvfabricError
 from nvfabric.model.findings import Finding
+from nvfabric.model.hostpath import confined as confined_path
+from nvfabric.model.versions import same
 from nvfabric.model.words import seconds
 
 DPKG_TIMEOUT_S = 900.0

@@ -22,7 +22,7 @@ from nvfabric.artifacts.model import Artifact
 from nvfabric.artifacts.safetar import extract
 from nvfabric.artifacts.transport import sha256_file
 from nvfabric.effects.atomic import write_atomic
-from nvfabric.strict import BadValue, control_free, parse_json
+from nvfabric.model.strict import BadValue, control_free, parse_json
 
 RECORD = ".nvfabric-install.json"
 

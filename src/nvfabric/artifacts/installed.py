@@ -20,9 +20,9 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from nvfabric.artifacts import versions
-from nvfabric.facts.paths import confined, under
-from nvfabric.strict import int_or_none
+from nvfabric.model import versions
+from nvfabric.model.hostpath import confined, under
+from nvfabric.model.strict import int_or_none
 
 #: ``nvfabric install``'s default prefix (host path; commands/fetch.py DEFAULT_PREFIX).
 DEFAULT_PREFIX = "/opt/nvfabric"

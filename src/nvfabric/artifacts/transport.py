@@ -27,8 +27,8 @@ from nvfabric.artifacts.model import checksum_mismatch, download_failed
 from nvfabric.effects.atomic import atomic_writer
 from nvfabric.model.errors import NvfabricError, usage_error
 from nvfabric.model.findings import Finding
+from nvfabric.model.strict import int_or_none
 from nvfabric.model.words import seconds
-from nvfabric.strict import int_or_none
 
 #: HTTP statuses worth retrying (RFC 9110 15.5.9, 15.6; RFC 6585 4 for 429).
 RETRY_STATUS = frozenset({408, 429, 500, 502, 503, 504})

@@ -47,9 +47,9 @@ from nvfabric.bringup import fabricmanager as fm
 from nvfabric.bringup import nvlsm
 from nvfabric.bringup.vendor import TOPOLOGY_DIR
 from nvfabric.effects.atomic import write_atomic
-from nvfabric.facts.paths import PathEscape, confined
 from nvfabric.model.errors import NvfabricError, usage_error
 from nvfabric.model.findings import Finding
+from nvfabric.model.hostpath import PathEscape, confined
 from nvfabric.rules.imex.tables import CONFIG_PATH, IMEX_BINARY, IMEX_CTL_BINARY
 
 #: The layout record, a host path under the root.

@@ -18,11 +18,11 @@ from dataclasses import dataclass, field
 from nvfabric.bringup import imexd as imex_service
 from nvfabric.bringup.prepared import ChannelNode, ImexPart, Prepared
 from nvfabric.bringup.spec import PlannedFile, ServiceSpec
-from nvfabric.facts.fs import under
 from nvfabric.model import keyvalue
 from nvfabric.model.commandline import command_line
 from nvfabric.model.errors import usage_error
 from nvfabric.model.findings import Finding
+from nvfabric.model.hostpath import under
 from nvfabric.model.keyvalue import ConfigValueError
 from nvfabric.rules.imex import channels, config, nodes, owner
 from nvfabric.rules.imex.domain import node_list_id, plural

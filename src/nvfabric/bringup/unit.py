@@ -20,8 +20,9 @@ from nvfabric.bringup import fmconfig as fmcfg
 from nvfabric.bringup import nvlsm
 from nvfabric.bringup.prepared import Prepared
 from nvfabric.bringup.spec import PlannedFile
-from nvfabric.facts.paths import confined, under
+from nvfabric.model import fmkeys
 from nvfabric.model.hostpath import check as check_path
+from nvfabric.model.hostpath import confined, under
 from nvfabric.model.inventory import Inventory
 from nvfabric.rules.plan import Plan
 
@@ -80,7 +81,7 @@ def prepare(inventory: Inventory, p: Plan, cfg: RunConfig, shipped_fm_cfg: str) 
 
 def build(p: Plan, cfg: RunConfig, shipped_fm_cfg: str, *, needs_reset: bool) -> Prepared:
     """The unit for plan ``p``. Raises ValueError for a bad path or GUID and
-    :class:`nvfabric.bringup.fmconfig.ConfigError` for a bad config override.
+    :class:`nvfabric.model.fmkeys.ConfigError` for a bad config override.
     ``needs_reset``: a fabric manager restart needs a GPU reset on this node (R04)."""
     for path, what in ((cfg.state_dir, "--state-dir"), (cfg.fm.binary, "--fm-bin"),
                        (cfg.fm.shipped_config, "--fm-config"), (cfg.nvlsm.binary, "--nvlsm-bin"),
@@ -127,4 +128,4 @@ def build(p: Plan, cfg: RunConfig, shipped_fm_cfg: str, *, needs_reset: bool) ->
 
 def environ_items(environ: Mapping[str, str]) -> tuple[tuple[str, str], ...]:
     """The ``NVFM_CONFIG_*`` part of an environment, as a hashable value for :class:`RunConfig`."""
-    return tuple(sorted((k, v) for k, v in environ.items() if k.startswith(fmcfg.ENV_PREFIX)))
+    return tuple(sorted((k, v) for k, v in environ.items() if k.startswith(fmkeys.ENV_PREFIX)))

@@ -17,9 +17,9 @@ from typing import Any
 
 import click
 
-from nvfabric import strict
 from nvfabric.cli.render import console, guarded, json_option, print_findings, print_json, safe
 from nvfabric.effects.atomic import write_atomic
+from nvfabric.model import strict
 from nvfabric.model.errors import usage_error
 from nvfabric.rules.imex import domain as fleet
 from nvfabric.rules.imex import nodes

@@ -37,7 +37,7 @@ def resolve_request(
     from nvfabric.artifacts import Request, RetryPolicy, Transport
     from nvfabric.artifacts.resolve import resolve
     from nvfabric.artifacts.transport import mirror_base, stderr_is_tty
-    from nvfabric.artifacts.versions import is_version
+    from nvfabric.model.versions import is_version
 
     if nvlsm_version is not None and not is_version(nvlsm_version):
         raise usage_error(f"--nvlsm-version {nvlsm_version!r} is not a version like 2025.06.6",

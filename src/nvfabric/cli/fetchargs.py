@@ -16,9 +16,9 @@ import click
 
 from nvfabric.cli.render import json_option, root_option
 from nvfabric.facts.inventory import Inventory, collect
-from nvfabric.facts.paths import confined
 from nvfabric.model.errors import NvfabricError, usage_error
 from nvfabric.model.findings import Finding
+from nvfabric.model.hostpath import confined
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -128,7 +128,7 @@ def _driver_version(driver_version: str | None, node: Callable[[], Inventory]) -
     """``--driver-version``, else the loaded module's (``node()`` read only then), validated.
     Raises ``driver_not_loaded`` (exit 1) when there is none, usage_error when it is not a
     version."""
-    from nvfabric.artifacts.versions import is_driver_version
+    from nvfabric.model.versions import is_driver_version
 
     if driver_version is None:
         driver_version = node().driver_version

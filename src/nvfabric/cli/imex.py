@@ -33,9 +33,9 @@ from nvfabric.facts import imex as imex_facts
 from nvfabric.facts import imexctl as ctl
 from nvfabric.facts.inventory import require_root
 from nvfabric.facts.nvidia import driver_version
-from nvfabric.facts.paths import PathEscape, confined, under
 from nvfabric.model.errors import NvfabricError, usage_error
 from nvfabric.model.findings import Finding
+from nvfabric.model.hostpath import PathEscape, confined, under
 from nvfabric.model.keyvalue import ConfigValueError
 from nvfabric.rules.imex import channels, edit, nodes, owner
 from nvfabric.rules.imex.domain import node_list_id, plural
@@ -414,7 +414,7 @@ def _query(root: str, ctl_path: str, config_path: str, timeout_s: float) -> ctl.
 
 
 def _joined(root: str, path: str, what: str) -> str:
-    """``path`` under ``root`` (:func:`nvfabric.facts.paths.under`); a usage error (exit 2)
+    """``path`` under ``root`` (:func:`nvfabric.model.hostpath.under`); a usage error (exit 2)
     naming ``what`` for a path that would leave the root."""
     try:
         return under(root, path)

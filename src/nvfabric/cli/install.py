@@ -22,8 +22,8 @@ from nvfabric.cli.fetchargs import (
 )
 from nvfabric.cli.installfrom import install_from
 from nvfabric.cli.render import console, guarded, print_findings, print_json, safe
-from nvfabric.facts.fs import under
 from nvfabric.model.errors import NvfabricError, usage_error
+from nvfabric.model.hostpath import under
 from nvfabric.model.words import plural
 
 

@@ -13,9 +13,9 @@ from typing import Any
 
 from nvfabric.cli.fetchargs import DEFAULT_PREFIX, Inputs, default_path, gather
 from nvfabric.cli.render import console, print_findings, print_json, safe
-from nvfabric.facts.fs import under
 from nvfabric.facts.inventory import collect
 from nvfabric.model.errors import NvfabricError, usage_error
+from nvfabric.model.hostpath import under
 from nvfabric.model.words import plural
 
 

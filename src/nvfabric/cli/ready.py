@@ -14,10 +14,10 @@ import sys
 import click
 
 from nvfabric.cli.render import guarded, json_option, print_json, root_option
-from nvfabric.facts.paths import confined
 from nvfabric.model.commandline import DEFAULT_STATE_DIR, command_line
 from nvfabric.model.errors import usage_error
 from nvfabric.model.findings import Finding
+from nvfabric.model.hostpath import confined
 
 
 @click.command("ready")

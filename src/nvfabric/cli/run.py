@@ -43,12 +43,13 @@ from nvfabric.effects.notify import notify_nothing_to_start
 from nvfabric.effects.runlock import READY_FILE, RunLock
 from nvfabric.effects.stop import SIGHUP_IGNORED
 from nvfabric.facts.fs import program_path
-from nvfabric.facts.paths import confined
 from nvfabric.frozen import is_one_file
+from nvfabric.model import fmkeys
 from nvfabric.model.commandline import DEFAULT_STATE_DIR
 from nvfabric.model.errors import NvfabricError, usage_error
 from nvfabric.model.findings import Finding
 from nvfabric.model.hostpath import check as check_path
+from nvfabric.model.hostpath import confined
 from nvfabric.model.inventory import Inventory
 from nvfabric.observe.hook import attach
 from nvfabric.observe.unitstate import NOTHING_TO_RUN, of_running, phase_of_running
@@ -317,7 +318,7 @@ def _run_fm(o: RunOptions, inv: Inventory, p: Plan, emit: Emit) -> NoReturn:
     shipped = _shipped(cfg)
     try:
         prepared = unit.prepare(inv, p, cfg, shipped)
-    except fmcfg.ConfigError as err:
+    except fmkeys.ConfigError as err:
         raise NvfabricError(err.finding, exit_code=2) from None
     except ValueError as err:
         raise usage_error(str(err), "pass absolute host paths (resolved under --root) without "
@@ -374,7 +375,7 @@ def _fm_config(o: RunOptions, p: Plan) -> tuple[RunConfig, vendor.Resolved]:
     with the vendor files resolved; exit 2 for a bad ``--fm-set``."""
     try:
         sets = fmcfg.parse_sets(o.fm_sets)
-    except fmcfg.ConfigError as err:
+    except fmkeys.ConfigError as err:
         raise NvfabricError(err.finding, exit_code=2) from None
     given = {"--fm-bin": ("fm_bin", o.fm_bin), "--fm-config": ("fm_config", o.fm_config),
              "--nvlsm-bin": ("nvlsm_bin", o.nvlsm_bin),
@@ -390,7 +391,7 @@ def _fm_config(o: RunOptions, p: Plan) -> tuple[RunConfig, vendor.Resolved]:
                                    o.nvlsm_pid_file),
             socket=o.fm_sm_socket, fm_sets=tuple(sets.items()),
             environ=environ_items(os.environ), fabric_mode=o.fabric_mode, grace_s=o.grace)
-    except fmcfg.ConfigError as err:
+    except fmkeys.ConfigError as err:
         raise NvfabricError(err.finding, exit_code=2) from None
     return cfg, vend
 
@@ -403,7 +404,7 @@ def _shipped(cfg: RunConfig) -> str:
     shipped_path = cfg.resolve(cfg.fm.shipped_config)
     try:
         return read_shipped(shipped_path)
-    except fmcfg.ShippedConfigError as err:
+    except fmkeys.ShippedConfigError as err:
         raise NvfabricError(err.finding, exit_code=2) from None
     except (OSError, UnicodeDecodeError) as err:
         problem = (err.strerror or str(err)) if isinstance(err, OSError) else "not UTF-8 text"

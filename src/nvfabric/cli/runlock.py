@@ -22,11 +22,11 @@ from nvfabric.effects.runlock import (
     run_lock_holder,
 )
 from nvfabric.facts.fs import unwritable
-from nvfabric.facts.paths import confined, under
 from nvfabric.model.commandline import command_line
 from nvfabric.model.errors import NvfabricError, usage_error
 from nvfabric.model.findings import Finding
 from nvfabric.model.hostpath import check as check_path
+from nvfabric.model.hostpath import confined, under
 
 
 def already_running(pid: int, lock: str, root: str = "/") -> Finding:

@@ -176,8 +176,8 @@ def _print(directory: str, source: str, fakes: list[str], notes: list[str] | Non
 def load_spec(path: str) -> Any:
     """The YAML document of a node spec file. NvfabricError (exit 2) naming the file when it
     is not a regular file, is over :data:`MAX_SPEC_BYTES`, is not UTF-8, or is not YAML
-    (:func:`nvfabric.strict.load_yaml`: bounded aliases and nesting, every PyYAML failure)."""
-    from nvfabric.strict import load_yaml
+    (:func:`nvfabric.model.strict.load_yaml`: bounded aliases and nesting, every PyYAML failure)."""
+    from nvfabric.model.strict import load_yaml
 
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)

@@ -100,7 +100,7 @@ def read_capture(path: str) -> FabricHealth:
     bound as the node's nvidia-smi output. Unreadable or unrecognised -> exit 2."""
     from nvfabric.facts.gpu import SMI_MAX_BYTES
     from nvfabric.facts.smi import SmiFormatError, parse
-    from nvfabric.strict import read_capped
+    from nvfabric.model.strict import read_capped
 
     data = read_capped(path, SMI_MAX_BYTES, "an nvidia-smi capture",
                        "give a file saved from `nvidia-smi -q` (or -q -x)")
@@ -384,7 +384,7 @@ def _with_imex_domain(root: str, reading: Any) -> Any:
     from dataclasses import replace
 
     from nvfabric.cli.listen import imex_domain
-    from nvfabric.facts.paths import under
+    from nvfabric.model.hostpath import under
 
     return replace(reading, imex_domain=imex_domain(under(root, IMEX_CTL),
                                                     under(root, IMEX_CONFIG)))
@@ -400,7 +400,7 @@ def _with_run_ready(root: str, reading: Any) -> Any:
     unchanged when no run holds the lock or the state cannot be read."""
     from dataclasses import replace
 
-    from nvfabric.facts.paths import under
+    from nvfabric.model.hostpath import under
     from nvfabric.supervisor import live_ready, run_lock_holder
 
     state = under(root, RUN_STATE_DIR)
@@ -420,7 +420,7 @@ def textfile_path(root: str, path: str) -> str:
     """``--textfile``: a host path under ``root`` ending in ``.prom`` (node_exporter's textfile
     collector reads only those: node_exporter ``collector/textfile.go``) whose directory
     exists. Exit 2 otherwise, before anything is read."""
-    from nvfabric.facts.paths import confined
+    from nvfabric.model.hostpath import confined
 
     if not path.endswith(".prom") or path.endswith("/.prom"):
         raise usage_error(f"--textfile {path!r}: the name must end in .prom",

@@ -2,7 +2,7 @@
 channel nodes (``mknod``, mode 0666, atomic), config files (atomic writes through
 :func:`nvfabric.effects.atomic.write_atomic`, a backup of different old content) and the host
 unit's enablement (``systemctl``, argv only, ``--root`` for an image root). Every path goes
-through :func:`nvfabric.facts.paths.confined` first; what is read back is
+through :func:`nvfabric.model.hostpath.confined` first; what is read back is
 :mod:`nvfabric.facts.imex`.
 """
 
@@ -20,9 +20,9 @@ from nvfabric.facts.imex import (
     channel_target,
     stat_node,
 )
-from nvfabric.facts.paths import confined
 from nvfabric.model import hostpath
 from nvfabric.model.errors import os_hint
+from nvfabric.model.hostpath import confined
 from nvfabric.model.words import seconds
 from nvfabric.rules.imex.channels import DevNode, channel_path
 from nvfabric.rules.imex.tables import CHANNEL_DIR, CHANNEL_MODE, HOST_UNIT
@@ -32,7 +32,7 @@ def create_channel(root: str, number: int, major: int) -> DevNode:
     """Make ``channel<number>`` (c major:number, mode 0666, as NVIDIA documents) atomically:
     mknod a temporary node beside it, chmod (the umask applies to mknod), rename over whatever
     was there (:func:`nvfabric.effects.atomic.staged`). The directory is created mode 0755.
-    Raises :class:`~nvfabric.facts.paths.PathEscape` when the path leads out of ``root``
+    Raises :class:`~nvfabric.model.hostpath.PathEscape` when the path leads out of ``root``
     (:func:`nvfabric.facts.imex.channel_target`, checked again just before mknod), OSError
     (EPERM without CAP_MKNOD)."""
     host_path = channel_path(number)
@@ -62,7 +62,7 @@ def mknod_hint(err: OSError, euid: int | None = None) -> str:
 def write_file(root: str, host_path: str, content: str, mode: int = 0o644) -> None:
     """Atomic replace of a config file under ``root`` (a backup of different old content is
     kept as ``.nvfabric.bak``). Raises OSError; PathEscape for a path that would leave the
-    root (:func:`nvfabric.facts.paths.confined`)."""
+    root (:func:`nvfabric.model.hostpath.confined`)."""
     write_atomic(confined(root, host_path), content, mode=mode)
 
 

@@ -11,7 +11,7 @@ import os
 from nvfabric.effects.log import printable
 from nvfabric.effects.sockets import SOCK_DGRAM, unix_socket
 from nvfabric.frozen import bootloader_pid
-from nvfabric.strict import int_or_none
+from nvfabric.model.strict import int_or_none
 
 NOTIFY_TIMEOUT_S = 0.5
 #: The most bytes of STATUS= text sent. systemd reads a notify datagram into a buffer of

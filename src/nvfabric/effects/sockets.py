@@ -62,7 +62,7 @@ def is_socket(path: str) -> bool:
 #: one of an NVLSM that this process started (its child, in its network namespace, on this
 #: kernel), whatever tree it was started from; a tree's own ``proc/net/unix`` would be a
 #: capture, never the table its fakes' sockets are in. A root whose ``proc`` is the live
-#: procfs (:func:`nvfabric.facts.paths.is_live`) shows this same table there.
+#: procfs (:func:`nvfabric.model.hostpath.is_live`) shows this same table there.
 UNIX_TABLE = "/proc/self/net/unix"
 #: Bound of one read of the table: a line is ~100 bytes; 16 MiB is 160,000 sockets.
 UNIX_TABLE_MAX_BYTES = 16 << 20

@@ -27,9 +27,9 @@ from importlib import resources
 
 from nvfabric.effects.atomic import write_atomic
 from nvfabric.effects.dirs import not_a_directory
-from nvfabric.facts.paths import under
 from nvfabric.model.errors import NvfabricError, os_hint
 from nvfabric.model.findings import Finding
+from nvfabric.model.hostpath import under
 
 UNIT_NAME = "nvfabric.service"
 #: Where the administrator's units live (systemd.unit(5)): what ``unit install`` writes.

@@ -1,7 +1,7 @@
 """Read every GPU's fabric state from a node, through one of two sources behind one door.
 
 The door (:func:`source_for`): a root whose ``proc`` is the running kernel's procfs
-(:func:`nvfabric.facts.paths.is_live`: ``/`` on the node itself) is read through NVML
+(:func:`nvfabric.model.hostpath.is_live`: ``/`` on the node itself) is read through NVML
 (:func:`nvml_source`, ``nvidia-ml-py``, the driver of the running kernel); any other root is a
 directory holding a node's files and is read through its own ``bin/nvidia-smi -q -x``
 (:func:`smi_source`; the fake written by ``nvfabric simulate``). A caller may inject a source
@@ -18,9 +18,9 @@ import threading
 from collections.abc import Callable
 
 from nvfabric.effects import stop
-from nvfabric.facts.paths import is_live, under
 from nvfabric.model.findings import Finding
 from nvfabric.model.health import FabricHealth, GpuFabric
+from nvfabric.model.hostpath import is_live, under
 from nvfabric.model.words import seconds
 
 SMI_TIMEOUT_S = 15.0
@@ -53,7 +53,7 @@ def read_health(root: str, timeout: float = SMI_TIMEOUT_S,
 
 
 def source_for(root: str) -> Source:
-    """The door: NVML for a live root (:func:`nvfabric.facts.paths.is_live`), else the root's
+    """The door: NVML for a live root (:func:`nvfabric.model.hostpath.is_live`), else the root's
     own ``bin/nvidia-smi``."""
     return nvml_source if is_live(root) else smi_source(root)
 
@@ -90,7 +90,7 @@ def _run_smi(smi: str, timeout: float) -> FabricHealth:
     at most :data:`SMI_MAX_BYTES`, killed at ``timeout`` seconds or the cap, not run when it
     is a link out of the root), its XML parsed."""
     from nvfabric.effects import program  # lazy: `status --from-nvidia-smi` runs no probe
-    from nvfabric.facts.paths import PathEscape
+    from nvfabric.model.hostpath import PathEscape
 
     try:
         ran = program.run([smi, "-q", "-x"], timeout, SMI_MAX_BYTES, meanwhile=_load_parser)

@@ -9,7 +9,7 @@ names, the host unit's file and enablement (``nvidia-imex-ctl`` answers:
 :func:`nvfabric.facts.imexctl.run_ctl`). The changes (channel nodes, config writes, unit
 enablement) are :mod:`nvfabric.effects.imex`.
 
-The door between the node itself and a simulated tree is :func:`nvfabric.facts.paths.is_live`
+The door between the node itself and a simulated tree is :func:`nvfabric.model.hostpath.is_live`
 (the root's ``proc`` is the running kernel's): a live root's addresses come from its
 interfaces (psutil), its names from gethostname() and the resolver; a tree's from its own
 ``proc/net/fib_trie``, ``proc/net/if_inet6``, ``etc/hostname`` and ``etc/hosts``.
@@ -28,9 +28,10 @@ from nvfabric.facts import procs, services
 from nvfabric.facts import slurm as slurm_reader
 from nvfabric.facts.fs import listdir, read_bytes, read_text
 from nvfabric.facts.nvidia import driver_version, imex_major, loaded_modules
-from nvfabric.facts.paths import PathEscape, confined, is_live, under
 from nvfabric.model import hostpath
 from nvfabric.model.errors import usage_error
+from nvfabric.model.hostpath import PathEscape, confined, is_live, under
+from nvfabric.model.strict import int_or_none
 from nvfabric.model.words import plural
 from nvfabric.rules.imex import config, nodes, owner, report
 from nvfabric.rules.imex import slurm as slurm_rules
@@ -51,7 +52,6 @@ from nvfabric.rules.imex.tables import (
     PARAMS_PATH,
     SYSTEMD_DIRS,
 )
-from nvfabric.strict import int_or_none
 
 __all__ = [
     "MAX_CONFIG_BYTES", "PathEscape", "RESOLVE_TIMEOUT_S", "UNIT_DIRS",
@@ -249,7 +249,7 @@ def read_channels(root: str) -> ChannelFacts:
 def channel_target(root: str, number: int) -> str:
     """Where ``channel<number>`` is made: its host path under ``root`` through
     :func:`confined` (a ``dev/nvidia-caps-imex-channels`` that is a link out of the root is
-    :class:`~nvfabric.facts.paths.PathEscape`, so no world-writable device is ever made
+    :class:`~nvfabric.model.hostpath.PathEscape`, so no world-writable device is ever made
     outside it)."""
     return confined(root, channel_path(number), "IMEX channel")
 
@@ -340,7 +340,7 @@ def parse_if_inet6(text: str) -> tuple[str, ...]:
 
 def node_addresses(root: str) -> tuple[str, ...]:
     """The addresses of the node under ``root``: for a tree (not live,
-    :func:`nvfabric.facts.paths.is_live`), its proc/net/fib_trie and proc/net/if_inet6 when
+    :func:`nvfabric.model.hostpath.is_live`), its proc/net/fib_trie and proc/net/if_inet6 when
     present; otherwise this host's interfaces (psutil)."""
     if not is_live(root):
         v4 = read_text(under(root, "/proc/net/fib_trie"))

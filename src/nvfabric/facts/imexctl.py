@@ -26,11 +26,11 @@ import threading
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from nvfabric import strict
 from nvfabric.facts.execinfo import exec_error
-from nvfabric.facts.paths import PathEscape
+from nvfabric.model import strict
 from nvfabric.model.errors import NvfabricError
 from nvfabric.model.findings import Finding
+from nvfabric.model.hostpath import PathEscape
 from nvfabric.model.hostpath import check as check_path
 from nvfabric.model.words import plural, seconds
 from nvfabric.rules.imex.tables import CTL_TIMEOUT_S
@@ -156,7 +156,7 @@ def parse_domain(text: str) -> DomainStatus:
 def parse_json(text: str) -> DomainStatus:
     """``nvidia-imex-ctl -N -j``; ValueError on malformed JSON, a missing status, or a value of
     the wrong type anywhere (the message names its path, ``nodes.0.connections``). Numbers
-    and nesting are bounded (:func:`nvfabric.strict.parse_json`)."""
+    and nesting are bounded (:func:`nvfabric.model.strict.parse_json`)."""
     try:
         return _parse_json(text)
     except strict.BadValue as err:

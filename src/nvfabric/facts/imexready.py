@@ -11,8 +11,8 @@ from collections.abc import Callable
 from nvfabric.facts import imexctl as ctl
 from nvfabric.facts import imexhost as host
 from nvfabric.facts.execinfo import exec_error
-from nvfabric.facts.paths import PathEscape
 from nvfabric.model.health import GpuCheck
+from nvfabric.model.hostpath import PathEscape
 from nvfabric.model.words import seconds
 from nvfabric.rules.imex.domain import plural
 

@@ -87,7 +87,7 @@ def fm_version(binary: str, timeout_s: float = 10.0) -> VersionRead:
     ``probe_limit`` finding, never raised."""
     from nvfabric.bringup import fabricmanager as fm
     from nvfabric.facts.execinfo import INTERPRETER_HINT, exec_error, missing_interpreter
-    from nvfabric.facts.paths import PathEscape
+    from nvfabric.model.hostpath import PathEscape
 
     try:
         ran = version_output(binary, timeout_s)
@@ -211,8 +211,8 @@ def collect_imex(root: str, inventory: Inventory, req: ImexRequest) -> NodeFacts
 def _start_facts(root: str, inventory: Inventory, req: ImexRequest, evidence: OwnerEvidence,
                  chans: ChannelFacts) -> ImexFacts:
     from nvfabric.facts import imexhost as host
-    from nvfabric.facts.fs import under
     from nvfabric.model import keyvalue
+    from nvfabric.model.hostpath import under
     from nvfabric.rules.imex import config, nodes
     from nvfabric.rules.imex.tables import NODES_CONFIG_PATH
 
@@ -316,7 +316,7 @@ def vendor_seen(root: str, fabric: FabricKind, typed: Mapping[str, str | None],
 def path_seen(root: str, path: str, kind: str) -> PathSeen:
     """``path`` under ``root``: present as ``kind`` (``exec``: an executable regular file;
     ``file``; ``dir``), or where a link on it leads out of the root (not present then)."""
-    from nvfabric.facts.paths import confined, program, under
+    from nvfabric.model.hostpath import confined, program, under
     from nvfabric.model.hostpath import problem as path_problem
 
     if path_problem(path) is None:  # relative or with '..': not a question of links
@@ -337,8 +337,8 @@ def fm_shipped_keys(root: str, host_path: str) -> dict[str, str]:
     ``host_path`` under ``root``, those set; empty when it cannot be read (it is read again,
     and refused with its reason, where the bring-up is prepared)."""
     from nvfabric.bringup import fmconfig as fmcfg
-    from nvfabric.facts.paths import under
     from nvfabric.model import keyvalue
+    from nvfabric.model.hostpath import under
 
     try:
         with open(under(root, host_path), encoding="utf-8") as fh:

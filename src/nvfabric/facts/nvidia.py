@@ -14,8 +14,9 @@ from __future__ import annotations
 import os
 import re
 
-from nvfabric.facts.fs import listdir, read_text, under
-from nvfabric.strict import int_or_none
+from nvfabric.facts.fs import listdir, read_text
+from nvfabric.model.hostpath import under
+from nvfabric.model.strict import int_or_none
 
 #: Modules the plan cares about (names as under /sys/module).
 MODULES = ("nvidia", "nvidia_nvswitch", "mlx5_core", "mlx5_ib", "ib_umad", "ib_uverbs")

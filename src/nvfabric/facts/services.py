@@ -16,7 +16,7 @@ checked with ``kill(pid, 0)`` and its age taken from the pid file's modification
 scan looks at this host's processes whose command line runs a file under the root, and a
 socket counts as bound when this host's ``/proc/net/unix`` lists its path under the root.
 A path (a pid file, a socket named by the config) that would leave the root
-(:func:`nvfabric.facts.paths.under`: ``..``, NUL) is as absent.
+(:func:`nvfabric.model.hostpath.under`: ``..``, NUL) is as absent.
 
 Facts (``SERVICES``): process names as the kernel truncates them to 15 characters in ``comm``
 (``nv-fabricmanage``: ../shared/corpus/logs/fm-590.48.01-systemctl-status-pre-nvl5-node-01.txt
@@ -35,14 +35,14 @@ import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from nvfabric.bringup.fmconfig import PATH_KEYS as FM_PATH_KEYS
 from nvfabric.facts.fs import listdir, read_text
-from nvfabric.facts.paths import PathEscape, under
 from nvfabric.model.errors import usage_error
+from nvfabric.model.fmkeys import PATH_KEYS as FM_PATH_KEYS
+from nvfabric.model.hostpath import PathEscape, under
 from nvfabric.model.keyvalue import parse as parse_cfg
 from nvfabric.model.services import ServiceState
+from nvfabric.model.strict import control_free, int_or_none, is_uint, to_float, to_int
 from nvfabric.model.vocab import Service
-from nvfabric.strict import control_free, int_or_none, is_uint, to_float, to_int
 
 
 @dataclass(frozen=True)

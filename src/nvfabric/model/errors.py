@@ -8,12 +8,12 @@ exit 3. The whole tree (each class lives beside the code that raises it)::
 
     NvfabricError                          finding + exit_code (1: the checked thing is bad)
     ├── InputError (also a ValueError)     a value refused; exit 2, input_unreadable
-    │   ├── strict.BadValue                a number or JSON value of the wrong shape
-    │   │   └── strict.NotJson             text that is not JSON at all
+    │   ├── model.strict.BadValue          a number or JSON value of the wrong shape
+    │   │   └── model.strict.NotJson       text that is not JSON at all
     │   ├── model.keyvalue.ConfigValueError      a config key/value never written
     │   │                                         (config_invalid_value, ``key``)
     │   ├── facts.smi.SmiFormatError       not a readable nvidia-smi capture
-    │   ├── facts.paths.PathEscape         a host path that would leave the root
+    │   ├── model.hostpath.PathEscape      a host path that would leave the root
     │   ├── rules.logtext.LogInputError    a log doctor refuses to read
     │   │   ├── rules.diagnose.LogValueError     a value no fabric log prints
     │   │   └── rules.logtext.LogEncodingError   not UTF-8/16/32 text
@@ -22,9 +22,9 @@ exit 3. The whole tree (each class lives beside the code that raises it)::
     │   ├── rules.imex.nodes.PeerError     a node list entry IMEX would not take
     │   ├── simulate.spec.SpecError        a node spec that cannot be built
     │   ├── bringup.vendor.TypedPathMissing        a path the operator typed is missing
-    │   ├── bringup.fmconfig.ConfigError           a fabric manager override refused
+    │   ├── model.fmkeys.ConfigError              a fabric manager override refused
     │   │                                           (its config_invalid_value finding)
-    │   ├── bringup.fmconfig.ShippedConfigError    the shipped fabricmanager.cfg unusable
+    │   ├── model.fmkeys.ShippedConfigError       the shipped fabricmanager.cfg unusable
     │   ├── supervisor.job.JobError        a prepared unit the lean supervisor refuses
     │   └── triage.report.ReportTooLarge   a bug report past the size bounds
     ├── effects.unitfile.UnitError         the systemd unit cannot be installed

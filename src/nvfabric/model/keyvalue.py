@@ -18,7 +18,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from nvfabric.model.errors import InputError
-from nvfabric.strict import one_line
+from nvfabric.model.strict import one_line
 
 KEY = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,127}")
 

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from typing import IO, Any
 
 from nvfabric.model.findings import Finding
+from nvfabric.model.strict import int_or_none
 from nvfabric.model.vocab import FabricKind
 from nvfabric.rules.catalogue import (
     FABRIC_KINDS,
@@ -39,7 +40,6 @@ from nvfabric.rules.logtext import (
     needle_lines,
     utf8_blocks,
 )
-from nvfabric.strict import int_or_none
 
 __all__ = [
     "BLOCK", "FABRIC_KINDS", "MAX_COLLECT", "MAX_EXAMPLE", "MAX_KEYS", "MAX_LINE",
@@ -78,7 +78,7 @@ def _number(value: str, sig: str, name: str) -> int:
         raise LogValueError(
             f"a number of {len(value)} digits in a line of the {sig} kind (field {name}); "
             f"fabric logs print at most {MAX_DIGITS}: not a real log line")
-    number = int_or_none(value, signed=True)  # ASCII digits only (nvfabric.strict)
+    number = int_or_none(value, signed=True)  # ASCII digits only (nvfabric.model.strict)
     if number is None:
         raise LogValueError(f"{value!r} in a line of the {sig} kind (field {name}) is not "
                             "a number (ASCII digits)")

@@ -23,7 +23,7 @@ import shlex
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from nvfabric.artifacts import versions
+from nvfabric.model import versions
 from nvfabric.model.commandline import command_line
 from nvfabric.model.findings import Finding
 from nvfabric.model.health import summarise_gpus as summarise_gpus  # re-exported: its old home

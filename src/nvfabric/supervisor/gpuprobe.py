@@ -23,8 +23,8 @@ from typing import Any
 
 from nvfabric.effects.process import RESET_SIGNALS, die_with_parent
 from nvfabric.model.findings import Finding
+from nvfabric.model.strict import parse_json
 from nvfabric.model.words import seconds
-from nvfabric.strict import parse_json
 from nvfabric.supervisor.policy import GpuCheck
 
 #: Seconds the supervisor waits for the probe child's answer before it kills it: the reading's

@@ -36,7 +36,7 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, NoReturn
 
 from nvfabric.effects import stop
-from nvfabric.strict import is_uint, parse_json
+from nvfabric.model.strict import is_uint, parse_json
 from nvfabric.supervisor.job import Job, job_from_json
 from nvfabric.supervisor.outcome import Outcome
 
@@ -120,7 +120,7 @@ def _shown_as() -> str:
 
 def read_job(fd: int) -> Job:
     """The job in the memory file ``fd`` (closed). Raises OSError, ValueError (JobError; a
-    damaged document, one nested past the bound of :func:`nvfabric.strict.parse_json`)."""
+    damaged document, one nested past the bound of :func:`nvfabric.model.strict.parse_json`)."""
     with os.fdopen(fd, "rb") as fh:
         return job_from_json(parse_json(fh.read()))
 

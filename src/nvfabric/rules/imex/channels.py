@@ -22,6 +22,7 @@ from typing import Any
 from nvfabric.model.commandline import command_line
 from nvfabric.model.errors import NvfabricError, usage_error
 from nvfabric.model.findings import Finding
+from nvfabric.model.strict import int_or_none
 from nvfabric.rules.imex.tables import (
     CAPS_DIR,
     CHANNEL0_PERSISTENT_FIX,
@@ -31,7 +32,6 @@ from nvfabric.rules.imex.tables import (
     PARAM_CHANNEL_COUNT,
     PARAM_CREATE_CHANNEL0,
 )
-from nvfabric.strict import int_or_none
 
 
 @dataclass(frozen=True)

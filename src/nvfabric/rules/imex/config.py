@@ -18,8 +18,8 @@ from collections.abc import Callable, Mapping
 from nvfabric.model import hostpath, keyvalue
 from nvfabric.model.findings import Finding
 from nvfabric.model.keyvalue import ConfigValueError, KeyValueFile
+from nvfabric.model.strict import int_or_none
 from nvfabric.rules.imex.tables import NODES_CONFIG_PATH
-from nvfabric.strict import int_or_none
 
 #: Command service port when the shipped file sets none (value of the shipped templates).
 DEFAULT_CMD_PORT = "50005"

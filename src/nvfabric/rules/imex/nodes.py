@@ -21,8 +21,8 @@ from typing import Any
 
 from nvfabric.model.errors import InputError
 from nvfabric.model.findings import Finding
+from nvfabric.model.strict import is_uint, to_int
 from nvfabric.rules.imex.tables import HOSTNAMES_MIN_DRIVER
-from nvfabric.strict import is_uint, to_int
 
 #: RFC 1123 host name: dot-separated labels of letters, digits and inner hyphens.
 _LABEL = r"[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?"
