@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from nvfabric.artifacts import apt
-from nvfabric.artifacts.model import Request
+from nvfabric.artifacts.model import Artifact, Request
 from nvfabric.artifacts.resolve import resolve
 from nvfabric.artifacts.transport import Transport
 from nvfabric.model.errors import NvfabricError
@@ -28,7 +28,7 @@ F04 = next(c for c in load_cases("F") if c["id"] == "F04")["input"].encode()
 
 
 def resolve_index(index: bytes, driver: str, *components: str, arch: str = "x86_64",
-                  nvlsm: str | None = None) -> list[apt.Artifact]:
+                  nvlsm: str | None = None) -> list[Artifact]:
     req = Request(driver, arch, components, "apt", nvlsm)
     return apt.resolve(index, ("https://r/Packages",), "https://r", req)
 
@@ -145,7 +145,7 @@ def test_unsafe_filename_or_missing_checksum_is_refused() -> None:
 
 
 def test_a_shell_hostile_version_never_reaches_a_command_line() -> None:
-    art = apt.Artifact("fabricmanager", "1.0;rm -rf /", "amd64", "https://r/x.deb", "0" * 64,
+    art = Artifact("fabricmanager", "1.0;rm -rf /", "amd64", "https://r/x.deb", "0" * 64,
                        None, "apt", "nvidia-fabricmanager")
     with pytest.raises(NvfabricError):
         apt.commands([art])

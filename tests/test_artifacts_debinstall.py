@@ -18,7 +18,7 @@ from nvfabric.artifacts.debdeps import Known, accepts, decide
 from nvfabric.artifacts.model import Artifact
 from nvfabric.artifacts.naming import split_for_fabric
 from nvfabric.artifacts.runfile import DiskFile, OnDisk, classify, library_version
-from nvfabric.facts.imexhost import unit_argv
+from nvfabric.effects.imex import unit_argv
 from nvfabric.model.errors import NvfabricError
 from nvfabric.rules.imex.owner import OwnerEvidence, unit_policy
 from nvfabric.rules.imex.owner import decide as decide_owner

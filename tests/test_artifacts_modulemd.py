@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 
 from nvfabric.artifacts import modulemd, rpm
-from nvfabric.artifacts.model import Request
+from nvfabric.artifacts.model import Artifact, Request
 from nvfabric.artifacts.resolve import resolve
 from nvfabric.artifacts.transport import Transport
 from nvfabric.model.errors import NvfabricError
@@ -78,7 +78,7 @@ def serve(m: Mirror, modules: bytes | None, modules_checksum: str | None = None)
         f'repo"><revision>1</revision>{entries}</repomd>\n').encode())
 
 
-def resolve_fm(m: Mirror, driver: str) -> list[rpm.Artifact]:
+def resolve_fm(m: Mirror, driver: str) -> list[Artifact]:
     with Transport(FAST, mirror=m.url, sleep=no_sleep) as t:
         return list(resolve(Request(driver, "x86_64", ("fabricmanager",), "rpm"), t,
                             m.url).artifacts)
@@ -180,7 +180,7 @@ def test_a_package_outside_every_module_needs_no_enable_line(mirror: Mirror) -> 
 
 
 def test_yum_has_no_modules_and_zypper_no_plugin() -> None:
-    art = rpm.Artifact("fabricmanager", "580.95.05-1.el7", "x86_64", "https://x/y.rpm",
+    art = Artifact("fabricmanager", "580.95.05-1.el7", "x86_64", "https://x/y.rpm",
                        "0" * 64, None, "rpm", "nvidia-fabricmanager",
                        module_stream="nvidia-driver:580-dkms")
     assert rpm.commands([art], "rhel7")[0] == ["yum", "install", "-y", "yum-plugin-versionlock"]

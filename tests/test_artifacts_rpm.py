@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from nvfabric.artifacts import rpm
-from nvfabric.artifacts.model import Request
+from nvfabric.artifacts.model import Artifact, Request
 from nvfabric.artifacts.resolve import resolve
 from nvfabric.artifacts.transport import Transport
 from nvfabric.model.errors import NvfabricError
@@ -54,7 +54,7 @@ def serve_repo(m: Mirror, packages: list[dict[str, object]], compress: str = "gz
 
 
 def resolve_rpm(m: Mirror, driver: str, *components: str, arch: str = "x86_64",
-                nvlsm: str | None = None) -> list[rpm.Artifact]:
+                nvlsm: str | None = None) -> list[Artifact]:
     with Transport(FAST, mirror=m.url, sleep=no_sleep) as t:
         req = Request(driver, arch, components, "rpm", nvlsm)
         return list(resolve(req, t, m.url).artifacts)
@@ -132,8 +132,8 @@ def test_rpmvercmp(a: str, b: str, expected: int) -> None:
 PLUGIN = {"dnf": "'dnf-command(versionlock)'", "yum": "yum-plugin-versionlock"}
 
 
-def _art(version: str, package: str = "nvidia-fabric-manager") -> rpm.Artifact:
-    return rpm.Artifact("fabricmanager", version, "x86_64", "https://x/y.rpm", "0" * 64, None,
+def _art(version: str, package: str = "nvidia-fabric-manager") -> Artifact:
+    return Artifact("fabricmanager", version, "x86_64", "https://x/y.rpm", "0" * 64, None,
                         "rpm", package)
 
 
@@ -218,7 +218,7 @@ def test_el7_packages_from_a_mirror_on_an_ubuntu_build_host_are_yum(
 def test_sles_and_opensuse_get_zypper_lines_never_dnf(distro: str) -> None:
     """SLES/openSUSE have no dnf: zypper installs the exact version and locks by name."""
     arts = [_art("580.95.05-1", "nvidia-fabricmanager"),
-            rpm.Artifact("libnvidia_nscq", "580.95.05-1", "x86_64", "https://x/z.rpm", "0" * 64,
+            Artifact("libnvidia_nscq", "580.95.05-1", "x86_64", "https://x/z.rpm", "0" * 64,
                          None, "rpm", "libnvidia-nscq")]
     assert rpm.package_manager(distro) == "zypper"
     assert rpm.commands(arts, distro) == [

@@ -108,7 +108,8 @@ def test_s02_capture_in_progress_is_pending_with_802_and_the_likely_cause(
 
 def test_s02_same_state_on_a_live_node_past_the_grace_period_is_unhealthy() -> None:
     from nvfabric.facts.smi import parse
-    from nvfabric.rules.verdict import Inputs, ServiceState, verdict
+    from nvfabric.model.services import ServiceState
+    from nvfabric.rules.verdict import Inputs, verdict
 
     gpus = parse(_case(S_CASES, "S02")["input"]).gpus
     services = (ServiceState("nvlsm", True, age_s=900.0), ServiceState("fabricmanager", True,

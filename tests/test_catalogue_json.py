@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from nvfabric.rules import diagnose
+from nvfabric.rules import catalogue as catalogue_rules
 from tests import runkit
 from tests.catalogues import DATA, render, stale
 
@@ -34,21 +34,22 @@ def test_a_changed_yaml_is_reported_stale(tmp_path: Path, monkeypatch: pytest.Mo
 
 
 def test_the_classifier_reads_what_the_yaml_says() -> None:
-    from_yaml = diagnose.parse_catalogue(
+    from_yaml = catalogue_rules.parse_catalogue(
         yaml.safe_load((DATA / "signatures.yaml").read_text(encoding="utf-8")))
-    assert diagnose.catalogue() == from_yaml
+    assert catalogue_rules.catalogue() == from_yaml
     sxid = yaml.safe_load((DATA / "sxid.yaml").read_text(encoding="utf-8"))
-    table = diagnose.lookup_table("sxid")
+    table = catalogue_rules.lookup_table("sxid")
     for cls, rows in sxid["classes"].items():
         for number, label in rows.items():
             assert table[int(number)] == {"class": cls, "name": label}
     xids = yaml.safe_load((DATA / "xid.yaml").read_text(encoding="utf-8"))["xids"]
     assert {n: e["mnemonic"] for n, e in xids.items()} == {
-        n: e["name"] for n, e in diagnose.lookup_table("xid").items()}
+        n: e["name"] for n, e in catalogue_rules.lookup_table("xid").items()}
 
 
 def test_no_yaml_is_imported_or_parsed_to_classify() -> None:
-    code = ("import json, sys\nfrom nvfabric.rules.diagnose import Classifier, lookup_table\n"
+    code = ("import json, sys\nfrom nvfabric.rules.catalogue import lookup_table\n"
+            "from nvfabric.rules.diagnose import Classifier\n"
             "Classifier('nvlink5'); lookup_table('sxid'); lookup_table('xid')\n"
             "print(json.dumps(sorted(m for m in sys.modules\n"
             "                        if m == 'yaml' or m.startswith(('yaml.', 'importlib.res')))))")

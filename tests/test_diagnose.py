@@ -10,22 +10,15 @@ import pytest
 
 from nvfabric.model.findings import CODES
 from nvfabric.rules import diagnose
-from nvfabric.rules.diagnose import (
-    CatalogueError,
-    Classifier,
-    catalogue,
-    classify_lines,
-    classify_stream,
-    parse_catalogue,
-    timestamp,
-)
+from nvfabric.rules.catalogue import CatalogueError, Signature, catalogue, parse_catalogue
+from nvfabric.rules.diagnose import Classifier, classify_lines, classify_stream, timestamp
 from tests.cases import CORPUS
 
 SIGNATURES = catalogue()
 
 
 @pytest.mark.parametrize("sig", SIGNATURES, ids=[s.id for s in SIGNATURES])
-def test_every_signature_matches_its_examples_and_is_sourced(sig: diagnose.Signature) -> None:
+def test_every_signature_matches_its_examples_and_is_sourced(sig: Signature) -> None:
     assert sig.examples and sig.source
     for line in sig.examples:
         assert sig.needle in line

@@ -11,8 +11,8 @@ import pytest
 import yaml
 
 from nvfabric.model.findings import Finding
-from nvfabric.rules.catalogue import _cuda_by_text, look_up, lookup_table
-from nvfabric.rules.diagnose import Classifier, Lookup, classify_lines
+from nvfabric.rules.catalogue import Lookup, _cuda_by_text, look_up, lookup_table
+from nvfabric.rules.diagnose import Classifier, classify_lines
 from tests.conftest import REPO, run_json
 
 CUDA = lookup_table("cuda")

@@ -13,15 +13,9 @@ import pytest
 import yaml
 
 from nvfabric.model.findings import Finding
-from nvfabric.rules.diagnose import (
-    Classifier,
-    LogEncodingError,
-    LogValueError,
-    classify_lines,
-    classify_stream,
-    detect_encoding,
-    lookup_table,
-)
+from nvfabric.rules.catalogue import lookup_table
+from nvfabric.rules.diagnose import Classifier, LogValueError, classify_lines, classify_stream
+from nvfabric.rules.logtext import LogEncodingError, detect_encoding
 from tests.conftest import REPO, run_json
 
 DATA = REPO / "src/nvfabric/data"

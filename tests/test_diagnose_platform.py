@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from nvfabric.rules.diagnose import catalogue, classify_lines
+from nvfabric.rules.catalogue import catalogue
+from nvfabric.rules.diagnose import classify_lines
 from tests.conftest import run_json
 
 #: Signatures without ``by_fabric`` -> why their meaning is the same on every fabric kind.

@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 
+from nvfabric.model.words import plural
 from nvfabric.rules.imex import domain as fleet
 from tests.conftest import run_cli, run_json
 
@@ -247,8 +248,8 @@ def test_counts_of_one_are_singular(tmp_path: Path) -> None:
     out, _ = run_json("domain", "check", "--node-list", str(lists), "-", stdin=text)
     messages = [f["message"] for f in out["findings"]]
     assert any("no report from 1 node list entry: gb-absent" in m for m in messages), messages
-    assert fleet.plural(1, "node list entry") == "1 node list entry"
-    assert fleet.plural(3, "node list entry") == "3 node list entries"
+    assert plural(1, "node list entry") == "1 node list entry"
+    assert plural(3, "node list entry") == "3 node list entries"
 
 
 # "gpus[0]: expected an object, got NoneType": a null says missing.
@@ -365,13 +366,13 @@ def test_an_hgx_node_still_registering_is_named() -> None:
 
 
 def test_cli_on_status_reports_of_two_simulated_hgx_nodes(tmp_path: Path) -> None:
-    from nvfabric.simulate import fakebin
+    from nvfabric.simulate.fakebin import fabricmanager
     from tests.runkit import sim
 
     paths = []
     for name, profile in (("h100", "hgx-h100"), ("b200", "dgx-b200")):
         root = sim(tmp_path, profile, name=name)
-        fakebin._set_gpus(str(root), "completed")  # what the fake fabric manager does
+        fabricmanager._set_gpus(str(root), "completed")  # what the fake fabric manager does
         out = run_cli("status", "--root", str(root), "--json")
         path = tmp_path / f"{name}.json"
         path.write_text(out.stdout, encoding="utf-8")

@@ -19,6 +19,7 @@ from nvfabric.facts import imexctl as ctl
 from nvfabric.facts.smi import parse, parse_csv, parse_text, parse_xml
 from nvfabric.rules.diagnose import classify_lines
 from nvfabric.simulate import fakebin
+from nvfabric.simulate.fakebin import imexctl as fakectl
 from nvfabric.simulate.fakes import gpus, set_faults
 
 from . import runkit
@@ -256,7 +257,7 @@ def test_imex_ctl_text_table_renders_the_18_node_capture_exactly() -> None:
     state = {"nodes": {str(n.node_id): {"status": n.status, "host": n.host,
                                         "version": n.version} for n in parsed.nodes}}
     assert parsed.timestamp is not None
-    assert fakebin.imex_domain_text(state, parsed.state, parsed.timestamp) + "\n" == real
+    assert fakectl.imex_domain_text(state, parsed.state, parsed.timestamp) + "\n" == real
 
 
 @pytest.mark.parametrize("peers", ["up", "down"])
@@ -299,8 +300,8 @@ def test_imex_ctl_hang_fault_never_answers(tmp_path: Path) -> None:
 _SIGTERM_IN_WAIT = """
 import os, signal, sys
 sys.path.insert(0, sys.argv[1])
-import _nvfabric_fakes as fakes
-d = fakes.Daemon(sys.argv[2], "imex")
+from _nvfabric_fakes.daemon import Daemon
+d = Daemon(sys.argv[2], "imex")
 sent = []
 def hook(frame, event, arg):
     if (event == "c_return" and not sent

@@ -21,7 +21,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from nvfabric.simulate import fakebin, fakes
+from nvfabric.simulate import fakes
+from nvfabric.simulate.fakebin import fabricmanager as fakefm
 from nvfabric.simulate.fakebin import smi
 from nvfabric.simulate.fakebin import state as fakestate
 
@@ -178,22 +179,6 @@ def test_an_unknown_program_imports_no_fake(tmp_path: Path) -> None:
     assert not other & HEAVY
 
 
-def test_the_packages_names_resolve_on_first_use(tmp_path: Path) -> None:
-    """The names nvfabric and the tests take from the package (module ``__getattr__``) are
-    the defining modules' own; an unknown one is AttributeError."""
-    from nvfabric.simulate.fakebin import daemon, fabricmanager, imexctl, nvlsm
-
-    assert fakebin.save is fakestate.save and fakebin.load is fakestate.load
-    assert fakebin.STATE_DIR == fakestate.STATE_DIR == "var/lib/nvfabric-sim"
-    assert fakebin.state is fakestate and fakebin.Daemon is daemon.Daemon
-    assert fakebin.NVLSM_VERSION == nvlsm.NVLSM_VERSION
-    assert fakebin._set_gpus is fabricmanager._set_gpus
-    assert fakebin.imex_domain_text is imexctl.imex_domain_text
-    assert set(fakebin.__all__) <= set(dir(fakebin)) | set(fakebin._EXPORTS) | {"state"}
-    with pytest.raises(AttributeError, match="no attribute 'bogus'"):
-        fakebin.bogus  # noqa: B018
-
-
 def test_short_path_names_a_long_socket_path_through_its_directory(tmp_path: Path) -> None:
     """A socket path too long for sockaddr_un is reached through ``/proc/self/fd/N``, and the
     directory's descriptor is closed when the block ends; a short path is itself."""
@@ -238,12 +223,12 @@ def test_state_files_and_records_are_the_bytes_json_writes(tmp_path: Path,
                                                            profile: str) -> None:
     root = sim(tmp_path, profile)
     for name in ("node.json", "gpus.json"):
-        text = (root / fakebin.STATE_DIR / name).read_text(encoding="utf-8")
+        text = (root / fakestate.STATE_DIR / name).read_text(encoding="utf-8")
         assert text == json.dumps(json.loads(text), indent=1)
-        assert fakebin.load(str(root), name, None) == json.loads(text)
+        assert fakestate.load(str(root), name, None) == json.loads(text)
     fakestate.record(str(root), "nvlsm", "exec", argv=["-g", "0xé\"\\\x01", "--x=\udcff"])
     fakestate.record(str(root), "nvlsm", "orphan", ppid=1)
-    lines = (root / fakebin.STATE_DIR / "calls.jsonl").read_text(encoding="utf-8").splitlines()
+    lines = (root / fakestate.STATE_DIR / "calls.jsonl").read_text(encoding="utf-8").splitlines()
     assert [json.dumps(json.loads(line)) for line in lines] == lines
     assert json.loads(lines[0])["argv"] == ["-g", "0xé\"\\\x01", "--x=\udcff"]
 
@@ -267,9 +252,9 @@ def test_smi_xml_is_byte_identical_to_the_saxutils_rendering(
     same string; the fake's launcher prints that string."""
     root = sim(tmp_path, profile)
     if state is not None:
-        fakebin._set_gpus(str(root), state)
-    data = fakebin.load(str(root), "gpus.json", {})
-    node = fakebin.load(str(root), "node.json", {})
+        fakefm._set_gpus(str(root), state)
+    data = fakestate.load(str(root), "gpus.json", {})
+    node = fakestate.load(str(root), "node.json", {})
     odd = [dict(g, name=f"{g['name']} <A&B> \"x\"", status="a<b>&c") for g in data["gpus"]]
     driver = fakestate.driver_version(str(root)) or ""
     for gpus in (data["gpus"], odd):

@@ -10,6 +10,7 @@ import pytest
 
 from nvfabric.frozen import FAKE_FLAG, child_environment, fake_target, unit_for_binary
 from nvfabric.simulate import fakebin, fakes
+from nvfabric.simulate.fakebin import state as fakestate
 from tests import runkit
 
 
@@ -47,7 +48,7 @@ def test_an_unknown_fake_is_exit_2_naming_the_known_ones(
     assert fakebin.main("nvidia-bogus", [], root="/nonexistent") == 2
     err = capsys.readouterr().err
     assert "unknown simulated program 'nvidia-bogus'" in err and "nvidia-imex-ctl" in err
-    fakebin.state.ROOT = None
+    fakestate.ROOT = None
 
 
 def test_frozen_launchers_name_the_binary_and_the_flag(monkeypatch: pytest.MonkeyPatch) -> None:

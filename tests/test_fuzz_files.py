@@ -432,8 +432,8 @@ def test_damaged_gpu_probe_answer_is_an_unreadable_state(content: bytes,
     # the probe child's answer, read back from its pipe: damaged, the state is unreadable
     from types import SimpleNamespace
 
+    from nvfabric.model.gpucheck import GpuCheck
     from nvfabric.supervisor import gpuprobe
-    from nvfabric.supervisor.policy import GpuCheck
 
     text = content.decode("utf-8", "surrogateescape")
     monkeypatch.setattr(gpuprobe, "json", SimpleNamespace(dumps=lambda _obj: text,

@@ -9,7 +9,8 @@ import pytest
 from nvfabric.model.findings import Finding
 from nvfabric.model.health import ZERO_UUID, GpuFabric
 from nvfabric.model.mask import HealthField
-from nvfabric.rules.verdict import Inputs, ServiceState, columns_needed, infer_fabric, verdict
+from nvfabric.model.services import ServiceState
+from nvfabric.rules.verdict import Inputs, columns_needed, infer_fabric, verdict
 
 CLUSTER = "c81d4e2a-9b3f-4a61-8d07-1e6f2b9a4c55"
 OK = GpuFabric(0, "GPU-0", "00000000:18:00.0", "completed", "success", 0, ZERO_UUID, "healthy")

@@ -246,7 +246,7 @@ def test_config_two_node_list_sources_is_a_usage_error(tray: Path) -> None:
 
 def test_imex_section_for_status_reports_carries_the_node_list(tray: Path) -> None:
     from nvfabric.facts.imex import section
-    from nvfabric.rules.imex.domain import node_list_id
+    from nvfabric.rules.imex.nodes import node_list_id
 
     (tray / "etc/nvidia-imex/nodes_config.cfg").write_text(
         (IMEX / "aws-parallelcluster-nvidia-imex-nodes.erb").read_text())

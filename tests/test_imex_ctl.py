@@ -249,19 +249,3 @@ def test_up_with_no_node_or_an_unreachable_one_is_not_healthy(tmp_path: Path) ->
     out, rc = run_json("imex", "domain", "--from-file", "-", stdin=lost)
     assert (rc, out["state"]) == (1, "UP")
     assert any("198.51.100.2" in u for u in out["unreachable"])
-
-
-def test_the_former_imexhost_names_are_the_moved_functions() -> None:
-    # Callers written against facts.imexhost (bring-up, status, fetch) keep working: the
-    # module re-exports the reads (facts.imex), the ctl call (facts.imexctl) and the changes
-    # (effects.imex) as the same objects, nothing copied.
-    from nvfabric.effects import imex as effects
-    from nvfabric.facts import imex as reads
-    from nvfabric.facts import imexhost
-
-    assert imexhost.run_ctl is ctl.run_ctl and imexhost.CtlResult is ctl.CtlResult
-    assert imexhost.gather_evidence is reads.gather_evidence
-    assert imexhost.read_channels is reads.read_channels and imexhost.read_file is reads.read_file
-    assert imexhost.create_channel is effects.create_channel
-    assert imexhost.write_file is effects.write_file and imexhost.unit_argv is effects.unit_argv
-    assert set(imexhost.__all__) <= set(dir(imexhost))

@@ -301,7 +301,7 @@ def test_one_run_per_tray_and_sigkill_takes_imex_with_it(tmp_path: Path) -> None
 
 def test_mnnvl_run_json_has_the_one_run_shape(tmp_path: Path) -> None:
     """GB200 outcomes carry every key of supervisor.run_result, plus the IMEX section."""
-    from nvfabric.supervisor import run_result
+    from nvfabric.supervisor.outcome import run_result
     from tests.conftest import run_cli
 
     root = tmp_path / "tray"

@@ -9,9 +9,6 @@ from __future__ import annotations
 import json
 import sys
 
-import pytest
-
-import nvfabric.supervisor as supervisor
 from tests import runkit
 
 
@@ -43,17 +40,3 @@ def test_a_supervisor_part_imports_only_what_it_needs() -> None:
     assert "nvfabric.supervisor.policy" in loaded
     assert not loaded & {"nvfabric.supervisor.loop", "nvfabric.supervisor.supervise",
                          "nvfabric.effects.process", "selectors"}
-
-
-@pytest.mark.parametrize("name", supervisor.__all__)
-def test_every_re_exported_supervisor_name_resolves_from_its_module(name: str) -> None:
-    value = getattr(supervisor, name)
-    module = supervisor._DEFINED_IN[name]
-    assert value is getattr(sys.modules[module], name)
-    assert vars(supervisor)[name] is value  # kept: the next lookup is a plain attribute
-
-
-def test_the_re_export_list_and_the_table_agree_and_strangers_are_refused() -> None:
-    assert sorted(supervisor.__all__) == sorted(supervisor._DEFINED_IN)
-    with pytest.raises(AttributeError, match="no attribute 'nonesuch'"):
-        supervisor.nonesuch  # noqa: B018

@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
+from nvfabric.effects.log import Log
 from nvfabric.model.findings import Finding
 from nvfabric.observe import logs
-from nvfabric.supervisor import Log
 from tests.runkit import TIMESTAMP
 
 

@@ -10,14 +10,9 @@ import pytest
 
 from nvfabric.facts.smi import parse
 from nvfabric.model.findings import Finding
-from nvfabric.model.health import GpuFabric
+from nvfabric.model.health import GpuFabric, summarise_gpus
 from nvfabric.rules.nodefacts import NodeFacts, RunningService, VersionRead
-from nvfabric.rules.preflight import (
-    Process,
-    fm_version,
-    preflight,
-    summarise_gpus,
-)
+from nvfabric.rules.preflight import Process, fm_version, preflight
 from tests.cases import CORPUS
 
 FM = "/node/usr/bin/nv-fabricmanager"

@@ -12,7 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from nvfabric.bringup import fmconfig as fm
-from nvfabric.model import keyvalue, strict
+from nvfabric.model import fmkeys, keyvalue, strict
 from nvfabric.model.errors import NvfabricError
 from nvfabric.rules.imex import config as imex_config
 from tests.cases import CORPUS
@@ -123,8 +123,8 @@ def test_every_line_separator_in_a_value_is_refused(sep: str) -> None:
     assert len(value.splitlines()) == 2  # the kind: each of these starts a new key
     with pytest.raises(keyvalue.ConfigValueError):
         keyvalue.validate("LOG_FILE_NAME", value)
-    with pytest.raises(fm.ConfigError):
-        fm.check_value("LOG_FILE_NAME", value)
+    with pytest.raises(fmkeys.ConfigError):
+        fmkeys.check_value("LOG_FILE_NAME", value)
     with pytest.raises(keyvalue.ConfigValueError):
         imex_config.effective(None, {"LOG_FILE_NAME": value})
 
@@ -174,7 +174,7 @@ def test_fabric_manager_effective_config_reads_back_identically(value: str) -> N
         # beyond the line rules (only keys fabric manager knows may be set)
         eff = fm.effective(shipped, root="/", sets={"LOG_LEVEL": "4", "FM_STAY_RESIDENT_"
                                                    "ON_FAILURES": "1", "BIND_INTERFACE_IP": value})
-    except fm.ConfigError:
+    except fmkeys.ConfigError:
         assert not strict.one_line(value) or "\x00" in value or value != value.strip()
         return
     back = keyvalue.parse(eff.text)

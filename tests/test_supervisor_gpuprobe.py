@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from nvfabric.facts.gpu import SMI_TIMEOUT_S
-from nvfabric.model.health import GpuCheck
+from nvfabric.model.gpucheck import GpuCheck
 from nvfabric.simulate.fakes import set_faults
 from nvfabric.supervisor.gpuprobe import (
     CHILD_BOUND_S,

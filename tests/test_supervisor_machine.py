@@ -18,8 +18,9 @@ from nvfabric.bringup import fabricmanager
 from nvfabric.bringup.spec import ServiceSpec
 from nvfabric.effects.log import Log
 from nvfabric.model.findings import Finding
+from nvfabric.model.gpucheck import GpuCheck
 from nvfabric.supervisor.host import Proc
-from nvfabric.supervisor.policy import REPEATED_STOP_WINDOW_S, GpuCheck, Policy
+from nvfabric.supervisor.policy import REPEATED_STOP_WINDOW_S, Policy
 from nvfabric.supervisor.unit import Unit
 
 EXIT_3 = 3 << 8  # a wait status: exited with code 3

@@ -21,12 +21,18 @@ from pathlib import Path
 
 import pytest
 
-from nvfabric import supervisor
 from nvfabric.bringup import fabricmanager
 from nvfabric.bringup import imexd as imex
 from nvfabric.bringup.spec import ServiceSpec
+from nvfabric.effects import notify
+from nvfabric.effects.dirs import ensure_dir
+from nvfabric.effects.log import Log, printable
+from nvfabric.effects.notify import sd_notify
 from nvfabric.model.findings import Finding
-from nvfabric.supervisor import GpuCheck, Log, Policy, Supervisor, ensure_dir, loop, sd_notify
+from nvfabric.model.gpucheck import GpuCheck
+from nvfabric.supervisor import loop
+from nvfabric.supervisor.policy import Policy
+from nvfabric.supervisor.supervise import Supervisor
 from tests.runkit import TIMESTAMP
 
 PY = sys.executable
@@ -361,14 +367,14 @@ def test_control_characters_of_daemon_output_never_reach_the_terminal_raw() -> N
 ])
 def test_watchdog_usec_follows_sd_watchdog_enabled(env: dict[str, str], pid: int,
                                                    expected: int | None) -> None:
-    assert supervisor.watchdog_usec(env, (pid,)) == expected
+    assert notify.watchdog_usec(env, (pid,)) == expected
 
 
 def test_watchdog_usec_takes_any_pid_this_process_pings_for() -> None:
     # the single-file binary's child pings for itself and for the bootloader (its main pid)
     env = {"WATCHDOG_USEC": "30000000", "WATCHDOG_PID": "101"}
-    assert supervisor.watchdog_usec(env, (100, 101)) == 30_000_000
-    assert supervisor.watchdog_usec(env, (100, 102)) is None
+    assert notify.watchdog_usec(env, (100, 101)) == 30_000_000
+    assert notify.watchdog_usec(env, (100, 102)) is None
 
 
 class Listener:
@@ -565,7 +571,7 @@ def test_sd_notify_never_raises_for_text_that_is_not_utf8(tmp_path: Path) -> Non
         sock.bind(str(tmp_path / "n.sock"))
         assert sd_notify("STATUS=a\udcffb", {"NOTIFY_SOCKET": str(tmp_path / "n.sock")})
         assert sock.recv(100) == b"STATUS=a\\udcffb"
-    assert supervisor.printable("x\udcff\ud800\x1b") == "x\\xff\\ud800\\x1b"
+    assert printable("x\udcff\ud800\x1b") == "x\\xff\\ud800\\x1b"
 
 
 def test_a_long_probe_answer_keeps_the_status_datagram_within_what_systemd_reads(
@@ -586,7 +592,7 @@ def test_a_long_probe_answer_keeps_the_status_datagram_within_what_systemd_reads
         messages = listener.messages
     waiting = [m for m in messages if m.startswith("STATUS=waiting for GPU fabric state: NVML")]
     assert len(waiting) == 1 and waiting[0].endswith("é...")
-    assert len(waiting[0].encode()) <= len("STATUS=") + supervisor.STATUS_MAX_BYTES
+    assert len(waiting[0].encode()) <= len("STATUS=") + notify.STATUS_MAX_BYTES
 
 
 def test_ready_with_a_long_reason_stays_one_datagram_systemd_accepts(tmp_path: Path,
@@ -595,7 +601,7 @@ def test_ready_with_a_long_reason_stays_one_datagram_systemd_accepts(tmp_path: P
     with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as sock:
         sock.bind(str(tmp_path / "n.sock"))
         monkeypatch.setenv("NOTIFY_SOCKET", str(tmp_path / "n.sock"))
-        assert supervisor.notify_nothing_to_start("fabric none: " + "x" * 5000)
+        assert notify.notify_nothing_to_start("fabric none: " + "x" * 5000)
         data = sock.recv(65536)
     assert data.startswith(b"READY=1\nSTATUS=fabric none: xxx") and data.endswith(b"...")
     assert len(data) <= 4096

@@ -547,7 +547,7 @@ def test_readers_never_raise_on_any_text(lines: list[str]) -> None:
 def test_lspci_parser_on_the_real_hgx_h100_capture() -> None:
     """The corpus's whole `lspci -vvv` of an HGX H100 (16,873 lines): every entry found, no
     IDs without -nn or hex (none invented), the ConnectX-7 VPD read (no SMDL=SW_MNG there)."""
-    from nvfabric.facts.vpd import parse_mellanox_field
+    from nvfabric.model.vpd import parse_mellanox_field
     from nvfabric.triage.lspci import LspciParser
 
     text = (CASES.parent / "corpus/lspci/hgx-h100-8gpu-4nvswitch-lspci-vvv.txt").read_text()

@@ -10,7 +10,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from nvfabric.facts.vpd import decode, encode, keyword_name, parse_mellanox_field
+from nvfabric.facts.vpd import decode, encode, keyword_name
+from nvfabric.model.vpd import parse_mellanox_field
 from tests.cases import CORPUS
 from tests.oracles import lspci_vvv, vpd_block
 

@@ -445,7 +445,7 @@ def _spec(data: bytes) -> None:
 
 def _fm_config(data: bytes) -> None:
     from nvfabric.bringup import fmconfig as fm
-    from nvfabric.model import keyvalue
+    from nvfabric.model import fmkeys, keyvalue
 
     text = _text(data)
     lines = text.splitlines()
@@ -455,13 +455,13 @@ def _fm_config(data: bytes) -> None:
         try:
             eff = fm.effective(text, root="/nonexistent-root", guid="0xe09d730300e400e8",
                                sets=sets)
-        except fm.ConfigError:
+        except fmkeys.ConfigError:
             continue
         back = keyvalue.parse(eff.text).items()
         if back != eff.cfg.items():
             raise Broken("effective config does not read back as written")
         for key, want in sets.items():
-            if key in fm.PATH_KEYS:
+            if key in fmkeys.PATH_KEYS:
                 continue  # resolved under the root, by design
             if back.get(key) != want:
                 raise Broken(f"{key}={want!r} read back as {back.get(key)!r}")
@@ -715,8 +715,8 @@ def _job(data: bytes) -> None:
 
 def _probe_answer_seeds() -> list[bytes]:
     from nvfabric.model.findings import Finding
+    from nvfabric.model.gpucheck import GpuCheck
     from nvfabric.supervisor.gpuprobe import check_to_json
-    from nvfabric.supervisor.policy import GpuCheck
 
     done = GpuCheck(True, True, "8 GPUs: completed x8", None, True, (), (8, 8),
                     tuple(f"GPU-{i}" for i in range(8)))
@@ -893,7 +893,7 @@ def targets() -> list[Target]:
     from nvfabric.simulate import SpecError
 
     try:
-        from nvfabric.rules.diagnose import LogInputError
+        from nvfabric.rules.logtext import LogInputError
         log_errors: tuple[type[BaseException], ...] = (LogInputError,)
     except ImportError:  # older trees: doctor refused nothing
         log_errors = ()

@@ -21,12 +21,8 @@ import re
 from dataclasses import dataclass
 
 from nvfabric.bringup.spec import ReadyProbe, ServiceSpec
-from nvfabric.facts.imexctl import domain_argv, query_argv
 from nvfabric.model.hostpath import check as check_path
 from nvfabric.rules.imex.tables import CONFIG_PATH, IMEX_BINARY, IMEX_CTL_BINARY, NODES_CONFIG_PATH
-
-__all__ = ["IMEX_READY", "ImexPaths", "argv", "domain_argv", "parse_version", "query_argv",
-           "spec"]
 
 BINARY = IMEX_BINARY
 CTL_BINARY = IMEX_CTL_BINARY

@@ -24,8 +24,9 @@ from nvfabric.model.errors import usage_error
 from nvfabric.model.findings import Finding
 from nvfabric.model.hostpath import under
 from nvfabric.model.keyvalue import ConfigValueError
+from nvfabric.model.words import plural
 from nvfabric.rules.imex import channels, config, nodes, owner
-from nvfabric.rules.imex.domain import node_list_id, plural
+from nvfabric.rules.imex.nodes import node_list_id
 from nvfabric.rules.imex.tables import CTL_TIMEOUT_S
 from nvfabric.rules.nodefacts import ImexFacts, NodeFacts
 from nvfabric.rules.plan import Plan

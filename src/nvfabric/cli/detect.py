@@ -15,7 +15,8 @@ from nvfabric.cli.render import (
     root_option,
     safe,
 )
-from nvfabric.facts.inventory import Inventory, collect
+from nvfabric.facts.inventory import collect
+from nvfabric.model.inventory import Inventory
 from nvfabric.rules.products import name_of
 
 

@@ -75,12 +75,8 @@ class _Capped:
 def doctor(ctx: click.Context, root: str, fabric: FabricKind | None, logs: tuple[str, ...],
            as_json: bool) -> None:
     """Explain fabric logs: each known failure line becomes a finding with a hint."""
-    from nvfabric.rules.diagnose import (
-        Classifier,
-        LogEncodingError,
-        LogInputError,
-        classify_stream,
-    )
+    from nvfabric.rules.diagnose import Classifier, classify_stream
+    from nvfabric.rules.logtext import LogEncodingError, LogInputError
 
     source = ctx.get_parameter_source("root")
     if fabric is None and source is not None and source.name != "DEFAULT":

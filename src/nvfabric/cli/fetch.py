@@ -15,7 +15,6 @@ import click
 
 from nvfabric.cli.fetchargs import (
     DEFAULT_DEST,
-    DEFAULT_PREFIX,
     Inputs,
     common_options,
     default_path,
@@ -25,18 +24,15 @@ from nvfabric.cli.render import console, guarded, print_findings, print_json, sa
 from nvfabric.model.commandline import command_line
 from nvfabric.model.errors import usage_error
 
-__all__ = ["DEFAULT_DEST", "DEFAULT_PREFIX", "Inputs", "fetch", "gather", "header", "nothing",
-           "resolve_request"]
-
 
 def resolve_request(
     inputs: Inputs, source: str, mirror: str | None, nvlsm_version: str | None,
     timeout: float, retries: int,
 ) -> tuple[Any, Any]:
     """(Resolution, open Transport) for the inputs."""
-    from nvfabric.artifacts import Request, RetryPolicy, Transport
+    from nvfabric.artifacts.model import Request
     from nvfabric.artifacts.resolve import resolve
-    from nvfabric.artifacts.transport import mirror_base, stderr_is_tty
+    from nvfabric.artifacts.transport import RetryPolicy, Transport, mirror_base, stderr_is_tty
     from nvfabric.model.versions import is_version
 
     if nvlsm_version is not None and not is_version(nvlsm_version):
@@ -103,9 +99,9 @@ def fetch(
     reads with no network.
     """
     from nvfabric.artifacts import cachefile
-    from nvfabric.artifacts import fetch as fetch_one
     from nvfabric.artifacts.packages import commands
     from nvfabric.artifacts.resolve import cache_path
+    from nvfabric.artifacts.resolve import fetch as fetch_one
 
     inputs = gather(root, driver_version, arch, components, source, mirror, distro, fabric)
     dest = dest or default_path(root, DEFAULT_DEST, "--dest")

@@ -15,10 +15,11 @@ from typing import Any, TypeVar
 import click
 
 from nvfabric.cli.render import json_option, root_option
-from nvfabric.facts.inventory import Inventory, collect
+from nvfabric.facts.inventory import collect
 from nvfabric.model.errors import NvfabricError, usage_error
 from nvfabric.model.findings import Finding
 from nvfabric.model.hostpath import confined
+from nvfabric.model.inventory import Inventory
 
 F = TypeVar("F", bound=Callable[..., Any])
 

@@ -37,8 +37,9 @@ from nvfabric.model.errors import NvfabricError, usage_error
 from nvfabric.model.findings import Finding
 from nvfabric.model.hostpath import PathEscape, confined, under
 from nvfabric.model.keyvalue import ConfigValueError
+from nvfabric.model.words import plural
 from nvfabric.rules.imex import channels, edit, nodes, owner
-from nvfabric.rules.imex.domain import node_list_id, plural
+from nvfabric.rules.imex.nodes import node_list_id
 from nvfabric.rules.imex.tables import (
     CONFIG_PATH,
     CTL_TIMEOUT_RANGE_S,

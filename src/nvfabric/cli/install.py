@@ -143,8 +143,8 @@ def _archives(con: Any, artifacts: Any, transport: Any, dest: str, prefix: str,
               dry_run: bool) -> list[dict[str, Any]]:
     """redist: download each archive (verified) into ``dest`` and extract it under ``prefix``
     with its install record; on a dry run only where each would go. The installed items."""
-    from nvfabric.artifacts import fetch as fetch_one
     from nvfabric.artifacts.install import install_archive, install_dir
+    from nvfabric.artifacts.resolve import fetch as fetch_one
 
     installed = []
     for art in artifacts:
@@ -186,7 +186,7 @@ def _apt_on_runfile(
     (with the fetch record) and are installed with dpkg as ``install --from dest`` does; only
     with ``--execute`` is anything installed (otherwise the dpkg argv is printed)."""
     from nvfabric.artifacts import cachefile
-    from nvfabric.artifacts import fetch as fetch_one
+    from nvfabric.artifacts.resolve import fetch as fetch_one
 
     if dry_run:
         transport.close()

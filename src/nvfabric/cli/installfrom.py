@@ -28,7 +28,8 @@ def install_from(
     artifacts"). Facts first (the fetch record, the node's driver, the dpkg database, the IMEX
     owner), then the decisions, then dpkg, the archives and the unit."""
     from nvfabric.artifacts import debinstall
-    from nvfabric.facts import imexhost as imex_host
+    from nvfabric.effects import imex as imex_effects
+    from nvfabric.facts import imex as imex_facts
     from nvfabric.rules.imex.owner import decide, unit_policy
 
     directory, inputs, reasons, chosen = _choose(root, from_dir, driver_version, arch,
@@ -47,9 +48,9 @@ def install_from(
     if archives:
         debinstall.verify_files(directory, archives)
     ownership = None
-    live = imex_host.systemd_running(root)
+    live = imex_effects.systemd_running(root)
     if any(c.artifact.component == "imex" for c in debs):
-        ownership = decide(imex_host.gather_evidence(root), imex_owner)
+        ownership = decide(imex_facts.gather_evidence(root), imex_owner)
         if ownership.conflict is not None and unit_policy(ownership).action == "enable":
             # Enabling the host unit beside the DRA driver's daemons: refused before dpkg runs.
             raise NvfabricError(ownership.conflict, exit_code=1)
@@ -186,13 +187,14 @@ def _imex_unit(root: str, ownership: Any, prepared: Any, added: list[str], live:
     systemctl; on a dry run only the argv); a failure rolls back what dpkg added
     (:func:`nvfabric.artifacts.debinstall.unit_failed`). The ``imex_unit`` object."""
     from nvfabric.artifacts import debinstall
-    from nvfabric.facts import imexhost as imex_host
+    from nvfabric.effects import imex as imex_effects
+    from nvfabric.facts import imex as imex_facts
     from nvfabric.rules.imex.owner import unit_policy
     from nvfabric.rules.imex.tables import HOST_UNIT, IMEX_BINARY
 
     policy = unit_policy(ownership)
     try:
-        argv = imex_host.unit_argv(root, policy.action, policy.now, live)
+        argv = imex_effects.unit_argv(root, policy.action, policy.now, live)
     except ValueError as err:
         raise usage_error(f"refusing to build the systemctl command line: {err}",
                           "use a plain absolute --root (no newline)") from None
@@ -202,7 +204,7 @@ def _imex_unit(root: str, ownership: Any, prepared: Any, added: list[str], live:
         "runner": ownership.runner, "owner_reasons": list(ownership.reasons),
         "binary": IMEX_BINARY,
     }
-    present = dry_run or imex_host.unit_file(root) is not None
+    present = dry_run or imex_facts.unit_file(root) is not None
     if not present:
         unit["state"] = "not installed"
         unit["argv"] = None
@@ -212,7 +214,7 @@ def _imex_unit(root: str, ownership: Any, prepared: Any, added: list[str], live:
         if rc != 0 and prepared is not None:
             raise debinstall.unit_failed(root, prepared, added, argv, rc, text,
                                          policy.action)
-        unit["state"] = imex_host.unit_state(root, live)
+        unit["state"] = imex_facts.unit_state(root, live)
     unit["binary_present"] = dry_run or os.path.isfile(under(root, IMEX_BINARY))
     if con is not None:
         verb = "would" if dry_run else "did"
@@ -224,9 +226,9 @@ def _imex_unit(root: str, ownership: Any, prepared: Any, added: list[str], live:
 
 def _systemctl(argv: list[str]) -> tuple[int, str]:
     """Run one systemctl argv; OSError (no systemctl) becomes exit status 127."""
-    from nvfabric.facts import imexhost as imex_host
+    from nvfabric.effects import imex as imex_effects
 
     try:
-        return imex_host.run_systemctl(argv)
+        return imex_effects.run_systemctl(argv)
     except OSError as err:
         return 127, f"cannot run systemctl: {err.strerror}"

@@ -63,8 +63,8 @@ def start(address: tuple[str, int] | None, root: str, interval_s: float) -> None
     exit 2 with one line; nothing has been started yet."""
     if address is None:
         return
+    from nvfabric.effects.log import Log
     from nvfabric.observe import hook, serve
-    from nvfabric.supervisor import Log
 
     host, port = address
     watch = serve.Watch(reader(root), interval_s)
@@ -103,10 +103,10 @@ def imex_domain(ctl: str, config: str) -> str | None:
     """The IMEX domain state (``UP``, ``DEGRADED``, ``DOWN``) as ``nvidia-imex-ctl -N -j``
     prints it (full paths of the binary and the config the daemon runs with), None when it
     cannot be asked (not running, not installed, timed out after 5 s)."""
-    from nvfabric.facts import imexctl, imexhost
+    from nvfabric.facts import imexctl
 
     try:
-        result = imexhost.run_ctl(imexctl.domain_argv(ctl, config), 5.0)
+        result = imexctl.run_ctl(imexctl.domain_argv(ctl, config), 5.0)
         return imexctl.parse_domain(result.stdout).state if result.rc == 0 else None
     except (OSError, ValueError):
         return None

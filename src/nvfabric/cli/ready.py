@@ -2,7 +2,7 @@
 (Kubernetes ``readinessProbe``, a health check) that cannot be fooled by a stale file.
 
 ``<state-dir>/ready`` counts only while the pid inside is the ``nvfabric run`` holding the run
-lock (:func:`nvfabric.supervisor.live_ready`, RUN.md R10): after ``kill -9`` of the run the
+lock (:func:`nvfabric.effects.runlock.live_ready`, RUN.md R10): after ``kill -9`` of the run the
 file is still there, but nobody holds the lock. Exit codes: 0 ready; 1 not ready (no file, or
 stale); 2 bad input.
 """

@@ -257,7 +257,7 @@ def _bring_up(o: RunOptions, inv: Inventory, p: Plan, emit: Emit) -> NoReturn:
 def serve(o: RunOptions) -> None:
     """``--listen``: serve the run's state over HTTP from now on (:func:`nvfabric.cli.listen.start`;
     not in a dry run). The supervisor then stays in this process (the server's threads live
-    here), and the unit's state is read through :func:`nvfabric.supervisor.running`."""
+    here), and the unit's state is read through :func:`nvfabric.supervisor.supervise.running`."""
     if o.listen_at is None or o.dry_run:
         return
     listen.start(listen.check(o.listen_at, o.log_format), o.root, o.health_interval)

@@ -17,11 +17,14 @@ from nvfabric.cli import runview
 from nvfabric.cli.runlock import hold
 from nvfabric.cli.runview import Emit
 from nvfabric.effects import stop
+from nvfabric.effects.log import Log
+from nvfabric.effects.notify import notify_nothing_to_start
 from nvfabric.model.inventory import Inventory
 from nvfabric.observe.hook import attach
 from nvfabric.observe.unitstate import NOTHING_TO_RUN, of_supervisor
 from nvfabric.rules.plan import Plan
-from nvfabric.supervisor import Log, Supervisor, notify_nothing_to_start, wait_for_stop
+from nvfabric.supervisor.loop import wait_for_stop
+from nvfabric.supervisor.supervise import Supervisor
 
 if TYPE_CHECKING:
     from nvfabric.bringup.mnnvl import ImexRunOptions
@@ -91,7 +94,7 @@ def _supervise_imex(o: RunOptions, opts: ImexRunOptions, prepared: Prepared, p: 
     supervise ``nvidia-imex`` until ``nvidia-imex-ctl -q`` prints READY and after."""
     from nvfabric.bringup.mnnvl import imex_json
     from nvfabric.effects.apply import apply
-    from nvfabric.facts import imexhost
+    from nvfabric.facts import imex as imex_facts
     from nvfabric.facts.imexready import readiness_probe
     from nvfabric.rules.diagnose import Classifier
 
@@ -108,7 +111,7 @@ def _supervise_imex(o: RunOptions, opts: ImexRunOptions, prepared: Prepared, p: 
     failed = apply(prepared, o.root, log.say)
     # what the report shows of the channels: read again, after they were made
     prepared = replace(prepared, imex=replace(prepared.imex,
-                                              channels=imexhost.read_channels(o.root)))
+                                              channels=imex_facts.read_channels(o.root)))
     emit = functools.partial(emit, imex=prepared)
     if failed:
         emit("refused", 1, failed, title="refused: nothing was started")

@@ -1,8 +1,8 @@
 """What ``nvfabric run`` prints: the one ``--dry-run`` renderer (human listing; the JSON
 comes from :func:`report`) of every fabric kind, and the one result printer: the ``run
---json`` object (:func:`nvfabric.supervisor.run_result`, plus ``imex`` on a tray and
+--json`` object (:func:`nvfabric.supervisor.outcome.run_result`, plus ``imex`` on a tray and
 ``actions`` in a tray's dry run) or, for a human, the findings with their hints on stderr.
-Values from the node and its files are escaped (:func:`nvfabric.supervisor.printable`).
+Values from the node and its files are escaped (:func:`nvfabric.effects.log.printable`).
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ if TYPE_CHECKING:
     from nvfabric.bringup.prepared import Prepared
     from nvfabric.bringup.vendor import Resolved
     from nvfabric.rules.plan import Plan
-    from nvfabric.supervisor import Outcome
+    from nvfabric.supervisor.outcome import Outcome
 
 #: What the command's paths call to print an outcome and exit (``result``, exit code,
 #: findings, and :func:`report`'s keywords).

@@ -76,17 +76,17 @@ def simulate(profile: str | None, directory: str | None, spec_file: str | None,
     try:
         fakes = install(directory, driver_only=driver_only)
         if report_file:
-            from nvfabric.simulate import fakebin
+            from nvfabric.simulate.fakebin import state as fakestate
             from nvfabric.simulate.fakes import gpus
             from nvfabric.triage.spec import fabric_states, fake_versions
 
             states, note = fabric_states(gpus(directory), triaged.gpus)
-            fakebin.save(directory, "gpus.json", {"gpus": states})
+            fakestate.save(directory, "gpus.json", {"gpus": states})
             notes.append(note)
             keys, said = fake_versions(triaged.extras.get("versions", {}),
                                        triaged.inventory.driver_version)
-            fakebin.save(directory, "node.json",
-                         {**fakebin.load(directory, "node.json", {}), **keys})
+            fakestate.save(directory, "node.json",
+                         {**fakestate.load(directory, "node.json", {}), **keys})
             notes += said
     except BaseException:
         clear(directory, remove_root=not existed)

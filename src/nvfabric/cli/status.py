@@ -38,8 +38,9 @@ from nvfabric.model.vocab import FABRIC_KINDS, FabricKind
 if TYPE_CHECKING:  # the health modules are imported lazily, inside the functions
     from nvfabric.model.findings import Finding
     from nvfabric.model.health import FabricHealth
+    from nvfabric.model.services import ServiceState
     from nvfabric.rules.imex.owner import Ownership
-    from nvfabric.rules.verdict import ServiceState, Verdict
+    from nvfabric.rules.verdict import Verdict
 
 OK_VERDICTS = ("healthy", "not_applicable")
 FABRIC_CHOICES = FABRIC_KINDS
@@ -241,7 +242,7 @@ def node_identity(root: str, fabric: FabricKind | None,
     name, and on mnnvl trays the node's addresses and its IMEX section (owner, node list,
     channels; :func:`nvfabric.facts.imex.section`, with the IMEX ``decision`` already made
     when given)."""
-    from nvfabric.facts import imexhost as host
+    from nvfabric.facts import imex as host
 
     names = host.local_names(root)
     out: list[tuple[str, Any]] = [("hostname", names[0] if names else None)]
@@ -400,8 +401,8 @@ def _with_run_ready(root: str, reading: Any) -> Any:
     unchanged when no run holds the lock or the state cannot be read."""
     from dataclasses import replace
 
+    from nvfabric.effects.runlock import live_ready, run_lock_holder
     from nvfabric.model.hostpath import under
-    from nvfabric.supervisor import live_ready, run_lock_holder
 
     state = under(root, RUN_STATE_DIR)
     try:

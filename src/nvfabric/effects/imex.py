@@ -14,18 +14,51 @@ import stat
 
 from nvfabric.effects import program
 from nvfabric.effects.atomic import staged, write_atomic
-from nvfabric.facts.imex import (
-    SYSTEMCTL_MAX_BYTES,
-    SYSTEMCTL_TIMEOUT_S,
-    channel_target,
-    stat_node,
-)
 from nvfabric.model import hostpath
 from nvfabric.model.errors import os_hint
-from nvfabric.model.hostpath import confined
+from nvfabric.model.hostpath import confined, under
 from nvfabric.model.words import seconds
 from nvfabric.rules.imex.channels import DevNode, channel_path
 from nvfabric.rules.imex.tables import CHANNEL_DIR, CHANNEL_MODE, HOST_UNIT
+
+#: Bound for each systemctl call (it only edits links offline; a live manager answers fast).
+SYSTEMCTL_TIMEOUT_S = 60.0
+#: The most of a systemctl call's output kept (it prints a word or a few lines; a config file
+#: or node list is read up to the same 1 MiB).
+SYSTEMCTL_MAX_BYTES = 1 << 20
+
+
+def channel_target(root: str, number: int) -> str:
+    """Where ``channel<number>`` is made: its host path under ``root`` through
+    :func:`confined` (a ``dev/nvidia-caps-imex-channels`` that is a link out of the root is
+    :class:`~nvfabric.model.hostpath.PathEscape`, so no world-writable device is ever made
+    outside it)."""
+    return confined(root, channel_path(number), "IMEX channel")
+
+
+def stat_node(root: str, host_path: str) -> DevNode | None:
+    """The node at ``host_path`` (not following links), None when absent."""
+    try:
+        st = os.lstat(under(root, host_path))
+    except OSError:
+        return None
+    mode = st.st_mode
+    if stat.S_ISCHR(mode):
+        kind = "char"
+    elif stat.S_ISBLK(mode):
+        kind = "block"
+    elif stat.S_ISREG(mode):
+        kind = "file"
+    elif stat.S_ISDIR(mode):
+        kind = "dir"
+    else:
+        kind = "other"
+    dev = kind in ("char", "block")
+    return DevNode(
+        host_path, kind,
+        os.major(st.st_rdev) if dev else None, os.minor(st.st_rdev) if dev else None,
+        stat.S_IMODE(mode), st.st_uid, st.st_gid,
+    )
 
 
 def create_channel(root: str, number: int, major: int) -> DevNode:
@@ -33,7 +66,7 @@ def create_channel(root: str, number: int, major: int) -> DevNode:
     mknod a temporary node beside it, chmod (the umask applies to mknod), rename over whatever
     was there (:func:`nvfabric.effects.atomic.staged`). The directory is created mode 0755.
     Raises :class:`~nvfabric.model.hostpath.PathEscape` when the path leads out of ``root``
-    (:func:`nvfabric.facts.imex.channel_target`, checked again just before mknod), OSError
+    (:func:`nvfabric.effects.imex.channel_target`, checked again just before mknod), OSError
     (EPERM without CAP_MKNOD)."""
     host_path = channel_path(number)
     target = channel_target(root, number)

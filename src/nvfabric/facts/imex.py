@@ -23,6 +23,7 @@ import stat
 from collections.abc import Iterable
 from typing import Any
 
+from nvfabric.effects.imex import SYSTEMCTL_MAX_BYTES, SYSTEMCTL_TIMEOUT_S, stat_node
 from nvfabric.effects.runlock import live_ready, run_lock_holder
 from nvfabric.facts import procs, services
 from nvfabric.facts import slurm as slurm_reader
@@ -30,12 +31,12 @@ from nvfabric.facts.fs import listdir, read_bytes, read_text
 from nvfabric.facts.nvidia import driver_version, imex_major, loaded_modules
 from nvfabric.model import hostpath
 from nvfabric.model.errors import usage_error
-from nvfabric.model.hostpath import PathEscape, confined, is_live, under
+from nvfabric.model.hostpath import PathEscape, is_live, under
 from nvfabric.model.strict import int_or_none
 from nvfabric.model.words import plural
 from nvfabric.rules.imex import config, nodes, owner, report
 from nvfabric.rules.imex import slurm as slurm_rules
-from nvfabric.rules.imex.channels import ChannelFacts, DevNode, channel_path, parse_params
+from nvfabric.rules.imex.channels import ChannelFacts, parse_params
 from nvfabric.rules.imex.owner import DraMode, OwnerEvidence, RunFacts
 from nvfabric.rules.imex.tables import (
     CAPS_DIR,
@@ -52,16 +53,6 @@ from nvfabric.rules.imex.tables import (
     PARAMS_PATH,
     SYSTEMD_DIRS,
 )
-
-__all__ = [
-    "MAX_CONFIG_BYTES", "PathEscape", "RESOLVE_TIMEOUT_S", "UNIT_DIRS",
-    "channel_target", "confined", "gather_evidence", "live_run", "local_addresses",
-    "local_names",
-    "node_addresses", "node_list", "not_regular", "parse_fib_trie", "parse_hosts",
-    "parse_if_inet6", "read_channels", "read_file", "resolve_names", "section",
-    "shipped_problem", "stat_node", "unit_file", "unit_state",
-]
-
 
 # -- owner evidence ---------------------------------------------------------------------------
 
@@ -206,31 +197,6 @@ RESOLVE_TIMEOUT_S = 3.0
 # -- channels ---------------------------------------------------------------------------------
 
 
-def stat_node(root: str, host_path: str) -> DevNode | None:
-    """The node at ``host_path`` (not following links), None when absent."""
-    try:
-        st = os.lstat(under(root, host_path))
-    except OSError:
-        return None
-    mode = st.st_mode
-    if stat.S_ISCHR(mode):
-        kind = "char"
-    elif stat.S_ISBLK(mode):
-        kind = "block"
-    elif stat.S_ISREG(mode):
-        kind = "file"
-    elif stat.S_ISDIR(mode):
-        kind = "dir"
-    else:
-        kind = "other"
-    dev = kind in ("char", "block")
-    return DevNode(
-        host_path, kind,
-        os.major(st.st_rdev) if dev else None, os.minor(st.st_rdev) if dev else None,
-        stat.S_IMODE(mode), st.st_uid, st.st_gid,
-    )
-
-
 def read_channels(root: str) -> ChannelFacts:
     """Channel facts of the node under ``root``."""
     nodes = [stat_node(root, f"{CHANNEL_DIR}/{n}") for n in listdir(under(root, CHANNEL_DIR))]
@@ -244,14 +210,6 @@ def read_channels(root: str) -> ChannelFacts:
         driver_loaded=driver_version(root) is not None and "nvidia" in loaded_modules(root),
         root=root,
     )
-
-
-def channel_target(root: str, number: int) -> str:
-    """Where ``channel<number>`` is made: its host path under ``root`` through
-    :func:`confined` (a ``dev/nvidia-caps-imex-channels`` that is a link out of the root is
-    :class:`~nvfabric.model.hostpath.PathEscape`, so no world-writable device is ever made
-    outside it)."""
-    return confined(root, channel_path(number), "IMEX channel")
 
 
 # -- files ------------------------------------------------------------------------------------
@@ -424,13 +382,6 @@ def local_names(root: str) -> tuple[str, ...]:
 #: Where a package ships the unit file (Debian 12 merged /usr keeps both spellings; the admin
 #: copy in /etc overrides). Source: systemd.unit(5), "Unit File Load Path" (system mode).
 UNIT_DIRS = ("/etc/systemd/system", "/usr/lib/systemd/system", "/lib/systemd/system")
-
-#: Bound for each systemctl call (it only edits links offline; a live manager answers fast).
-SYSTEMCTL_TIMEOUT_S = 60.0
-#: The most of a systemctl call's output kept (it prints a word or a few lines; a config file
-#: or node list is read up to the same 1 MiB).
-SYSTEMCTL_MAX_BYTES = 1 << 20
-
 
 def unit_file(root: str) -> str | None:
     """The host path of :data:`HOST_UNIT`'s unit file under ``root``, or None (not installed)."""

@@ -1,5 +1,5 @@
 """Is IMEX ready? The supervisor's readiness probe for ``nvidia-imex`` on a GB200/GB300 tray:
-``nvidia-imex-ctl -q`` under a hard timeout (:func:`nvfabric.facts.imexhost.run_ctl`, argv
+``nvidia-imex-ctl -q`` under a hard timeout (:func:`nvfabric.facts.imexctl.run_ctl`, argv
 only); when not READY, ``nvidia-imex-ctl -N -j`` names the peers it waits for (IMEX user
 guide, "nvidia-imex-ctl"; parsers in :mod:`nvfabric.facts.imexctl`).
 """
@@ -9,12 +9,10 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from nvfabric.facts import imexctl as ctl
-from nvfabric.facts import imexhost as host
 from nvfabric.facts.execinfo import exec_error
-from nvfabric.model.health import GpuCheck
+from nvfabric.model.gpucheck import GpuCheck
 from nvfabric.model.hostpath import PathEscape
-from nvfabric.model.words import seconds
-from nvfabric.rules.imex.domain import plural
+from nvfabric.model.words import plural, seconds
 
 
 def readiness_probe(ctl_binary: str, cfg_path: str, timeout_s: float,
@@ -30,7 +28,7 @@ def readiness_probe(ctl_binary: str, cfg_path: str, timeout_s: float,
         try:
             argv = (ctl.socket_query_argv(ctl_binary, socket) if socket
                     else ctl.query_argv(ctl_binary, cfg_path))
-            result = host.run_ctl(argv, timeout_s)
+            result = ctl.run_ctl(argv, timeout_s)
         except (OSError, PathEscape) as err:
             why = exec_error(ctl_binary, err) if isinstance(err, OSError) else str(err)
             return GpuCheck(False, False, "not queried", f"cannot run {ctl_binary}: {why}")
@@ -59,7 +57,7 @@ def readiness_probe(ctl_binary: str, cfg_path: str, timeout_s: float,
 
 def _domain(ctl_binary: str, cfg_path: str, timeout_s: float) -> ctl.DomainStatus | None:
     try:
-        result = host.run_ctl(ctl.domain_argv(ctl_binary, cfg_path), timeout_s)
+        result = ctl.run_ctl(ctl.domain_argv(ctl_binary, cfg_path), timeout_s)
         return ctl.parse_domain(result.stdout) if result.rc == 0 else None
     except (OSError, ValueError):
         return None

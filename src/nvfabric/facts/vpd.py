@@ -22,11 +22,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-# The decoded values live in model/ (the inventory holds them); re-exported here, their old home.
-from nvfabric.model.vpd import Vpd as Vpd
-from nvfabric.model.vpd import VpdField as VpdField
-from nvfabric.model.vpd import parse_mellanox_field as parse_mellanox_field
-from nvfabric.model.vpd import printable as printable
+from nvfabric.model.vpd import Vpd, VpdField, printable
 
 TAG_ID_STRING = 0x82
 TAG_VPD_R = 0x90

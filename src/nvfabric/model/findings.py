@@ -12,8 +12,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, TypeGuard, get_args
 
-from nvfabric.model.vocab import SEVERITIES, FindingCode
-from nvfabric.model.vocab import Severity as Severity  # re-exported: the old home of the type
+from nvfabric.model.vocab import SEVERITIES, FindingCode, Severity
 
 #: Every finding code nvfabric may emit (the words of :data:`nvfabric.model.vocab.FindingCode`,
 #: the one list). Adding is fine; renaming breaks operators' alerting.

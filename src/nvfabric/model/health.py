@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from nvfabric.model.findings import Finding
-from nvfabric.model.gpucheck import GpuCheck as GpuCheck  # re-exported: its old home
+from nvfabric.model.gpucheck import GpuCheck
 from nvfabric.model.mask import HealthField
 from nvfabric.model.vocab import FabricState
 from nvfabric.model.words import plural

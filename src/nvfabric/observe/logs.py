@@ -15,8 +15,8 @@ that the lean supervisor process of a text run holds neither :mod:`logging` nor
 :mod:`datetime` (issue 15: its idle resident memory).
 
 The structure is read back from the line's own text (:func:`parse`), so every writer keeps
-calling :class:`nvfabric.supervisor.Log` as before. Control characters are escaped in both
-formats (the caller applies :func:`nvfabric.supervisor.printable` first).
+calling :class:`nvfabric.effects.log.Log` as before. Control characters are escaped in both
+formats (the caller applies :func:`nvfabric.effects.log.printable` first).
 """
 
 from __future__ import annotations

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal
 
 if TYPE_CHECKING:
-    from nvfabric.supervisor import Supervisor
+    from nvfabric.supervisor.supervise import Supervisor
 
 ServiceRun = Literal["running", "ready", "exited", "not_started"]
 #: Why a service process ended: ``exit_code`` (a non-zero exit), ``clean`` (exit 0 while it
@@ -68,8 +68,8 @@ def exit_reason(exit_code: object, signal: object) -> ExitReason:
 
 
 def of_supervisor(sup: Supervisor) -> UnitSnapshot:
-    """The unit state of a running :class:`nvfabric.supervisor.Supervisor`, from its own
-    snapshot (:meth:`nvfabric.supervisor.Supervisor.snapshot`: per service state, pid,
+    """The unit state of a running :class:`nvfabric.supervisor.supervise.Supervisor`, from its own
+    snapshot (:meth:`nvfabric.supervisor.supervise.Supervisor.snapshot`: per service state, pid,
     restarts and exits by reason; orderly stops are not counted here) plus the unit's phase
     and seconds to ready. Safe from another thread: the snapshot is built fresh from plain
     values; it may be one event behind, never torn inside one service."""
@@ -96,7 +96,7 @@ def of_supervisor(sup: Supervisor) -> UnitSnapshot:
 def phase_of_running() -> str:
     """The phase word of the supervisor running in this process now (``idle`` before it
     starts): what :func:`of_running` would report as ``phase``, without building the rest."""
-    from nvfabric.supervisor import running
+    from nvfabric.supervisor.supervise import running
 
     sup = running()
     return "idle" if sup is None else sup.unit.phase
@@ -104,8 +104,8 @@ def phase_of_running() -> str:
 
 def of_running() -> UnitSnapshot:
     """The unit state of the supervisor running in this process now
-    (:func:`nvfabric.supervisor.running`); before it starts, an idle unit."""
-    from nvfabric.supervisor import running
+    (:func:`nvfabric.supervisor.supervise.running`); before it starts, an idle unit."""
+    from nvfabric.supervisor.supervise import running
 
     sup = running()
     return UnitSnapshot() if sup is None else of_supervisor(sup)

@@ -36,8 +36,7 @@ from typing import Any
 
 from nvfabric.model.errors import InputError
 from nvfabric.model.findings import is_code
-from nvfabric.model.vocab import FABRIC_KINDS as FABRIC_KINDS  # re-exported: its old home
-from nvfabric.model.vocab import FindingCode, Severity, is_severity
+from nvfabric.model.vocab import FABRIC_KINDS, FindingCode, Severity, is_severity
 from nvfabric.rules import xid_decode
 
 

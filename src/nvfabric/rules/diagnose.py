@@ -20,34 +20,18 @@ from typing import IO, Any
 
 from nvfabric.model.findings import Finding
 from nvfabric.model.strict import int_or_none
-from nvfabric.model.vocab import FabricKind
+from nvfabric.model.vocab import FABRIC_KINDS, FabricKind
 from nvfabric.rules.catalogue import (
-    FABRIC_KINDS,
-    TABLES,
-    CatalogueError,
-    Lookup,
     Outcome,
     Signature,
     catalogue,
     look_up,
-    lookup_table,
-    parse_catalogue,
 )
 from nvfabric.rules.logtext import (
-    LogEncodingError,
     LogInputError,
-    detect_encoding,
     needle_lines,
     utf8_blocks,
 )
-
-__all__ = [
-    "BLOCK", "FABRIC_KINDS", "MAX_COLLECT", "MAX_EXAMPLE", "MAX_KEYS", "MAX_LINE",
-    "MAX_MATCH", "TABLES",
-    "CatalogueError", "Classifier", "LogEncodingError", "LogInputError", "LogValueError",
-    "Lookup", "Outcome", "Signature", "catalogue", "classify_lines", "classify_stream",
-    "detect_encoding", "lookup_table", "needle_lines", "parse_catalogue", "timestamp",
-]
 
 MAX_KEYS = 64
 MAX_COLLECT = 32

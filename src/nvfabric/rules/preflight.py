@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from nvfabric.model import versions
 from nvfabric.model.commandline import command_line
 from nvfabric.model.findings import Finding
-from nvfabric.model.health import summarise_gpus as summarise_gpus  # re-exported: its old home
+from nvfabric.model.health import summarise_gpus
 from nvfabric.rules.nodefacts import NodeFacts, RunningService, VersionRead
 
 #: The ``nvfabric status`` name of each fabric daemon that ``run`` would start, and what it is.

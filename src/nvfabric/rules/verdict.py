@@ -58,7 +58,7 @@ from typing import Literal
 
 from nvfabric.model.findings import Finding
 from nvfabric.model.health import GpuFabric
-from nvfabric.model.services import ServiceState as ServiceState  # re-exported (its old home)
+from nvfabric.model.services import ServiceState
 from nvfabric.model.vocab import FabricKind, Service, VerdictWord
 from nvfabric.model.words import plural, verb
 

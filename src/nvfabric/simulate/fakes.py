@@ -33,6 +33,8 @@ from typing import Any
 from nvfabric.model.errors import usage_error
 from nvfabric.rules.imex import config as imex_config
 from nvfabric.simulate import fakebin
+from nvfabric.simulate.fakebin import nvlsm as fakensm
+from nvfabric.simulate.fakebin import state as fakestate
 
 #: program name -> vendor path of the real binary (service modules' defaults; IMEX guide,
 #: "Installation": /usr/bin/nvidia-imex, /usr/bin/nvidia-imex-ctl).
@@ -276,7 +278,7 @@ def gpu_state(root: str) -> list[dict[str, Any]]:
 
 def install(root: str, driver_only: bool = False) -> list[str]:
     """Install the fakes, shipped configs and simulated state under ``root`` (a tree written
-    by :func:`nvfabric.simulate.build`). Returns the fake programs' paths in ``bin/``.
+    by :func:`nvfabric.simulate.write.build`). Returns the fake programs' paths in ``bin/``.
 
     ``driver_only``: a node with the driver (its nvidia-smi) and none of the fabric packages:
     no fake of :data:`FABRIC_PROGRAMS` and none of their shipped configs, so what runs is what
@@ -311,20 +313,20 @@ def install(root: str, driver_only: bool = False) -> list[str]:
         _write(os.path.join(root, "etc/nvidia-imex/nodes_config.cfg"), SIM_LOCAL_IP + "\n",
                keep=True)
     driver = p.driver_version or ""
-    state = os.path.join(root, fakebin.STATE_DIR)
+    state = os.path.join(root, fakestate.STATE_DIR)
     os.makedirs(state, exist_ok=True)
     node = {
         "fabric": p.fabric,
         "driver_version": driver or None,
         "fm_version": driver or None,
         "imex_version": driver or None,
-        "nvlsm_version": fakebin.NVLSM_VERSION,
+        "nvlsm_version": fakensm.NVLSM_VERSION,
         "cuda_version": CUDA_BY_BRANCH.get(driver.split(".")[0], "12.8"),
         "hostname": "node-01",
         "local_ips": [SIM_LOCAL_IP],
     }
-    fakebin.save(root, "node.json", node)
-    fakebin.save(root, "gpus.json", {"gpus": gpu_state(root)})
+    fakestate.save(root, "node.json", node)
+    fakestate.save(root, "gpus.json", {"gpus": gpu_state(root)})
     for stale in ("calls.jsonl", "nvlsm.json", "imex.json", "faults.json"):
         path = os.path.join(state, stale)
         if os.path.exists(path):
@@ -349,18 +351,18 @@ def _launchers(root: str, bindir: str, driver_only: bool) -> list[str]:
 def set_faults(root: str, spec: dict[str, dict[str, Any]]) -> None:
     """Inject faults: ``{"nvlsm": {"crash_after_s": 1}, "fabricmanager": {...}}`` (keys in
     :mod:`.fakebin`)."""
-    fakebin.save(root, "faults.json", spec)
+    fakestate.save(root, "faults.json", spec)
 
 
 def gpus(root: str) -> list[dict[str, Any]]:
     """The simulated GPUs' fabric state (``gpus.json``)."""
-    data: dict[str, Any] = fakebin.load(root, "gpus.json", {"gpus": []})
+    data: dict[str, Any] = fakestate.load(root, "gpus.json", {"gpus": []})
     return list(data.get("gpus", []))
 
 
 def calls(root: str) -> list[dict[str, Any]]:
     """Events recorded by the fakes (``calls.jsonl``), in order."""
-    path = fakebin.state_path(root, "calls.jsonl")
+    path = fakestate.state_path(root, "calls.jsonl")
     try:
         with open(path, encoding="utf-8") as fh:
             return [json.loads(line) for line in fh if line.strip()]

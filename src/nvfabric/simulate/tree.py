@@ -289,14 +289,14 @@ def fakes_paths() -> tuple[frozenset[str], frozenset[str]]:
     log/run/tmp directories, the shipped config directories and the fakes' state directory.
     (The shipped configs themselves and
     ``proc/net/fib_trie`` are only written when absent, so ``files:`` may give them.)"""
-    from nvfabric.simulate import fakebin
+    from nvfabric.simulate.fakebin.state import STATE_DIR
     from nvfabric.simulate.fakes import FAKES_PACKAGE, VENDOR_PATHS, fakebin_sources
 
     files = {f"bin/{prog}" for prog in VENDOR_PATHS}
     files |= {f"bin/{FAKES_PACKAGE}/{name}" for name in fakebin_sources()}
     files |= {path.lstrip("/") for path in VENDOR_PATHS.values()}
     dirs = {"bin", "var/log", "var/run", "tmp", "proc/net", "etc/nvidia-imex",
-            "usr/share/nvidia/nvswitch", "usr/share/nvidia/nvlsm", fakebin.STATE_DIR}
+            "usr/share/nvidia/nvswitch", "usr/share/nvidia/nvlsm", STATE_DIR}
     dirs |= {os.path.dirname(path) for path in files}
     dirs.add(f"bin/{FAKES_PACKAGE}/__pycache__")  # the copy's byte code (fakes.precompile)
     return frozenset(dirs), frozenset(files)
@@ -316,7 +316,7 @@ def _place_files(tree: _Tree, files: tuple[tuple[str, str | bytes], ...]) -> Non
     directory or a link of the tree, lie inside one of its files, lead out of the tree through
     a link, or be something the fakes write (:func:`fakes_paths`). Raises SpecError naming
     the key."""
-    from nvfabric.simulate.fakebin import STATE_DIR as state_dir
+    from nvfabric.simulate.fakebin.state import STATE_DIR as state_dir
 
     fake_dirs, fake_files = fakes_paths()
     links = {e.path: e.target for e in tree.entries.values() if e.kind == "link"}

@@ -1,5 +1,5 @@
 """The readiness probe of fabric manager (RUN.md R01, R04): every GPU's fabric state read and
-summarised as a :class:`~nvfabric.supervisor.policy.GpuCheck`. Used by ``nvfabric run``'s
+summarised as a :class:`~nvfabric.model.gpucheck.GpuCheck`. Used by ``nvfabric run``'s
 preflight (GPUs registered before the start) and by the supervisor (ready once all are
 completed; R09's check after a GPU reset).
 
@@ -23,9 +23,9 @@ from typing import Any
 
 from nvfabric.effects.process import RESET_SIGNALS, die_with_parent
 from nvfabric.model.findings import Finding
+from nvfabric.model.gpucheck import GpuCheck
 from nvfabric.model.strict import parse_json
 from nvfabric.model.words import seconds
-from nvfabric.supervisor.policy import GpuCheck
 
 #: Seconds the supervisor waits for the probe child's answer before it kills it: the reading's
 #: own bound (:data:`nvfabric.facts.gpu.SMI_TIMEOUT_S`, 15 s: a hung nvidia-smi is killed, a

@@ -15,7 +15,8 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from nvfabric.bringup.spec import ServiceSpec
-from nvfabric.supervisor.policy import Classifier, GpuCheck
+from nvfabric.model.gpucheck import GpuCheck
+from nvfabric.supervisor.policy import Classifier
 
 
 @dataclass

@@ -42,7 +42,8 @@ from nvfabric.supervisor.outcome import Outcome
 
 if TYPE_CHECKING:
     from nvfabric.model.findings import Finding
-    from nvfabric.supervisor.policy import Classifier, GpuCheck
+    from nvfabric.model.gpucheck import GpuCheck
+    from nvfabric.supervisor.policy import Classifier
 
 #: The flag of the lean entry point (``python -S -c BOOT run --supervise-fd N PATHS PYTHON``).
 FLAG = "--supervise-fd"

@@ -29,8 +29,8 @@ from nvfabric.effects.log import Log
 from nvfabric.effects.notify import sd_notify
 from nvfabric.effects.sockets import is_socket, listens, socket_listening
 from nvfabric.effects.stop import SIGHUP_IGNORED
+from nvfabric.model.gpucheck import GpuCheck
 from nvfabric.supervisor.inotify import Inotify
-from nvfabric.supervisor.policy import GpuCheck
 from nvfabric.supervisor.timers import Clock
 from nvfabric.supervisor.unit import STOP_SIGNALS, Unit
 

@@ -21,10 +21,11 @@ from nvfabric.bringup.spec import ServiceSpec
 from nvfabric.effects.log import Log
 from nvfabric.effects.notify import status_text
 from nvfabric.model.findings import Finding
+from nvfabric.model.gpucheck import GpuCheck
 from nvfabric.model.words import seconds
 from nvfabric.supervisor.host import Host, Proc
 from nvfabric.supervisor.outcome import Outcome
-from nvfabric.supervisor.policy import GpuCheck, Policy
+from nvfabric.supervisor.policy import Policy
 from nvfabric.supervisor.timers import Timers
 
 POLL_FALLBACK_S = 0.01

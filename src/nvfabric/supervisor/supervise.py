@@ -13,9 +13,10 @@ from nvfabric.bringup.spec import ServiceSpec
 from nvfabric.effects.log import Log
 from nvfabric.effects.notify import SYSTEMD_ENV, watchdog_usec
 from nvfabric.model.findings import Finding
+from nvfabric.model.gpucheck import GpuCheck
 from nvfabric.supervisor.loop import Loop
 from nvfabric.supervisor.outcome import Outcome
-from nvfabric.supervisor.policy import Classifier, GpuCheck, Policy
+from nvfabric.supervisor.policy import Classifier, Policy
 from nvfabric.supervisor.timers import Clock
 from nvfabric.supervisor.unit import Unit
 

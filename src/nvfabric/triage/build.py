@@ -19,9 +19,10 @@ from typing import Any
 
 from nvfabric.model.findings import Finding
 from nvfabric.model.inventory import IbDevice, Inventory
+from nvfabric.model.services import ServiceState
 from nvfabric.model.vocab import FabricKind
 from nvfabric.rules.plan import SERVICES_BY_FABRIC, Plan, plan
-from nvfabric.rules.verdict import Inputs, ServiceState, Verdict, verdict
+from nvfabric.rules.verdict import Inputs, Verdict, verdict
 from nvfabric.triage.checks import Ran, check, nvlsm_running
 from nvfabric.triage.collect import EXPECTED, Collected
 from nvfabric.triage.rebuild import Rebuilt, fm_table_version, rebuild

@@ -27,8 +27,8 @@ import re
 from dataclasses import dataclass, field
 
 from nvfabric.facts.pci import parse_config_header
-from nvfabric.facts.vpd import Vpd, VpdField
 from nvfabric.model.inventory import MELLANOX, NVIDIA, PciFunction
+from nvfabric.model.vpd import Vpd, VpdField
 
 #: Most functions kept (a large node has a few hundred); more are counted, not kept.
 MAX_FUNCTIONS = 8192

@@ -8,7 +8,7 @@ from __future__ import annotations
 from typing import Any
 
 from nvfabric.rules.imex import channels, nodes
-from nvfabric.rules.imex.domain import node_list_id
+from nvfabric.rules.imex.nodes import node_list_id
 from nvfabric.rules.imex.owner import Ownership
 
 #: The node list as read: (path, entries), or the error of a malformed one.
