@@ -24,7 +24,7 @@ def _modules_after(code: str) -> set[str]:
 NOT_ON_THE_RUN_PATH = (
     "nvfabric.cli.imex", "nvfabric.facts.imex", "nvfabric.facts.imexctl",
     "nvfabric.rules.imex.owner", "nvfabric.rules.imex.domain", "nvfabric.effects.imex",
-    "nvfabric.supervisor.loop", "nvfabric.supervisor.unit", "nvfabric.supervisor.ready",
+    "nvfabric.supervisor.loop", "nvfabric.supervisor.machine",
     "nvfabric.supervisor.supervise", "nvfabric.rules.diagnose", "xml.etree.ElementTree",
 )
 

@@ -1,4 +1,4 @@
-"""The unit state machine (nvfabric.supervisor.unit) on a fake clock and a fake host: no
+"""The unit state machine (nvfabric.supervisor.machine) on a fake clock and a fake host: no
 process is started and no time passes, so the restart policy (back-off doubling to the cap and
 its reset, the start limit), the R04 gate with R09's check, the stop order and its grace
 timers, and R05's second signal are tested in milliseconds. The wiring to real processes is
@@ -20,8 +20,8 @@ from nvfabric.effects.log import Log
 from nvfabric.model.findings import Finding
 from nvfabric.model.gpucheck import GpuCheck
 from nvfabric.supervisor.host import Proc
+from nvfabric.supervisor.machine import Unit
 from nvfabric.supervisor.policy import REPEATED_STOP_WINDOW_S, Policy
-from nvfabric.supervisor.unit import Unit
 
 EXIT_3 = 3 << 8  # a wait status: exited with code 3
 KILLED = signal.SIGKILL  # a wait status: killed by SIGKILL

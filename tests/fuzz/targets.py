@@ -832,8 +832,8 @@ def _run_log(data: bytes) -> None:
     from nvfabric.observe import logs
     from nvfabric.rules.diagnose import Classifier
     from nvfabric.supervisor.host import Proc
+    from nvfabric.supervisor.machine import MAX_LINE, Unit
     from nvfabric.supervisor.policy import Policy
-    from nvfabric.supervisor.ready import MAX_LINE, Readiness
 
     spec = ServiceSpec("fabricmanager", ("/usr/bin/nv-fabricmanager",),
                        ready_line="Successfully configured all the available NVSwitches")
@@ -852,8 +852,7 @@ def _run_log(data: bytes) -> None:
         out = io.StringIO()
         logs.set_format(fmt)
         try:
-            unit = Readiness((spec,), Policy(), _LogHost(), Log(out), None,  # type: ignore[arg-type]
-                             {})
+            unit = Unit((spec,), Policy(), _LogHost(), Log(out), env={})  # type: ignore[arg-type]
             proc = Proc(spec, 1, None, 0.0, Classifier("nvswitch"), deque(maxlen=20))
             unit.take(proc, data)
         finally:

@@ -31,7 +31,7 @@ Processes are started by :mod:`nvfabric.effects.process` (argv only, stdin /dev/
 process group, signal dispositions reset, parent death signal); nothing here runs a shell.
 
 The parts: ``policy`` (values), ``timers`` (injected clock), ``restart`` (back-off, start
-limit, R04/R09 as functions), ``ready`` and ``unit`` (the unit state machine, acting through a
+limit, R04/R09 as functions), ``machine`` (the unit state machine, one class, acting through a
 ``host``), ``loop`` (epoll, signals, inotify, the probe thread: the real host),
 ``supervise`` (:class:`Supervisor`), ``outcome`` (:class:`Outcome`, the ``run --json`` shape),
 ``lean`` (the lean entry point ``nvfabric run`` execs into). Each name is imported from the

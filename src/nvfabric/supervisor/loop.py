@@ -31,8 +31,8 @@ from nvfabric.effects.sockets import is_socket, listens, socket_listening
 from nvfabric.effects.stop import SIGHUP_IGNORED
 from nvfabric.model.gpucheck import GpuCheck
 from nvfabric.supervisor.inotify import Inotify
+from nvfabric.supervisor.machine import STOP_SIGNALS, Unit
 from nvfabric.supervisor.timers import Clock
-from nvfabric.supervisor.unit import STOP_SIGNALS, Unit
 
 Probe = Callable[[], GpuCheck]
 

@@ -12,8 +12,8 @@ from collections.abc import Callable, Sequence
 
 from nvfabric.effects.log import Log
 from nvfabric.effects.stop import SIGHUP_IGNORED
+from nvfabric.supervisor.machine import STOP_SIGNALS
 from nvfabric.supervisor.timers import Clock
-from nvfabric.supervisor.unit import STOP_SIGNALS
 
 
 def run_reset(argv: Sequence[str], timeout_s: float, tick: Callable[[], float], sig_r: int,

@@ -1,6 +1,6 @@
 """The supervisor of a run: :class:`Supervisor` wires the unit state machine
-(:mod:`nvfabric.supervisor.unit`) to the real event loop (:mod:`nvfabric.supervisor.loop`) on
-the monotonic clock, and :meth:`Supervisor.snapshot` reads the unit's state for a status
+(:mod:`nvfabric.supervisor.machine`) to the real event loop (:mod:`nvfabric.supervisor.loop`)
+on the monotonic clock, and :meth:`Supervisor.snapshot` reads the unit's state for a status
 endpoint."""
 
 from __future__ import annotations
@@ -15,10 +15,10 @@ from nvfabric.effects.notify import SYSTEMD_ENV, watchdog_usec
 from nvfabric.model.findings import Finding
 from nvfabric.model.gpucheck import GpuCheck
 from nvfabric.supervisor.loop import Loop
+from nvfabric.supervisor.machine import Unit
 from nvfabric.supervisor.outcome import Outcome
 from nvfabric.supervisor.policy import Classifier, Policy
 from nvfabric.supervisor.timers import Clock
-from nvfabric.supervisor.unit import Unit
 
 _running: list[Supervisor] = []
 
@@ -82,5 +82,5 @@ class Supervisor:
 
     def snapshot(self) -> list[dict[str, object]]:
         """The unit's state now, one dict per service in start order (see
-        :meth:`nvfabric.supervisor.unit.Unit.snapshot`)."""
+        :meth:`nvfabric.supervisor.machine.Unit.snapshot`)."""
         return self.unit.snapshot()
