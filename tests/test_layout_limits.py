@@ -32,6 +32,9 @@ DATA_TABLES: dict[str, str] = {
 
 #: ``path`` of a module over :data:`MAX_MODULE_LINES` -> why it is one concept.
 LONG_MODULES: dict[str, str] = {
+    "nvfabric/rules/verdict.py":
+        "the verdict: one pure function of the fabric's readings and its rules (registration, "
+        "health, services), which share its accumulator; split, they shared private names",
     "nvfabric/supervisor/machine.py":
         "the unit state machine: one class (start order, readiness, stop order, restarts, "
         "R04), whose parts share its state; split, they shared private names across files",
