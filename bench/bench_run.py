@@ -247,7 +247,7 @@ CALLS = (
     ("plan", "nvfabric.rules.plan.plan", 0),
     ("vendor files", "nvfabric.bringup.vendor.resolve", 0),
     ("shipped fabric manager config", "nvfabric.facts.fmconfig.read_shipped", 0),
-    ("prepare (argv, files)", "nvfabric.bringup.unit.prepare", 0),
+    ("prepare (argv, files)", "nvfabric.bringup.fabricmanager.prepare", 0),
     ("run lock", "nvfabric.effects.runlock.acquire_run_lock", 0),
     ("probe: other starters (process table)", "nvfabric.facts.node.running", 0),
     ("probe: fabric manager --version", "nvfabric.facts.node.fm_version", 0),

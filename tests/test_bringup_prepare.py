@@ -1,6 +1,6 @@
 """The bring-ups as pure functions of a snapshot: the facts are read once from a simulated
 node (``nvfabric simulate`` trees: facts/node.py), then ``prepare`` decides in process
-(bringup/unit.py for fabric manager and NVLSM, bringup/mnnvl.py for IMEX), both giving the
+(bringup/fabricmanager.py for fabric manager and NVLSM, bringup/mnnvl.py for IMEX), both giving the
 one ``Prepared`` value; the applier (effects/apply.py) makes it true on the tree."""
 
 from __future__ import annotations
@@ -12,7 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from nvfabric.bringup import mnnvl, unit, vendor
+from nvfabric.bringup import fabricmanager as fm
+from nvfabric.bringup import mnnvl, vendor
 from nvfabric.bringup.prepared import Prepared
 from nvfabric.effects.apply import apply
 from nvfabric.facts import node
@@ -192,9 +193,9 @@ def test_applier_refuses_a_channel_it_cannot_make_and_writes_nothing(tmp_path: P
 def _fm(tmp_path: Path, profile: str) -> tuple[Path, Prepared]:
     root = sim(tmp_path, profile)
     inv = collect(str(root))
-    cfg = unit.RunConfig(root=str(root))
+    cfg = fm.RunConfig(root=str(root))
     shipped = read_shipped(cfg.resolve(cfg.fm.shipped_config))
-    return root, unit.prepare(inv, plan(inv), cfg, shipped)
+    return root, fm.prepare(inv, plan(inv), cfg, shipped)
 
 
 def test_b200_prepares_nvlsm_then_fabric_manager_and_asks_for_its_checks(

@@ -175,7 +175,7 @@ def test_systemctl_flood_is_an_unknown_unit_state(tmp_path: Path) -> None:
     code = textwrap.dedent(f"""
         import resource
         resource.setrlimit(resource.RLIMIT_AS, ({MEMORY_LIMIT}, {MEMORY_LIMIT}))
-        from nvfabric.facts.imex import unit_state
+        from nvfabric.facts.imex.tray import unit_state
         print(unit_state({str(tmp_path)!r}, live=True))
     """)
     env = dict(os.environ, PATH=f"{bindir}:{os.environ['PATH']}")

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from nvfabric.facts import gpu as live
-from nvfabric.facts import imexctl as ctl
+from nvfabric.facts.imex import ctl
 from nvfabric.facts.smi import parse, parse_csv, parse_text, parse_xml
 from nvfabric.rules.diagnose import classify_lines
 from nvfabric.simulate import fakebin

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from nvfabric.effects import imex as effects
-from nvfabric.facts import imex as host
+from nvfabric.facts.imex import tray as host
 from nvfabric.facts.nvidia import parse_proc_devices
 from nvfabric.rules.imex import channels
 from nvfabric.rules.imex.channels import ChannelFacts, DevNode

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from nvfabric.facts import imexctl as ctl
+from nvfabric.facts.imex import ctl
 from tests import runkit
 from tests.cases import CORPUS
 from tests.conftest import run_cli, run_json
@@ -127,7 +127,7 @@ def test_a_ctl_call_in_flight_when_nvfabric_exits_is_killed(tmp_path: Path) -> N
     ctl_path = _script(tmp_path, f"echo $$ > {marker}\nexec sleep 300\n")
     code = (
         "import sys, threading, time\n"
-        "from nvfabric.facts import imexctl as ctl\n"
+        "from nvfabric.facts.imex import ctl\n"
         f"t = threading.Thread(target=ctl.run_ctl, args=(({ctl_path!r}, '-q'), 60),"
         " daemon=True)\n"
         "t.start()\n"

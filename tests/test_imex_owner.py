@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from nvfabric.facts import imex as host
+from nvfabric.facts.imex import tray as host
 from nvfabric.rules.imex.owner import DraMode, OwnerEvidence, RunFacts, decide
 from nvfabric.rules.imex.script import Actions
 from nvfabric.rules.imex.slurm import Script, SlurmFacts

@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from nvfabric.facts import imex as imex_facts
 from nvfabric.facts import slurm as slurm_facts
+from nvfabric.facts.imex import tray as imex_facts
 from nvfabric.rules.imex import script as script_rules
 from nvfabric.rules.imex import slurm as slurm_rules
 from nvfabric.rules.imex.owner import decide

@@ -22,7 +22,7 @@ def _modules_after(code: str) -> set[str]:
 
 #: Modules the run command's module must not pull in at import.
 NOT_ON_THE_RUN_PATH = (
-    "nvfabric.cli.imex", "nvfabric.facts.imex", "nvfabric.facts.imexctl",
+    "nvfabric.cli.imex", "nvfabric.facts.imex.tray", "nvfabric.facts.imex.ctl",
     "nvfabric.rules.imex.owner", "nvfabric.rules.imex.domain", "nvfabric.effects.imex",
     "nvfabric.supervisor.loop", "nvfabric.supervisor.machine",
     "nvfabric.supervisor.supervise", "nvfabric.rules.diagnose", "xml.etree.ElementTree",

@@ -94,7 +94,7 @@ def test_the_channel_fix_creates_the_channel_under_the_root() -> None:
 
 
 def test_the_missing_node_list_hint_writes_it_where_run_reads_it(tmp_path: Path) -> None:
-    from nvfabric.bringup.imexd import ImexPaths
+    from nvfabric.bringup.mnnvl import ImexPaths
     from nvfabric.rules.imex.owner import OwnerEvidence
     from nvfabric.rules.nodefacts import ImexFacts
 

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from nvfabric.bringup import fabricmanager, imexd
+from nvfabric.bringup import fabricmanager, mnnvl
 from nvfabric.effects.runlock import acquire_run_lock, adopt_run_lock, run_lock_holder
 from nvfabric.supervisor.job import Job, JobError, Report, job_from_json
 from nvfabric.supervisor.policy import Policy
@@ -27,7 +27,7 @@ from .runkit import Run, events, sim, until
 def _job(**kw: object) -> Job:
     fm = fabricmanager.spec("/usr/bin/nv-fabricmanager", "/run/nvfabric/fabricmanager.cfg",
                             "0xe09d730300e400e8", needs_reset=True)
-    imex = replace(imexd.spec("/usr/bin/nvidia-imex", "/etc/nvidia-imex/config.cfg"),
+    imex = replace(mnnvl.spec("/usr/bin/nvidia-imex", "/etc/nvidia-imex/config.cfg"),
                    env=(("A", "1"),), runtime_dirs=("/run/x",))
     values: dict[str, object] = dict(
         specs=(fm, imex), policy=Policy(restart="on-failure", gpu_reset_argv=("/r", "-r"),

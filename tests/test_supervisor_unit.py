@@ -21,8 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from nvfabric.bringup import fabricmanager
-from nvfabric.bringup import imexd as imex
+from nvfabric.bringup import fabricmanager, mnnvl
 from nvfabric.bringup.spec import ServiceSpec
 from nvfabric.effects import notify
 from nvfabric.effects.dirs import ensure_dir
@@ -243,7 +242,7 @@ def test_imex_not_ready_is_logged_and_reported_in_imex_terms() -> None:
     # The IMEX probe (nvidia-imex-ctl -q, then -N -j) says why the daemon is not READY.
     log = StopOn("imex_not_ready")
     why = "domain DEGRADED, waiting for 198.51.100.1 (node 0)"
-    spec = imex.spec(PY, "/etc/nvidia-imex/config.cfg")
+    spec = mnnvl.spec(PY, "/etc/nvidia-imex/config.cfg")
     spec = replace(spec, argv=(PY, "-c", "import time; time.sleep(60)"))
     outcome = Supervisor([spec], Policy(ready_timeout_s=0.3, probe_interval_s=0.05), log=log,
                          probe=lambda: GpuCheck(False, False, "not ready", why)).run()

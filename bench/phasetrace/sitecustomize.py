@@ -32,7 +32,7 @@ TRACED: dict[str, tuple[str, ...]] = {
     "nvfabric.rules.plan": ("plan",),
     "nvfabric.bringup.vendor": ("resolve",),
     "nvfabric.facts.fmconfig": ("read_shipped",),
-    "nvfabric.bringup.unit": ("prepare",),
+    "nvfabric.bringup.fabricmanager": ("prepare",),
     "nvfabric.facts.node": ("running", "fm_version"),
     "nvfabric.facts.gpu": ("read_health",),
     "nvfabric.effects.runlock": ("acquire_run_lock",),

@@ -233,8 +233,8 @@ _SERVICES = _Tree("gb200-tray", SERVICE_ATTRS)
 
 
 def _services(data: bytes) -> None:
-    from nvfabric.facts import imex as host
     from nvfabric.facts import services
+    from nvfabric.facts.imex import tray as host
 
     rel = _SERVICES.put(data)
     try:
@@ -248,8 +248,8 @@ def _services(data: bytes) -> None:
 
 
 def _procfs_text(data: bytes) -> None:
-    from nvfabric.facts import imex as host
     from nvfabric.facts import infiniband, nvidia
+    from nvfabric.facts.imex import tray as host
     from nvfabric.rules.imex import channels
 
     text = _text(data)
@@ -389,7 +389,7 @@ def _slurm(data: bytes) -> None:
 
 
 def _ctl(data: bytes) -> None:
-    from nvfabric.facts import imexctl as ctl
+    from nvfabric.facts.imex import ctl
 
     status = ctl.parse_domain(_text(data))
     json.dumps(status.to_json())

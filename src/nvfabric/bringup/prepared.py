@@ -1,5 +1,5 @@
 """``Prepared``: what ``nvfabric run`` will do on a node, the one value every fabric kind's
-``prepare`` returns (nvswitch and nvlink5: :func:`nvfabric.bringup.unit.prepare`; mnnvl:
+``prepare`` returns (nvswitch and nvlink5: :func:`nvfabric.bringup.fabricmanager.prepare`; mnnvl:
 :func:`nvfabric.bringup.mnnvl.prepare`; none: nothing). The applier
 (:func:`nvfabric.effects.apply.apply`) makes it true on the host, the supervisor runs its
 processes, and the dry-run renderer (:mod:`nvfabric.cli.runview`) prints it. Pure values.

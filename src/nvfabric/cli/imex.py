@@ -29,8 +29,8 @@ from nvfabric.cli.render import (
 )
 from nvfabric.cli.textfile import read_text_file
 from nvfabric.effects import imex as imex_effects
-from nvfabric.facts import imex as imex_facts
-from nvfabric.facts import imexctl as ctl
+from nvfabric.facts.imex import ctl
+from nvfabric.facts.imex import tray as imex_facts
 from nvfabric.facts.inventory import require_root
 from nvfabric.facts.nvidia import driver_version
 from nvfabric.model.errors import NvfabricError, usage_error
@@ -406,7 +406,7 @@ def domain_cmd(root: str, config_path: str, ctl_path: str, timeout_s: float,
 
 
 def _query(root: str, ctl_path: str, config_path: str, timeout_s: float) -> ctl.DomainStatus:
-    """:func:`nvfabric.facts.imexctl.query_domain` with ``--ctl`` and ``--config`` under
+    """:func:`nvfabric.facts.imex.ctl.query_domain` with ``--ctl`` and ``--config`` under
     ``root`` (on the node itself as given: a bare name is looked up in PATH)."""
     binary, cfg = ctl_path, config_path
     if root != "/":

@@ -29,7 +29,7 @@ def install_from(
     owner), then the decisions, then dpkg, the archives and the unit."""
     from nvfabric.artifacts import debinstall
     from nvfabric.effects import imex as imex_effects
-    from nvfabric.facts import imex as imex_facts
+    from nvfabric.facts.imex import tray as imex_facts
     from nvfabric.rules.imex.owner import decide, unit_policy
 
     directory, inputs, reasons, chosen = _choose(root, from_dir, driver_version, arch,
@@ -188,7 +188,7 @@ def _imex_unit(root: str, ownership: Any, prepared: Any, added: list[str], live:
     (:func:`nvfabric.artifacts.debinstall.unit_failed`). The ``imex_unit`` object."""
     from nvfabric.artifacts import debinstall
     from nvfabric.effects import imex as imex_effects
-    from nvfabric.facts import imex as imex_facts
+    from nvfabric.facts.imex import tray as imex_facts
     from nvfabric.rules.imex.owner import unit_policy
     from nvfabric.rules.imex.tables import HOST_UNIT, IMEX_BINARY
 

@@ -103,7 +103,7 @@ def imex_domain(ctl: str, config: str) -> str | None:
     """The IMEX domain state (``UP``, ``DEGRADED``, ``DOWN``) as ``nvidia-imex-ctl -N -j``
     prints it (full paths of the binary and the config the daemon runs with), None when it
     cannot be asked (not running, not installed, timed out after 5 s)."""
-    from nvfabric.facts import imexctl
+    from nvfabric.facts.imex import ctl as imexctl
 
     try:
         result = imexctl.run_ctl(imexctl.domain_argv(ctl, config), 5.0)

@@ -25,8 +25,8 @@ import click
 from nvfabric.bringup import fabricmanager as fm
 from nvfabric.bringup import fmconfig as fmcfg
 from nvfabric.bringup import nvlsm, vendor
+from nvfabric.bringup.fabricmanager import RunConfig, environ_items
 from nvfabric.bringup.prepared import Prepared
-from nvfabric.bringup.unit import RunConfig, environ_items
 from nvfabric.cli import listen, runlock, runview
 from nvfabric.cli.render import (
     Seconds,
@@ -299,7 +299,6 @@ def _reset_argv(o: RunOptions) -> tuple[str, ...] | None:
 
 def _run_fm(o: RunOptions, inv: Inventory, p: Plan, emit: Emit) -> NoReturn:
     """nvswitch and nvlink5 (and none): fabric manager, after NVLSM on NVLink 5."""
-    from nvfabric.bringup import unit
     from nvfabric.facts import node
     from nvfabric.rules.preflight import preflight
 
@@ -307,7 +306,7 @@ def _run_fm(o: RunOptions, inv: Inventory, p: Plan, emit: Emit) -> NoReturn:
     # the GPU read (R04's registered GPUs) is the slowest probe: it starts now, beside the
     # vendor files, the prepare and the lock, where the bring-up will ask for it
     gpu_read = node.start_gpu_read(o.root) \
-        if p.fabric != "none" and unit.needs_reset(inv) else None
+        if p.fabric != "none" and fm.needs_reset(inv) else None
     cfg, vend = _fm_config(o, p)
     if vend.findings:  # R08: a vendor package is missing: a fault of the node
         emit("refused", 1, list(vend.findings), vendor_files=vend,
@@ -317,7 +316,7 @@ def _run_fm(o: RunOptions, inv: Inventory, p: Plan, emit: Emit) -> NoReturn:
         _nothing_to_do(o, p, emit)
     shipped = _shipped(cfg)
     try:
-        prepared = unit.prepare(inv, p, cfg, shipped)
+        prepared = fm.prepare(inv, p, cfg, shipped)
     except fmkeys.ConfigError as err:
         raise NvfabricError(err.finding, exit_code=2) from None
     except ValueError as err:
@@ -371,7 +370,7 @@ def _nothing_to_do(o: RunOptions, p: Plan, emit: Emit) -> NoReturn:
 
 
 def _fm_config(o: RunOptions, p: Plan) -> tuple[RunConfig, vendor.Resolved]:
-    """The run's fabric manager configuration (:class:`nvfabric.bringup.unit.RunConfig`)
+    """The run's fabric manager configuration (:class:`nvfabric.bringup.fabricmanager.RunConfig`)
     with the vendor files resolved; exit 2 for a bad ``--fm-set``."""
     try:
         sets = fmcfg.parse_sets(o.fm_sets)

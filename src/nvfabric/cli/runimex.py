@@ -34,7 +34,7 @@ if TYPE_CHECKING:
 def run_mnnvl(o: RunOptions, inv: Inventory, p: Plan, peers_text: str | None,
                emit: Emit) -> NoReturn:
     """GB200/GB300 trays: IMEX, started by nvfabric only when it is the host owner."""
-    from nvfabric.bringup import imexd, mnnvl
+    from nvfabric.bringup import mnnvl
     from nvfabric.cli.run import serve
     from nvfabric.facts import node
 
@@ -42,7 +42,7 @@ def run_mnnvl(o: RunOptions, inv: Inventory, p: Plan, peers_text: str | None,
     serve(o)
     opts = mnnvl.ImexRunOptions(
         root=o.root, state_dir=o.state_dir, owner=o.imex_owner,
-        paths=imexd.ImexPaths(o.imex_bin, o.imex_ctl, o.imex_config),
+        paths=mnnvl.ImexPaths(o.imex_bin, o.imex_ctl, o.imex_config),
         peers_file=o.imex_peers, local_addresses=o.imex_local_address, peers_text=peers_text,
         ctl_timeout_s=o.imex_ctl_timeout, grace_s=o.grace)
     facts = node.collect_imex(o.root, inv, node.ImexRequest(
@@ -94,8 +94,8 @@ def _supervise_imex(o: RunOptions, opts: ImexRunOptions, prepared: Prepared, p: 
     supervise ``nvidia-imex`` until ``nvidia-imex-ctl -q`` prints READY and after."""
     from nvfabric.bringup.mnnvl import imex_json
     from nvfabric.effects.apply import apply
-    from nvfabric.facts import imex as imex_facts
-    from nvfabric.facts.imexready import readiness_probe
+    from nvfabric.facts.imex.ready import readiness_probe
+    from nvfabric.facts.imex import tray as imex_facts
     from nvfabric.rules.diagnose import Classifier
 
     assert prepared.imex is not None

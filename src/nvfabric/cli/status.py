@@ -223,7 +223,7 @@ def _read_node(root: str, fabric_option: FabricKind | None, live: bool) -> _Node
     mode = svc.fabric_mode(root)
     if kind != "mnnvl":
         return _Node(p.fabric, p.gpu_count, services, mode)
-    from nvfabric.facts import imex as imex_facts
+    from nvfabric.facts.imex import tray as imex_facts
     from nvfabric.rules.imex import channels, owner
 
     # Who owns IMEX now (a live nvfabric run included) and the channels that owner needs:
@@ -240,14 +240,14 @@ def node_identity(root: str, fabric: FabricKind | None,
                   decision: Ownership | None = None) -> tuple[tuple[str, Any], ...]:
     """What ``nvfabric domain check`` needs to place this report in a node list: the host
     name, and on mnnvl trays the node's addresses and its IMEX section (owner, node list,
-    channels; :func:`nvfabric.facts.imex.section`, with the IMEX ``decision`` already made
+    channels; :func:`nvfabric.facts.imex.tray.section`, with the IMEX ``decision`` already made
     when given)."""
-    from nvfabric.facts import imex as host
+    from nvfabric.facts.imex import tray as host
 
     names = host.local_names(root)
     out: list[tuple[str, Any]] = [("hostname", names[0] if names else None)]
     if fabric == "mnnvl":
-        from nvfabric.facts.imex import section
+        from nvfabric.facts.imex.tray import section
 
         out += [("addresses", list(host.node_addresses(root))),
                 ("imex", section(root, decision=decision))]

@@ -3,7 +3,7 @@ channel nodes (``mknod``, mode 0666, atomic), config files (atomic writes throug
 :func:`nvfabric.effects.atomic.write_atomic`, a backup of different old content) and the host
 unit's enablement (``systemctl``, argv only, ``--root`` for an image root). Every path goes
 through :func:`nvfabric.model.hostpath.confined` first; what is read back is
-:mod:`nvfabric.facts.imex`.
+:mod:`nvfabric.facts.imex.tray`.
 """
 
 from __future__ import annotations

@@ -12,7 +12,7 @@ decision that uses it:
   vendor layout, ``nvfabric install`` records) and the shipped config's topology keys.
 
 The readers underneath are today's: :mod:`nvfabric.facts.services`,
-:mod:`nvfabric.facts.imex`, :mod:`nvfabric.facts.gpu`, :mod:`nvfabric.artifacts.installed`.
+:mod:`nvfabric.facts.imex.tray`, :mod:`nvfabric.facts.gpu`, :mod:`nvfabric.artifacts.installed`.
 """
 
 from __future__ import annotations
@@ -193,7 +193,7 @@ def collect_imex(root: str, inventory: Inventory, req: ImexRequest) -> NodeFacts
     decision (pure, :func:`nvfabric.rules.imex.owner.decide` over the evidence just read)
     leaves the start to nvfabric, so a node whose IMEX the DRA driver or Slurm runs costs no
     resolver lookup. Raises NvfabricError (exit 2) for a config or node list over 1 MiB."""
-    from nvfabric.facts import imex as host
+    from nvfabric.facts.imex import tray as host
     from nvfabric.rules.imex import owner
 
     evidence = host.gather_evidence(root)
@@ -211,7 +211,7 @@ def collect_imex(root: str, inventory: Inventory, req: ImexRequest) -> NodeFacts
 def _start_facts(root: str, inventory: Inventory, req: ImexRequest, evidence: OwnerEvidence,
                  chans: ChannelFacts) -> ImexFacts:
     from nvfabric.effects.imex import channel_target
-    from nvfabric.facts import imex as host
+    from nvfabric.facts.imex import tray as host
     from nvfabric.model import keyvalue
     from nvfabric.model.hostpath import PathEscape, under
     from nvfabric.rules.imex import config, nodes
@@ -249,10 +249,10 @@ def _start_facts(root: str, inventory: Inventory, req: ImexRequest, evidence: Ow
 
 
 def _unread_why(path: str) -> str:
-    """Why :func:`nvfabric.facts.imex.read_file` gave nothing for ``path``: it does not
+    """Why :func:`nvfabric.facts.imex.tray.read_file` gave nothing for ``path``: it does not
     exist, it is a link that leaves the root (read as missing, never followed out), or it is
     not a readable regular file. One phrase, for the finding's message."""
-    from nvfabric.facts import imex as host
+    from nvfabric.facts.imex import tray as host
 
     kind = host.not_regular(path)
     if kind is None:

@@ -266,7 +266,7 @@ def _imex_ctl_findings(texts: dict[str, str], reasons: list[str]) -> list[Findin
     """The IMEX domain's finding from the ``nvidia-imex-ctl -N`` section, when it has one."""
     findings: list[Finding] = []
     if "imex_ctl" in texts:
-        from nvfabric.facts.imexctl import parse_text as parse_ctl
+        from nvfabric.facts.imex.ctl import parse_text as parse_ctl
 
         try:
             domain = parse_ctl(texts["imex_ctl"])

@@ -180,7 +180,7 @@ def local_entries(peers: Iterable[Peer], local_addresses: Iterable[str],
                   resolved: Mapping[str, Iterable[str]] | None = None) -> tuple[Peer, ...]:
     """The entries that name this host: an address of one of its interfaces, or a host name
     that is its own (short or fully qualified, case-insensitive) or that resolves
-    (``resolved``: lower-case name -> addresses, :func:`nvfabric.facts.imex.resolve_names`)
+    (``resolved``: lower-case name -> addresses, :func:`nvfabric.facts.imex.tray.resolve_names`)
     to one of its addresses, as IMEX itself resolves the names of a Slurm host list."""
     addrs = {_norm(a) for a in local_addresses}
     names = {n.lower() for n in local_names if n}

@@ -1,6 +1,6 @@
 """The IMEX facts of one node as a JSON section, for ``nvfabric imex`` and for other commands
 (``nvfabric status`` may carry it as its ``imex`` key so that ``nvfabric domain check`` can
-group nodes by node list). Pure: built from what :func:`nvfabric.facts.imex.section` reads.
+group nodes by node list). Pure: built from what :func:`nvfabric.facts.imex.tray.section` reads.
 """
 
 from __future__ import annotations

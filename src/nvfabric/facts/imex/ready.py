@@ -1,15 +1,15 @@
 """Is IMEX ready? The supervisor's readiness probe for ``nvidia-imex`` on a GB200/GB300 tray:
-``nvidia-imex-ctl -q`` under a hard timeout (:func:`nvfabric.facts.imexctl.run_ctl`, argv
+``nvidia-imex-ctl -q`` under a hard timeout (:func:`nvfabric.facts.imex.ctl.run_ctl`, argv
 only); when not READY, ``nvidia-imex-ctl -N -j`` names the peers it waits for (IMEX user
-guide, "nvidia-imex-ctl"; parsers in :mod:`nvfabric.facts.imexctl`).
+guide, "nvidia-imex-ctl"; parsers in :mod:`nvfabric.facts.imex.ctl`).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 
-from nvfabric.facts import imexctl as ctl
 from nvfabric.facts.execinfo import exec_error
+from nvfabric.facts.imex import ctl
 from nvfabric.model.gpucheck import GpuCheck
 from nvfabric.model.hostpath import PathEscape
 from nvfabric.model.words import plural, seconds
@@ -22,7 +22,7 @@ def readiness_probe(ctl_binary: str, cfg_path: str, timeout_s: float,
     command socket instead (``-q --u=<socket>``, the DRA driver's host-managed mode: READY
     there is what its kubelet plugin needs). ``error`` says why it is not READY;
     the supervisor logs it as ``IMEX not READY yet: <why>`` and gives ``imex_not_ready`` after
-    the readiness timeout (the spec's :data:`nvfabric.bringup.imexd.IMEX_READY`)."""
+    the readiness timeout (the spec's :data:`nvfabric.bringup.mnnvl.IMEX_READY`)."""
 
     def probe() -> GpuCheck:
         try:

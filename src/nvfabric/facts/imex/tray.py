@@ -6,7 +6,7 @@ runs (:mod:`nvfabric.facts.slurm`), a live nvfabric run's lock, ready and pid fi
 nvidia-imex processes), the channel nodes and
 /proc/driver/nvidia/params, the IMEX config and node list files, the node's addresses and
 names, the host unit's file and enablement (``nvidia-imex-ctl`` answers:
-:func:`nvfabric.facts.imexctl.run_ctl`). The changes (channel nodes, config writes, unit
+:func:`nvfabric.facts.imex.ctl.run_ctl`). The changes (channel nodes, config writes, unit
 enablement) are :mod:`nvfabric.effects.imex`.
 
 The door between the node itself and a simulated tree is :func:`nvfabric.model.hostpath.is_live`
