@@ -8,7 +8,7 @@ Sources: NVIDIA IMEX guide, "IMEX Channels"; CUDA Programming Guide, "IMEX chann
 captures ../shared/corpus/proc/proc-devices-imex-channels-excerpt-dra304.txt and
 ls-dev-nvidia-caps-dra304.txt (a node wrongly made with the IMEX major under /dev/nvidia-caps).
 
-:class:`DevNode` values are read by :mod:`nvfabric.facts.imexhost`; :func:`check` turns them into
+:class:`DevNode` values are read by :mod:`nvfabric.facts.imex.tray`; :func:`check` turns them into
 findings.
 """
 
