@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
+from nvfabric.effects import log as logs
 from nvfabric.effects.log import Log
 from nvfabric.model.findings import Finding
-from nvfabric.observe import logs
 from tests.runkit import TIMESTAMP
 
 
@@ -134,7 +134,7 @@ def test_the_format_is_the_one_chosen_at_each_line() -> None:
 
 
 def test_the_logging_formatters_write_the_same_lines() -> None:
-    from nvfabric.observe.logjson import JsonFormatter, TextFormatter
+    from nvfabric.effects.logformat import JsonFormatter, TextFormatter
 
     record = logging.LogRecord("nvfabric", logging.INFO, __file__, 1, "%s",
                                ("nvfabric: error service_exited: nvlsm exited",), None)

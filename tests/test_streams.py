@@ -195,7 +195,7 @@ def test_a_full_disk_while_writing_the_config_names_the_config(tmp_path: Path) -
 def test_lock_errors_say_what_they_are(tmp_path: Path) -> None:
     import errno
 
-    from nvfabric.cli.render import os_error
+    from nvfabric.model.errors import os_error
 
     lock = str(tmp_path / "run.lock")
     denied = "runs as root already" if os.geteuid() == 0 else "run as root"

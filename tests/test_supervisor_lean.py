@@ -173,7 +173,7 @@ HEAVY = (
     "nvfabric.facts.nvml", "nvfabric.rules.preflight", "nvfabric.rules.nodefacts",
     "nvfabric.artifacts", "nvfabric.model.versions", "nvfabric.model.inventory",
     "nvfabric.model.health", "nvfabric.model.mask",
-    "nvfabric.observe.logjson", "nvfabric.cli", "nvfabric.bringup.prepared", "click", "rich",
+    "nvfabric.effects.logformat", "nvfabric.cli", "nvfabric.bringup.prepared", "click", "rich",
 )
 
 #: Prepended to the lean bootstrap (nvfabric.supervisor.lean._BOOT): a thread that waits for
@@ -222,11 +222,7 @@ def test_the_lean_process_holds_none_of_the_heavy_modules_once_ready(
     assert "nvfabric.cli" not in modules and "__main__" in modules
     held = sorted(m for m in modules for heavy in HEAVY
                   if m == heavy or m.startswith(heavy + "."))
-    if log_format == "json":  # JSON lines go through logging (and what it imports) only
-        assert "logging" in held and "nvfabric.observe.logjson" in held
-        held = [m for m in held if m not in ("logging", "traceback", "textwrap",
-                                             "nvfabric.observe.logjson")]
-    assert held == []
+    assert held == []  # JSON lines too are written without logging
     lines = done.stderr.splitlines()
     assert any("fabric ready in" in x for x in lines)
     if log_format == "json":

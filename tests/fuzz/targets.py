@@ -828,8 +828,8 @@ def _run_log(data: bytes) -> None:
     from collections import deque
 
     from nvfabric.bringup.spec import ServiceSpec
+    from nvfabric.effects import log as logs
     from nvfabric.effects.log import Log
-    from nvfabric.observe import logs
     from nvfabric.rules.diagnose import Classifier
     from nvfabric.supervisor.host import Proc
     from nvfabric.supervisor.machine import MAX_LINE, Unit

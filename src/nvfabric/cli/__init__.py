@@ -38,11 +38,11 @@ COMMANDS: dict[str, str] = {
 
 class LazyGroup(click.Group):
     """A click group whose subcommands are imported on first use; before anything runs, the
-    standard streams are made safe to write to (:func:`nvfabric.cli.render.standard_streams`:
+    standard streams are made safe to write to (:func:`nvfabric.effects.stdio.standard_streams`:
     closed descriptors on /dev/null, a broken pipe never changes the exit code)."""
 
     def main(self, *args: Any, **kwargs: Any) -> Any:
-        from nvfabric.cli.render import standard_streams
+        from nvfabric.effects.stdio import standard_streams
 
         standard_streams()
         return super().main(*args, **kwargs)

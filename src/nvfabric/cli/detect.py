@@ -6,15 +6,8 @@ from typing import Any
 
 import click
 
-from nvfabric.cli.render import (
-    arch_option,
-    console,
-    guarded,
-    json_option,
-    print_json,
-    root_option,
-    safe,
-)
+from nvfabric.cli.render import arch_option, console, guarded, json_option, root_option, safe
+from nvfabric.effects.stdio import print_json
 from nvfabric.facts.inventory import collect
 from nvfabric.model.inventory import Inventory
 from nvfabric.rules.products import name_of

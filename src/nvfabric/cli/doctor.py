@@ -22,14 +22,8 @@ from typing import IO, cast
 
 import click
 
-from nvfabric.cli.render import (
-    console,
-    guarded,
-    json_option,
-    print_findings,
-    print_json,
-    root_option,
-)
+from nvfabric.cli.render import console, guarded, json_option, print_findings, root_option
+from nvfabric.effects.stdio import print_json
 from nvfabric.model.errors import usage_error
 from nvfabric.model.vocab import FABRIC_KINDS, FabricKind
 from nvfabric.model.words import plural

@@ -17,8 +17,9 @@ from typing import Any
 
 import click
 
-from nvfabric.cli.render import console, guarded, json_option, print_findings, print_json, safe
+from nvfabric.cli.render import console, guarded, json_option, print_findings, safe
 from nvfabric.effects.atomic import write_atomic
+from nvfabric.effects.stdio import print_json
 from nvfabric.model import strict
 from nvfabric.model.errors import usage_error
 from nvfabric.model.words import plural

@@ -20,7 +20,8 @@ from nvfabric.cli.fetchargs import (
     default_path,
     gather,
 )
-from nvfabric.cli.render import console, guarded, print_findings, print_json, safe
+from nvfabric.cli.render import console, guarded, print_findings, safe
+from nvfabric.effects.stdio import print_json
 from nvfabric.model.commandline import command_line
 from nvfabric.model.errors import usage_error
 

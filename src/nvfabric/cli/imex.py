@@ -21,19 +21,18 @@ from nvfabric.cli.render import (
     console,
     guarded,
     json_option,
-    os_error,
     print_findings,
-    print_json,
     root_option,
     safe,
 )
 from nvfabric.cli.textfile import read_text_file
 from nvfabric.effects import imex as imex_effects
+from nvfabric.effects.stdio import print_json
 from nvfabric.facts.imex import ctl
 from nvfabric.facts.imex import tray as imex_facts
 from nvfabric.facts.inventory import require_root
 from nvfabric.facts.nvidia import driver_version
-from nvfabric.model.errors import NvfabricError, usage_error
+from nvfabric.model.errors import NvfabricError, os_error, usage_error
 from nvfabric.model.findings import Finding
 from nvfabric.model.hostpath import PathEscape, confined, under
 from nvfabric.model.keyvalue import ConfigValueError

@@ -21,7 +21,8 @@ from nvfabric.cli.fetchargs import (
     gather,
 )
 from nvfabric.cli.installfrom import install_from
-from nvfabric.cli.render import console, guarded, print_findings, print_json, safe
+from nvfabric.cli.render import console, guarded, print_findings, safe
+from nvfabric.effects.stdio import print_json
 from nvfabric.model.errors import NvfabricError, usage_error
 from nvfabric.model.hostpath import under
 from nvfabric.model.words import plural

@@ -12,7 +12,8 @@ import os
 from typing import Any
 
 from nvfabric.cli.fetchargs import DEFAULT_PREFIX, Inputs, default_path, gather
-from nvfabric.cli.render import console, print_findings, print_json, safe
+from nvfabric.cli.render import console, print_findings, safe
+from nvfabric.effects.stdio import print_json
 from nvfabric.facts.inventory import collect
 from nvfabric.model.errors import NvfabricError, usage_error
 from nvfabric.model.hostpath import under

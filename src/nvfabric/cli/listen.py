@@ -1,6 +1,6 @@
 """The options of ``nvfabric run`` that watch the run from outside: ``--listen HOST:PORT``
 (the HTTP endpoint, :mod:`nvfabric.observe.serve`), ``--health-interval`` (how often its
-reading of the fabric is renewed) and ``--log-format`` (:mod:`nvfabric.observe.logs`).
+reading of the fabric is renewed) and ``--log-format`` (:mod:`nvfabric.effects.log`).
 
 The reading served is the one of ``nvfabric status`` (:func:`nvfabric.cli.status.evaluate`:
 the GPUs' fabric state by NVML, or the node's nvidia-smi on a simulated root, the plan and the
@@ -43,7 +43,7 @@ def options(fn: F) -> F:
 def check(listen: str | None, log_format: str) -> tuple[str, int] | None:
     """Before anything else: the log format takes effect, and ``--listen`` is parsed (exit 2,
     one line, when it is not HOST:PORT)."""
-    from nvfabric.observe import logs
+    from nvfabric.effects import log as logs
 
     logs.set_format("json" if log_format == "json" else "text")
     if listen is None:  # http.server and prometheus_client stay unimported

@@ -13,7 +13,8 @@ import sys
 
 import click
 
-from nvfabric.cli.render import guarded, json_option, print_json, root_option
+from nvfabric.cli.render import guarded, json_option, root_option
+from nvfabric.effects.stdio import print_json
 from nvfabric.model.commandline import DEFAULT_STATE_DIR, command_line
 from nvfabric.model.errors import usage_error
 from nvfabric.model.findings import Finding

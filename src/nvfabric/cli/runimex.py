@@ -94,8 +94,8 @@ def _supervise_imex(o: RunOptions, opts: ImexRunOptions, prepared: Prepared, p: 
     supervise ``nvidia-imex`` until ``nvidia-imex-ctl -q`` prints READY and after."""
     from nvfabric.bringup.mnnvl import imex_json
     from nvfabric.effects.apply import apply
-    from nvfabric.facts.imex.ready import readiness_probe
     from nvfabric.facts.imex import tray as imex_facts
+    from nvfabric.facts.imex.ready import readiness_probe
     from nvfabric.rules.diagnose import Classifier
 
     assert prepared.imex is not None

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import os
 
-from nvfabric.cli.render import os_error
 from nvfabric.cli.runview import Emit
 from nvfabric.effects.dirs import not_a_directory
 from nvfabric.effects.log import Log
@@ -23,7 +22,7 @@ from nvfabric.effects.runlock import (
 )
 from nvfabric.facts.fs import unwritable
 from nvfabric.model.commandline import command_line
-from nvfabric.model.errors import NvfabricError, usage_error
+from nvfabric.model.errors import NvfabricError, os_error, usage_error
 from nvfabric.model.findings import Finding
 from nvfabric.model.hostpath import check as check_path
 from nvfabric.model.hostpath import confined, under

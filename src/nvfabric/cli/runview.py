@@ -14,8 +14,9 @@ from typing import TYPE_CHECKING, NoReturn
 
 import click
 
-from nvfabric.cli.render import console, print_findings, print_json
+from nvfabric.cli.render import console, print_findings
 from nvfabric.effects.log import Log, printable
+from nvfabric.effects.stdio import print_json
 from nvfabric.model.findings import Finding
 from nvfabric.model.words import plural
 from nvfabric.supervisor.outcome import run_result
@@ -101,7 +102,7 @@ def report(result: str, code: int, findings: Sequence[Finding], p: Plan, *, as_j
     a title): as log lines of the run's format (each with its timestamp, as every line a run
     logs), or, for a text dry run, under the listing it prints."""
     if not as_json:
-        from nvfabric.observe.logs import current_format
+        from nvfabric.effects.log import current_format
 
         if findings and title and (current_format() == "json" or not dry_run):
             log = Log()  # the findings as log records: one line (or JSON object) each

@@ -8,7 +8,8 @@ from typing import Any
 
 import click
 
-from nvfabric.cli.render import checked_root, console, guarded, json_option, print_json, safe
+from nvfabric.cli.render import checked_root, console, guarded, json_option, safe
+from nvfabric.effects.stdio import print_json
 from nvfabric.model.errors import usage_error
 
 #: Largest node spec read (a spec is a few KB; a case file with its input a few tens).

@@ -27,11 +27,11 @@ from nvfabric.cli.render import (
     guarded,
     json_option,
     print_findings,
-    print_json,
     root_option,
     safe,
 )
 from nvfabric.effects import stop
+from nvfabric.effects.stdio import print_json
 from nvfabric.model.errors import usage_error
 from nvfabric.model.vocab import FABRIC_KINDS, FabricKind
 
@@ -441,10 +441,9 @@ def textfile_path(root: str, path: str) -> str:
 def write_textfile(path: str, text: bytes) -> None:
     """Replace ``path`` with ``text`` atomically (temp file, fsync, rename: the collector never
     reads half a file), mode 0644, no backup (the file is regenerated on every reading). A
-    write error is the one line of :func:`nvfabric.cli.render.os_error`."""
-    from nvfabric.cli.render import os_error
+    write error is the one line of :func:`nvfabric.model.errors.os_error`."""
     from nvfabric.effects.atomic import write_atomic
-    from nvfabric.model.errors import NvfabricError
+    from nvfabric.model.errors import NvfabricError, os_error
 
     try:
         write_atomic(path, text, mode=0o644, backup=False)

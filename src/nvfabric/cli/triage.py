@@ -13,7 +13,8 @@ import sys
 
 import click
 
-from nvfabric.cli.render import console, guarded, json_option, print_json, safe, severity_style
+from nvfabric.cli.render import console, guarded, json_option, safe, severity_style
+from nvfabric.effects.stdio import print_json
 
 
 def print_triage(t: object) -> None:

@@ -7,7 +7,8 @@ import sys
 
 import click
 
-from nvfabric.cli.render import guarded, json_option, print_json, root_option
+from nvfabric.cli.render import guarded, json_option, root_option
+from nvfabric.effects.stdio import print_json
 from nvfabric.model.errors import usage_error
 
 

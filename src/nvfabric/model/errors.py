@@ -116,3 +116,33 @@ def os_hint(err: OSError, parent: str, euid: int | None = None) -> str:
     }
     return hints.get(err.errno or 0, "check the path given and that it is the right kind "
                      "(file or directory) and writable where nvfabric writes")
+
+
+def internal_error(err: BaseException) -> Finding:
+    """The finding of a bug (exit 3): an exception no command expects."""
+    return Finding("internal_error", "error", f"{type(err).__name__}: {err}",
+                   "this is a bug in nvfabric: run again with NVFABRIC_DEBUG=1 for the "
+                   "traceback and report it")
+
+
+#: errno values of a full filesystem (ENOSPC, EDQUOT): a fault of the node, exit 1.
+_FULL = (errno.ENOSPC, errno.EDQUOT)
+
+
+def os_error(err: OSError, doing: str = "", path: str | None = None) -> tuple[Finding, int]:
+    """What an OSError is, as a finding naming the file and an exit code (README contract):
+    a full filesystem is ``disk_full`` (exit 1: the node is the problem, not the command
+    line); permissions, a read-only filesystem, locks the filesystem does not support and the
+    rest are ``input_unreadable`` (exit 2) with the hint that fits the errno. ``doing``: what
+    failed (``cannot take the run lock``); ``path``: the file when ``err`` has none."""
+    where = path or err.filename
+    what = f"{doing} {where}" if doing and where else (doing or str(where or ""))
+    reason = err.strerror or str(err)
+    message = f"{what}: {reason}" if what else reason
+    parent = os.path.dirname(str(where)) if where else "the filesystem"
+    if err.errno in _FULL:
+        return Finding("disk_full", "error", message,
+                       f"free space on the filesystem of {parent} (`df -h {parent}`), or pass "
+                       "a directory on another filesystem", {"path": where}), 1
+    return Finding("input_unreadable", "error", message, os_hint(err, parent),
+                   {"path": where}), 2

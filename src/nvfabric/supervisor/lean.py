@@ -223,13 +223,14 @@ def main(argv: list[str]) -> NoReturn:
         sys.stderr.write(f"nvfabric: internal_error: the prepared unit cannot be taken over: "
                          f"{err} (hint: this is a bug in nvfabric; nothing was started)\n")
         os._exit(3)
-    from nvfabric.observe.logs import set_format
+    from nvfabric.effects.log import set_format
 
     set_format("json" if job.log_format == "json" else "text")
     try:
         outcome = run_job(job)
     except Exception as err:  # noqa: BLE001 - last resort, as the CLI's guarded()
-        from nvfabric.cli.render import debug_traceback, fail, internal_error
+        from nvfabric.effects.stdio import debug_traceback, fail
+        from nvfabric.model.errors import internal_error
 
         debug_traceback()
         fail(internal_error(err), 3, job.report.as_json)
