@@ -1,5 +1,5 @@
 """The bring-ups as pure functions of a snapshot: the facts are read once from a simulated
-node (``nvfabric simulate`` trees: facts/node.py), then ``prepare`` decides in process
+node (``nvfabric simulate`` trees: app/collect.py), then ``prepare`` decides in process
 (bringup/fabricmanager.py for fabric manager and NVLSM, bringup/mnnvl.py for IMEX), both giving the
 one ``Prepared`` value; the applier (effects/apply.py) makes it true on the tree."""
 
@@ -12,13 +12,13 @@ from pathlib import Path
 
 import pytest
 
+from nvfabric.app import collect
 from nvfabric.bringup import fabricmanager as fm
 from nvfabric.bringup import mnnvl, vendor
 from nvfabric.bringup.prepared import Prepared
 from nvfabric.effects.apply import apply
-from nvfabric.facts import node
+from nvfabric.facts import inventory
 from nvfabric.facts.fmconfig import read_shipped
-from nvfabric.facts.inventory import collect
 from nvfabric.model.errors import NvfabricError
 from nvfabric.rules.imex.channels import ChannelFacts
 from nvfabric.rules.imex.owner import OwnerEvidence
@@ -34,9 +34,9 @@ DRA_DIR = "var/lib/kubelet/plugins/compute-domain.nvidia.com"
 def _tray(tmp_path: Path, name: str = "tray") -> tuple[Path, NodeFacts, Plan,
                                                         mnnvl.ImexRunOptions]:
     root = sim(tmp_path, "gb200-tray", name=name)
-    inv = collect(str(root))
+    inv = inventory.collect(str(root))
     opts = mnnvl.ImexRunOptions(root=str(root), local_addresses=(LOCAL,))
-    facts = node.collect_imex(str(root), inv, node.ImexRequest(
+    facts = collect.imex(str(root), inv, collect.ImexRequest(
         None, opts.paths.binary, opts.paths.ctl, opts.paths.shipped_config,
         local_addresses=opts.local_addresses))
     return root, facts, plan(inv), opts
@@ -144,9 +144,9 @@ def test_dra_tray_reads_no_start_facts_and_starts_nothing(tmp_path: Path) -> Non
     root = sim(tmp_path, "gb200-tray")
     (root / DRA_DIR / "checkpoint.json").parent.mkdir(parents=True)
     (root / DRA_DIR / "checkpoint.json").write_text("{}")
-    inv = collect(str(root))
+    inv = inventory.collect(str(root))
     opts = mnnvl.ImexRunOptions(root=str(root))
-    facts = node.collect_imex(str(root), inv, node.ImexRequest(
+    facts = collect.imex(str(root), inv, collect.ImexRequest(
         None, opts.paths.binary, opts.paths.ctl, opts.paths.shipped_config))
     assert facts.imex is not None and facts.imex.evidence.dra
     # the decision needs no more: the config, the node list, the interfaces are not read
@@ -192,7 +192,7 @@ def test_applier_refuses_a_channel_it_cannot_make_and_writes_nothing(tmp_path: P
 
 def _fm(tmp_path: Path, profile: str) -> tuple[Path, Prepared]:
     root = sim(tmp_path, profile)
-    inv = collect(str(root))
+    inv = inventory.collect(str(root))
     cfg = fm.RunConfig(root=str(root))
     shipped = read_shipped(cfg.resolve(cfg.fm.shipped_config))
     return root, fm.prepare(inv, plan(inv), cfg, shipped)
@@ -211,7 +211,7 @@ def test_b200_prepares_nvlsm_then_fabric_manager_and_asks_for_its_checks(
     assert checks.fm_binaries == (str(root / "usr/bin/nv-fabricmanager"),)
     assert checks.gpus and len(checks.fm_configs) == 1
     assert "FM_SM_MGMT_PORT_GUID=0x" in checks.fm_configs[0]
-    facts = node.collect(str(root), None, checks)
+    facts = collect.probes(str(root), None, checks)
     assert facts.fm_versions[str(root / "usr/bin/nv-fabricmanager")].version == "570.172.08"
     assert facts.sockets == {checks.sockets[0]: False} and facts.running == ()
     assert facts.gpus is not None and len(facts.gpus) == 8
@@ -250,7 +250,7 @@ def test_install_topology_keys(resolved: vendor.Resolved, sets: dict[str, str],
 
 def test_one_dry_run_renderer_lists_a_tray(tray: tuple, capsys: pytest.CaptureFixture[str]
                                            ) -> None:
-    from nvfabric.cli.runview import dry_run
+    from nvfabric.cli.run import dry_run
 
     root, facts, p, opts = tray
     prepared = mnnvl.prepare(_with(facts, channels=MISSING), p, opts)
@@ -272,7 +272,7 @@ def test_one_dry_run_renderer_lists_a_tray(tray: tuple, capsys: pytest.CaptureFi
 
 def test_one_dry_run_renderer_lists_a_b200(tmp_path: Path,
                                            capsys: pytest.CaptureFixture[str]) -> None:
-    from nvfabric.cli.runview import dry_run
+    from nvfabric.cli.run import dry_run
 
     root, prepared = _fm(tmp_path, "hgx-b200-4lpf")
     dry_run(prepared, refused=False)
@@ -345,9 +345,9 @@ def test_typed_path_leading_out_of_the_root_is_the_operators_mistake() -> None:
 def test_vendor_seen_reads_no_install_record_when_the_vendor_files_are_there(
         tmp_path: Path) -> None:
     root = sim(tmp_path, "hgx-h100")
-    seen = node.vendor_seen(str(root), "nvswitch", {}, "570.172.08", None)
+    seen = collect.vendor_seen(str(root), "nvswitch", {}, "570.172.08", None)
     assert all(s.present for s in seen.paths.values()) and seen.installs == {}
     (root / FM_BIN.vendor_path.lstrip("/")).unlink()
-    seen = node.vendor_seen(str(root), "nvswitch", {}, "570.172.08", None)
+    seen = collect.vendor_seen(str(root), "nvswitch", {}, "570.172.08", None)
     assert seen.paths[(FM_BIN.vendor_path, "exec")] == PathSeen(False)
     assert seen.installs == {"--fm-bin": None}  # no nvfabric install on the node

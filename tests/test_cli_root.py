@@ -5,7 +5,6 @@ paths only, accepts it."""
 
 from __future__ import annotations
 
-import importlib
 import json
 from collections.abc import Iterator
 from pathlib import Path
@@ -20,10 +19,8 @@ from tests.runkit import sim
 
 
 def _commands() -> Iterator[tuple[str, click.Command]]:
-    for name, target in COMMANDS.items():
-        module, _, attr = target.partition(":")
-        cmd = getattr(importlib.import_module(module), attr)
-        stack: list[tuple[str, click.Command]] = [(name, cmd)]
+    for name, load in COMMANDS.items():
+        stack: list[tuple[str, click.Command]] = [(name, load())]
         while stack:
             path, c = stack.pop()
             yield path, c

@@ -1,4 +1,4 @@
-"""The single-file binary's entry (nvfabric.frozen): the environment its children get and the
+"""The PyInstaller builds (nvfabric.effects.frozen): the environment their children get and the
 dispatch of a simulated tree's launcher to its fake."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from nvfabric.frozen import FAKE_FLAG, child_environment, fake_target, unit_for_binary
+from nvfabric.effects.frozen import FAKE_FLAG, child_environment, fake_target, unit_for_binary
 from nvfabric.simulate import fakebin, fakes
 from nvfabric.simulate.fakebin import state as fakestate
 from tests import runkit
@@ -106,8 +106,8 @@ def test_the_one_dir_build_keeps_the_unit_as_shipped(
     # one process (its bootloader runs Python in place): READY=1 comes from the main pid
     import sys
 
+    from nvfabric.effects.frozen import is_one_file
     from nvfabric.effects.unitfile import unit_text
-    from nvfabric.frozen import is_one_file
 
     home = tmp_path / "usr/lib/nvfabric"
     (home / "_internal").mkdir(parents=True)
@@ -142,7 +142,7 @@ def test_same_executable_is_the_inode_of_proc_exe() -> None:
     # The bootloader's child asks for PR_SET_PDEATHSIG only when its parent is this binary.
     import sys
 
-    from nvfabric.frozen import same_executable
+    from nvfabric.effects.frozen import same_executable
 
     assert same_executable(os.getpid())
     same = runkit.Child([sys.executable, "-c", "import time; time.sleep(30)"])
@@ -157,7 +157,7 @@ def test_same_executable_is_the_inode_of_proc_exe() -> None:
 
 
 def test_the_lean_flag_is_the_supervisors() -> None:
-    from nvfabric.frozen import SUPERVISE_FLAG
+    from nvfabric.effects.frozen import SUPERVISE_FLAG
     from nvfabric.supervisor.lean import FLAG
 
     assert SUPERVISE_FLAG == FLAG
@@ -167,7 +167,7 @@ def test_the_lean_flag_is_the_supervisors() -> None:
 # interpreter standing for the bootloader); sys.frozen set as PyInstaller sets it.
 _CHILD_WATCHDOG = ("import sys; sys.frozen = True; "
                    "from nvfabric.effects.notify import watchdog_usec; "
-                   "from nvfabric.frozen import bootloader_pid; "
+                   "from nvfabric.effects.frozen import bootloader_pid; "
                    "print(watchdog_usec(), bootloader_pid())")
 
 

@@ -38,8 +38,9 @@ LONG_MODULES: dict[str, str] = {
     "nvfabric/supervisor/machine.py":
         "the unit state machine: one class (start order, readiness, stop order, restarts, "
         "R04), whose parts share its state; split, they shared private names across files",
-    "nvfabric/cli/status.py":
-        "the status and wait commands: the report, its reading of the node and its rendering",
+    "nvfabric/app/run.py":
+        "the run procedure: one procedure for every fabric kind, its steps in the vendor's "
+        "order (read, prepare, lock, preflight, apply, supervise) and its options",
 }
 
 

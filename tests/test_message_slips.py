@@ -28,7 +28,6 @@ showed it; every one is the example of a kind, fixed as a kind:
 from __future__ import annotations
 
 import errno
-import importlib
 import json
 import os
 import shutil
@@ -124,10 +123,8 @@ def test_4_unit_install_as_root_on_a_read_only_tree_names_the_read_only_filesyst
 
 def _commands() -> list[tuple[str, click.Command]]:
     out = []
-    for name, target in COMMANDS.items():
-        module, _, attr = target.partition(":")
-        stack: list[tuple[str, click.Command]] = [
-            (name, getattr(importlib.import_module(module), attr))]
+    for name, load in COMMANDS.items():
+        stack: list[tuple[str, click.Command]] = [(name, load())]
         while stack:
             path, cmd = stack.pop()
             if isinstance(cmd, click.Group):

@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
+from nvfabric.app.lock import already_running
 from nvfabric.artifacts import debinstall
 from nvfabric.bringup import mnnvl
-from nvfabric.cli.runlock import already_running
 from nvfabric.model.commandline import command_line
 from nvfabric.rules.imex import channels
 from nvfabric.rules.nodefacts import RunningService

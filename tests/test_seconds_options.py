@@ -4,7 +4,6 @@ wait forever instead of refusing."""
 
 from __future__ import annotations
 
-import importlib
 from collections.abc import Iterator
 
 import click
@@ -16,10 +15,8 @@ from tests.conftest import run_cli
 
 
 def _float_options() -> Iterator[tuple[str, click.Command, click.Option]]:
-    for name, target in COMMANDS.items():
-        module, _, attr = target.partition(":")
-        stack: list[tuple[str, click.Command]] = [(name, getattr(importlib.import_module(module),
-                                                                 attr))]
+    for name, load in COMMANDS.items():
+        stack: list[tuple[str, click.Command]] = [(name, load())]
         while stack:
             path, cmd = stack.pop()
             if isinstance(cmd, click.Group):

@@ -15,16 +15,16 @@ from pathlib import Path
 import pytest
 
 from nvfabric.facts.gpu import SMI_TIMEOUT_S
+from nvfabric.facts.gpu import check as gpu_check
 from nvfabric.model.gpucheck import GpuCheck
 from nvfabric.simulate.fakes import set_faults
 from nvfabric.supervisor.gpuprobe import (
     CHILD_BOUND_S,
     check_from_json,
     check_to_json,
-    gpu_check,
-    gpu_check_in_child,
     in_child,
 )
+from nvfabric.supervisor.lean import gpu_check_in_child
 
 from . import runkit
 from .runkit import Run, alive, sim, stop_pids, until

@@ -169,8 +169,9 @@ def test_a_stop_signal_during_the_exec_is_kept_for_the_lean_process(
 HEAVY = (
     "logging", "datetime", "_datetime", "xml.etree.ElementTree", "pyexpat", "subprocess",
     "csv", "shlex", "queue", "heapq", "selectors", "socket", "array", "math", "textwrap",
-    "traceback", "nvfabric.facts.node", "nvfabric.facts.gpu", "nvfabric.facts.smi",
-    "nvfabric.facts.nvml", "nvfabric.rules.preflight", "nvfabric.rules.nodefacts",
+    "traceback", "nvfabric.app", "nvfabric.facts.probes", "nvfabric.facts.gpu",
+    "nvfabric.facts.smi", "nvfabric.facts.nvml", "nvfabric.rules.preflight",
+    "nvfabric.rules.nodefacts",
     "nvfabric.artifacts", "nvfabric.model.versions", "nvfabric.model.inventory",
     "nvfabric.model.health", "nvfabric.model.mask",
     "nvfabric.effects.logformat", "nvfabric.cli", "nvfabric.bringup.prepared", "click", "rich",

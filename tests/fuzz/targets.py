@@ -780,7 +780,7 @@ def _prometheus(data: bytes) -> None:
     reading has them."""
     from prometheus_client.parser import text_string_to_metric_families
 
-    from nvfabric.cli.status import evaluate
+    from nvfabric.app.status import evaluate
     from nvfabric.observe.metrics import reading_of, render
 
     if not _CAPTURE:

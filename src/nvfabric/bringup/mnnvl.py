@@ -5,7 +5,7 @@ the effective config.cfg into the state directory, and supervise ``nvidia-imex -
 until ``nvidia-imex-ctl -q`` prints READY (RUN.md R07). Never fabric manager.
 
 Pure: :func:`prepare` is a function of the node's snapshot
-(:func:`nvfabric.facts.node.collect_imex`, read before) and the options; it returns the same
+(:func:`nvfabric.app.collect.imex`, read before) and the options; it returns the same
 :class:`nvfabric.bringup.prepared.Prepared` as the fabric manager bring-up, so ``--dry-run``
 shows exactly what :func:`nvfabric.effects.apply.apply` and the supervisor would do.
 
@@ -142,7 +142,7 @@ class ImexRunOptions:
 
 
 def prepare(facts: NodeFacts, p: Plan, opts: ImexRunOptions) -> Prepared:
-    """The mnnvl bring-up from ``facts.imex`` (:func:`nvfabric.facts.node.collect_imex`).
+    """The mnnvl bring-up from ``facts.imex`` (:func:`nvfabric.app.collect.imex`).
     Raises NvfabricError (exit 2) when channel0 would be made through a link that leaves the
     root, or the shipped config is not the vendor's regular file."""
     imex = facts.imex

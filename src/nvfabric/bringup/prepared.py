@@ -2,7 +2,7 @@
 ``prepare`` returns (nvswitch and nvlink5: :func:`nvfabric.bringup.fabricmanager.prepare`; mnnvl:
 :func:`nvfabric.bringup.mnnvl.prepare`; none: nothing). The applier
 (:func:`nvfabric.effects.apply.apply`) makes it true on the host, the supervisor runs its
-processes, and the dry-run renderer (:mod:`nvfabric.cli.runview`) prints it. Pure values.
+processes, and the dry-run renderer (:mod:`nvfabric.cli.run`) prints it. Pure values.
 """
 
 from __future__ import annotations
@@ -88,7 +88,7 @@ class Prepared:
                      for s in self.processes)
 
     def checks(self) -> Probes:
-        """The host probes its preflight needs answered (:func:`nvfabric.facts.node.collect`):
+        """The host probes its preflight needs answered (:func:`nvfabric.app.collect.probes`):
         fabric manager running, each binary, NVLSM's socket, fabric manager's version, the
         effective config's path keys, the GPUs' fabric states where R04 applies."""
         fm = [s for s in self.processes if s.name == "fabricmanager"]

@@ -25,13 +25,13 @@ from nvfabric.cli.render import (
     root_option,
     safe,
 )
-from nvfabric.cli.textfile import read_text_file
 from nvfabric.effects import imex as imex_effects
 from nvfabric.effects.stdio import print_json
 from nvfabric.facts.imex import ctl
 from nvfabric.facts.imex import tray as imex_facts
 from nvfabric.facts.inventory import require_root
 from nvfabric.facts.nvidia import driver_version
+from nvfabric.facts.textfile import read_text_file
 from nvfabric.model.errors import NvfabricError, os_error, usage_error
 from nvfabric.model.findings import Finding
 from nvfabric.model.hostpath import PathEscape, confined, under

@@ -97,6 +97,13 @@ def _on_broken_pipe() -> None:
     quiet_stdout()
 
 
+#: The rich style of each verdict word.
+VERDICT_STYLE = {
+    "healthy": "bold green", "not_applicable": "bold cyan", "pending": "bold yellow",
+    "degraded": "bold yellow", "unhealthy": "bold red",
+}
+
+
 def severity_style(severity: str) -> str:
     return {"error": "bold red", "warning": "yellow", "info": "cyan"}.get(severity, "")
 

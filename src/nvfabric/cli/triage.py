@@ -13,7 +13,7 @@ import sys
 
 import click
 
-from nvfabric.cli.render import console, guarded, json_option, safe, severity_style
+from nvfabric.cli.render import VERDICT_STYLE, console, guarded, json_option, safe, severity_style
 from nvfabric.effects.stdio import print_json
 
 
@@ -34,8 +34,6 @@ def print_triage(t: object) -> None:
     if t.verdict is None:
         con.print("[bold]verdict[/bold]  not judged (no nvidia-smi --query section)")
     else:
-        from nvfabric.cli.status import VERDICT_STYLE
-
         v = t.verdict.verdict
         con.print(f"[bold]verdict[/bold]  [{VERDICT_STYLE[v]}]{v}[/] (nvidia-smi --query, "
                   f"{len(t.gpus)} GPUs)")

@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import os
 
+from nvfabric.effects.frozen import bootloader_pid
 from nvfabric.effects.log import printable
 from nvfabric.effects.sockets import SOCK_DGRAM, unix_socket
-from nvfabric.frozen import bootloader_pid
 from nvfabric.model.strict import int_or_none
 
 NOTIFY_TIMEOUT_S = 0.5
@@ -69,7 +69,7 @@ def notify_nothing_to_start(why: str) -> bool:
 
 def watchdog_pids() -> tuple[int, ...]:
     """The pids whose watchdog this process keeps: its own, and in the single-file binary the
-    bootloader's (:func:`nvfabric.frozen.bootloader_pid`): systemd names the main pid in
+    bootloader's (:func:`nvfabric.effects.frozen.bootloader_pid`): systemd names the main pid in
     ``$WATCHDOG_PID``, which is the bootloader there, and the Python child is what pings (the
     unit then needs ``NotifyAccess=all``, which the binary's unit and the package's drop-in
     set)."""

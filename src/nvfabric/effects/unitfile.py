@@ -43,9 +43,9 @@ BACKUP_SUFFIX = ".nvfabric.bak"
 
 def unit_text() -> str:
     """The unit file, exactly as shipped (UTF-8 text ending in a newline); from the
-    single-file binary with ``NotifyAccess=all`` (:func:`nvfabric.frozen.unit_for_binary`;
+    single-file binary with ``NotifyAccess=all`` (:func:`nvfabric.effects.frozen.unit_for_binary`;
     the one-dir build notifies from its main pid, as the interpreter does)."""
-    from nvfabric.frozen import is_one_file, unit_for_binary
+    from nvfabric.effects.frozen import is_one_file, unit_for_binary
 
     text = (resources.files("nvfabric") / "data" / UNIT_NAME).read_text(encoding="utf-8")
     return unit_for_binary(text) if is_one_file() else text
@@ -98,7 +98,7 @@ def running_program() -> tuple[str, ...]:
     pip wrote beside this interpreter (its scripts directory, e.g. ``.venv/bin/nvfabric``);
     else the interpreter with ``-m nvfabric``. Paths as they are, links not followed (a
     virtual environment's ``bin/python`` is a link, and resolving it loses the venv)."""
-    from nvfabric.frozen import is_frozen
+    from nvfabric.effects.frozen import is_frozen
 
     if is_frozen():
         return (os.path.abspath(sys.executable),)

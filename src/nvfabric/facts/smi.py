@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import csv
 import re
-import xml.etree.ElementTree as ET
 from dataclasses import dataclass, field
 
 from nvfabric.model.errors import InputError
@@ -327,8 +326,16 @@ def _cut(attached: int | None, listed: int, findings: list[Finding]) -> None:
     ))
 
 
+def load_xml_parser() -> None:
+    """Import the XML parser (:mod:`xml.etree.ElementTree`, several ms): a capture of another
+    format never needs it, and the GPU probe loads it while the node's nvidia-smi runs."""
+    import xml.etree.ElementTree  # noqa: F401
+
+
 def parse_xml(text: str) -> FabricHealth:
     """``nvidia-smi -q -x``: ``<nvidia_smi_log><gpu id="..."><fabric>...``."""
+    import xml.etree.ElementTree as ET  # the XML format's own parser (load_xml_parser)
+
     try:
         root = ET.fromstring(text)
     except (ET.ParseError, LookupError, ValueError, RecursionError) as err:

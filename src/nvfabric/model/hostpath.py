@@ -141,7 +141,7 @@ def program(full: str) -> str:
     would run a program of the host or of another tree. :class:`PathEscape` naming where it
     leads otherwise. The one rule for every program run under a root: the probe door
     (:func:`nvfabric.effects.program.run`) and the daemons ``run`` starts
-    (:func:`nvfabric.facts.node.path_seen`) both apply it."""
+    (:func:`nvfabric.facts.probes.path_seen`) both apply it."""
     real = os.path.realpath(full)
     if full.startswith("/") and escapes(full, real):
         raise PathEscape(f"{full} is a link out of the root (to {real}): it is not run")

@@ -78,7 +78,7 @@ class Reading:
 
 
 def reading_of(report: Any) -> Reading:
-    """The :class:`Reading` of a :class:`nvfabric.cli.status.Report` (typed loosely so that
+    """The :class:`Reading` of a :class:`nvfabric.app.status.Report` (typed loosely so that
     this module does not import the CLI)."""
     services = None if report.services is None else tuple(
         (s.name, bool(s.running)) for s in report.services)

@@ -7,7 +7,7 @@ config files and the simulated GPU fabric state they share.
   ``__pycache__``: :func:`precompile`) and one launcher per
   program in ``bin/`` (``nvlsm``, ``nv-fabricmanager``, ``nvidia-smi``, ``nvidia-imex``,
   ``nvidia-imex-ctl``), each a Python script whose shebang is this interpreter; from the
-  single-file binary (``make dist``, :mod:`nvfabric.frozen`) each launcher is instead a
+  single-file binary (``make dist``, :mod:`nvfabric.effects.frozen`) each launcher is instead a
   two-line script whose shebang is that binary with ``--nvfabric-sim-fake`` (the kernel
   runs ``nvfabric --nvfabric-sim-fake DIR/bin/PROG ARGS``), and no ``.py`` copy is written:
   the fakes then run where no Python is installed;
@@ -176,8 +176,8 @@ FROZEN_LAUNCHER = """\
 
 def _launcher(prog: str) -> str:
     """The launcher script of fake ``prog`` for the running nvfabric (interpreter or the
-    single-file binary, :func:`nvfabric.frozen.is_frozen`)."""
-    from nvfabric.frozen import FAKE_FLAG, is_frozen
+    single-file binary, :func:`nvfabric.effects.frozen.is_frozen`)."""
+    from nvfabric.effects.frozen import FAKE_FLAG, is_frozen
 
     if is_frozen():
         line = f"#!{sys.executable} {FAKE_FLAG}"
@@ -283,13 +283,13 @@ def install(root: str, driver_only: bool = False) -> list[str]:
     ``driver_only``: a node with the driver (its nvidia-smi) and none of the fabric packages:
     no fake of :data:`FABRIC_PROGRAMS` and none of their shipped configs, so what runs is what
     an image carries or ``nvfabric install`` installed (a stand-in archive's launcher finds
-    this node's state from wherever it is laid out: :func:`nvfabric.frozen.fake_target`)."""
+    this node's state from wherever it is laid out: :func:`nvfabric.effects.frozen.fake_target`)."""
     from nvfabric.facts.inventory import collect
     from nvfabric.rules.plan import plan
 
     bindir = os.path.join(root, "bin")
     os.makedirs(bindir, exist_ok=True)
-    from nvfabric.frozen import is_frozen
+    from nvfabric.effects.frozen import is_frozen
 
     if not is_frozen():
         for name, source in fakebin_sources().items():

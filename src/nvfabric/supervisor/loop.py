@@ -28,7 +28,6 @@ from nvfabric.effects.dirs import ensure_dir
 from nvfabric.effects.log import Log
 from nvfabric.effects.notify import sd_notify
 from nvfabric.effects.sockets import is_socket, listens, socket_listening
-from nvfabric.effects.stop import SIGHUP_IGNORED
 from nvfabric.model.gpucheck import GpuCheck
 from nvfabric.supervisor.inotify import Inotify
 from nvfabric.supervisor.machine import STOP_SIGNALS, Unit
@@ -337,23 +336,3 @@ class Loop:
         # a pid file: one short line (a damaged one is compared, never decoded strictly)
         with open(path, encoding="utf-8", errors="replace") as fh:
             return fh.read(64)
-
-
-def wait_for_stop(message: str, log: Log | None = None) -> str:
-    """Log ``message`` and block until SIGTERM or SIGINT (its name returned); a SIGHUP on the
-    way is logged (:data:`SIGHUP_IGNORED`) and ignored."""
-    log = log or Log()
-    signals = {*STOP_SIGNALS, signal.SIGHUP}
-    try:
-        stop.handover()  # the command's recorded stop, if one came before
-    except stop.Stopped as got:
-        return signal.Signals(got.signum or signal.SIGTERM).name
-    signal.pthread_sigmask(signal.SIG_BLOCK, signals)
-    log.say(message)
-    if stop.received():  # taken by another thread after the hand-over
-        return signal.Signals(stop.received()).name
-    while True:
-        signum = signal.sigwait(signals)
-        if signum != signal.SIGHUP:
-            return signal.Signals(signum).name
-        log.say(SIGHUP_IGNORED)

@@ -394,3 +394,15 @@ def query_domain(binary: str, cfg: str, timeout_s: float) -> DomainStatus:
         + ((last.stderr or last.stdout).strip().splitlines() or ["no output"])[-1],
         "is nvidia-imex running (nvfabric run, or its unit) with the command service on?",
         {"argv": list(last.argv), "exit_code": last.rc}))
+
+
+def domain_state(binary: str, cfg: str, timeout_s: float = 5.0) -> str | None:
+    """The IMEX domain state (``UP``, ``DEGRADED``, ``DOWN``) as ``nvidia-imex-ctl -N -j``
+    prints it (full paths of the binary and the config the daemon runs with), None when it
+    cannot be asked (not running, not installed, timed out after ``timeout_s``): a metric's
+    reading, where a missing answer is no series."""
+    try:
+        result = run_ctl(domain_argv(binary, cfg), timeout_s)
+        return parse_domain(result.stdout).state if result.rc == 0 else None
+    except (OSError, ValueError):
+        return None

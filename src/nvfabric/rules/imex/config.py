@@ -11,7 +11,6 @@ aws-parallelcluster-nvidia-imex-config.erb); NVIDIA IMEX guide, "IMEX Service Co
 
 from __future__ import annotations
 
-import difflib
 import ipaddress
 from collections.abc import Callable, Mapping
 
@@ -210,6 +209,8 @@ def check_known(shipped_text: str, sets: Mapping[str, str]) -> None:
     for key in sets:
         if key in known:
             continue
+        import difflib  # only a mistyped key needs it
+
         near = difflib.get_close_matches(key.upper(), list(by_upper), n=1, cutoff=0.6)
         hint = f"; did you mean {by_upper[near[0]]}?" if near else ""
         raise ConfigValueError(key, "not a key nvidia-imex knows (not in the shipped "

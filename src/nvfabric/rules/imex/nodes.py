@@ -12,7 +12,6 @@ startup-dra298.log.
 
 from __future__ import annotations
 
-import hashlib
 import ipaddress
 import re
 from collections.abc import Iterable, Mapping
@@ -236,4 +235,6 @@ def node_list_id(entries: Iterable[str]) -> str:
     """Identity of a node list: ``sha256:`` + 16 hex digits of its entries, one per line, in
     order (every daemon of a domain must read the same list in the same order)."""
     text = "\n".join(e.strip().lower() for e in entries)
+    import hashlib  # OpenSSL: ~7 ms to load, and only an id needs it
+
     return "sha256:" + hashlib.sha256(text.encode()).hexdigest()[:16]

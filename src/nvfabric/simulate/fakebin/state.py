@@ -23,7 +23,7 @@ NVLSM_SOCKET = "/var/run/nvidia-fabricmanager/fm_sm_ipc.socket"
 
 
 #: The simulated root when the launcher gave it (the single-file binary: its launchers are
-#: ``#!/path/to/nvfabric --nvfabric-sim-fake`` scripts, see :mod:`nvfabric.frozen`); None
+#: ``#!/path/to/nvfabric --nvfabric-sim-fake`` scripts, see :mod:`nvfabric.effects.frozen`); None
 #: for the Python launchers, whose root is found from this package's copy in ``DIR/bin``.
 ROOT: str | None = None
 

@@ -1,6 +1,8 @@
-"""Entry point of the PyInstaller builds: the single-file binary (``make dist``, one-file,
-``dist/nvfabric``) and the directory build (``make dist-dir``, one-dir,
-``dist/nvfabric-dir/``: the executable ``nvfabric`` beside its ``_internal/`` directory).
+"""The PyInstaller builds: the single-file binary (``make dist``, one-file, ``dist/nvfabric``)
+and the directory build (``make dist-dir``, one-dir, ``dist/nvfabric-dir/``: the executable
+``nvfabric`` beside its ``_internal/`` directory), which start in
+packaging/dist/nvfabric-entry.py: :func:`prepare`, then the lean supervisor
+(:func:`supervising`), a fake daemon (:func:`faking`) or the CLI, each imported only then.
 
 Either is the whole CLI plus the fake daemons of simulated nodes. The directory build is one
 process: its bootloader sets ``LD_LIBRARY_PATH`` to ``_internal/`` (the caller's value saved as
@@ -10,7 +12,7 @@ process, with nothing unpacked (PyInstaller manual, "Bundling to One Folder"; me
 the bootloader unpacks the bundled libraries into a private ``_MEI*`` directory, sets
 ``LD_LIBRARY_PATH`` to it (the caller's value saved as ``LD_LIBRARY_PATH_ORIG``) and runs the
 Python part as its child (PyInstaller manual, "The Bootstrap Process in Detail"). Before
-anything else :func:`main` therefore
+anything else :func:`prepare` therefore
 
 - gives the processes nvfabric starts (fabric manager, NVLSM, nvidia-imex, ``mknod``,
   ``systemctl``, a GPU reset command) the caller's ``LD_LIBRARY_PATH``, not the bundle's, so a
@@ -27,8 +29,9 @@ anything else :func:`main` therefore
 The fake daemons (:mod:`nvfabric.simulate.fakebin`) are Python scripts in a tree written by
 the interpreter; from the binary, ``nvfabric simulate`` writes launchers whose shebang is this
 binary with :data:`FAKE_FLAG`, so the kernel runs ``nvfabric --nvfabric-sim-fake
-DIR/bin/PROG ARGS...`` and :func:`main` dispatches to the fake named by the launcher's file
-name, with ``DIR`` as its simulated root. The flag is not a CLI command: it is never shown in
+DIR/bin/PROG ARGS...`` and the entry dispatches to the fake named by the launcher's file
+name, with ``DIR`` as its simulated root (the entry calls
+:func:`nvfabric.simulate.fakebin.main`). The flag is not a CLI command: it is never shown in
 ``--help`` and nothing else reaches it.
 """
 
@@ -85,7 +88,7 @@ def child_environment(env: dict[str, str]) -> dict[str, str]:
 #: Source: systemd.exec(5) NotifyAccess=; measured in tests/integration/test_deb_systemd.py.
 UNIT_NOTIFY_MAIN = "NotifyAccess=main\n"
 UNIT_NOTIFY_BINARY = (
-    "# The single-file binary notifies from the bootloader's child process (nvfabric.frozen).\n"
+    "# The single-file binary notifies from the bootloader's child process.\n"
     "NotifyAccess=all\n"
 )
 
@@ -173,24 +176,23 @@ def fake_target(script: str) -> tuple[str, str]:
         here = up
 
 
-def main() -> None:
-    """Run the CLI, or the fake daemon a simulated tree's launcher names (:data:`FAKE_FLAG`)."""
+def prepare() -> None:
+    """The first thing a build does (see the module docstring): in the bootloader's Python
+    child, SIGTERM when the bootloader dies; the processes nvfabric starts get the caller's
+    environment, not the bundle's. Nothing outside a build."""
     if is_frozen():
         follow_bootloader()
         env = child_environment(dict(os.environ))
         os.environ.clear()
         os.environ.update(env)
-    argv = sys.argv
-    if len(argv) >= 3 and argv[1] == SUPERVISE_FLAG and not is_one_file():
-        from nvfabric.supervisor.lean import main as supervise
 
-        supervise(argv[1:])
-    if len(argv) >= 3 and argv[1] == FAKE_FLAG:
-        from nvfabric.simulate import fakebin
 
-        prog, root = fake_target(argv[2])
-        sys.argv = [argv[2], *argv[3:]]
-        sys.exit(fakebin.main(prog, argv[3:], root=root))
-    from nvfabric.cli import main as cli_main
+def supervising(argv: list[str]) -> bool:
+    """``argv`` asks for the lean supervisor (``nvfabric --supervise-fd N``): the one-dir build
+    re-executed by ``nvfabric run``; never the one-file binary, which supervises in-process."""
+    return len(argv) >= 3 and argv[1] == SUPERVISE_FLAG and not is_one_file()
 
-    cli_main(prog_name="nvfabric")
+
+def faking(argv: list[str]) -> bool:
+    """``argv`` is a fake daemon's launcher (:data:`FAKE_FLAG`, :func:`fake_target`)."""
+    return len(argv) >= 3 and argv[1] == FAKE_FLAG

@@ -1,15 +1,14 @@
-"""The run lock of ``nvfabric run`` as the command uses it: one run per node (RUN.md R10),
-taken in the state directory under the root before anything is written, reset or started
+"""One run per node (RUN.md R10): the run lock of ``nvfabric run`` as the procedure takes it,
+in the state directory under the root, before anything is written, reset or started
 (``--dry-run``: only who holds it); a readiness file left by a run that is gone is removed.
-The lock primitives are :mod:`nvfabric.supervisor`'s; this module turns them into the
-command's findings (``already_running``) and one-line errors.
+The lock primitives are :mod:`nvfabric.effects.runlock`; this module turns them into the
+run's findings (``already_running``) and one-line errors.
 """
 
 from __future__ import annotations
 
 import os
 
-from nvfabric.cli.runview import Emit
 from nvfabric.effects.dirs import not_a_directory
 from nvfabric.effects.log import Log
 from nvfabric.effects.runlock import (
@@ -92,23 +91,15 @@ def take_lock(state: str, dry_run: bool, root: str = "/"
     return lock, None if holder is None else already_running(holder, lock_path, root)
 
 
-def stay() -> None:
-    """Block until SIGTERM or SIGINT (a DaemonSet pod on a node with nothing to manage)."""
-    from nvfabric.supervisor.loop import wait_for_stop
-
-    wait_for_stop("--stay: waiting for SIGTERM")
-    Log().say("stopped")
-
-
-
-def hold(root: str, state_path: str, dry_run: bool, emit: Emit) -> RunLock | None:
+def hold(root: str, state_path: str, dry_run: bool) -> tuple[RunLock | None, Finding | None]:
     """One run per node: the lock (``--dry-run``: who holds it), before anything is written,
-    reset or started and after every pure check. Its descriptor is never closed: the lock
-    lasts as long as this process, however it ends."""
+    reset or started and after every pure check; the finding ``already_running`` when another
+    run holds it. Its descriptor is never closed: the lock lasts as long as this process (or
+    the lean supervisor it execs into), however it ends."""
     state = state_dir(root, state_path)
     lock, busy = take_lock(state, dry_run, root)
     if busy is not None:
-        emit("refused", 1, [busy], title="refused: another nvfabric run is active")
+        return None, busy
     if lock is not None:  # R10: ours now; a ready file left by a run that is gone goes
         try:
             stale = clear_stale_ready(state)
@@ -118,4 +109,4 @@ def hold(root: str, state_path: str, dry_run: bool, emit: Emit) -> RunLock | Non
         if stale is not None:
             Log().say(f"removed the stale readiness file {state}/{READY_FILE} (run pid "
                       f"{stale or 'unknown'} is gone)")
-    return lock
+    return lock, None
