@@ -13,7 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from nvfabric.artifacts.install import RECORD, install_archive, verify
+from nvfabric.artifacts.install import install_archive, verify
+from nvfabric.artifacts.installed import RECORD
 from nvfabric.artifacts.model import Artifact
 from nvfabric.artifacts.safetar import Member, refusals
 from nvfabric.model.errors import NvfabricError

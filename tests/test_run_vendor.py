@@ -17,7 +17,7 @@ import pytest
 from nvfabric.artifacts.install import install_archive
 from nvfabric.artifacts.installed import DEFAULT_PREFIX, installed
 from nvfabric.artifacts.model import Artifact
-from nvfabric.cli.fetchargs import DEFAULT_PREFIX as FETCH_PREFIX
+from nvfabric.cli.fetch import DEFAULT_PREFIX as FETCH_PREFIX
 from tests.cases import load_run_cases
 from tests.conftest import run_cli
 from tests.runkit import Run, events, sim

@@ -637,7 +637,7 @@ def test_a_timer_further_away_than_epoll_can_wait_is_waited_for_not_a_crash(
 
 
 def test_the_running_supervisor_can_be_read_while_it_runs() -> None:
-    from nvfabric.supervisor.supervise import running
+    from nvfabric.supervisor.running import current as running
 
     seen: list[list[dict[str, object]]] = []
 

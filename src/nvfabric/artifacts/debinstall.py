@@ -50,8 +50,8 @@ from nvfabric.artifacts.dpkgdb import (
 from nvfabric.artifacts.naming import arch_name, package_name
 from nvfabric.artifacts.runfile import DriverOrigin
 from nvfabric.artifacts.tables import OWN_VERSION
-from nvfabric.artifacts.transport import sha256_file
 from nvfabric.effects import program
+from nvfabric.facts.fs import sha256_file
 from nvfabric.model import hostpath
 from nvfabric.model.commandline import command_line
 from nvfabric.model.errors import NvfabricError

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 from nvfabric.bringup.spec import PlannedFile, ServiceSpec
 from nvfabric.model.findings import Finding
 from nvfabric.rules.nodefacts import Probes
+from nvfabric.rules.preflight import Process
 
 if TYPE_CHECKING:
     from nvfabric.rules.imex.channels import ChannelFacts
@@ -82,8 +83,6 @@ class Prepared:
 
     def preflight_processes(self) -> tuple[Process, ...]:
         """What :func:`nvfabric.rules.preflight.preflight` checks of each process."""
-        from nvfabric.rules.preflight import Process
-
         return tuple(Process(s.name, s.argv[0], s.ready_socket, s.restart_needs_gpu_reset)
                      for s in self.processes)
 

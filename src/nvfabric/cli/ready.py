@@ -14,7 +14,10 @@ import sys
 import click
 
 from nvfabric.cli.render import guarded, json_option, root_option
+from nvfabric.effects.log import printable
+from nvfabric.effects.runlock import live_ready
 from nvfabric.effects.stdio import print_json
+from nvfabric.facts.inventory import require_root
 from nvfabric.model.commandline import DEFAULT_STATE_DIR, command_line
 from nvfabric.model.errors import usage_error
 from nvfabric.model.findings import Finding
@@ -30,10 +33,6 @@ from nvfabric.model.hostpath import confined
 def ready(root: str, state_dir: str, as_json: bool) -> None:
     """Exit 0 when a live `nvfabric run` is ready on this node (its readiness file names the
     run holding the run lock), 1 otherwise (`run_not_ready`: no file, or a stale one)."""
-    from nvfabric.effects.log import printable
-    from nvfabric.effects.runlock import live_ready
-    from nvfabric.facts.inventory import require_root
-
     require_root(root)  # exit 2 like every command that reads a node, never "not ready"
     try:
         state = confined(root, state_dir, "--state-dir")

@@ -16,6 +16,7 @@ import click
 from nvfabric.effects.stdio import debug_traceback, fail, quiet_stdout
 from nvfabric.model.errors import NvfabricError, internal_error, os_error, usage_error
 from nvfabric.model.findings import Finding
+from nvfabric.model.hostpath import problem
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -24,8 +25,6 @@ def checked_root(value: str) -> str:
     be a root: not valid UTF-8 (undecodable bytes kept by os.fsdecode), control characters or
     PATH_MAX (:func:`nvfabric.model.hostpath.problem`). Paths under a root go into configs and argv
     as text, so a root that text cannot hold is refused here, once."""
-    from nvfabric.model.hostpath import problem
-
     root = os.path.abspath(value)
     try:
         root.encode("utf-8")

@@ -11,6 +11,13 @@ import click
 from nvfabric.cli.render import checked_root, console, guarded, json_option, safe
 from nvfabric.effects.stdio import print_json
 from nvfabric.model.errors import usage_error
+from nvfabric.model.strict import load_yaml
+from nvfabric.simulate import PROFILES, SpecError, build, parse, profile_spec
+from nvfabric.simulate.fakebin import state as fakestate
+from nvfabric.simulate.fakes import gpus, install
+from nvfabric.simulate.write import clear
+from nvfabric.triage import triage
+from nvfabric.triage.spec import fabric_states, fake_versions, node_spec
 
 #: Largest node spec read (a spec is a few KB; a case file with its input a few tens).
 MAX_SPEC_BYTES = 1 << 20
@@ -42,10 +49,6 @@ def simulate(profile: str | None, directory: str | None, spec_file: str | None,
 
     DIR must be new (in an existing directory) or empty; nothing is written when the spec or
     DIR is refused."""
-    from nvfabric.simulate import PROFILES, SpecError, build, profile_spec
-    from nvfabric.simulate.fakes import install
-    from nvfabric.simulate.write import clear
-
     if list_profiles:
         if as_json:
             print_json({"profiles": sorted(PROFILES)})
@@ -77,10 +80,6 @@ def simulate(profile: str | None, directory: str | None, spec_file: str | None,
     try:
         fakes = install(directory, driver_only=driver_only)
         if report_file:
-            from nvfabric.simulate.fakebin import state as fakestate
-            from nvfabric.simulate.fakes import gpus
-            from nvfabric.triage.spec import fabric_states, fake_versions
-
             states, note = fabric_states(gpus(directory), triaged.gpus)
             fakestate.save(directory, "gpus.json", {"gpus": states})
             notes.append(note)
@@ -121,8 +120,6 @@ def _arguments(profile: str | None, directory: str | None, spec_file: str | None
 def _from_spec_file(spec_file: str) -> Any:
     """The spec of a node spec file or a field case file's ``node:``; usage_error naming the
     file when it is refused."""
-    from nvfabric.simulate import SpecError, parse
-
     raw = node_of(load_spec(spec_file), spec_file)
     try:
         return parse(raw)
@@ -135,10 +132,6 @@ def _from_report(report_file: str) -> tuple[Any, list[str], Any]:
     """(spec, notes, triage) of the node an nvidia-bug-report describes
     (:func:`nvfabric.triage.spec.node_spec`); usage_error when the report has no PCI
     functions. Raises SpecError when the spec is refused."""
-    from nvfabric.simulate import parse
-    from nvfabric.triage import triage
-    from nvfabric.triage.spec import node_spec
-
     triaged = triage(report_file)
     if not triaged.extras.get("pci_known"):
         raise usage_error(
@@ -178,8 +171,6 @@ def load_spec(path: str) -> Any:
     """The YAML document of a node spec file. NvfabricError (exit 2) naming the file when it
     is not a regular file, is over :data:`MAX_SPEC_BYTES`, is not UTF-8, or is not YAML
     (:func:`nvfabric.model.strict.load_yaml`: bounded aliases and nesting, every PyYAML failure)."""
-    from nvfabric.model.strict import load_yaml
-
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
     except OSError as err:

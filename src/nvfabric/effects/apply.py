@@ -11,9 +11,13 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
+from nvfabric.effects import imex
 from nvfabric.effects.atomic import write_atomic
+from nvfabric.effects.dirs import ensure_dir
 from nvfabric.effects.imex import mknod_hint
 from nvfabric.model.findings import Finding
+from nvfabric.model.hostpath import PathEscape
+from nvfabric.rules.imex import channels
 
 if TYPE_CHECKING:
     from nvfabric.bringup.prepared import ChannelNode, Prepared
@@ -28,7 +32,6 @@ def apply(prepared: Prepared, root: str, say: Callable[[str], None]) -> list[Fin
         failed = _make_channel(node, root, say)
         if failed is not None:
             return [failed]
-    from nvfabric.effects.dirs import ensure_dir  # the state directory as the run lock makes it
 
     if prepared.state_dir and ensure_dir(prepared.state_dir):
         say(f"created state directory {prepared.state_dir} (mode 0700)")
@@ -39,10 +42,6 @@ def apply(prepared: Prepared, root: str, say: Callable[[str], None]) -> list[Fin
 
 
 def _make_channel(node: ChannelNode, root: str, say: Callable[[str], None]) -> Finding | None:
-    from nvfabric.effects import imex
-    from nvfabric.model.hostpath import PathEscape
-    from nvfabric.rules.imex import channels
-
     try:
         made = imex.create_channel(root, node.minor, node.major)
         say(f"created IMEX channel {imex.channel_target(root, node.minor)} (c "

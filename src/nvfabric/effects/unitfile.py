@@ -27,6 +27,7 @@ from importlib import resources
 
 from nvfabric.effects.atomic import write_atomic
 from nvfabric.effects.dirs import not_a_directory
+from nvfabric.effects.frozen import is_frozen, is_one_file, unit_for_binary
 from nvfabric.model.errors import NvfabricError, os_hint
 from nvfabric.model.findings import Finding
 from nvfabric.model.hostpath import under
@@ -45,8 +46,6 @@ def unit_text() -> str:
     """The unit file, exactly as shipped (UTF-8 text ending in a newline); from the
     single-file binary with ``NotifyAccess=all`` (:func:`nvfabric.effects.frozen.unit_for_binary`;
     the one-dir build notifies from its main pid, as the interpreter does)."""
-    from nvfabric.effects.frozen import is_one_file, unit_for_binary
-
     text = (resources.files("nvfabric") / "data" / UNIT_NAME).read_text(encoding="utf-8")
     return unit_for_binary(text) if is_one_file() else text
 
@@ -98,8 +97,6 @@ def running_program() -> tuple[str, ...]:
     pip wrote beside this interpreter (its scripts directory, e.g. ``.venv/bin/nvfabric``);
     else the interpreter with ``-m nvfabric``. Paths as they are, links not followed (a
     virtual environment's ``bin/python`` is a link, and resolving it loses the venv)."""
-    from nvfabric.effects.frozen import is_frozen
-
     if is_frozen():
         return (os.path.abspath(sys.executable),)
     script = os.path.join(sysconfig.get_path("scripts"), "nvfabric")

@@ -175,3 +175,14 @@ def unwritable(path: str) -> int | None:
         return err.errno
     return None if os.access(at, os.W_OK | os.X_OK, effective_ids=os.access in
                              os.supports_effective_ids) else errno.EACCES
+
+
+def sha256_file(path: str) -> str:
+    """Hex SHA-256 of a file, read in 64 KiB chunks. Raises OSError."""
+    import hashlib  # OpenSSL: ~7 ms to load; only installs and downloads are hashed
+
+    digest = hashlib.sha256()
+    with open(path, "rb") as fh:
+        while chunk := fh.read(1 << 16):
+            digest.update(chunk)
+    return digest.hexdigest()

@@ -42,6 +42,7 @@ from typing import TYPE_CHECKING, Any
 from nvfabric import __version__
 from nvfabric.model.findings import Finding
 from nvfabric.model.health import STATES, GpuFabric
+from nvfabric.observe.unitstate import EXIT_REASONS
 
 if TYPE_CHECKING:
     from nvfabric.observe.unitstate import UnitSnapshot
@@ -148,7 +149,6 @@ def _unit(unit: UnitSnapshot) -> Iterator[Any]:
     exits = CounterMetricFamily("nvfabric_service_exits", "Unexpected exits of the service "
                                 "by reason (exit_code, clean, signal)",
                                 labels=["service", "reason"])
-    from nvfabric.observe.unitstate import EXIT_REASONS
 
     for s in unit.services:
         restarts.add_metric([s.service], s.restarts)

@@ -30,8 +30,12 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+from nvfabric.effects.frozen import FAKE_FLAG, is_frozen
+from nvfabric.facts.inventory import collect
 from nvfabric.model.errors import usage_error
 from nvfabric.rules.imex import config as imex_config
+from nvfabric.rules.plan import plan
+from nvfabric.rules.products import lookup
 from nvfabric.simulate import fakebin
 from nvfabric.simulate.fakebin import nvlsm as fakensm
 from nvfabric.simulate.fakebin import state as fakestate
@@ -177,8 +181,6 @@ FROZEN_LAUNCHER = """\
 def _launcher(prog: str) -> str:
     """The launcher script of fake ``prog`` for the running nvfabric (interpreter or the
     single-file binary, :func:`nvfabric.effects.frozen.is_frozen`)."""
-    from nvfabric.effects.frozen import FAKE_FLAG, is_frozen
-
     if is_frozen():
         line = f"#!{sys.executable} {FAKE_FLAG}"
         if any(c.isspace() for c in sys.executable) or len(line) > SHEBANG_MAX:
@@ -245,9 +247,6 @@ def gpu_state(root: str) -> list[dict[str, Any]]:
     NVLink tray (its switch trays' fabric manager did it). GPU UUIDs are derived from the
     tree's absolute path and the GPU's bus id: stable for one tree, distinct across trees (two
     simulated nodes are never taken for copies of one report by ``domain check``)."""
-    from nvfabric.facts.inventory import collect
-    from nvfabric.rules.products import lookup
-
     inv = collect(root)
     node = os.path.abspath(root)
     out = []
@@ -284,12 +283,8 @@ def install(root: str, driver_only: bool = False) -> list[str]:
     no fake of :data:`FABRIC_PROGRAMS` and none of their shipped configs, so what runs is what
     an image carries or ``nvfabric install`` installed (a stand-in archive's launcher finds
     this node's state from wherever it is laid out: :func:`nvfabric.effects.frozen.fake_target`)."""
-    from nvfabric.facts.inventory import collect
-    from nvfabric.rules.plan import plan
-
     bindir = os.path.join(root, "bin")
     os.makedirs(bindir, exist_ok=True)
-    from nvfabric.effects.frozen import is_frozen
 
     if not is_frozen():
         for name, source in fakebin_sources().items():

@@ -23,6 +23,9 @@ from dataclasses import dataclass
 from typing import Literal
 
 from nvfabric.facts.vpd import encode
+from nvfabric.simulate.fakebin.state import STATE_DIR
+from nvfabric.simulate.fakebin.state import STATE_DIR as state_dir
+from nvfabric.simulate.fakes import FAKES_PACKAGE, VENDOR_PATHS, fakebin_sources
 from nvfabric.simulate.spec import MellanoxSpec, NodeSpec, PortSpec, SpecError
 
 VPD_CAP_OFFSET = 0x48
@@ -34,7 +37,6 @@ class Entry:
     on the way. ``kind``: ``dir``; ``file`` (``data``); ``link`` (relative ``target``);
     ``chardev`` (``major``:``minor``, mode 0666; an empty file where mknod is not permitted
     or ``major`` is None)."""
-
     kind: Literal["dir", "file", "link", "chardev"]
     path: str
     data: bytes = b""
@@ -45,7 +47,6 @@ class Entry:
 
 class _Tree:
     """Collects entries by path; a later entry at a path replaces the earlier one."""
-
     def __init__(self) -> None:
         self.entries: dict[str, Entry] = {}
 
@@ -106,7 +107,6 @@ def mellanox_vpd(m: MellanoxSpec, guid: str) -> bytes:
 
 class _Bus:
     """Hands out PCI addresses: bus numbers in order, domain 0000 then up."""
-
     def __init__(self, first: int = 0x05) -> None:
         self.next = first
         self.domain = 0
@@ -289,9 +289,6 @@ def fakes_paths() -> tuple[frozenset[str], frozenset[str]]:
     log/run/tmp directories, the shipped config directories and the fakes' state directory.
     (The shipped configs themselves and
     ``proc/net/fib_trie`` are only written when absent, so ``files:`` may give them.)"""
-    from nvfabric.simulate.fakebin.state import STATE_DIR
-    from nvfabric.simulate.fakes import FAKES_PACKAGE, VENDOR_PATHS, fakebin_sources
-
     files = {f"bin/{prog}" for prog in VENDOR_PATHS}
     files |= {f"bin/{FAKES_PACKAGE}/{name}" for name in fakebin_sources()}
     files |= {path.lstrip("/") for path in VENDOR_PATHS.values()}
@@ -316,8 +313,6 @@ def _place_files(tree: _Tree, files: tuple[tuple[str, str | bytes], ...]) -> Non
     directory or a link of the tree, lie inside one of its files, lead out of the tree through
     a link, or be something the fakes write (:func:`fakes_paths`). Raises SpecError naming
     the key."""
-    from nvfabric.simulate.fakebin.state import STATE_DIR as state_dir
-
     fake_dirs, fake_files = fakes_paths()
     links = {e.path: e.target for e in tree.entries.values() if e.kind == "link"}
     plain = {e.path for e in tree.entries.values() if e.kind in ("file", "chardev")}

@@ -31,6 +31,7 @@ from nvfabric.effects.sockets import is_socket, listens, socket_listening
 from nvfabric.model.gpucheck import GpuCheck
 from nvfabric.supervisor.inotify import Inotify
 from nvfabric.supervisor.machine import STOP_SIGNALS, Unit
+from nvfabric.supervisor.resetcmd import run_reset
 from nvfabric.supervisor.timers import Clock
 
 Probe = Callable[[], GpuCheck]
@@ -253,8 +254,6 @@ class Loop:
 
     def run_reset(self, argv: Sequence[str], timeout_s: float, tick: Callable[[], float]
                   ) -> tuple[int | None, bytes, str | None]:
-        from nvfabric.supervisor.resetcmd import run_reset
-
         return run_reset(argv, timeout_s, tick, self._sig_r, self.log, self.now)
 
     # ----------------------------------------------------------------- processes and files

@@ -17,6 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from nvfabric.facts.imex.ctl import parse_text as parse_ctl
 from nvfabric.model.findings import Finding
 from nvfabric.model.inventory import IbDevice, Inventory
 from nvfabric.model.services import ServiceState
@@ -266,8 +267,6 @@ def _imex_ctl_findings(texts: dict[str, str], reasons: list[str]) -> list[Findin
     """The IMEX domain's finding from the ``nvidia-imex-ctl -N`` section, when it has one."""
     findings: list[Finding] = []
     if "imex_ctl" in texts:
-        from nvfabric.facts.imex.ctl import parse_text as parse_ctl
-
         try:
             domain = parse_ctl(texts["imex_ctl"])
             df = domain.finding()

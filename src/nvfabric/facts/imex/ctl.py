@@ -26,6 +26,7 @@ import threading
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from nvfabric.effects import program
 from nvfabric.facts.execinfo import exec_error
 from nvfabric.model import strict
 from nvfabric.model.errors import NvfabricError
@@ -329,8 +330,6 @@ def run_ctl(argv: tuple[str, ...], timeout_s: float = CTL_TIMEOUT_S) -> CtlResul
     :data:`CTL_MAX_BYTES`; its whole process group SIGKILLed at either cap, and at exit when
     still in flight, :func:`_kill_live_ctl`). Raises OSError when it cannot be executed,
     PathEscape when it is a link out of the root, Stopped."""
-    from nvfabric.effects import program
-
     pids: list[int] = []
 
     def started(pid: int) -> None:

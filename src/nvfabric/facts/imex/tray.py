@@ -23,6 +23,7 @@ import stat
 from collections.abc import Iterable
 from typing import Any
 
+from nvfabric.effects import program
 from nvfabric.effects.imex import SYSTEMCTL_MAX_BYTES, SYSTEMCTL_TIMEOUT_S, stat_node
 from nvfabric.effects.runlock import live_ready, run_lock_holder
 from nvfabric.facts import procs, services
@@ -399,7 +400,6 @@ def unit_state(root: str, live: bool) -> str:
     argv = ["systemctl", "is-enabled", HOST_UNIT] if live else \
         ["systemctl", "--root", hostpath.check(os.path.abspath(root), "--root"), "is-enabled",
          HOST_UNIT]
-    from nvfabric.effects import program
 
     try:
         ran = program.run(argv, SYSTEMCTL_TIMEOUT_S, SYSTEMCTL_MAX_BYTES, SYSTEMCTL_MAX_BYTES)
