@@ -11,7 +11,7 @@ laid out (:func:`nvfabric.effects.frozen.fake_target`), so a node simulated ``--
 runs the archive's daemons, never a fake of its own.
 
 NVIDIA's servers are not reachable here; these archives are served from a local mirror
-(a directory, or tests/test_fetch_mirror.py's HTTP mirror).
+(a directory, or tests/cli/test_fetch_mirror.py's HTTP mirror).
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from typing import Any
 
 from nvfabric.effects.frozen import FAKE_FLAG
 from nvfabric.simulate.fakes import SHIPPED_FM_CFG, SHIPPED_IMEX_CFG, SHIPPED_NVLSM_CONF
-from tests.test_fetch_mirror import RedistRelease, make_archive, sha256
+from tests.cli.test_fetch_mirror import RedistRelease, make_archive, sha256
 
 #: The NVLSM calendar version of the stand-in release.
 NVLSM_VERSION = "2025.06.6"

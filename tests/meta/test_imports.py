@@ -69,7 +69,7 @@ def test_the_walk_finds_imports_in_nested_functions_and_methods() -> None:
 LOADED_BY_NAME = {
     "nvfabric/simulate/fakebin/__init__.py":
         "the fake daemons of a simulated node, a copy in DIR/bin run without nvfabric: a "
-        "launcher runs one fake and imports only its module (tests/test_fakes_startup.py)",
+        "launcher runs one fake and imports only its module (tests/simulate/test_fakes_startup.py)",
 }
 
 

@@ -2,7 +2,7 @@
 
 A CUDA repository is flat: ``<base>/<distro>/<x86_64|sbsa>/Packages[.gz|.xz]`` and the
 ``Filename`` of each stanza is relative to that directory (``./nvidia-fabricmanager_…deb``).
-Rules (cases F04, F05; ../shared/corpus/apt):
+Rules (cases F04, F05; tests/data/corpus/apt):
 
 - The package name comes from the naming table by driver branch (:mod:`.tables`): R580 and
   later unversioned (``nvidia-fabricmanager``), before R580 ``nvidia-fabricmanager-535``.

@@ -1,5 +1,5 @@
 """Install cached ``.deb`` files with the real ``dpkg --root ROOT -i`` (the GB200/GB300 boot
-step of nvfabric issue 17), forcing only the dependencies the runfile driver satisfies on disk.
+step of the image flow), forcing only the dependencies the runfile driver satisfies on disk.
 
 Read first, decide second, act third:
 

@@ -1,6 +1,6 @@
 """NVIDIA driver redist manifests (``redistrib_<driver version>.json``): model and resolution.
 
-Schema (the real manifests in ../shared/corpus/redist): a header (``release_date``,
+Schema (the real manifests in tests/data/corpus/redist): a header (``release_date``,
 ``release_label``, ``release_product``) and one object per component key
 (``fabricmanager``, ``libnvidia_nscq``, ``libnvsdm``, ``nvlsm``, ``imex``, ...) with ``name``,
 ``license``, ``version`` and one object per platform (``linux-x86_64``, ``linux-sbsa``) holding

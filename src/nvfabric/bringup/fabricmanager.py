@@ -13,22 +13,22 @@ files written first. Pure: the shipped config text and the environment come in a
 Every path is a host path resolved under ``root`` (unchanged on ``/``).
 
 Vendor layout (NVIDIA Fabric Manager User Guide, "Fabric Manager Service File" and "Startup
-Options"; ../shared/corpus/configs/nvidia-fabricmanager-535.service):
+Options"; tests/data/corpus/configs/nvidia-fabricmanager-535.service):
 ``/usr/bin/nv-fabricmanager -c /usr/share/nvidia/nvswitch/fabricmanager.cfg``; on NVLink 5
 ``-g <management port GUID>`` is added (capture:
-../shared/corpus/logs/bottlerocket-b200-fm-nvlsm-guid-systemctl-status-kk142.txt).
+tests/data/corpus/logs/bottlerocket-b200-fm-nvlsm-guid-systemctl-status-kk142.txt).
 
 Facts used here:
 
 - ``nv-fabricmanager --version`` prints ``Fabric Manager version is : 570.148.08``; fabric
   manager refuses to run unless that equals the loaded driver's version (captures
-  ../shared/corpus/logs/fm-version-mismatch-*.txt).
+  tests/data/corpus/logs/fm-version-mismatch-*.txt).
 - Its success line, once the switches are routed: ``Successfully configured all the available
-  NVSwitches to route GPU NVLink traffic.`` (../shared/corpus/logs/fm-590.48.01-*.txt); the GPUs
+  NVSwitches to route GPU NVLink traffic.`` (tests/data/corpus/logs/fm-590.48.01-*.txt); the GPUs
   then register and their fabric state goes to completed.
 - On Hopper and later, restarting fabric manager while GPUs are registered breaks NVLink SHARP
   until the GPUs are reset (User Guide, "GPU reset"; RUN.md R04;
-  ../shared/corpus/logs/nccl-nvls-invalid-argument-h100-550.124.06-nccl1705.txt).
+  tests/data/corpus/logs/nccl-nvls-invalid-argument-h100-550.124.06-nccl1705.txt).
 """
 
 from __future__ import annotations

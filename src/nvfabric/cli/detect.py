@@ -14,7 +14,7 @@ from nvfabric.rules.products import name_of
 
 
 def detect_json(inv: Inventory) -> dict[str, Any]:
-    """The JSON of the public contract (../shared/DESIGN.md, ``nvfabric detect``)."""
+    """The JSON of the public contract (``nvfabric detect``: the keys every version keeps)."""
     infiniband = []
     for fn in inv.pci:
         if fn.vendor != 0x15B3:

@@ -109,7 +109,7 @@ def install(
     resolution, transport = resolve_request(inputs, source, mirror, nvlsm_version, timeout,
                                             retries)
     if source == "apt" and _runfile_driver(root):
-        # apt-get would pull a packaged nvidia-modprobe over the runfile's (issue 17): fetch the
+        # apt-get would pull a packaged nvidia-modprobe over the runfile's: fetch the
         # exact .debs into --dest and install them as `install --from` does, with dpkg.
         _apt_on_runfile(root, inputs, resolution, transport, dest, prefix, imex_owner,
                         execute, dry_run, as_json)

@@ -1,7 +1,7 @@
 """nvfabric's systemd unit: its one text and where it goes on a node.
 
 The unit text is package data (``nvfabric/data/nvfabric.service``); the Debian package ships
-the same bytes from ``packaging/systemd/nvfabric.service`` (tests/test_unit_cli.py keeps the
+the same bytes from ``packaging/systemd/nvfabric.service`` (tests/cli/test_unit.py keeps the
 two equal). :func:`install` writes it where systemd looks for the administrator's units,
 ``/etc/systemd/system`` (systemd.unit(5), "Unit File Load Path": it wins over the package's
 ``/usr/lib/systemd/system``), under a root directory so that tests and image builds write

@@ -3,9 +3,9 @@ architecture and os-release.
 
 Sources: ``sys/module/nvidia/version`` (the loaded module's version), else the ``NVRM
 version:`` line of ``proc/driver/nvidia/version`` (capture:
-../shared/corpus/proc/driver-nvidia-version-590.48.01-open-x86_64.txt); the
+tests/data/corpus/proc/driver-nvidia-version-590.48.01-open-x86_64.txt); the
 ``nvidia-caps-imex-channels`` line of ``proc/devices`` (capture:
-../shared/corpus/proc/proc-devices-imex-channels-excerpt-dra304.txt); channel nodes
+tests/data/corpus/proc/proc-devices-imex-channels-excerpt-dra304.txt); channel nodes
 ``dev/nvidia-caps-imex-channels/channelN`` (NVIDIA IMEX guide, "IMEX channels").
 """
 

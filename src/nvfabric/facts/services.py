@@ -19,12 +19,12 @@ A path (a pid file, a socket named by the config) that would leave the root
 (:func:`nvfabric.model.hostpath.under`: ``..``, NUL) is as absent.
 
 Facts (``SERVICES``): process names as the kernel truncates them to 15 characters in ``comm``
-(``nv-fabricmanage``: ../shared/corpus/logs/fm-590.48.01-systemctl-status-pre-nvl5-node-01.txt
+(``nv-fabricmanage``: tests/data/corpus/logs/fm-590.48.01-systemctl-status-pre-nvl5-node-01.txt
 "Main PID: 5183 (nv-fabricmanage)"); pid files: NVLSM ``/var/run/nvlsm.pid``
-(../shared/corpus/logs/talos-hgx-b200-wrapper-nvlsm-start-excerpt-ext893.txt), fabric manager
+(tests/data/corpus/logs/talos-hgx-b200-wrapper-nvlsm-start-excerpt-ext893.txt), fabric manager
 ``/var/run/nvidia-fabricmanager/nv-fabricmanager.pid`` (the start script's --fm-pid-file default),
 and nvfabric's own ``/run/nvfabric/<service>.pid``; FM command port and config keys from the
-stock fabricmanager.cfg (../shared/corpus/configs/fabricmanager-535.216.01.cfg).
+stock fabricmanager.cfg (tests/data/corpus/configs/fabricmanager-535.216.01.cfg).
 """
 
 from __future__ import annotations
@@ -72,7 +72,7 @@ SERVICES: dict[str, ServiceFacts] = {
 }
 
 #: Where fabric manager's config is looked for (first existing wins): nvfabric's effective
-#: config, the stock location, Bottlerocket's (../shared/corpus/configs/).
+#: config, the stock location, Bottlerocket's (tests/data/corpus/configs/).
 FM_CONFIGS = (
     "/run/nvfabric/fabricmanager.cfg",
     "/usr/share/nvidia/nvswitch/fabricmanager.cfg",

@@ -241,7 +241,7 @@ def _key_value(stripped: str) -> tuple[str, str] | None:
     """``Key : Value`` of a stripped row (key up to the first colon, value without the blanks
     around it), None for a row without a colon (a section name). Plain string operations: a
     regular expression here backtracked for seconds on a long row with a blank run and no
-    colon (../shared/fuzz/smi-text-100k-line.txt)."""
+    colon (tests/data/fuzz/smi-text-100k-line.txt)."""
     key, sep, value = stripped.partition(":")
     if not sep:
         return None

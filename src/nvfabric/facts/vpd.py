@@ -12,7 +12,7 @@ applies in its ls-vpd.c): a sequence of resource items.
 
 ConnectX LPFs of NVLink 5 baseboards carry a Mellanox vendor field such as
 ``MLX:MN=MLNX:CSKU=V2:UUID=V3:PCI=V0:SMDL=SW_MNG:MODL=C7010Z`` in ``[VA]`` (source:
-../shared/corpus/lspci/dgxb200-cx7-sw_mng-lspci-vvv.txt); :meth:`Vpd.mellanox_fields` parses it.
+tests/data/corpus/lspci/dgxb200-cx7-sw_mng-lspci-vvv.txt); :meth:`Vpd.mellanox_fields` parses it.
 
 :func:`decode` never raises: truncated images, lengths past the end and unknown tags give the
 decoded prefix and a description in ``problems``.

@@ -92,7 +92,7 @@ class InputError(NvfabricError, ValueError):
 
 def usage_error(message: str, hint: str) -> NvfabricError:
     """An error about the caller's input (bad file, bad value): exit code 2. ``hint`` is
-    required: an error says what to do about it (tests/test_message_slips.py)."""
+    required: an error says what to do about it (tests/cli/test_message_slips.py)."""
     return NvfabricError(Finding("input_unreadable", "error", message, hint), exit_code=2)
 
 

@@ -1,6 +1,6 @@
 """``KEY=VALUE`` config files as fabric manager and IMEX ship them (comments with ``#``,
-blank lines, one key per line; examples: ../shared/corpus/configs/fabricmanager-535.216.01.cfg,
-../shared/corpus/imex/k8s-dra-driver-gpu-imex-daemon-config-2025-01.tmpl.cfg).
+blank lines, one key per line; examples: tests/data/corpus/configs/fabricmanager-535.216.01.cfg,
+tests/data/corpus/imex/k8s-dra-driver-gpu-imex-daemon-config-2025-01.tmpl.cfg).
 
 :func:`parse` keeps every line, so :func:`render` of an unpatched file gives the same text;
 :func:`patch` changes values in place (first occurrence of a key; a commented-out

@@ -4,7 +4,7 @@ NVIDIA publishes ``570.158.01`` (zero-padded third field) and nvlsm ``2025.06.6`
 Debian and RPM packages add a revision (``580.126.09-1``, ``510.85.02-0ubuntu0.22.04.1``,
 ``535.230.02-1.el9``). A version is never rewritten (``570.158.01`` stays so in every output);
 equality is field by field on integers, so ``570.158.01`` equals ``570.158.1`` and differs from
-``570.158.10``. Source: the manifests in ../shared/corpus/redist and cases F02, F04, F05.
+``570.158.10``. Source: the manifests in tests/data/corpus/redist and cases F02, F04, F05.
 """
 
 from __future__ import annotations

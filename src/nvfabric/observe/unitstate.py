@@ -5,7 +5,7 @@ how long the last start took to get there.
 The values are plain and frozen, so the HTTP thread can read the snapshot the event loop
 published without a lock. :func:`of_supervisor` is the one seam to the supervisor: it reads
 the attributes the supervisor keeps (see the function) and is the only function to change
-when the supervisor offers its own snapshot hook (issue 11).
+when the supervisor offers its own snapshot hook.
 """
 
 from __future__ import annotations

@@ -2,8 +2,8 @@
 the services' liveness and every GPU's fabric registration. No I/O, no clock: elapsed times
 come in as numbers.
 
-Rules (from the field cases tests/data/cases/S*.yaml, the copy of ../shared/cases, and the
-NVIDIA Fabric Manager User Guide, "GPU fabric registration" / "NVLink 5"):
+Rules (from the field cases tests/data/cases/S*.yaml and the NVIDIA Fabric Manager User
+Guide, "GPU fabric registration" / "NVLink 5"):
 
 - No fabric reported (state not_supported / N/A everywhere) where the fabric kind is ``none``
   (or unknown) -> ``not_applicable`` (S01: PCIe cards are never "unhealthy").

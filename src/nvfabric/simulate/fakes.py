@@ -51,7 +51,7 @@ VENDOR_PATHS: dict[str, str] = {
 }
 
 #: CUDA version printed by nvidia-smi per driver branch (captures in
-#: ../shared/corpus/nvidia-smi: 535 -> 12.2, 560 -> 12.6, 570 -> 12.8, 580 -> 13.0).
+#: tests/data/corpus/nvidia-smi: 535 -> 12.2, 560 -> 12.6, 570 -> 12.8, 580 -> 13.0).
 CUDA_BY_BRANCH: dict[str, str] = {
     "515": "11.7", "520": "11.8", "525": "12.0", "530": "12.1", "535": "12.2", "545": "12.3",
     "550": "12.4", "555": "12.5", "560": "12.6", "565": "12.7", "570": "12.8", "575": "12.9",
@@ -67,7 +67,7 @@ FABRIC_PROGRAMS = frozenset({"nvlsm", "nv-fabricmanager", "nvidia-imex", "nvidia
 NO_FABRIC_STATE = frozenset({"volta", "ampere", "ada"})
 
 #: The shipped fabricmanager.cfg of the simulated node: the keys and defaults of the 535/570
-#: packages (../shared/corpus/configs/fabricmanager-535.216.01.cfg), comments shortened.
+#: packages (tests/data/corpus/configs/fabricmanager-535.216.01.cfg), comments shortened.
 SHIPPED_FM_CFG = """\
 # NVIDIA Fabric Manager configuration file (simulated node; keys and defaults as shipped).
 # Read at fabric manager start-up; restart fabric manager for changes to take effect.

@@ -1,7 +1,7 @@
 """Built-in node profiles for ``nvfabric simulate PROFILE DIR`` and the demo.
 
 Each is a node spec (tests/data/cases/README.md format). Device IDs and VPD fields follow the
-captures in ../shared/corpus (DGX B200 LPF VPD, GB200 lspci) and the P cases.
+captures in tests/data/corpus (DGX B200 LPF VPD, GB200 lspci) and the P cases.
 """
 
 from __future__ import annotations

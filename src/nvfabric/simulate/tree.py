@@ -1,7 +1,7 @@
 """Write a node spec out as a real-shaped root directory.
 
 Formats follow what the kernel writes (Documentation/ABI/testing/sysfs-bus-pci,
-sysfs-class-infiniband; captures in ../shared/corpus): ``vendor`` is ``0x15b3\\n``, ``class``
+sysfs-class-infiniband; captures in tests/data/corpus): ``vendor`` is ``0x15b3\\n``, ``class``
 ``0x020700\\n``, ``config`` a binary configuration header with a capability list holding the VPD
 capability (ID 0x03) at 0x48 for ConnectX functions, ``vpd`` a real VPD image with a correct RV
 checksum, IB ``node_guid`` ``e09d:7303:00e4:00e8``, ``gids/0`` an fe80:: GID, ``cap_mask``
@@ -86,7 +86,7 @@ def config_space(vendor: int, device: int, class_code: int, sub_vendor: int, sub
 
 def mellanox_vpd(m: MellanoxSpec, guid: str) -> bytes:
     """The VPD image of a ConnectX function: the field set of the real DGX B200 LPF
-    (../shared/corpus/lspci/dgxb200-cx7-sw_mng-lspci-vvv.txt), with V3 derived from the GUID."""
+    (tests/data/corpus/lspci/dgxb200-cx7-sw_mng-lspci-vvv.txt), with V3 derived from the GUID."""
     g = guid[2:] if guid.startswith("0x") else guid
     uuid = "96375e6109d7ef118000" + g[0:6] + g[10:16]
     return encode(

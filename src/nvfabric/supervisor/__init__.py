@@ -1,7 +1,7 @@
 """The supervisor: runs the services of a unit (NVLSM then fabric manager, or any list of
 :class:`~nvfabric.bringup.spec.ServiceSpec`) as one: the only place nvfabric spawns daemons.
 
-Behaviour (../shared/cases/RUN.md):
+Behaviour (tests/data/cases/RUN.md):
 
 - Start in order; each service starts once the one before it is ready. NVLSM's IPC socket is
   waited for with inotify on its directory (ctypes; a 10 ms stat loop where inotify is not

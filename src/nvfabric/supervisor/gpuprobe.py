@@ -6,8 +6,8 @@ completed; R09's check after a GPU reset).
 The supervisor asks in a short-lived child (:func:`in_child`, from
 :func:`nvfabric.supervisor.lean.gpu_check_in_child`): the reading needs the
 NVML binding or the node's ``nvidia-smi -q -x`` and its XML parser, a few MiB of modules that
-the process which stays up for days would otherwise keep for the rest of its life (issue 15:
-its idle resident memory). The child is forked, reads, writes its answer as one JSON object
+the process which stays up for days would otherwise keep for the rest of its life (its idle
+resident memory). The child is forked, reads, writes its answer as one JSON object
 on a pipe and ends; it dies with the thread that forked it (PR_SET_PDEATHSIG) and is killed
 when it does not answer within :data:`CHILD_BOUND_S`.
 """

@@ -1,6 +1,6 @@
 """The lean supervisor process: ``nvfabric run`` plans and checks in the full CLI, then
 ``execv``\\s into this entry point, which imports only what supervising needs, so that the
-process that stays up for days holds a few MiB instead of the whole CLI (issue 15).
+process that stays up for days holds a few MiB instead of the whole CLI.
 
 - Same pid: systemd's main pid, ``$WATCHDOG_PID``, PID 1 in a container and the pid in the
   run lock and the readiness file all stay right; the environment (``$NOTIFY_SOCKET``, ...)

@@ -44,7 +44,7 @@ def _noop_handler(signum: int, frame: object) -> None:
 class _Readers:
     """The loop's readable descriptors and their callbacks on one epoll(7) instance: what
     ``selectors.DefaultSelector`` (the epoll one on Linux) does for reading, without the
-    :mod:`selectors` and :mod:`math` modules in the lean supervisor process (issue 15)."""
+    :mod:`selectors` layer over it."""
 
     def __init__(self) -> None:
         self._epoll = select.epoll()  # close-on-exec

@@ -5,12 +5,12 @@ process group killed at the timeout and at exit).
 - ``-q`` prints ``READY`` once the local daemon has its quorum and serves requests.
 - ``-N -j``: ``{"nodes": {"<id>": {"status", "host", "connections": {"<id>": {"host",
   "status", "changed"}}, "version", "hostName"}}, "timestamp", "status": "UP|DEGRADED|DOWN"}``
-  (captures ../shared/corpus/imex/dcgm-test-imex-ctl-N-j-degraded-580.30.json and
+  (captures tests/data/corpus/imex/dcgm-test-imex-ctl-N-j-degraded-580.30.json and
   dcgm-test-imex-ctl-N-j-up-oneline.json).
 - ``-N``: a legend, a timestamp, ``Node #N - <address> - <STATUS> - Version: <v>`` lines, a
   From/To matrix of connection letters (C connected, I invalid/unreachable, N never connected,
   R recovering, D disconnected, A authenticating, !V! version mismatch, !M! node map mismatch)
-  and ``Domain State: UP`` (capture ../shared/corpus/imex/
+  and ``Domain State: UP`` (capture tests/data/corpus/imex/
   aws-pcluster-p6e-gb200-18node-imex-ctl-N-570.172.txt).
 
 Source of the flags: NVIDIA IMEX guide, "IMEX Service Command Service".

@@ -5,7 +5,7 @@ nodes ``/dev/nvidia-caps-imex-channels/channelN`` (minor N) by default, and CUDA
 fail with an insufficient permission error without them. The nodes do not survive a reboot
 unless the driver creates channel0 itself (module parameter NVreg_CreateImexChannel0=1).
 Sources: NVIDIA IMEX guide, "IMEX Channels"; CUDA Programming Guide, "IMEX channels";
-captures ../shared/corpus/proc/proc-devices-imex-channels-excerpt-dra304.txt and
+captures tests/data/corpus/proc/proc-devices-imex-channels-excerpt-dra304.txt and
 ls-dev-nvidia-caps-dra304.txt (a node wrongly made with the IMEX major under /dev/nvidia-caps).
 
 :class:`DevNode` values are read by :mod:`nvfabric.facts.imex.tray`; :func:`check` turns them into

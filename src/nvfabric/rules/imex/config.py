@@ -5,7 +5,7 @@ The shipped ``/etc/nvidia-imex/config.cfg`` is patched with :mod:`nvfabric.model
 its log on stderr, so that the supervisor sees every line: DAEMONIZE=0, LOG_FILE_NAME empty,
 LOG_USE_SYSLOG=0; the command service stays on for readiness (``nvidia-imex-ctl -q``).
 Key meanings and allowed values: the comment blocks of the shipped file
-(../shared/corpus/imex/k8s-dra-driver-gpu-imex-daemon-config-2025-01.tmpl.cfg,
+(tests/data/corpus/imex/k8s-dra-driver-gpu-imex-daemon-config-2025-01.tmpl.cfg,
 aws-parallelcluster-nvidia-imex-config.erb); NVIDIA IMEX guide, "IMEX Service Config Options".
 """
 
@@ -24,7 +24,7 @@ from nvfabric.rules.imex.tables import NODES_CONFIG_PATH
 DEFAULT_CMD_PORT = "50005"
 
 #: The keys of the shipped config.cfg whose defaults nvfabric relies on, in the shipped order,
-#: with the shipped values. Source: ../shared/corpus/imex/
+#: with the shipped values. Source: tests/data/corpus/imex/
 #: k8s-dra-driver-gpu-imex-daemon-config-2025-01.tmpl.cfg; NVIDIA IMEX guide, "IMEX Service
 #: Config Options".
 SHIPPED_DEFAULTS: tuple[tuple[str, str], ...] = (

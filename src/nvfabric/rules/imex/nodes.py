@@ -4,8 +4,8 @@ Every IMEX daemon of a domain reads the same list, one entry per line: an IPv4/I
 or (from driver 570.158.01, :data:`~nvfabric.rules.imex.tables.HOSTNAMES_MIN_DRIVER`) a host name.
 The daemon finds itself by matching the entries against its interfaces; with no match it
 logs "No matching network interface found for any IP addresses in the node configuration
-file" and is useless while other probes stay green (case ../shared/cases/D07). Sources:
-NVIDIA IMEX guide, "Deployment Models"; captures ../shared/corpus/imex/
+file" and is useless while other probes stay green (case tests/data/cases/D07). Sources:
+NVIDIA IMEX guide, "Deployment Models"; captures tests/data/corpus/imex/
 aws-parallelcluster-nvidia-imex-nodes.erb and imex-570.124.06-nodes-config-echo-and-
 startup-dra298.log.
 """
@@ -105,7 +105,7 @@ def expand_slurm(expression: str) -> tuple[Peer, ...]:
         raise PeerError(f"bad Slurm hostlist {shown!r}: {err}") from None
     except (RecursionError, ValueError, IndexError, TypeError) as err:
         # python-hostlist's own failures on hostile input: it recurses once per bracket
-        # (``[][`` + newline + ``]``: RecursionError, ../shared/fuzz)
+        # (``[][`` + newline + ``]``: RecursionError, tests/data/fuzz)
         why = "nested too deeply" if isinstance(err, RecursionError) else str(err)
         raise PeerError(f"bad Slurm hostlist {shown!r}: {why}") from None
     finally:

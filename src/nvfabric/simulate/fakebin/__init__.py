@@ -27,10 +27,10 @@ the simulated state under ``DIR/var/lib/nvfabric-sim/``:
 - ``calls.jsonl``: one JSON line per event (exec, socket created, registered), with the wall
   time, for tests and benchmarks.
 
-Output lines follow the real ones where a capture exists (../shared/corpus/logs: the
+Output lines follow the real ones where a capture exists (tests/data/corpus/logs: the
 NV_WARN_NOTHING_TO_DO line, the version mismatch line, "Connected to 1 node.", the success
-line, the OpenSM banner, the umad_init ibwarn line; ../shared/corpus/imex: IMEX start-up and
-the "No matching network interface" error; ../shared/corpus/nvidia-smi for the -q text, the
+line, the OpenSM banner, the umad_init ibwarn line; tests/data/corpus/imex: IMEX start-up and
+the "No matching network interface" error; tests/data/corpus/nvidia-smi for the -q text, the
 -q -x XML and the CSV query). Lines for which no capture exists are marked ``[fake]``.
 """
 
