@@ -33,7 +33,7 @@ TRACED: dict[str, tuple[str, ...]] = {
     "nvfabric.bringup.vendor": ("resolve",),
     "nvfabric.facts.fmconfig": ("read_shipped",),
     "nvfabric.bringup.fabricmanager": ("prepare",),
-    "nvfabric.facts.node": ("running", "fm_version"),
+    "nvfabric.facts.probes": ("running", "fm_version"),
     "nvfabric.facts.gpu": ("read_health",),
     "nvfabric.effects.runlock": ("acquire_run_lock",),
     "nvfabric.effects.sockets": ("socket_listening",),
