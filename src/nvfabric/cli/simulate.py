@@ -27,7 +27,8 @@ CASE_KEYS = frozenset({"id", "title", "command", "node", "input", "options", "ex
 @click.option("--from-bug-report", "report_file", type=click.Path(dir_okay=False),
               help="An nvidia-bug-report.log(.gz): build the node it describes "
               "(see `nvfabric triage`).")
-@click.option("--list", "list_profiles", is_flag=True, help="List the built-in profiles.")
+@click.option("--list", "list_profiles", is_flag=True,
+              help="List the built-in profiles, each with the product it is.")
 @click.option("--driver-only", is_flag=True,
               help="The driver and its nvidia-smi only: no fabric manager, NVLSM or IMEX "
               "fakes nor their shipped configs (what an image or `nvfabric install` brings).")
@@ -43,13 +44,16 @@ def simulate(profile: str | None, directory: str | None, spec_file: str | None,
     DIR is refused."""
     from nvfabric.simulate import PROFILES, SpecError, build, profile_spec
     from nvfabric.simulate.fakes import install
+    from nvfabric.simulate.profiles import describe
     from nvfabric.simulate.write import clear
 
     if list_profiles:
+        products = {name: describe(name, profile_spec(name)) for name in sorted(PROFILES)}
         if as_json:
-            print_json({"profiles": sorted(PROFILES)})
+            print_json({"profiles": sorted(PROFILES), "products": products})
         else:
-            click.echo("\n".join(sorted(PROFILES)))
+            width = max(map(len, products))
+            click.echo("\n".join(f"{name:<{width}}  {text}" for name, text in products.items()))
         return
     profile, directory = _arguments(profile, directory, spec_file, report_file)
     notes: list[str] = []
