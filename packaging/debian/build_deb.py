@@ -298,9 +298,10 @@ def stage_dist(dist: Path, stage: Path, leave_out: set[str], mtime: float) -> No
 
 def build(dist: Path, units: Path, out_dir: Path) -> Path:
     """Build the package into ``out_dir``; returns its path. Raises BuildError."""
-    for tool in ("dpkg-deb", "dpkg-query", "dpkg-shlibdeps", "ldconfig"):
+    # dpkg-shlibdeps reads the ELF objects with binutils' objdump
+    for tool in ("dpkg-deb", "dpkg-query", "dpkg-shlibdeps", "objdump", "ldconfig"):
         if shutil.which(tool) is None:
-            raise BuildError(f"{tool} is not installed (apt-get install dpkg-dev libc-bin)")
+            raise BuildError(f"{tool} is not installed (apt-get install dpkg-dev binutils)")
     exe = dist / PACKAGE
     if not exe.is_file() or not (dist / "_internal").is_dir():
         raise BuildError(f"{dist} is not a directory build (no {PACKAGE} beside _internal/): "
@@ -353,12 +354,12 @@ def build(dist: Path, units: Path, out_dir: Path) -> Path:
             raise BuildError(f"the package would depend on Python: {', '.join(pythonic)}")
         # Installed-Size as dpkg-gencontrol counts it: KiB per file rounded up, 1 per other
         # entry (directories, links).
-        entries = [p for p in stage.rglob("*")]
-        kib = sum((p.stat().st_size + 1023) // 1024 if p.is_file() and not p.is_symlink()
-                  else 1 for p in entries)
-        md5 = "".join(
-            f"{hashlib.md5(p.read_bytes()).hexdigest()}  {p.relative_to(stage)}\n"  # noqa: S324 - dpkg's format
-            for p in sorted(entries) if p.is_file() and not p.is_symlink())
+        entries = sorted(stage.rglob("*"))
+        regular = [p for p in entries if p.is_file() and not p.is_symlink()]
+        kib = sum((p.stat().st_size + 1023) // 1024 for p in regular) \
+            + len(entries) - len(regular)
+        md5 = "".join(f"{hashlib.md5(p.read_bytes()).hexdigest()}  "  # noqa: S324 - dpkg's format
+                      f"{p.relative_to(stage)}\n" for p in regular)
         put(stage, "DEBIAN/control", control_text(version, arch, ", ".join(depends),
                                                   kib).encode(), 0o644, epoch)
         put(stage, "DEBIAN/md5sums", md5.encode(), 0o644, epoch)
