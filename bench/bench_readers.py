@@ -3,8 +3,9 @@ input"). Each of the kinds that were quadratic is fed at n, 4n and 16n; the figu
 ratio 16n/n (linear: about 16; quadratic: about 256). Kinds: nvidia-smi text rows with a blank
 run and no colon (the old key/value regex), an APT index of many stanzas of the wanted package
 (each stanza parsed once), a log of long lines with a needle (doctor), a log
-after a hole of NUL padding (doctor, ~100 MB/s before the padding fast path), concatenated domain
-reports, a fabric manager config with long values. In-process, best of 3.
+after a hole of NUL padding (doctor, ~100 MB/s before the padding fast path), a log line that
+repeats a signature's start without its end, an IMEX config.cfg with a run of blank lines,
+concatenated domain reports, a fabric manager config with long values. In-process, best of 3.
 """
 
 from __future__ import annotations
@@ -62,6 +63,22 @@ def _doctor_nul(n: int) -> Callable[[], object]:
     return lambda: classify_stream(Classifier(), io.BytesIO(data))
 
 
+def _doctor_repeat(n: int) -> Callable[[], object]:
+    from nvfabric.rules.diagnose import Classifier, classify_stream
+
+    # one line repeating a signature's start without its end ('A .* B': was quadratic)
+    data = b"NVRM: Xid (PCI:0000:07:00): 79, pid=1, " * n + b"\n"
+    return lambda: classify_stream(Classifier(), io.BytesIO(data))
+
+
+def _imexcfg(n: int) -> Callable[[], object]:
+    from nvfabric.rules.imex import config
+
+    # a run of blank lines with no key after it (the known-key check: was cubic)
+    text = "SERVER_PORT=50000\n" + " \n" * n
+    return lambda: config.check_known(text, {"SERVER_PORT": "1"})
+
+
 def _reports(n: int) -> Callable[[], object]:
     from nvfabric.cli import domain
 
@@ -81,6 +98,8 @@ def main() -> int:
     kinds = {"nvidia-smi text, blank runs": (_smi, 200), "APT index, stanzas": (_apt, 2000),
              "doctor, 20 KB lines": (_doctor, 200),
              "doctor, MiB of NUL padding": (_doctor_nul, 16),
+             "doctor, a line repeating an Xid start": (_doctor_repeat, 2000),
+             "IMEX config.cfg, blank-line run": (_imexcfg, 2000),
              "domain reports, JSON Lines": (_reports, 2000),
              "fabricmanager.cfg, long values": (_fmcfg, 2000)}
     worst = 0.0

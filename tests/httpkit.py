@@ -16,7 +16,7 @@ def free_port() -> int:
         return port
 
 
-def get(port: int, path: str, timeout: float = 5.0) -> tuple[int, str, str]:
+def get(port: int, path: str, timeout: float = 30.0) -> tuple[int, str, str]:
     """(status, content type, body) of ``GET http://127.0.0.1:PORT/PATH``."""
     conn = http.client.HTTPConnection("127.0.0.1", port, timeout=timeout)
     try:

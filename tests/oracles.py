@@ -12,6 +12,8 @@ import subprocess
 
 import pytest
 
+from tests import runkit
+
 
 def need(tool: str) -> str:
     path = shutil.which(tool)
@@ -25,10 +27,9 @@ def need(tool: str) -> str:
 def lspci_vvv(root: str, slot: str) -> str:
     """``lspci -vvv`` of one function of a node tree, through the sysfs back end."""
     lspci = need("lspci")
-    proc = subprocess.run(
-        [lspci, "-vvv", "-A", "linux-sysfs", "-O", f"sysfs.path={root}/sys/bus/pci", "-s", slot],
-        capture_output=True, text=True, timeout=30, check=True,
-    )
+    proc = runkit.run([lspci, "-vvv", "-A", "linux-sysfs", "-O", f"sysfs.path={root}/sys/bus/pci",
+                       "-s", slot],
+                      check=True)
     return proc.stdout
 
 
@@ -38,10 +39,7 @@ def ibstat(root: str, *args: str) -> subprocess.CompletedProcess[str]:
     need("unshare")
     unshare = ["unshare", "-m"] if os.geteuid() == 0 else ["unshare", "-rm"]
     script = 'mount --bind "$1/sys" /sys && shift && exec "$@"'
-    return subprocess.run(
-        [*unshare, "sh", "-c", script, "sh", root, ib, *args],
-        capture_output=True, text=True, timeout=30, check=False,
-    )
+    return runkit.run([*unshare, "sh", "-c", script, "sh", root, ib, *args])
 
 
 def vpd_block(lspci_text: str) -> list[str]:

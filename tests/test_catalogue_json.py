@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import subprocess
 import sys
 from pathlib import Path
 
@@ -11,6 +10,7 @@ import pytest
 import yaml
 
 from nvfabric.rules import diagnose
+from tests import runkit
 from tests.catalogues import DATA, render, stale
 
 
@@ -52,6 +52,5 @@ def test_no_yaml_is_imported_or_parsed_to_classify() -> None:
             "Classifier('nvlink5'); lookup_table('sxid'); lookup_table('xid')\n"
             "print(json.dumps(sorted(m for m in sys.modules\n"
             "                        if m == 'yaml' or m.startswith(('yaml.', 'importlib.res')))))")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                         check=True).stdout
+    out = runkit.run([sys.executable, "-c", code], check=True).stdout
     assert json.loads(out) == []

@@ -6,7 +6,6 @@ from __future__ import annotations
 import os
 import signal
 import stat
-import subprocess
 import sys
 from pathlib import Path
 
@@ -20,6 +19,7 @@ from nvfabric.effects.apply import apply
 from nvfabric.effects.atomic import write_atomic
 from nvfabric.facts.fmconfig import check_paths
 from nvfabric.facts.paths import under
+from tests import runkit
 
 from .cases import CASES, CORPUS
 from .conftest import run_cli
@@ -242,8 +242,7 @@ while True:
 def test_atomic_write_killed_before_the_rename_leaves_the_previous_file(tmp_path: Path) -> None:
     target = tmp_path / "fabricmanager.cfg"
     target.write_text("OLD=1\n", encoding="utf-8")
-    proc = subprocess.run([sys.executable, "-c", _KILL_IN_FSYNC, str(target)], timeout=60,
-                          check=False)
+    proc = runkit.run([sys.executable, "-c", _KILL_IN_FSYNC, str(target)], text=False)
     assert proc.returncode == -signal.SIGKILL
     assert target.read_text(encoding="utf-8") == "OLD=1\n"
 
@@ -253,12 +252,10 @@ def test_atomic_write_killed_at_any_moment_leaves_a_whole_file(tmp_path: Path) -
     old, new = "OLD=1\n", "NEW=1\n" * 200000
     for _ in range(5):
         target.write_text(old, encoding="utf-8")
-        proc = subprocess.Popen([sys.executable, "-c", _WRITE_LOOP, str(target)],
-                                stdout=subprocess.PIPE, text=True)
-        assert proc.stdout is not None and proc.stdout.readline() == "go\n"
-        proc.send_signal(signal.SIGKILL)
-        proc.wait(30)
-        proc.stdout.close()
+        with runkit.Child([sys.executable, "-c", _WRITE_LOOP, target], merge_output=True) as proc:
+            proc.wait_line("^go$")
+            proc.signal(signal.SIGKILL)
+            proc.wait()
         assert target.read_text(encoding="utf-8") in (old, new)
 
 

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import re
 import shutil
-import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +19,7 @@ from nvfabric.model.health import GpuFabric
 from nvfabric.model.mask import decode_mask
 from nvfabric.observe.metrics import Reading, render
 from nvfabric.observe.unitstate import ServiceSnapshot, UnitSnapshot
+from tests import runkit
 
 REPO = Path(__file__).resolve().parents[1]
 RULES = REPO / "deploy/prometheus/nvfabric-alerts.yml"
@@ -39,15 +39,13 @@ def _alerts() -> list[dict[str, Any]]:
 
 
 def test_promtool_check_rules_accepts_the_shipped_rules() -> None:
-    out = subprocess.run([_promtool(), "check", "rules", str(RULES)], capture_output=True,
-                         text=True, timeout=60)
+    out = runkit.run([_promtool(), "check", "rules", str(RULES)])
     assert out.returncode == 0, out.stdout + out.stderr
     assert f"SUCCESS: {len(_alerts())} rules found" in out.stdout
 
 
 def test_promtool_unit_tests_of_every_alert_pass() -> None:
-    out = subprocess.run([_promtool(), "test", "rules", str(TESTS)], capture_output=True,
-                         text=True, timeout=60, cwd=TESTS.parent)
+    out = runkit.run([_promtool(), "test", "rules", str(TESTS)], cwd=TESTS.parent)
     assert out.returncode == 0, out.stdout + out.stderr
     assert "SUCCESS" in out.stdout
 
@@ -81,8 +79,7 @@ def test_the_unit_tests_fail_when_an_alert_can_never_fire(tmp_path: Path, name: 
                 rule["expr"] = "vector(1) == 0"
     (tmp_path / RULES.name).write_text(yaml.safe_dump(doc))
     shutil.copy(TESTS, tmp_path / TESTS.name)
-    out = subprocess.run([_promtool(), "test", "rules", TESTS.name], capture_output=True,
-                         text=True, timeout=60, cwd=tmp_path)
+    out = runkit.run([_promtool(), "test", "rules", TESTS.name], cwd=tmp_path)
     assert out.returncode != 0, f"{name}: its unit tests pass although it never fires"
     assert name in out.stdout + out.stderr
 

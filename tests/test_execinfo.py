@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import subprocess
 import sys
 from pathlib import Path
 
@@ -14,6 +13,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from nvfabric.facts.execinfo import HEAD_BYTES, exec_error, interpreter, missing_interpreter
+from tests import runkit
 from tests.conftest import run_cli
 
 TRUE = shutil.which("true")
@@ -27,8 +27,7 @@ def _head(path: str | Path) -> bytes:
 
 def _loader() -> str:
     """This machine's ELF loader as ldd prints it for /bin/true (the oracle)."""
-    out = subprocess.run(["ldd", os.path.realpath(TRUE)], capture_output=True, text=True,
-                         check=True).stdout
+    out = runkit.run(["ldd", os.path.realpath(TRUE)], check=True).stdout
     (line,) = [ln for ln in out.splitlines() if "ld-linux" in ln]
     return line.split()[0]
 
@@ -43,8 +42,7 @@ def test_dynamic_elf_names_its_loader_as_ldd_does() -> None:
 def test_static_elf_has_no_interpreter() -> None:
     # glibc's ldconfig (Debian's libc-bin, on every glibc system) is a static-pie ELF: ldd says so
     ldconfig = Path("/sbin/ldconfig")
-    assert "statically linked" in subprocess.run(["ldd", str(ldconfig)], capture_output=True,
-                                                 text=True, check=False).stdout
+    assert "statically linked" in runkit.run(["ldd", str(ldconfig)]).stdout
     assert interpreter(_head(ldconfig)) is None
 
 
@@ -66,7 +64,7 @@ def test_script_with_a_missing_interpreter_is_named(tmp_path: Path) -> None:
     script.write_text("#!/opt/absent/bin/python -IS\nprint('x')\n")
     script.chmod(0o755)
     with pytest.raises(FileNotFoundError) as err:
-        subprocess.run([str(script), "--version"], check=False)
+        runkit.run([str(script), "--version"], text=False)
     msg = exec_error(str(script), err.value)
     assert msg == ("No such file or directory: its interpreter /opt/absent/bin/python "
                    "(#! line) does not exist here")
@@ -81,7 +79,7 @@ def test_elf_with_a_missing_loader_is_named(tmp_path: Path) -> None:
     binary.write_bytes(data.replace(loader, gone))
     binary.chmod(0o755)
     with pytest.raises(FileNotFoundError) as err:
-        subprocess.run([str(binary)], check=False)
+        runkit.run([str(binary)], text=False)
     assert exec_error(str(binary), err.value) == (
         f"No such file or directory: its interpreter {gone.decode()} (ELF PT_INTERP) does "
         "not exist here")
@@ -90,7 +88,7 @@ def test_elf_with_a_missing_loader_is_named(tmp_path: Path) -> None:
 def test_other_errors_keep_the_os_words(tmp_path: Path) -> None:
     missing = tmp_path / "absent"
     with pytest.raises(FileNotFoundError) as err:
-        subprocess.run([str(missing)], check=False)
+        runkit.run([str(missing)], text=False)
     assert exec_error(str(missing), err.value) == "No such file or directory"
     fifo = tmp_path / "fifo"
     os.mkfifo(fifo)

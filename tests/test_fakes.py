@@ -7,7 +7,6 @@ from __future__ import annotations
 import json
 import re
 import signal
-import subprocess
 import sys
 import time
 import xml.etree.ElementTree as ET
@@ -22,14 +21,13 @@ from nvfabric.rules.diagnose import classify_lines
 from nvfabric.simulate import fakebin
 from nvfabric.simulate.fakes import gpus, set_faults
 
+from . import runkit
 from .cases import CORPUS
 from .runkit import events, sim, until
 
 
-def fake(root: Path, prog: str, *args: str,
-         timeout: float = 30) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([str(root / "bin" / prog), *args], capture_output=True, text=True,
-                          timeout=timeout, check=False)
+def fake(root: Path, prog: str, *args: str, timeout: float = 60) -> runkit.Done:
+    return runkit.run([root / "bin" / prog, *args], timeout=timeout)
 
 
 def corpus_line(name: str, needle: str) -> str:
@@ -181,33 +179,27 @@ def test_nvlsm_refuses_a_guid_that_is_no_local_port(tmp_path: Path) -> None:
     assert not events(root, "nvlsm", "socket")
 
 
-def _imex(root: Path, tmp_path: Path, nodes: list[str]) -> tuple[subprocess.Popen[str], Path]:
+def _imex(root: Path, tmp_path: Path, nodes: list[str]) -> tuple[runkit.Child, Path]:
     (tmp_path / "nodes.cfg").write_text("\n".join(nodes) + "\n", encoding="utf-8")
     cfg = tmp_path / "imex.cfg"
     cfg.write_text(f"DAEMONIZE=0\nLOG_FILE_NAME=\nIMEX_NODE_CONFIG_FILE={tmp_path}/nodes.cfg\n",
                    encoding="utf-8")
-    proc = subprocess.Popen([str(root / "bin/nvidia-imex"), "-c", str(cfg)],
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    return proc, cfg
+    return runkit.Child([root / "bin/nvidia-imex", "-c", cfg], merge_output=True), cfg
 
 
-def _stop(proc: subprocess.Popen[str]) -> None:
-    """SIGTERM the fake daemon and wait for it; a fake that does not stop is killed (never left
-    behind to disturb other tests) and fails the test."""
-    proc.send_signal(signal.SIGTERM)
-    try:
-        proc.communicate(timeout=30)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.communicate()
-        pytest.fail("the fake nvidia-imex did not stop on SIGTERM")
+def _stop(proc: runkit.Child) -> str:
+    """SIGTERM the fake daemon and wait for it (its output, returned); a fake that does not
+    stop is killed (never left behind to disturb other tests) and fails the test."""
+    proc.signal(signal.SIGTERM)
+    proc.wait()
+    return proc.log
 
 
 def test_d07_imex_with_no_local_address_exits_with_the_real_error(tmp_path: Path) -> None:
     root = sim(tmp_path, "gb200-tray")
     proc, _ = _imex(root, tmp_path, ["198.51.100.1", "198.51.100.2"])
-    out, _ = proc.communicate(timeout=30)
-    assert proc.returncode == 1
+    assert proc.wait() == 1, proc.log
+    out = proc.log
     assert "imex_no_local_interface" in [f.code for f in classify_lines(out.splitlines())]
     assert fake(root, "nvidia-imex-ctl", "-q").stdout.strip() != "READY"
 
@@ -235,7 +227,7 @@ def test_imex_ready_then_ctl_reports_status_json_until_stopped(tmp_path: Path) -
         assert table[-1] == "Domain State: UP" and table[-2] == ""
     finally:
         _stop(proc)
-    assert proc.returncode == 0
+    assert proc.proc.returncode == 0, proc.log
     assert fake(root, "nvidia-imex-ctl", "-q").returncode == 1
 
 
@@ -251,12 +243,10 @@ def test_imex_takes_the_trees_etc_hostname_as_its_own_host_name(tmp_path: Path) 
     except AssertionError:
         _stop(proc)
         raise
-    proc.send_signal(signal.SIGTERM)
-    out, _ = proc.communicate(timeout=30)
+    out = _stop(proc)
     assert "Treating node config entry 'gb-07' as a host name." in out
     other, _ = _imex(root, tmp_path, ["node-01"])  # the built-in name is no longer this host
-    text, _ = other.communicate(timeout=30)
-    assert other.returncode == 1 and "No matching network interface" in text
+    assert other.wait() == 1 and "No matching network interface" in other.log, other.log
 
 
 def test_imex_ctl_text_table_renders_the_18_node_capture_exactly() -> None:
@@ -298,7 +288,7 @@ def test_imex_ctl_text_table_reads_the_same_as_its_json(tmp_path: Path, peers: s
 
 def test_imex_ctl_hang_fault_never_answers(tmp_path: Path) -> None:
     root = sim(tmp_path, "gb200-tray", {"imex-ctl": {"hang": True}})
-    with pytest.raises(subprocess.TimeoutExpired):
+    with pytest.raises(AssertionError, match="still running after 0.5 s"):
         fake(root, "nvidia-imex-ctl", "-q", timeout=0.5)
 
 
@@ -327,20 +317,13 @@ print("stopped" if stopped else "timed out", flush=True)
 
 def test_fake_daemon_stops_on_sigterm_arriving_inside_its_wait_loop(tmp_path: Path) -> None:
     root = sim(tmp_path, "gb200-tray")
-    proc = subprocess.Popen([sys.executable, "-c", _SIGTERM_IN_WAIT, str(root / "bin"),
-                             str(root)], stdout=subprocess.PIPE, text=True)
-    try:
-        assert proc.stdout is not None and proc.stdout.readline() == "waiting\n"
-        time.sleep(0.3)  # the loop is in its wait; a signal now must end it
-        proc.send_signal(signal.SIGTERM)
-        out, _ = proc.communicate(timeout=10)
-    except subprocess.TimeoutExpired:
-        pytest.fail("the fake daemon deadlocked in its SIGTERM handler")
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-    assert out == "stopped\n" and proc.returncode == 0
+    with runkit.Child([sys.executable, "-c", _SIGTERM_IN_WAIT, root / "bin", root],
+                      merge_output=True) as proc:
+        proc.wait_line("^waiting$")
+        time.sleep(0.3)  # the loop is most likely in its wait; earlier, it must end it too
+        proc.signal(signal.SIGTERM)
+        assert proc.wait() == 0, "the fake daemon deadlocked in its SIGTERM handler"
+    assert proc.lines == ["waiting", "stopped"]
 
 
 def test_a_tree_holds_the_whole_fakes_package_and_it_imports_only_the_standard_library(

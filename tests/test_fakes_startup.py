@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
+import signal
 import sys
 from pathlib import Path
 from xml.sax.saxutils import escape as sax_escape
@@ -25,6 +25,7 @@ from nvfabric.simulate import fakebin, fakes
 from nvfabric.simulate.fakebin import smi
 from nvfabric.simulate.fakebin import state as fakestate
 
+from . import runkit
 from .runkit import events, sim
 
 #: Runs the launcher at argv[1] as the kernel would (its own text, as ``__main__``, argv[3:]
@@ -60,24 +61,38 @@ HEAVY = frozenset({
 
 
 def run_modules(tmp_path: Path, launcher: Path | None, *args: str,
-                env: dict[str, str] | None = None) -> tuple[object, set[str]]:
-    """(exit status, modules loaded) of ``launcher ARGS`` run in a child ``python -IS``."""
+                env: dict[str, str] | None = None,
+                crash_at: tuple[Path, str, str] | None = None) -> tuple[object, set[str]]:
+    """(exit status, modules loaded) of ``launcher ARGS`` run in a child ``python -IS``;
+    ``crash_at`` (root, prog, event): once the fake recorded that event, SIGUSR1 makes it
+    crash (its fault ``crash_on_sigusr1``), so that its whole life runs whatever the load."""
     out = tmp_path / "modules.txt"
-    proc = subprocess.run(
-        [sys.executable, "-IS", "-c", _RUN_LAUNCHER, str(launcher or ""), str(out), *args],
-        capture_output=True, text=True, timeout=60, check=False,
-        env={**os.environ, **(env or {})})
-    assert proc.returncode in (0, 1, 2), proc.stderr
+    argv = [sys.executable, "-IS", "-c", _RUN_LAUNCHER, str(launcher or ""), str(out), *args]
+    full_env = {**os.environ, **(env or {})}
+    if crash_at is None:
+        proc = runkit.run(argv, timeout=60, env=full_env)
+        assert proc.returncode in (0, 1, 2), proc
+    else:
+        root, prog, event = crash_at
+        with runkit.Child(argv, env=full_env) as child:
+            runkit.until(lambda: bool(events(root, prog, event)) or child.proc.poll() is not None,
+                         f"the fake {prog}'s {event} event")
+            os.kill(child.pid, signal.SIGUSR1)
+            assert child.wait() in (0, 1, 2), child.log
     status, *names = out.read_text(encoding="utf-8").splitlines()
     return eval(status), set(names)  # noqa: S307 - repr of an int or None written above
 
 
 def fake_imports(tmp_path: Path, root: Path, prog: str, *args: str,
-                 env: dict[str, str] | None = None) -> tuple[object, set[str], set[str]]:
+                 env: dict[str, str] | None = None,
+                 crash_at: str | None = None) -> tuple[object, set[str], set[str]]:
     """(exit status, the package's modules, other modules beyond the baseline) of one run of
-    fake ``prog`` through its launcher in ``root``."""
+    fake ``prog`` through its launcher in ``root`` (``crash_at``: the event of its state
+    after which it is made to crash, see :func:`run_modules`)."""
     _, base = run_modules(tmp_path, None)
-    status, loaded = run_modules(tmp_path, root / "bin" / prog, *args, env=env)
+    status, loaded = run_modules(tmp_path, root / "bin" / prog, *args, env=env,
+                                 crash_at=None if crash_at is None else
+                                 (root, fakes_prog(prog), crash_at))
     own = {m for m in loaded if m.split(".")[0] == fakes.FAKES_PACKAGE}
     return status, own, loaded - base - own
 
@@ -86,6 +101,11 @@ def fake_imports(tmp_path: Path, root: Path, prog: str, *args: str,
 #: wait loop's select).
 DAEMON_LIFE = frozenset({"socket", "_socket", "selectors", "select", "array", "math", "signal",
                          "errno", "collections.abc", "stat", "_stat"})
+
+
+def fakes_prog(launcher: str) -> str:
+    """The name a fake records its events under (``nv-fabricmanager`` -> ``fabricmanager``)."""
+    return {"nv-fabricmanager": "fabricmanager", "nvidia-imex": "imex"}.get(launcher, launcher)
 
 
 def package(*modules: str) -> set[str]:
@@ -120,10 +140,11 @@ def test_a_fakes_quick_path_imports_its_module_and_no_library(
 def test_the_nvlsm_daemon_serves_its_socket_with_the_daemon_modules_only(tmp_path: Path) -> None:
     """NVLSM's whole life (banner, pid file, IPC socket, wait loop, simulated crash) takes
     :mod:`socket`, :mod:`signal` and :mod:`select` beyond the quick path, nothing else."""
-    root = sim(tmp_path, "dgx-b200", {"nvlsm": {"socket_delay_s": 0, "crash_after_s": 0.3}})
+    root = sim(tmp_path, "dgx-b200", {"nvlsm": {"socket_delay_s": 0, "crash_on_sigusr1": True}})
     guid = fakestate.port_guids(str(root))[0]
     conf = root / "usr/share/nvidia/nvlsm/nvlsm.conf"
-    status, own, other = fake_imports(tmp_path, root, "nvlsm", "-F", str(conf), "-g", guid)
+    status, own, other = fake_imports(tmp_path, root, "nvlsm", "-F", str(conf), "-g", guid,
+                                      crash_at="socket")
     assert status == 1  # the simulated crash's exit code
     assert [e["event"] for e in events(root, "nvlsm")] == ["exec", "socket", "listen"]
     assert own == package("nvlsm", *CORE)
@@ -132,13 +153,14 @@ def test_the_nvlsm_daemon_serves_its_socket_with_the_daemon_modules_only(tmp_pat
 
 def test_the_fabric_manager_daemon_registers_with_the_daemon_modules_only(tmp_path: Path) -> None:
     root = sim(tmp_path, "hgx-h100", {"fabricmanager": {"register_delay_s": 0,
-                                                         "crash_after_s": 0.3}})
+                                                         "crash_on_sigusr1": True}})
     cfg = tmp_path / "fm.cfg"
     shipped = (root / "usr/share/nvidia/nvswitch/fabricmanager.cfg").read_text(encoding="utf-8")
     cfg.write_text(shipped.replace("DAEMONIZE=1", "DAEMONIZE=0").replace(
         "LOG_FILE_NAME=/var/log/fabricmanager.log", f"LOG_FILE_NAME={tmp_path}/fm.log").replace(
         "=/usr/share/nvidia/nvswitch", f"={root}/usr/share/nvidia/nvswitch"), encoding="utf-8")
-    status, own, other = fake_imports(tmp_path, root, "nv-fabricmanager", "-c", str(cfg))
+    status, own, other = fake_imports(tmp_path, root, "nv-fabricmanager", "-c", str(cfg),
+                                      crash_at="registered")
     assert status == 1
     assert [e["event"] for e in events(root, "fabricmanager")] == ["exec", "registered"]
     assert own == package("fabricmanager", *CORE)
@@ -207,7 +229,7 @@ def test_install_byte_compiles_the_copied_fakes(tmp_path: Path) -> None:
         pyc = Path(importlib.util.cache_from_source(str(source)))
         assert pyc.is_file(), pyc
         cached[pyc] = pyc.stat().st_mtime_ns
-    subprocess.run([str(root / "bin/nvidia-smi"), "-q", "-x"], capture_output=True, check=True)
+    runkit.run([root / "bin/nvidia-smi", "-q", "-x"], check=True)
     assert {p: p.stat().st_mtime_ns for p in cached} == cached
 
 
@@ -255,8 +277,7 @@ def test_smi_xml_is_byte_identical_to_the_saxutils_rendering(
         with monkeypatch.context() as m:
             m.setattr(smi, "escape", sax_escape)
             assert smi._smi_xml(gpus, node, driver) == ours
-    printed = subprocess.run([str(root / "bin/nvidia-smi"), "-q", "-x"], capture_output=True,
-                             text=True, check=True).stdout
+    printed = runkit.run([root / "bin/nvidia-smi", "-q", "-x"], check=True).stdout
     expected = smi._smi_xml(data["gpus"], node, driver) + "\n"
     stamp = "\t<timestamp>"
     drop = [i for i, line in enumerate(expected.splitlines()) if line.startswith(stamp)]

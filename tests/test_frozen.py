@@ -10,6 +10,7 @@ import pytest
 
 from nvfabric.frozen import FAKE_FLAG, child_environment, fake_target, unit_for_binary
 from nvfabric.simulate import fakebin, fakes
+from tests import runkit
 
 
 def test_children_get_the_callers_library_path_back() -> None:
@@ -138,21 +139,19 @@ def test_a_stand_in_daemon_laid_out_in_the_tree_finds_its_node(tmp_path: Path) -
 
 def test_same_executable_is_the_inode_of_proc_exe() -> None:
     # The bootloader's child asks for PR_SET_PDEATHSIG only when its parent is this binary.
-    import subprocess
     import sys
 
     from nvfabric.frozen import same_executable
 
     assert same_executable(os.getpid())
-    same = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
-    other = subprocess.Popen(["sleep", "30"])
+    same = runkit.Child([sys.executable, "-c", "import time; time.sleep(30)"])
+    other = runkit.Child(["sleep", "30"])
     try:
         assert same_executable(same.pid)
         assert not same_executable(other.pid)
     finally:
         for p in (same, other):
-            p.kill()
-            p.wait()
+            p.close()
     assert not same_executable(other.pid)  # gone: unreadable is False
 
 

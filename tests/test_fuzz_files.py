@@ -12,14 +12,19 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import shutil
+import signal
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
+from tests import runkit
 from tests.cases import CASES, FUZZ
 from tests.conftest import run_cli
+from tests.runkit import Run, codes, events, sim
 
 
 def _file(name: str) -> Path:
@@ -272,9 +277,8 @@ def test_pid_file_with_superscript_or_huge_pid_is_no_process(tmp_path: Path) -> 
 
 
 def test_stdin_is_not_read_past_the_cap() -> None:
-    proc = subprocess.run(
-        [sys.executable, "-m", "nvfabric", "status", "--from-nvidia-smi", "-"],
-        stdin=open("/dev/zero", "rb"), capture_output=True, text=True, timeout=60, check=False)
+    proc = runkit.run([sys.executable, "-m", "nvfabric", "status", "--from-nvidia-smi", "-"],
+                      stdin=open("/dev/zero", "rb"))
     _one_line_exit_2(proc, "-", "larger than")
 
 
@@ -323,3 +327,253 @@ def test_apt_version_with_a_4301_digit_revision_is_input_unreadable(tmp_path: Pa
               "Filename: ./fm_{n}.deb\nSize: 10\nSHA256: " + "a" * 64 + "\n\n")
     index = stanza.format(rev="1", n=1) + stanza.format(rev="1" * 4301, n=2)
     _one_line_exit_2(_apt(tmp_path, index.encode()), "Packages", "more than 40 digits")
+
+
+# ---------------------------------------------------------------- round 3
+# nvfabric's own state files read back: the readiness file, the run lock, the fetch record,
+# the supervisor's job, the GPU probe's answer, a pid file in run's state directory.
+
+_NESTED = b"[" * 1000 + b"]" * 1000
+
+#: Damage of every kind a state file can show: nesting, a pid past the digit limit, bytes
+#: that are no UTF-8, a superscript where a number stands, half a document.
+DAMAGED_STATE = [
+    pytest.param(_NESTED, id="nested-brackets"),
+    pytest.param(b'{"pid": 1' + b"0" * 5000 + b"}", id="5001-digit-pid"),
+    pytest.param(b'{"pid": \xff\xfe}', id="not-utf-8"),
+    pytest.param('{"pid": ²}'.encode(), id="superscript-pid"),
+    pytest.param(b'{"pid": 4242, "ready_after_s": 0.2', id="cut-short"),
+]
+
+
+def _simulated(tmp_path: Path, profile: str = "hgx-h100") -> Path:
+    root = tmp_path / "n"
+    proc = run_cli("simulate", profile, str(root))
+    assert proc.returncode == 0, proc.stderr
+    return root
+
+
+def test_ready_file_nested_brackets_is_not_ready_naming_the_file(tmp_path: Path) -> None:
+    root = _simulated(tmp_path)
+    ready = root / "run/nvfabric/ready"
+    ready.parent.mkdir(parents=True, exist_ok=True)
+    ready.write_bytes(_file("ready-file-nested-brackets.json").read_bytes())
+    proc = run_cli("ready", "--root", str(root), "--json")
+    assert proc.returncode == 1, (proc.stdout, proc.stderr)
+    (f,) = json.loads(proc.stdout)["findings"]
+    assert f["code"] == "run_not_ready"
+    assert str(ready) in f["message"] and "nested more than 64 levels" in f["message"]
+
+
+@pytest.mark.parametrize("content", DAMAGED_STATE)
+def test_damaged_ready_file_is_not_ready_and_a_blocked_run_removes_it(
+        tmp_path: Path, content: bytes) -> None:
+    root = _simulated(tmp_path)
+    ready = root / "run/nvfabric/ready"
+    ready.parent.mkdir(parents=True, exist_ok=True)
+    ready.write_bytes(content)
+    for extra in ((), ("--json",)):
+        proc = run_cli("ready", "--root", str(root), *extra)
+        assert proc.returncode == 1, (proc.stdout, proc.stderr)
+        assert "internal_error" not in proc.stdout + proc.stderr
+    (root / "run/nvfabric/run.lock").write_bytes(content)  # the run lock is damaged too
+    shutil.rmtree(root / "sys/module/nvidia")  # the driver unloaded: the plan is blocked
+    proc = run_cli("run", "--root", str(root), "--json")
+    assert proc.returncode == 1, (proc.stdout, proc.stderr)
+    assert json.loads(proc.stdout)["result"] == "blocked"
+    assert not ready.exists()
+    assert "removed the stale readiness file" in proc.stderr
+
+
+def test_damaged_fetch_record_is_input_unreadable_naming_it(tmp_path: Path) -> None:
+    root = _simulated(tmp_path)
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    record = cache / "nvfabric-artifacts.json"
+    for content in [p.values[0] for p in DAMAGED_STATE]:
+        record.write_bytes(content)
+        proc = run_cli("install", "--from", str(cache), "--root", str(root), "--dry-run")
+        _one_line_exit_2(proc, str(record), "unreadable fetch record")
+
+
+def test_damaged_dpkg_status_of_the_root_is_input_unreadable(tmp_path: Path) -> None:
+    # python-debian splits a field's lines on \f too (str.splitlines): the piece after it
+    # is a continuation line without its leading blank, which it refuses with ValueError
+    from nvfabric.artifacts import dpkgdb
+    from nvfabric.model.errors import NvfabricError
+
+    status = tmp_path / "var/lib/dpkg/status"
+    status.parent.mkdir(parents=True)
+    status.write_text("Package: nvidia-fabricmanager\nStatus: install ok installed\n"
+                      "Description: Fabric\n Manager\x0cfor NVSwitch\n")
+    for read in (lambda: dpkgdb.read(str(tmp_path)),
+                 lambda: dpkgdb.status_of(str(tmp_path), ["nvidia-fabricmanager"])):
+        with pytest.raises(NvfabricError) as err:
+            read()
+        assert err.value.exit_code == 2
+        assert err.value.finding.message.startswith(f"{status}: not a dpkg status database")
+
+
+@pytest.mark.parametrize("content", DAMAGED_STATE)
+def test_damaged_supervisor_job_is_refused_as_a_value_error(content: bytes) -> None:
+    # the lean supervisor's main turns a ValueError into its one-line refusal (exit 3)
+    from nvfabric.supervisor.lean import read_job
+
+    fd = os.memfd_create("job", os.MFD_CLOEXEC)
+    os.write(fd, content)
+    os.lseek(fd, 0, os.SEEK_SET)
+    with pytest.raises(ValueError):
+        read_job(fd)
+
+
+@pytest.mark.parametrize("content", DAMAGED_STATE)
+def test_damaged_gpu_probe_answer_is_an_unreadable_state(content: bytes,
+                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    # the probe child's answer, read back from its pipe: damaged, the state is unreadable
+    from types import SimpleNamespace
+
+    from nvfabric.supervisor import gpuprobe
+    from nvfabric.supervisor.policy import GpuCheck
+
+    text = content.decode("utf-8", "surrogateescape")
+    monkeypatch.setattr(gpuprobe, "json", SimpleNamespace(dumps=lambda _obj: text,
+                                                          loads=json.loads))
+    check = gpuprobe.in_child(lambda: GpuCheck(True, True, "8 GPUs: completed x8"), 60)
+    assert (check.ready, check.error) == (False, "the GPU probe ended without an answer")
+
+
+def test_pid_file_that_is_not_utf_8_does_not_end_the_supervisor(
+        tmp_path: Path, start: Callable[..., Run]) -> None:
+    # run removes a daemon's pid file once the daemon is gone, if it still names it: a file
+    # of other bytes is compared as read, never decoded strictly (a crash, exit 3, before)
+    root = sim(tmp_path, "hgx-h100")
+    run = start(root, "--json")
+    run.wait_line(r"fabric ready in")
+    (fm,) = [int(e["pid"]) for e in events(root, "fabricmanager", "exec")]
+    pidfile = root / "run/nvfabric/fabricmanager.pid"
+    pidfile.write_bytes(b"\xff\xfe\n")
+    os.kill(fm, signal.SIGKILL)
+    assert run.wait() == 1, run.log
+    result = run.result()
+    assert result["result"] == "failed" and "service_exited" in codes(result)
+    assert pidfile.read_bytes() == b"\xff\xfe\n"  # not its pid: left alone
+
+
+# a bug report's section fields, as the damaged reports people attach show them
+
+def _report_text(name: str) -> str:
+    import gzip
+
+    return gzip.decompress((REPORTS / name).read_bytes()).decode("utf-8", "replace")
+
+
+REPORTS = FUZZ.parent / "bugreports"
+
+
+def _triaged(proc: subprocess.CompletedProcess[str]) -> dict[str, object]:
+    """A triage that judged the report (exit 0 or 1, one JSON object), never exit 3."""
+    assert proc.returncode in (0, 1), (proc.returncode, proc.stdout, proc.stderr)
+    data = json.loads(proc.stdout)
+    assert isinstance(data, dict) and "report" in data
+    return data
+
+
+def test_triage_lspci_hex_field_too_long_is_judged_not_a_crash(tmp_path: Path) -> None:
+    path = str(_file("triage-lspci-hex-field-too-long.log"))
+    _triaged(run_cli("triage", path, "--json"))
+    proc = run_cli("simulate", "--from-bug-report", path, str(tmp_path / "n"))
+    assert proc.returncode in (0, 2), (proc.stdout, proc.stderr)
+    assert "internal_error" not in proc.stdout + proc.stderr
+
+
+@pytest.mark.parametrize("old,new", [
+    ("\n00: de 10 ", "\n00: de10 "),  # two bytes glued: "de10" is no byte
+    ("\n00: de 10 ", "\n00: de 100 "),  # three digits
+    ("\n10: ", "\n10:"),  # the blank after the offset lost
+    ("\tNUMA node: 0", "\tNUMA node: ²"),
+    ("Port GUID: 0x", "Port GUID: 0x" + "f" * 40),
+    ("Capability mask: 0x", "Capability mask: 0x²"),
+    ("Port 1:", "Port 99999999999:"),
+    ("Base lid: ", "Base lid: ٣"),
+], ids=["hex-glued", "hex-3-digits", "hex-no-blank", "numa-superscript", "guid-40-digits",
+        "cap-mask-superscript", "port-11-digits", "lid-arabic-indic"])
+def test_damaged_fields_of_every_section_are_judged_not_a_crash(
+        tmp_path: Path, old: str, new: str) -> None:
+    text = _report_text("dgx-b200-healthy.log.gz")
+    assert old in text
+    path = tmp_path / "report.log"
+    path.write_text(text.replace(old, new))
+    _triaged(run_cli("triage", str(path), "--json"))
+    proc = run_cli("simulate", "--from-bug-report", str(path), str(tmp_path / "n"))
+    assert proc.returncode in (0, 2), (proc.stdout, proc.stderr)
+    assert "internal_error" not in proc.stdout + proc.stderr
+
+
+# the strict number helper, in every reader: Attached GPUs
+
+@pytest.mark.parametrize("extra", [(), ("--prometheus",), ("--json",)])
+def test_smi_attached_gpus_superscript_is_input_unreadable(extra: tuple[str, ...]) -> None:
+    path = str(_file("smi-attached-gpus-superscript.txt"))
+    proc = run_cli("status", "--from-nvidia-smi", path, *extra)
+    assert proc.returncode == 2, (proc.stdout, proc.stderr)
+    assert "internal_error" not in proc.stdout + proc.stderr
+    if "--json" not in extra:
+        _one_line_exit_2(proc, path)
+
+
+@pytest.mark.parametrize("count", ["²", "٣", "1" + "0" * 50, "--1", "８"])
+def test_attached_gpus_that_is_no_number_is_no_count(tmp_path: Path, count: str) -> None:
+    # a whole capture whose Attached GPUs is no number: judged by the GPUs it lists
+    capture = (FUZZ.parent / "corpus/nvidia-smi").glob("*q*.txt")
+    text = next(p for p in sorted(capture) if "Attached GPUs" in p.read_text())
+    path = tmp_path / "q.txt"
+    lines = [f"Attached GPUs                             : {count}"
+             if ln.startswith("Attached GPUs") else ln for ln in text.read_text().splitlines()]
+    path.write_text("\n".join(lines) + "\n")
+    for extra in ((), ("--prometheus",)):
+        proc = run_cli("status", "--from-nvidia-smi", str(path), *extra)
+        assert proc.returncode in (0, 1), (count[:8], proc.stdout, proc.stderr)
+
+
+# a config reader linear in a run of blank lines
+
+def test_imex_config_blank_line_run_is_read_at_once(tmp_path: Path) -> None:
+    root = _simulated(tmp_path, "gb200-tray")
+    cfg = root / "etc/nvidia-imex/config.cfg"
+    cfg.write_bytes(_file("imex-config-blank-line-run.cfg").read_bytes())
+    proc = run_cli("imex", "config", "--root", str(root), "--peer", "192.0.2.1",
+                   "--skip-local-check", "--dry-run", "--json")
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout)["node_list"] == ["192.0.2.1"]
+
+
+@pytest.mark.parametrize("blank", [" \n", "\n", "\t\n", " \t \n"])
+def test_shipped_configs_with_40000_blank_lines_are_read_at_once(tmp_path: Path,
+                                                                  blank: str) -> None:
+    # 40,000 blank lines (~100 KB): the cubic check took hours; the bound below is a hang
+    # guard, not a timing assertion (figures: bench/bench_readers.py)
+    root = _simulated(tmp_path, "gb200-tray")
+    cfg = root / "etc/nvidia-imex/config.cfg"
+    cfg.write_text("SERVER_PORT=50000\n" + blank * 40_000)  # no key after the run
+    proc = run_cli("imex", "config", "--root", str(root), "--peer", "192.0.2.1",
+                   "--skip-local-check", "--dry-run", "--set", "SERVER_PORTX=1", timeout=120)
+    assert proc.returncode == 2, proc.stderr
+    assert "SERVER_PORTX: not a key nvidia-imex knows" in proc.stderr
+
+
+@pytest.mark.parametrize("start,lines", [
+    ("NVRM: Xid (PCI:0000:07:00): 79, pid=1, ", 2),
+    ("Sending inband response message: ", 2),
+    ("[ERROR] Failed to get export ref for UUID: x for request ", 16),
+])
+def test_log_lines_repeating_a_signature_start_are_classified_at_once(
+        tmp_path: Path, start: str, lines: int) -> None:
+    # found by make fuzz: 'A .* B' searched in a line repeating A without B costs the square
+    # of the line (300 KB of Xid prefixes: 25 s); these logs of ~1 MiB lines took 5-10
+    # minutes. The bound is a hang guard, not a timing assertion (bench/bench_readers.py)
+    log = tmp_path / "fm.log"
+    line = start * ((1 << 20) // len(start) - 1) + "\n"
+    log.write_text(line * lines)
+    proc = run_cli("doctor", "--log", str(log), "--json", timeout=120)
+    assert proc.returncode in (0, 1), proc.stderr
+    assert "internal_error" not in proc.stdout

@@ -8,13 +8,14 @@ import shutil
 import socket
 import stat
 import tempfile
-import time
 from collections.abc import Callable
 from pathlib import Path
 
 from nvfabric.facts import gpu as live
 from nvfabric.facts import services
+from tests import runkit
 from tests.cases import CORPUS
+from tests.runkit import until
 
 # /proc/net/tcp: a socket listening (state 0A) on 127.0.0.1:6666 (0x1A0A), one established.
 TCP = (
@@ -197,27 +198,24 @@ def test_the_fabric_source_is_chosen_by_the_door_and_can_be_injected(tmp_path: P
 
 def test_simulated_root_daemon_found_among_host_processes(tmp_path: Path) -> None:
     import shutil as sh
-    import subprocess
 
     binary = tmp_path / "opt/nvidia/nvlsm/sbin/nvlsm"
     binary.parent.mkdir(parents=True)
     sleep = sh.which("sleep")
     assert sleep
     binary.symlink_to(sleep)  # comm is the name it was executed by: "nvlsm"
-    proc = subprocess.Popen([str(binary), "30"])  # noqa: S603
+    proc = runkit.Child([binary, "30"])
     try:
         # Popen returns once exec has begun; the new program's command line is set a moment
         # later (a loaded machine shows the gap): wait for it rather than race it.
         cmdline = Path(f"/proc/{proc.pid}/cmdline")
-        while str(binary).encode() not in cmdline.read_bytes():
-            time.sleep(0.01)
+        until(lambda: str(binary).encode() in cmdline.read_bytes(), "the exec of the binary")
         (sm,) = services.read(str(tmp_path), ("nvlsm",))
         assert (sm.running, sm.pid) == (True, proc.pid)
         (other,) = services.read(str(tmp_path / "elsewhere"), ("nvlsm",))
         assert other.running is False  # a daemon of another root is not this node's
     finally:
-        proc.kill()
-        proc.wait()
+        proc.close()
 
 
 # The one root-join refuses '..': a config or pid-file path that would step out of the root is

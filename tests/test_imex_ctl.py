@@ -6,16 +6,16 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
 
 from nvfabric.facts import imexctl as ctl
+from tests import runkit
 from tests.cases import CORPUS
 from tests.conftest import run_cli, run_json
+from tests.runkit import until
 
 IMEX = CORPUS / "imex"
 TEXT_UP = IMEX / "aws-pcluster-p6e-gb200-18node-imex-ctl-N-570.172.txt"
@@ -112,14 +112,12 @@ def _dead(pid: int) -> bool:
 def test_a_hanging_ctl_is_killed_with_its_children(tmp_path: Path) -> None:
     marker = tmp_path / "child.pid"
     ctl_path = _script(tmp_path, f"sleep 300 &\necho $! > {marker}\nwait\n")
-    result = ctl.run_ctl((ctl_path, "-q"), timeout_s=0.5)
+    # 5 s: the script must have started its child and written the marker before the kill,
+    # however slow a loaded machine starts sh
+    result = ctl.run_ctl((ctl_path, "-q"), timeout_s=5)
     assert result.timed_out and result.rc is None
     child = int(marker.read_text())
-    for _ in range(500):
-        if _dead(child):
-            break
-        time.sleep(0.01)
-    assert _dead(child)
+    until(lambda: _dead(child), "the hung ctl's child killed")
 
 
 def test_a_ctl_call_in_flight_when_nvfabric_exits_is_killed(tmp_path: Path) -> None:
@@ -136,14 +134,9 @@ def test_a_ctl_call_in_flight_when_nvfabric_exits_is_killed(tmp_path: Path) -> N
         f"while not __import__('os').path.exists({str(marker)!r}): time.sleep(0.01)\n"
         "sys.exit(0)\n"
     )
-    done = subprocess.run([sys.executable, "-c", code], timeout=60, check=False)
-    assert done.returncode == 0
+    runkit.run([sys.executable, "-c", code], timeout=60, check=True)
     pid = int(marker.read_text())
-    for _ in range(500):
-        if _dead(pid):
-            break
-        time.sleep(0.01)
-    assert _dead(pid), "the in-flight nvidia-imex-ctl survived nvfabric's exit"
+    until(lambda: _dead(pid), "the in-flight nvidia-imex-ctl killed with nvfabric's exit")
 
 
 def test_domain_command_reads_saved_outputs() -> None:

@@ -18,7 +18,7 @@ import yaml
 from nvfabric.model import keyvalue
 from tests.cases import CASES, CORPUS, check_expect
 from tests.conftest import run_json
-from tests.runkit import Run, codes, events, finding, sim
+from tests.runkit import Run, codes, crash, events, finding, sim
 
 LOCAL = "192.0.2.10"  # the simulated tray's address (nvfabric.simulate.fakes.SIM_LOCAL_IP)
 #: /proc/net/fib_trie of the simulated tray (shape: Linux fib_trie_seq_show).
@@ -210,8 +210,10 @@ def test_slurm_and_none_owners_start_nothing(tmp_path: Path) -> None:
 
 
 def test_crash_after_ready_stops_the_run(tmp_path: Path, start: Callable[..., Run]) -> None:
-    root = tray(tmp_path, {"imex": {"crash_after_s": 1.0, "exit_code": 3}})
+    root = tray(tmp_path, {"imex": {"crash_on_sigusr1": True, "exit_code": 3}})
     run = start(root, "--json")
+    run.wait_line(r"fabric ready in")
+    crash(root, "imex")
     assert run.wait() == 1
     f = finding(run.result(), "service_exited")
     assert (f["service"], f["exit_code"], f["phase"]) == ("imex", 3,

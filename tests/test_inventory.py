@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
+import subprocess
+import sys
+import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
@@ -14,6 +18,7 @@ from hypothesis import strategies as st
 from nvfabric.facts.infiniband import guid_from_gid
 from nvfabric.facts.inventory import collect, normalise_arch
 from nvfabric.facts.nvidia import parse_proc_devices, parse_proc_version
+from tests import runkit
 from tests.cases import CORPUS
 from tests.conftest import run_cli, run_json
 from tests.oracles import ibstat
@@ -120,22 +125,71 @@ def test_detect_json_contract_on_dgx_b200(node: Callable[..., Path]) -> None:
         "umad": "umad0"}
 
 
+def _readable_install(base: Path) -> Path:
+    """nvfabric's sources and the installed distributions it requires (their files linked,
+    or copied across file systems) in ``base/site``: what a user other than the clone's
+    owner can import wherever the clone lives (``mktemp -d`` makes a 0700 directory)."""
+    import importlib.metadata as md
+
+    from packaging.requirements import Requirement
+    from packaging.utils import canonicalize_name
+
+    site = base / "site"
+
+    def place(src: Path, dest: Path) -> None:
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            os.link(src, dest)
+        except OSError:
+            shutil.copy2(src, dest)
+
+    shutil.copytree(Path(__file__).resolve().parents[1] / "src/nvfabric", site / "nvfabric",
+                    ignore=shutil.ignore_patterns("__pycache__"), copy_function=shutil.copy2)
+    seen: set[str] = set()
+    todo = [req.name for req in map(Requirement, md.requires("nvfabric") or [])
+            if req.marker is None or req.marker.evaluate({"extra": ""})]
+    while todo:
+        name = canonicalize_name(todo.pop())
+        if name in seen:
+            continue
+        seen.add(name)
+        dist = md.distribution(name)
+        todo += [req.name for req in map(Requirement, dist.requires or [])
+                 if req.marker is None or req.marker.evaluate({"extra": ""})]
+        for rel in dist.files or []:
+            if rel.parts[0] != ".." and "__pycache__" not in rel.parts:
+                place(Path(dist.locate_file(rel)), site / rel)
+    for d in [base, *base.rglob("*")]:
+        if d.is_dir():
+            d.chmod(0o755)
+    return site
+
+
 def test_detect_and_plan_on_this_machine_real_root_without_root_privileges() -> None:
     # This machine has no GPU: fabric none, exit 0, whoever runs it.
     data, rc = run_json("plan")
     assert (rc, data["fabric"], data["services"]) == (0, "none", [])
     data, rc = run_json("detect")
     assert rc == 0 and data["gpus"] == []
-    if os.geteuid() == 0 and shutil.which("setpriv"):
-        import subprocess
-        import sys
-        proc = subprocess.run(
-            ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", sys.executable,
-             "-m", "nvfabric", "plan", "--json"],
-            capture_output=True, text=True, timeout=60, check=False, cwd="/",
-            env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1] / "src")},
-        )
-        assert proc.returncode == 0, proc.stderr
+    if os.geteuid() != 0 or not shutil.which("setpriv"):
+        pytest.skip("the unprivileged half needs root and setpriv(1) (util-linux)")
+    # As nobody (uid 65534), which cannot read the clone when it lives in a private directory:
+    # the interpreter itself (not the clone's venv) on a readable copy of what it imports.
+    nobody = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"]
+    python = os.path.realpath(sys.executable)
+    tmp = Path(tempfile.mkdtemp(prefix="nvfabric-unprivileged-", dir="/tmp"))
+    try:
+        probe = runkit.run([*nobody, python, "-I", "-S", "-c", "pass"], cwd="/")
+        if probe.returncode != 0:
+            pytest.skip(f"uid 65534 cannot run {python} here: {probe.stderr.strip()[:300]}")
+        site = _readable_install(tmp)
+        boot = (f"import sys; sys.path.insert(0, {str(site)!r}); import runpy; "
+                "runpy.run_module('nvfabric', run_name='__main__', alter_sys=True)")
+        proc = runkit.run([*nobody, python, "-I", "-S", "-c", boot, "plan", "--json"],
+                          cwd="/", env={"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8"}).check()
+        assert json.loads(proc.stdout)["fabric"] == "none"
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
 
 
 def test_unreadable_root_is_exit_2_with_one_line(tmp_path: Path) -> None:
@@ -222,16 +276,16 @@ def test_file_where_a_directory_belongs_is_exit_2_json_under_json(tmp_path: Path
 
 
 def test_reader_that_goes_away_is_not_a_failure(node: Callable[..., Path]) -> None:
-    import subprocess
-    import sys
-
     root = node("hgx-b200-4lpf")
-    proc = subprocess.Popen([sys.executable, "-m", "nvfabric", "detect", "--root", str(root)],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-    assert proc.stdout is not None
-    proc.stdout.close()  # before nvfabric writes anything: its first write meets EPIPE
-    assert proc.wait(timeout=60) == 0
-    assert proc.stderr is not None and b"Traceback" not in proc.stderr.read()
+    read_end, write_end = os.pipe()
+    os.close(read_end)  # before nvfabric writes anything: its first write meets EPIPE
+    try:
+        proc = runkit.run([sys.executable, "-m", "nvfabric", "detect", "--root", str(root)],
+                          stdout=write_end, stderr=subprocess.PIPE)
+    finally:
+        os.close(write_end)
+    assert proc.returncode == 0, proc
+    assert "Traceback" not in proc.stderr
 
 
 def test_fifo_or_device_in_place_of_an_attribute_is_not_read(tmp_path: Path) -> None:

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from tests import runkit
 from tests.conftest import REPO
 
 LINT_IMPORTS = Path(sys.executable).with_name("lint-imports")
@@ -21,9 +22,7 @@ def _lint_imports(tree: Path) -> subprocess.CompletedProcess[str]:
     """lint-imports on the nvfabric package under ``tree``/src with ``tree``/pyproject.toml's
     contract; ``tree``/src comes first on the path, before the installed (editable) nvfabric."""
     env = dict(os.environ, PYTHONPATH=str(tree / "src"))
-    return subprocess.run(
-        [str(LINT_IMPORTS), "--no-cache"],
-        capture_output=True, text=True, timeout=300, check=False, cwd=tree, env=env)
+    return runkit.run([str(LINT_IMPORTS), "--no-cache"], timeout=300, cwd=tree, env=env)
 
 
 def test_the_real_tree_keeps_every_contract() -> None:

@@ -7,19 +7,19 @@ lean process needs. Checked in a fresh interpreter: the test process has importe
 from __future__ import annotations
 
 import json
-import subprocess
 import sys
 
 import pytest
 
 import nvfabric.supervisor as supervisor
+from tests import runkit
 
 
 def _modules_after(code: str) -> set[str]:
     """The modules a fresh interpreter holds after running ``code``."""
-    out = subprocess.run(
-        [sys.executable, "-c", f"{code}\nimport sys, json\nprint(json.dumps(sorted(sys.modules)))"],
-        capture_output=True, text=True, check=True).stdout
+    out = runkit.run([sys.executable, "-c",
+                      f"{code}\nimport sys, json\nprint(json.dumps(sorted(sys.modules)))"],
+                     check=True).stdout
     return set(json.loads(out.splitlines()[-1]))
 
 

@@ -15,6 +15,7 @@ from nvfabric.observe.metrics import Reading
 from nvfabric.observe.serve import Watch, _answer, parse_listen, serve
 from nvfabric.observe.unitstate import UnitSnapshot
 from tests.httpkit import get
+from tests.runkit import BOUND_S, until
 
 
 @pytest.mark.parametrize(("text", "expected"), [
@@ -105,7 +106,7 @@ def test_real_server_answers_get_and_head_on_loopback() -> None:
     try:
         status, ctype, body = get(port, "/metrics")
         assert status == 200 and "nvfabric_gpu_fabric_state" in body
-        conn = http.client.HTTPConnection("127.0.0.1", port, timeout=5)
+        conn = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
         conn.request("HEAD", "/readyz")
         resp = conn.getresponse()
         assert resp.status == 503 and resp.read() == b""
@@ -121,7 +122,6 @@ def test_the_reading_is_renewed_when_the_unit_becomes_ready_not_only_on_the_inte
     # field report: a scrape right after ready showed nvfabric_fabric_ready 1 beside the
     # verdict of a reading taken before the daemons started (the interval is 30 s)
     import threading
-    import time
 
     reads: list[str] = []
     phase = ["starting"]
@@ -137,12 +137,10 @@ def test_the_reading_is_renewed_when_the_unit_becomes_ready_not_only_on_the_inte
     watch.unit = lambda: UnitSnapshot(ready=phase[0] == "ready", phase=phase[0])
     watch.start_reader()
     try:
-        deadline = time.monotonic() + 5
-        while not reads and time.monotonic() < deadline:
-            time.sleep(0.01)
+        until(lambda: bool(reads), "the watch's first reading")
         assert reads == ["starting"]
         phase[0] = "ready"
-        assert renewed.wait(5), "no new reading after the unit became ready"
+        assert renewed.wait(BOUND_S), "no new reading after the unit became ready"
         assert watch.snapshot().status == {"phase": "ready"}
     finally:
         watch.stop()

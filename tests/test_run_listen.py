@@ -9,7 +9,6 @@ import json
 import os
 import signal
 import socket
-import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -17,7 +16,7 @@ import pytest
 
 from tests.conftest import run_cli
 from tests.httpkit import free_port, get, wait_status
-from tests.runkit import TIMESTAMP, Run, events, sim
+from tests.runkit import TIMESTAMP, Run, events, poll, sim
 from tests.test_status_prometheus import promtool_check, series
 
 
@@ -41,13 +40,9 @@ def test_b200_probes_follow_readiness_and_metrics_lint_clean(
         "nvfabric_fabric_time_to_ready_seconds"]
     assert 0 < ready_after < 30
     # the reading is re-read on the interval: the GPUs registered once the services started
-    body = wait_status(port, "/status", 200)
-    for _ in range(50):
-        report = json.loads(get(port, "/status")[2])
-        if report["verdict"] == "healthy":
-            break
-        time.sleep(0.2)
-    assert report["verdict"] == "healthy", body
+    wait_status(port, "/status", 200)
+    report = poll(lambda: json.loads(get(port, "/status")[2]),
+                  lambda r: r["verdict"] == "healthy", "a healthy /status", every=0.2)
     assert {s["name"]: s["running"] for s in report["services"]} == {
         "nvlsm": True, "fabricmanager": True}
     assert sum(v for k, v in series(get(port, "/metrics")[2], "nvfabric_gpu_fabric_state").items()
@@ -63,8 +58,10 @@ def test_killed_nvlsm_is_down_then_restarted_and_counted(
         tmp_path: Path, start: Callable[..., Run]) -> None:
     root = sim(tmp_path, "dgx-b200")
     port = free_port()
+    # a 5 s restart delay: the not-ready window this test reads must outlast its polls on a
+    # loaded machine
     run = start(root, "--listen", f"127.0.0.1:{port}", "--restart", "on-failure",
-                "--restart-delay", "1", "--gpu-reset-command", f"{root}/bin/nvidia-smi -r")
+                "--restart-delay", "5", "--gpu-reset-command", f"{root}/bin/nvidia-smi -r")
     run.wait_line(r"fabric ready in")
     wait_status(port, "/readyz", 200)
     (first,) = events(root, "nvlsm", "exec")
@@ -94,12 +91,11 @@ def test_gb200_tray_serves_lint_clean_metrics_with_the_imex_service(
     run = start(root, "--listen", f"127.0.0.1:{port}", "--health-interval", "1")
     run.wait_line(r"fabric ready in")
     wait_status(port, "/readyz", 200)
-    for _ in range(50):  # the domain is read on the interval: UP once the daemon formed it
-        text = get(port, "/metrics")[2]
-        if series(text, "nvfabric_imex_domain_state").get(
-                'nvfabric_imex_domain_state{state="UP"}') == 1.0:
-            break
-        time.sleep(0.2)
+    # the domain is read on the interval: UP once the daemon formed it
+    text = poll(lambda: get(port, "/metrics")[2],
+                lambda t: series(t, "nvfabric_imex_domain_state").get(
+                    'nvfabric_imex_domain_state{state="UP"}') == 1.0,
+                "an UP IMEX domain in /metrics", every=0.2)
     assert series(text, "nvfabric_imex_domain_state") == {
         'nvfabric_imex_domain_state{state="UP"}': 1.0,
         'nvfabric_imex_domain_state{state="DEGRADED"}': 0.0,

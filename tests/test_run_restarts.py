@@ -12,15 +12,16 @@ from pathlib import Path
 
 from nvfabric.simulate.fakes import set_faults
 
-from .runkit import Run, codes, events, finding, sim
+from .runkit import Run, codes, crash, events, finding, sim
 
 
 def test_binary_removed_mid_run_stops_the_restart_loop(
         tmp_path: Path, start: Callable[..., Run]) -> None:
-    root = sim(tmp_path, "dgx-a100", {"fabricmanager": {"crash_after_s": 1.0}})
+    root = sim(tmp_path, "dgx-a100", {"fabricmanager": {"crash_on_sigusr1": True}})
     run = start(root, "--json", "--restart", "on-failure", "--restart-delay", "0.05")
     run.wait_line(r"fabric ready in")
     os.unlink(root / "bin/nv-fabricmanager")  # the package was removed under the run
+    crash(root, "fabricmanager")  # then it crashed
     assert run.wait() == 1
     result = run.result()
     assert codes(result)[:2] == ["service_exited", "binary_missing"]
@@ -30,10 +31,11 @@ def test_binary_removed_mid_run_stops_the_restart_loop(
 
 def test_fabric_manager_replaced_by_another_version_stops_the_restart_loop(
         tmp_path: Path, start: Callable[..., Run]) -> None:
-    root = sim(tmp_path, "dgx-a100", {"fabricmanager": {"crash_after_s": 1.0}})
+    root = sim(tmp_path, "dgx-a100", {"fabricmanager": {"crash_on_sigusr1": True}})
     run = start(root, "--json", "--restart", "on-failure", "--restart-delay", "0.05")
     run.wait_line(r"fabric ready in")
-    set_faults(str(root), {"fabricmanager": {"version": "570.133.20", "crash_after_s": 1.0}})
+    set_faults(str(root), {"fabricmanager": {"version": "570.133.20"}})  # an upgrade
+    crash(root, "fabricmanager")  # then the running one crashed
     assert run.wait() == 1
     result = run.result()
     f = finding(result, "version_mismatch")

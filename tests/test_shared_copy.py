@@ -4,10 +4,10 @@ always, and the comparison itself on folders made in the test."""
 
 from __future__ import annotations
 
-import subprocess
 import sys
 from pathlib import Path
 
+from tests import runkit
 from tests.datasync import (
     DATA,
     REPO,
@@ -84,8 +84,7 @@ def test_sync_shared_cli_check_reports_and_exits_1(tmp_path: Path) -> None:
         (shared / rel).parent.mkdir(parents=True, exist_ok=True)
         (shared / rel).write_bytes((DATA / rel).read_bytes())
     (shared / "cases/D99-new.yaml").write_text("id: D99\n", encoding="utf-8")
-    proc = subprocess.run([sys.executable, "-m", "tests.datasync", "--check"], cwd=REPO,
-                          env={"NVFABRIC_SHARED": str(shared), "PATH": "/usr/bin:/bin"},
-                          capture_output=True, text=True, timeout=60, check=False)
+    proc = runkit.run([sys.executable, "-m", "tests.datasync", "--check"], cwd=REPO,
+                      env={"NVFABRIC_SHARED": str(shared), "PATH": "/usr/bin:/bin"})
     assert proc.returncode == 1
     assert proc.stdout.splitlines() == ["missing from the copy: cases/D99-new.yaml"]

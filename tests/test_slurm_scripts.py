@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 
+from tests import runkit
 from tests.conftest import REPO
 from tests.runkit import sim, stop_pids
 
@@ -45,8 +46,7 @@ def drains(scontrol: Path) -> list[list[str]]:
 
 def script(path: Path, env: dict[str, str],
            timeout: float = 120) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([str(path)], env=env, capture_output=True, text=True,
-                          timeout=timeout, check=False)
+    return runkit.run([str(path)], env=env, timeout=timeout)
 
 
 def slurm_env(root: Path, scontrol: Path, **extra: str) -> dict[str, str]:
@@ -211,7 +211,7 @@ def _zombie(pid: int) -> bool:
 
 def test_the_epilog_never_signals_a_pid_that_is_not_the_recorded_run(
         tray: Path, scontrol: Path) -> None:
-    other = subprocess.Popen(["sleep", "60"])
+    other = runkit.Child(["sleep", "60"])
     try:
         state = tray / "run/nvfabric-slurm"
         state.mkdir(parents=True)
@@ -219,11 +219,10 @@ def test_the_epilog_never_signals_a_pid_that_is_not_the_recorded_run(
         done = script(EPILOG, slurm_env(tray, scontrol))
         assert done.returncode == 0, done.stderr
         time.sleep(0.2)
-        assert other.poll() is None  # still running: not the nvfabric run it claims to be
+        assert other.proc.poll() is None  # still running: not the nvfabric run it claims to be
         assert not (state / "slurm-job").exists()
     finally:
-        other.kill()
-        other.wait()
+        other.close()
 
 
 def test_a_recorded_run_that_is_gone_says_nothing_on_slurmds_stderr(

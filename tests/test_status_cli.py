@@ -5,17 +5,16 @@ from __future__ import annotations
 
 import os
 import signal
-import subprocess
 import sys
-import time
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
+from tests import runkit
 from tests.cases import CORPUS
 from tests.conftest import run_cli, run_json
-from tests.runkit import sim
+from tests.runkit import sim, until
 
 SMI = CORPUS / "nvidia-smi"
 
@@ -211,25 +210,16 @@ def test_killed_status_or_wait_takes_its_nvidia_smi_probe_along(
     smi.write_text(f"#!/bin/sh\necho $$ > '{pidfile}.tmp'\nmv '{pidfile}.tmp' '{pidfile}'\n"
                    "exec sleep 300\n")
     smi.chmod(0o755)
-    proc = subprocess.Popen([sys.executable, "-m", "nvfabric", command, "--root", str(root)],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    child = runkit.Child([sys.executable, "-m", "nvfabric", command, "--root", str(root)])
     try:
-        for _ in range(600):
-            if pidfile.exists() or proc.poll() is not None:
-                break
-            time.sleep(0.05)
-        assert pidfile.exists(), "the probe never started"
+        until(lambda: pidfile.exists() or child.proc.poll() is not None, "the probe's start")
+        assert pidfile.exists(), f"the probe never started; stderr:\n{child.log}"
         probe = int(pidfile.read_text())
-        proc.send_signal(sig)
-        assert proc.wait(timeout=30) != 0
-        for _ in range(100):
-            if _gone(probe):
-                break
-            time.sleep(0.05)
-        assert _gone(probe), f"probe {probe} outlived `nvfabric {command}`"
+        child.signal(sig)
+        assert child.wait() != 0
+        until(lambda: _gone(probe), f"probe {probe} gone with `nvfabric {command}`")
     finally:
-        proc.kill()
-        proc.wait()
+        child.close()
         if pidfile.exists() and not _gone(int(pidfile.read_text())):
             os.kill(int(pidfile.read_text()), signal.SIGKILL)
 

@@ -10,13 +10,13 @@ import re
 import shutil
 import signal
 import stat
-import subprocess
 import sys
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
+from tests import runkit
 from tests.cases import CORPUS
 from tests.conftest import run_cli
 from tests.runkit import Run, sim
@@ -29,8 +29,7 @@ def promtool_check(text: str) -> str:
     tool = shutil.which("promtool")
     if tool is None:
         pytest.fail("promtool not found: install Debian's `prometheus` package")
-    out = subprocess.run([tool, "check", "metrics"], input=text, capture_output=True,
-                         text=True, timeout=60)
+    out = runkit.run([tool, "check", "metrics"], input=text)
     assert out.returncode == 0 and not (out.stdout + out.stderr).strip(), (
         out.stdout + out.stderr)
     return text
@@ -180,8 +179,7 @@ def test_json_plan_and_run_without_listen_load_no_prometheus_client_nor_http(
     for args in (["status", "--from-nvidia-smi", str(SMI / "k8s-test-infra-hw-qx-b200.xml"),
                   "--json"], ["plan", "--root", root, "--json"],
                  ["run", "--root", root, "--dry-run", "--json"]):
-        out = subprocess.run([sys.executable, "-c", code, *args], capture_output=True,
-                             text=True, timeout=60)
+        out = runkit.run([sys.executable, "-c", code, *args])
         assert out.stderr.strip().endswith("CLEAN"), (args, out.stderr)
 
 

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import os
 import signal
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -16,6 +15,7 @@ import pytest
 
 from nvfabric.simulate.fakes import set_faults
 
+from . import runkit
 from .runkit import sim, until
 
 BOUND_S = 1.0
@@ -44,8 +44,8 @@ def test_a_signal_during_a_hanging_probe_ends_the_command_within_a_second(
     root = sim(tmp_path, "hgx-h100")
     set_faults(str(root), {"nvidia-smi": {"hang": True}})  # the probe never answers
     env = {k: v for k, v in os.environ.items() if k != "NVFABRIC_DEBUG"}
-    proc = subprocess.Popen([sys.executable, "-m", "nvfabric", *command, "--root", str(root)],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
+    proc = runkit.Child([sys.executable, "-m", "nvfabric", *command, "--root", str(root)],
+                        env=env)
     probes: set[int] = set()
 
     def probing() -> bool:
@@ -55,14 +55,14 @@ def test_a_signal_during_a_hanging_probe_ends_the_command_within_a_second(
     until(probing, "the fabric-state probe is running")
     time.sleep(0.2)
     sent = time.monotonic()
-    proc.send_signal(sig)
-    proc.wait(timeout=30)
+    proc.signal(sig)
+    code = proc.wait()
     took = time.monotonic() - sent
     assert took < BOUND_S, f"{command[0]} took {took:.2f} s after {sig.name}"
-    assert proc.returncode == 128 + sig
-    assert proc.stderr is not None and b"Traceback" not in proc.stderr.read()
+    assert code == 128 + sig, proc.log
+    assert "Traceback" not in proc.log
     until(lambda: not any(os.path.exists(f"/proc/{p}") and _alive(p) for p in probes),
-          "the probe is killed with the command", bound=5)
+          "the probe is killed with the command")
 
 
 def _alive(pid: int) -> bool:
@@ -83,15 +83,14 @@ def test_a_signal_during_a_blocked_nvml_read_ends_within_a_second() -> None:
             "    print('probing', flush=True)\n"
             "    live._bounded(lambda: time.sleep(60), 15.0)\n")
     for sig in (signal.SIGINT, signal.SIGTERM):
-        proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE,
-                                stderr=subprocess.PIPE)
-        assert proc.stdout is not None and proc.stdout.readline() == b"probing\n"
+        proc = runkit.Child([sys.executable, "-c", code], merge_output=True)
+        proc.wait_line("^probing$")
         time.sleep(0.2)
         sent = time.monotonic()
-        proc.send_signal(sig)
-        proc.wait(timeout=30)
+        proc.signal(sig)
+        code_ = proc.wait()
         assert time.monotonic() - sent < BOUND_S
-        assert proc.returncode == 128 + sig
+        assert code_ == 128 + sig, proc.log
 
 
 @pytest.mark.parametrize("command", [("status",), ("wait", "--timeout", "120")])
@@ -103,8 +102,8 @@ def test_sigkill_of_the_command_during_a_hanging_probe_leaves_no_probe_behind(
     root = sim(tmp_path, "hgx-h100")
     set_faults(str(root), {"nvidia-smi": {"hang": True}})
     env = {k: v for k, v in os.environ.items() if k != "NVFABRIC_DEBUG"}
-    proc = subprocess.Popen([sys.executable, "-m", "nvfabric", *command, "--root", str(root)],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
+    proc = runkit.Child([sys.executable, "-m", "nvfabric", *command, "--root", str(root)],
+                        env=env)
     probes: set[int] = set()
 
     def probing() -> bool:
@@ -113,10 +112,10 @@ def test_sigkill_of_the_command_during_a_hanging_probe_leaves_no_probe_behind(
 
     try:
         until(probing, "the fabric-state probe is running")
-        proc.kill()
-        proc.wait(timeout=30)
+        proc.signal(signal.SIGKILL)
+        proc.wait()
         until(lambda: not any(_alive(p) for p in probes),
-              "the probe dies with the SIGKILLed command", bound=5)
+              "the probe dies with the SIGKILLed command")
     finally:
         for pid in probes:  # only the probe this test started, by pid
             if _alive(pid):
@@ -151,8 +150,7 @@ def test_a_signal_that_lands_inside_a_c_import_still_stops_the_command(
     root = sim(tmp_path, "hgx-h100")
     set_faults(str(root), {"nvidia-smi": {"hang": True}})  # only a stop ends the probe
     env = {k: v for k, v in os.environ.items() if k != "NVFABRIC_DEBUG"}
-    proc = subprocess.run([sys.executable, "-c", _TRIP_DURING_THE_PARSER_IMPORT, *command,
-                           "--root", str(root)], capture_output=True, text=True, env=env,
-                          timeout=120, check=False)
+    proc = runkit.run([sys.executable, "-c", _TRIP_DURING_THE_PARSER_IMPORT, *command,
+                       "--root", str(root)], env=env)
     assert proc.returncode == 128 + signal.SIGTERM, proc.stderr[-2000:]
     assert "Traceback" not in proc.stderr

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from tests import runkit
 from tests.conftest import run_cli
 
 
@@ -31,11 +32,11 @@ def _nvfabric(*args: str, stdout: int | None = None, close: tuple[int, ...] = ()
             os.close(fd)
 
     try:
-        return subprocess.run(
+        return runkit.run(
             [sys.executable, "-m", "nvfabric", *args],
             stdout=write_end if broken_stdout else (stdout or subprocess.PIPE),
             stderr=subprocess.PIPE if 2 not in close else None, stdin=subprocess.DEVNULL,
-            preexec_fn=child if close else None, env=env, timeout=120, check=False)
+            preexec_fn=child if close else None, env=env, text=False)
     finally:
         if write_end is not None:
             os.close(write_end)
@@ -154,10 +155,9 @@ def _run_on_a_full_state_dir(root: Path, free_pages: int) -> subprocess.Complete
               'if [ "$2" -gt 0 ]; then dd if=/dev/zero of="$1/fill" bs=4k count="$2" '
               '2>/dev/null; fi; shift 2; exec "$@"')
     env = {k: v for k, v in os.environ.items() if k != "NVFABRIC_DEBUG"}
-    proc = subprocess.run(
+    proc = runkit.run(
         ["unshare", "-m", "sh", "-c", script, "sh", str(state), str(fill), sys.executable,
-         "-m", "nvfabric", "run", "--root", str(root), "--json"],
-        capture_output=True, text=True, timeout=120, check=False, env=env)
+         "-m", "nvfabric", "run", "--root", str(root), "--json"], env=env)
     assert proc.returncode != 99, "cannot mount a tmpfs in a private mount namespace"
     return proc
 

@@ -7,7 +7,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import subprocess
 import sys
 import time
 from collections.abc import Callable
@@ -27,6 +26,7 @@ from nvfabric.supervisor.gpuprobe import (
     in_child,
 )
 
+from . import runkit
 from .runkit import Run, alive, sim, stop_pids, until
 
 
@@ -100,7 +100,7 @@ def test_a_hung_nvidia_smi_is_killed_with_the_child_at_the_bound(tmp_path: Path)
                                   "the GPU probe did not answer within 1 s (killed)")
         assert took < 10  # a bound, not a timing: the 3600 s hang was not waited for
         # the child's nvidia-smi (its own session) died with the child (PR_SET_PDEATHSIG)
-        until(lambda: not _pids_under(root), "the hung nvidia-smi gone", bound=10)
+        until(lambda: not _pids_under(root), "the hung nvidia-smi gone")
     finally:
         stop_pids(lambda: _pids_under(root))
 
@@ -119,7 +119,7 @@ def test_the_readings_own_bound_answers_from_the_child(tmp_path: Path) -> None:
     try:
         assert in_child(bounded, bound_s=30) == GpuCheck(
             False, False, "no GPU fabric state", "no GPU fabric state could be read")
-        until(lambda: not _pids_under(root), "the hung nvidia-smi killed", bound=10)
+        until(lambda: not _pids_under(root), "the hung nvidia-smi killed")
     finally:
         stop_pids(lambda: _pids_under(root))
 
@@ -164,18 +164,17 @@ def test_the_child_dies_with_its_parent(tmp_path: Path) -> None:
         f"    open({str(marker)!r}, 'w').write(str(os.getpid()))\n"
         "    time.sleep(3600)\n"
         "in_child(hang, 3600)\n")
-    parent = subprocess.Popen([sys.executable, "-c", script])
+    parent = runkit.Child([sys.executable, "-c", script])
     child = 0
     try:
         until(lambda: marker.exists() and marker.read_text().isdigit(), "the probe child")
         child = int(marker.read_text())
         assert alive(child)
-        parent.kill()  # SIGKILL: no code of the parent runs
-        parent.wait(30)
-        until(lambda: not alive(child), "the probe child gone with its parent", bound=10)
+        parent.signal(signal.SIGKILL)  # no code of the parent runs
+        parent.wait()
+        until(lambda: not alive(child), "the probe child gone with its parent")
     finally:
-        parent.kill()
-        parent.wait(30)
+        parent.close()
         if child:
             stop_pids(lambda: [child] if alive(child) else [])
 
@@ -208,7 +207,7 @@ def test_a_run_stopped_while_its_probe_hangs_leaves_no_probe_behind(
         assert run.wait() == 0 and run.result()["result"] == "stopped"
         # the probe child died with the supervisor, its nvidia-smi with the child (both by
         # PR_SET_PDEATHSIG), long before either bound
-        until(lambda: not _pids_under(root), "the hung nvidia-smi gone", bound=10)
+        until(lambda: not _pids_under(root), "the hung nvidia-smi gone")
     finally:
         stop_pids(lambda: _pids_under(root))
 

@@ -8,7 +8,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import subprocess
 import sys
 from collections.abc import Callable
 from dataclasses import replace
@@ -20,6 +19,7 @@ from nvfabric.bringup import fabricmanager, imexd
 from nvfabric.effects.runlock import acquire_run_lock, adopt_run_lock, run_lock_holder
 from nvfabric.supervisor.job import Job, JobError, Report, job_from_json
 from nvfabric.supervisor.policy import Policy
+from tests import runkit
 
 from .runkit import Run, events, sim, until
 
@@ -109,8 +109,7 @@ def test_run_execs_into_the_lean_supervisor_with_the_same_pid_and_lock(
     assert json.loads((state / "ready").read_text())["pid"] == pid
     assert run_lock_holder(str(state)) == pid
     assert str(state / "run.lock") in _fds(pid)
-    ready = subprocess.run([sys.executable, "-m", "nvfabric", "ready", "--root", str(root),
-                            "--json"], capture_output=True, text=True, timeout=60, check=False)
+    ready = runkit.run([sys.executable, "-m", "nvfabric", "ready", "--root", str(root), "--json"])
     assert ready.returncode == 0 and json.loads(ready.stdout)["run"]["pid"] == pid
     for prog in ("nvlsm", "fabricmanager"):  # neither the lock nor the job reached a daemon
         daemon = _fds(int(events(root, prog, "exec")[0]["pid"]))
@@ -140,14 +139,12 @@ def test_the_lean_entry_point_refuses_a_descriptor_that_is_not_a_job(tmp_path: P
     bad = tmp_path / "job"
     bad.write_text('{"version": 1, "specs": []}')
     with open(bad, "rb") as fh:
-        proc = subprocess.run([sys.executable, "-c", boot, "--supervise-fd", str(fh.fileno())],
-                              capture_output=True, text=True, timeout=60, check=False,
-                              pass_fds=(fh.fileno(),))
+        proc = runkit.run([sys.executable, "-c", boot, "--supervise-fd", str(fh.fileno())],
+                          pass_fds=(fh.fileno(),))
     assert proc.returncode == 3
     assert proc.stderr.startswith("nvfabric: internal_error: the prepared unit cannot be "
                                   "taken over: specs: a non-empty list")
-    usage = subprocess.run([sys.executable, "-c", boot], capture_output=True, text=True,
-                           timeout=60, check=False)
+    usage = runkit.run([sys.executable, "-c", boot])
     assert usage.returncode == 2 and "started by nvfabric run" in usage.stderr
 
 
@@ -214,9 +211,9 @@ def test_the_lean_process_holds_none_of_the_heavy_modules_once_ready(
     env = {k: v for k, v in os.environ.items() if k not in ("NOTIFY_SOCKET", "NVFABRIC_DEBUG")}
     env.update(LEAN_WATCH=_WATCH, LEAN_READY=str(root / "run/nvfabric/ready"),
                LEAN_MODULES=str(out))
-    done = subprocess.run([sys.executable, "-c", _RUN, "run", "--root", str(root),
-                           "--log-format", log_format], env=env, capture_output=True,
-                          text=True, timeout=120, check=False)
+    done = runkit.run([sys.executable, "-c", _RUN, "run", "--root", str(root), "--log-format",
+                       log_format],
+                      env=env, timeout=120)
     assert done.returncode == 0, done.stderr[-2000:]  # stopped by the SIGTERM, orderly
     modules = set(out.read_text().split())
     # it is the lean process that answered, after the probe and the readiness

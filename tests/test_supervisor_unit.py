@@ -110,7 +110,25 @@ def _probe(ready: bool = True, registered: bool = True, supported: bool = True
     return lambda: GpuCheck(ready, registered, "8 GPUs: completed x8", supported=supported)
 
 
-CRASH_AFTER_READY = "import time; print('up', flush=True); time.sleep(0.3); raise SystemExit(1)"
+#: A daemon that crashes (exit 1) on SIGUSR1: :class:`CrashOnReady` sends it once the unit is
+#: ready, so the crash follows readiness however slow the machine (not a timer that a loaded
+#: machine may make fire first).
+CRASH_ON_USR1 = ("import signal, sys, time\n"
+                 "signal.signal(signal.SIGUSR1, lambda *_: sys.exit(1))\n"
+                 "print('up', flush=True)\n"
+                 "time.sleep(60)\n")
+
+
+class CrashOnReady(StopOn):
+    """:class:`StopOn` that, at the first ``fabric ready in`` line, makes the daemon the line
+    names crash (SIGUSR1, :data:`CRASH_ON_USR1`)."""
+
+    def line(self, text: str) -> None:
+        m = re.search(r"fabric ready in .*\(\w+ pid (\d+)", text)
+        first = m is not None and not any("fabric ready in" in x for x in self.lines)
+        super().line(text)
+        if m is not None and first:
+            os.kill(int(m.group(1)), signal.SIGUSR1)
 
 
 def _reset_aware_probe(marker: Path) -> Callable[[], GpuCheck]:
@@ -127,8 +145,8 @@ def _reset_aware_probe(marker: Path) -> Callable[[], GpuCheck]:
 
 
 def test_r04_reset_command_runs_before_the_restart(tmp_path: Path) -> None:
-    log = StopOn("fabric ready in", count=2)
-    spec = service("fabricmanager", CRASH_AFTER_READY, ready_gpus=True,
+    log = CrashOnReady("fabric ready in", count=2)
+    spec = service("fabricmanager", CRASH_ON_USR1, ready_gpus=True,
                    restart_needs_gpu_reset=True)
     marker = tmp_path / "reset-done"
     policy = Policy(restart="on-failure", backoff_base_s=0.01,
@@ -355,21 +373,32 @@ def test_watchdog_usec_takes_any_pid_this_process_pings_for() -> None:
 
 class Listener:
     """A systemd-like receiver of sd_notify datagrams on ``path``, read as they come (in a
-    thread, as systemd does: the queue of a Unix datagram socket holds only 10)."""
+    thread, as systemd does: the queue of a Unix datagram socket holds only 10).
+    ``stop_after_pings``: SIGTERM this process once that many ``WATCHDOG=1`` came and
+    ``also()`` holds (events, not a time a loaded machine may overrun)."""
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, stop_after_pings: int | None = None) -> None:
+        self.also: Callable[[], bool] = lambda: True
         self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
         self.sock.bind(str(path))
         self.sock.settimeout(0.1)
         self.messages: list[str] = []
+        self.stop_after_pings = stop_after_pings
         self.done = False
         self.thread = threading.Thread(target=self._read, daemon=True)
         self.thread.start()
 
+    def _take(self, data: bytes) -> None:
+        self.messages.append(data.decode())
+        if self.stop_after_pings is not None and \
+                self.messages.count("WATCHDOG=1") >= self.stop_after_pings and self.also():
+            self.stop_after_pings = None
+            os.kill(os.getpid(), signal.SIGTERM)
+
     def _read(self) -> None:
         while not self.done:
             try:
-                self.messages.append(self.sock.recv(4096).decode())
+                self._take(self.sock.recv(4096))
             except TimeoutError:
                 continue
 
@@ -377,9 +406,15 @@ class Listener:
         return self
 
     def __exit__(self, *exc: object) -> None:
-        time.sleep(0.05)
+        # the sender is done (Supervisor.run returned): what it sent is read or queued here
         self.done = True
         self.thread.join()
+        self.sock.setblocking(False)
+        while True:
+            try:
+                self.messages.append(self.sock.recv(4096).decode())
+            except BlockingIOError:
+                break
         self.sock.close()
 
 
@@ -425,7 +460,10 @@ def test_watchdog_pings_at_half_the_interval_and_children_do_not_inherit_it(
     code = ("import os, time; print('env', os.environ.get('WATCHDOG_USEC'), "
             "os.environ.get('WATCHDOG_PID'), os.environ.get('NOTIFY_SOCKET'), flush=True); "
             "time.sleep(60)")
-    log = StopAfter("fabric ready in", 0.35)
+    log = StopOn("^$")
+    # SIGTERM once 3 pings came (0.2 s of them at least) and the child printed its line
+    listener.also = lambda: "fm: env None None None" in log.lines
+    listener.stop_after_pings = 3
     started = time.monotonic()
     outcome = Supervisor([service("fm", code)], log=log).run()
     elapsed = time.monotonic() - started

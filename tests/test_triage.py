@@ -7,7 +7,6 @@ from __future__ import annotations
 import gzip
 import io
 import json
-import subprocess
 import sys
 from pathlib import Path
 from typing import Any
@@ -22,6 +21,7 @@ from nvfabric.rules.plan import plan
 from nvfabric.triage import triage, triage_stream
 from nvfabric.triage.collect import read
 from nvfabric.triage.report import IGNORE, identify, split
+from tests import runkit
 from tests.cases import CASES
 from tests.conftest import REPO, run_cli, run_json
 from tests.oracles import ibstat as run_ibstat
@@ -119,8 +119,7 @@ def test_lspci_ids_match_lspci_reading_the_config_dump(name: str, tmp_path: Path
         "\n".join([e.splitlines()[0]] + [ln for ln in e.splitlines()
                                           if ln[:3].rstrip(":").isalnum() and ": " in ln[:5]])
         for e in entries) + "\n")
-    out = subprocess.run([lspci, "-F", str(dump), "-nnDvmm"], capture_output=True, text=True,
-                         check=True, timeout=30).stdout
+    out = runkit.run([lspci, "-F", str(dump), "-nnDvmm"], check=True).stdout
     seen = 0
     for rec in out.strip().split("\n\n"):
         fields = dict(line.split(":\t", 1) for line in rec.splitlines() if ":\t" in line)
@@ -304,10 +303,8 @@ def test_cli_text_and_exit_code_on_a_failing_node() -> None:
 
 
 def test_cli_reads_stdin() -> None:
-    proc = subprocess.run(
-        [sys.executable, "-m", "nvfabric", "triage", "-", "--json"],
-        input=report("gb200-tray-unhealthy.log.gz").read_bytes(),
-        capture_output=True, timeout=60, check=False)
+    proc = runkit.run([sys.executable, "-m", "nvfabric", "triage", "-", "--json"],
+                      input=report("gb200-tray-unhealthy.log.gz").read_bytes(), text=False)
     assert proc.returncode == 1
     assert json.loads(proc.stdout)["plan"]["fabric"] == "mnnvl"
 
@@ -447,10 +444,10 @@ def test_the_scripts_sysfs_hexdump_fallback_gives_ids_and_class(node: Any) -> No
         rev = (base / "revision").read_text().strip()[2:]
         head = (f"\n{fn.address} {fn.class_code:06x}: Vendor {fn.vendor:04x} Device "
                 f"{fn.device:04x} (rev {rev})\n")
-        dump = subprocess.run([hexdump, "-v", "-e", '16/1 "%02x " "\\n"', str(base / "config")],
-                              capture_output=True, text=True, check=True).stdout
-        rows = subprocess.run([awk, '{printf "%02x: %s\\n",NR*16-16, $0}'], input=dump,
-                              capture_output=True, text=True, check=True).stdout
+        dump = runkit.run([hexdump, "-v", "-e", '16/1 "%02x " "\\n"', str(base / "config")],
+                          check=True).stdout
+        rows = runkit.run([awk, '{printf "%02x: %s\\n",NR*16-16, $0}'], input=dump,
+                          check=True).stdout
         parts.append(head + rows)
     text = "".join(parts) + sep + "\n\nEnd of NVIDIA bug report log file.\n"
     t = triage_stream(io.BytesIO(text.encode()), "fallback")
@@ -572,8 +569,8 @@ def test_the_committed_reports_are_what_compose_writes_from_the_corpus(tmp_path:
     """tests/data/bugreports/compose.py, run on tests/data/corpus with the real lspci, writes
     exactly the committed composed reports (the public excerpt is not composed)."""
     need("lspci")
-    subprocess.run([sys.executable, str(DATA / "compose.py"), str(tmp_path)], check=True,
-                   capture_output=True, timeout=300)
+    runkit.run([sys.executable, str(DATA / "compose.py"), str(tmp_path)], check=True, timeout=300,
+               text=False)
     written = sorted(p.name for p in tmp_path.iterdir())
     assert written == sorted(p.name for p in DATA.glob("*.log*")
                              if not p.name.startswith("public-"))

@@ -9,7 +9,6 @@ import gzip
 import io
 import json
 import os
-import subprocess
 import sys
 from pathlib import Path
 from typing import Any
@@ -18,6 +17,7 @@ import pytest
 
 from nvfabric.model.errors import NvfabricError
 from nvfabric.triage import triage_stream
+from tests import runkit
 from tests.conftest import REPO, run_cli, run_json
 
 B200 = REPO / "tests" / "data" / "bugreports" / "dgx-b200-healthy.log.gz"
@@ -392,8 +392,8 @@ def test_triage_of_an_endless_stream_on_stdin_stops_with_one_line() -> None:
     env.pop("NVFABRIC_DEBUG", None)
     env.pop("PYTEST_CURRENT_TEST", None)
     with open("/dev/zero", "rb") as zero:
-        proc = subprocess.run([sys.executable, "-m", "nvfabric", "triage", "-"], stdin=zero,
-                              capture_output=True, text=True, timeout=120, env=env, check=False)
+        proc = runkit.run([sys.executable, "-m", "nvfabric", "triage", "-"], stdin=zero,
+                          timeout=120, env=env)
     assert proc.returncode == 2, proc.stderr
     err = proc.stderr.strip()
     assert len(err.splitlines()) == 1, err

@@ -17,6 +17,7 @@ from nvfabric.cli.status import status
 from nvfabric.model import vocab
 from nvfabric.model.findings import CODES, Finding, is_code
 from nvfabric.rules.plan import SERVICES_BY_FABRIC
+from tests import runkit
 from tests.conftest import REPO, run_cli
 
 #: A module that uses the vocabulary right, then three typos mypy must refuse (one per line).
@@ -46,10 +47,9 @@ def typos(p: Plan) -> list[object]:
 def _mypy(tmp_path: Path, text: str) -> subprocess.CompletedProcess[str]:
     source = tmp_path / "uses_vocab.py"
     source.write_text(text)
-    return subprocess.run(
-        [sys.executable, "-m", "mypy", "--strict", "--no-error-summary",
-         "--cache-dir", str(tmp_path / "mypy-cache"), str(source)],
-        capture_output=True, text=True, timeout=300, check=False, cwd=REPO)
+    return runkit.run([sys.executable, "-m", "mypy", "--strict", "--no-error-summary",
+                       "--cache-dir", str(tmp_path / "mypy-cache"), str(source)],
+                      timeout=300, cwd=REPO)
 
 
 def test_misspelt_code_fabric_severity_and_verdict_are_mypy_errors(tmp_path: Path) -> None:
@@ -148,10 +148,9 @@ def test_every_comparison_of_a_fabric_kind_to_a_word_is_type_checked(tmp_path: P
                 lines[number - 1] = line
         path.write_text("".join(lines))
     assert len(sites) >= 20  # the comparisons of plan, verdict, bring-up, status, triage
-    proc = subprocess.run(
-        [sys.executable, "-m", "mypy", "--strict", "--no-error-summary",
-         "--cache-dir", str(tmp_path / "mypy-cache"), "src"],
-        capture_output=True, text=True, timeout=600, check=False, cwd=tmp_path)
+    proc = runkit.run([sys.executable, "-m", "mypy", "--strict", "--no-error-summary",
+                       "--cache-dir", str(tmp_path / "mypy-cache"), "src"],
+                      timeout=600, cwd=tmp_path)
     flagged = {(ln.split(":")[0], int(ln.split(":")[1])) for ln in proc.stdout.splitlines()
                if "[comparison-overlap]" in ln and "_typo" in ln}
     assert sorted(sites - flagged) == [], sorted(sites - flagged)

@@ -20,7 +20,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--inputs", type=int, default=1_100_000,
                     help="inputs in all, spread over the readers by their speed")
     ap.add_argument("--seconds", type=float, default=1080.0,
-                    help="time budget in all (the run stops at whichever comes first)")
+                    help="CPU seconds in all (the run stops at whichever comes first)")
     ap.add_argument("--min-inputs", type=int, default=1_000_000)
     ap.add_argument("--slow", type=float, default=1.0, help="an input slower than this fails")
     ap.add_argument("--seed", type=int, default=10)

@@ -1,13 +1,14 @@
 """A small, fast byte mutator for nvfabric's readers (in-process, no coverage feedback).
 
 Each call takes a seed (a real capture from the corpus) and applies 1-4 mutations chosen to
-reach the kinds of bad input issue 10 lists: digits that ``str.isdigit()`` accepts but
-``int()`` does not (``²``, ``٣``), signs (``--1``), numbers past Python's 4,300-digit limit,
-every Unicode line boundary and control character, NUL, broken UTF-8, unknown XML encodings,
-deep nesting (``[[[[``, ``{"a":{"a":``, YAML ``- - - -``, hostlist ``[][]``), repeated
-lines and long runs (quadratic parsers), a JSON value of another type where an object stands,
-plus plain bit flips, deletions and splices with other seeds. Deterministic for a given
-``random.Random``.
+reach the kinds of bad input the fuzz campaigns found (tests/data/fuzz/README.md): digits
+that ``str.isdigit()`` accepts but ``int()`` does not (``²``, ``٣``), signs (``--1``),
+numbers past Python's 4,300-digit limit, every Unicode line boundary and control character,
+NUL, broken UTF-8, unknown XML encodings, deep nesting (``[[[[``, ``{"a":{"a":``, YAML
+``- - - -``, hostlist ``[][]``), repeated lines and long runs (quadratic parsers), a JSON
+value of another type where an object stands, fields glued together where a damaged copy lost
+its blanks (``00: d600``), plus plain bit flips, deletions and splices with other seeds.
+Deterministic for a given ``random.Random``.
 """
 
 from __future__ import annotations
@@ -78,6 +79,22 @@ def _repeat(rng: random.Random, data: bytes) -> bytes:
     return data.replace(line, span * min(times, 200_000 // len(span) + 1) + b"\n", 1)
 
 
+def _squeeze(rng: random.Random, data: bytes) -> bytes:
+    """The blanks of one line removed, fields glued together as a damaged copy shows them
+    (``00: d6 00`` -> ``00:d600``, ``Port GUID: 0x..`` -> ``PortGUID:0x..``)."""
+    lines = data.split(b"\n")
+    if not lines:
+        return data
+    i = rng.randrange(len(lines))
+    line = lines[i]
+    if rng.random() < 0.5:
+        lines[i] = line.replace(b" ", b"")
+    else:  # only the blanks after the first colon: the key stays, its values are glued
+        key, sep, rest = line.partition(b": ")
+        lines[i] = key + sep + rest.replace(b" ", b"") if sep else line.replace(b" ", b"", 1)
+    return b"\n".join(lines)
+
+
 def _bitflip(rng: random.Random, data: bytes) -> bytes:
     if not data:
         return bytes([rng.randrange(256)])
@@ -108,7 +125,7 @@ MUTATIONS: tuple[Callable[[random.Random, bytes], bytes], ...] = (
     lambda rng, d: _insert(rng, d, rng.choice(TOKENS)),
     lambda rng, d: _insert(rng, d, rng.choice(TOKENS)),
     _replace_digits, _replace_digits, _replace_digits, _bitflip, _bitflip, _delete, _delete,
-    _byte, _byte, _truncate, _nest, _repeat,
+    _byte, _byte, _truncate, _nest, _repeat, _squeeze,
 )
 
 

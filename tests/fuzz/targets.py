@@ -12,6 +12,7 @@ import contextlib
 import io
 import json
 import os
+import re
 import shutil
 import tempfile
 from collections.abc import Callable
@@ -517,6 +518,364 @@ def _install_record(data: bytes) -> None:
         found.find_dir("_topology")
 
 
+# --- install --from: the fetch record and the root's dpkg status database ------------------
+
+_FETCH_RECORD = {
+    "format": 1,
+    "artifacts": [
+        {"component": "fabricmanager", "version": "580.95.05", "arch": "x86_64",
+         "url": "https://example.invalid/nvidia-fabricmanager_580.95.05-1_amd64.deb",
+         "sha256": "ab" * 32, "size": 5931872, "source": "apt",
+         "package": "nvidia-fabricmanager", "file": "nvidia-fabricmanager_580.95.05-1_amd64.deb",
+         "driver_version": "580.95.05"},
+        {"component": "imex", "version": "580.95.05", "arch": "sbsa",
+         "url": "https://example.invalid/nvidia-imex-linux-sbsa-580.95.05-archive.tar.xz",
+         "sha256": "cd" * 32, "size": None, "source": "redist", "package": None,
+         "file": "nvidia-imex-linux-sbsa-580.95.05-archive.tar.xz",
+         "driver_version": "580.95.05"},
+    ],
+}
+_DPKG_STATUS = (
+    b"Package: nvidia-fabricmanager\nStatus: install ok installed\nPriority: optional\n"
+    b"Architecture: amd64\nVersion: 580.95.05-1\nProvides: nvidia-fabricmanager-580\n"
+    b"Description: Fabric Manager\n\n"
+    b"Package: libnvidia-nscq\nStatus: deinstall ok config-files\nVersion: 580.95.05-1\n"
+)
+#: The files ``install --from`` reads before it acts (first byte of an input chooses one).
+INSTALL_FROM_FILES = ("from/nvfabric-artifacts.json", "root/var/lib/dpkg/status")
+
+
+class _InstallFrom:
+    """A fetch directory and an image root, made once; each input replaces one file."""
+
+    def __init__(self) -> None:
+        self.base = ""
+
+    def seeds(self) -> list[bytes]:
+        if not self.base:
+            import logging
+
+            # python-debian warns of each Provides it cannot parse (and keeps it raw)
+            logging.getLogger("debian.deb822").setLevel(logging.ERROR)
+            self.base = tempfile.mkdtemp(prefix="nvfabric-fuzz-from-")
+            for rel in INSTALL_FROM_FILES:
+                os.makedirs(os.path.dirname(os.path.join(self.base, rel)), exist_ok=True)
+        record = json.dumps(_FETCH_RECORD, indent=2).encode()
+        return [b"\x00" + record, b"\x01" + _DPKG_STATUS]
+
+    def teardown(self) -> None:
+        if self.base:
+            shutil.rmtree(self.base, ignore_errors=True)
+            self.base = ""
+
+    def run(self, data: bytes) -> None:
+        from nvfabric.artifacts import cachefile, dpkgdb
+
+        rel = INSTALL_FROM_FILES[data[0] % len(INSTALL_FROM_FILES)] if data else \
+            INSTALL_FROM_FILES[0]
+        with open(os.path.join(self.base, rel), "wb") as fh:
+            fh.write(data[1:])
+        directory, root = os.path.join(self.base, "from"), os.path.join(self.base, "root")
+        if rel.startswith("root/"):
+            db = dpkgdb.read(root)
+            json.dumps([repr(k) for k in db.installed])
+            dpkgdb.status_of(root, ("nvidia-fabricmanager", "libnvidia-nscq"))
+            return
+        record = cachefile.read(directory)
+        for arch in (None, "x86_64", "aarch64"):
+            comps = cachefile.components_for(record, arch)
+            try:
+                cachefile.driver_for(record, None, None, root)
+                if comps and arch is not None:
+                    cachefile.pick(record, comps, arch)
+            except NvfabricError as err:
+                _nvfabric_error(err)
+        json.dumps([c.to_json() for c in record])
+
+
+_INSTALL_FROM = _InstallFrom()
+
+
+# --- nvfabric's own state files ------------------------------------------------------------
+
+#: The state files ``run``, ``ready`` and ``status`` read back (first byte chooses one): the
+#: readiness file and the run lock in the state directory.
+STATE_FILES = ("ready", "run.lock")
+
+
+class _StateDir:
+    """A state directory whose run lock this process holds (so the ready file's pid is a live
+    holder and the whole check runs), made once; each input replaces one file."""
+
+    def __init__(self) -> None:
+        self.dir = ""
+        self.lock_fd = -1
+
+    def seeds(self) -> list[bytes]:
+        if not self.dir:
+            self.dir = tempfile.mkdtemp(prefix="nvfabric-fuzz-state-")
+        ready = {"pid": os.getpid(), "fabric": "nvlink5", "ready_after_s": 3.217,
+                 "restarts": 0, "services": [{"service": "nvlsm", "pid": 4711},
+                                             {"service": "fabricmanager", "pid": 4712}]}
+        return [b"\x00" + json.dumps(ready).encode() + b"\n",
+                b"\x01" + f"{os.getpid()}\n".encode()]
+
+    def teardown(self) -> None:
+        if self.lock_fd >= 0:
+            os.close(self.lock_fd)
+            self.lock_fd = -1
+        if self.dir:
+            shutil.rmtree(self.dir, ignore_errors=True)
+            self.dir = ""
+
+    def run(self, data: bytes) -> None:
+        import fcntl
+
+        from nvfabric.effects import runlock
+
+        name = STATE_FILES[data[0] % len(STATE_FILES)] if data else STATE_FILES[0]
+        path = os.path.join(self.dir, name)
+        if name == "run.lock":
+            if self.lock_fd >= 0:
+                os.close(self.lock_fd)
+                self.lock_fd = -1
+            with open(path, "wb") as fh:
+                fh.write(data[1:])
+            holder = runlock.run_lock_holder(self.dir)
+            if holder is not None:
+                raise Broken(f"nobody holds the lock, yet the holder is {holder}")
+            fd = os.open(path, os.O_RDWR | os.O_CLOEXEC)
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            self.lock_fd = fd
+            holder = runlock.run_lock_holder(self.dir)
+            if holder is None or holder < 0:
+                raise Broken(f"the lock is held, yet the holder is {holder!r}")
+            return
+        if self.lock_fd < 0:
+            self.lock_fd = os.open(os.path.join(self.dir, "run.lock"),
+                                   os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+            fcntl.flock(self.lock_fd, fcntl.LOCK_EX)
+            os.ftruncate(self.lock_fd, 0)
+            os.pwrite(self.lock_fd, f"{os.getpid()}\n".encode(), 0)
+        with open(path, "wb") as fh:
+            fh.write(data[1:])
+        info, why = runlock.live_ready(self.dir)
+        if info is None and not why:
+            raise Broken("not ready without a reason")
+        if info is not None:
+            json.dumps(info)
+            after = info.get("ready_after_s")
+            from nvfabric.observe.metrics import Reading, render
+
+            render(Reading("healthy", "nvlink5", None, (), run_ready=True,
+                           ready_after_s=after if isinstance(after, float) else None))
+        with open(path, "wb") as fh:
+            fh.write(data[1:])
+        pid = runlock.clear_stale_ready(self.dir)
+        if pid is None or os.path.exists(path):
+            raise Broken("the stale readiness file was not removed")
+
+
+_STATE = _StateDir()
+
+
+def _job_seeds() -> list[bytes]:
+    from nvfabric.bringup.spec import GPU_REGISTRATION, ServiceSpec
+    from nvfabric.supervisor.job import Job, Report
+    from nvfabric.supervisor.policy import Policy
+
+    specs = (
+        ServiceSpec("nvlsm", ("/opt/nvidia/nvlsm/sbin/nvlsm", "-F",
+                              "/usr/share/nvidia/nvlsm/nvlsm.conf", "-g", "0xe09d730300e400e8"),
+                    ready_socket="/var/run/nvidia-fabricmanager/fm_sm_ipc.socket"),
+        ServiceSpec("fabricmanager", ("/usr/bin/nv-fabricmanager", "-c",
+                                      "/run/nvfabric/fabricmanager.cfg"),
+                    ready_gpus=True, ready_probe=GPU_REGISTRATION),
+    )
+    job = Job(specs, Policy(restart="on-failure", start_limit_burst=5),
+              Report(True, {"fabric": "nvlink5"}, ({"code": "x", "severity": "info",
+                                                    "message": "m", "hint": ""},)),
+              ready_file="/run/nvfabric/ready", ready_info={"fabric": "nvlink5"},
+              pid_dir="/run/nvfabric", fabric="nvlink5", probe_root="/",
+              fm_check=("/usr/bin/nv-fabricmanager", "580.95.05"), state_dir="/run/nvfabric",
+              lock_fd=3)
+    return [json.dumps(job.to_json()).encode()]
+
+
+def _job(data: bytes) -> None:
+    """The supervisor's job as the lean supervisor reads it from its memory file."""
+    from nvfabric.supervisor.lean import read_job
+
+    fd = os.memfd_create("nvfabric-fuzz-job", os.MFD_CLOEXEC)
+    os.write(fd, data)
+    os.lseek(fd, 0, os.SEEK_SET)
+    job = read_job(fd)
+    json.dumps(job.to_json())
+
+
+def _probe_answer_seeds() -> list[bytes]:
+    from nvfabric.model.findings import Finding
+    from nvfabric.supervisor.gpuprobe import check_to_json
+    from nvfabric.supervisor.policy import GpuCheck
+
+    done = GpuCheck(True, True, "8 GPUs: completed x8", None, True, (), (8, 8),
+                    tuple(f"GPU-{i}" for i in range(8)))
+    waiting = GpuCheck(False, False, "8 GPUs: in_progress x8", "not yet", True,
+                       (Finding("registration_stuck", "warning", "m", "h", {"n": 1}),),
+                       (0, 8), ())
+    return [json.dumps(check_to_json(c)).encode() for c in (done, waiting)]
+
+
+def _probe_answer(data: bytes) -> None:
+    """The GPU probe child's answer as the supervisor reads it back (supervisor/gpuprobe)."""
+    from nvfabric import strict
+    from nvfabric.supervisor.gpuprobe import check_from_json, check_to_json
+
+    check = check_from_json(strict.parse_json(data))
+    json.dumps(check_to_json(check))
+
+
+# --- triage: nvidia-bug-report.log(.gz) ------------------------------------------------------
+
+def _report_files() -> list[bytes]:
+    import zlib
+
+    base = REPO / "tests" / "data" / "bugreports"
+    out = []
+    for p in sorted(base.glob("*.log*")):
+        data = p.read_bytes()
+        if p.name.endswith(".gz"):  # as far as it goes (one of them is cut short)
+            data = zlib.decompressobj(wbits=31).decompress(data)
+        out.append(data)
+    small = min((p for p in base.glob("*.log.gz")), key=lambda p: p.stat().st_size, default=None)
+    if small is not None:
+        out.append(small.read_bytes())  # one compressed: the gzip reader meets damage too
+    return out
+
+
+def _triage(data: bytes) -> None:
+    """``triage FILE --json`` and ``simulate --from-bug-report FILE DIR`` up to the tree's
+    layout (nothing written)."""
+    from nvfabric.simulate import parse
+    from nvfabric.simulate.tree import layout
+    from nvfabric.triage import triage_stream
+    from nvfabric.triage.spec import node_spec
+
+    t = triage_stream(io.BytesIO(data), "report")
+    json.dumps(t.to_json())
+    t.node_line()
+    if t.extras.get("pci_known"):
+        raw, _notes = node_spec(t.inventory)
+        layout(parse(raw))
+
+
+# --- what nvfabric writes: metrics, run's log lines ---------------------------------------
+
+_CAPTURE: list[str] = []
+
+
+def _prometheus(data: bytes) -> None:
+    """``status --from-nvidia-smi FILE --prometheus``: the reading rendered by
+    prometheus_client and parsed back by its own parser; every GPU's labels read back as the
+    reading has them."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    from nvfabric.cli.status import evaluate
+    from nvfabric.observe.metrics import reading_of, render
+
+    if not _CAPTURE:
+        fd, path = tempfile.mkstemp(prefix="nvfabric-fuzz-smi-")
+        os.close(fd)
+        _CAPTURE.append(path)
+    with open(_CAPTURE[0], "wb") as fh:
+        fh.write(data)
+    reading = reading_of(evaluate("/", _CAPTURE[0], root_given=False))
+    text = render(reading).decode("utf-8")
+    # the one family whose labels come from the capture, parsed back by the client's parser
+    info = "\n".join(line for line in text.splitlines()
+                     if "nvfabric_gpu_fabric_info" in line.split(" ", 3)[:3] or
+                     line.startswith("nvfabric_gpu_fabric_info{")) + "\n"
+    seen = {}
+    for fam in text_string_to_metric_families(info):
+        if fam.name == "nvfabric_gpu_fabric_info":
+            for sample in fam.samples:
+                seen[sample.labels["gpu"]] = (sample.labels["UUID"],
+                                              sample.labels["pci_bus_id"])
+    want = {str(g.index): (g.uuid or "", g.pci or "") for g in reading.gpus}
+    if seen != want:
+        raise Broken(f"GPU labels read back as {seen!r}, not {want!r}")
+
+
+def _log_seeds() -> list[bytes]:
+    return _files("logs/*", "imex/*.log")
+
+
+_LOG_CONTROL = re.compile("[\x00-\x08\x0a-\x1f\x7f-\x9f]")
+_LOG_STAMP = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z ")
+
+
+class _LogHost:
+    """The one thing of a host that reading a daemon's output asks for: the clock."""
+
+    def now(self) -> float:
+        return 1000.0
+
+
+def _run_log(data: bytes) -> None:
+    """A daemon's output as ``run`` logs it: cut into lines (over-long ones into pieces),
+    each written as one log line (text with its timestamp, or JSON) with control characters
+    escaped, and fed to the live diagnosis."""
+    from collections import deque
+
+    from nvfabric.bringup.spec import ServiceSpec
+    from nvfabric.effects.log import Log
+    from nvfabric.observe import logs
+    from nvfabric.rules.diagnose import Classifier
+    from nvfabric.supervisor.host import Proc
+    from nvfabric.supervisor.policy import Policy
+    from nvfabric.supervisor.ready import MAX_LINE, Readiness
+
+    spec = ServiceSpec("fabricmanager", ("/usr/bin/nv-fabricmanager",),
+                       ready_line="Successfully configured all the available NVSwitches")
+    pieces = 0
+    rest = data
+    while True:
+        cut = rest.find(b"\n")
+        if cut < 0:
+            if len(rest) > MAX_LINE:
+                cut = MAX_LINE
+            else:
+                break
+        pieces += 1
+        rest = rest[cut + 1:]
+    for fmt in logs.FORMATS:
+        out = io.StringIO()
+        logs.set_format(fmt)
+        try:
+            unit = Readiness((spec,), Policy(), _LogHost(), Log(out), None,  # type: ignore[arg-type]
+                             {})
+            proc = Proc(spec, 1, None, 0.0, Classifier("nvswitch"), deque(maxlen=20))
+            unit.take(proc, data)
+        finally:
+            logs.set_format("text")
+        written = out.getvalue()
+        written.encode("utf-8")  # every line encodes: surrogates and bad bytes escaped
+        lines = written.split("\n")
+        if lines.pop() != "":
+            raise Broken("the log does not end with a newline")
+        if _LOG_CONTROL.search(written.replace("\n", "")):
+            raise Broken("a control character reached the log")
+        if fmt == "json":
+            sources = [json.loads(line)["source"] for line in lines]
+        else:
+            if not all(_LOG_STAMP.match(line) for line in lines):
+                raise Broken("a text line without its timestamp")
+            sources = [line.split(" ", 1)[1].partition(": ")[0] for line in lines]
+        mine = sources.count("fabricmanager")
+        if mine != pieces:
+            raise Broken(f"{pieces} lines of output became {mine} log lines ({fmt})")
+
+
 def _number_seeds() -> list[bytes]:
     return [b"0", b"-1", b"0xa751e84a", b"570.148.08", b"32766", b"4096", b"65535",
             b"00000000", b"1.5", b"12345.67"]
@@ -567,6 +926,18 @@ def targets() -> list[Target]:
         Target("install-record", _record_seeds, _install_record, limit=100_000,
                teardown=lambda: [shutil.rmtree(d, ignore_errors=True) for d in _RECORD_DIR]
                and None),
+        Target("install-from", _INSTALL_FROM.seeds, _INSTALL_FROM.run, (NvfabricError,),
+               limit=100_000, teardown=_INSTALL_FROM.teardown),
+        Target("state-files", _STATE.seeds, _STATE.run, limit=70_000, teardown=_STATE.teardown),
+        Target("supervisor-job", _job_seeds, _job, (ValueError,), limit=100_000),
+        Target("gpu-probe-answer", _probe_answer_seeds, _probe_answer,
+               (ValueError, TypeError, KeyError), limit=100_000),
+        Target("triage", _report_files, _triage, (NvfabricError,), limit=200_000),
+        # 64 KB: up to ~6,000 GPUs' series (the capture reader itself has its own target at
+        # full size); prometheus_client's rendering costs ~40 us a series
+        Target("prometheus", lambda: _files("nvidia-smi/*"), _prometheus, (NvfabricError,),
+               limit=64_000, teardown=lambda: [os.unlink(p) for p in _CAPTURE] and None),
+        Target("run-log-lines", _log_seeds, _run_log, limit=100_000),
         Target("fm-config", lambda: _files("configs/*.cfg"), _fm_config, (ConfigError,)),
         Target("imex-config", lambda: _files("imex/*config*"), _imex_config),
     ]

@@ -5,9 +5,9 @@ to the host's /run when a package ships a file under /var/run."""
 from __future__ import annotations
 
 import os
-import subprocess
 from pathlib import Path
 
+from tests import runkit
 from tests.conftest import run_json
 from tests.integration.debroot import fresh_root, require
 from tests.integration.test_imex_image_flow import DRIVER, REVISION, host_arch, runfile_driver
@@ -35,8 +35,8 @@ def test_a_package_writing_through_var_run_is_refused_and_the_hosts_run_is_untou
     (pkg / "usr/bin/nvidia-imex").write_text("#!/bin/sh\n")
     deb = tmp_path / "debs" / f"nvidia-imex_{REVISION}_{arch}.deb"
     deb.parent.mkdir()
-    subprocess.run(["dpkg-deb", "--build", "--root-owner-group", str(pkg), str(deb)],
-                   check=True, capture_output=True, timeout=120)
+    runkit.run(["dpkg-deb", "--build", "--root-owner-group", str(pkg), str(deb)], check=True,
+               timeout=120, text=False)
     from nvfabric.artifacts import cachefile
     from nvfabric.artifacts.model import Artifact
 
@@ -85,7 +85,6 @@ def test_a_unit_step_that_fails_after_dpkg_purges_the_package_again(tmp_path: Pa
     assert err["message"].startswith(f"`systemctl --root {root} disable nvidia-imex.service` "
                                      "failed (exit status 1): Failed to connect to bus")
     assert err["rolled_back"] == ["nvidia-imex"]
-    assert subprocess.run(["dpkg", "--root", str(root), "-s", "nvidia-imex"],
-                          capture_output=True, timeout=60, check=False).returncode != 0
+    assert runkit.run(["dpkg", "--root", str(root), "-s", "nvidia-imex"]).returncode != 0
     assert (root / "var/lib/dpkg/status").read_bytes() == status
     assert not (root / "usr/bin/nvidia-imex").exists()

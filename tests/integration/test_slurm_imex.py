@@ -1,26 +1,31 @@
 """packaging/slurm: the IMEX prolog and epilog under a real single-node Slurm (slurmctld,
 slurmd, munged as this test's children), on a simulated GB200 tray whose fake nvidia-imex and
-nvidia-imex-ctl are run by the single-file binary, as on a host without Python."""
+nvidia-imex-ctl are run by a PyInstaller build, as on a host without Python: the directory
+build, which the Debian package installs as /usr/bin/nvfabric (its run execs into the lean
+supervisor, same pid, another command line), and for the bring-up also the single-file
+binary (which supervises in place)."""
 
 from __future__ import annotations
 
 import json
 import os
 import stat
-import subprocess
 import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
+from tests import runkit
 from tests.integration.debroot import REPO
-from tests.integration.distbin import dist_binary
+from tests.integration.distbin import dist_binary, dist_dir
 from tests.integration.slurmkit import Slurm
 from tests.runkit import alive, stop_pids
 
 SCRIPTS = REPO / "packaging/slurm"
 STATE_DIR = "run/nvfabric-slurm"
+#: The builds the scripts are run with (NVFABRIC=).
+BUILDS = {"one-dir": dist_dir, "one-file": dist_binary}
 
 
 def calls(root: Path) -> list[dict[str, object]]:
@@ -63,24 +68,25 @@ class Site:
         self.workdir = workdir
         self.count = 0
 
-    def node_root(self, profile: str, faults: dict[str, object] | None = None) -> Path:
-        """A simulated node written by the binary, named like this Slurm node, and the
-        settings pointing the scripts at it."""
+    def node_root(self, profile: str, faults: dict[str, object] | None = None,
+                  build: str = "one-dir") -> Path:
+        """A simulated node written by ``build`` (:data:`BUILDS`), named like this Slurm
+        node, and the settings pointing the scripts at it and at that build."""
+        nvfabric = BUILDS[build]()
         self.count += 1
         # Each test starts on an idle node: one that failed after a drain (before its own
         # resume) must not time out every test after it (measured: 4 x 120 s srun timeouts).
         if self.slurm.state() != "idle":
             self.slurm.resume()
         root = self.workdir / f"{profile}-{self.count}"
-        done = subprocess.run([str(dist_binary()), "simulate", profile, str(root)],
-                              capture_output=True, text=True, timeout=120, check=False)
+        done = runkit.run([str(nvfabric), "simulate", profile, str(root)], timeout=120)
         assert done.returncode == 0, done.stderr
         (root / "etc/hostname").write_text(self.slurm.node + "\n")
         if faults:
             (root / "var/lib/nvfabric-sim/faults.json").write_text(json.dumps(faults))
         self.defaults.write_text(
             "# nvfabric Slurm IMEX settings of the test\n"
-            f"NVFABRIC={dist_binary()}\n"
+            f"NVFABRIC={nvfabric}\n"
             f"NVFABRIC_ROOT={root}\n"
             "NVFABRIC_IMEX_WAIT=8\n"
             "NVFABRIC_IMEX_CTL_TIMEOUT=1\n")
@@ -89,7 +95,8 @@ class Site:
 
 @pytest.fixture(scope="module")
 def site(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Site]:
-    dist_binary()
+    for build in BUILDS.values():
+        build()
     work = tmp_path_factory.mktemp("slurm")
     defaults = work / "nvfabric-slurm"
     # Slurm gives its scripts none of slurmd's environment: these wrappers name the settings
@@ -122,12 +129,13 @@ def test_scripts_are_executable_posix_sh() -> None:
     assert prolog.read_text().startswith("#!/bin/sh\n")
     assert prolog.stat().st_mode & stat.S_IXUSR
     assert os.readlink(SCRIPTS / "nvfabric-imex-epilog") == "nvfabric-imex-prolog"
-    assert subprocess.run(["sh", "-n", str(prolog)], check=False).returncode == 0
+    assert runkit.run(["sh", "-n", str(prolog)], text=False).returncode == 0
 
 
+@pytest.mark.parametrize("build", list(BUILDS))
 def test_srun_runs_the_prolog_that_brings_imex_up_and_the_epilog_that_stops_it(
-        site: Site) -> None:
-    root = site.node_root("gb200-tray")
+        site: Site, build: str) -> None:
+    root = site.node_root("gb200-tray", build=build)
     done = site.slurm.run("srun", "-N1", "true")
     assert done.returncode == 0, done.stdout + done.stderr + site.slurm.logs()
     # The prolog wrote the job's node list, and nvidia-imex ran with it until the epilog.
@@ -142,8 +150,7 @@ def test_srun_runs_the_prolog_that_brings_imex_up_and_the_epilog_that_stops_it(
           "nvfabric run stopping nvidia-imex")
     assert not alive(int(imex[0]["pid"]))  # type: ignore[call-overload]
     until(lambda: processes_of(root) == [], "no process of the tray left")
-    ctl = subprocess.run([str(root / "usr/bin/nvidia-imex-ctl"), "-q"], capture_output=True,
-                         text=True, timeout=60, check=False)
+    ctl = runkit.run([str(root / "usr/bin/nvidia-imex-ctl"), "-q"])
     assert ctl.returncode == 1  # no daemon left: NOT READY
     fields = site.slurm.node_fields()
     assert "DRAIN" not in fields["State"], fields
@@ -199,8 +206,7 @@ SWITCH_PLUGIN = "/usr/lib/*/slurm-wlm/switch_nvidia_imex.so"
 
 
 def slurm_version() -> tuple[int, int]:
-    done = subprocess.run(["slurmd", "-V"], capture_output=True, text=True, timeout=60,
-                          check=True)
+    done = runkit.run(["slurmd", "-V"], timeout=60, check=True)
     major, minor = done.stdout.split()[1].split(".")[:2]  # "slurm-wlm 22.05.8"
     return int(major), int(minor)
 
@@ -262,8 +268,7 @@ def test_the_switch_plugin_where_this_slurm_has_it(site: Site, tmp_path: Path) -
     (root / "etc/slurm/slurm.conf").write_text(
         site.slurm.conf.read_text().replace("SwitchType=switch/none",
                                             "SwitchType=switch/nvidia_imex"))
-    done = subprocess.run([str(dist_binary()), "imex", "owner", "--root", str(root), "--json"],
-                          capture_output=True, text=True, timeout=120, check=False)
+    done = runkit.run([str(dist_binary()), "imex", "owner", "--root", str(root), "--json"])
     out = json.loads(done.stdout)
     assert out["channel_owner"] == "slurm", out
     assert out["slurm_conf"]["path"] == "/etc/slurm/slurm.conf"

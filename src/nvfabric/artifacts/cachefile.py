@@ -22,9 +22,12 @@ from nvfabric.artifacts.tables import COMPONENTS
 from nvfabric.effects.atomic import write_atomic
 from nvfabric.model.errors import NvfabricError
 from nvfabric.model.findings import Finding
+from nvfabric.strict import BadValue, parse_json, read_capped
 
 RECORD = "nvfabric-artifacts.json"
 FORMAT = 1
+#: A record lists a few artifacts (a few KiB); 16 MiB is far past any.
+MAX_RECORD = 16 << 20
 _FILE_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._+~%=-]*$")
 
 
@@ -76,13 +79,14 @@ def read(directory: str) -> list[Cached]:
     file name, 64-hex SHA-256). Raises ``input_unreadable`` (exit 2) when the record is
     missing, not JSON or has a bad entry."""
     path = os.path.join(directory, RECORD)
+    if not os.path.lexists(path):
+        raise _bad(path, "no fetch record here")
     try:
-        with open(path, encoding="utf-8") as fh:
-            data = json.load(fh)
-    except FileNotFoundError:
-        raise _bad(path, "no fetch record here") from None
-    except (OSError, ValueError) as err:
+        data = parse_json(read_capped(path, MAX_RECORD, "a fetch record"))
+    except BadValue as err:  # not JSON, nested past the bound, a number past the digit limit
         raise _bad(path, f"unreadable fetch record ({err})") from None
+    except NvfabricError as err:  # cannot be read, or larger than the cap
+        raise _bad(path, f"unreadable fetch record ({err.finding.message})") from None
     rows = data.get("artifacts") if isinstance(data, dict) else None
     if not isinstance(rows, list):
         raise _bad(path, "no artifacts list")

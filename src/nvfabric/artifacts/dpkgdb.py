@@ -60,6 +60,12 @@ def _unreadable(path: str, why: str) -> NvfabricError:
     )
 
 
+def _damaged(path: str, err: ValueError) -> NvfabricError:
+    """A status file python-debian refuses (``each line must start with whitespace``)."""
+    why = (str(err).splitlines() or [type(err).__name__])[0][:200]
+    return _unreadable(path, f"not a dpkg status database ({why})")
+
+
 def read(root: str) -> Database:
     """The dpkg database under ``root``. Raises ``input_unreadable`` (exit 2) when the root
     has no ``var/lib/dpkg/status``: not a Debian-family root."""
@@ -72,6 +78,8 @@ def read(root: str) -> Database:
     except OSError as err:
         raise _unreadable(status_path, f"cannot read the dpkg status database "
                           f"({err.strerror})") from None
+    except ValueError as err:  # python-debian's own refusal (a line that is no field)
+        raise _damaged(status_path, err) from None
     installed = []
     native = None
     for para in paragraphs:
@@ -256,4 +264,6 @@ def status_of(root: str, names: Iterable[str]) -> dict[str, tuple[str, str]]:
                     out[para["Package"]] = (para.get("Status", ""), para.get("Version", ""))
     except OSError as err:
         raise _unreadable(path, f"cannot read the dpkg status database ({err.strerror})") from None
+    except ValueError as err:
+        raise _damaged(path, err) from None
     return out

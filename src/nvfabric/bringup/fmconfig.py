@@ -131,25 +131,6 @@ class Effective:
         return self.cfg.get(key)
 
 
-#: ``KEY=`` at the start of a line (its blanks and one ``#`` already cut): the keys a shipped
-#: file documents. Matched line by line: the former ``(?m)^\s*#?\s*KEY\s*=`` let ``\s`` run
-#: across newlines, cubic in a run of blank lines (4,000 of them: 130 s).
-_DOCUMENTED_KEY = re.compile(r"([A-Z][A-Z0-9_]*)[ \t]*=")
-
-
-def _documented_keys(shipped: str) -> frozenset[str]:
-    """Every ``KEY`` of a ``KEY=`` or ``# KEY=`` line of ``shipped``; linear in its size."""
-    keys: set[str] = set()
-    for line in shipped.split("\n"):
-        text = line.strip()
-        if text.startswith("#"):
-            text = text[1:].lstrip()
-        m = _DOCUMENTED_KEY.match(text)
-        if m:
-            keys.add(m.group(1))
-    return frozenset(keys)
-
-
 def known_keys(shipped: str) -> frozenset[str]:
     """The keys fabric manager of the shipped file's version knows: every ``KEY=`` line of
     the shipped file (set, or commented out as documentation), plus the keys nvfabric sets
@@ -157,7 +138,7 @@ def known_keys(shipped: str) -> frozenset[str]:
     from the User Guide (:data:`PATH_KEYS`, choices, ports: ``FABRIC_NODE_CONFIG_FILE`` is
     one a trimmed shipped file may lack). The shipped file of a version lists its keys
     (../shared/corpus/configs/fabricmanager-535.216.01.cfg)."""
-    return (_documented_keys(shipped) | OWNED_KEYS | {"FABRIC_MODE"}
+    return (keyvalue.documented_keys(shipped) | OWNED_KEYS | {"FABRIC_MODE"}
             | frozenset(PATH_KEYS) | frozenset(_CHOICES) | frozenset(_PORTS))
 
 

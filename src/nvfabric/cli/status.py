@@ -411,8 +411,9 @@ def _with_run_ready(root: str, reading: Any) -> Any:
         return reading
     info, _ = live_ready(state)
     after = info.get("ready_after_s") if info else None
-    return replace(reading, run_ready=info is not None,
-                   ready_after_s=float(after) if isinstance(after, (int, float)) else None)
+    seconds = float(after) if isinstance(after, (int, float)) and not isinstance(after, bool) \
+        and after >= 0 else None  # a damaged file's true, -1 or string is no time
+    return replace(reading, run_ready=info is not None, ready_after_s=seconds)
 
 
 def textfile_path(root: str, path: str) -> str:

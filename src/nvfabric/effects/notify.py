@@ -11,6 +11,7 @@ import os
 from nvfabric.effects.log import printable
 from nvfabric.effects.sockets import SOCK_DGRAM, unix_socket
 from nvfabric.frozen import bootloader_pid
+from nvfabric.strict import int_or_none
 
 NOTIFY_TIMEOUT_S = 0.5
 #: The most bytes of STATUS= text sent. systemd reads a notify datagram into a buffer of
@@ -70,8 +71,8 @@ def watchdog_pids() -> tuple[int, ...]:
     """The pids whose watchdog this process keeps: its own, and in the single-file binary the
     bootloader's (:func:`nvfabric.frozen.bootloader_pid`): systemd names the main pid in
     ``$WATCHDOG_PID``, which is the bootloader there, and the Python child is what pings (the
-    unit then needs ``NotifyAccess=all``, which the binary's unit and the package's drop-in
-    set)."""
+    unit then needs ``NotifyAccess=all``, which the unit the binary's ``unit install`` writes
+    sets; the Debian package's directory build is one process and keeps ``main``)."""
     boot = bootloader_pid()
     return (os.getpid(),) if boot is None else (os.getpid(), boot)
 
@@ -84,12 +85,13 @@ def watchdog_usec(environ: dict[str, str] | None = None,
     (default :func:`watchdog_pids`; the variables are inherited by children, who must not
     ping). Never raises."""
     env = environ if environ is not None else os.environ
-    text = env.get("WATCHDOG_USEC", "")
-    if not text.isascii() or not text.isdigit() or int(text) <= 0:
+    usec = int_or_none(env.get("WATCHDOG_USEC", ""))
+    if usec is None or usec <= 0:
         return None
     owner = env.get("WATCHDOG_PID")
     if owner is not None:
         mine = watchdog_pids() if pids is None else pids
-        if not owner.isascii() or not owner.isdigit() or int(owner) not in mine:
+        if int_or_none(owner) not in mine:
             return None
-    return int(text)
+    return usec
+

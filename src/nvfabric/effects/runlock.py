@@ -9,13 +9,12 @@ and names the run's pid (RUN.md R10), believed only while that pid holds the loc
 from __future__ import annotations
 
 import fcntl
-import json
 import os
 import stat
 from dataclasses import dataclass
 
 from nvfabric.effects.dirs import ensure_dir
-from nvfabric.strict import int_or_none
+from nvfabric.strict import BadValue, int_or_none, parse_json
 
 #: The lock file of ``nvfabric run`` in its state directory: one run per node.
 LOCK_FILE = "run.lock"
@@ -90,9 +89,10 @@ def clear_stale_ready(state_dir: str) -> int | None:
         text = ""
     os.unlink(path)
     try:
-        pid = json.loads(text).get("pid")
-    except (ValueError, AttributeError):
-        pid = None
+        info = parse_json(text)
+    except BadValue:  # damaged, nested past the bound, a number past the digit limit
+        info = None
+    pid = info.get("pid") if isinstance(info, dict) else None
     return pid if isinstance(pid, int) and not isinstance(pid, bool) else 0
 
 
@@ -115,9 +115,9 @@ def live_ready(state_dir: str) -> tuple[dict[str, object] | None, str]:
     finally:
         os.close(fd)
     try:
-        info = json.loads(data.decode("utf-8", "replace"))
-    except ValueError:
-        info = None
+        info = parse_json(data.decode("utf-8", "replace"))
+    except BadValue as err:
+        return None, f"{path} is damaged ({err}): stale or not written by nvfabric run"
     pid = info.get("pid") if isinstance(info, dict) else None
     if not isinstance(pid, int) or isinstance(pid, bool) or pid <= 0:
         return None, f"{path} names no run (no pid): stale or not written by nvfabric run"

@@ -34,7 +34,7 @@ from nvfabric.model.errors import InputError
 from nvfabric.model.findings import Finding
 from nvfabric.model.health import FabricHealth, GpuFabric, Source, state_from_smi, status_from_smi
 from nvfabric.model.mask import HealthField, decode_smi, summary_from_smi
-from nvfabric.strict import BadValue, is_uint, to_int
+from nvfabric.strict import BadValue, int_or_none, is_uint, to_int
 
 
 class SmiFormatError(InputError):
@@ -306,8 +306,9 @@ def parse_text(text: str) -> FabricHealth:
 
 
 def _int_or_none(value: str) -> int | None:
-    text = value.strip()
-    return int(text) if text.isdigit() and len(text) <= 6 else None
+    """A small count or index (``Attached GPUs``, ``index``): ASCII digits only, at most six
+    (:func:`nvfabric.strict.int_or_none`; ``²`` is no number); None otherwise."""
+    return int_or_none(value.strip(), max_digits=6)
 
 
 def _cut(attached: int | None, listed: int, findings: list[Finding]) -> None:

@@ -42,7 +42,8 @@ from nvfabric.rules.logtext import (
 from nvfabric.strict import int_or_none
 
 __all__ = [
-    "BLOCK", "FABRIC_KINDS", "MAX_COLLECT", "MAX_EXAMPLE", "MAX_KEYS", "MAX_LINE", "TABLES",
+    "BLOCK", "FABRIC_KINDS", "MAX_COLLECT", "MAX_EXAMPLE", "MAX_KEYS", "MAX_LINE",
+    "MAX_MATCH", "TABLES",
     "CatalogueError", "Classifier", "LogEncodingError", "LogInputError", "LogValueError",
     "Lookup", "Outcome", "Signature", "catalogue", "classify_lines", "classify_stream",
     "detect_encoding", "lookup_table", "needle_lines", "parse_catalogue", "timestamp",
@@ -53,6 +54,13 @@ MAX_COLLECT = 32
 MAX_EXAMPLE = 300
 BLOCK = 1 << 20
 MAX_LINE = 1 << 20
+#: Characters of a line the signatures' patterns are searched in: no fabric component writes
+#: longer lines (printk's are under 1,024 bytes, fabric manager's, NVLSM's and IMEX's under
+#: 512), and a number too long for a log (:data:`MAX_DIGITS`) is still seen whole up to
+#: thousands of digits. A pattern such as ``A .* B`` costs the square of the text it searches
+#: when ``A`` repeats without ``B`` (a 200 KB line: 0.5 s): bounded here, the time stays
+#: linear in the log whatever its lines.
+MAX_MATCH = 8192
 
 
 #: The longest number a fabric log field holds (64-bit handles print 20 digits); longer ones
@@ -157,14 +165,16 @@ class Classifier:
         self.lines = 0
 
     def feed(self, line: str) -> list[Finding]:
-        """Classify one line (trailing newline optional)."""
+        """Classify one line (trailing newline optional; its first :data:`MAX_MATCH`
+        characters)."""
         self.lines += 1
         new: list[_Entry] = []
         codes: set[str] = set()
+        text = line if len(line) <= MAX_MATCH else line[:MAX_MATCH]
         for sig in self.signatures:
-            if sig.needle not in line:
+            if sig.needle not in text:
                 continue
-            m = sig.pattern.search(line)
+            m = sig.pattern.search(text)
             if m is None:
                 continue
             outcome = sig.outcome(self.fabric)

@@ -24,6 +24,7 @@ from typing import Any
 from nvfabric.effects.process import RESET_SIGNALS, die_with_parent
 from nvfabric.model.findings import Finding
 from nvfabric.model.words import seconds
+from nvfabric.strict import parse_json
 from nvfabric.supervisor.policy import GpuCheck
 
 #: Seconds the supervisor waits for the probe child's answer before it kills it: the reading's
@@ -113,7 +114,7 @@ def in_child(probe: Callable[[], GpuCheck], bound_s: float = CHILD_BOUND_S) -> G
     if not answered:
         return _unreadable(f"the GPU probe did not answer within {seconds(bound_s)} s (killed)")
     try:
-        return check_from_json(json.loads(data))
+        return check_from_json(parse_json(bytes(data)))
     except (ValueError, TypeError, KeyError):
         return _unreadable("the GPU probe ended without an answer")
 

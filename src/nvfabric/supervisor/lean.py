@@ -36,6 +36,7 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, NoReturn
 
 from nvfabric.effects import stop
+from nvfabric.strict import is_uint, parse_json
 from nvfabric.supervisor.job import Job, job_from_json
 from nvfabric.supervisor.outcome import Outcome
 
@@ -118,9 +119,10 @@ def _shown_as() -> str:
 
 
 def read_job(fd: int) -> Job:
-    """The job in the memory file ``fd`` (closed). Raises OSError, ValueError (JobError)."""
+    """The job in the memory file ``fd`` (closed). Raises OSError, ValueError (JobError; a
+    damaged document, one nested past the bound of :func:`nvfabric.strict.parse_json`)."""
     with os.fdopen(fd, "rb") as fh:
-        return job_from_json(json.loads(fh.read()))
+        return job_from_json(parse_json(fh.read()))
 
 
 def run_job(job: Job) -> Outcome:
@@ -207,7 +209,7 @@ def finish(job: Job, outcome: Outcome) -> NoReturn:
 
 def main(argv: list[str]) -> NoReturn:
     """The lean entry point: ``--supervise-fd N [PATHS]`` (see the module docstring)."""
-    if len(argv) < 2 or argv[0] != FLAG or not argv[1].isdigit():
+    if len(argv) < 2 or argv[0] != FLAG or not is_uint(argv[1]):
         sys.stderr.write("nvfabric: the supervisor entry point is started by nvfabric run\n")
         os._exit(2)
     try:

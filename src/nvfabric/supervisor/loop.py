@@ -334,8 +334,9 @@ class Loop:
             os.unlink(path)
 
     def read_small(self, path: str) -> str:
-        with open(path, encoding="utf-8") as fh:
-            return fh.read(64)  # a pid file: one short line
+        # a pid file: one short line (a damaged one is compared, never decoded strictly)
+        with open(path, encoding="utf-8", errors="replace") as fh:
+            return fh.read(64)
 
 
 def wait_for_stop(message: str, log: Log | None = None) -> str:

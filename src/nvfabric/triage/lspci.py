@@ -57,7 +57,10 @@ SYSFS_ENTRY = re.compile(
     _ADDR + r" (?P<cls6>[0-9a-fA-F]{6}): Vendor (?P<vendor>[0-9a-fA-F]{4}) Device "
     r"(?P<device>[0-9a-fA-F]{4})(?: \(rev [0-9a-fA-F]{2}\))?\s*$"
 )
-HEX_ROW = re.compile(r"^(?P<off>[0-9a-fA-F]{2,3}): (?P<bytes>(?:[0-9a-fA-F]{2} ?){1,16})\s*$")
+#: A row of ``-xxxx`` hex: the offset, then 1-16 bytes of two hex digits each, one blank
+#: between them (a damaged report's ``00: d600`` is no row: four digits are no byte).
+HEX_ROW = re.compile(
+    r"^(?P<off>[0-9a-fA-F]{2,3}): (?P<bytes>[0-9a-fA-F]{2}(?: [0-9a-fA-F]{2}){0,15})[ \t]*$")
 SUBSYSTEM = re.compile(r"\[(?P<vendor>[0-9a-fA-F]{4}):(?P<device>[0-9a-fA-F]{4})\]\s*$")
 #: The SR-IOV capability's line naming its virtual functions' device ID (pciutils ls-ecaps.c
 #: ``VF offset: 4, stride: 1, Device ID: 101e``).

@@ -41,6 +41,7 @@ from dataclasses import dataclass
 from typing import IO, Protocol, cast
 
 from nvfabric.model.errors import InputError
+from nvfabric.strict import is_uint
 
 BLOCK = 1 << 20
 #: The separator: the script prints 44 underscores; 40 or more on a line of their own count.
@@ -162,7 +163,7 @@ COMMAND_WORDS = frozenset({"journalctl", "ldd", "timeout", "systemctl", "lspci",
 def _command_name(line: str) -> str:
     """``/usr/bin/nvidia-smi --query`` -> ``nvidia-smi --query`` (directory dropped)."""
     first, _, rest = line.partition(" ")
-    if first == "timeout" and rest.split(" ", 1)[0].isdigit():
+    if first == "timeout" and is_uint(rest.split(" ", 1)[0]):
         return _command_name(rest.split(" ", 1)[1] if " " in rest else rest)
     base = first.rsplit("/", 1)[-1]
     return f"{base} {rest}".strip()

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import difflib
 import ipaddress
-import re
 from collections.abc import Callable, Mapping
 
 from nvfabric.model import hostpath, keyvalue
@@ -198,9 +197,6 @@ def node_config_rewrite(cfg_text: str, new_path: str) -> Finding | None:
     )
 
 
-_DOCUMENTED_KEY = re.compile(r"^\s*#?\s*([A-Z][A-Z0-9_]*)\s*=", re.MULTILINE)
-
-
 def check_known(shipped_text: str, sets: Mapping[str, str]) -> None:
     """ConfigValueError naming the key (and the nearest known one, :mod:`difflib`) for a
     ``--set`` key that nvidia-imex does not know: a typo (``SERVER_PORTT``) would otherwise be
@@ -208,7 +204,7 @@ def check_known(shipped_text: str, sets: Mapping[str, str]) -> None:
     fabric manager. Known: the keys of the shipped config.cfg, set or commented out, plus
     :data:`VALIDATORS` and :data:`SHIPPED_DEFAULTS` (NVIDIA IMEX guide, "IMEX Service Config
     Options")."""
-    known = (set(_DOCUMENTED_KEY.findall(shipped_text)) | set(VALIDATORS)
+    known = (set(keyvalue.documented_keys(shipped_text)) | set(VALIDATORS)
              | {k for k, _ in SHIPPED_DEFAULTS})
     by_upper = {k.upper(): k for k in sorted(known)}
     for key in sets:

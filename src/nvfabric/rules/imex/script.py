@@ -47,6 +47,9 @@ _SEPARATORS = frozenset({";", ";;", "&", "&&", "|", "||", "(", ")", "|&"})
 _REDIRECTS = frozenset({">", ">>", ">|", "&>", "&>>", ">&", "<", "<<", "<<<", "<>"})
 _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _ASSIGN = re.compile(r"([A-Za-z_][A-Za-z0-9_]*)=(.*)", re.S)
+#: A positional parameter's or a redirection's number: ASCII digits only (str.isdigit
+#: also takes '²', which no shell reads as a number).
+_DIGITS = re.compile(r"[0-9]+")
 _REF = re.compile(
     r"\$\{([^{}]*)\}"                 # ${...}
     r"|\$\(((?:[^()]|\([^()]*\))*)\)"  # $(...), one level of parentheses inside
@@ -202,7 +205,7 @@ class _State:
     def _var(self, name: str) -> str:
         if name == "0":
             return self.invoked
-        if name in ("@", "*", "#", "?", "$", "!", "-") or name.isdigit():
+        if name in ("@", "*", "#", "?", "$", "!", "-") or _DIGITS.fullmatch(name):
             return ""
         return self.vars.get(name, UNKNOWN)
 
@@ -437,7 +440,7 @@ def _split_redirects(words: list[str]) -> tuple[list[str], list[str]]:
                 targets.append(word + words[i + 1])
                 skip = True
             continue
-        if word.isdigit() and i + 1 < len(words) and words[i + 1] in _REDIRECTS:
+        if _DIGITS.fullmatch(word) and i + 1 < len(words) and words[i + 1] in _REDIRECTS:
             continue
         out.append(word)
     return out, targets

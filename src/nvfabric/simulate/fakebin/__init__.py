@@ -16,9 +16,11 @@ the simulated state under ``DIR/var/lib/nvfabric-sim/``:
   completed), status, clique id, ClusterUUID, health summary (written by the fake fabric
   manager, read by the fake nvidia-smi);
 - ``faults.json``: injected faults per program (also ``$NVFABRIC_FAKE_FAULTS``, same JSON,
-  merged over the file): ``crash_after_s``, ``exit_code``, ``ignore_sigterm``, ``stop_delay_s``
-  for any daemon; nvlsm ``socket_delay_s``, ``no_socket``; fabricmanager ``version``,
-  ``register_delay_s``, ``stuck``; imex ``peers`` (``up``/``down``), ``local_ips``;
+  merged over the file): ``crash_after_s``, ``crash_on_sigusr1`` (crash when the test sends
+  SIGUSR1: at an event it chose, not after a time a loaded machine may overrun),
+  ``exit_code``, ``ignore_sigterm``, ``stop_delay_s`` for any daemon; nvlsm ``socket_delay_s``,
+  ``no_socket``; fabricmanager ``version``, ``register_delay_s``, ``stuck``; imex ``peers``
+  (``up``/``down``), ``local_ips``;
   imex-ctl and nvidia-smi ``hang``; imex-ctl ``ready_delay_s`` (``-q`` says NOT READY for that
   long after the daemon came up while ``-N`` already shows the domain UP: the lag between the
   local daemon's answer and the peers' view);

@@ -118,6 +118,7 @@ class Daemon:
         self.faults = faults(root, prog)
         self.started = time.monotonic()
         self.stopping = False
+        self.crash_asked = False
         self._wake_r, wake_w = os.pipe()
         os.set_blocking(self._wake_r, False)
         os.set_blocking(wake_w, False)
@@ -127,16 +128,24 @@ class Daemon:
         else:
             signal.signal(signal.SIGTERM, self._on_stop)
         signal.signal(signal.SIGINT, self._on_stop)
+        if self.faults.get("crash_on_sigusr1"):
+            signal.signal(signal.SIGUSR1, self._on_crash)
 
     def _on_stop(self, signum: int, frame: Any) -> None:
         self.stopping = True
 
+    def _on_crash(self, signum: int, frame: Any) -> None:
+        self.crash_asked = True
+
     def crash_due(self) -> bool:
         after = self.faults.get("crash_after_s")
-        return after is not None and time.monotonic() - self.started >= float(after)
+        return self.crash_asked or (
+            after is not None and time.monotonic() - self.started >= float(after))
 
     def crash(self) -> int:
-        say(f"[fake] {self.prog}: simulated crash after {self.faults.get('crash_after_s')} s")
+        when = "on SIGUSR1" if self.crash_asked else \
+            f"after {self.faults.get('crash_after_s')} s"
+        say(f"[fake] {self.prog}: simulated crash {when}")
         return int(self.faults.get("exit_code", 1))
 
     def wait(self, seconds: float, fds: list[Any] | None = None,
