@@ -42,18 +42,12 @@ def simulate(profile: str | None, directory: str | None, spec_file: str | None,
 
     DIR must be new (in an existing directory) or empty; nothing is written when the spec or
     DIR is refused."""
-    from nvfabric.simulate import PROFILES, SpecError, build, profile_spec
+    from nvfabric.simulate import SpecError, build, profile_spec
     from nvfabric.simulate.fakes import install
-    from nvfabric.simulate.profiles import describe
     from nvfabric.simulate.write import clear
 
     if list_profiles:
-        products = {name: describe(name, profile_spec(name)) for name in sorted(PROFILES)}
-        if as_json:
-            print_json({"profiles": sorted(PROFILES), "products": products})
-        else:
-            width = max(map(len, products))
-            click.echo("\n".join(f"{name:<{width}}  {text}" for name, text in products.items()))
+        _list_profiles(as_json)
         return
     profile, directory = _arguments(profile, directory, spec_file, report_file)
     notes: list[str] = []
@@ -96,6 +90,20 @@ def simulate(profile: str | None, directory: str | None, spec_file: str | None,
         clear(directory, remove_root=not existed)
         raise
     _print(directory, source, fakes, notes if report_file else None, as_json)
+
+
+def _list_profiles(as_json: bool) -> None:
+    """``simulate --list``: each built-in profile with the product it is
+    (:func:`nvfabric.simulate.profiles.describe`), names in one column."""
+    from nvfabric.simulate import PROFILES, profile_spec
+    from nvfabric.simulate.profiles import describe
+
+    products = {name: describe(name, profile_spec(name)) for name in sorted(PROFILES)}
+    if as_json:
+        print_json({"profiles": sorted(PROFILES), "products": products})
+        return
+    width = max(map(len, products))
+    click.echo("\n".join(f"{name:<{width}}  {text}" for name, text in products.items()))
 
 
 def _arguments(profile: str | None, directory: str | None, spec_file: str | None,
