@@ -7,7 +7,7 @@ STAMP := $(VENV)/.installed
 DIST_DIR := dist/nvfabric-dir
 
 .PHONY: demo test test-integration bench lint clean dist dist-dir deb image talos-image \
-	talos-layout fuzz sync-shared catalogues
+	talos-layout fuzz sync-shared catalogues docs docs-codes
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -25,7 +25,7 @@ demo: pyc
 	$(BIN)/python -m nvfabric.cli.demo
 
 # ruff, mypy --strict, and the layer contract ([tool.importlinter] in pyproject.toml: which
-# package may import which; README "Layout").
+# package may import which; docs/design.md "The layers").
 RUFF := $(BIN)/ruff check src tests bench packaging
 MYPY := $(BIN)/mypy --strict src
 LAYERS := $(BIN)/lint-imports --no-cache
@@ -168,6 +168,18 @@ SHARED ?= ../shared
 sync-shared: $(STAMP)
 	NVFABRIC_SHARED=$(SHARED) $(BIN)/python -m tests.datasync
 
+# The reference as a site (mkdocs.yml, docs/), built strictly (a broken link or anchor, an
+# absolute link, a page missing from the navigation fail it) into build/site; make test builds
+# it the same way (tests/meta/test_docs.py).
+docs: $(STAMP)
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --site-dir build/site
+
+# Rewrite docs/finding-codes.md from the vocabulary (src/nvfabric/model/vocab.py), the meanings
+# in docs/codes.yaml and the catalogues (src/nvfabric/data/*.json); make test fails while the
+# committed page differs.
+docs-codes: $(STAMP)
+	$(BIN)/python -m tests.docgen
+
 # Rewrite the JSON twins of the YAML catalogues (src/nvfabric/data/*.yaml -> *.json) that
 # nvfabric reads at run time; make test fails while a twin differs from its YAML.
 catalogues: $(STAMP)
@@ -225,8 +237,8 @@ dist: dist/nvfabric
 # The directory build dist/nvfabric-dir/ (PyInstaller one-dir: the executable nvfabric beside
 # its _internal/ directory of libraries and data), from the same venv and entry as dist/nvfabric.
 # Nothing is unpacked at start (one process, no TMPDIR, nothing left behind by a SIGKILL): the
-# build the Debian package, the container image and the Talos extension carry (README
-# "Debian package and single-file binary"). The one-file binary stays for the one place a
+# build the Debian package, the container image and the Talos extension carry
+# (docs/running/binary.md). The one-file binary stays for the one place a
 # single file is the point: copying nvfabric onto a host by hand.
 # The interpreter's libraries keep the library search path they were linked with (RUNPATH,
 # e.g. a pyenv prefix under /root of the build machine): on the node that is a directory the

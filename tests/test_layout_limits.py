@@ -18,8 +18,8 @@ MAX_FUNCTION_LINES = 60
 #: ``path:NAME`` of a top-level assignment -> why it is a data table, not code to split.
 DATA_TABLES: dict[str, str] = {
     "nvfabric/model/vocab.py:FindingCode":
-        "the catalogue of finding codes, one code a line in the groups of README "
-        "'Finding codes' (extend, never rename)",
+        "the catalogue of finding codes, one code a line in the groups of "
+        "docs/finding-codes.md (extend, never rename)",
     "nvfabric/simulate/profiles.py:PROFILES":
         "the built-in node profiles of `nvfabric simulate`, one real product per entry",
     "nvfabric/model/health.py:NVML_RETURN":

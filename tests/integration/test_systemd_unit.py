@@ -85,7 +85,7 @@ def test_unit_verifies_clean_and_its_security_score_is_the_readme_s(tmp_path: Pa
     m = re.search(r"Overall exposure level for nvfabric\.service: (\d+\.\d) (\w+)",
                   security.stdout)
     assert m, security.stdout
-    readme = (REPO / "README.md").read_text()
+    readme = (REPO / "docs" / "running" / "systemd.md").read_text()
     assert f"`systemd-analyze security --offline=true`: **{m[1]} {m[2]}**" in readme
     print(f"\nsystemd-analyze security --offline=true: {m[1]} {m[2]}")
 

@@ -59,8 +59,7 @@ def install(
 
     redist: download (verified), extract safely under --prefix with an install record;
     idempotent. apt/rpm: run the pinned package-manager commands only with --execute.
-    --from DIR: install what fetch cached there, offline (see README, "Version-matched
-    artifacts").
+    --from DIR: install what fetch cached there, offline (docs/commands/install.md).
     """
     if from_dir is not None:
         _check_from(execute, mirror, layout, prefix)

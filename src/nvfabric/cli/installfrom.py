@@ -1,8 +1,8 @@
-"""``nvfabric install --from DIR``: the boot step of the image flow (README, "Version-matched
-artifacts"), with no network: what ``fetch --dest DIR`` cached there is checked against its
-record and the node's driver, the .debs go through dpkg (forcing only what the runfile
-provides), redist archives are extracted under ``--prefix`` (or, with ``--layout vendor``, laid
-out at their vendor paths under ``--root``: :mod:`nvfabric.artifacts.vendorlayout`), and
+"""``nvfabric install --from DIR``: the boot step of the image flow (docs/commands/install.md),
+with no network: what ``fetch --dest DIR`` cached there is checked against its record and
+the node's driver, the .debs go through dpkg (forcing only what the runfile provides), redist
+archives are extracted under ``--prefix`` (or, with ``--layout vendor``, laid out at their
+vendor paths under ``--root``: :mod:`nvfabric.artifacts.vendorlayout`), and
 nvidia-imex.service is enabled or left disabled by the IMEX owner.
 """
 
@@ -24,9 +24,9 @@ def install_from(
     components: str | None, fabric: str | None, prefix: str, imex_owner: str | None,
     dry_run: bool, as_json: bool, layout: str = "prefix",
 ) -> None:
-    """``install --from DIR``: the boot step of the image flow (README, "Version-matched
-    artifacts"). Facts first (the fetch record, the node's driver, the dpkg database, the IMEX
-    owner), then the decisions, then dpkg, the archives and the unit."""
+    """``install --from DIR``: the boot step of the image flow (docs/commands/install.md).
+    Facts first (the fetch record, the node's driver, the dpkg database, the IMEX owner),
+    then the decisions, then dpkg, the archives and the unit."""
     from nvfabric.artifacts import debinstall
     from nvfabric.facts import imexhost as imex_host
     from nvfabric.rules.imex.owner import decide, unit_policy

@@ -27,7 +27,8 @@ CASE_KEYS = frozenset({"id", "title", "command", "node", "input", "options", "ex
 @click.option("--from-bug-report", "report_file", type=click.Path(dir_okay=False),
               help="An nvidia-bug-report.log(.gz): build the node it describes "
               "(see `nvfabric triage`).")
-@click.option("--list", "list_profiles", is_flag=True, help="List the built-in profiles.")
+@click.option("--list", "list_profiles", is_flag=True,
+              help="List the built-in profiles, each with the product it is.")
 @click.option("--driver-only", is_flag=True,
               help="The driver and its nvidia-smi only: no fabric manager, NVLSM or IMEX "
               "fakes nor their shipped configs (what an image or `nvfabric install` brings).")
@@ -41,15 +42,12 @@ def simulate(profile: str | None, directory: str | None, spec_file: str | None,
 
     DIR must be new (in an existing directory) or empty; nothing is written when the spec or
     DIR is refused."""
-    from nvfabric.simulate import PROFILES, SpecError, build, profile_spec
+    from nvfabric.simulate import SpecError, build, profile_spec
     from nvfabric.simulate.fakes import install
     from nvfabric.simulate.write import clear
 
     if list_profiles:
-        if as_json:
-            print_json({"profiles": sorted(PROFILES)})
-        else:
-            click.echo("\n".join(sorted(PROFILES)))
+        _list_profiles(as_json)
         return
     profile, directory = _arguments(profile, directory, spec_file, report_file)
     notes: list[str] = []
@@ -92,6 +90,20 @@ def simulate(profile: str | None, directory: str | None, spec_file: str | None,
         clear(directory, remove_root=not existed)
         raise
     _print(directory, source, fakes, notes if report_file else None, as_json)
+
+
+def _list_profiles(as_json: bool) -> None:
+    """``simulate --list``: each built-in profile with the product it is
+    (:func:`nvfabric.simulate.profiles.describe`), names in one column."""
+    from nvfabric.simulate import PROFILES, profile_spec
+    from nvfabric.simulate.profiles import describe
+
+    products = {name: describe(name, profile_spec(name)) for name in sorted(PROFILES)}
+    if as_json:
+        print_json({"profiles": sorted(PROFILES), "products": products})
+        return
+    width = max(map(len, products))
+    click.echo("\n".join(f"{name:<{width}}  {text}" for name, text in products.items()))
 
 
 def _arguments(profile: str | None, directory: str | None, spec_file: str | None,
