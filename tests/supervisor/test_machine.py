@@ -2,7 +2,7 @@
 process is started and no time passes, so the restart policy (back-off doubling to the cap and
 its reset, the start limit), the R04 gate with R09's check, the stop order and its grace
 timers, and R05's second signal are tested in milliseconds. The wiring to real processes is
-tested by tests/supervisor/test_supervise.py and tests/test_run_*.py."""
+tested by tests/supervisor/test_supervise.py and tests/cli/test_run_*.py."""
 
 from __future__ import annotations
 

@@ -457,8 +457,8 @@ def test_the_scripts_sysfs_hexdump_fallback_gives_ids_and_class(node: Any) -> No
     assert t.plan.fabric == "nvlink5" and not t.inventory.lpfs  # VPD is not in a config dump
 
 
-def test_the_readme_example_is_what_triage_prints() -> None:
-    readme = (REPO / "README.md").read_text()
+def test_the_docs_example_is_what_triage_prints() -> None:
+    readme = (REPO / "docs" / "commands" / "triage.md").read_text()
     block = readme.split("$ nvfabric triage dgx-b200-ib-stack-missing.log.gz\n", 1)[1]
     block = block.split("```", 1)[0]
     proc = run_cli("triage", "dgx-b200-ib-stack-missing.log.gz", cwd=DATA)

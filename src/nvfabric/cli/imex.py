@@ -305,7 +305,7 @@ def _write(root: str, files: list[dict[str, str]]) -> None:
             imex_effects.write_file(root, f["path"], f["content"])
         except OSError as err:
             # A full disk is disk_full (exit 1), permissions and the rest say what they are
-            # (exit 2): the README's contract, the same words as `run`.
+            # (exit 2): the docs' contract, the same words as `run`.
             problem, code = os_error(err, "cannot write", under(root, f["path"]))
             raise NvfabricError(problem, exit_code=code) from None
 

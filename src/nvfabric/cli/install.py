@@ -3,8 +3,8 @@ are downloaded (verified) and extracted under ``--prefix``; apt/rpm packages get
 package-manager commands (run only with ``--execute``); on a runfile-driver node apt's .debs
 go through dpkg as ``install --from`` does.
 
-``install --from DIR`` is the boot step of the image flow (README, "Version-matched
-artifacts"), with no network: what ``fetch --dest DIR`` cached there is checked against its
+``install --from DIR`` is the boot step of the image flow (docs/commands/install.md),
+with no network: what ``fetch --dest DIR`` cached there is checked against its
 record and the node's driver, the .debs go through dpkg (forcing only what the runfile
 provides), redist archives are extracted under ``--prefix`` (or, with ``--layout vendor``, laid
 out at their vendor paths under ``--root``: :mod:`nvfabric.artifacts.vendorlayout`), and
@@ -80,8 +80,7 @@ def install(
 
     redist: download (verified), extract safely under --prefix with an install record;
     idempotent. apt/rpm: run the pinned package-manager commands only with --execute.
-    --from DIR: install what fetch cached there, offline (see README, "Version-matched
-    artifacts").
+    --from DIR: install what fetch cached there, offline (docs/commands/install.md).
     """
     if from_dir is not None:
         _check_from(execute, mirror, layout, prefix)
@@ -229,8 +228,8 @@ def install_from(
     components: str | None, fabric: str | None, prefix: str, imex_owner: str | None,
     dry_run: bool, as_json: bool, layout: str = "prefix",
 ) -> None:
-    """``install --from DIR``: the boot step of the image flow (README, "Version-matched
-    artifacts"). Facts first (the fetch record, the node's driver, the dpkg database, the IMEX
+    """``install --from DIR``: the boot step of the image flow (docs/commands/install.md).
+    Facts first (the fetch record, the node's driver, the dpkg database, the IMEX
     owner), then the decisions, then dpkg, the archives and the unit."""
     directory, inputs, reasons, chosen = _choose(root, from_dir, driver_version, arch,
                                                  components, fabric)

@@ -15,6 +15,7 @@ from nvfabric.model.strict import load_yaml
 from nvfabric.simulate import PROFILES, SpecError, build, parse, profile_spec
 from nvfabric.simulate.fakebin import state as fakestate
 from nvfabric.simulate.fakes import gpus, install
+from nvfabric.simulate.profiles import describe
 from nvfabric.simulate.write import clear
 from nvfabric.triage import triage
 from nvfabric.triage.spec import fabric_states, fake_versions, node_spec
@@ -35,7 +36,8 @@ CASE_KEYS = frozenset({"id", "title", "command", "node", "input", "options", "ex
 @click.option("--from-bug-report", "report_file", type=click.Path(dir_okay=False),
               help="An nvidia-bug-report.log(.gz): build the node it describes "
               "(see `nvfabric triage`).")
-@click.option("--list", "list_profiles", is_flag=True, help="List the built-in profiles.")
+@click.option("--list", "list_profiles", is_flag=True,
+              help="List the built-in profiles, each with the product it is.")
 @click.option("--driver-only", is_flag=True,
               help="The driver and its nvidia-smi only: no fabric manager, NVLSM or IMEX "
               "fakes nor their shipped configs (what an image or `nvfabric install` brings).")
@@ -50,10 +52,7 @@ def simulate(profile: str | None, directory: str | None, spec_file: str | None,
     DIR must be new (in an existing directory) or empty; nothing is written when the spec or
     DIR is refused."""
     if list_profiles:
-        if as_json:
-            print_json({"profiles": sorted(PROFILES)})
-        else:
-            click.echo("\n".join(sorted(PROFILES)))
+        _list_profiles(as_json)
         return
     profile, directory = _arguments(profile, directory, spec_file, report_file)
     notes: list[str] = []
@@ -92,6 +91,17 @@ def simulate(profile: str | None, directory: str | None, spec_file: str | None,
         clear(directory, remove_root=not existed)
         raise
     _print(directory, source, fakes, notes if report_file else None, as_json)
+
+
+def _list_profiles(as_json: bool) -> None:
+    """``simulate --list``: each built-in profile with the product it is
+    (:func:`nvfabric.simulate.profiles.describe`), names in one column."""
+    products = {name: describe(name, profile_spec(name)) for name in sorted(PROFILES)}
+    if as_json:
+        print_json({"profiles": sorted(PROFILES), "products": products})
+        return
+    width = max(map(len, products))
+    click.echo("\n".join(f"{name:<{width}}  {text}" for name, text in products.items()))
 
 
 def _arguments(profile: str | None, directory: str | None, spec_file: str | None,

@@ -96,8 +96,8 @@ UNIT_NOTIFY_BINARY = (
 def unit_for_binary(text: str) -> str:
     """The unit text ``nvfabric unit install`` writes from the single-file binary: its
     ``NotifyAccess=main`` line becomes ``NotifyAccess=all`` (a comment above says why); any
-    other text is returned unchanged. Pure. (The Debian package keeps the unit as shipped and
-    adds the same setting as a drop-in.)"""
+    other text is returned unchanged. Pure. (The Debian package carries the directory build,
+    one process: it keeps the unit as shipped.)"""
     return text.replace(UNIT_NOTIFY_MAIN, UNIT_NOTIFY_BINARY, 1) if (
         "\n" + UNIT_NOTIFY_MAIN) in text else text
 

@@ -71,8 +71,8 @@ def watchdog_pids() -> tuple[int, ...]:
     """The pids whose watchdog this process keeps: its own, and in the single-file binary the
     bootloader's (:func:`nvfabric.effects.frozen.bootloader_pid`): systemd names the main pid in
     ``$WATCHDOG_PID``, which is the bootloader there, and the Python child is what pings (the
-    unit then needs ``NotifyAccess=all``, which the binary's unit and the package's drop-in
-    set)."""
+    unit then needs ``NotifyAccess=all``, which the unit the binary's ``unit install`` writes
+    sets; the Debian package's directory build is one process and keeps ``main``)."""
     boot = bootloader_pid()
     return (os.getpid(),) if boot is None else (os.getpid(), boot)
 

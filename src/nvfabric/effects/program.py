@@ -1,7 +1,7 @@
 """The one door for running a program whose output nvfabric reads: the node's ``nvidia-smi``,
 ``nv-fabricmanager --version``, ``nvidia-imex-ctl``, ``systemctl``, ``dpkg``.
 
-Every call is bounded three ways, as every file reader is (README "What the readers refuse",
+Every call is bounded three ways, as every file reader is (docs/readers.md,
 "Sizes"):
 
 - **bytes**: stdout and stderr each at most ``stdout_cap`` / ``stderr_cap`` bytes kept. A

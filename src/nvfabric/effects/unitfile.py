@@ -73,7 +73,7 @@ class UnitError(NvfabricError):
 
 
 #: The program the shipped unit runs (``ExecStart=/usr/bin/nvfabric run``): the Debian
-#: package's single-file binary.
+#: package's link to its directory build (/usr/lib/nvfabric/nvfabric).
 UNIT_PROGRAM = "/usr/bin/nvfabric"
 _SHIPPED_EXEC = f"\nExecStart={UNIT_PROGRAM} run\n"
 #: Where the unit's ``ProtectHome=yes`` hides everything (systemd.exec(5) ProtectHome=).

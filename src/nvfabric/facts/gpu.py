@@ -27,8 +27,8 @@ from nvfabric.model.hostpath import PathEscape, is_live, under
 from nvfabric.model.words import seconds
 
 SMI_TIMEOUT_S = 15.0
-#: The most of ``nvidia-smi -q -x``'s output read: the limit of a saved capture (README
-#: "Sizes"; an 8-GPU node's is ~250 KB); a program printing more is killed at it.
+#: The most of ``nvidia-smi -q -x``'s output read: the limit of a saved capture
+#: (docs/readers.md, "Sizes"; an 8-GPU node's is ~250 KB); a program printing more is killed at it.
 SMI_MAX_BYTES = 16 << 20
 
 

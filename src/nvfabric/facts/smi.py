@@ -51,7 +51,7 @@ CSV_FIELDS = ("index", "uuid", "fabric.state", "fabric.status", "fabric.cliqueId
 #: tells a completed registration's success from its failure, and the clique and ClusterUUID
 #: that say which NVLink domain the GPU is in (rules.verdict.columns_needed).
 CSV_REQUIRED = ("fabric.state", "fabric.status", "fabric.cliqueId", "fabric.clusterUuid")
-#: The one capture line that has them all (README, status).
+#: The one capture line that has them all (docs/commands/status.md).
 CSV_QUERY = ("nvidia-smi --query-gpu=index,uuid,pci.bus_id,fabric.state,fabric.status,"
              "fabric.cliqueId,fabric.clusterUuid --format=csv")
 

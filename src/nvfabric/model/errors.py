@@ -130,7 +130,7 @@ _FULL = (errno.ENOSPC, errno.EDQUOT)
 
 
 def os_error(err: OSError, doing: str = "", path: str | None = None) -> tuple[Finding, int]:
-    """What an OSError is, as a finding naming the file and an exit code (README contract):
+    """What an OSError is, as a finding naming the file and an exit code (docs/commands/index.md):
     a full filesystem is ``disk_full`` (exit 1: the node is the problem, not the command
     line); permissions, a read-only filesystem, locks the filesystem does not support and the
     rest are ``input_unreadable`` (exit 2) with the hint that fits the errno. ``doing``: what

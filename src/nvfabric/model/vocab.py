@@ -37,7 +37,8 @@ FabricState = Literal["not_supported", "not_started", "in_progress", "completed"
 HealthSummary = Literal["healthy", "unhealthy", "limited_capacity", "not_supported"]
 
 #: Every finding code nvfabric may emit. Extend, never rename: operators alert on these.
-#: Every code is also listed in README "Finding codes" (tests/meta/test_readme.py).
+#: Every code has a line in docs/finding-codes.md, generated with its meaning from docs/codes.yaml
+#: (`make docs-codes`; tests/meta/test_docs.py).
 FindingCode = Literal[
     # The founding catalogue.
     "fm_not_applicable",

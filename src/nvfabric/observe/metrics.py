@@ -13,7 +13,7 @@ index, ``UUID``, ``pci_bus_id``; dcgm-exporter ``default-counters.csv`` conventi
 join with ``DCGM_FI_*`` series works ``on(UUID)``. Label values come from bounded vocabularies
 (states, fields, finding codes, services): no per-line or per-request series.
 
-Series (every one has a HELP line; see README "nvfabric status"):
+Series (every one has a HELP line; see docs/commands/status.md):
 
 - ``nvfabric_build_info{version, driver_version, fabric}`` 1
 - ``nvfabric_fabric_ready`` 0/1; ``nvfabric_fabric_time_to_ready_seconds`` (once ready): the
@@ -212,7 +212,7 @@ def _findings(findings: Sequence[Finding]) -> Iterator[Any]:
     from prometheus_client.core import GaugeMetricFamily
 
     fam = GaugeMetricFamily("nvfabric_findings", "Findings of the current reading by code "
-                            "and severity (README, Finding codes)", labels=["code", "severity"])
+                            "and severity (docs/finding-codes.md)", labels=["code", "severity"])
     for (code, severity), n in sorted(Counter((f.code, f.severity) for f in findings).items()):
         fam.add_metric([code, severity], n)
     yield fam

@@ -302,7 +302,7 @@ class CtlResult:
 
 
 #: The most of a ctl call's output read: the limit of a saved ``-N -j`` (``imex domain
-#: --from-file``, README "Sizes"); a ctl printing more is killed at it.
+#: --from-file``, docs/readers.md "Sizes"); a ctl printing more is killed at it.
 CTL_MAX_BYTES = 16 << 20
 
 #: Process groups of the ctl calls in flight (a readiness probe runs them in a worker thread).
