@@ -27,7 +27,8 @@ from nvfabric.bringup import fmconfig as fmcfg
 from nvfabric.bringup import nvlsm, vendor
 from nvfabric.bringup.prepared import Prepared
 from nvfabric.bringup.unit import RunConfig, environ_items
-from nvfabric.cli import listen, runlock, runview
+from nvfabric.cli import kube, listen, runlock, runview
+from nvfabric.cli.kube import KubeRequest
 from nvfabric.cli.render import (
     Seconds,
     arch_option,
@@ -98,6 +99,7 @@ class RunOptions:
     listen_at: str | None = None
     health_interval: float = 30.0
     log_format: str = "text"
+    kube: KubeRequest | None = None
     typed: frozenset[str] = frozenset()
 
     def policy(self, **more: Any) -> Policy:
@@ -209,6 +211,7 @@ def _say_stopped() -> None:
               show_default=True, help="Hard timeout of each nvidia-imex-ctl call, seconds.")
 @listen.options
 @guarded
+@kube.options
 def run_cmd(**params: Any) -> None:
     """Bring the fabric up (NVLSM, fabric manager; IMEX on GB200/GB300 trays) and supervise it
     as one unit."""
@@ -255,11 +258,14 @@ def _bring_up(o: RunOptions, inv: Inventory, p: Plan, emit: Emit) -> NoReturn:
 
 def serve(o: RunOptions) -> None:
     """``--listen``: serve the run's state over HTTP from now on (:func:`nvfabric.cli.listen.start`;
-    not in a dry run). The supervisor then stays in this process (the server's threads live
-    here), and the unit's state is read through :func:`nvfabric.supervisor.running`."""
-    if o.listen_at is None or o.dry_run:
+    not in a dry run); ``--publish``: publish it to Kubernetes beside the supervisor. The
+    supervisor then stays in this process (the threads live here), and the unit's state is
+    read through :func:`nvfabric.supervisor.running`."""
+    if o.dry_run:
         return
-    listen.start(listen.check(o.listen_at, o.log_format), o.root, o.health_interval)
+    if o.listen_at is not None:
+        listen.start(listen.check(o.listen_at, o.log_format), o.root, o.health_interval)
+    kube.start_beside(o.kube, o.root, o.health_interval)  # the one publishing call site
     attach(of_running, phase=phase_of_running)
 
 
@@ -476,5 +482,5 @@ def _supervise_fm(o: RunOptions, prepared: Prepared, p: Plan, root: str,
                   fm_check=(fms[0], p.driver_version) if fms else None,
                   state_dir=prepared.state_dir, lock_fd=lock.fd if lock else None,
                   log_format=o.log_format),
-              in_process=o.listen_at is not None or is_one_file())
+              in_process=o.listen_at is not None or o.kube is not None or is_one_file())
 

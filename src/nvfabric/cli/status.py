@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
+from nvfabric.cli.kube import status_door, status_options
 from nvfabric.cli.render import (
     Seconds,
     console,
@@ -42,7 +43,6 @@ if TYPE_CHECKING:  # the health modules are imported lazily, inside the function
     from nvfabric.rules.verdict import ServiceState, Verdict
 
 OK_VERDICTS = ("healthy", "not_applicable")
-FABRIC_CHOICES = FABRIC_KINDS
 
 
 @dataclass(frozen=True)
@@ -166,7 +166,6 @@ def evaluate(
                   node_identity(root, fabric, node.imex) if capture is None or root_given else ())
 
 
-
 def _refuse_unread(capture: str | None, health: FabricHealth, fabric: FabricKind | None) -> None:
     """Exit 2 (S08) when the capture lacks a column the verdict of its rows needs
     (:func:`nvfabric.rules.verdict.columns_needed`; ``fabric`` None when only guessed from
@@ -253,10 +252,8 @@ def node_identity(root: str, fabric: FabricKind | None,
     return tuple(out)
 
 
-VERDICT_STYLE = {
-    "healthy": "bold green", "not_applicable": "bold cyan", "pending": "bold yellow",
-    "degraded": "bold yellow", "unhealthy": "bold red",
-}
+VERDICT_STYLE = {"healthy": "bold green", "not_applicable": "bold cyan", "pending": "bold yellow",
+                 "degraded": "bold yellow", "unhealthy": "bold red"}
 
 
 def print_report(report: Report) -> None:
@@ -311,7 +308,7 @@ def _root_given(ctx: click.Context) -> bool:
 
 
 fabric_option = click.option(
-    "--fabric", type=click.Choice(FABRIC_CHOICES), default=None,
+    "--fabric", type=click.Choice(FABRIC_KINDS), default=None,
     help="The node's fabric kind (default: from --root's plan, or inferred from a capture).",
 )
 #: ``--registration-grace``, not ``--grace``: ``run --grace`` is the SIGTERM-to-SIGKILL time of
@@ -336,6 +333,7 @@ grace_option = click.option(
 @json_option
 @click.pass_context
 @guarded
+@status_options
 def status(ctx: click.Context, root: str, capture: str | None, fabric: FabricKind | None,
            grace: float | None, prometheus: bool, textfile: str | None, as_json: bool) -> None:
     """Verdict on the NVLink fabric: healthy, degraded, unhealthy, pending or not_applicable.
@@ -351,6 +349,7 @@ def status(ctx: click.Context, root: str, capture: str | None, fabric: FabricKin
         textfile = textfile_path(root, textfile)
     with stopped_exits():
         report = evaluate(root, capture, fabric, _root_given(ctx), grace)
+        door = status_door(report.to_json(), root)  # --publish, --npd (cli/kube.py)
         if prometheus or textfile is not None:
             from nvfabric.observe.metrics import reading_of, render
 
@@ -369,7 +368,7 @@ def status(ctx: click.Context, root: str, capture: str | None, fabric: FabricKin
         print_json(report.to_json())
     else:
         print_report(report)
-    sys.exit(report.exit_code)
+    sys.exit(door or report.exit_code)
 
 
 #: The IMEX control tool and config of a host-run nvidia-imex (the package's paths), asked for

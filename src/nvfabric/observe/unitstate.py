@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal
 
 if TYPE_CHECKING:
+    from nvfabric.model.findings import Finding
     from nvfabric.supervisor import Supervisor
 
 ServiceRun = Literal["running", "ready", "exited", "not_started"]
@@ -45,7 +46,9 @@ class UnitSnapshot:
     """The unit: ``ready`` is True exactly while the supervisor holds the unit ready (it sent
     ``READY=1`` and wrote the readiness file); ``ready_after_s`` seconds from the last start
     of the unit to ready (None until then); ``phase``: the supervisor's phase word
-    (``starting``, ``ready``, ``stopping``, ``waiting``, ``done``; ``idle`` before a start)."""
+    (``starting``, ``ready``, ``stopping``, ``waiting``, ``done``; ``idle`` before a start);
+    ``fault``: the error that keeps the unit down now
+    (:meth:`nvfabric.supervisor.supervise.Supervisor.fault`)."""
 
     services: tuple[ServiceSnapshot, ...] = ()
     ready: bool = False
@@ -53,6 +56,7 @@ class UnitSnapshot:
     restarts: int = 0
     phase: str = "idle"
     alive: bool = True
+    fault: Finding | None = None
 
 
 NOTHING_TO_RUN = UnitSnapshot(ready=True, phase="ready")
@@ -90,7 +94,7 @@ def of_supervisor(sup: Supervisor) -> UnitSnapshot:
     ready_after = unit.ready_after
     return UnitSnapshot(tuple(services), phase == "ready",
                         None if ready_after is None else round(ready_after, 3), unit.restarts,
-                        phase, phase != "done")
+                        phase, phase != "done", sup.fault())
 
 
 def phase_of_running() -> str:

@@ -199,6 +199,9 @@ def finish(job: Job, outcome: Outcome) -> NoReturn:
         # Each finding was logged with its hint when it happened; one closing line.
         Log().say(f"run failed: {findings[0]['code']}: {findings[0]['message']}" if findings
                   else "run failed")
+    from nvfabric.observe.hook import end
+
+    end()  # in-process only (run --publish): the last publish, bounded
     for stream in (sys.stdout, sys.stderr):
         try:
             stream.flush()

@@ -83,3 +83,20 @@ class Supervisor:
         """The unit's state now, one dict per service in start order (see
         :meth:`nvfabric.supervisor.unit.Unit.snapshot`)."""
         return self.unit.snapshot()
+
+    def fault(self) -> Finding | None:
+        """The error that keeps the unit from being ready now, for publishing (any thread):
+        the failure being handled (a service exited; while the unit waits and starts again
+        after it, that exit), or the last error of a failed end (a refused restart); None
+        while ready, before a first failure and after an orderly stop."""
+        unit = self.unit
+        outcome = unit.outcome
+        if outcome is not None:
+            errors = [f for f in outcome.findings if f.severity == "error"]
+            return errors[-1] if outcome.exit_code and errors else None
+        if unit.phase == "ready":
+            return None
+        if unit.failure:
+            return unit.failure[0]
+        past = unit._past_exits  # the exit that made the unit start again (same package)
+        return past[-1] if unit.phase == "starting" and unit.restarts and past else None
