@@ -156,17 +156,20 @@ def _node(req: KubeRequest, root: str, status: dict[str, Any] | None) -> str:
     return checked_node_name(name.strip().lower(), "the host name")
 
 
-def _target(req: KubeRequest, node: str) -> Any:
-    """The publishing target, its configuration checked now: exit 2, one line, when it
-    cannot be used (before anything was started)."""
+def _target(req: KubeRequest, node: str, strict: bool) -> Any:
+    """The publishing target, its configuration checked now: exit 2, one line, when a given
+    ``--kubeconfig`` cannot be used, or (``strict``: ``status``) in-cluster configuration
+    either; ``run`` does not stop its fabric for a missing in-cluster configuration: its
+    publisher says so and tries again with back-off (a token mounted later is taken)."""
     from nvfabric.publish.api import PublishError, Target, load_config
 
     target = Target(node, req.kubeconfig)
     try:
         load_config(target)
     except PublishError as err:
-        raise usage_error(f"--publish: {err.message}", "give --kubeconfig FILE, or run in a "
-                          "pod whose service account token is mounted") from None
+        if strict or req.kubeconfig is not None:
+            raise usage_error(f"--publish: {err.message}", "give --kubeconfig FILE, or run in "
+                              "a pod whose service account token is mounted") from None
     return target
 
 
@@ -184,7 +187,7 @@ def start_beside(req: KubeRequest | None, root: str, interval_s: float) -> None:
     from nvfabric.publish.node import Options
     from nvfabric.publish.view import view_of
 
-    target = _target(req, _node(req, root, None))
+    target = _target(req, _node(req, root, None), strict=False)
     watch = hook.active()
     if watch is None:
         watch = serve.Watch(reader(root), interval_s)
@@ -222,7 +225,7 @@ def status_door(status: dict[str, Any], root: str) -> int | None:
         from nvfabric.publish.node import Options
         from nvfabric.publish.view import view_of
 
-        target = _target(req, _node(req, root, status))
+        target = _target(req, _node(req, root, status), strict=True)
         try:
             once(target, Options(req.gpu_clique, req.taint, req.heartbeat_s), view_of(status))
         except PublishError as err:
