@@ -98,18 +98,19 @@ def of_supervisor(sup: Supervisor) -> UnitSnapshot:
 
 
 def phase_of_running() -> str:
-    """The phase word of the supervisor running in this process now (``idle`` before it
-    starts): what :func:`of_running` would report as ``phase``, without building the rest."""
-    from nvfabric.supervisor import running
+    """The phase word of the supervisor of this process (``idle`` before it starts, ``done``
+    once it ended): what :func:`of_running` would report as ``phase``, without the rest."""
+    from nvfabric.supervisor.supervise import latest
 
-    sup = running()
+    sup = latest()
     return "idle" if sup is None else sup.unit.phase
 
 
 def of_running() -> UnitSnapshot:
-    """The unit state of the supervisor running in this process now
-    (:func:`nvfabric.supervisor.running`); before it starts, an idle unit."""
-    from nvfabric.supervisor import running
+    """The unit state of the supervisor of this process
+    (:func:`nvfabric.supervisor.supervise.latest`: the one running, else the one that ended,
+    its outcome included); before it starts, an idle unit."""
+    from nvfabric.supervisor.supervise import latest
 
-    sup = running()
+    sup = latest()
     return UnitSnapshot() if sup is None else of_supervisor(sup)

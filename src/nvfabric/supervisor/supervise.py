@@ -20,6 +20,7 @@ from nvfabric.supervisor.timers import Clock
 from nvfabric.supervisor.unit import Unit
 
 _running: list[Supervisor] = []
+_finished: list[Supervisor] = []
 
 
 def running() -> Supervisor | None:
@@ -27,6 +28,12 @@ def running() -> Supervisor | None:
     supervisor process runs one), else None: where a status endpoint or a metrics exporter in
     the same process reads :meth:`Supervisor.snapshot` from (any thread)."""
     return _running[-1] if _running else None
+
+
+def latest() -> Supervisor | None:
+    """The supervisor running now, else the one that ran last in this process (its unit
+    done, its outcome set): what is read for the end of a run (the last publish)."""
+    return _running[-1] if _running else _finished[-1] if _finished else None
 
 
 class Supervisor:
@@ -76,6 +83,7 @@ class Supervisor:
             return self.unit.outcome
         finally:
             _running.remove(self)
+            _finished[:] = [self]
             self.unit.kill_all()
             self.loop.close()
 
