@@ -29,7 +29,8 @@ from typing import Any, TypeVar
 import click
 
 from nvfabric.cli.render import Seconds
-from nvfabric.model.errors import usage_error
+from nvfabric.effects.log import Log
+from nvfabric.model.errors import NvfabricError, usage_error
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -187,7 +188,13 @@ def start_beside(req: KubeRequest | None, root: str, interval_s: float) -> None:
     from nvfabric.publish.node import Options
     from nvfabric.publish.view import view_of
 
-    target = _target(req, _node(req, root, None), strict=False)
+    try:
+        node = _node(req, root, None)
+    except NvfabricError as err:  # no name to publish under: said, and the fabric comes up
+        Log().say(f"kube publish: not publishing: {err.finding.message} (hint: give "
+                  "--node-name or NODE_NAME)")
+        return
+    target = _target(req, node, strict=False)
     watch = hook.active()
     if watch is None:
         watch = serve.Watch(reader(root), interval_s)

@@ -92,6 +92,8 @@ FindingCode = Literal[
     "install_failed",
     # The systemd unit (issue 12; README "Running as a service").
     "unit_not_installed",
+    # Telling the cluster (docs/kubernetes-publish.md).
+    "kube_publish_failed",
     # IMEX and the fleet check (issue 6; README "IMEX on GB200/GB300 trays").
     "imex_channel_permissions",
     "imex_channel_stray",

@@ -27,13 +27,13 @@ from dataclasses import dataclass
 from typing import Any, Literal, TypeVar
 
 import httpx
-import yaml
 from lightkube import ApiError, Client, ConfigError, KubeConfig
 from lightkube.resources.core_v1 import Event, Node
 from lightkube.types import PatchType
 
 from nvfabric.model.errors import NvfabricError
-from nvfabric.strict import read_capped
+from nvfabric.model.findings import Finding
+from nvfabric.strict import decode_text, load_yaml, read_capped
 
 ErrorKind = Literal["unreachable", "forbidden", "unauthorized", "conflict", "not_found",
                     "invalid", "config"]
@@ -54,13 +54,30 @@ EVENT_NAMESPACE = "default"
 
 T = TypeVar("T")
 
+_HINTS: dict[ErrorKind, str] = {
+    "unreachable": "nvfabric retries with back-off; check the API server and the network "
+                   "path to it (NetworkPolicy nvfabric-allow-apiserver)",
+    "forbidden": "bind the ClusterRole of deploy/kubernetes/base/rbac.yaml to this identity",
+    "unauthorized": "the token or certificate is not accepted: a new service account token, "
+                    "or a kubeconfig with valid credentials",
+    "conflict": "another writer changed the Node each time; nvfabric reads it again and "
+                "retries",
+    "not_found": "create or register the Node first, or give --node-name as `kubectl get "
+                 "nodes` shows it",
+    "invalid": "this is a bug in nvfabric: report it with the line above",
+    "config": "give --kubeconfig FILE, or run in a pod whose service account token is mounted",
+}
 
-class PublishError(Exception):
+
+class PublishError(NvfabricError):
     """A failed API call: ``kind`` (module docstring), a one-line ``message``, the
-    ``permission`` a 403 names (``patch nodes/status``)."""
+    ``permission`` a 403 names (``patch nodes/status``); its finding ``kube_publish_failed``
+    (exit 1; a ``config`` error is bad input, exit 2)."""
 
     def __init__(self, kind: ErrorKind, message: str, permission: str | None = None) -> None:
-        super().__init__(message)
+        super().__init__(Finding("kube_publish_failed", "error", message, _HINTS[kind],
+                                 {"kind": kind, "permission": permission}),
+                         2 if kind == "config" else 1)
         self.kind: ErrorKind = kind
         self.message = message
         self.permission = permission
@@ -81,7 +98,9 @@ def load_config(target: Target) -> KubeConfig:
     without ``KUBERNETES_SERVICE_HOST`` or the service account files)."""
     try:
         if target.kubeconfig is not None:
-            data = yaml.safe_load(read_capped(target.kubeconfig, KUBECONFIG_MAX, "a kubeconfig"))
+            data = load_yaml(decode_text(read_capped(target.kubeconfig, KUBECONFIG_MAX,
+                                                     "a kubeconfig"), target.kubeconfig),
+                             target.kubeconfig)
             if not isinstance(data, dict):
                 raise PublishError("config", f"{target.kubeconfig}: not a kubeconfig (YAML "
                                    "with clusters, users and contexts)")
@@ -93,12 +112,12 @@ def load_config(target: Target) -> KubeConfig:
         return KubeConfig.from_service_account(target.service_account_dir)
     except PublishError:
         raise
-    except (ConfigError, OSError, ValueError, KeyError, TypeError, yaml.YAMLError) as err:
+    except NvfabricError as err:  # unreadable, too large, a directory, not YAML
+        raise PublishError("config", " ".join(err.finding.message.split())) from None
+    except (ConfigError, OSError, ValueError, KeyError, TypeError) as err:
         where = target.kubeconfig or target.service_account_dir
         raise PublishError("config", f"{where}: cannot be used to reach the API server: "
                            f"{' '.join(str(err).split()) or type(err).__name__}") from None
-    except NvfabricError as err:  # read_capped: unreadable, too large, a directory
-        raise PublishError("config", " ".join(err.finding.message.split())) from None
 
 
 def _token_stamp(path: str) -> tuple[int, int, int] | None:

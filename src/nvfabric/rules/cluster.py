@@ -63,6 +63,7 @@ SERVICE_DOWN_CODE = {"nvlsm": "nvlsm_missing", "fabricmanager": "fm_inactive",
 ZERO_UUID = "00000000-0000-0000-0000-000000000000"
 #: A Kubernetes label value: at most 63 characters, alphanumeric at both ends, ``-_.`` inside.
 LABEL_VALUE = re.compile(r"(?:[A-Za-z0-9](?:[-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?)?")
+_DIGITS = re.compile(r"[0-9]{1,10}")
 _UUID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
 
 
@@ -201,8 +202,8 @@ def clique(view: FabricView) -> str | None:
         return None
     (value,) = values
     uuid, _, clique_id = value.partition(".")
-    if uuid == ZERO_UUID or not _UUID.fullmatch(uuid) or not clique_id.isascii() \
-            or not clique_id.isdigit() or not LABEL_VALUE.fullmatch(value):
+    if uuid == ZERO_UUID or not _UUID.fullmatch(uuid) or not _DIGITS.fullmatch(clique_id) \
+            or not LABEL_VALUE.fullmatch(value):
         return None
     return value
 
