@@ -5,17 +5,16 @@ how long the last start took to get there.
 The values are plain and frozen, so the HTTP thread can read the snapshot the event loop
 published without a lock. :func:`of_supervisor` is the one seam to the supervisor: it reads
 the attributes the supervisor keeps (see the function) and is the only function to change
-when the supervisor offers its own snapshot hook (issue 11).
+when the supervisor offers its own snapshot hook.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Literal
+from typing import Literal
 
-if TYPE_CHECKING:
-    from nvfabric.model.findings import Finding
-    from nvfabric.supervisor import Supervisor
+from nvfabric.model.findings import Finding
+from nvfabric.supervisor.running import Running, latest
 
 ServiceRun = Literal["running", "ready", "exited", "not_started"]
 #: Why a service process ended: ``exit_code`` (a non-zero exit), ``clean`` (exit 0 while it
@@ -48,7 +47,7 @@ class UnitSnapshot:
     of the unit to ready (None until then); ``phase``: the supervisor's phase word
     (``starting``, ``ready``, ``stopping``, ``waiting``, ``done``; ``idle`` before a start);
     ``fault``: the error that keeps the unit down now
-    (:meth:`nvfabric.supervisor.supervise.Supervisor.fault`)."""
+    (:meth:`nvfabric.supervisor.machine.Unit.fault`)."""
 
     services: tuple[ServiceSnapshot, ...] = ()
     ready: bool = False
@@ -71,9 +70,9 @@ def exit_reason(exit_code: object, signal: object) -> ExitReason:
     return "clean" if exit_code == 0 else "exit_code"
 
 
-def of_supervisor(sup: Supervisor) -> UnitSnapshot:
-    """The unit state of a running :class:`nvfabric.supervisor.Supervisor`, from its own
-    snapshot (:meth:`nvfabric.supervisor.Supervisor.snapshot`: per service state, pid,
+def of_supervisor(sup: Running) -> UnitSnapshot:
+    """The unit state of a running :class:`nvfabric.supervisor.supervise.Supervisor`, from its own
+    snapshot (:meth:`nvfabric.supervisor.supervise.Supervisor.snapshot`: per service state, pid,
     restarts and exits by reason; orderly stops are not counted here) plus the unit's phase
     and seconds to ready. Safe from another thread: the snapshot is built fresh from plain
     values; it may be one event behind, never torn inside one service."""
@@ -94,23 +93,19 @@ def of_supervisor(sup: Supervisor) -> UnitSnapshot:
     ready_after = unit.ready_after
     return UnitSnapshot(tuple(services), phase == "ready",
                         None if ready_after is None else round(ready_after, 3), unit.restarts,
-                        phase, phase != "done", sup.fault())
+                        phase, phase != "done", unit.fault())
 
 
 def phase_of_running() -> str:
     """The phase word of the supervisor of this process (``idle`` before it starts, ``done``
     once it ended): what :func:`of_running` would report as ``phase``, without the rest."""
-    from nvfabric.supervisor.supervise import latest
-
     sup = latest()
     return "idle" if sup is None else sup.unit.phase
 
 
 def of_running() -> UnitSnapshot:
     """The unit state of the supervisor of this process
-    (:func:`nvfabric.supervisor.supervise.latest`: the one running, else the one that ended,
+    (:func:`nvfabric.supervisor.running.latest`: the one running, else the one that ended,
     its outcome included); before it starts, an idle unit."""
-    from nvfabric.supervisor.supervise import latest
-
     sup = latest()
     return UnitSnapshot() if sup is None else of_supervisor(sup)
