@@ -1,8 +1,8 @@
 """Where a run's supervisor meets the HTTP endpoint and the publisher, without importing them:
 ``run --listen`` (or ``--publish``) activates its :class:`nvfabric.observe.serve.Watch` here,
 and the code that builds a supervisor calls :func:`attach` (a no-op when nothing serves, so
-``run`` without ``--listen`` pays for no HTTP import). What must be said when the run ends (the
-last publish) registers with :func:`at_end`; the supervisor's end calls :func:`end`."""
+``run`` without ``--listen`` pays for no HTTP import). What must be said when the run ends
+registers with :func:`nvfabric.supervisor.running.at_end`."""
 
 from __future__ import annotations
 
@@ -14,7 +14,6 @@ if TYPE_CHECKING:
     from nvfabric.observe.unitstate import UnitSnapshot
 
 _active: Watch | None = None
-_at_end: list[Callable[[], None]] = []
 
 
 def activate(watch: Watch | None) -> None:
@@ -26,17 +25,6 @@ def activate(watch: Watch | None) -> None:
 def active() -> Watch | None:
     """The watch :func:`attach` feeds, if any."""
     return _active
-
-
-def at_end(fn: Callable[[], None]) -> None:
-    """Call ``fn`` when the run ends (:func:`end`), before the process exits."""
-    _at_end.append(fn)
-
-
-def end() -> None:
-    """The run ends: call what :func:`at_end` registered, once each (each bounds itself)."""
-    while _at_end:
-        _at_end.pop(0)()
 
 
 def attach(unit: Callable[[], UnitSnapshot], imex: tuple[str, str] | None = None,

@@ -6,7 +6,8 @@ Where the API server is: ``--kubeconfig FILE`` (its current context; at most
 service account directory the kubelet mounts). The service account token is re-read when its
 file changes (the kubelet rotates a projected token by replacing the file) and, by lightkube,
 after a 401. Every request has a :data:`TIMEOUT_S` bound: a slow server is a failure to retry,
-never a hang.
+never a hang. lightkube (and its httpx: some 0.6 s of imports on a test machine) is imported
+when a configuration is first loaded: a run that does not publish never imports it.
 
 Errors (``PublishError.kind``, also the ``result`` label of ``nvfabric_kube_publish_total``)::
 
@@ -24,16 +25,15 @@ from __future__ import annotations
 import os
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Literal, TypeVar
-
-import httpx
-from lightkube import ApiError, Client, ConfigError, KubeConfig
-from lightkube.resources.core_v1 import Event, Node
-from lightkube.types import PatchType
+from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 from nvfabric.model.errors import NvfabricError
 from nvfabric.model.findings import Finding
-from nvfabric.strict import decode_text, load_yaml, read_capped
+from nvfabric.model.strict import decode_text, load_yaml, read_capped
+
+if TYPE_CHECKING:
+    from lightkube import ApiError, Client, KubeConfig
+    from lightkube.resources.core_v1 import Event, Node
 
 ErrorKind = Literal["unreachable", "forbidden", "unauthorized", "conflict", "not_found",
                     "invalid", "config"]
@@ -96,6 +96,8 @@ def load_config(target: Target) -> KubeConfig:
     """The client configuration of ``target``; PublishError ``config`` naming what is wrong
     (a kubeconfig that is unreadable, too large, not YAML or without a context; in-cluster
     without ``KUBERNETES_SERVICE_HOST`` or the service account files)."""
+    from lightkube import ConfigError, KubeConfig  # the client: only when publishing
+
     try:
         if target.kubeconfig is not None:
             data = load_yaml(decode_text(read_capped(target.kubeconfig, KUBECONFIG_MAX,
@@ -140,6 +142,9 @@ class Api:
         self._client = self._connect()
 
     def _connect(self) -> Client:
+        import httpx
+        from lightkube import Client
+
         return Client(config=load_config(self.target), timeout=httpx.Timeout(self.timeout_s),
                       field_manager=COMPONENT, trust_env=False)
 
@@ -157,6 +162,9 @@ class Api:
         self._client.close()
 
     def _call(self, permission: str, call: Callable[[Client], T]) -> T:
+        import httpx
+        from lightkube import ApiError, ConfigError
+
         try:
             return call(self._fresh())
         except ApiError as err:
@@ -169,10 +177,15 @@ class Api:
                 from None
 
     def get_node(self, name: str) -> Node:
+        from lightkube.resources.core_v1 import Node
+
         return self._call("get nodes", lambda c: c.get(Node, name))
 
     def patch_node_status(self, name: str, body: dict[str, Any]) -> Node:
         """A strategic merge patch of ``nodes/NAME/status`` (conditions merge by type)."""
+        from lightkube.resources.core_v1 import Node
+        from lightkube.types import PatchType
+
         return self._call("patch nodes/status", lambda c: c.patch(
             Node.Status, name, body, patch_type=PatchType.STRATEGIC))  # type: ignore[return-value]
 
@@ -180,14 +193,22 @@ class Api:
         """A strategic merge patch of the Node (labels, annotations, ``spec.taints``, the last
         replaced whole: taints have no merge key); with ``metadata.resourceVersion`` in the
         body the server refuses it with 409 when the Node changed since that version."""
+        from lightkube.resources.core_v1 import Node
+        from lightkube.types import PatchType
+
         return self._call("patch nodes", lambda c: c.patch(
             Node, name, body, patch_type=PatchType.STRATEGIC))
 
     def create_event(self, body: dict[str, Any]) -> Event:
+        from lightkube.resources.core_v1 import Event
+
         event: Event = Event.from_dict(body)  # type: ignore[no-untyped-call]
         return self._call("create events", lambda c: c.create(event, namespace=EVENT_NAMESPACE))
 
     def patch_event(self, name: str, body: dict[str, Any]) -> Event:
+        from lightkube.resources.core_v1 import Event
+        from lightkube.types import PatchType
+
         return self._call("patch events", lambda c: c.patch(
             Event, name, body, namespace=EVENT_NAMESPACE, patch_type=PatchType.MERGE))
 

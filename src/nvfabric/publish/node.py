@@ -25,19 +25,19 @@ is retried from where it stopped, with the newest view.
 
 from __future__ import annotations
 
-import hashlib
 import time
 from collections import OrderedDict, deque
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
-
-from lightkube.resources.core_v1 import Node
+from typing import TYPE_CHECKING, Any
 
 from nvfabric.model.findings import Finding
 from nvfabric.publish.api import COMPONENT, EVENT_NAMESPACE, Api, PublishError
 from nvfabric.rules import cluster
 from nvfabric.rules.cluster import Condition, EventSpec, FabricView
+
+if TYPE_CHECKING:
+    from lightkube.resources.core_v1 import Node
 
 #: node-problem-detector's default heartbeat (``--k8s-exporter-heartbeat-period``: 5 min).
 DEFAULT_HEARTBEAT_S = 300.0
@@ -259,6 +259,8 @@ class NodePublisher:
             self._queue.popleft()
 
     def _event_name(self, spec: EventSpec) -> str:
+        import hashlib  # not on run's start-up path (tests/meta/test_run_imports.py)
+
         digest = hashlib.sha256(f"{spec.type}\0{spec.reason}\0{spec.message}".encode())
         return f"{self.name[:200]}.nvfabric.{digest.hexdigest()[:16]}"
 

@@ -71,8 +71,3 @@ def view_of(status: dict[str, Any] | None, unit: UnitSnapshot | None = None,
         fabric if fabric in FABRIC_KINDS else None, owner if isinstance(owner, str) else None,
         cliques(status.get("gpus")), fault, stopped, read_error, starting)
 
-
-def host_name(status: dict[str, Any] | None) -> str | None:
-    """The node's host name as ``status`` read it (the root's), or None."""
-    name = (status or {}).get("hostname")
-    return name if isinstance(name, str) and name else None

@@ -7,6 +7,7 @@ its state from, from any thread, without importing the supervisor itself
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Protocol
 
 if TYPE_CHECKING:
@@ -24,6 +25,7 @@ class Running(Protocol):
 
 _running: list[Running] = []
 _finished: list[Running] = []
+_at_end: list[Callable[[], None]] = []
 
 
 def enter(sup: Running) -> None:
@@ -47,3 +49,16 @@ def latest() -> Running | None:
     """The supervisor running now, else the one that ran last in this process: what is read
     for the end of a run (the last publish)."""
     return _running[-1] if _running else _finished[-1] if _finished else None
+
+
+def at_end(fn: Callable[[], None]) -> None:
+    """Call ``fn`` when the run of this process ends (:func:`end`), before the process exits:
+    what must still be said then (``run --publish``: the last publish)."""
+    _at_end.append(fn)
+
+
+def end() -> None:
+    """The run ends (:func:`nvfabric.supervisor.lean.finish`, which exits without running
+    ``atexit``): call what :func:`at_end` registered, once each (each bounds itself)."""
+    while _at_end:
+        _at_end.pop(0)()

@@ -1,24 +1,17 @@
-"""The cluster doors without an API server: ``status --npd`` on simulated nodes (the plugin
-protocol of node-problem-detector), the options of publishing refused where they make no
-sense (one line, exit 2), ``run --publish`` outside a cluster still bringing the fabric up,
-the status object's view, and lightkube imported only when publishing. The writes themselves
-are tested against a real API server: tests/integration/test_kube_publish.py."""
+"""``status --npd`` on simulated nodes (the plugin protocol of node-problem-detector) and the
+options of publishing refused where they make no sense (one line, exit 2), without an API
+server. The writes themselves are tested against a real API server:
+tests/integration/test_kube_publish.py."""
 
 from __future__ import annotations
 
 import json
-import signal
-import sys
-from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
-from nvfabric.publish.view import view_of
-from nvfabric.rules.cluster import labels
-from tests import runkit
 from tests.conftest import run_cli
-from tests.runkit import Run, sim
+from tests.runkit import sim
 
 
 def test_npd_on_a_b200_whose_services_never_ran_is_a_problem(tmp_path: Path) -> None:
@@ -75,46 +68,3 @@ def test_publishing_options_refused_with_one_line(tmp_path: Path, args: tuple[st
     assert out.returncode == 2, out.stdout + out.stderr
     (line,) = [x for x in out.stderr.splitlines() if x.strip()]
     assert says in line and "Traceback" not in out.stderr
-
-
-def test_a_kubeconfig_that_is_no_kubeconfig_is_exit_2(tmp_path: Path) -> None:
-    root = sim(tmp_path, "dgx-b200")
-    bad = tmp_path / "kc"
-    bad.write_text("- just\n- a list\n")
-    out = run_cli("run", "--root", str(root), "--publish", "--node-name", "n1",
-                  "--kubeconfig", str(bad))
-    assert out.returncode == 2 and "not a kubeconfig" in out.stderr
-    assert not (root / "var/lib/nvfabric-sim/nvlsm.json").exists()  # nothing was started
-
-
-def test_run_publish_outside_a_cluster_brings_the_fabric_up_and_says_why_once(
-        tmp_path: Path, start: Callable[..., Run]) -> None:
-    """Publishing never stops the fabric: no in-cluster configuration is one line, then
-    back-off, while the unit comes up and is ready."""
-    root = sim(tmp_path, "dgx-b200")
-    run = start(root, "--publish", "--node-name", "n1",
-                env={"KUBERNETES_SERVICE_HOST": "", "KUBERNETES_SERVICE_PORT": ""})
-    run.wait_line(r"fabric ready in")
-    run.wait_line(r"kube publish: not in a cluster .* retrying with back-off")
-    run.signal(signal.SIGTERM)
-    assert run.wait() == 0
-    assert len([x for x in run.log.splitlines() if "kube publish:" in x]) == 1
-
-
-def test_the_view_of_a_tray_status_object(tmp_path: Path) -> None:
-    root = sim(tmp_path, "gb200-tray")
-    status = json.loads(run_cli("status", "--root", str(root), "--json").stdout)
-    view = view_of(status)
-    assert (view.verdict, view.fabric, view.imex_owner) == ("healthy", "mnnvl", "none")
-    assert labels(view)["nvfabric.io/clique"] == "1fa25eba-abfb-58b7-bfcd-4ac6101528a8.32766"
-    # a damaged object is no reading, never a crash
-    assert view_of({"verdict": "great", "findings": [{"code": "nope"}, 3]}).verdict is None
-
-
-def test_lightkube_and_publishing_are_imported_only_when_publishing() -> None:
-    code = ("import nvfabric.cli.run, nvfabric.cli.status, sys, json; "
-            "print(json.dumps(sorted(sys.modules)))")
-    loaded = set(json.loads(runkit.run([sys.executable, "-c", code], check=True)
-                            .stdout.splitlines()[-1]))
-    assert "nvfabric.cli.kube" in loaded
-    assert not {m for m in loaded if m.startswith(("lightkube", "nvfabric.publish"))}
