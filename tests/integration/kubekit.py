@@ -1,6 +1,6 @@
 """A real kube-apiserver (v1.20.2) with its etcd, as a child of the test:
-tests/data/k8s/apiserver.sh (the byte copy of ../shared/k8s/apiserver.sh; its README there:
-TLS, RBAC, the admin and reporter kubeconfigs, the static tokens, what the 1.20 server does).
+tests/data/k8s/apiserver.sh (a byte copy of the shared k8s kit, kept by ``make sync-shared``;
+its header says what it makes: TLS, RBAC, the admin and reporter kubeconfigs, the tokens).
 Built once per machine into ``$K8S_BUILD_DIR`` (default /tmp/k8s-apiserver-build, outside the
 clone; ``.ci/run`` builds it), run in the foreground (``apiserver.sh run PORT DIR``) as this
 process's child and stopped by its pid (SIGTERM: the script stops the API server, then etcd).

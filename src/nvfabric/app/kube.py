@@ -8,9 +8,9 @@ two ways of publishing (:mod:`nvfabric.publish`):
 - ``status --publish``: :func:`publish_once`, the report's view written once; ``--npd``:
   :func:`npd`, node-problem-detector's answer.
 
-The Kubernetes client (lightkube) is imported only when an API connection is made
-(:class:`nvfabric.publish.api.Api`): ``run`` and ``status`` without ``--publish`` pay for no
-Kubernetes client import.
+The Kubernetes client (lightkube) is imported by :mod:`nvfabric.publish.api` only when a
+configuration is loaded or a connection made: ``run`` and ``status`` without ``--publish`` pay
+for no Kubernetes client import.
 """
 
 from __future__ import annotations
