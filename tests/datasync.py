@@ -2,7 +2,9 @@
 field data beside the repository; ``NVFABRIC_SHARED`` names another place).
 
 What is copied (byte for byte): ``cases/`` (every ``*.yaml``, ``README.md``, ``RUN.md``),
-``corpus/`` and ``fuzz/`` (every file, at any depth), ``bench/limit-starter.c``. The copy's
+``corpus/`` and ``fuzz/`` (every file, at any depth), ``bench/limit-starter.c``,
+``k8s/apiserver.sh`` (the real kube-apiserver + etcd of the Kubernetes integration tests and
+bench; run with ``bash``: the copy keeps no mode). The copy's
 ``SHARED.sha256`` lists each copied file with its SHA-256, so a clone with no ../shared can
 still tell a complete copy from a damaged one.
 
@@ -43,8 +45,9 @@ def copied_files(base: Path) -> list[str]:
         top = base / folder
         if top.is_dir():
             out += [p.relative_to(base).as_posix() for p in top.rglob("*") if p.is_file()]
-    if (base / "bench/limit-starter.c").is_file():
-        out.append("bench/limit-starter.c")
+    for rel in ("bench/limit-starter.c", "k8s/apiserver.sh"):
+        if (base / rel).is_file():
+            out.append(rel)
     return sorted(out)
 
 

@@ -71,9 +71,15 @@ def test_dra_overlay_listens_on_the_same_port_and_keeps_the_status_readiness() -
 
 
 def test_network_policies_deny_egress_and_admit_only_the_metrics_port() -> None:
+    """Ingress: the metrics port only; egress: the API server only (run --publish)."""
     docs = list(yaml.safe_load_all((KUBE / "base/networkpolicy.yaml").read_text()))
     by_name = {d["metadata"]["name"]: d["spec"] for d in docs}
-    assert set(by_name) == {"nvfabric-deny-all", "nvfabric-allow-metrics"}
+    assert set(by_name) == {"nvfabric-deny-all", "nvfabric-allow-metrics",
+                            "nvfabric-allow-apiserver"}
+    api = by_name.pop("nvfabric-allow-apiserver")
+    assert api["policyTypes"] == ["Egress"] and "ingress" not in api
+    assert api["egress"] == [{"ports": [{"protocol": "TCP", "port": 443},
+                                        {"protocol": "TCP", "port": 6443}]}]
     pod_labels = _base_ds()["spec"]["template"]["metadata"]["labels"]
     for spec in by_name.values():
         assert spec["podSelector"]["matchLabels"].items() <= pod_labels.items()

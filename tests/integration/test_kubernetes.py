@@ -36,6 +36,8 @@ from tests.integration.podman import (
 )
 
 KUSTOMIZE = REPO / "deploy" / "kubernetes"
+CLUSTER_SCOPED = ("ClusterRole", "ClusterRoleBinding", "ValidatingAdmissionPolicy",
+                  "ValidatingAdmissionPolicyBinding")
 OVERLAYS = ("nvswitch", "nvlink5", "mnnvl-dra")
 # Kubernetes 1.30 and every later minor version whose schemas kubernetes-validate ships.
 K8S_VERSIONS = ("1.30.0", "1.31.0", "1.32.0", "1.33.0", "1.34.0", "1.35.0", "1.36.0", "1.37.0")
@@ -112,7 +114,8 @@ def test_one_namespace_owned_by_no_overlay_so_deleting_one_deletes_only_its_obje
     for overlay in OVERLAYS:
         for obj in render(overlay):
             assert obj["kind"] != "Namespace", overlay
-            assert obj["metadata"]["namespace"] == "nvfabric"
+            if obj["kind"] not in CLUSTER_SCOPED:
+                assert obj["metadata"]["namespace"] == "nvfabric"
             key = (obj["kind"], obj["metadata"]["name"])
             assert owners.setdefault(key, overlay) == overlay, (key, owners[key], overlay)
 
@@ -143,7 +146,8 @@ def test_the_fetch_at_start_component_installs_the_fabric_before_bring_up(
 def test_overlay_renders_one_daemonset_per_fabric_kind(overlay: str) -> None:
     objs = render(overlay)
     kinds = sorted(o["kind"] for o in objs)
-    assert kinds == ["DaemonSet", "NetworkPolicy", "NetworkPolicy", "ServiceAccount"]
+    assert kinds == ["ClusterRole", "ClusterRoleBinding", "DaemonSet", "NetworkPolicy",
+                     "NetworkPolicy", "NetworkPolicy", "ServiceAccount"]
     ds = daemonset(objs)
     assert ds["metadata"]["name"] == f"nvfabric-{overlay}"
     assert ds["metadata"]["namespace"] == "nvfabric"
@@ -212,7 +216,10 @@ def test_overlay_listens_on_its_metrics_port_and_admits_only_it(overlay: str) ->
     (allow,) = [p for p in policies if "ingress" in p["spec"]]
     ((rule,),) = [allow["spec"]["ingress"]]
     assert [p["port"] for p in rule["ports"]] == ["metrics"]
-    assert all("egress" not in p["spec"] for p in policies)
+    # the one egress: the API server (run --publish), its Service port and its own
+    (out,) = [p for p in policies if "egress" in p["spec"]]
+    ((rule,),) = [out["spec"]["egress"]]
+    assert rule == {"ports": [{"protocol": "TCP", "port": 443}, {"protocol": "TCP", "port": 6443}]}
 
 
 def test_readme_recipe_moves_the_metrics_ingress_to_another_namespace(tmp_path: Path) -> None:
@@ -252,10 +259,10 @@ def test_overlays_select_disjoint_gpu_products_and_args() -> None:
     assert not any("PCIe" in p for p in products["nvswitch"])
     # GB200/GB300: IMEX is the DRA driver's; nvfabric starts nothing and stays for its probes
     assert args["mnnvl-dra"] == ["run", "--root", "/", "--imex-owner", "dra", "--stay",
-                                 "--listen", "0.0.0.0:9464"]
+                                 "--listen", "0.0.0.0:9464", "--publish"]
     assert args["nvlink5"] == ["run", "--root", "/", "--restart", "on-failure", "--grace", "10",
                                "--nvlsm-pid-file", "/run/nvidia-fabricmanager/nvlsm.pid",
-                               "--stay", "--listen", "0.0.0.0:9464"]
+                               "--stay", "--listen", "0.0.0.0:9464", "--publish"]
 
 
 @pytest.mark.parametrize("version", K8S_VERSIONS)
@@ -345,7 +352,8 @@ def _deserialize(api: kubernetes.client.ApiClient, obj: dict[str, Any], model: s
 
 
 MODELS = {"DaemonSet": "V1DaemonSet", "Namespace": "V1Namespace",
-          "ServiceAccount": "V1ServiceAccount", "NetworkPolicy": "V1NetworkPolicy"}
+          "ServiceAccount": "V1ServiceAccount", "NetworkPolicy": "V1NetworkPolicy",
+          "ClusterRole": "V1ClusterRole", "ClusterRoleBinding": "V1ClusterRoleBinding"}
 
 
 @pytest.mark.parametrize("overlay", OVERLAYS)
@@ -384,6 +392,10 @@ def _sandbox_pod(ds: dict[str, Any], node: Path, image: str) -> dict[str, Any]:
                 "tolerations", "serviceAccountName", "automountServiceAccountToken"):
         spec.pop(key)
     (ctr,) = spec["containers"]
+    # the Downward API's spec.nodeName (no Node here): the name given; --publish outside a
+    # cluster says so once and goes on (publishing never stops the fabric)
+    ctr["env"] = [{"name": "NODE_NAME", "value": "sandbox"} if e["name"] == "NODE_NAME" else e
+                  for e in ctr["env"]]
     ctr["image"] = image
     ctr["imagePullPolicy"] = "Never"
     args = ctr["args"]
@@ -558,3 +570,46 @@ def test_dra_overlay_pod_refuses_when_the_host_imex_unit_is_enabled(
         assert "refused: nothing was started" in text and "nvfabric: started" not in text
     finally:
         podman("pod", "rm", "--force", POD, check=False, timeout=120)
+
+
+@pytest.mark.parametrize("version", K8S_VERSIONS)
+def test_the_own_node_only_policy_validates_for_kubernetes_1_30_and_later(
+        tmp_path: Path, version: str) -> None:
+    """The optional ValidatingAdmissionPolicy (admissionregistration.k8s.io/v1, GA in 1.30;
+    the 1.20 test server has none, so it is checked offline): schema-valid for every minor
+    version from 1.30, its binding names it, it matches only nvfabric's service accounts and
+    keys every write on the node name of the bound token."""
+    objs = render_dir(KUSTOMIZE / "own-node-only")
+    assert sorted(o["kind"] for o in objs) == ["ValidatingAdmissionPolicy",
+                                               "ValidatingAdmissionPolicyBinding"]
+    policy = next(o for o in objs if o["kind"] == "ValidatingAdmissionPolicy")
+    binding = next(o for o in objs if o["kind"] == "ValidatingAdmissionPolicyBinding")
+    assert binding["spec"] == {"policyName": policy["metadata"]["name"],
+                               "validationActions": ["Deny"]}
+    (match,) = policy["spec"]["matchConditions"]
+    assert "system:serviceaccount:nvfabric:nvfabric" in match["expression"]
+    variables = {v["name"]: v["expression"] for v in policy["spec"]["variables"]}
+    assert "authentication.kubernetes.io/node-name" in variables["tokenNode"]
+    first = policy["spec"]["validations"][0]["expression"]
+    assert first == "variables.tokenNode != '' && variables.target == variables.tokenNode"
+    path = tmp_path / "policy.yaml"
+    path.write_text(yaml.safe_dump_all(objs))
+    out = subprocess.run([_tool("kubernetes-validate"), "--strict", "-k", version, str(path)],
+                         capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert out.stdout.count("passed for resource") == 2, out.stdout
+
+
+def test_the_node_problem_detector_monitor_runs_nvfabric_status_npd() -> None:
+    """deploy/node-problem-detector: a custom plugin monitor of the two conditions run
+    publishes, each rule ``nvfabric status --npd``; output within NPD's length."""
+    monitor = json.loads((REPO / "deploy/node-problem-detector/nvfabric-monitor.json")
+                         .read_text())
+    assert monitor["plugin"] == "custom"
+    assert monitor["pluginConfig"]["max_output_length"] == 80
+    assert [c["type"] for c in monitor["conditions"]] == ["NVLinkFabricUnhealthy",
+                                                          "NVLinkFabricDegraded"]
+    for rule in monitor["rules"]:
+        assert rule["type"] == "permanent" and rule["path"] == "/usr/bin/nvfabric"
+        assert rule["args"][:1] == ["status"] and "--npd" in rule["args"]
+        assert rule["condition"] in ("NVLinkFabricUnhealthy", "NVLinkFabricDegraded")

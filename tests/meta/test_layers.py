@@ -80,6 +80,12 @@ def _inject(tmp_path: Path, module: str, text: str, inside_function: bool) -> in
     # the supervisor reaching up for a procedure, from inside a function: those count too
     ("supervisor/loop.py", "from nvfabric.app import run", True,
      "nvfabric.supervisor.loop -> nvfabric.app.run"),
+    # observe serves what publishing counts, without knowing the Kubernetes API exists
+    ("observe/serve.py", "from nvfabric.publish import api", False,
+     "nvfabric.observe.serve -> nvfabric.publish.api"),
+    # publishing is reached from the procedures, never the reverse
+    ("publish/beside.py", "from nvfabric.app import kube", False,
+     "nvfabric.publish.beside -> nvfabric.app.kube"),
     # two siblings of one layer are independent of each other
     ("observe/metrics.py", "from nvfabric.triage import spec", False,
      "nvfabric.observe.metrics -> nvfabric.triage.spec"),

@@ -3,8 +3,9 @@ ms each on a slow node, a frozen dataclass 0.8 ms). `run` is one procedure for e
 kind, its modules imported at the top, so a fabric manager node imports the IMEX bring-up too
 (its cost is measured by bench/bench_run.py); what only the lean supervisor process needs (the
 event loop, the state machine, the live diagnosis), what only a reading of a capture needs
-(the XML parser) and what only `--listen` needs (the HTTP server) stay out. Checked in a fresh
-interpreter: the test process has imported everything.
+(the XML parser), what only `--listen` needs (the HTTP server) and what only `--publish` needs
+(the Kubernetes client, lightkube, and its httpx) stay out. Checked in a fresh interpreter: the
+test process has imported everything.
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ def _modules_after(code: str) -> set[str]:
 NOT_ON_THE_RUN_PATH = (
     "nvfabric.cli.imex", "nvfabric.rules.imex.domain", "nvfabric.supervisor.loop",
     "nvfabric.supervisor.machine", "nvfabric.supervisor.supervise", "nvfabric.rules.diagnose",
-    "xml.etree.ElementTree", "http.server", "hashlib", "rich",
+    "xml.etree.ElementTree", "http.server", "hashlib", "rich", "lightkube", "httpx",
 )
 
 
@@ -42,3 +43,11 @@ def test_a_supervisor_part_imports_only_what_it_needs() -> None:
     assert "nvfabric.supervisor.policy" in loaded
     assert not loaded & {"nvfabric.supervisor.loop", "nvfabric.supervisor.supervise",
                          "nvfabric.effects.process", "selectors"}
+
+
+def test_status_and_run_import_publishing_but_no_kubernetes_client() -> None:
+    """The publishing code is imported at the top like every module; its client (lightkube,
+    httpx) only when an API connection is made (nvfabric.publish.api)."""
+    loaded = _modules_after("import nvfabric.cli.run, nvfabric.cli.status")
+    assert {"nvfabric.app.kube", "nvfabric.publish.beside"} <= loaded
+    assert not {m for m in loaded if m.startswith(("lightkube", "httpx"))}

@@ -31,13 +31,14 @@ def test_tests_data_is_the_copy_of_shared() -> None:
     else:
         # No ../shared (a fresh clone): the copy holds every kind of data the tests read.
         listed = read_manifest()
-        assert {rel.split("/", 1)[0] for rel in listed} == {"bench", "cases", "corpus", "fuzz"}
+        assert {rel.split("/", 1)[0] for rel in listed} == {"bench", "cases", "corpus", "fuzz",
+                                                            "k8s"}
 
 
 def test_the_copy_has_every_case_file_kind() -> None:
     rels = copied_files(DATA)
     assert {"cases/README.md", "cases/RUN.md", "corpus/PROVENANCE.md", "fuzz/README.md",
-            "bench/limit-starter.c"} <= set(rels)
+            "bench/limit-starter.c", "k8s/apiserver.sh"} <= set(rels)
     for prefix in "DFPS":
         assert any(r.startswith(f"cases/{prefix}") and r.endswith(".yaml") for r in rels)
 

@@ -1,7 +1,7 @@
 """What watches ``nvfabric run`` from outside: the log format (``--log-format``,
 :mod:`nvfabric.effects.log`) and the HTTP endpoint of ``--listen HOST:PORT``
 (:mod:`nvfabric.observe.serve`), whose reading of the fabric is renewed every
-``--health-interval`` seconds.
+``--health-interval`` seconds; ``--publish`` reads the same watch (:func:`watch`).
 
 The reading served is the one of ``nvfabric status`` (:func:`nvfabric.app.status.evaluate`:
 the GPUs' fabric state by NVML, or the node's nvidia-smi on a simulated root, the plan and the
@@ -55,6 +55,18 @@ def start(address: tuple[str, int] | None, root: str, interval_s: float) -> None
     shown = f"[{host}]" if ":" in host else host
     Log().say(f"serving /metrics, /healthz, /readyz, /status on http://{shown}:{port} "
               f"(fabric read every {seconds(interval_s)} s)")
+
+
+def watch(root: str, interval_s: float) -> serve.Watch:
+    """The watch :func:`start` serves, else one made now without HTTP, its reader thread
+    started (``run --publish`` without ``--listen``)."""
+    active = hook.active()
+    if active is not None:
+        return active
+    made = serve.Watch(reader(root), interval_s)
+    hook.activate(made)
+    made.start_reader()
+    return made
 
 
 def reader(root: str) -> Callable[[tuple[str, str] | None], tuple[Any, dict[str, Any]]]:

@@ -17,7 +17,8 @@ Service"):
 5. apply (channel nodes, the state directory, the files) and hand the processes to the
    supervisor (:func:`nvfabric.supervisor.lean.supervise`: the lean process this one execs
    into), which waits for each to be ready (NVLSM's socket, the GPUs registered, IMEX READY)
-   and reports the end itself.
+   and reports the end itself. ``--listen`` and ``--publish`` watch the run from the
+   preflight on (:func:`_watch`); the supervisor then stays in this process.
 
 Every end decided before the start is a :class:`RunResult`, which the command renders
 (:mod:`nvfabric.cli.run`).
@@ -32,8 +33,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from nvfabric.app import collect, listen, lock
+from nvfabric.app import collect, kube, listen, lock
 from nvfabric.app.collect import FabricManagerFiles, ImexRequest
+from nvfabric.app.kube import KubeRequest
 from nvfabric.bringup import fabricmanager as fm
 from nvfabric.bringup import fmconfig as fmcfg
 from nvfabric.bringup import mnnvl, nvlsm, vendor
@@ -107,6 +109,7 @@ class RunOptions:
     listen_at: str | None = None
     health_interval: float = 30.0
     log_format: str = "text"
+    kube: KubeRequest | None = None
     typed: frozenset[str] = frozenset()
 
     def policy(self, **more: Any) -> Policy:
@@ -202,11 +205,7 @@ def _bring_up(o: RunOptions, address: tuple[str, int] | None, inv: Inventory,
         checked = _preflight(o, inv, p, up)
         if isinstance(checked, RunResult):
             return checked
-        # --listen: the run's state over HTTP from now on (the supervisor then stays in this
-        # process: the server's threads live here)
-        if address is not None:
-            listen.start(address, o.root, o.health_interval)
-            attach(of_running, phase=phase_of_running)
+        _watch(o, address)
         if not prepared.processes:  # IMEX is owned by another starter
             return _not_ours(o, p, prepared)
         # 5. Apply, then supervise.
@@ -382,7 +381,8 @@ def _supervise(o: RunOptions, p: Plan, up: _Bringup, held: RunLock | None,
     job = _job(o, p, up, prepared, held, checked)
     if job.imex_probe is not None:  # --listen asks the daemon for the IMEX domain state
         attach(of_running, imex=job.imex_probe[:2], phase=phase_of_running)
-    supervise(job, in_process=o.listen_at is not None or is_one_file())
+    supervise(job, in_process=o.listen_at is not None or kube.publishing(o.kube)
+              or is_one_file())
 
 
 def _job(o: RunOptions, p: Plan, up: _Bringup, prepared: Prepared, held: RunLock | None,
@@ -426,6 +426,17 @@ def _job(o: RunOptions, p: Plan, up: _Bringup, prepared: Prepared, held: RunLock
                **common)
 
 
+def _watch(o: RunOptions, address: tuple[str, int] | None) -> None:
+    """From now on, ``--listen``: the run's state over HTTP; ``--publish``: told to the
+    Kubernetes API beside the supervisor, from the same watch (:func:`nvfabric.app.kube.
+    start_beside`). The supervisor then stays in this process: the threads live here."""
+    if address is not None:
+        listen.start(address, o.root, o.health_interval)
+    if kube.publishing(o.kube):
+        kube.start_beside(o.kube, o.root, listen.watch(o.root, o.health_interval))
+    attach(of_running, phase=phase_of_running)
+
+
 # -- nothing to start ---------------------------------------------------------------------------
 
 
@@ -438,9 +449,8 @@ def _nothing_to_do(o: RunOptions, address: tuple[str, int] | None, p: Plan,
         if busy is not None:
             return _ended(o, p, "refused", 1, [busy], **up.shown,
                           title="refused: another nvfabric run is active")
-        if address is not None and not o.dry_run:
-            listen.start(address, o.root, o.health_interval)
-            attach(of_running, phase=phase_of_running)
+        if not o.dry_run:
+            _watch(o, address)
         attach(lambda: NOTHING_TO_RUN)
     why = p.reasons[-1] if p.reasons else "no fabric service applies"
     if not o.as_json:

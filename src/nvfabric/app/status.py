@@ -6,7 +6,8 @@ that owner needs), the fabric state (NVML on the node, the node's nvidia-smi on 
 root, or a saved capture), the node's identity for ``nvfabric domain check`` (host name, and on
 a tray its addresses and IMEX section) and, for a metrics reading, the IMEX domain state and
 the readiness of a live ``nvfabric run``; then the verdict
-(:func:`nvfabric.rules.verdict.verdict`, pure) and one :class:`Report`.
+(:func:`nvfabric.rules.verdict.verdict`, pure) and one :class:`Report`, which ``--publish``
+and ``--npd`` then tell the cluster (:func:`tell`).
 """
 
 from __future__ import annotations
@@ -16,6 +17,8 @@ import time
 from dataclasses import dataclass, replace
 from typing import Any
 
+from nvfabric.app import kube
+from nvfabric.app.kube import KubeRequest
 from nvfabric.effects import stop
 from nvfabric.effects.runlock import live_ready, run_lock_holder
 from nvfabric.facts import gpu, inventory, services
@@ -287,6 +290,35 @@ def _run_ready(root: str) -> _Ready | None:
     seconds = (float(after) if isinstance(after, (int, float)) and not isinstance(after, bool)
                and after >= 0 else None)  # a damaged file's true, -1 or string is no time
     return _Ready(info is not None, seconds)
+
+
+# -- telling the cluster ------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Told:
+    """What ``status --publish`` and ``--npd`` gave: ``publish_error`` the failure's one line
+    (None: published, or not asked); ``npd`` node-problem-detector's (exit code, line), None
+    when not asked."""
+
+    publish_error: str | None = None
+    npd: tuple[int, str] | None = None
+
+    def exit_code(self, report: Report) -> int:
+        """The command's exit: a failed publish is :data:`nvfabric.app.kube.
+        PUBLISH_FAILED_EXIT`; else ``--npd``'s answer, else the report's."""
+        if self.publish_error is not None:
+            return kube.PUBLISH_FAILED_EXIT
+        return self.npd[0] if self.npd is not None else report.exit_code
+
+
+def tell(report: Report, root: str, req: KubeRequest) -> Told:
+    """The report's view written to the Node once (``req.publish``:
+    :func:`nvfabric.app.kube.publish_once`; exit 2 for a Node name or a configuration that
+    cannot be used), then node-problem-detector's answer (``req.npd``)."""
+    status = report.to_json()
+    error = kube.publish_once(req, root, status) if req.publish else None
+    return Told(error, kube.npd(req, status))
 
 
 # -- wait ---------------------------------------------------------------------------------------

@@ -25,6 +25,7 @@ from nvfabric.bringup import fabricmanager as fm
 from nvfabric.bringup import nvlsm
 from nvfabric.bringup.mnnvl import imex_json
 from nvfabric.bringup.prepared import Prepared
+from nvfabric.cli import kube
 from nvfabric.cli.render import (
     Seconds,
     arch_option,
@@ -131,6 +132,7 @@ def _watch_options(fn: F) -> F:
               show_default=True, help="Hard timeout of each nvidia-imex-ctl call, seconds.")
 @_watch_options
 @guarded
+@kube.options
 def run_cmd(**params: Any) -> None:
     """Bring the fabric up (NVLSM, fabric manager; IMEX on GB200/GB300 trays) and supervise it
     as one unit."""

@@ -3,9 +3,11 @@
 ``status`` reads the fabric state (NVML on the node, the node's nvidia-smi on a simulated root,
 or a saved capture with ``--from-nvidia-smi``), the plan and the services' liveness, and prints
 the verdict (:func:`nvfabric.app.status.evaluate`). ``wait`` repeats that until the verdict is
-healthy (or not applicable) or the timeout passes (:func:`nvfabric.app.status.wait`). Exit
-codes: 0 healthy / not_applicable; 1 degraded, unhealthy or pending (wait: timed out); 2 bad
-input.
+healthy (or not applicable) or the timeout passes (:func:`nvfabric.app.status.wait`).
+``status --publish`` also writes the verdict to the Node, ``--npd`` answers as a
+node-problem-detector plugin (:func:`nvfabric.app.status.tell`). Exit codes: 0 healthy /
+not_applicable; 1 degraded, unhealthy or pending (wait: timed out); 2 bad input; 4 the
+publish failed.
 """
 
 from __future__ import annotations
@@ -19,7 +21,9 @@ from collections.abc import Iterator
 import click
 
 from nvfabric.app import status as procedure
-from nvfabric.app.status import Report, evaluate
+from nvfabric.app.kube import KubeRequest
+from nvfabric.app.status import Report, Told, evaluate
+from nvfabric.cli.kube import status_options
 from nvfabric.cli.render import (
     VERDICT_STYLE,
     Seconds,
@@ -32,6 +36,7 @@ from nvfabric.cli.render import (
 )
 from nvfabric.effects import stop
 from nvfabric.effects.atomic import write_atomic
+from nvfabric.effects.log import printable
 from nvfabric.effects.stdio import print_json
 from nvfabric.model.errors import NvfabricError, os_error, usage_error
 from nvfabric.model.hostpath import confined
@@ -132,12 +137,15 @@ grace_option = click.option(
 @json_option
 @click.pass_context
 @guarded
+@status_options
 def status(ctx: click.Context, root: str, capture: str | None, fabric: FabricKind | None,
-           grace: float | None, prometheus: bool, textfile: str | None, as_json: bool) -> None:
+           grace: float | None, prometheus: bool, textfile: str | None, as_json: bool,
+           kube: KubeRequest | None) -> None:
     """Verdict on the NVLink fabric: healthy, degraded, unhealthy, pending or not_applicable.
 
     \b
-    Exit codes: 0 healthy or not_applicable; 1 degraded, unhealthy or pending; 2 bad input.
+    Exit codes: 0 healthy or not_applicable; 1 degraded, unhealthy or pending; 2 bad input;
+    4 --publish failed (the report is still printed). --npd: 0 OK, 1 problem, 3 unknown.
     """
     if prometheus and as_json:
         raise usage_error("--prometheus and --json both choose the output: give one",
@@ -148,17 +156,22 @@ def status(ctx: click.Context, root: str, capture: str | None, fabric: FabricKin
     metrics = prometheus or textfile is not None
     with stopped_exits():
         report = evaluate(root, capture, fabric, _root_given(ctx), grace, metrics=metrics)
+        told = procedure.tell(report, root, kube) if kube is not None else Told()
         text = render(report.reading) if report.reading is not None else b""
         stop.check()  # one that came during a read that waits on nothing
         if textfile is not None:
             write_textfile(textfile, text)
-    if prometheus:
+    if told.publish_error is not None:
+        sys.stderr.write(f"nvfabric: kube publish: {printable(told.publish_error)}\n")
+    if told.npd is not None:  # node-problem-detector reads one line: the report is not printed
+        sys.stdout.write(printable(told.npd[1]) + "\n")
+    elif prometheus:
         sys.stdout.write(text.decode())
     elif as_json:
         print_json(report.to_json())
     else:
         print_report(report)
-    sys.exit(report.exit_code)
+    sys.exit(told.exit_code(report))
 
 
 def textfile_path(root: str, path: str) -> str:

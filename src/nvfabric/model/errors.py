@@ -29,6 +29,8 @@ exit 3. The whole tree (each class lives beside the code that raises it)::
     │   └── triage.report.ReportTooLarge   a bug report past the size bounds
     ├── effects.unitfile.UnitError         the systemd unit cannot be installed
     │                                       (unit_not_installed)
+    ├── publish.api.PublishError           a Kubernetes API call failed, by kind
+    │                                       (kube_publish_failed, ``kind``)
     └── artifacts.transport.NotPublished   the source has no such file: 404/410
                                             (artifact_not_available)
 

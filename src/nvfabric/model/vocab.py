@@ -93,6 +93,8 @@ FindingCode = Literal[
     "install_failed",
     # The systemd unit (README "Running as a service").
     "unit_not_installed",
+    # Telling the cluster (docs/kubernetes-publish.md).
+    "kube_publish_failed",
     # IMEX and the fleet check (README "IMEX on GB200/GB300 trays").
     "imex_channel_permissions",
     "imex_channel_stray",

@@ -1,7 +1,8 @@
-"""Where a run's supervisor meets the HTTP endpoint, without importing it: ``run --listen``
-activates its :class:`nvfabric.observe.serve.Watch` here, and the code that builds a
-supervisor calls :func:`attach` (a no-op when nothing serves, so ``run`` without ``--listen``
-pays for no HTTP import)."""
+"""Where a run's supervisor meets the HTTP endpoint and the publisher, without importing them:
+``run --listen`` (or ``--publish``) activates its :class:`nvfabric.observe.serve.Watch` here,
+and the code that builds a supervisor calls :func:`attach` (a no-op when nothing serves, so
+``run`` without ``--listen`` pays for no HTTP import). What must be said when the run ends
+registers with :func:`nvfabric.supervisor.running.at_end`."""
 
 from __future__ import annotations
 
@@ -19,6 +20,11 @@ def activate(watch: Watch | None) -> None:
     """Make ``watch`` the one :func:`attach` feeds (one run per process; None: none)."""
     global _active
     _active = watch
+
+
+def active() -> Watch | None:
+    """The watch :func:`attach` feeds, if any."""
+    return _active
 
 
 def attach(unit: Callable[[], UnitSnapshot], imex: tuple[str, str] | None = None,

@@ -30,10 +30,14 @@ Series (every one has a HELP line; see docs/commands/status.md):
   2 unhealthy (:data:`nvfabric.model.mask.FIELDS`), one series per field the GPU reports
 - ``nvfabric_findings{code, severity}`` findings of the reading, by code and severity
 - ``nvfabric_imex_domain_state{state}`` 0/1 for UP/DEGRADED/DOWN (when the domain was read)
+- ``nvfabric_kube_publish_total{result}`` API publishes by outcome (``ok`` and the error
+  kinds of :mod:`nvfabric.publish.api`) and ``nvfabric_kube_publish_last_success_timestamp_seconds``
+  (``run --publish`` only)
 """
 
 from __future__ import annotations
 
+import time
 from collections import Counter
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
@@ -78,6 +82,23 @@ class Reading:
     ready_after_s: float | None = None
 
 
+@dataclass(frozen=True)
+class KubePublish:
+    """Publishing to Kubernetes so far (``run --publish``): the Node, the count of each
+    outcome, the Unix time of the last success (None: none yet) and the last error's line."""
+
+    node: str
+    results: tuple[tuple[str, int], ...]
+    last_success: float | None = None
+    last_error: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        when = None if self.last_success is None else time.strftime(
+            "%Y-%m-%dT%H:%M:%SZ", time.gmtime(self.last_success))
+        return {"node": self.node, "last_success": when, "last_error": self.last_error,
+                "results": dict(self.results)}
+
+
 def reading_of(report: Any) -> Reading:
     """The :class:`Reading` of a :class:`nvfabric.app.status.Report` (typed loosely so that
     this module does not import the CLI)."""
@@ -92,10 +113,14 @@ def _gpu_labels(g: GpuFabric) -> list[str]:
     return [str(g.index), g.uuid or "", g.pci or ""]
 
 
-def families(reading: Reading | None, unit: UnitSnapshot | None) -> list[Any]:
+def families(reading: Reading | None, unit: UnitSnapshot | None,
+             kube: KubePublish | None = None) -> list[Any]:
     """The metric families of one reading and one unit snapshot (either may be None: no
-    reading yet, or not under ``run``), as ``prometheus_client`` metric family objects."""
+    reading yet, or not under ``run``) and of publishing (None: not published), as
+    ``prometheus_client`` metric family objects."""
     out: list[Any] = []
+    if kube is not None:
+        out += _kube(kube)
     out += _build(reading)
     if unit is not None:
         out += _unit(unit)
@@ -231,13 +256,29 @@ def _imex(domain: str | None) -> Iterator[Any]:
     yield fam
 
 
-def render(reading: Reading | None, unit: UnitSnapshot | None = None) -> bytes:
+def _kube(kube: KubePublish) -> Iterator[Any]:
+    from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+
+    fam = CounterMetricFamily("nvfabric_kube_publish", "Publishes of the fabric's state to the "
+                              "Kubernetes API (node conditions, labels, taint, events) by "
+                              "result: ok, or the kind of failure", labels=["result"])
+    for result, count in kube.results:
+        fam.add_metric([result], count)
+    yield fam
+    if kube.last_success is not None:
+        yield GaugeMetricFamily("nvfabric_kube_publish_last_success_timestamp_seconds",
+                                "Unix time of the last successful publish to the Kubernetes "
+                                "API", value=kube.last_success)
+
+
+def render(reading: Reading | None, unit: UnitSnapshot | None = None,
+           kube: KubePublish | None = None) -> bytes:
     """The text exposition of :func:`families` (UTF-8 bytes, ends with a newline)."""
     from prometheus_client import CollectorRegistry, generate_latest
 
     class _Once:
         def collect(self) -> list[Any]:
-            return families(reading, unit)
+            return families(reading, unit, kube)
 
     registry = CollectorRegistry(auto_describe=False)
     registry.register(_Once())

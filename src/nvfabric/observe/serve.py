@@ -7,7 +7,8 @@
 - ``/readyz``: 200 while the unit is ready, the rule of ``READY=1`` (every service ready, GPUs
   registered: :class:`nvfabric.observe.unitstate.UnitSnapshot`), else 503 with the phase.
 - ``/status``: the JSON object of ``nvfabric status --json`` from the last reading (503 until
-  the first reading is done).
+  the first reading is done), with ``kube_publish`` (the Node, the last success, the counts by
+  result) under ``run --publish``.
 
 Threads: the server (:class:`http.server.ThreadingHTTPServer`, one daemon thread per request)
 and one reader thread that re-reads the fabric every ``interval_s`` seconds through the
@@ -27,7 +28,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from nvfabric.observe.metrics import CONTENT_TYPE, Reading, render
+from nvfabric.observe.metrics import CONTENT_TYPE, KubePublish, Reading, render
 from nvfabric.observe.unitstate import UnitSnapshot
 
 if TYPE_CHECKING:
@@ -71,11 +72,13 @@ def parse_listen(text: str) -> tuple[str, int]:
 @dataclass(frozen=True)
 class Snapshot:
     """What a request is answered from: the last reading (None before the first) with its
-    ``status --json`` object, and the unit's state."""
+    ``status --json`` object, and the unit's state; ``read_phase``: the unit's phase when
+    that reading was taken (a reading from another phase is about to be renewed)."""
 
     reading: Reading | None
     status: dict[str, Any] | None
     unit: UnitSnapshot
+    read_phase: str | None = None
 
 
 #: Seconds between two looks at the unit's phase by the reader thread (:meth:`Watch.start_reader`).
@@ -94,22 +97,26 @@ class Watch:
         self.unit: Callable[[], UnitSnapshot] = lambda: UnitSnapshot(phase="idle")
         self.imex: tuple[str, str] | None = None
         self.phase: Callable[[], str] | None = None  # the phase alone, when cheaper than unit()
+        self.kube: Callable[[], KubePublish] | None = None  # run --publish: its tally
         self._last: tuple[Reading, dict[str, Any]] | None = None
+        self._read_phase: str | None = None
         self._stop = threading.Event()
         self.read_error: str | None = None
 
     def snapshot(self) -> Snapshot:
-        last = self._last
+        last, phase = self._last, self._read_phase
         return Snapshot(None if last is None else last[0], None if last is None else last[1],
-                        self.unit())
+                        self.unit(), phase)
 
     def read_once(self) -> None:
         """One reading through ``read``; a failure keeps the previous reading and is kept in
         ``read_error`` (the probe's own findings carry NVML errors: this is for bugs)."""
         if self._read is None:
             return
+        phase = self.phase() if self.phase is not None else self.unit().phase
         try:
             self._last = self._read(self.imex)
+            self._read_phase = phase
             self.read_error = None
         except Exception as err:  # noqa: BLE001 - the reader thread must outlive a bad read
             self.read_error = f"{type(err).__name__}: {err}"
@@ -142,8 +149,9 @@ def _answer(watch: Watch, path: str) -> tuple[int, str, bytes]:
     """(HTTP status, content type, body) for ``path``; pure given the watch's snapshot."""
     snap = watch.snapshot()
     text = "text/plain; charset=utf-8"
+    kube = watch.kube() if watch.kube is not None else None
     if path == "/metrics":
-        return 200, CONTENT_TYPE, render(snap.reading, snap.unit)
+        return 200, CONTENT_TYPE, render(snap.reading, snap.unit, kube)
     if path == "/healthz":
         return (200, text, b"ok\n") if snap.unit.alive else (503, text, b"run has ended\n")
     if path == "/readyz":
@@ -153,7 +161,8 @@ def _answer(watch: Watch, path: str) -> tuple[int, str, bytes]:
     if path == "/status":
         if snap.status is None:
             return 503, text, b"no reading yet\n"
-        return 200, "application/json", (json.dumps(snap.status, indent=2) + "\n").encode()
+        shown = snap.status if kube is None else {**snap.status, "kube_publish": kube.to_json()}
+        return 200, "application/json", (json.dumps(shown, indent=2) + "\n").encode()
     return 404, text, b"not found: /metrics, /healthz, /readyz, /status\n"
 
 

@@ -13,7 +13,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-from nvfabric.supervisor.running import Running, current
+from nvfabric.model.findings import Finding
+from nvfabric.supervisor.running import Running, latest
 
 ServiceRun = Literal["running", "ready", "exited", "not_started"]
 #: Why a service process ended: ``exit_code`` (a non-zero exit), ``clean`` (exit 0 while it
@@ -44,7 +45,9 @@ class UnitSnapshot:
     """The unit: ``ready`` is True exactly while the supervisor holds the unit ready (it sent
     ``READY=1`` and wrote the readiness file); ``ready_after_s`` seconds from the last start
     of the unit to ready (None until then); ``phase``: the supervisor's phase word
-    (``starting``, ``ready``, ``stopping``, ``waiting``, ``done``; ``idle`` before a start)."""
+    (``starting``, ``ready``, ``stopping``, ``waiting``, ``done``; ``idle`` before a start);
+    ``fault``: the error that keeps the unit down now
+    (:meth:`nvfabric.supervisor.machine.Unit.fault`)."""
 
     services: tuple[ServiceSnapshot, ...] = ()
     ready: bool = False
@@ -52,6 +55,7 @@ class UnitSnapshot:
     restarts: int = 0
     phase: str = "idle"
     alive: bool = True
+    fault: Finding | None = None
 
 
 NOTHING_TO_RUN = UnitSnapshot(ready=True, phase="ready")
@@ -89,18 +93,19 @@ def of_supervisor(sup: Running) -> UnitSnapshot:
     ready_after = unit.ready_after
     return UnitSnapshot(tuple(services), phase == "ready",
                         None if ready_after is None else round(ready_after, 3), unit.restarts,
-                        phase, phase != "done")
+                        phase, phase != "done", unit.fault())
 
 
 def phase_of_running() -> str:
-    """The phase word of the supervisor running in this process now (``idle`` before it
-    starts): what :func:`of_running` would report as ``phase``, without building the rest."""
-    sup = current()
+    """The phase word of the supervisor of this process (``idle`` before it starts, ``done``
+    once it ended): what :func:`of_running` would report as ``phase``, without the rest."""
+    sup = latest()
     return "idle" if sup is None else sup.unit.phase
 
 
 def of_running() -> UnitSnapshot:
-    """The unit state of the supervisor running in this process now
-    (:func:`nvfabric.supervisor.running.current`); before it starts, an idle unit."""
-    sup = current()
+    """The unit state of the supervisor of this process
+    (:func:`nvfabric.supervisor.running.latest`: the one running, else the one that ended,
+    its outcome included); before it starts, an idle unit."""
+    sup = latest()
     return UnitSnapshot() if sup is None else of_supervisor(sup)

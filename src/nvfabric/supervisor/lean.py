@@ -40,6 +40,7 @@ from typing import TYPE_CHECKING, NoReturn
 from nvfabric.effects import stop
 from nvfabric.model.gpucheck import GpuCheck
 from nvfabric.model.strict import is_uint, parse_json
+from nvfabric.supervisor import running
 from nvfabric.supervisor.gpuprobe import CHILD_BOUND_S, in_child
 from nvfabric.supervisor.job import Job, job_from_json
 from nvfabric.supervisor.outcome import Outcome
@@ -219,6 +220,7 @@ def finish(job: Job, outcome: Outcome) -> NoReturn:
         # Each finding was logged with its hint when it happened; one closing line.
         Log().say(f"run failed: {findings[0]['code']}: {findings[0]['message']}" if findings
                   else "run failed")
+    running.end()  # in-process only (run --publish): the last publish, bounded
     for stream in (sys.stdout, sys.stderr):
         try:
             stream.flush()

@@ -503,6 +503,23 @@ class Unit:
         self.outcome = Outcome(code, reason, (*self._past_exits, *findings, *self.notes),
                                ready_after, self.restarts)
 
+    def fault(self) -> Finding | None:
+        """The error that keeps the unit from being ready now, for publishing (read from any
+        thread: plain attributes): the failure being handled (a service exited; while the
+        unit waits and starts again after it, that exit), or the last error of a failed end
+        (a refused restart); None while ready, before a first failure and after an orderly
+        stop."""
+        outcome = self.outcome
+        if outcome is not None:
+            errors = [f for f in outcome.findings if f.severity == "error"]
+            return errors[-1] if outcome.exit_code and errors else None
+        if self.phase == "ready":
+            return None
+        if self.failure:
+            return self.failure[0]
+        past = self._past_exits
+        return past[-1] if self.phase == "starting" and self.restarts and past else None
+
     def snapshot(self) -> list[dict[str, object]]:
         """The unit's state now, for a status endpoint or metrics: one dict per service in
         start order with ``service``, ``state`` (``not_started``, ``starting``, ``ready``,

@@ -1,0 +1,70 @@
+"""``status --npd`` on simulated nodes (the plugin protocol of node-problem-detector) and the
+options of publishing refused where they make no sense (one line, exit 2), without an API
+server. The writes themselves are tested against a real API server:
+tests/integration/test_kube_publish.py."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import run_cli
+from tests.runkit import sim
+
+
+def test_npd_on_a_b200_whose_services_never_ran_is_a_problem(tmp_path: Path) -> None:
+    root = sim(tmp_path, "dgx-b200")
+    out = run_cli("status", "--root", str(root), "--npd")
+    assert out.returncode == 1, out.stderr
+    (line,) = out.stdout.splitlines()
+    assert line.startswith("RegistrationStuck: 8 GPUs cannot finish fabric registration")
+    assert len(line) <= 80
+    # the degraded condition is not the problem here: unhealthy is the other condition
+    other = run_cli("status", "--root", str(root), "--npd", "--npd-condition",
+                    "NVLinkFabricDegraded")
+    assert other.returncode == 0 and other.stdout.startswith("FabricUnhealthy: ")
+
+
+def test_npd_on_a_registered_gb200_tray_is_ok(tmp_path: Path) -> None:
+    root = sim(tmp_path, "gb200-tray")
+    out = run_cli("status", "--root", str(root), "--npd")
+    assert (out.returncode, out.stdout) == (0, "FabricHealthy: the NVLink fabric is healthy "
+                                            "(fabric mnnvl)\n")
+
+
+def test_npd_unknown_while_gpus_register(tmp_path: Path) -> None:
+    """A capture of GPUs still In Progress (no services known): Unknown, exit 3."""
+    root = sim(tmp_path, "dgx-b200")
+    gpus = json.loads((root / "var/lib/nvfabric-sim/gpus.json").read_text())
+    for g in gpus["gpus"]:
+        g["state"], g["status"] = "in_progress", None
+    (root / "var/lib/nvfabric-sim/gpus.json").write_text(json.dumps(gpus))
+    smi = run_cli("status", "--root", str(root), "--json")
+    capture = tmp_path / "smi.csv"
+    capture.write_text("index, uuid, pci.bus_id, fabric.state, fabric.status\n" + "".join(
+        f"{g['index']}, {g['uuid']}, {g['pci']}, In Progress, N/A\n"
+        for g in json.loads(smi.stdout)["gpus"]))
+    out = run_cli("status", "--from-nvidia-smi", str(capture), "--fabric", "nvlink5", "--npd")
+    assert out.returncode == 3, out.stdout + out.stderr
+    assert out.stdout.startswith("FabricPending: ")
+
+
+@pytest.mark.parametrize(("args", "says"), [
+    (("--taint-unhealthy",), "--taint-unhealthy only apply with --publish"),
+    (("--kubeconfig", "/x", "--node-name", "n"), "--kubeconfig, --node-name only apply"),
+    (("--publish", "--node-name", "Node_1"), "--node-name 'Node_1': not a Kubernetes node"),
+    (("--npd-condition", "NVLinkFabricDegraded"), "--npd-condition needs --npd"),
+    (("--publish", "--node-name", "n1"), "--publish: not in a cluster"),
+    (("--publish", "--node-name", "n1", "--kubeconfig", "/nonexistent/kc"),
+     "--publish: cannot read /nonexistent/kc"),
+])
+def test_publishing_options_refused_with_one_line(tmp_path: Path, args: tuple[str, ...],
+                                                  says: str) -> None:
+    root = sim(tmp_path, "dgx-b200")
+    env = {"KUBERNETES_SERVICE_HOST": "", "NODE_NAME": ""}
+    out = run_cli("status", "--root", str(root), *args, env=env)
+    assert out.returncode == 2, out.stdout + out.stderr
+    (line,) = [x for x in out.stderr.splitlines() if x.strip()]
+    assert says in line and "Traceback" not in out.stderr
