@@ -111,18 +111,6 @@ grace_option = click.option(
 )
 
 
-fabric_option = click.option(
-    "--fabric", type=click.Choice(FABRIC_CHOICES), default=None,
-    help="The node's fabric kind (default: from --root's plan, or inferred from a capture).",
-)
-#: ``--registration-grace``, not ``--grace``: ``run --grace`` is the SIGTERM-to-SIGKILL time of
-#: a stop, another thing; one name means one thing across commands.
-grace_option = click.option(
-    "--registration-grace", "grace", type=Seconds(min=0), default=None,
-    help="Seconds GPUs may take to register after the services started (default 300).",
-)
-
-
 @click.command("status")
 @root_option
 @click.option("--from-nvidia-smi", "capture", metavar="FILE", default=None,
