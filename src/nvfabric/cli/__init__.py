@@ -27,6 +27,7 @@ COMMANDS: dict[str, str] = {
     "wait": "nvfabric.cli.status:wait",
     "ready": "nvfabric.cli.ready:ready",
     "doctor": "nvfabric.cli.doctor:doctor",
+    "events": "nvfabric.cli.events:events_cmd",
     "triage": "nvfabric.cli.triage:triage_cmd",
     "imex": "nvfabric.cli.imex:imex",
     "domain": "nvfabric.cli.domain:domain",

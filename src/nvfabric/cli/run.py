@@ -27,7 +27,7 @@ from nvfabric.bringup import fmconfig as fmcfg
 from nvfabric.bringup import nvlsm, vendor
 from nvfabric.bringup.prepared import Prepared
 from nvfabric.bringup.unit import RunConfig, environ_items
-from nvfabric.cli import listen, runlock, runview
+from nvfabric.cli import listen, runlock, runview, watching
 from nvfabric.cli.render import (
     Seconds,
     arch_option,
@@ -53,6 +53,7 @@ from nvfabric.model.inventory import Inventory
 from nvfabric.observe.hook import attach
 from nvfabric.observe.unitstate import NOTHING_TO_RUN, of_running, phase_of_running
 from nvfabric.rules.imex.tables import CTL_TIMEOUT_RANGE_S, CTL_TIMEOUT_S
+from nvfabric.rules.live import DEFAULT_BOOT_WINDOW_S
 from nvfabric.rules.plan import Plan
 from nvfabric.supervisor.outcome import run_result
 from nvfabric.supervisor.policy import Policy
@@ -98,7 +99,16 @@ class RunOptions:
     listen_at: str | None = None
     health_interval: float = 30.0
     log_format: str = "text"
+    kernel_log: str = "auto"
+    link_training_window: float = DEFAULT_BOOT_WINDOW_S
+    kernel_interval: float = watching.DEFAULT_INTERVAL_S
+    kernel_max_lines: int = watching.DEFAULT_MAX_LINES_PER_S
     typed: frozenset[str] = frozenset()
+
+    def kernel_watch(self) -> dict[str, Any] | None:
+        """The kernel log watch of the job (:func:`nvfabric.cli.watching.spec`)."""
+        return watching.spec(self.root, self.kernel_log, self.link_training_window,
+                             self.kernel_interval, self.kernel_max_lines)
 
     def policy(self, **more: Any) -> Policy:
         """The supervisor's policy from the restart and readiness options (``more``: the
@@ -208,6 +218,7 @@ def _say_stopped() -> None:
 @click.option("--imex-ctl-timeout", type=Seconds(*CTL_TIMEOUT_RANGE_S), default=CTL_TIMEOUT_S,
               show_default=True, help="Hard timeout of each nvidia-imex-ctl call, seconds.")
 @listen.options
+@watching.options
 @guarded
 def run_cmd(**params: Any) -> None:
     """Bring the fabric up (NVLSM, fabric manager; IMEX on GB200/GB300 trays) and supervise it
@@ -475,6 +486,6 @@ def _supervise_fm(o: RunOptions, prepared: Prepared, p: Plan, root: str,
                   pid_dir=prepared.state_dir, fabric=p.fabric, probe_root=root,
                   fm_check=(fms[0], p.driver_version) if fms else None,
                   state_dir=prepared.state_dir, lock_fd=lock.fd if lock else None,
-                  log_format=o.log_format),
+                  log_format=o.log_format, kernel_watch=o.kernel_watch()),
               in_process=o.listen_at is not None or is_one_file())
 

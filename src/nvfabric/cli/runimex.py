@@ -93,6 +93,8 @@ def _supervise_imex(o: RunOptions, opts: ImexRunOptions, prepared: Prepared, p: 
     from nvfabric.effects.apply import apply
     from nvfabric.facts import imexhost
     from nvfabric.facts.imexready import readiness_probe
+    from nvfabric.observe.history import begin
+    from nvfabric.observe.kernelwatch import from_spec
     from nvfabric.rules.diagnose import Classifier
 
     assert prepared.imex is not None
@@ -119,11 +121,16 @@ def _supervise_imex(o: RunOptions, opts: ImexRunOptions, prepared: Prepared, p: 
     socket = opts.resolve(ownership.socket) if ownership.socket else None
     # The pid file (<state dir>/imex.pid) and the ready file tell `imex owner` and `status`
     # that this run owns IMEX (owner nvfabric, its pid and state dir).
+    # the event history and the kernel log watch, as the lean supervisor has them
+    history = begin(opts.resolve(opts.state_dir), [s.name for s in prepared.processes], info)
+    spec = o.kernel_watch()
     sup = Supervisor(
         prepared.processes, o.policy(), log=log, classifier=lambda name: Classifier("mnnvl"),
         probe=readiness_probe(opts.resolve(opts.paths.ctl), prepared.files[1].path,
                               opts.ctl_timeout_s, socket),
-        ready_file=opts.ready_file, ready_info=info, pid_dir=opts.resolve(opts.state_dir))
+        ready_file=opts.ready_file, ready_info=info, pid_dir=opts.resolve(opts.state_dir),
+        watch=None if spec is None else from_spec(spec, "mnnvl", history.append),
+        history=history.append)
     attach(lambda: of_supervisor(sup), imex=(opts.resolve(opts.paths.ctl), prepared.files[1].path),
            phase=lambda: sup.unit.phase)
     stop.handover()  # the signals are the supervisor's from here on

@@ -10,6 +10,7 @@ included); 2 unreadable input or not a bug report.
 from __future__ import annotations
 
 import sys
+from typing import Any
 
 import click
 
@@ -60,11 +61,44 @@ def print_triage(t: object) -> None:
             con.print(f"  - {safe(reason)}")
 
 
+def with_history(t: Any, path: str) -> Any:
+    """``t`` with the findings of the event history at ``path`` (section ``nvfabric events``):
+    its kernel lines classified for the report's fabric kind, its other findings as recorded.
+    Exit 2 when the file is no readable history."""
+    from dataclasses import replace
+
+    from nvfabric.model.errors import usage_error
+    from nvfabric.observe.history import MAGIC, for_diagnosis, is_history, read_file
+    from nvfabric.rules.diagnose import Classifier
+
+    try:
+        with open(path, "rb") as fh:
+            head = fh.read(len(MAGIC))
+        reading = read_file(path)
+    except OSError as err:
+        raise usage_error(f"--events {path}: {err.strerror or err}",
+                          "give the events file of nvfabric run's state directory") from None
+    if not is_history(head):
+        raise usage_error(f"--events {path}: not an event history of nvfabric run",
+                          "give <state-dir>/events (default /run/nvfabric/events)")
+    lines, found = for_diagnosis(reading.records)
+    classifier = Classifier(t.plan.fabric)
+    for line in lines:
+        classifier.feed(line)
+    section = {"section": "nvfabric events"}
+    more = [replace(f, fields={**f.fields, **section}) for f in (*classifier.findings(), *found)]
+    return replace(t, findings=tuple(sorted((*t.findings, *more),
+                                            key=lambda f: f.severity != "error")))
+
+
 @click.command("triage")
 @click.argument("file")
+@click.option("--events", "history", default=None, metavar="FILE",
+              help="Also judge the event history of nvfabric run on that node "
+              "(<state-dir>/events): its kernel lines and findings.")
 @json_option
 @guarded
-def triage_cmd(file: str, as_json: bool) -> None:
+def triage_cmd(file: str, history: str | None, as_json: bool) -> None:
     """Triage an nvidia-bug-report.log(.gz) FILE ('-': stdin): plan, verdict, findings.
 
     \b
@@ -73,6 +107,8 @@ def triage_cmd(file: str, as_json: bool) -> None:
     from nvfabric.triage import triage
 
     t = triage(file)
+    if history is not None:
+        t = with_history(t, history)
     if as_json:
         print_json(t.to_json())
     else:

@@ -9,6 +9,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
+    from nvfabric.observe.kernelwatch import KernelEvents
     from nvfabric.observe.serve import Watch
     from nvfabric.observe.unitstate import UnitSnapshot
 
@@ -34,3 +35,11 @@ def attach(unit: Callable[[], UnitSnapshot], imex: tuple[str, str] | None = None
         _active.imex = imex
         if imex is not None:
             _active.read_once()
+
+
+def attach_kernel(events: Callable[[], KernelEvents]) -> None:
+    """Give the active watch (if any) the kernel log watch's events function
+    (:meth:`nvfabric.observe.kernelwatch.KernelWatch.snapshot`): ``/status`` and ``/metrics``
+    show them from then on. A no-op when nothing serves."""
+    if _active is not None:
+        _active.kernel = events

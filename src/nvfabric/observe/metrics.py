@@ -30,20 +30,27 @@ Series (every one has a HELP line; see README "nvfabric status"):
   2 unhealthy (:data:`nvfabric.model.mask.FIELDS`), one series per field the GPU reports
 - ``nvfabric_findings{code, severity}`` findings of the reading, by code and severity
 - ``nvfabric_imex_domain_state{state}`` 0/1 for UP/DEGRADED/DOWN (when the domain was read)
+- ``nvfabric_kernel_events_total{code, severity}`` kernel log findings since the run started,
+  ``nvfabric_kernel_last_event_timestamp_seconds`` the last one's time,
+  ``nvfabric_kernel_lines_total`` lines read, ``nvfabric_kernel_lines_dropped_total{reason}``
+  lines not classified (``run`` with the kernel watch: :mod:`nvfabric.observe.kernelwatch`);
+  a kernel finding that changes the verdict shows in ``nvfabric_verdict`` at once
 """
 
 from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 from nvfabric import __version__
 from nvfabric.model.findings import Finding
 from nvfabric.model.health import STATES, GpuFabric
+from nvfabric.rules.live import worst
 
 if TYPE_CHECKING:
+    from nvfabric.observe.kernelwatch import KernelEvents
     from nvfabric.observe.unitstate import UnitSnapshot
 
 #: The content type of the text format (what ``/metrics`` answers with).
@@ -91,9 +98,19 @@ def _gpu_labels(g: GpuFabric) -> list[str]:
     return [str(g.index), g.uuid or "", g.pci or ""]
 
 
-def families(reading: Reading | None, unit: UnitSnapshot | None) -> list[Any]:
-    """The metric families of one reading and one unit snapshot (either may be None: no
-    reading yet, or not under ``run``), as ``prometheus_client`` metric family objects."""
+def with_kernel(reading: Reading, kernel: KernelEvents) -> Reading:
+    """``reading`` with the live kernel events on top: the verdict raised to their level (never
+    lowered), their raised findings added (:func:`nvfabric.rules.live.overlay`'s rule)."""
+    verdict = worst([reading.verdict, kernel.level] if kernel.level else [reading.verdict])
+    return replace(reading, verdict=verdict or reading.verdict,
+                   findings=(*reading.findings, *kernel.findings))
+
+
+def families(reading: Reading | None, unit: UnitSnapshot | None,
+             kernel: KernelEvents | None = None) -> list[Any]:
+    """The metric families of one reading, one unit snapshot and the kernel log's events
+    (each may be None: no reading yet, not under ``run``, not watched), as
+    ``prometheus_client`` metric family objects."""
     out: list[Any] = []
     out += _build(reading)
     if unit is not None:
@@ -107,7 +124,33 @@ def families(reading: Reading | None, unit: UnitSnapshot | None) -> list[Any]:
         out += _gpus(reading.gpus)
         out += _findings(reading.findings)
         out += _imex(reading.imex_domain)
+    if kernel is not None:
+        out += _kernel(kernel)
     return out
+
+
+def _kernel(kernel: KernelEvents) -> Iterator[Any]:
+    from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+
+    events = CounterMetricFamily(
+        "nvfabric_kernel_events", "Kernel log findings since the run started, by finding code "
+        "and severity (held-back link-training notices included)", labels=["code", "severity"])
+    for (code, severity), n in kernel.counts:
+        events.add_metric([code, severity], n)
+    yield events
+    if kernel.last_event_time is not None:
+        yield GaugeMetricFamily("nvfabric_kernel_last_event_timestamp_seconds", "Seconds "
+                                "since the epoch of the last kernel log finding",
+                                value=kernel.last_event_time)
+    yield CounterMetricFamily("nvfabric_kernel_lines", "Kernel log lines read since the run "
+                              "started", value=kernel.lines)
+    dropped = CounterMetricFamily("nvfabric_kernel_lines_dropped", "Kernel log lines not "
+                                  "classified, by reason (flood, overrun, too_long)",
+                                  labels=["reason"])
+    counts = dict(kernel.dropped)
+    for reason in ("flood", "overrun", "too_long"):
+        dropped.add_metric([reason], counts.get(reason, 0))
+    yield dropped
 
 
 def _build(reading: Reading | None) -> Iterator[Any]:
@@ -231,13 +274,14 @@ def _imex(domain: str | None) -> Iterator[Any]:
     yield fam
 
 
-def render(reading: Reading | None, unit: UnitSnapshot | None = None) -> bytes:
+def render(reading: Reading | None, unit: UnitSnapshot | None = None,
+           kernel: KernelEvents | None = None) -> bytes:
     """The text exposition of :func:`families` (UTF-8 bytes, ends with a newline)."""
     from prometheus_client import CollectorRegistry, generate_latest
 
     class _Once:
         def collect(self) -> list[Any]:
-            return families(reading, unit)
+            return families(reading, unit, kernel)
 
     registry = CollectorRegistry(auto_describe=False)
     registry.register(_Once())

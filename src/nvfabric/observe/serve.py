@@ -7,7 +7,8 @@
 - ``/readyz``: 200 while the unit is ready, the rule of ``READY=1`` (every service ready, GPUs
   registered: :class:`nvfabric.observe.unitstate.UnitSnapshot`), else 503 with the phase.
 - ``/status``: the JSON object of ``nvfabric status --json`` from the last reading (503 until
-  the first reading is done).
+  the first reading is done), with the live kernel events on top
+  (:func:`nvfabric.rules.live.overlay`: a fatal SXid shows at once, not at the next reading).
 
 Threads: the server (:class:`http.server.ThreadingHTTPServer`, one daemon thread per request)
 and one reader thread that re-reads the fabric every ``interval_s`` seconds through the
@@ -26,10 +27,14 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from nvfabric.observe.metrics import CONTENT_TYPE, Reading, render
+from nvfabric.observe.metrics import CONTENT_TYPE, Reading, render, with_kernel
 from nvfabric.observe.unitstate import UnitSnapshot
+from nvfabric.rules.live import overlay
+
+if TYPE_CHECKING:
+    from nvfabric.observe.kernelwatch import KernelEvents
 
 #: The reader: given the IMEX daemon to ask (``(nvidia-imex-ctl, config.cfg)`` full paths, or
 #: None), the reading for the metrics and the ``status --json`` object.
@@ -67,11 +72,13 @@ def parse_listen(text: str) -> tuple[str, int]:
 @dataclass(frozen=True)
 class Snapshot:
     """What a request is answered from: the last reading (None before the first) with its
-    ``status --json`` object, and the unit's state."""
+    ``status --json`` object, the unit's state and the kernel log's events (None: not
+    watched)."""
 
     reading: Reading | None
     status: dict[str, Any] | None
     unit: UnitSnapshot
+    kernel: KernelEvents | None = None
 
 
 #: Seconds between two looks at the unit's phase by the reader thread (:meth:`Watch.start_reader`).
@@ -90,14 +97,16 @@ class Watch:
         self.unit: Callable[[], UnitSnapshot] = lambda: UnitSnapshot(phase="idle")
         self.imex: tuple[str, str] | None = None
         self.phase: Callable[[], str] | None = None  # the phase alone, when cheaper than unit()
+        self.kernel: Callable[[], KernelEvents] | None = None  # the kernel log's events
         self._last: tuple[Reading, dict[str, Any]] | None = None
         self._stop = threading.Event()
         self.read_error: str | None = None
 
     def snapshot(self) -> Snapshot:
         last = self._last
+        kernel = self.kernel() if self.kernel is not None else None
         return Snapshot(None if last is None else last[0], None if last is None else last[1],
-                        self.unit())
+                        self.unit(), kernel)
 
     def read_once(self) -> None:
         """One reading through ``read``; a failure keeps the previous reading and is kept in
@@ -139,7 +148,10 @@ def _answer(watch: Watch, path: str) -> tuple[int, str, bytes]:
     snap = watch.snapshot()
     text = "text/plain; charset=utf-8"
     if path == "/metrics":
-        return 200, CONTENT_TYPE, render(snap.reading, snap.unit)
+        reading = snap.reading
+        if reading is not None and snap.kernel is not None:
+            reading = with_kernel(reading, snap.kernel)
+        return 200, CONTENT_TYPE, render(reading, snap.unit, snap.kernel)
     if path == "/healthz":
         return (200, text, b"ok\n") if snap.unit.alive else (503, text, b"run has ended\n")
     if path == "/readyz":
@@ -149,7 +161,9 @@ def _answer(watch: Watch, path: str) -> tuple[int, str, bytes]:
     if path == "/status":
         if snap.status is None:
             return 503, text, b"no reading yet\n"
-        return 200, "application/json", (json.dumps(snap.status, indent=2) + "\n").encode()
+        status = snap.status if snap.kernel is None else overlay(snap.status,
+                                                                  snap.kernel.to_json())
+        return 200, "application/json", (json.dumps(status, indent=2) + "\n").encode()
     return 404, text, b"not found: /metrics, /healthz, /readyz, /status\n"
 
 

@@ -168,7 +168,28 @@ class Classifier:
         """Classify one line (trailing newline optional; its first :data:`MAX_MATCH`
         characters)."""
         self.lines += 1
-        new: list[_Entry] = []
+        new = [entry for sig, outcome, m, extra in self._matches(line)
+               if (entry := self._record(sig, outcome, m, line, extra)) is not None]
+        return [e.finding() for e in new]
+
+    def match(self, line: str) -> list[Finding]:
+        """The findings of ``line`` alone, each time it is given (``count`` 1), remembering
+        nothing: what :meth:`feed` would report for it in a log of that one line. The live
+        kernel watch counts repeats itself (:mod:`nvfabric.observe.kernelwatch`)."""
+        out = []
+        for sig, outcome, m, extra in self._matches(line):
+            fields, collected = self._fields(sig, m, extra)
+            entry = _Entry(outcome, sig.id, fields, {k: [v] for k, v in collected.items()},
+                           count=1, line=line.rstrip("\r\n")[:MAX_EXAMPLE])
+            entry.first_seen = entry.last_seen = timestamp(line)
+            out.append(entry.finding())
+        return out
+
+    def _matches(self, line: str
+                 ) -> list[tuple[Signature, Outcome, re.Match[str], dict[str, Any]]]:
+        """Every signature ``line`` matches with the outcome it has on this fabric kind, one
+        per finding code (the first signature of a code wins)."""
+        found = []
         codes: set[str] = set()
         text = line if len(line) <= MAX_MATCH else line[:MAX_MATCH]
         for sig in self.signatures:
@@ -184,10 +205,8 @@ class Classifier:
             if outcome.code is None or outcome.code in codes:
                 continue
             codes.add(outcome.code)
-            entry = self._record(sig, outcome, m, line, extra)
-            if entry is not None:
-                new.append(entry)
-        return [e.finding() for e in new]
+            found.append((sig, outcome, m, extra))
+        return found
 
     @staticmethod
     def _look_up(sig: Signature, outcome: Outcome, m: re.Match[str]
@@ -204,16 +223,7 @@ class Classifier:
         self, sig: Signature, outcome: Outcome, m: re.Match[str], line: str,
         extra: Mapping[str, Any] | None = None,
     ) -> _Entry | None:
-        fields: dict[str, Any] = {**sig.set_fields, **(extra or {})}
-        collected: dict[str, Any] = {}
-        for name, value in m.groupdict().items():
-            if value is None:
-                continue
-            typed: Any = _number(value, sig.id, name) if name in sig.int_fields else value
-            if name in sig.collect:
-                collected[name] = typed
-            else:
-                fields[name] = typed
+        fields, collected = self._fields(sig, m, extra)
         key: tuple[Any, ...] = (outcome.code, tuple(sorted(fields.items())))
         entry = self._entries.get(key)
         created = entry is None
@@ -239,6 +249,23 @@ class Classifier:
                 entry.first_seen = ts
             entry.last_seen = ts
         return entry if created else None
+
+    @staticmethod
+    def _fields(sig: Signature, m: re.Match[str], extra: Mapping[str, Any] | None
+                ) -> tuple[dict[str, Any], dict[str, Any]]:
+        """The finding's fields of a match (the signature's constants, the lookup's, the
+        extracted values) and its collected values (:attr:`Signature.collect`)."""
+        fields: dict[str, Any] = {**sig.set_fields, **(extra or {})}
+        collected: dict[str, Any] = {}
+        for name, value in m.groupdict().items():
+            if value is None:
+                continue
+            typed: Any = _number(value, sig.id, name) if name in sig.int_fields else value
+            if name in sig.collect:
+                collected[name] = typed
+            else:
+                fields[name] = typed
+        return fields, collected
 
     def findings(self) -> list[Finding]:
         """Every finding so far, one per distinct (code, fields), in order of appearance."""

@@ -16,6 +16,8 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Callable
+from typing import Any
 
 from nvfabric.bringup.spec import ServiceSpec
 from nvfabric.effects.log import Log
@@ -62,6 +64,23 @@ class Readiness:
         self._probe_error_logged: str | None = None
         self._last_probe: str | None = None  # the waiting service's last probe answer
         self._status = ""  # the last STATUS= sent
+        #: the event history's append (nvfabric.observe.history.History.append), None without
+        self.history: Callable[[str, dict[str, Any]], None] | None = None
+
+    def _record(self, kind: str, fields: dict[str, Any]) -> None:
+        """One record of the event history (the unit ready, a restart)."""
+        if self.history is not None:
+            self.history(kind, fields)
+
+    def on_kernel_finding(self, finding: Finding, level: str) -> None:
+        """The kernel watch (:mod:`nvfabric.observe.kernelwatch`) found a line that makes the
+        node ``level`` (unhealthy, degraded): kept in the outcome's findings (the latest per
+        code and device) and said in systemd's STATUS=. The unit keeps running: its services
+        are not what failed, and stopping them would reset no GPU."""
+        key = (finding.code, finding.fields.get("pci"))
+        self.notes = [n for n in self.notes if (n.code, n.fields.get("pci")) != key]
+        self.notes.append(finding)
+        self._say_status(f"{level}: {finding.message}")
 
     # the parts of the unit that readiness calls into (nvfabric.supervisor.unit.Unit)
     def _fail(self, finding: Finding, proc: Proc | None = None,
@@ -199,6 +218,10 @@ class Readiness:
         pids = ", ".join(f"{p.spec.name} pid {p.pid}" for p in self.procs)
         self.log.say(f"fabric ready in {self.ready_after:.3f} s ({pids})"
                      + ("; READY=1 sent to $NOTIFY_SOCKET" if notified else ""))
+        self._record("ready", {"ready_after_s": round(self.ready_after, 3),
+                               "restarts": self.restarts,
+                               "services": [{"service": p.spec.name, "pid": p.pid}
+                                            for p in self.procs]})
 
     def _write_ready_file(self, ready_after: float) -> None:
         if not self.ready_file:

@@ -338,7 +338,7 @@ class Unit(Readiness):
     def _begin_stop(self, reason: str) -> None:
         self.phase = "stopping"
         self._stop_reason = reason
-        self.timers.cancel_all_but(lambda tag: tag.startswith("kill:") or tag == "watchdog")
+        self.timers.cancel_all_but(lambda tag: tag.startswith(("kill:", "kernel-", "watchdog")))
         for proc in self.procs:
             self._unwatch(proc)
         self._remove_ready_file()
@@ -427,11 +427,10 @@ class Unit(Readiness):
         return False
 
     def _restart(self) -> None:
-        if not self._restart_preflight():  # not restarted: not counted, the failure is kept
-            return
-        if not self._reset_gate():  # not restarted: not counted, the failure is kept
-            return
+        if not self._restart_preflight() or not self._reset_gate():
+            return  # not restarted: not counted, the failure is kept
         self.restarts += 1
+        self._record("restart", {"restart": self.restarts})  # the event history
         self._say_status(f"starting the unit again (restart {self.restarts})")
         self._keep_exits(f"the unit was restarted (restart {self.restarts})")
         self.failure = []
