@@ -265,8 +265,8 @@ def parse_record(line: str) -> tuple[int | None, str] | None:
     if not sep:
         return None
     fields = head.split(",", 4)
-    if len(fields) < 4 or not all(is_uint(f) for f in fields[:3]):
-        return None
+    if len(fields) < 4 or not all(is_uint(f) and len(f) <= 20 for f in fields[:3]):
+        return None  # u64 counters: at most 20 digits
     return int(fields[2]), message.rstrip("\n")
 
 

@@ -193,7 +193,6 @@ class KernelWatch:
 
     def take(self, batch: Batch) -> None:
         """Count and classify one batch (what :meth:`on_readable` read)."""
-        self.lines += batch.lines
         self._window_lines += batch.lines
         for reason, n in (("overrun", batch.lost), ("flood", batch.skipped),
                           ("too_long", batch.too_long)):
@@ -213,6 +212,7 @@ class KernelWatch:
                 changed = True
         if changed:
             self._publish()
+        self.lines += batch.lines  # after: a snapshot that counts a line shows its finding
 
     def finding(self, f: Finding, usec: int | None) -> None:
         """One finding of one kernel line (see the module docstring)."""
@@ -322,6 +322,7 @@ class KernelWatch:
         thrown = self.klog.skip()
         if thrown:
             self.dropped["flood"] = self.dropped.get("flood", 0) + thrown
+            self._publish()
         self._due()
         self._window_start, self._window_lines = self.clock(), 0
         if self._watch is not None:
