@@ -25,7 +25,10 @@ Series (every one has a HELP line; see README "nvfabric status"):
   ``nvfabric_service_exits_total{service, reason}`` (``run`` only)
 - ``nvfabric_gpu_fabric_state{gpu, UUID, pci_bus_id, state}`` 0/1, one series per state
 - ``nvfabric_gpu_fabric_info{gpu, UUID, pci_bus_id, status, cluster_uuid, health_summary}`` 1
-- ``nvfabric_gpu_fabric_clique_id{gpu, UUID, pci_bus_id}`` (when the GPU reports one)
+- ``nvfabric_gpu_fabric_clique_id{gpu, UUID, pci_bus_id}`` (when the GPU reports one);
+  ``nvfabric_gpu_fabric_clique{gpu, UUID, pci_bus_id, type}`` each clique by type (NVML 615)
+- ``nvfabric_gpu_recovery_action{gpu, UUID, pci_bus_id, action}`` 1 for the recovery action
+  the driver reports (``none`` included; absent when not reported)
 - ``nvfabric_gpu_fabric_health{gpu, UUID, pci_bus_id, field, value}`` 0 fine, 1 degraded,
   2 unhealthy (:data:`nvfabric.model.mask.FIELDS`), one series per field the GPU reports
 - ``nvfabric_findings{code, severity}`` findings of the reading, by code and severity
@@ -237,6 +240,11 @@ def _gpus(gpus: Sequence[GpuFabric]) -> Iterator[Any]:
         "nvfabric_gpu_fabric_health", "Health mask field of the GPU's fabric: 0 fine, "
         "1 degraded, 2 unhealthy; the decoded value as a label",
         labels=[*GPU_LABELS, "field", "value"])
+    cliques = GaugeMetricFamily("nvfabric_gpu_fabric_clique", "The id of each of the GPU's "
+                                "NVLink cliques, by type", labels=[*GPU_LABELS, "type"])
+    recovery = GaugeMetricFamily("nvfabric_gpu_recovery_action", "1 for the recovery action "
+                                 "the GPU's driver asks for (none: nothing to do)",
+                                 labels=[*GPU_LABELS, "action"])
     for g in gpus:
         base = _gpu_labels(g)
         for word in STATES.values():
@@ -248,7 +256,11 @@ def _gpus(gpus: Sequence[GpuFabric]) -> Iterator[Any]:
         for f in g.health:
             if f.value is not None:
                 health.add_metric([*base, f.name, f.value], HEALTH_LEVEL[f.impact])
-    yield from (state, info, clique, health)
+        for c in g.cliques:
+            cliques.add_metric([*base, c.type], c.id)
+        if g.recovery_action is not None:
+            recovery.add_metric([*base, g.recovery_action], 1)
+    yield from (state, info, clique, health, cliques, recovery)
 
 
 def _findings(findings: Sequence[Finding]) -> Iterator[Any]:

@@ -87,6 +87,32 @@ RULES: tuple[Rule, ...] = (
 )
 
 
+#: What each recovery action asks of the operator, and the verdict while it is pending
+#: (nvml.h nvmlDeviceGpuRecoveryAction_t, cuda-bindings DeviceGpuRecoveryAction; NVIDIA
+#: "Error Recovery and Response Flags": Reset, Reboot, Drain P2P, Drain and Reset).
+RECOVERY: dict[str, tuple[Level, str]] = {
+    "gpu_reset": ("unhealthy", "terminate the GPU's processes and reset it (`nvidia-smi -r -i "
+                               "<gpu>`); new processes may then use it"),
+    "node_reboot": ("unhealthy", "reboot the node: the fault may have left the operating system "
+                                 "inconsistent"),
+    "drain_p2p": ("degraded", "end the processes that use peer-to-peer traffic and disable UVM "
+                              "persistence mode; once drained NVML names the next action"),
+    "drain_and_reset": ("unhealthy", "drain the GPU's peer-to-peer traffic (end those processes), "
+                                     "then reset the GPU (`nvidia-smi -r -i <gpu>`)"),
+    "recover_imex_domain": ("degraded", "recover the IMEX domain: restart IMEX on its nodes (the "
+                                        "owner's unit, or `nvfabric run`), then check `nvidia-"
+                                        "imex-ctl -N`"),
+    "bus_reset": ("unhealthy", "reset the GPU's PCIe bus (or reboot the node)"),
+    "system_reboot": ("unhealthy", "reboot the whole system"),
+}
+
+
+def recovery_hint(action: str | None) -> str | None:
+    """The words of a pending recovery action (None for none or not reported)."""
+    entry = RECOVERY.get(action or "")
+    return None if entry is None else f"the driver asks for {action}: {entry[1]}"
+
+
 def level_of(f: Finding, fabric: FabricKind | None) -> Level | None:
     """The verdict ``f`` gives a running node of ``fabric`` (None: it does not change it)."""
     for rule in RULES:
@@ -123,11 +149,12 @@ def worst(words: Iterable[str]) -> str | None:
 def overlay(status: Mapping[str, Any], events: Mapping[str, Any]) -> dict[str, Any]:
     """The ``status --json`` object of the last reading with the live kernel events on top:
     ``verdict`` raised to ``events["level"]`` when that is heavier (never lowered), the raised
-    kernel findings (``events["findings"]``, JSON objects) added to ``findings`` and a reason
-    line, and the events themselves under ``kernel``. A new dict; the inputs are untouched."""
+    kernel findings (``events["findings"]``, JSON objects) added to ``findings`` (with the
+    recovery action the reading reports for their GPU in their hint) and a reason line, and
+    the events themselves under ``kernel``. A new dict; the inputs are untouched."""
     out = dict(status)
     level = events.get("level")
-    found = list(events.get("findings") or ())
+    found = [_with_recovery(f, status.get("gpus") or ()) for f in events.get("findings") or ()]
     if level and RANK.get(str(level), 0) > RANK.get(str(out.get("verdict")), 0):
         out["verdict"] = level
         out["reasons"] = [*out.get("reasons", ()),
@@ -146,3 +173,25 @@ def unreadable(why: str) -> Finding:
         "run as root (or with CAP_SYSLOG where kernel.dmesg_restrict=1), or give the container "
         "/dev/kmsg or the host's journal (/var/log/journal); until then fabric events are "
         "seen only by `journalctl -k | nvfabric doctor --log -`", {"tried": why})
+
+
+def _address(pci: object) -> tuple[int, str, str] | None:
+    """A PCI address as (domain, bus, device), however it is printed: the kernel's Xid line
+    ``0000:1b:00``, NVML's ``00000000:1B:00.0``."""
+    parts = str(pci).lower().split(":")
+    if len(parts) != 3:
+        return None
+    try:
+        return int(parts[0], 16), parts[1], parts[2].split(".")[0]
+    except ValueError:
+        return None
+
+
+def _with_recovery(f: Mapping[str, Any], gpus: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
+    """``f`` (a finding's JSON) with the recovery action of the GPU it names in its hint."""
+    where = _address(f.get("pci")) if f.get("pci") else None
+    for g in gpus if where is not None else ():
+        words = recovery_hint(g.get("recovery_action"))
+        if words and _address(g.get("pci")) == where:
+            return {**f, "hint": f"{words}; {f.get('hint', '')}".rstrip("; ")}
+    return dict(f)

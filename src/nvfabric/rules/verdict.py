@@ -41,6 +41,9 @@ NVIDIA Fabric Manager User Guide, "GPU fabric registration" / "NVLink 5"):
   driver make channels per job) is degraded: the same answer ``run`` logs.
 - A reader's finding (NVML missing) on a node whose plan needs no fabric is information.
 - A GPU on PCI that NVML does not list -> ``gpu_missing_from_driver`` (unhealthy).
+- A GPU whose driver asks for a recovery action (NVML 570+: reset, drain and reset, reboot,
+  bus reset; drain P2P, recover the IMEX domain) -> ``gpu_recovery_action`` (unhealthy, or
+  degraded for the last two), the action in the hint of that GPU's other findings too.
 - A capture judged on what it has: a CSV without a column is refused only when the verdict of
   its rows reads that column (:func:`columns_needed`: fabric.status of Completed GPUs, and on
   ``mnnvl`` or an unknown kind their CliqueId and ClusterUUID); otherwise it is judged and the
@@ -256,6 +259,7 @@ def verdict(inp: Inputs) -> Verdict:
     if fabric == "mnnvl":
         for f in inp.imex_findings:
             acc.add("degraded" if f.severity == "error" else None, f)
+    health.recovery(acc, gpus)
     return acc.result()
 
 

@@ -1,6 +1,6 @@
 """The verdict's rules on registered GPUs (:mod:`nvfabric.rules.verdict`, S04, S05): the
 health fields of each completed GPU and one NVLink domain (ClusterUUID, CliqueId) for all of
-them. Pure.
+them; and the recovery action any GPU's driver asks for (:func:`recovery`). Pure.
 """
 
 from __future__ import annotations
@@ -9,6 +9,7 @@ from nvfabric.model.findings import Finding
 from nvfabric.model.health import ZERO_UUID, GpuFabric
 from nvfabric.model.vocab import FabricKind
 from nvfabric.model.words import plural, verb
+from nvfabric.rules.live import RECOVERY, recovery_hint
 from nvfabric.rules.verdict import (
     Level,
     _Acc,
@@ -42,6 +43,27 @@ def gpu_health(acc: _Acc, g: GpuFabric) -> None:
         {"gpu": g.index, "uuid": g.uuid, "pci": g.pci, "health_summary": g.health_summary,
          "problems": problems},
     ))
+
+
+def recovery(acc: _Acc, gpus: tuple[GpuFabric, ...]) -> None:
+    """Every GPU whose driver reports a recovery action (NVML_FI_DEV_GET_GPU_RECOVERY_ACTION):
+    one ``gpu_recovery_action`` finding, and the action added to the hint of that GPU's other
+    findings (they are what the action recovers from)."""
+    for g in gpus:
+        entry = RECOVERY.get(g.recovery_action or "")
+        words = recovery_hint(g.recovery_action)
+        if entry is None or words is None:
+            continue
+        for i, f in enumerate(acc.findings):
+            if f.fields.get("gpu") == g.index and words not in f.hint:
+                acc.findings[i] = Finding(f.code, f.severity, f.message,
+                                          f"{words}; {f.hint}" if f.hint else words, f.fields)
+        acc.add(entry[0], Finding(
+            "gpu_recovery_action", "error" if entry[0] == "unhealthy" else "warning",
+            f"{g.label}: the driver asks for a recovery action before the GPU is used again: "
+            f"{g.recovery_action}", words,
+            {"gpu": g.index, "uuid": g.uuid, "pci": g.pci,
+             "recovery_action": g.recovery_action}))
 
 
 def consistency(acc: _Acc, ok: list[GpuFabric], fabric: FabricKind | None) -> None:
