@@ -50,6 +50,8 @@ __all__ = [
 ]
 
 MAX_KEYS = 64
+#: Catalogue lookups a classifier keeps (by signature and the values a line carries).
+MAX_LOOKUPS = 4096
 MAX_COLLECT = 32
 MAX_EXAMPLE = 300
 BLOCK = 1 << 20
@@ -162,6 +164,7 @@ class Classifier:
         )
         self._entries: dict[tuple[Any, ...], _Entry] = {}
         self._per_signature: dict[str, int] = {}
+        self._lookups: dict[tuple[Any, ...], tuple[Outcome, dict[str, Any]]] = {}
         self.lines = 0
 
     def feed(self, line: str) -> list[Finding]:
@@ -208,16 +211,23 @@ class Classifier:
             found.append((sig, outcome, m, extra))
         return found
 
-    @staticmethod
-    def _look_up(sig: Signature, outcome: Outcome, m: re.Match[str]
+    def _look_up(self, sig: Signature, outcome: Outcome, m: re.Match[str]
                  ) -> tuple[Outcome, dict[str, Any]]:
         """The outcome and the catalogue fields for what the line carries (a number, a CUDA
-        result's text, an NVLink 5 Xid's hex words)."""
+        result's text, an NVLink 5 Xid's hex words). Kept for the next line that carries the
+        same (a flood repeats one line; an NVLink 5 decode walks the whole sheet): at most
+        :data:`MAX_LOOKUPS` answers."""
         assert sig.lookup is not None
         values = {name: _number(value, sig.id, name) if name in sig.int_fields else value
                   for name, value in m.groupdict().items() if value is not None}
-        cls, extra = look_up(sig.lookup, values)
-        return sig.lookup.by_class.get(cls, outcome), extra
+        key = (sig.id, tuple(sorted(values.items())))
+        known = self._lookups.get(key)
+        if known is None:
+            cls, extra = look_up(sig.lookup, values)
+            if len(self._lookups) >= MAX_LOOKUPS:
+                self._lookups.clear()
+            known = self._lookups[key] = (sig.lookup.by_class.get(cls, outcome), extra)
+        return known[0], dict(known[1])
 
     def _record(
         self, sig: Signature, outcome: Outcome, m: re.Match[str], line: str,
