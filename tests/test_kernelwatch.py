@@ -190,6 +190,15 @@ def test_a_fatal_sxid_is_logged_once_per_device_per_interval_with_its_count(harn
     assert len(h.lines(r"error nvswitch_fatal_error")) == 3
 
 
+def test_a_steady_stream_of_repeats_is_said_every_interval(harness: Any) -> None:
+    h = harness("mnnvl", interval_s=60)
+    for _ in range(130):  # one line a second for 130 s
+        h.write(IMEX_NOTIFY)
+        h.advance(1)
+    repeats = h.lines(r"imex_not_ready: \d+ more in the last 60 s")
+    assert len(repeats) == 2 and len(h.lines(r"warning imex_not_ready")) == 1
+
+
 def test_an_imex_notify_flood_is_one_finding_counted_once(harness: Any) -> None:
     h = harness("mnnvl", max_lines_per_s=1_000_000)
     h.write(*([IMEX_NOTIFY] * 20_000))

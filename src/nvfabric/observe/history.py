@@ -215,8 +215,14 @@ def read_file(path: str, max_bytes: int = DEFAULT_MAX_BYTES) -> Reading:
         start = max(0, size - limit)
         fh.seek(start)
         data = fh.read(limit)
+    return parse(data, middle=bool(start))
+
+
+def parse(data: bytes, middle: bool = False) -> Reading:
+    """The records of a history's bytes (``middle``: ``data`` starts inside a line, which is
+    skipped); what follows the last newline is a torn write, counted as damaged. Pure."""
     lines = data.split(b"\n")
-    if start:  # the first line was entered in the middle
+    if middle:
         lines = lines[1:]
     torn = lines.pop() if lines else b""  # what follows the last newline: torn or empty
     records, damaged = [], int(bool(torn))

@@ -154,6 +154,7 @@ class KernelWatch:
         self._window_start = clock()
         self._window_lines = 0
         self._paused = False
+        self._armed = False  # the look at the repeats is set
         self._level: str | None = None
         self._published = KernelEvents(klog.source, klog.path)
         # the loop's doors, given by attach()
@@ -259,19 +260,25 @@ class KernelWatch:
 
     # ----------------------------------------------------------------- the interval
 
-    def _due(self) -> None:
-        if self._at is not None:
-            self._at("kernel-repeats", self.settings.interval_s, self.flush)
+    def _due(self, delay: float | None = None) -> None:
+        """Arm the look at the repeats (once: a timer set again would move away under a
+        steady stream of findings and never come)."""
+        if self._at is not None and not self._armed:
+            self._armed = True
+            self._at("kernel-repeats", self.settings.interval_s if delay is None else delay,
+                     self.flush)
 
     def flush(self, final: bool = False) -> None:
         """Say the repeats of each (code, device) whose interval is over (every one when
         ``final``), and the lines dropped since the last time; arm the next look."""
         now = self.clock()
-        pending = False
+        self._armed = False
+        pending: float | None = None  # seconds until the next key's interval is over
         for (code, device), held in self.keys.items():
             if not held.repeats:
                 continue
-            if final or now - held.logged_at >= self.settings.interval_s:
+            left = held.logged_at + self.settings.interval_s - now
+            if final or left <= 1e-6:
                 where = f" on {device}" if device else ""
                 self.log.say(f"{code}{where}: {held.repeats} more in the last "
                              f"{seconds(round(now - held.logged_at, 1))} s "
@@ -282,11 +289,11 @@ class KernelWatch:
                                               "message": held.finding.message})
                 held.repeats, held.logged_at = 0, now
             else:
-                pending = True
+                pending = left if pending is None else min(pending, left)
         self._say_dropped()
         self._publish()
-        if pending and not final:
-            self._due()
+        if pending is not None and not final:
+            self._due(pending)
 
     def _say_dropped(self) -> None:
         new = {r: n - self._dropped_said.get(r, 0) for r, n in self.dropped.items()
