@@ -12,6 +12,10 @@ Figures:
   ``/status`` and in ``/metrics`` (``run --listen``, the fabric re-read only every 60 s: what
   changes them is the kernel line), each polled from the write, median and max over RUNS
   fresh runs each (target median < 50 ms);
+- a flood of FLOOD lines/s of noise (the issue's 100,000) written to the simulated kmsg for
+  FLOOD_S seconds: the run's CPU meanwhile, its RSS before and after (bounded: no growth
+  beyond noise), ``/readyz`` p99 during the flood (the supervisor is not starved) and the
+  lines it read and skipped;
 - an idle run with the watch on against one with ``--kernel-log off`` (both on simulated HGX
   H100 nodes at the same time, after ready): CPU over IDLE_S seconds as % of a core, the
   difference per minute (target within 0.1 % of a core: the issue's 10 minutes, here a shorter
@@ -202,6 +206,59 @@ def latency(base: str, runs: int) -> None:
              f"{med:.1f} ms (max {max(got):.1f}; {'met' if med < 50 else 'OVER'})")
 
 
+FLOOD = 100_000
+FLOOD_S = 10.0
+
+
+def flood(base: str) -> None:
+    port = free_port()
+    run = Run(base, "flood", "hgx-h100", "--listen", f"127.0.0.1:{port}",
+              "--health-interval", "60")
+    try:
+        run.err.until("fabric ready in")
+        time.sleep(1.0)
+        noise = [f"6,{i},1,-;{NOISE[i % len(NOISE)]}\n" for i in range(1000)]
+        chunk = "".join(noise).encode()
+        rss0, ticks0, t0 = _rss_kib(run.proc.pid), _ticks(run.proc.pid), time.monotonic()
+        stop = threading.Event()
+        written = [0]
+
+        def writer() -> None:
+            with open(os.path.join(run.root, "dev/kmsg"), "wb", buffering=0) as fh:
+                due = time.monotonic()
+                while not stop.is_set():
+                    fh.write(chunk)  # blocks while the run does not read: kmsg never does
+                    written[0] += 1000
+                    due += 1000 / FLOOD
+                    time.sleep(max(0.0, due - time.monotonic()))
+
+        thread = threading.Thread(target=writer, daemon=True)
+        thread.start()
+        probes = []
+        while time.monotonic() - t0 < FLOOD_S:
+            p0 = time.perf_counter()
+            assert get(port, "/readyz")[0] == 200
+            probes.append((time.perf_counter() - p0) * 1000)
+            time.sleep(0.02)
+        stop.set()
+        took = time.monotonic() - t0
+        cpu = (_ticks(run.proc.pid) - ticks0) / os.sysconf("SC_CLK_TCK") / took * 100
+        thread.join(30)
+        time.sleep(1.5)  # the last skip is counted
+        kernel = json.loads(get(port, "/status")[1])["kernel"]
+        probes.sort()
+        line(f"flood of {FLOOD:,}/s for {took:.0f} s ({written[0] / took:,.0f}/s got in: a FIFO "
+             "holds its writer while the run skips, kmsg never)",
+             f"run CPU {cpu:.1f} % of a core; RSS {rss0 / 1024:.1f} -> "
+             f"{_rss_kib(run.proc.pid) / 1024:.1f} MiB; /readyz p99 "
+             f"{probes[int(len(probes) * 0.99) - 1]:.1f} ms")
+        dropped = kernel["dropped"]
+        line("  lines read / skipped (flood) / too long",
+             f"{kernel['lines']:,} / {dropped.get('flood', 0):,} / {dropped.get('too_long', 0):,}")
+    finally:
+        run.stop()
+
+
 def _ticks(pid: int) -> int:
     with open(f"/proc/{pid}/stat", encoding="utf-8") as fh:
         fields = fh.read().rsplit(")", 1)[1].split()
@@ -254,6 +311,7 @@ def main() -> int:
     try:
         throughput(n)
         latency(base, runs)
+        flood(base)
         idle(base, idle_s)
     finally:
         shutil.rmtree(base, ignore_errors=True)
