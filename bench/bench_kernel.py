@@ -2,7 +2,7 @@
 
 Figures:
 
-- throughput of the live matcher (:class:`nvfabric.observe.kernelwatch.KernelWatch`, fed the
+- throughput of the live matcher (:class:`nvfabric.supervisor.kernelwatch.KernelWatch`, fed the
   blocks a read of kmsg gives) over LINES kmsg records, 1 % of them fabric lines (fatal SXids,
   NVLink 5 Xids, IMEX notify failures) among real-shaped noise (target >= 200,000 lines/s),
   printed beside ``grep -E`` with the catalogue's needles and ``grep -P`` with its full
@@ -49,10 +49,10 @@ from common import PY, StderrLines, line  # noqa: E402
 
 from nvfabric.effects.log import Log
 from nvfabric.facts.kmsg import Batch, KernelLog
-from nvfabric.observe.kernelwatch import READ_BUDGET, KernelWatch, Settings
 from nvfabric.rules.catalogue import catalogue
 from nvfabric.simulate import build, profile_spec
 from nvfabric.simulate.fakes import install
+from nvfabric.supervisor.kernelwatch import READ_BUDGET, KernelWatch, Settings
 
 _SCRIPT = Path(PY).parent / "nvfabric"
 NVFABRIC = [str(_SCRIPT)] if _SCRIPT.exists() else [PY, "-m", "nvfabric"]

@@ -1,24 +1,39 @@
-"""Build ``nvfabric_<version>_<arch>.deb`` from the single-file binary and the systemd unit.
+"""Build ``nvfabric_<version>_<arch>.deb`` from the directory build and the systemd units.
 
-Run by ``make deb`` with the build venv's Python (PyInstaller's archive reader and
-python-debian are installed there):
+Run by ``make deb`` with the build venv's Python (python-debian is installed there):
 
-    build_deb.py --binary dist/nvfabric --unit packaging/systemd/nvfabric.service --out dist
+    build_deb.py --dist dist/nvfabric-dir --units packaging/systemd --out dist
 
-The package holds ``/usr/bin/nvfabric``, ``/lib/systemd/system/nvfabric.service`` with the
-drop-in ``nvfabric.service.d/single-file-binary.conf`` (``NotifyAccess=all``: the one-file
-binary notifies from its second process), the man page, ``copyright`` (generated: nvfabric
-and every component the binary bundles, with the license each declares), ``changelog.gz`` (a
-native package) and the lintian overrides, plus the maintainer scripts of this directory
-(they never start or enable the unit).
+The package holds
 
-``Depends`` is computed, not written by hand. The binary starts as PyInstaller's bootloader,
-which loads its libraries (glibc, libz) from the system before it unpacks the bundle: those
-come from ``dpkg-shlibdeps`` on the staged binary. The bundle holds the interpreter and its
-libraries; every ELF object in it (listed with PyInstaller's CArchiveReader) is read with
-``objdump``: each ``NEEDED`` library that is not in the bundle must be a file of the
-installed ``libc6`` package (``dpkg-query -L libc6``, else the build fails naming it), and
-they add ``libc6 (>= V)``, V the highest ``GLIBC_`` symbol version they reference.
+- ``/usr/lib/nvfabric/``: the directory build (``make dist-dir``, PyInstaller one-dir: the
+  executable ``nvfabric`` beside ``_internal/``), a program's private files under
+  ``/usr/lib/<package>`` (Debian Policy 9.1.1, FHS "/usr/lib"); ``/usr/bin/nvfabric`` is a
+  relative link to it (Policy 10.5: links within one top-level directory are relative). A link,
+  not a launcher script: the bootloader finds ``_internal/`` from its real path
+  (``/proc/self/exe``) and runs Python in its own process, so the unit's main pid is nvfabric
+  itself (``NotifyAccess=main`` and the watchdog hold as shipped) and nothing sits between
+  ``exec`` in the Slurm prolog and the run.
+- ``/lib/systemd/system/``: ``nvfabric.service`` and ``nvfabric-textfile.{service,timer}``
+  (node_exporter's textfile collector), exactly as in ``packaging/systemd``;
+- the man page, ``copyright`` (generated: nvfabric and every component the build bundles,
+  with the license each declares), ``changelog.gz`` (a native package) and the lintian
+  overrides, plus the maintainer scripts of this directory (they never start or enable a
+  unit).
+
+Convenience copies (Policy 4.13): PyInstaller copies the build host's shared libraries that
+the interpreter's modules load (OpenSSL, zlib, xz, bzip2, libffi, libuuid) into
+``_internal/``. A copy whose bytes equal the file the host's dynamic linker resolves
+(``ldconfig -p``), owned by an installed Debian package other than a Python one, is left out
+and that package becomes a dependency, so the host's security updates reach it (the
+bootloader puts ``_internal/`` first on ``LD_LIBRARY_PATH``; a name not found there comes
+from the system). The interpreter (``libpython3.X``) and anything not byte-equal to a Debian
+package's file stays bundled.
+
+``Depends`` is computed, never written by hand and never on Python: ``dpkg-shlibdeps`` over
+every ELF object of the package (the bootloader and everything in ``_internal/``, the
+bundled ones resolved in ``_internal/``, ``-l``) with the symbols files of the installed
+packages; the build fails if it names a Python package or cannot resolve a library.
 
 The package is assembled in a temporary directory, built with ``dpkg-deb --root-owner-group``
 and renamed into place.
@@ -41,33 +56,39 @@ from pathlib import Path
 from debian.changelog import Changelog
 from debian.deb822 import Deb822
 from packaging.requirements import Requirement
-from PyInstaller.archive.readers import CArchiveReader
 
 HERE = Path(__file__).resolve().parent
 PACKAGE = "nvfabric"
 MAINTAINER = "nvfabric maintainers <maintainers@users.noreply.a-seed-772cf4a6.example>"
+#: Where the directory build goes, and the link to its executable.
+LIBDIR = f"usr/lib/{PACKAGE}"
+BUNDLE = f"{LIBDIR}/_internal"
+LINK = f"usr/bin/{PACKAGE}"
+UNIT_DIR = "lib/systemd/system"
+#: The units of packaging/systemd the package carries (the maintainer scripts name them too).
+UNITS = ("nvfabric.service", "nvfabric-textfile.service", "nvfabric-textfile.timer")
 #: ELF e_machine -> Debian architecture (ELF spec, "e_machine"; dpkg's cputable).
-#: The package's drop-in for the unit (NotifyAccess=all: see single-file-binary.conf).
-DROPIN = "lib/systemd/system/nvfabric.service.d/single-file-binary.conf"
 ELF_ARCH = {62: "amd64", 183: "arm64"}
 VERSION_RX = re.compile(r"^[0-9][A-Za-z0-9.+~]*(-[A-Za-z0-9.+~]+)?$")
-GLIBC_RX = re.compile(r"\bGLIBC_([0-9]+(?:\.[0-9]+)+)\b")
-NEEDED_RX = re.compile(r"^\s*NEEDED\s+(\S+)$", re.MULTILINE)
+#: A line of ``ldconfig -p``: ``\tlibz.so.1 (libc6,x86-64) => /lib/x86_64-linux-gnu/libz.so.1``.
+LDCONFIG_RX = re.compile(r"^\s+(\S+) \(([^)]*)\) => (\S+)$", re.MULTILINE)
+#: ``ldconfig -p``'s flags of this architecture's libraries (glibc's ldconfig.c).
+LDCONFIG_FLAGS = {"amd64": "libc6,x86-64", "arm64": "libc6,AArch64"}
 
 
 class BuildError(Exception):
     """The package cannot be built as asked; the message says why."""
 
 
-def run(argv: list[str]) -> str:
-    done = subprocess.run(argv, capture_output=True, text=True, check=False)
+def run(argv: list[str], cwd: Path | None = None) -> str:
+    done = subprocess.run(argv, capture_output=True, text=True, check=False, cwd=cwd)
     if done.returncode:
         raise BuildError(f"{argv[0]} failed ({done.returncode}): {done.stderr.strip()}")
     return done.stdout
 
 
 def binary_version(binary: Path) -> str:
-    """The version the binary reports (``nvfabric, version X``), checked as a Debian version."""
+    """The version the build reports (``nvfabric, version X``), checked as a Debian version."""
     out = run([str(binary), "--version"]).strip()
     prefix = "nvfabric, version "
     if not out.startswith(prefix) or not VERSION_RX.match(out[len(prefix):]):
@@ -77,64 +98,72 @@ def binary_version(binary: Path) -> str:
 
 def elf_machine(data: bytes) -> int | None:
     """e_machine of an ELF image (little-endian only, as on amd64/arm64); None if not ELF."""
-    if data[:4] != b"\x7fELF" or data[5] != 1:
+    if len(data) < 20 or data[:4] != b"\x7fELF" or data[5] != 1:
         return None
     return int.from_bytes(data[18:20], "little")
 
 
-def bundled_elves(binary: Path, into: Path) -> list[Path]:
-    """Write every ELF object the one-file binary bundles into ``into``; return their paths."""
-    reader = CArchiveReader(str(binary))
-    out = []
-    for name, entry in reader.toc.items():
-        if entry[-1] != "b":
-            continue
-        data = reader.extract(name)
-        if elf_machine(data) is None:
-            continue
-        path = into / name
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_bytes(data)
-        out.append(path)
+def is_elf(path: Path) -> bool:
+    with open(path, "rb") as f:
+        return elf_machine(f.read(20)) is not None
+
+
+def system_libraries(arch: str) -> dict[str, str]:
+    """soname -> path the host's dynamic linker resolves it to (``ldconfig -p``, this
+    architecture's entries only, the first of each name: the one ld.so takes)."""
+    flags = LDCONFIG_FLAGS[arch]
+    out: dict[str, str] = {}
+    for name, info, path in LDCONFIG_RX.findall(run(["ldconfig", "-p"])):
+        if info == flags:
+            out.setdefault(name, path)
     return out
 
 
-def version_key(v: str) -> tuple[int, ...]:
-    return tuple(int(p) for p in v.split("."))
+def owner(path: str) -> str | None:
+    """The installed package that holds ``path`` (``dpkg-query -S``), trying the other
+    spelling of a merged-/usr path (``/lib/X`` is ``/usr/lib/X``: dpkg knows one of them);
+    None when no package does."""
+    spellings = [path]
+    if path.startswith("/usr/lib/"):
+        spellings.append(path[len("/usr"):])
+    elif path.startswith("/lib/"):
+        spellings.append("/usr" + path)
+    for spelling in spellings:
+        done = subprocess.run(["dpkg-query", "-S", spelling], capture_output=True, text=True,
+                              check=False)
+        if done.returncode == 0:
+            return done.stdout.split(":", 1)[0].strip()
+    return None
 
 
-def bundle_libc_depends(binary: Path) -> tuple[str, list[str]]:
-    """(``libc6 (>= V)`` for the bundled ELF objects, their names). The bundle's objects load
-    each other from the unpacked bundle and glibc from the system: BuildError naming any
-    other system library one of them needs (it would be missing on a bare host)."""
-    libc_files = {os.path.basename(p) for p in run(["dpkg-query", "-L", "libc6"]).split()}
-    with tempfile.TemporaryDirectory(prefix="nvfabric-deb-elf-") as tmp:
-        elves = bundled_elves(binary, Path(tmp))
-        bundled = {p.name for p in elves}
-        versions: set[str] = set()
-        foreign: dict[str, str] = {}
-        for obj in elves:
-            versions |= set(GLIBC_RX.findall(run(["objdump", "-T", str(obj)])))
-            for lib in NEEDED_RX.findall(run(["objdump", "-p", str(obj)])):
-                if lib not in bundled and lib not in libc_files:
-                    foreign[lib] = obj.name
-    if foreign:
-        raise BuildError("bundled objects need system libraries outside libc6: " + ", ".join(
-            f"{lib} (by {obj})" for lib, obj in sorted(foreign.items())))
-    if not versions:
-        raise BuildError(f"no GLIBC_ symbol versions found in the bundle of {binary}")
-    return f"libc6 (>= {max(versions, key=version_key)})", sorted(bundled)
+def system_copies(bundle: Path, arch: str) -> dict[str, str]:
+    """The shared libraries at the top of ``bundle`` (``_internal/``) that are copies of the
+    host's: file name -> the Debian package holding the byte-equal file the dynamic linker
+    resolves that name to. Python's own packages never count (the interpreter stays
+    bundled)."""
+    system = system_libraries(arch)
+    out = {}
+    for lib in sorted(bundle.iterdir()):
+        if not lib.is_file() or ".so" not in lib.name or lib.name not in system:
+            continue
+        host = Path(system[lib.name])
+        if not host.is_file() or host.read_bytes() != lib.read_bytes():
+            continue
+        pkg = owner(str(host))
+        if pkg is not None and "python" not in pkg:
+            out[lib.name] = pkg
+    return out
 
 
-def bootloader_depends(workdir: Path, staged_binary: str) -> list[str]:
-    """The bootloader's dependencies, by ``dpkg-shlibdeps`` (symbols files of the installed
-    packages) run in ``workdir`` on ``debian/nvfabric/usr/bin/nvfabric``. The bootloader runs
-    before the bundle is unpacked, so its libraries (glibc, libz) come from the system."""
+def shlibs_depends(workdir: Path, elves: list[str], private: str) -> list[str]:
+    """``dpkg-shlibdeps`` on ``elves`` (paths relative to ``workdir``, under
+    ``debian/nvfabric/``), run in ``workdir`` with the bundled libraries' directory
+    ``private`` searched first: the relations of its ``shlibs:Depends``."""
     (workdir / "debian").mkdir(exist_ok=True)
     (workdir / "debian/control").write_text(
         f"Source: {PACKAGE}\n\nPackage: {PACKAGE}\nArchitecture: any\n", encoding="utf-8")
-    done = subprocess.run(["dpkg-shlibdeps", "-O", f"-e{staged_binary}"], cwd=workdir,
-                          capture_output=True, text=True, check=False)
+    argv = ["dpkg-shlibdeps", "-O", "--warnings=0", f"-l{private}", *(f"-e{e}" for e in elves)]
+    done = subprocess.run(argv, cwd=workdir, capture_output=True, text=True, check=False)
     if done.returncode:
         raise BuildError(f"dpkg-shlibdeps failed: {done.stderr.strip()}")
     line = next((ln for ln in done.stdout.splitlines() if ln.startswith("shlibs:Depends=")),
@@ -142,27 +171,6 @@ def bootloader_depends(workdir: Path, staged_binary: str) -> list[str]:
     if line is None:
         raise BuildError(f"dpkg-shlibdeps printed no shlibs:Depends: {done.stdout!r}")
     return [d.strip() for d in line.partition("=")[2].split(",") if d.strip()]
-
-
-def newer(a: str, b: str) -> bool:
-    """Debian version ``a`` > ``b`` (``dpkg --compare-versions``)."""
-    return subprocess.run(["dpkg", "--compare-versions", a, "gt", b], check=False).returncode == 0
-
-
-def merge_depends(items: list[str]) -> str:
-    """One ``Depends`` from relations ``pkg (>= V)`` / ``pkg``: the highest version per
-    package, in first-seen order."""
-    best: dict[str, str | None] = {}
-    for item in items:
-        m = re.fullmatch(r"([a-z0-9][a-z0-9+.-]*)(?:\s*\(>=\s*([^)\s]+)\))?", item)
-        if m is None:
-            raise BuildError(f"unexpected dependency {item!r}")
-        name, version = m.group(1), m.group(2)
-        if name not in best:
-            best[name] = version
-        elif version and (best[name] is None or newer(version, str(best[name]))):
-            best[name] = version
-    return ", ".join(f"{n} (>= {v})" if v else n for n, v in best.items())
 
 
 def runtime_closure(name: str) -> list[metadata.Distribution]:
@@ -193,16 +201,17 @@ def license_of(dist: metadata.Distribution) -> str:
     return text
 
 
-def copyright_text(bundled_libs: list[str]) -> str:
+def copyright_text(bundled_libs: list[str], system: dict[str, str]) -> str:
     """``/usr/share/doc/nvfabric/copyright``: nvfabric, the bundled Python distributions with
-    the license each declares, the interpreter and the bundled shared libraries."""
+    the license each declares, the interpreter, the bundled shared libraries and the system
+    libraries used instead of copies."""
     lines = [
-        "nvfabric: a single-file build of the nvfabric command line.",
+        f"nvfabric: a directory build of the nvfabric command line (/{LIBDIR}).",
         "",
         "nvfabric itself: Copyright (C) 2026 the nvfabric maintainers. Its pyproject.toml",
         "declares no license yet; ask the maintainers before redistributing.",
         "",
-        "The binary is a PyInstaller one-file bundle. It contains the CPython "
+        "The build is a PyInstaller one-dir bundle. It contains the CPython "
         f"{sys.version.split()[0]} interpreter and",
         "standard library (Python Software Foundation License), the PyInstaller bootloader",
         "(GPL-2+ with the bootloader exception, which allows any license for the bundled",
@@ -221,12 +230,17 @@ def copyright_text(bundled_libs: list[str]) -> str:
         "/usr/share/common-licenses/Apache-2.0; the Mozilla Public License 2.0 is in",
         "/usr/share/common-licenses/MPL-2.0.",
         "",
-        "Shared libraries bundled with the interpreter (from the build host's Debian",
-        "packages, each under its own license: OpenSSL Apache-2.0, zlib, xz-utils, bzip2,",
-        "libffi and expat MIT-style, mpdecimal BSD):",
+        "Shared libraries bundled with the interpreter, each under its own license:",
         "",
     ]
-    lines += [f"  {name}" for name in bundled_libs if not name.startswith("python3.")]
+    lines += [f"  {name}" for name in bundled_libs]
+    lines += [
+        "",
+        "System libraries the interpreter's modules load from their Debian packages (not",
+        "bundled; see each package's copyright file):",
+        "",
+    ]
+    lines += [f"  {name} ({pkg})" for name, pkg in sorted(system.items())]
     return "\n".join(lines) + "\n"
 
 
@@ -247,9 +261,10 @@ def control_text(version: str, arch: str, depends: str, installed_kib: int) -> s
         " NVLink 5 baseboards, IMEX on GB200/GB300 trays), starts and supervises them,\n"
         " and says whether the fabric is usable and why.\n"
         " .\n"
-        " This package holds a single-file build of the command line that needs no\n"
-        " Python, and the systemd unit nvfabric.service, installed neither enabled nor\n"
-        " started."
+        " This package holds a build of the command line that needs no Python, the\n"
+        " systemd unit nvfabric.service, and nvfabric-textfile.timer, which writes the\n"
+        " fabric metrics for node_exporter's textfile collector every minute; both are\n"
+        " installed neither enabled nor started."
     )
     return str(para)
 
@@ -266,33 +281,57 @@ def put(stage: Path, rel: str, data: bytes, mode: int, mtime: float) -> None:
     os.utime(path, (mtime, mtime))
 
 
-def build(binary: Path, unit: Path, out_dir: Path) -> Path:
+def stage_dist(dist: Path, stage: Path, leave_out: set[str], mtime: float) -> None:
+    """Copy the directory build into ``stage/LIBDIR``, without the top-level files of
+    ``_internal/`` named in ``leave_out``: the executable 0755, everything else 0644 (shared
+    libraries too: Policy 10.9 and 8.1, they are mapped, not executed)."""
+    exe = dist / PACKAGE
+    for path in sorted(dist.rglob("*")):
+        rel = path.relative_to(dist)
+        if path.is_symlink() or not (path.is_file() or path.is_dir()):
+            raise BuildError(f"{path}: not a plain file or directory in the directory build")
+        if path.is_dir() or (rel.parent == Path("_internal") and rel.name in leave_out):
+            continue
+        put(stage, f"{LIBDIR}/{rel}", path.read_bytes(), 0o755 if path == exe else 0o644,
+            mtime)
+
+
+def build(dist: Path, units: Path, out_dir: Path) -> Path:
     """Build the package into ``out_dir``; returns its path. Raises BuildError."""
-    for tool in ("dpkg-deb", "dpkg-query", "dpkg-shlibdeps", "objdump"):
+    # dpkg-shlibdeps reads the ELF objects with binutils' objdump
+    for tool in ("dpkg-deb", "dpkg-query", "dpkg-shlibdeps", "objdump", "ldconfig"):
         if shutil.which(tool) is None:
             raise BuildError(f"{tool} is not installed (apt-get install dpkg-dev binutils)")
-    if not unit.is_file():
-        raise BuildError(f"the systemd unit {unit} does not exist")
-    version = binary_version(binary)
+    exe = dist / PACKAGE
+    if not exe.is_file() or not (dist / "_internal").is_dir():
+        raise BuildError(f"{dist} is not a directory build (no {PACKAGE} beside _internal/): "
+                         "make dist-dir")
+    missing = [u for u in UNITS if not (units / u).is_file()]
+    if missing:
+        raise BuildError(f"the systemd units {', '.join(missing)} are missing from {units}")
+    version = binary_version(exe)
     changelog = Changelog((HERE / "changelog").read_text(encoding="utf-8"))
     if str(changelog.version) != version:
         raise BuildError(f"packaging/debian/changelog's newest entry is {changelog.version}, "
-                         f"the binary is {version}: add a changelog entry")
+                         f"the build is {version}: add a changelog entry")
     arch = run(["dpkg", "--print-architecture"]).strip()
-    machine = elf_machine(binary.read_bytes()[:64])
+    with open(exe, "rb") as f:
+        machine = elf_machine(f.read(20))
     if ELF_ARCH.get(machine or -1) != arch:
-        raise BuildError(f"{binary} is ELF machine {machine}, not for this host's {arch}")
-    bundle_libc, bundled = bundle_libc_depends(binary)
-    epoch = float(os.environ.get("SOURCE_DATE_EPOCH") or binary.stat().st_mtime)
+        raise BuildError(f"{exe} is ELF machine {machine}, not for this host's {arch}")
+    system = system_copies(dist / "_internal", arch)
+    bundled = sorted(p.name for p in (dist / "_internal").iterdir()
+                     if p.is_file() and ".so" in p.name and p.name not in system)
+    epoch = float(os.environ.get("SOURCE_DATE_EPOCH") or exe.stat().st_mtime)
     out_dir.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="nvfabric-deb-", dir=out_dir) as tmp:
         stage = Path(tmp) / "debian" / PACKAGE
-        files = {
-            "usr/bin/nvfabric": (binary.read_bytes(), 0o755),
-            "lib/systemd/system/nvfabric.service": (unit.read_bytes(), 0o644),
-            DROPIN: ((HERE / "single-file-binary.conf").read_bytes(), 0o644),
+        stage_dist(dist, stage, set(system), epoch)
+        files = {f"{UNIT_DIR}/{u}": ((units / u).read_bytes(), 0o644) for u in UNITS}
+        files |= {
             "usr/share/man/man1/nvfabric.1.gz": (gz((HERE / "nvfabric.1").read_bytes()), 0o644),
-            "usr/share/doc/nvfabric/copyright": (copyright_text(bundled).encode(), 0o644),
+            "usr/share/doc/nvfabric/copyright": (
+                copyright_text(bundled, system).encode(), 0o644),
             # A version without a Debian revision is a native package: changelog.gz (Policy
             # 12.7).
             "usr/share/doc/nvfabric/changelog.gz": (
@@ -303,13 +342,26 @@ def build(binary: Path, unit: Path, out_dir: Path) -> Path:
             files["usr/share/lintian/overrides/nvfabric"] = (overrides.encode(), 0o644)
         for rel, (data, mode) in files.items():
             put(stage, rel, data, mode, epoch)
-        depends = merge_depends(
-            [*bootloader_depends(Path(tmp), f"debian/{PACKAGE}/usr/bin/nvfabric"), bundle_libc])
-        kib = sum((len(d) + 1023) // 1024 for d, _ in files.values()) + 4 * len(files)
-        md5 = "".join(f"{hashlib.md5(d).hexdigest()}  {rel}\n"  # noqa: S324 - dpkg's format
-                      for rel, (d, _) in sorted(files.items()))
-        put(stage, "DEBIAN/control", control_text(version, arch, depends, kib).encode(),
-            0o644, epoch)
+        link = stage / LINK
+        link.parent.mkdir(parents=True, exist_ok=True)
+        os.symlink(os.path.relpath(f"/{LIBDIR}/{PACKAGE}", f"/{LINK.rsplit('/', 1)[0]}"), link)
+        os.utime(link, (epoch, epoch), follow_symlinks=False)
+        elves = sorted(str(p.relative_to(tmp)) for p in (stage / LIBDIR).rglob("*")
+                       if p.is_file() and is_elf(p))
+        depends = shlibs_depends(Path(tmp), elves, f"debian/{PACKAGE}/{BUNDLE}")
+        pythonic = [d for d in depends if "python" in d]
+        if pythonic:
+            raise BuildError(f"the package would depend on Python: {', '.join(pythonic)}")
+        # Installed-Size as dpkg-gencontrol counts it: KiB per file rounded up, 1 per other
+        # entry (directories, links).
+        entries = sorted(stage.rglob("*"))
+        regular = [p for p in entries if p.is_file() and not p.is_symlink()]
+        kib = sum((p.stat().st_size + 1023) // 1024 for p in regular) \
+            + len(entries) - len(regular)
+        md5 = "".join(f"{hashlib.md5(p.read_bytes()).hexdigest()}  "  # noqa: S324 - dpkg's format
+                      f"{p.relative_to(stage)}\n" for p in regular)
+        put(stage, "DEBIAN/control", control_text(version, arch, ", ".join(depends),
+                                                  kib).encode(), 0o644, epoch)
         put(stage, "DEBIAN/md5sums", md5.encode(), 0o644, epoch)
         for script in ("postinst", "prerm", "postrm"):
             put(stage, f"DEBIAN/{script}", (HERE / script).read_bytes(), 0o755, epoch)
@@ -325,12 +377,14 @@ def build(binary: Path, unit: Path, out_dir: Path) -> Path:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--binary", type=Path, required=True)
-    ap.add_argument("--unit", type=Path, required=True)
+    ap.add_argument("--dist", type=Path, required=True,
+                    help="the directory build (make dist-dir: dist/nvfabric-dir)")
+    ap.add_argument("--units", type=Path, required=True,
+                    help="the directory of the systemd units (packaging/systemd)")
     ap.add_argument("--out", type=Path, required=True)
     args = ap.parse_args()
     try:
-        print(build(args.binary, args.unit, args.out))
+        print(build(args.dist, args.units, args.out))
     except BuildError as err:
         print(f"build_deb: {err}", file=sys.stderr)
         return 1

@@ -1,9 +1,10 @@
-"""The single-file binary ``dist/nvfabric`` and the Debian package built from it, for the
-integration tests (``make dist``, ``make deb``), and both as a systemd installation
-(:class:`tests.integration.usermanager.Install`).
+"""The PyInstaller builds, the single-file binary ``dist/nvfabric`` and the directory build
+``dist/nvfabric-dir/``, and the Debian package built from the directory build, for the
+integration tests (``make dist``, ``make dist-dir``, ``make deb``), and the binary and the
+package as systemd installations (:class:`tests.integration.usermanager.Install`).
 
-``make dist`` rebuilds only when a source changed; a lock file serialises test processes that
-ask at once. Building needs PyPI (PyInstaller, into build/dist-venv) the first time.
+make rebuilds only when a source changed; a lock file serialises test processes that ask at
+once. Building needs PyPI (PyInstaller, into build/dist-venv) the first time.
 """
 
 from __future__ import annotations
@@ -17,36 +18,43 @@ from tests.integration.debroot import CACHE, REPO, require
 from tests.integration.usermanager import UNIT, Install
 
 BINARY = REPO / "dist" / "nvfabric"
+#: The directory build's executable (beside its _internal/).
+ONEDIR = REPO / "dist" / "nvfabric-dir" / "nvfabric"
 
 
-def dist_binary() -> Path:
-    """Path of an up-to-date ``dist/nvfabric``; AssertionError with the end of make's output
-    when the build fails."""
+def _make(target: str) -> None:
+    """``make -s TARGET`` under the lock; AssertionError with the end of make's output when
+    it fails."""
     require("make")
     CACHE.mkdir(parents=True, exist_ok=True)
     with open(CACHE / "dist.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
-        done = subprocess.run(["make", "-s", "dist"], cwd=REPO, check=False, timeout=900,
+        done = subprocess.run(["make", "-s", target], cwd=REPO, check=False, timeout=900,
                               capture_output=True, text=True)
     if done.returncode:
-        raise AssertionError(f"make dist failed ({done.returncode}):\n"
+        raise AssertionError(f"make {target} failed ({done.returncode}):\n"
                              + (done.stdout + done.stderr)[-3000:])
+
+
+def dist_binary() -> Path:
+    """Path of an up-to-date ``dist/nvfabric`` (``make dist``)."""
+    _make("dist")
     assert BINARY.is_file(), f"make dist did not write {BINARY}"
     return BINARY
 
 
+def dist_dir() -> Path:
+    """Path of the executable of an up-to-date ``dist/nvfabric-dir/`` (``make dist-dir``)."""
+    _make("dist-dir")
+    assert ONEDIR.is_file(), f"make dist-dir did not write {ONEDIR}"
+    return ONEDIR
+
+
 def deb_package() -> Path:
-    """Path of ``dist/nvfabric_<version>_<arch>.deb`` from an up-to-date binary (``make deb``);
-    AssertionError with the end of make's output when the build fails."""
+    """Path of ``dist/nvfabric_<version>_<arch>.deb`` from an up-to-date directory build
+    (``make deb``)."""
     require("dpkg", "dpkg-deb")
-    dist_binary()
-    with open(CACHE / "dist.lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        done = subprocess.run(["make", "-s", "deb"], cwd=REPO, check=False, timeout=900,
-                              capture_output=True, text=True)
-    if done.returncode:
-        raise AssertionError(f"make deb failed ({done.returncode}):\n"
-                             + (done.stdout + done.stderr)[-3000:])
+    _make("deb")
     arch = subprocess.run(["dpkg", "--print-architecture"], capture_output=True, text=True,
                           check=True, timeout=60).stdout.strip()
     path = REPO / "dist" / f"nvfabric_{nvfabric.__version__}_{arch}.deb"
@@ -66,12 +74,17 @@ def binary_install(tmp_path: Path) -> Install:
     return Install("binary", binary, staging / "etc/systemd/system" / UNIT)
 
 
+def deb_files(dest: Path) -> Path:
+    """The Debian package's files as dpkg lays them out, unpacked into ``dest``
+    (``dpkg-deb -x``); returns ``dest``."""
+    subprocess.run(["dpkg-deb", "-x", str(deb_package()), str(dest)], check=True, timeout=120)
+    return dest
+
+
 def deb_install(tmp_path: Path) -> Install:
-    """The Debian package's files as dpkg lays them out (``dpkg-deb -x``): its
-    /usr/bin/nvfabric, its unit and its drop-in, exactly as shipped."""
-    unpacked = tmp_path / "deb"
-    subprocess.run(["dpkg-deb", "-x", str(deb_package()), str(unpacked)], check=True,
-                   timeout=120)
+    """The Debian package's files as dpkg lays them out: its /usr/bin/nvfabric (the link to
+    the directory build) and its unit, exactly as shipped (no drop-in)."""
+    unpacked = deb_files(tmp_path / "deb")
     units = unpacked / "lib/systemd/system"
-    return Install("deb", unpacked / "usr/bin/nvfabric", units / UNIT,
-                   tuple(sorted((units / f"{UNIT}.d").glob("*.conf"))))
+    assert not (units / f"{UNIT}.d").exists()
+    return Install("deb", unpacked / "usr/bin/nvfabric", units / UNIT)

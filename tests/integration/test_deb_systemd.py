@@ -1,10 +1,14 @@
-"""The Debian package's unit and drop-in with its single-file binary under a real systemd
-(the user manager of tests/integration/usermanager.py): `systemctl start` returns after the
-binary's READY=1 because the package's drop-in sets NotifyAccess=all; without it systemd
-drops the notification (it comes from the bootloader's child) and the start times out."""
+"""The Debian package's unit with its directory build under a real systemd (the user manager
+of tests/integration/usermanager.py), and why the single-file binary needs another
+NotifyAccess=: the package's build is one process (its bootloader runs Python in its own
+process, and ``nvfabric run`` execs into the lean supervisor, same pid), so READY=1 comes from
+the main pid and the unit as shipped (``NotifyAccess=main``) starts; the single-file binary's
+READY=1 comes from the bootloader's child, which that unit drops (the start times out), so the
+unit its ``unit install`` writes has ``NotifyAccess=all``."""
 
 from __future__ import annotations
 
+import json
 import shutil
 import subprocess
 import time
@@ -14,10 +18,10 @@ from pathlib import Path
 import pytest
 
 from tests.integration.debroot import REPO
-from tests.integration.distbin import dist_binary
+from tests.integration.distbin import deb_files, dist_binary
 from tests.integration.usermanager import UNIT, UserManager
 
-DROPIN = REPO / "packaging/debian/single-file-binary.conf"
+SHIPPED = REPO / "packaging/systemd" / UNIT
 
 
 @pytest.fixture
@@ -30,49 +34,53 @@ def manager() -> Iterator[UserManager]:
         m.stop()
 
 
-def install(m: UserManager, tmp_path: Path, package_dropin: bool, extra: str = "",
-            unit: Path = REPO / "packaging/systemd" / UNIT) -> Path:
-    """``unit`` (default: the package's) and, if asked, the package's drop-in in the manager,
-    ExecStart pointed at the binary on a DGX B200 the binary simulated; returns the root."""
-    binary = dist_binary()
+def install(m: UserManager, tmp_path: Path, program: Path, extra: str = "",
+            unit: Path = SHIPPED) -> Path:
+    """``unit`` (default: the one packaging/systemd ships, which the package installs) in the
+    manager, ExecStart pointed at ``program`` on a DGX B200 that ``program`` simulated;
+    returns the root."""
     root = tmp_path / "node"
-    done = subprocess.run([str(binary), "simulate", "dgx-b200", str(root)],
+    done = subprocess.run([str(program), "simulate", "dgx-b200", str(root)],
                           capture_output=True, text=True, timeout=120, check=False)
     assert done.returncode == 0, done.stderr
     shutil.copyfile(unit, m.units / UNIT)
     d = m.units / f"{UNIT}.d"
     d.mkdir()
-    if package_dropin:
-        shutil.copyfile(DROPIN, d / DROPIN.name)
     log = tmp_path / "nvfabric.log"
     (d / "zz-test.conf").write_text(
         "[Service]\nExecStart=\n"
-        f"ExecStart={binary} run --root {root}\n"
+        f"ExecStart={program} run --root {root}\n"
         f"StandardOutput=append:{log}\nStandardError=append:{log}\n" + extra)
     m.systemctl("daemon-reload")
     return root
 
 
-def test_start_returns_after_the_binarys_ready_with_the_packages_dropin(
+def test_the_packages_build_starts_with_the_unit_as_shipped_and_is_its_main_pid(
         manager: UserManager, tmp_path: Path) -> None:
-    root = install(manager, tmp_path, package_dropin=True)
+    files = deb_files(tmp_path / "deb")
+    assert (files / "lib/systemd/system" / UNIT).read_bytes() == SHIPPED.read_bytes()
+    assert not (files / "lib/systemd/system" / f"{UNIT}.d").exists()
+    root = install(manager, tmp_path, files / "usr/bin/nvfabric")
     t0 = time.monotonic()
     manager.systemctl("start", UNIT)
     took = time.monotonic() - t0
     props = manager.show(UNIT, "ActiveState", "SubState", "NotifyAccess", "MainPID")
-    assert props["ActiveState"] == "active" and props["NotifyAccess"] == "all", props
-    assert (root / "run/nvfabric/ready").is_file()  # written just before READY=1
-    main = int(props["MainPID"])
-    assert main in manager.unit_pids(UNIT)
+    assert props["ActiveState"] == "active" and props["NotifyAccess"] == "main", props
+    # The supervisor that wrote the ready file (just before READY=1) is the main pid: the
+    # same process from ExecStart through the exec into the lean supervisor.
+    ready = json.loads((root / "run/nvfabric/ready").read_text())
+    assert ready["pid"] == int(props["MainPID"]), (ready, props)
+    cmdline = Path(f"/proc/{ready['pid']}/cmdline").read_bytes().split(b"\0")
+    assert cmdline[1] == b"--supervise-fd", cmdline
     assert took < 60
     manager.systemctl("stop", UNIT)
     assert manager.show(UNIT, "ActiveState")["ActiveState"] == "inactive"
     assert manager.unit_pids(UNIT) == []  # fabric manager and NVLSM (fakes) gone too
 
 
-def test_without_the_dropin_systemd_drops_ready_from_the_child_and_the_start_times_out(
+def test_the_single_file_binary_with_the_unit_as_shipped_times_out_ready_is_dropped(
         manager: UserManager, tmp_path: Path) -> None:
-    install(manager, tmp_path, package_dropin=False, extra="TimeoutStartSec=8s\n")
+    install(manager, tmp_path, dist_binary(), extra="TimeoutStartSec=8s\n")
     done = manager.systemctl("start", UNIT, check=False)
     assert done.returncode != 0
     props = manager.show(UNIT, "Result", "NotifyAccess")
@@ -90,8 +98,7 @@ def test_the_unit_the_binarys_unit_install_writes_starts_without_any_dropin(
     assert done.returncode == 0, done.stderr
     written = staging / "etc/systemd/system" / UNIT
     assert "\nNotifyAccess=all\n" in written.read_text()
-    install(manager, tmp_path, package_dropin=False, extra="TimeoutStartSec=30s\n",
-            unit=written)
+    install(manager, tmp_path, dist_binary(), extra="TimeoutStartSec=30s\n", unit=written)
     manager.systemctl("start", UNIT)
     props = manager.show(UNIT, "ActiveState", "NotifyAccess")
     assert props == {"ActiveState": "active", "NotifyAccess": "all"}, props

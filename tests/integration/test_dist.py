@@ -1,5 +1,6 @@
 """The single-file binary (``make dist``) runs the whole CLI and the simulated node's fake
-daemons with no Python of the host involved: its output equals the interpreter's."""
+daemons with no Python of the host involved: its output equals the interpreter's; and how it
+and the directory build (``make dist-dir``, what the Debian package installs) notify systemd."""
 
 from __future__ import annotations
 
@@ -13,8 +14,10 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 import nvfabric
-from tests.integration.distbin import dist_binary
+from tests.integration.distbin import dist_binary, dist_dir
 from tests.runkit import Run, alive, events, until
 
 #: The environment of a host without Python: no interpreter on PATH, no Python variables.
@@ -147,19 +150,24 @@ def test_a_sigkilled_bootloader_takes_the_supervisor_and_its_daemons_down_in_ord
         run.close()
 
 
-def test_ready_comes_from_the_bootloaders_child_so_the_package_sets_notify_access_all(
-        tmp_path: Path) -> None:
+@pytest.mark.parametrize("build", ["one-file", "one-dir"])
+def test_ready_comes_from_the_directory_builds_main_pid_and_from_the_binarys_child(
+        tmp_path: Path, build: str) -> None:
     # The one-file binary is two processes: the main pid (PyInstaller's bootloader) and the
-    # Python child that runs nvfabric and sends READY=1. systemd's NotifyAccess=main would drop
-    # it; packaging/debian/single-file-binary.conf sets NotifyAccess=all for the package.
+    # Python child that runs nvfabric and sends READY=1, which systemd's NotifyAccess=main
+    # would drop, so the unit its `unit install` writes has NotifyAccess=all. The directory
+    # build (what the Debian package installs) is one process, exec'd into the lean
+    # supervisor: READY=1 comes from the main pid, and the unit as shipped holds.
+    program = str(dist_binary() if build == "one-file" else dist_dir())
     root = tmp_path / "b200"
-    assert binary("simulate", "dgx-b200", str(root)).returncode == 0
+    assert subprocess.run([program, "simulate", "dgx-b200", str(root)], env=BARE_ENV,
+                          capture_output=True, timeout=120, check=False).returncode == 0
     path = str(tmp_path / "notify.sock")
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
     sock.bind(path)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_PASSCRED, 1)
     sock.settimeout(60)
-    run = Run(root, command=(str(dist_binary()),), env={**BARE_ENV, "NOTIFY_SOCKET": path})
+    run = Run(root, command=(program,), env={**BARE_ENV, "NOTIFY_SOCKET": path})
     try:
         sender = None
         while sender is None:
@@ -168,13 +176,25 @@ def test_ready_comes_from_the_bootloaders_child_so_the_package_sets_notify_acces
                 for level, kind, cred in ancdata:
                     if level == socket.SOL_SOCKET and kind == socket.SCM_CREDENTIALS:
                         sender = array.array("i", cred[:struct.calcsize("3i")])[0]
-        assert sender != run.proc.pid
-        stat_line = Path(f"/proc/{sender}/stat").read_text()
-        assert int(stat_line.rsplit(")", 1)[1].split()[1]) == run.proc.pid  # its parent
+        if build == "one-dir":
+            assert sender == run.proc.pid
+            cmdline = Path(f"/proc/{sender}/cmdline").read_bytes().split(b"\0")
+            assert cmdline[:2] == [program.encode(), b"--supervise-fd"], cmdline
+        else:
+            assert sender != run.proc.pid
+            stat_line = Path(f"/proc/{sender}/stat").read_text()
+            assert int(stat_line.rsplit(")", 1)[1].split()[1]) == run.proc.pid  # its parent
         run.signal()
         assert run.wait() == 0, run.log
     finally:
         run.close()
         sock.close()
-    dropin = (Path(__file__).resolve().parents[2] / "packaging/debian/single-file-binary.conf")
-    assert "[Service]\nNotifyAccess=all\n" in dropin.read_text()
+    staging = tmp_path / "staging"
+    staging.mkdir()
+    done = subprocess.run([program, "unit", "install", "--root", str(staging)],
+                          capture_output=True, text=True, timeout=120, env=BARE_ENV,
+                          check=False)
+    assert done.returncode == 0, done.stderr
+    notify = "all" if build == "one-file" else "main"
+    assert f"\nNotifyAccess={notify}\n" in (staging / "etc/systemd/system/nvfabric.service"
+                                            ).read_text()

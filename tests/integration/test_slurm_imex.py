@@ -1,6 +1,9 @@
 """packaging/slurm: the IMEX prolog and epilog under a real single-node Slurm (slurmctld,
 slurmd, munged as this test's children), on a simulated GB200 tray whose fake nvidia-imex and
-nvidia-imex-ctl are run by the single-file binary, as on a host without Python."""
+nvidia-imex-ctl are run by a PyInstaller build, as on a host without Python: the directory
+build, which the Debian package installs as /usr/bin/nvfabric (its run execs into the lean
+supervisor, same pid, another command line), and for the bring-up also the single-file
+binary (which supervises in place)."""
 
 from __future__ import annotations
 
@@ -15,12 +18,14 @@ import pytest
 
 from tests import runkit
 from tests.integration.debroot import REPO
-from tests.integration.distbin import dist_binary
+from tests.integration.distbin import dist_binary, dist_dir
 from tests.integration.slurmkit import Slurm
 from tests.runkit import alive, stop_pids
 
 SCRIPTS = REPO / "packaging/slurm"
 STATE_DIR = "run/nvfabric-slurm"
+#: The builds the scripts are run with (NVFABRIC=).
+BUILDS = {"one-dir": dist_dir, "one-file": dist_binary}
 
 
 def calls(root: Path) -> list[dict[str, object]]:
@@ -63,23 +68,25 @@ class Site:
         self.workdir = workdir
         self.count = 0
 
-    def node_root(self, profile: str, faults: dict[str, object] | None = None) -> Path:
-        """A simulated node written by the binary, named like this Slurm node, and the
-        settings pointing the scripts at it."""
+    def node_root(self, profile: str, faults: dict[str, object] | None = None,
+                  build: str = "one-dir") -> Path:
+        """A simulated node written by ``build`` (:data:`BUILDS`), named like this Slurm
+        node, and the settings pointing the scripts at it and at that build."""
+        nvfabric = BUILDS[build]()
         self.count += 1
         # Each test starts on an idle node: one that failed after a drain (before its own
         # resume) must not time out every test after it (measured: 4 x 120 s srun timeouts).
         if self.slurm.state() != "idle":
             self.slurm.resume()
         root = self.workdir / f"{profile}-{self.count}"
-        done = runkit.run([str(dist_binary()), "simulate", profile, str(root)], timeout=120)
+        done = runkit.run([str(nvfabric), "simulate", profile, str(root)], timeout=120)
         assert done.returncode == 0, done.stderr
         (root / "etc/hostname").write_text(self.slurm.node + "\n")
         if faults:
             (root / "var/lib/nvfabric-sim/faults.json").write_text(json.dumps(faults))
         self.defaults.write_text(
             "# nvfabric Slurm IMEX settings of the test\n"
-            f"NVFABRIC={dist_binary()}\n"
+            f"NVFABRIC={nvfabric}\n"
             f"NVFABRIC_ROOT={root}\n"
             "NVFABRIC_IMEX_WAIT=8\n"
             "NVFABRIC_IMEX_CTL_TIMEOUT=1\n")
@@ -88,7 +95,8 @@ class Site:
 
 @pytest.fixture(scope="module")
 def site(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Site]:
-    dist_binary()
+    for build in BUILDS.values():
+        build()
     work = tmp_path_factory.mktemp("slurm")
     defaults = work / "nvfabric-slurm"
     # Slurm gives its scripts none of slurmd's environment: these wrappers name the settings
@@ -124,9 +132,10 @@ def test_scripts_are_executable_posix_sh() -> None:
     assert runkit.run(["sh", "-n", str(prolog)], text=False).returncode == 0
 
 
+@pytest.mark.parametrize("build", list(BUILDS))
 def test_srun_runs_the_prolog_that_brings_imex_up_and_the_epilog_that_stops_it(
-        site: Site) -> None:
-    root = site.node_root("gb200-tray")
+        site: Site, build: str) -> None:
+    root = site.node_root("gb200-tray", build=build)
     done = site.slurm.run("srun", "-N1", "true")
     assert done.returncode == 0, done.stdout + done.stderr + site.slurm.logs()
     # The prolog wrote the job's node list, and nvidia-imex ran with it until the epilog.

@@ -3,8 +3,8 @@
 B200 (``nvfabric simulate dgx-b200 DIR``; fake NVLSM and fabric manager as real processes).
 
 The unit is exactly what ``nvfabric unit install`` writes (the watchdog test also runs the
-single-file binary with the unit it writes, and the Debian package's files with its drop-in,
-as installed); a drop-in changes ExecStart
+single-file binary with the unit it writes, and the Debian package's files, its directory
+build and its unit, as installed); a drop-in changes ExecStart
 (``--root DIR`` and, for the restart, the simulated node's GPU reset command), sends
 stdout/stderr to a file (there is no journald in the test's namespace), and, only when the
 test's Python lives in a home directory (see PROTECT_HOME), makes ProtectHome= read-only; the
@@ -85,7 +85,7 @@ def test_unit_verifies_clean_and_its_security_score_is_the_readme_s(tmp_path: Pa
     m = re.search(r"Overall exposure level for nvfabric\.service: (\d+\.\d) (\w+)",
                   security.stdout)
     assert m, security.stdout
-    readme = (REPO / "README.md").read_text()
+    readme = (REPO / "docs" / "running" / "systemd.md").read_text()
     assert f"`systemd-analyze security --offline=true`: **{m[1]} {m[2]}**" in readme
     print(f"\nsystemd-analyze security --offline=true: {m[1]} {m[2]}")
 
@@ -161,9 +161,11 @@ INSTALLS = {"venv": venv_install, "binary": binary_install, "deb": deb_install}
 def test_a_supervisor_that_stops_pinging_is_killed_by_the_watchdog(
         manager: UserManager, tmp_path: Path, how: str) -> None:
     # As each installation runs it: the venv's entry point, the single-file binary with the unit
-    # its `unit install` writes, the Debian package's files with its drop-in. The binary's main
-    # pid (WATCHDOG_PID) is PyInstaller's bootloader; the pings come from its Python child, which
-    # is the process that stops pinging here (the ready file's pid: the supervisor).
+    # its `unit install` writes, the Debian package's files (the directory build, the unit as
+    # shipped). The venv's and the package's supervisor is the main pid (WATCHDOG_PID: one
+    # process, exec'd into the lean supervisor); the single-file binary's main pid is
+    # PyInstaller's bootloader and the pings come from its Python child. The ready file's pid
+    # (the supervisor) is the process that stops pinging here.
     # WatchdogSec=5s instead of the shipped 60 s, so that the test takes seconds, not minutes
     node = Node(manager, tmp_path, extra="WatchdogSec=5s\n", install=INSTALLS[how](tmp_path))
     try:
@@ -174,7 +176,7 @@ def test_a_supervisor_that_stops_pinging_is_killed_by_the_watchdog(
         pids = service_pids(ready)
         supervisor = ready["pid"]
         assert isinstance(supervisor, int)
-        assert (supervisor == int(first["MainPID"])) is (how == "venv")
+        assert (supervisor == int(first["MainPID"])) is (how != "binary")
         time.sleep(12)  # more than two intervals: the loop's pings keep it alive
         p = node.props("MainPID", "NRestarts", "ActiveState")
         assert p == {"MainPID": first["MainPID"], "NRestarts": "0", "ActiveState": "active"}, \

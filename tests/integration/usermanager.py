@@ -234,13 +234,12 @@ def _nvfabric(*args: str) -> subprocess.CompletedProcess[str]:
 
 @dataclass(frozen=True)
 class Install:
-    """How nvfabric is installed for a :class:`Node`: the program ExecStart runs, the unit
-    file as that installation has it, and the drop-ins it ships (the Debian package's)."""
+    """How nvfabric is installed for a :class:`Node`: the program ExecStart runs and the unit
+    file as that installation has it."""
 
     name: str
     command: Path
     unit: Path
-    dropins: tuple[Path, ...] = ()
 
 
 def venv_install(tmp_path: Path) -> Install:
@@ -271,8 +270,6 @@ class Node:
             assert not set(value) & set("%$\"\\ \n"), value  # no unit-file specifiers/quoting
         dropin = manager.units / f"{UNIT}.d"
         dropin.mkdir(exist_ok=True)
-        for shipped in self.install.dropins:
-            shutil.copyfile(shipped, dropin / shipped.name)
         (dropin / "zz-test.conf").write_text(
             "[Service]\nExecStart=\n"
             f"ExecStart={command} run --root {self.root} "

@@ -1,5 +1,5 @@
 """``nvfabric events``: what happened to the fabric, from the event history of ``nvfabric
-run`` (:mod:`nvfabric.observe.history`), live or after the run ended.
+run`` (:mod:`nvfabric.effects.history`), live or after the run ended.
 
 The procedure: find the history in the state directory under the root, read it (bounded;
 torn or damaged lines dropped and counted), keep the records the filters select, and return
@@ -13,11 +13,11 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from nvfabric.facts.paths import under
+from nvfabric.effects import history
 from nvfabric.model.errors import usage_error
 from nvfabric.model.findings import is_code
-from nvfabric.observe import history
-from nvfabric.strict import BadValue, to_float
+from nvfabric.model.hostpath import under
+from nvfabric.model.strict import BadValue, to_float
 
 #: ``--since`` units (a bare number is seconds).
 _UNITS = {"": 1.0, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}

@@ -10,7 +10,7 @@ Logs in UTF-16/UTF-32 (a BOM, or NUL bytes between ASCII characters) are decoded
 with NUL bytes that is no text in those encodings is refused (exit 2), never read as "no
 findings".
 
-An event history of ``nvfabric run`` (``<state-dir>/events``, :mod:`nvfabric.observe.history`)
+An event history of ``nvfabric run`` (``<state-dir>/events``, :mod:`nvfabric.effects.history`)
 is read as one: its kernel lines are classified again, its other findings listed as recorded.
 
 Exit codes: 0 no error-level finding; 1 at least one; 2 unreadable input.
@@ -21,30 +21,25 @@ from __future__ import annotations
 import os
 import stat
 import sys
-from typing import IO, Any, cast
+from typing import IO, cast
 
 import click
 
-from nvfabric.cli.render import (
-    console,
-    guarded,
-    json_option,
-    print_findings,
-    print_json,
-    root_option,
-)
+from nvfabric.cli.render import console, guarded, json_option, print_findings, root_option
+from nvfabric.effects.history import MAGIC, for_diagnosis, is_history, read_file
+from nvfabric.effects.stdio import print_json
+from nvfabric.facts.inventory import collect
 from nvfabric.model.errors import usage_error
 from nvfabric.model.findings import Finding
 from nvfabric.model.vocab import FABRIC_KINDS, FabricKind
 from nvfabric.model.words import plural
-from nvfabric.observe.history import MAGIC, for_diagnosis, is_history, read_file
+from nvfabric.rules.diagnose import Classifier, classify_stream
+from nvfabric.rules.logtext import LogEncodingError, LogInputError
+from nvfabric.rules.plan import plan
 
 
 def fabric_of_root(root: str) -> FabricKind:
     """The plan's fabric kind of the node under ``root``."""
-    from nvfabric.facts.inventory import collect
-    from nvfabric.rules.plan import plan
-
     return plan(collect(root)).fabric
 
 
@@ -55,7 +50,6 @@ MAX_LOG_BYTES = 16 << 30
 
 class _Capped:
     """A binary stream that refuses (``input_unreadable``) to go past :data:`MAX_LOG_BYTES`."""
-
     def __init__(self, stream: IO[bytes], path: str) -> None:
         self.stream, self.path, self.total = stream, path, 0
 
@@ -68,7 +62,7 @@ class _Capped:
         return block
 
 
-def _history(classifier: Any, path: str) -> list[Finding]:
+def _history(classifier: Classifier, path: str) -> list[Finding]:
     """An event history of ``nvfabric run`` given as a log: its kernel lines classified (as
     if read from the kernel log), the findings of its other records as recorded."""
     lines, found = for_diagnosis(read_file(path).records)
@@ -89,13 +83,6 @@ def _history(classifier: Any, path: str) -> list[Finding]:
 def doctor(ctx: click.Context, root: str, fabric: FabricKind | None, logs: tuple[str, ...],
            as_json: bool) -> None:
     """Explain fabric logs: each known failure line becomes a finding with a hint."""
-    from nvfabric.rules.diagnose import (
-        Classifier,
-        LogEncodingError,
-        LogInputError,
-        classify_stream,
-    )
-
     source = ctx.get_parameter_source("root")
     if fabric is None and source is not None and source.name != "DEFAULT":
         fabric = fabric_of_root(root)

@@ -18,13 +18,13 @@ from nvfabric.cli.render import (
     console,
     guarded,
     json_option,
-    print_json,
     root_option,
     safe,
     severity_style,
 )
+from nvfabric.effects.log import rfc3339
+from nvfabric.effects.stdio import print_json
 from nvfabric.model.commandline import DEFAULT_STATE_DIR
-from nvfabric.observe.logs import rfc3339
 
 
 def _line(r: dict[str, Any]) -> str:

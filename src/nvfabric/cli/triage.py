@@ -10,19 +10,19 @@ included); 2 unreadable input or not a bug report.
 from __future__ import annotations
 
 import sys
-from typing import Any
 
 import click
 
-from nvfabric.cli.render import console, guarded, json_option, print_json, safe, severity_style
+from nvfabric.cli.render import VERDICT_STYLE, console, guarded, json_option, safe, severity_style
+from nvfabric.effects.stdio import print_json
+from nvfabric.triage import triage, with_history
+from nvfabric.triage.build import Triage
 
 
 def print_triage(t: object) -> None:
     """Human rendering: node line, report line, verdict, findings by severity with hints and
     sections, missing sections, how facts were rebuilt. Values from the report go through
     :func:`safe`."""
-    from nvfabric.triage.build import Triage
-
     assert isinstance(t, Triage)
     con = console()
     r = t.report
@@ -34,8 +34,6 @@ def print_triage(t: object) -> None:
     if t.verdict is None:
         con.print("[bold]verdict[/bold]  not judged (no nvidia-smi --query section)")
     else:
-        from nvfabric.cli.status import VERDICT_STYLE
-
         v = t.verdict.verdict
         con.print(f"[bold]verdict[/bold]  [{VERDICT_STYLE[v]}]{v}[/] (nvidia-smi --query, "
                   f"{len(t.gpus)} GPUs)")
@@ -61,36 +59,6 @@ def print_triage(t: object) -> None:
             con.print(f"  - {safe(reason)}")
 
 
-def with_history(t: Any, path: str) -> Any:
-    """``t`` with the findings of the event history at ``path`` (section ``nvfabric events``):
-    its kernel lines classified for the report's fabric kind, its other findings as recorded.
-    Exit 2 when the file is no readable history."""
-    from dataclasses import replace
-
-    from nvfabric.model.errors import usage_error
-    from nvfabric.observe.history import MAGIC, for_diagnosis, is_history, read_file
-    from nvfabric.rules.diagnose import Classifier
-
-    try:
-        with open(path, "rb") as fh:
-            head = fh.read(len(MAGIC))
-        reading = read_file(path)
-    except OSError as err:
-        raise usage_error(f"--events {path}: {err.strerror or err}",
-                          "give the events file of nvfabric run's state directory") from None
-    if not is_history(head):
-        raise usage_error(f"--events {path}: not an event history of nvfabric run",
-                          "give <state-dir>/events (default /run/nvfabric/events)")
-    lines, found = for_diagnosis(reading.records)
-    classifier = Classifier(t.plan.fabric)
-    for line in lines:
-        classifier.feed(line)
-    section = {"section": "nvfabric events"}
-    more = [replace(f, fields={**f.fields, **section}) for f in (*classifier.findings(), *found)]
-    return replace(t, findings=tuple(sorted((*t.findings, *more),
-                                            key=lambda f: f.severity != "error")))
-
-
 @click.command("triage")
 @click.argument("file")
 @click.option("--events", "history", default=None, metavar="FILE",
@@ -104,8 +72,6 @@ def triage_cmd(file: str, history: str | None, as_json: bool) -> None:
     \b
     Exit codes: 0 no error finding; 1 at least one error finding;
     2 unreadable input or not a bug report."""
-    from nvfabric.triage import triage
-
     t = triage(file)
     if history is not None:
         t = with_history(t, history)

@@ -37,8 +37,8 @@ import stat
 from dataclasses import dataclass
 from typing import Literal
 
-from nvfabric.facts.paths import under
-from nvfabric.strict import is_uint
+from nvfabric.model.hostpath import under
+from nvfabric.model.strict import is_uint
 
 #: The bytes asked of one read(2) of kmsg: twice CONSOLE_EXT_LOG_MAX (8 KiB), so that no
 #: record fails with EINVAL.

@@ -15,7 +15,7 @@ then ``-f``, then ``SLURM_CONF``, then the compiled-in default):
    (:data:`nvfabric.rules.imex.tables.SLURM_CONF_PATHS`);
 4. the configless cache (:data:`nvfabric.rules.imex.tables.SLURM_CONFIGLESS_PATHS`).
 
-Every path is joined under the root (:func:`nvfabric.facts.paths.under`); a glob match or a
+Every path is joined under the root (:func:`nvfabric.model.hostpath.under`); a glob match or a
 link that leads out of the root is not read (noted); every read is bounded
 (:data:`~nvfabric.rules.imex.tables.SLURM_MAX_SCRIPT_BYTES` a file, at most
 :data:`~nvfabric.rules.imex.tables.SLURM_MAX_SCRIPTS` scripts,
@@ -32,8 +32,8 @@ from collections.abc import Mapping
 
 from nvfabric.facts import procs
 from nvfabric.facts.fs import listdir, read_bytes, read_text
-from nvfabric.facts.paths import PathEscape, host_view, under
 from nvfabric.model import hostpath
+from nvfabric.model.hostpath import PathEscape, host_view, under
 from nvfabric.rules.imex import script, slurm
 from nvfabric.rules.imex.tables import (
     NVFABRIC_SLURM_DEFAULTS,

@@ -13,7 +13,7 @@ index, ``UUID``, ``pci_bus_id``; dcgm-exporter ``default-counters.csv`` conventi
 join with ``DCGM_FI_*`` series works ``on(UUID)``. Label values come from bounded vocabularies
 (states, fields, finding codes, services): no per-line or per-request series.
 
-Series (every one has a HELP line; see README "nvfabric status"):
+Series (every one has a HELP line; see docs/commands/status.md):
 
 - ``nvfabric_build_info{version, driver_version, fabric}`` 1
 - ``nvfabric_fabric_ready`` 0/1; ``nvfabric_fabric_time_to_ready_seconds`` (once ready): the
@@ -36,7 +36,7 @@ Series (every one has a HELP line; see README "nvfabric status"):
 - ``nvfabric_kernel_events_total{code, severity}`` kernel log findings since the run started,
   ``nvfabric_kernel_last_event_timestamp_seconds`` the last one's time,
   ``nvfabric_kernel_lines_total`` lines read, ``nvfabric_kernel_lines_dropped_total{reason}``
-  lines not classified (``run`` with the kernel watch: :mod:`nvfabric.observe.kernelwatch`);
+  lines not classified (``run`` with the kernel watch: :mod:`nvfabric.supervisor.kernelwatch`);
   a kernel finding that changes the verdict shows in ``nvfabric_verdict`` at once
 """
 
@@ -50,11 +50,12 @@ from typing import TYPE_CHECKING, Any
 from nvfabric import __version__
 from nvfabric.model.findings import Finding
 from nvfabric.model.health import STATES, GpuFabric
+from nvfabric.observe.unitstate import EXIT_REASONS
 from nvfabric.rules.live import worst
 
 if TYPE_CHECKING:
-    from nvfabric.observe.kernelwatch import KernelEvents
     from nvfabric.observe.unitstate import UnitSnapshot
+    from nvfabric.supervisor.kernelwatch import KernelEvents
 
 #: The content type of the text format (what ``/metrics`` answers with).
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
@@ -88,7 +89,7 @@ class Reading:
 
 
 def reading_of(report: Any) -> Reading:
-    """The :class:`Reading` of a :class:`nvfabric.cli.status.Report` (typed loosely so that
+    """The :class:`Reading` of a :class:`nvfabric.app.status.Report` (typed loosely so that
     this module does not import the CLI)."""
     services = None if report.services is None else tuple(
         (s.name, bool(s.running)) for s in report.services)
@@ -194,7 +195,6 @@ def _unit(unit: UnitSnapshot) -> Iterator[Any]:
     exits = CounterMetricFamily("nvfabric_service_exits", "Unexpected exits of the service "
                                 "by reason (exit_code, clean, signal)",
                                 labels=["service", "reason"])
-    from nvfabric.observe.unitstate import EXIT_REASONS
 
     for s in unit.services:
         restarts.add_metric([s.service], s.restarts)
@@ -267,7 +267,7 @@ def _findings(findings: Sequence[Finding]) -> Iterator[Any]:
     from prometheus_client.core import GaugeMetricFamily
 
     fam = GaugeMetricFamily("nvfabric_findings", "Findings of the current reading by code "
-                            "and severity (README, Finding codes)", labels=["code", "severity"])
+                            "and severity (docs/finding-codes.md)", labels=["code", "severity"])
     for (code, severity), n in sorted(Counter((f.code, f.severity) for f in findings).items()):
         fam.add_metric([code, severity], n)
     yield fam

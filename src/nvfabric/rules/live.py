@@ -35,8 +35,16 @@ RANK: dict[str, int] = {"not_applicable": 0, "healthy": 0, "pending": 1, "degrad
 #: raised. The default is NVSentinel's boot grace period (``--boot-grace-period``, 300 s:
 #: NVIDIA/NVSentinel docs/designs/049-system-services-monitor-scope.md), whose NVLink
 #: watch learnt the same lesson: links train after every boot and look down meanwhile
-#: (NVIDIA/NVSentinel issue 1701).
+#: (github.com/NVIDIA/NVSentinel/issues/1701).
 DEFAULT_BOOT_WINDOW_S = 300.0
+#: Seconds within which the repeats of one (code, device) are one log line and one record of
+#: the event history (``run --kernel-interval``).
+DEFAULT_INTERVAL_S = 60.0
+#: Kernel lines a second beyond which the rest of the second is skipped (``run
+#: --kernel-max-lines``; a flood: printk's own rate limit lets through 10 lines per 5 s per
+#: call site; a node writing more than this is stuck in a loop, and reading it all would cost
+#: the supervisor a core).
+DEFAULT_MAX_LINES_PER_S = 20_000
 #: The codes the boot window holds back: link training (gpud
 #: components/accelerator/nvidia/nvlink/kmsg.go, the driver's post-RxDetect link mask).
 BOOT_NOTICES: frozenset[str] = frozenset({"nvlink_training_warning"})

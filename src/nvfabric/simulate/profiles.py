@@ -1,12 +1,17 @@
 """Built-in node profiles for ``nvfabric simulate PROFILE DIR`` and the demo.
 
 Each is a node spec (tests/data/cases/README.md format). Device IDs and VPD fields follow the
-captures in ../shared/corpus (DGX B200 LPF VPD, GB200 lspci) and the P cases.
+captures in tests/data/corpus (DGX B200 LPF VPD, GB200 lspci) and the P cases.
+:data:`PLATFORMS` names the product each profile is; :func:`describe` adds what it holds, by
+the product table (``nvfabric simulate --list``).
 """
 
 from __future__ import annotations
 
 from typing import Any
+
+from nvfabric.rules.products import PRODUCTS
+from nvfabric.simulate.spec import NodeSpec
 
 _LPF = "MLX:MN=MLNX:CSKU=V2:UUID=V3:PCI=V0:SMDL=SW_MNG:MODL=C7010Z"
 _NIC = "MLX:MN=MLNX:CSKU=V2:UUID=V3:PCI=V0:MODL=CX713106A"
@@ -81,3 +86,48 @@ PROFILES: dict[str, dict[str, Any]] = {
     },
     "no-gpu": {"arch": "x86_64", "driver_version": None, "modules": []},
 }
+
+#: Profile -> the product it is (NVIDIA's names of the systems and boards).
+PLATFORMS: dict[str, str] = {
+    "dgx-b200": "DGX B200",
+    "hgx-b200-4lpf": "HGX B200 8-GPU",
+    "hgx-h100": "HGX H100 8-GPU",
+    "dgx-a100": "DGX A100",
+    "hgx2-v100": "HGX-2",
+    "gb200-tray": "GB200 NVL72 compute tray",
+    "gh200": "GH200 Grace Hopper superchip node",
+    "h100-pcie": "PCIe server",
+    "a40-bridge": "PCIe server, NVLink bridge pair",
+    "no-gpu": "server without a GPU",
+}
+
+#: IsSMDisabled, bit 10 of an InfiniBand port's capability mask (IBTA PortInfo CapabilityMask).
+_SM_DISABLED = 0x400
+
+
+def describe(name: str, spec: NodeSpec) -> str:
+    """One line for ``simulate --list``: the product and what the profile holds, e.g. ``DGX
+    B200 (8x B200, 4 ConnectX-7 LPF)``: GPUs and NVSwitches by the product table's names,
+    ConnectX functions as LPF (VPD ``SMDL=SW_MNG``) or NIC, LPF ports with the SM disabled,
+    IMEX channels."""
+    parts = [f"{count}x {_name('10de', dev)}" for dev, count in spec.gpus]
+    if spec.nvswitches and spec.nvswitches[1]:
+        dev, count = spec.nvswitches
+        product = PRODUCTS.get(("10de", dev))
+        parts.append(f"{count} NVSwitch gen {product.generation[-1]}" if product
+                     else f"{count} NVSwitch {dev}")
+    for lpf, label in ((True, "LPF"), (False, "NIC")):
+        group = [m for m in spec.mellanox if m.sw_mng is lpf]
+        for dev in sorted({m.device_id for m in group}):
+            parts.append(f"{sum(m.device_id == dev for m in group)} {_name('15b3', dev)} {label}")
+    off = sum(p.cap_mask & _SM_DISABLED != 0 for m in spec.mellanox if m.sw_mng for p in m.ports)
+    if off:
+        parts.append(f"{off} LPF port{'s' if off > 1 else ''} SM-disabled")
+    if spec.imex_channels:
+        parts.append("IMEX " + ", ".join(f"channel{c}" for c in spec.imex_channels))
+    return f"{PLATFORMS.get(name, name)} ({', '.join(parts) or 'no NVIDIA device'})"
+
+
+def _name(vendor: str, device: str) -> str:
+    product = PRODUCTS.get((vendor, device))
+    return product.name if product else f"device {vendor}:{device}"

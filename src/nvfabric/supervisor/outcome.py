@@ -47,7 +47,7 @@ def run_result(result: str, exit_code: int, fabric: str, findings: Sequence[Find
                restarts: int = 0, reasons: Sequence[str] = (),
                vendor_files: Sequence[Mapping[str, str]] = ()) -> dict[str, object]:
     """The one JSON shape of ``nvfabric run`` for every outcome, with and without
-    ``--dry-run`` (README, ``run`` section): every key always present, lists empty and
+    ``--dry-run`` (docs/commands/run.md): every key always present, lists empty and
     ``ready_after_s`` null where they do not apply. ``processes``/``files``: the unit's, in
     start order (what it starts and writes, or would), empty when no unit was built (blocked,
     nothing to do, another run holds the lock). ``reasons``: the plan's. ``vendor_files``:

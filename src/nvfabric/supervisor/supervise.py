@@ -1,6 +1,9 @@
 """The supervisor of a run: :class:`Supervisor` wires the unit state machine
-(:mod:`nvfabric.supervisor.unit`) to the real event loop (:mod:`nvfabric.supervisor.loop`) on
-the monotonic clock, and :meth:`Supervisor.snapshot` reads the unit's state for a status
+(:mod:`nvfabric.supervisor.machine`) to the real event loop (:mod:`nvfabric.supervisor.loop`)
+on the monotonic clock, with what watches beside the unit (the kernel log,
+:mod:`nvfabric.supervisor.kernelwatch`) and the run's event history
+(:mod:`nvfabric.effects.history`); :meth:`Supervisor.snapshot` and
+:meth:`Supervisor.kernel_events` read the unit's state and the kernel's events for a status
 endpoint."""
 
 from __future__ import annotations
@@ -8,28 +11,32 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Callable, Sequence
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from nvfabric.bringup.spec import ServiceSpec
 from nvfabric.effects.log import Log
 from nvfabric.effects.notify import SYSTEMD_ENV, watchdog_usec
 from nvfabric.model.findings import Finding
+from nvfabric.model.gpucheck import GpuCheck
+from nvfabric.supervisor import running
 from nvfabric.supervisor.loop import Loop
+from nvfabric.supervisor.machine import Unit
 from nvfabric.supervisor.outcome import Outcome
-from nvfabric.supervisor.policy import Classifier, GpuCheck, Policy
+from nvfabric.supervisor.policy import Classifier, Policy
 from nvfabric.supervisor.timers import Clock
-from nvfabric.supervisor.unit import Unit
 
-_running: list[Supervisor] = []
+if TYPE_CHECKING:
+    from nvfabric.supervisor.kernelwatch import KernelEvents
 
-#: The event history's append: (kind, fields) (:meth:`nvfabric.observe.history.History.append`).
+#: The event history's append: (kind, fields) (:meth:`nvfabric.effects.history.History.append`).
 Record = Callable[[str, dict[str, Any]], None]
 
 
 class Watcher(Protocol):
-    """What watches beside the unit (the kernel log: :mod:`nvfabric.observe.kernelwatch`):
+    """What watches beside the unit (the kernel log: :mod:`nvfabric.supervisor.kernelwatch`):
     given the loop's readable descriptors, the unit's timers and its door for a finding that
-    changes the verdict when the run starts, closed when it ends."""
+    changes the verdict when the run starts, closed when it ends; ``snapshot()`` what it has
+    seen (any thread)."""
 
     def attach(self, watch: Callable[[int, Callable[[], None]], None],
                unwatch: Callable[[int], None],
@@ -37,6 +44,8 @@ class Watcher(Protocol):
                on_level: Callable[[Finding, str], None] | None) -> None: ...
 
     def close(self) -> None: ...
+
+    def snapshot(self) -> KernelEvents: ...
 
 
 class RecordingLog(Log):
@@ -50,13 +59,6 @@ class RecordingLog(Log):
     def finding(self, f: Finding) -> None:
         super().finding(f)
         self._record("exit" if f.code == "service_exited" else "finding", f.to_json())
-
-
-def running() -> Supervisor | None:
-    """The supervisor whose :meth:`Supervisor.run` is going on in this process (the lean
-    supervisor process runs one), else None: where a status endpoint or a metrics exporter in
-    the same process reads :meth:`Supervisor.snapshot` from (any thread)."""
-    return _running[-1] if _running else None
 
 
 class Supervisor:
@@ -90,6 +92,7 @@ class Supervisor:
         self.policy = policy or Policy()
         self.log = log or Log()
         self.watch = watch
+        self._kernel = None if watch is None else watch.snapshot  # kept after the close
         self.history = history
         if history is not None:
             self.log = RecordingLog(self.log, history)
@@ -98,13 +101,12 @@ class Supervisor:
         env = {k: v for k, v in os.environ.items() if k not in SYSTEMD_ENV}
         self.unit = Unit(specs, self.policy, self.loop, self.log, env=env,
                          classifier=classifier, ready_file=ready_file, ready_info=ready_info,
-                         pid_dir=pid_dir, preflight=preflight)
-        self.unit.history = history
+                         pid_dir=pid_dir, preflight=preflight, history=history)
 
     def run(self) -> Outcome:
         """Start the unit and supervise it until it stops; see :mod:`nvfabric.supervisor`."""
         self.loop.open()
-        _running.append(self)
+        running.enter(self)
         try:
             if self.watch is not None:  # the kernel log: one more readable descriptor
                 self.watch.attach(self.loop.watch_readable, self.loop.unwatch_readable,
@@ -123,7 +125,7 @@ class Supervisor:
                                       "restarts": self.unit.outcome.restarts})
             return self.unit.outcome
         finally:
-            _running.remove(self)
+            running.leave(self)
             if self.watch is not None:
                 self.watch.close()
             self.unit.kill_all()
@@ -131,5 +133,10 @@ class Supervisor:
 
     def snapshot(self) -> list[dict[str, object]]:
         """The unit's state now, one dict per service in start order (see
-        :meth:`nvfabric.supervisor.unit.Unit.snapshot`)."""
+        :meth:`nvfabric.supervisor.machine.Unit.snapshot`)."""
         return self.unit.snapshot()
+
+    def kernel_events(self) -> KernelEvents | None:
+        """What the kernel log watch has seen since the run started (any thread; None when
+        the kernel log is not watched)."""
+        return None if self._kernel is None else self._kernel()
