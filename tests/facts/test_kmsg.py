@@ -1,13 +1,16 @@
 """The live kernel log reader (nvfabric.facts.kmsg): kmsg records as the kernel documents them
 (one record per read, continuation lines, EPIPE on an overrun, the seq gap), a simulated node's
 FIFO read as a stream (several records per write, a writer's close is no end, a 300 MB line
-dropped in bounded memory), the journal's short-monotonic lines and its fallback process."""
+dropped in bounded memory), the journal's short-monotonic lines and its fallback process (which
+dies with its reader)."""
 
 from __future__ import annotations
 
 import os
 import select
 import stat
+import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
@@ -24,7 +27,7 @@ from nvfabric.facts.kmsg import (
     parse_record,
 )
 from tests.conftest import REPO
-from tests.runkit import sim
+from tests.runkit import sim, until
 
 CORPUS = REPO / "tests/data/corpus/logs"
 
@@ -231,3 +234,45 @@ def test_the_journal_is_the_fallback_and_its_process_is_ended(tmp_path: Path,
         klog.close()
     with pytest.raises(ChildProcessError):
         os.waitpid(pid, os.WNOHANG)  # ended and reaped
+
+
+def _ended(pid: int) -> bool:
+    """True when ``pid`` is gone or a zombie (ended, not yet collected by whoever adopted it)."""
+    try:
+        stat_line = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return True
+    return stat_line.rsplit(")", 1)[1].split()[0] in ("Z", "X")
+
+
+def test_the_journal_process_ends_with_a_reader_killed_by_sigkill(tmp_path: Path) -> None:
+    """``journalctl -f`` writes only when the kernel does: without PR_SET_PDEATHSIG it would
+    outlive a supervisor killed with SIGKILL until the next kernel line."""
+    root = tmp_path / "node"
+    (root / "var/log/journal").mkdir(parents=True)
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "journalctl").write_text("#!/bin/sh\nexec sleep 600\n")
+    (bin_dir / "journalctl").chmod(0o755)
+    reader = ("import sys, time\nfrom nvfabric.facts.kmsg import open_kernel_log\n"
+              "klog, why = open_kernel_log(sys.argv[1])\n"
+              "print(klog.pid if klog else why, flush=True)\ntime.sleep(600)\n")
+    env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}"}
+    child = subprocess.Popen([sys.executable, "-c", reader, str(root)], stdout=subprocess.PIPE,
+                             env=env, text=True)
+    journal = None
+    try:
+        assert child.stdout is not None
+        answer = child.stdout.readline().strip()
+        assert answer.isdigit(), answer
+        journal = int(answer)
+        assert not _ended(journal)
+        child.kill()
+        child.wait()
+        until(lambda: _ended(journal), "journalctl ended with the reader that started it")
+    finally:
+        if child.poll() is None:
+            child.kill()
+            child.wait()
+        if journal is not None and not _ended(journal):
+            os.kill(journal, 9)

@@ -19,7 +19,9 @@ fakes write records to in the same format, several in one write: it is read as a
 at newlines; the reader also holds the FIFO's write end so that it never sees an end of file
 when a writer closes. The journal: ``journalctl -k -f -n 0 -o short-monotonic --no-hostname
 -q`` (``--directory`` of the root's journal for another root), lines ``[  117.984502] kernel:
-message``, started with :func:`os.posix_spawnp` (no :mod:`subprocess` in the lean supervisor).
+message``, started by the one door for a child whose output is read in the supervisor
+(:func:`nvfabric.effects.process.spawn`: its own process group, PR_SET_PDEATHSIG, so that a
+supervisor killed with SIGKILL leaves no ``journalctl -f`` behind; no :mod:`subprocess`).
 
 Bounds: a read takes at most ``max_bytes`` (the caller's budget), a stream line longer than
 :data:`MAX_RECORD` bytes is dropped and counted (:attr:`Batch.too_long`), never kept: a 300 MB
@@ -33,10 +35,13 @@ from __future__ import annotations
 import contextlib
 import errno
 import os
+import signal
 import stat
 from dataclasses import dataclass
 from typing import Literal
 
+from nvfabric.effects.process import kill_group, spawn
+from nvfabric.facts.fs import program_path
 from nvfabric.model.hostpath import under
 from nvfabric.model.strict import is_uint
 
@@ -230,8 +235,7 @@ class KernelLog:
             with contextlib.suppress(OSError):
                 os.close(fd)
         if self.pid is not None:
-            with contextlib.suppress(OSError):
-                os.kill(self.pid, 15)
+            kill_group(self.pid, signal.SIGTERM)
             with contextlib.suppress(ChildProcessError):
                 os.waitpid(self.pid, 0)
             self.pid = None
@@ -342,19 +346,11 @@ def _open_journal(root: str) -> tuple[KernelLog | None, str]:
     argv = _journal_argv(root)
     if argv is None:
         return None, f"no journal under {root} (var/log/journal)"
-    r, w = os.pipe2(os.O_CLOEXEC)
+    program = program_path(argv[0])
+    if program is None:
+        return None, "journalctl: not found in $PATH"
     try:
-        devnull = os.open(os.devnull, os.O_RDWR | os.O_CLOEXEC)
-        try:
-            pid = os.posix_spawnp(argv[0], argv, dict(os.environ), file_actions=[
-                (os.POSIX_SPAWN_DUP2, devnull, 0), (os.POSIX_SPAWN_DUP2, w, 1),
-                (os.POSIX_SPAWN_DUP2, devnull, 2)], setsid=True)
-        finally:
-            os.close(devnull)
+        pid, fd = spawn([program, *argv[1:]], dict(os.environ))
     except OSError as err:
-        os.close(r)
         return None, f"journalctl: {err.strerror or err}"
-    finally:
-        os.close(w)
-    os.set_blocking(r, False)
-    return KernelLog(r, "journal", " ".join(argv), pid=pid), ""
+    return KernelLog(fd, "journal", " ".join(argv), pid=pid), ""
