@@ -63,7 +63,7 @@ def events(root: str, state_dir: str, since: str | None = None, code: str | None
     there is no history or it cannot be read, or ``code`` is no finding code."""
     if code is not None and not is_code(code):
         raise usage_error(f"--code {code!r}: not a finding code",
-                          "see the finding codes of `nvfabric doctor` and docs/watching.md")
+                          "the finding codes are listed in docs/finding-codes.md")
     start = None if since is None else (time.time() if now is None else now) - parse_since(since)
     directory = under(root, state_dir)
     try:
