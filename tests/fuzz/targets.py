@@ -18,6 +18,7 @@ import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from nvfabric.model.errors import NvfabricError
 
@@ -280,6 +281,50 @@ def _log(data: bytes) -> None:
         c = Classifier(fabric)
         classify_stream(c, io.BytesIO(data))
         json.dumps([f.to_json() for f in c.findings()])
+
+
+_WATCH: list[Any] = []
+
+
+def _kmsg(data: bytes) -> None:
+    """Bytes as a simulated node's dev/kmsg gives them, through the run's kernel watch."""
+    from nvfabric.effects.log import Log
+    from nvfabric.facts.kmsg import KernelLog
+    from nvfabric.supervisor.kernelwatch import KernelWatch, Settings
+
+    chunks = [data]
+
+    def read(fd: int, size: int) -> bytes:
+        if not chunks:
+            raise BlockingIOError
+        return chunks.pop()
+
+    klog = KernelLog(-1, "fifo", "fuzz", read=read)
+    if not _WATCH:
+        _WATCH.append(KernelWatch(klog, "nvswitch", Log(io.StringIO()), Settings()))
+    watch = _WATCH[0]
+    watch.klog = klog
+    watch.take(klog.read(1 << 20))
+    json.dumps(watch.snapshot().to_json())
+    for line in data.decode("utf-8", "replace").splitlines()[:50]:
+        klog.parse(line)
+        KernelLog(-1, "journal", "fuzz").parse(line)
+
+
+def _history(data: bytes) -> None:
+    from nvfabric.effects import history
+
+    reading = history.parse(data)
+    history.for_diagnosis(reading.records)
+    json.dumps(reading.records, default=str)
+
+
+def _history_seeds() -> list[bytes]:
+    from nvfabric.effects.history import encode
+
+    return [b"".join(encode({"time": 1.5 + i, "kind": k, "code": "nvswitch_fatal_error",
+                             "severity": "error", "message": "m", "line": "[ 1.0] SXid"})
+                     for i, k in enumerate(("run", "kernel", "exit", "verdict")))]
 
 
 # --- artifacts ---------------------------------------------------------------------------
@@ -912,6 +957,8 @@ def targets() -> list[Target]:
         Target("nvidia-smi", lambda: _files("nvidia-smi/*"), _smi, (SmiFormatError,)),
         Target("logs", lambda: _files("logs/*", "imex/*.log", "imex/*.txt"), _log,
                log_errors),
+        Target("kmsg", lambda: _files("logs/*kmsg*", "logs/*dmesg*"), _kmsg, limit=200_000),
+        Target("event-history", _history_seeds, _history, limit=100_000),
         Target("redist", lambda: _files("redist/*.json"), _redist, (NvfabricError,)),
         Target("apt", _apt_seeds, _apt, (NvfabricError,)),
         Target("rpm", _seed_text(_PRIMARY, _REPOMD), _rpm, (NvfabricError,)),

@@ -36,7 +36,9 @@ def test_every_reader_of_the_issue_has_a_target() -> None:
                      # round 3: triage, install --from (its fetch record and the root's dpkg
                      # status), nvfabric's own state files, --prometheus, run's log lines
                      "triage", "install-from", "install-record", "state-files",
-                     "supervisor-job", "gpu-probe-answer", "prometheus", "run-log-lines"}
+                     "supervisor-job", "gpu-probe-answer", "prometheus", "run-log-lines",
+                     # watching after bring-up: the live kernel log, the event history
+                     "kmsg", "event-history"}
 
 
 @pytest.mark.parametrize("name,target", [

@@ -38,6 +38,10 @@ LONG_MODULES: dict[str, str] = {
     "nvfabric/supervisor/machine.py":
         "the unit state machine: one class (start order, readiness, stop order, restarts, "
         "R04), whose parts share its state; split, they shared private names across files",
+    "nvfabric/facts/smi.py":
+        "the nvidia-smi readers: `-q` text, `-q -x` XML and the CSV query of one tool, each "
+        "built into one FabricHealth by one private builder and shared value parsers; split, "
+        "they shared private names",
     "nvfabric/app/run.py":
         "the run procedure: one procedure for every fabric kind, its steps in the vendor's "
         "order (read, prepare, lock, preflight, apply, supervise) and its options",

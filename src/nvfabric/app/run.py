@@ -16,9 +16,12 @@ Service"):
    (pure); a dry run ends here;
 5. apply (channel nodes, the state directory, the files) and hand the processes to the
    supervisor (:func:`nvfabric.supervisor.lean.supervise`: the lean process this one execs
-   into), which waits for each to be ready (NVLSM's socket, the GPUs registered, IMEX READY)
-   and reports the end itself. ``--listen`` and ``--publish`` watch the run from the
-   preflight on (:func:`_watch`); the supervisor then stays in this process.
+   into), which waits for each to be ready (NVLSM's socket, the GPUs registered, IMEX READY),
+   watches the kernel log beside them (``--kernel-log``:
+   :mod:`nvfabric.supervisor.kernelwatch`), records the run's events in the state directory
+   (:mod:`nvfabric.effects.history`) and reports the end itself. ``--listen`` and
+   ``--publish`` watch the run from the preflight on (:func:`_watch`); the supervisor then
+   stays in this process.
 
 Every end decided before the start is a :class:`RunResult`, which the command renders
 (:mod:`nvfabric.cli.run`).
@@ -60,7 +63,17 @@ from nvfabric.model.hostpath import check as check_path
 from nvfabric.model.hostpath import confined
 from nvfabric.model.inventory import Inventory
 from nvfabric.observe.hook import attach
-from nvfabric.observe.unitstate import NOTHING_TO_RUN, of_running, phase_of_running
+from nvfabric.observe.unitstate import (
+    NOTHING_TO_RUN,
+    kernel_of_running,
+    of_running,
+    phase_of_running,
+)
+from nvfabric.rules.live import (
+    DEFAULT_BOOT_WINDOW_S,
+    DEFAULT_INTERVAL_S,
+    DEFAULT_MAX_LINES_PER_S,
+)
 from nvfabric.rules.plan import Plan, plan
 from nvfabric.rules.preflight import preflight
 from nvfabric.supervisor.job import Job, Report
@@ -109,8 +122,22 @@ class RunOptions:
     listen_at: str | None = None
     health_interval: float = 30.0
     log_format: str = "text"
+    kernel_log: str = "auto"
+    link_training_window: float = DEFAULT_BOOT_WINDOW_S
+    kernel_interval: float = DEFAULT_INTERVAL_S
+    kernel_max_lines: int = DEFAULT_MAX_LINES_PER_S
     kube: KubeRequest | None = None
     typed: frozenset[str] = frozenset()
+
+    def kernel_watch(self) -> dict[str, Any] | None:
+        """The kernel log watch of the job (:attr:`nvfabric.supervisor.job.Job.kernel_watch`,
+        built in the supervisor by :func:`nvfabric.supervisor.kernelwatch.from_spec`); None
+        for ``--kernel-log off``."""
+        if self.kernel_log == "off":
+            return None
+        return {"root": self.root, "use": self.kernel_log,
+                "boot_window_s": self.link_training_window,
+                "interval_s": self.kernel_interval, "max_lines_per_s": self.kernel_max_lines}
 
     def policy(self, **more: Any) -> Policy:
         """The supervisor's policy from the restart and readiness options (``more``: the
@@ -380,7 +407,8 @@ def _supervise(o: RunOptions, p: Plan, up: _Bringup, held: RunLock | None,
         log.finding(f)
     job = _job(o, p, up, prepared, held, checked)
     if job.imex_probe is not None:  # --listen asks the daemon for the IMEX domain state
-        attach(of_running, imex=job.imex_probe[:2], phase=phase_of_running)
+        attach(of_running, imex=job.imex_probe[:2], phase=phase_of_running,
+               kernel=kernel_of_running)
     supervise(job, in_process=o.listen_at is not None or kube.publishing(o.kube)
               or is_one_file())
 
@@ -397,7 +425,8 @@ def _job(o: RunOptions, p: Plan, up: _Bringup, prepared: Prepared, held: RunLock
     common: dict[str, Any] = {
         "ready_file": os.path.join(prepared.state_dir, READY_FILE),
         "pid_dir": prepared.state_dir, "fabric": p.fabric, "state_dir": prepared.state_dir,
-        "lock_fd": held.fd if held else None, "log_format": o.log_format}
+        "lock_fd": held.fd if held else None, "log_format": o.log_format,
+        "kernel_watch": o.kernel_watch()}
     if prepared.imex is not None:
         ownership = prepared.imex.ownership
         opts = _imex_options(o, None)
@@ -434,7 +463,7 @@ def _watch(o: RunOptions, address: tuple[str, int] | None) -> None:
         listen.start(address, o.root, o.health_interval)
     if kube.publishing(o.kube):
         kube.start_beside(o.kube, o.root, listen.watch(o.root, o.health_interval))
-    attach(of_running, phase=phase_of_running)
+    attach(of_running, phase=phase_of_running, kernel=kernel_of_running)
 
 
 # -- nothing to start ---------------------------------------------------------------------------

@@ -70,6 +70,12 @@ def _doctor() -> click.Command:
     return doctor
 
 
+def _events() -> click.Command:
+    from nvfabric.cli.events import events_cmd
+
+    return events_cmd
+
+
 def _triage() -> click.Command:
     from nvfabric.cli.triage import triage_cmd
 
@@ -116,6 +122,7 @@ COMMANDS: dict[str, Callable[[], click.Command]] = {
     "wait": _wait,
     "ready": _ready,
     "doctor": _doctor,
+    "events": _events,
     "triage": _triage,
     "imex": _imex,
     "domain": _domain,

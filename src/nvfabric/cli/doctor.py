@@ -10,6 +10,9 @@ Logs in UTF-16/UTF-32 (a BOM, or NUL bytes between ASCII characters) are decoded
 with NUL bytes that is no text in those encodings is refused (exit 2), never read as "no
 findings".
 
+An event history of ``nvfabric run`` (``<state-dir>/events``, :mod:`nvfabric.effects.history`)
+is read as one: its kernel lines are classified again, its other findings listed as recorded.
+
 Exit codes: 0 no error-level finding; 1 at least one; 2 unreadable input.
 """
 
@@ -23,9 +26,11 @@ from typing import IO, cast
 import click
 
 from nvfabric.cli.render import console, guarded, json_option, print_findings, root_option
+from nvfabric.effects.history import MAGIC, for_diagnosis, is_history, read_file
 from nvfabric.effects.stdio import print_json
 from nvfabric.facts.inventory import collect
 from nvfabric.model.errors import usage_error
+from nvfabric.model.findings import Finding
 from nvfabric.model.vocab import FABRIC_KINDS, FabricKind
 from nvfabric.model.words import plural
 from nvfabric.rules.diagnose import Classifier, classify_stream
@@ -57,6 +62,15 @@ class _Capped:
         return block
 
 
+def _history(classifier: Classifier, path: str) -> list[Finding]:
+    """An event history of ``nvfabric run`` given as a log: its kernel lines classified (as
+    if read from the kernel log), the findings of its other records as recorded."""
+    lines, found = for_diagnosis(read_file(path).records)
+    for line in lines:
+        classifier.feed(line)
+    return found
+
+
 @click.command("doctor")
 @root_option
 @click.option("--fabric", type=click.Choice(FABRIC_KINDS),
@@ -73,6 +87,7 @@ def doctor(ctx: click.Context, root: str, fabric: FabricKind | None, logs: tuple
     if fabric is None and source is not None and source.name != "DEFAULT":
         fabric = fabric_of_root(root)
     classifier = Classifier(fabric)
+    extra: list[Finding] = []  # findings an event history recorded (not log lines)
     for path in logs:
         try:
             if path == "-":
@@ -83,6 +98,9 @@ def doctor(ctx: click.Context, root: str, fabric: FabricKind | None, logs: tuple
                             os.fstat(fh.fileno()).st_mode):
                         raise usage_error(f"{path} is a device, not a log file",
                                           "give a log file, or - for stdin")
+                    if is_history(fh.peek(len(MAGIC))[:len(MAGIC)]):  # nvfabric run's
+                        extra += _history(classifier, path)
+                        continue
                     classify_stream(classifier, cast(IO[bytes], _Capped(fh, path)))
         except OSError as err:
             raise usage_error(f"cannot read {path}: {err.strerror or err}",
@@ -94,7 +112,7 @@ def doctor(ctx: click.Context, root: str, fabric: FabricKind | None, logs: tuple
         except LogInputError as err:
             raise usage_error(f"{path}: {err}",
                               "give the log as the daemon or the kernel wrote it") from None
-    findings = classifier.findings()
+    findings = [*classifier.findings(), *extra]
     if as_json:
         print_json({"fabric": fabric, "lines": classifier.lines,
                     "findings": [f.to_json() for f in findings]})

@@ -41,6 +41,11 @@ from nvfabric.model.commandline import DEFAULT_STATE_DIR
 from nvfabric.model.findings import Finding
 from nvfabric.model.words import plural
 from nvfabric.rules.imex.tables import CTL_TIMEOUT_RANGE_S, CTL_TIMEOUT_S
+from nvfabric.rules.live import (
+    DEFAULT_BOOT_WINDOW_S,
+    DEFAULT_INTERVAL_S,
+    DEFAULT_MAX_LINES_PER_S,
+)
 from nvfabric.supervisor.outcome import run_result
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -64,6 +69,30 @@ def _watch_options(fn: F) -> F:
         "--listen", "listen_at", metavar="HOST:PORT", default=None,
         help="Serve /metrics, /healthz, /readyz, /status over HTTP [default: off; the "
         "DaemonSet listens on 0.0.0.0:9464].")(fn)
+
+
+def _kernel_options(fn: F) -> F:
+    """The options that watch the kernel log while the unit runs
+    (:mod:`nvfabric.supervisor.kernelwatch`; docs/watching.md): where it is read from, the
+    boot window of link-training notices, how often repeats are said, and the flood bound.
+    The event history needs no option: it is ``events`` in the state directory
+    (:mod:`nvfabric.effects.history`)."""
+    fn = click.option(
+        "--kernel-max-lines", type=click.IntRange(100), default=DEFAULT_MAX_LINES_PER_S,
+        show_default=True, help="Kernel log lines a second beyond which the rest of the "
+        "second is skipped and counted (a flood).")(fn)
+    fn = click.option(
+        "--kernel-interval", type=Seconds(1.0), default=DEFAULT_INTERVAL_S,
+        show_default=True, help="Seconds within which the repeats of a kernel finding on "
+        "one device are one log line with their count.")(fn)
+    fn = click.option(
+        "--link-training-window", type=Seconds(0.0), default=DEFAULT_BOOT_WINDOW_S,
+        show_default=True, help="Seconds after the NVIDIA driver loaded during which "
+        "link-training notices are counted, not raised (NVSentinel's boot grace period).")(fn)
+    return click.option(
+        "--kernel-log", type=click.Choice(["auto", "kmsg", "journal", "off"]), default="auto",
+        show_default=True, help="Watch the kernel log for fabric events while supervising: "
+        "/dev/kmsg under --root, else the journal's kernel stream (auto).")(fn)
 
 
 @click.command("run")
@@ -131,6 +160,7 @@ def _watch_options(fn: F) -> F:
 @click.option("--imex-ctl-timeout", type=Seconds(*CTL_TIMEOUT_RANGE_S), default=CTL_TIMEOUT_S,
               show_default=True, help="Hard timeout of each nvidia-imex-ctl call, seconds.")
 @_watch_options
+@_kernel_options
 @guarded
 @kube.options
 def run_cmd(**params: Any) -> None:

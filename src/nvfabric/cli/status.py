@@ -69,10 +69,10 @@ def print_report(report: Report) -> None:
         for col in ("GPU", "PCI", "state", "status", "clique", "ClusterUUID", "health"):
             table.add_column(col)
         for g in report.health.gpus:
-            bad = [f"{f.name}={f.value}" for f in g.health if f.impact]
+            bad = g.problems
             table.add_row(
                 str(g.index), safe(g.pci or "-"), safe(g.state), safe(g.status or "N/A"),
-                "N/A" if g.clique_id is None else str(g.clique_id),
+                safe(g.clique_text),
                 safe(g.cluster_uuid or "N/A"),
                 safe(", ".join([g.health_summary or "N/A", *bad])),
             )

@@ -15,7 +15,7 @@ import click
 
 from nvfabric.cli.render import VERDICT_STYLE, console, guarded, json_option, safe, severity_style
 from nvfabric.effects.stdio import print_json
-from nvfabric.triage import triage
+from nvfabric.triage import triage, with_history
 from nvfabric.triage.build import Triage
 
 
@@ -61,15 +61,20 @@ def print_triage(t: object) -> None:
 
 @click.command("triage")
 @click.argument("file")
+@click.option("--events", "history", default=None, metavar="FILE",
+              help="Also judge the event history of nvfabric run on that node "
+              "(<state-dir>/events): its kernel lines and findings.")
 @json_option
 @guarded
-def triage_cmd(file: str, as_json: bool) -> None:
+def triage_cmd(file: str, history: str | None, as_json: bool) -> None:
     """Triage an nvidia-bug-report.log(.gz) FILE ('-': stdin): plan, verdict, findings.
 
     \b
     Exit codes: 0 no error finding; 1 at least one error finding;
     2 unreadable input or not a bug report."""
     t = triage(file)
+    if history is not None:
+        t = with_history(t, history)
     if as_json:
         print_json(t.to_json())
     else:

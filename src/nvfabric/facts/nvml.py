@@ -1,13 +1,21 @@
-"""Live GPU fabric state through NVML (``nvmlDeviceGetGpuFabricInfoV``, falling back to v2 and
-then to the v1 ``nvmlDeviceGetGpuFabricInfo``).
+"""Live GPU fabric state through NVML, every version the driver offers, newest first:
+``nvmlDeviceGetGpuFabricInfo_v4`` (NVML 615: up to 64 cliques per GPU, each with its type),
+then ``nvmlDeviceGetGpuFabricInfoV`` with v3 (580: the health summary) and v2, then the v1
+``nvmlDeviceGetGpuFabricInfo``; and the GPU's recovery action (field
+``NVML_FI_DEV_GET_GPU_RECOVERY_ACTION``, 570+; RECOVER_IMEX_DOMAIN 595, BUS_RESET and
+SYSTEM_REBOOT 615). Sources: nvml.h of nvidia-ml-py 13.615; NVIDIA's NVML API reference and
+its change log (docs.nvidia.com/deploy/nvml-api/change-log.html).
 
 The structs are defined here, not taken from the ``nvidia-ml-py`` binding, whose own layouts
 were wrong across releases (UUID field size, ``state`` declared as a 4-byte int where nvml.h has
 ``typedef unsigned char nvmlGpuFabricState_t``, field names, byte decoding of the UUID). Layouts
-follow nvml.h (``nvmlGpuFabricInfo_t``, ``nvmlGpuFabricInfo_v2_t``, ``nvmlGpuFabricInfo_v3_t``);
-their sizes are checked at import against the header's version words
-(``NVML_STRUCT_VERSION(GpuFabricInfo, 2) == 0x02000024``, ``v3 == 0x03000028``: size in the low
-24 bits), and the cluster UUID is read as 16 raw bytes.
+follow nvml.h (``nvmlGpuFabricInfo_t``, ``nvmlGpuFabricInfo_v2_t``, ``nvmlGpuFabricInfo_v3_t``,
+``nvmlGpuFabricInfo_v4_t``); their sizes are checked at import against the header's version
+words (``NVML_STRUCT_VERSION(GpuFabricInfo, 2) == 0x02000024``, ``v3 == 0x03000028``: size in
+the low 24 bits; v4 has no version word: 548 bytes, its own function), and the cluster UUID is
+read as 16 raw bytes. v4 replaces ``cliqueId`` with ``cliques[64]`` (type, id) and
+``numCliques``; the legacy clique id is the first unicast pointer clique's (the NVML reference,
+``nvmlGpuFabricInfo_v4_t``).
 
 :func:`query` and :func:`decode` are pure over a device handle and callables, so they are tested
 with structs built in memory; :func:`read` is the host shell (imports pynvml lazily).
@@ -17,13 +25,44 @@ from __future__ import annotations
 
 import ctypes
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Any
 
 from nvfabric.model.findings import Finding
-from nvfabric.model.health import STATES, FabricHealth, GpuFabric, status_name, uuid_from_bytes
+from nvfabric.model.health import (
+    STATES,
+    Clique,
+    FabricHealth,
+    GpuFabric,
+    status_name,
+    uuid_from_bytes,
+)
 from nvfabric.model.mask import SUMMARY, decode_mask
+from nvfabric.model.vocab import CliqueType, RecoveryAction
 
 UUID_LEN = 16  # nvml.h NVML_GPU_FABRIC_UUID_LEN
+CLIQUE_MAX = 64  # nvml.h NVML_GPU_FABRIC_CLIQUE_MAX
+
+#: nvml.h NVML_GPU_FABRIC_CLIQUE_TYPE_*.
+CLIQUE_TYPES: dict[int, CliqueType] = {
+    0: "unicast_pointer",
+    1: "multicast_pointer",
+    2: "unicast_logical_endpoint",
+    3: "multicast_logical_endpoint",
+}
+#: nvml.h nvmlDeviceGpuRecoveryAction_t (NVML_GPU_RECOVERY_ACTION_*).
+RECOVERY_ACTIONS: dict[int, RecoveryAction] = {
+    0: "none",
+    1: "gpu_reset",
+    2: "node_reboot",
+    3: "drain_p2p",
+    4: "drain_and_reset",
+    5: "recover_imex_domain",
+    6: "bus_reset",
+    7: "system_reboot",
+}
+#: nvml.h NVML_FI_DEV_GET_GPU_RECOVERY_ACTION, read with nvmlDeviceGetFieldValues.
+FI_DEV_GET_GPU_RECOVERY_ACTION = 230
 
 # nvml.h nvmlReturn_t values this module branches on.
 NVML_SUCCESS = 0
@@ -63,11 +102,33 @@ class FabricInfoV3(ctypes.Structure):
     _fields_ = [*_V2, ("healthSummary", ctypes.c_ubyte)]
 
 
+class FabricClique(ctypes.Structure):
+    """nvml.h ``nvmlGpuFabricClique_v1_t``: the clique's type and id, 8 bytes."""
+
+    _fields_ = [("type", ctypes.c_ubyte), ("id", ctypes.c_uint)]
+
+
+class FabricInfoV4(ctypes.Structure):
+    """nvml.h ``nvmlGpuFabricInfo_v4_t`` (no version word; ``nvmlDeviceGetGpuFabricInfo_v4``):
+    548 bytes."""
+
+    _fields_ = [
+        ("clusterUuid", ctypes.c_ubyte * UUID_LEN),
+        ("status", ctypes.c_uint),
+        ("cliques", FabricClique * CLIQUE_MAX),
+        ("numCliques", ctypes.c_uint),
+        ("state", ctypes.c_ubyte),
+        ("healthMask", ctypes.c_uint),
+        ("healthSummary", ctypes.c_ubyte),
+    ]
+
+
 #: struct version -> (ctypes class, size in nvml.h).
 LAYOUTS: dict[int, tuple[type[ctypes.Structure], int]] = {
     1: (FabricInfoV1, 28),
     2: (FabricInfoV2, 0x24),
     3: (FabricInfoV3, 0x28),
+    4: (FabricInfoV4, 548),
 }
 
 
@@ -94,14 +155,23 @@ FabricCall = Callable[[Any, Any], int]
 
 
 def query(
-    handle: Any, get_v: FabricCall | None, get_v1: FabricCall | None
+    handle: Any, get_v: FabricCall | None, get_v1: FabricCall | None,
+    get_v4: FabricCall | None = None,
 ) -> tuple[ctypes.Structure | None, int, int]:
-    """Ask NVML for one GPU's fabric info: v3, then v2 through ``nvmlDeviceGetGpuFabricInfoV``
-    (a driver that does not know v3 answers NVML_ERROR_ARGUMENT_VERSION_MISMATCH), then v1
-    through ``nvmlDeviceGetGpuFabricInfo``. ``get_v``/``get_v1`` are None when the library lacks
-    the function. Returns (struct or None, struct version used, NVML return code); code 13
-    (NVML_ERROR_FUNCTION_NOT_FOUND) when neither function exists.
+    """Ask NVML for one GPU's fabric info, newest version first: v4 through
+    ``nvmlDeviceGetGpuFabricInfo_v4`` (when the library has it and it answers success), then
+    v3 and v2 through ``nvmlDeviceGetGpuFabricInfoV`` (a driver that does not know v3
+    answers NVML_ERROR_ARGUMENT_VERSION_MISMATCH), then v1 through
+    ``nvmlDeviceGetGpuFabricInfo``. ``get_*`` are None when the library lacks the function.
+    Returns (struct or None, struct version used, NVML return code); code 13
+    (NVML_ERROR_FUNCTION_NOT_FOUND) when no function exists. A v4 that fails is not the answer
+    while an older function is there to ask (a driver may have the entry point and refuse it).
     """
+    if get_v4 is not None:
+        info4 = FabricInfoV4()
+        rc = int(get_v4(handle, ctypes.pointer(info4)))
+        if rc == NVML_SUCCESS or (get_v is None and get_v1 is None):
+            return (info4 if rc == NVML_SUCCESS else None), 4, rc
     if get_v is not None:
         for version in (3, 2):
             cls, _ = LAYOUTS[version]
@@ -116,6 +186,15 @@ def query(
         rc = int(get_v1(handle, ctypes.pointer(info1)))
         return (info1 if rc == NVML_SUCCESS else None), 1, rc
     return None, 0, NVML_ERROR_FUNCTION_NOT_FOUND
+
+
+def cliques_of(info: ctypes.Structure) -> tuple[Clique, ...]:
+    """The cliques of a filled v4 struct: its first ``numCliques`` entries (at most
+    :data:`CLIQUE_MAX`) of a type nvml.h names, in the driver's order (by type, then id)."""
+    raw: Any = info
+    count = min(int(raw.numCliques), CLIQUE_MAX)
+    return tuple(Clique(CLIQUE_TYPES[int(c.type)], int(c.id)) for c in raw.cliques[:count]
+                 if int(c.type) in CLIQUE_TYPES)
 
 
 def decode(
@@ -136,6 +215,11 @@ def decode(
     mask = int(raw.healthMask) if version >= 2 else None
     summary = SUMMARY.get(int(raw.healthSummary), "not_supported") if version >= 3 else None
     supported = state != "not_supported"
+    cliques = cliques_of(info) if version >= 4 and supported else ()
+    if version >= 4:
+        clique = next((c.id for c in cliques if c.type == "unicast_pointer"), None)
+    else:
+        clique = int(raw.cliqueId) if supported else None
     return GpuFabric(
         index=index,
         uuid=uuid,
@@ -143,11 +227,12 @@ def decode(
         name=name,
         state=state,
         status=status_name(int(raw.status)) if supported else None,
-        clique_id=int(raw.cliqueId) if supported else None,
+        clique_id=clique,
         cluster_uuid=uuid_from_bytes(bytes(raw.clusterUuid)) if supported else None,
         health_summary=summary,
         health=decode_mask(mask) if mask is not None and supported else (),
         health_mask=mask,
+        cliques=cliques,
     )
 
 
@@ -225,6 +310,7 @@ def _read_devices(pynvml: Any) -> FabricHealth:
     except pynvml.NVMLError:
         driver = None
     lib = getattr(pynvml, "nvmlLib", None)
+    get_v4 = getattr(lib, "nvmlDeviceGetGpuFabricInfo_v4", None)
     get_v = getattr(lib, "nvmlDeviceGetGpuFabricInfoV", None)
     get_v1 = getattr(lib, "nvmlDeviceGetGpuFabricInfo", None)
     gpus: list[GpuFabric] = []
@@ -242,17 +328,32 @@ def _read_devices(pynvml: Any) -> FabricHealth:
                 {"reason": "device_error", "gpu": index},
             ))
             continue
-        gpus.append(fabric_of(index, handle, uuid, pci, name, get_v, get_v1, findings))
+        gpu = fabric_of(index, handle, uuid, pci, name, get_v, get_v1, findings, get_v4)
+        gpus.append(replace(gpu, recovery_action=recovery_action(pynvml, handle)))
     return FabricHealth("nvml", tuple(gpus), driver, tuple(findings))
+
+
+def recovery_action(pynvml: Any, handle: Any) -> RecoveryAction | None:
+    """The GPU's recovery action (``NVML_FI_DEV_GET_GPU_RECOVERY_ACTION`` through
+    ``nvmlDeviceGetFieldValues``), None when the driver does not report it (before 570, a
+    value nvml.h does not name, or an error)."""
+    try:
+        (value,) = pynvml.nvmlDeviceGetFieldValues(handle, [FI_DEV_GET_GPU_RECOVERY_ACTION])
+        if int(value.nvmlReturn) != NVML_SUCCESS:
+            return None
+        return RECOVERY_ACTIONS.get(int(value.value.uiVal))
+    except (pynvml.NVMLError, AttributeError, TypeError, ValueError):
+        return None
 
 
 def fabric_of(
     index: int, handle: Any, uuid: str | None, pci: str | None, name: str | None,
     get_v: FabricCall | None, get_v1: FabricCall | None, findings: list[Finding],
+    get_v4: FabricCall | None = None,
 ) -> GpuFabric:
     """One GPU: query with fallback, decode, and append the reader's findings (each kind of
     failure once per reading)."""
-    info, version, rc = query(handle, get_v, get_v1)
+    info, version, rc = query(handle, get_v, get_v1, get_v4)
     if info is not None:
         filled: Any = info
         raw_state = int(filled.state)

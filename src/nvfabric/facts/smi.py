@@ -31,9 +31,17 @@ from dataclasses import dataclass, field
 
 from nvfabric.model.errors import InputError
 from nvfabric.model.findings import Finding
-from nvfabric.model.health import FabricHealth, GpuFabric, Source, state_from_smi, status_from_smi
+from nvfabric.model.health import (
+    Clique,
+    FabricHealth,
+    GpuFabric,
+    Source,
+    state_from_smi,
+    status_from_smi,
+)
 from nvfabric.model.mask import HealthField, decode_smi, summary_from_smi
 from nvfabric.model.strict import BadValue, int_or_none, is_uint, to_int
+from nvfabric.model.vocab import CLIQUE_TYPES, CliqueType, RecoveryAction
 
 
 class SmiFormatError(InputError):
@@ -119,6 +127,7 @@ class _Gpu:
     health: list[HealthField] = field(default_factory=list)
     summary: str | None = None
     has_fabric: bool = False
+    cliques: list[Clique] = field(default_factory=list)
 
     def build(self, index: int, where: str = "",
               findings: list[Finding] | None = None) -> GpuFabric:
@@ -156,6 +165,8 @@ class _Gpu:
                 cluster_uuid=_uuid(v.get("cluster_uuid")),
                 health_summary=self.summary,
                 health=tuple(self.health),
+                cliques=tuple(self.cliques),
+                recovery_action=RECOVERY_WORDS.get((_na(v.get("recovery_action")) or "").lower()),
             )
         except ValueError as err:
             label = where or f"GPU {index}" + (f" ({self.pci})" if self.pci else "")
@@ -224,7 +235,30 @@ def _uuid(value: str | None) -> str | None:
 
 _FABRIC_KEYS = {"state": "state", "status": "status", "cliqueid": "clique_id",
                 "clusteruuid": "cluster_uuid"}
-_GPU_KEYS = {"gpu uuid": "uuid", "product name": "name"}
+_GPU_KEYS = {"gpu uuid": "uuid", "product name": "name", "gpu recovery action": "recovery_action"}
+#: ``GPU Recovery Action`` (``<gpu_recovery_action>``) as nvidia-smi prints it, lower case ->
+#: the vocabulary. Printed in public captures: None (corpus nvidia-smi/*.xml), Reset, Reboot,
+#: Drain P2P, Drain and Reset; the others (and GPU_RESET, seen once) are nvfabric's
+#: assumption after nvml.h's names, as the simulator prints them.
+RECOVERY_WORDS: dict[str, RecoveryAction] = {
+    "none": "none", "reset": "gpu_reset", "gpu reset": "gpu_reset", "gpu_reset": "gpu_reset",
+    "reboot": "node_reboot", "node reboot": "node_reboot", "drain p2p": "drain_p2p",
+    "drain and reset": "drain_and_reset", "recover imex domain": "recover_imex_domain",
+    "bus reset": "bus_reset", "system reboot": "system_reboot"}
+#: A clique's type as the simulator prints it under ``Fabric / Cliques`` (``<cliques>``): no
+#: capture of an NVML 615 nvidia-smi is public, so this layout is nvfabric's assumption.
+CLIQUE_WORDS: dict[str, CliqueType] = {t.replace("_", " "): t for t in CLIQUE_TYPES}
+
+
+def _clique_of(word: str, value: str) -> Clique | None:
+    """One ``<Type words> : <id>`` row of a Cliques block; None for a type nvfabric does not
+    know or an id that is N/A; SmiFormatError for an id that is no number (as a CliqueId)."""
+    kind = CLIQUE_WORDS.get(word.strip().lower())
+    try:
+        number = _clique(value)
+    except ValueError as err:
+        raise SmiFormatError(f"Fabric / Cliques: {err}") from None
+    return None if kind is None or number is None else Clique(kind, number)
 
 
 def _check_lines(text: str) -> None:
@@ -291,6 +325,9 @@ def parse_text(text: str) -> FabricHealth:
             cur.values[_GPU_KEYS[key]] = value
         elif path == ["fabric"] and key in _FABRIC_KEYS:
             cur.values[_FABRIC_KEYS[key]] = value
+        elif path == ["fabric", "cliques"]:
+            clique = _clique_of(key, value)
+            cur.cliques += [clique] if clique is not None else []
         elif path == ["fabric", "health"]:
             if key == "summary":
                 cur.summary = summary_from_smi(value)
@@ -350,10 +387,15 @@ def parse_xml(text: str) -> FabricHealth:
         values = {
             "uuid": gpu.findtext("uuid") or "N/A",
             "name": gpu.findtext("product_name") or "N/A",
+            "recovery_action": gpu.findtext("gpu_recovery_action") or "N/A",
         }
         health: list[HealthField] = []
         summary: str | None = None
+        cliques: list[Clique] = []
         if fab is not None:
+            for c in fab.findall("cliques/clique"):
+                clique = _clique_of(c.findtext("type") or "", c.findtext("id") or "N/A")
+                cliques += [clique] if clique is not None else []
             for tag, key in (("state", "state"), ("status", "status"),
                              ("cliqueId", "clique_id"), ("clusterUuid", "cluster_uuid")):
                 values[key] = (fab.findtext(tag) or "N/A").strip()
@@ -366,7 +408,8 @@ def parse_xml(text: str) -> FabricHealth:
                     decoded = decode_smi(child.tag, word)
                     if decoded is not None:
                         health.append(decoded)
-        builder = _Gpu(pci=gpu.get("id"), values=values, health=health, summary=summary)
+        builder = _Gpu(pci=gpu.get("id"), values=values, health=health, summary=summary,
+                       cliques=cliques)
         gpus.append(builder.build(index, findings=errors))
     _cut(_int_or_none(root.findtext("attached_gpus") or ""), len(gpus), errors)
     return FabricHealth("nvidia-smi-xml", tuple(gpus), _na(root.findtext("driver_version")),

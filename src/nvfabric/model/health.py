@@ -19,7 +19,7 @@ from typing import Any, Literal
 from nvfabric.model.findings import Finding
 from nvfabric.model.gpucheck import GpuCheck
 from nvfabric.model.mask import HealthField
-from nvfabric.model.vocab import FabricState
+from nvfabric.model.vocab import CliqueType, FabricState, RecoveryAction
 from nvfabric.model.words import plural
 
 #: Per-GPU fabric state (the vocabulary's :data:`~nvfabric.model.vocab.FabricState`).
@@ -148,13 +148,35 @@ def uuid_from_bytes(raw: bytes) -> str:
 
 
 @dataclass(frozen=True)
+class Clique:
+    """One fabric clique of a GPU (nvml.h ``nvmlGpuFabricClique_v1_t``, NVML 615): its type
+    (the reach of a pointer or of a logical endpoint, unicast or multicast) and the id fabric
+    manager assigned. Hopper reports the two pointer types; Blackwell and Rubin the logical
+    endpoint types too (NVIDIA, cuda-bindings ``device_get_gpu_fabric_info_v4``)."""
+
+    type: CliqueType
+    id: int
+
+    def to_json(self) -> dict[str, Any]:
+        return {"type": self.type, "id": self.id}
+
+
+_SHORT = {"unicast_pointer": "uc", "multicast_pointer": "mc",
+          "unicast_logical_endpoint": "uc-le", "multicast_logical_endpoint": "mc-le"}
+
+
+@dataclass(frozen=True)
 class GpuFabric:
     """One GPU's fabric registration.
 
     ``index``: NVML/nvidia-smi enumeration index; ``uuid``: ``GPU-...``; ``pci``: bus id as
     NVML prints it (``00000000:18:00.0``); ``clique_id`` None when N/A; ``cluster_uuid``
     canonical lower-case (all-zero means "not in a multi-node NVLink domain") or None when N/A;
-    ``health``: decoded mask fields; ``health_mask`` the raw word when read from NVML v2+.
+    ``health``: decoded mask fields; ``health_mask`` the raw word when read from NVML v2+;
+    ``cliques``: every clique of the GPU (NVML v4; ``clique_id`` is then the first unicast
+    pointer clique's id, nvml.h's legacy mapping), empty when not reported;
+    ``recovery_action``: what the driver asks before the GPU may be used again (None: not
+    reported; ``none``: nothing).
     """
 
     index: int
@@ -168,6 +190,28 @@ class GpuFabric:
     health: tuple[HealthField, ...] = ()
     health_mask: int | None = None
     name: str | None = None
+    cliques: tuple[Clique, ...] = ()
+    recovery_action: RecoveryAction | None = None
+
+    @property
+    def clique_text(self) -> str:
+        """The clique as ``status`` shows it: the id, then the GPU's other cliques by short
+        type (``uc``/``mc`` pointer, ``uc-le``/``mc-le`` logical endpoint) when it reports
+        more (``2 (mc 7, uc-le 2)``); ``N/A`` when none."""
+        base = "N/A" if self.clique_id is None else str(self.clique_id)
+        legacy = Clique("unicast_pointer", self.clique_id) if self.clique_id is not None else None
+        more = [f"{_SHORT[c.type]} {c.id}" for c in self.cliques if c != legacy]
+        return f"{base} ({', '.join(more)})" if more else base
+
+    @property
+    def problems(self) -> list[str]:
+        """What is wrong with the GPU in words: its health fields with an impact
+        (``route_unhealthy=True``) and a recovery action the driver asks for
+        (``recovery drain_and_reset``)."""
+        out = [f"{f.name}={f.value}" for f in self.health if f.impact]
+        if self.recovery_action not in (None, "none"):
+            out.append(f"recovery {self.recovery_action}")
+        return out
 
     @property
     def label(self) -> str:
@@ -194,6 +238,8 @@ class GpuFabric:
             "health_summary": self.health_summary,
             "health_mask": None if self.health_mask is None else f"0x{self.health_mask:08x}",
             "health": {f.name: f.value for f in self.health},
+            "cliques": [c.to_json() for c in self.cliques],
+            "recovery_action": self.recovery_action,
         }
 
 

@@ -139,9 +139,25 @@ FindingCode = Literal[
     "driver_version_unreadable",
     # Bounded children (README "What the readers refuse").
     "probe_limit",
+    # Watching after bring-up: the kernel log, the newest fabric info (docs/watching.md).
+    "kernel_log_dropped",
+    "kernel_log_unreadable",
+    "gpu_recovery_action",
 ]
 
+#: A GPU fabric clique's type (nvml.h ``NVML_GPU_FABRIC_CLIQUE_TYPE_*``, nvmlGpuFabricInfo_v4_t,
+#: NVML 615): the reach of a pointer (unicast, multicast) or of a logical endpoint (handle).
+CliqueType = Literal["unicast_pointer", "multicast_pointer", "unicast_logical_endpoint",
+                     "multicast_logical_endpoint"]
+
+#: What the driver asks before a GPU may be used again (nvml.h ``nvmlDeviceGpuRecoveryAction_t``,
+#: field ``NVML_FI_DEV_GET_GPU_RECOVERY_ACTION``; NVIDIA "Error Recovery and Response Flags").
+RecoveryAction = Literal["none", "gpu_reset", "node_reboot", "drain_p2p", "drain_and_reset",
+                         "recover_imex_domain", "bus_reset", "system_reboot"]
+
 FABRIC_KINDS: Final[tuple[FabricKind, ...]] = get_args(FabricKind)
+CLIQUE_TYPES: Final[tuple[CliqueType, ...]] = get_args(CliqueType)
+RECOVERY_ACTIONS: Final[tuple[RecoveryAction, ...]] = get_args(RecoveryAction)
 SERVICES: Final[tuple[Service, ...]] = get_args(Service)
 VERDICTS: Final[tuple[VerdictWord, ...]] = get_args(VerdictWord)
 SEVERITIES: Final[tuple[Severity, ...]] = get_args(Severity)

@@ -25,7 +25,10 @@ Series (every one has a HELP line; see docs/commands/status.md):
   ``nvfabric_service_exits_total{service, reason}`` (``run`` only)
 - ``nvfabric_gpu_fabric_state{gpu, UUID, pci_bus_id, state}`` 0/1, one series per state
 - ``nvfabric_gpu_fabric_info{gpu, UUID, pci_bus_id, status, cluster_uuid, health_summary}`` 1
-- ``nvfabric_gpu_fabric_clique_id{gpu, UUID, pci_bus_id}`` (when the GPU reports one)
+- ``nvfabric_gpu_fabric_clique_id{gpu, UUID, pci_bus_id}`` (when the GPU reports one);
+  ``nvfabric_gpu_fabric_clique{gpu, UUID, pci_bus_id, type}`` each clique by type (NVML 615)
+- ``nvfabric_gpu_recovery_action{gpu, UUID, pci_bus_id, action}`` 1 for the recovery action
+  the driver reports (``none`` included; absent when not reported)
 - ``nvfabric_gpu_fabric_health{gpu, UUID, pci_bus_id, field, value}`` 0 fine, 1 degraded,
   2 unhealthy (:data:`nvfabric.model.mask.FIELDS`), one series per field the GPU reports
 - ``nvfabric_findings{code, severity}`` findings of the reading, by code and severity
@@ -33,6 +36,11 @@ Series (every one has a HELP line; see docs/commands/status.md):
 - ``nvfabric_kube_publish_total{result}`` API publishes by outcome (``ok`` and the error
   kinds of :mod:`nvfabric.publish.api`) and ``nvfabric_kube_publish_last_success_timestamp_seconds``
   (``run --publish`` only)
+- ``nvfabric_kernel_events_total{code, severity}`` kernel log findings since the run started,
+  ``nvfabric_kernel_last_event_timestamp_seconds`` the last one's time,
+  ``nvfabric_kernel_lines_total`` lines read, ``nvfabric_kernel_lines_dropped_total{reason}``
+  lines not classified (``run`` with the kernel watch: :mod:`nvfabric.supervisor.kernelwatch`);
+  a kernel finding that changes the verdict shows in ``nvfabric_verdict`` at once
 """
 
 from __future__ import annotations
@@ -40,16 +48,18 @@ from __future__ import annotations
 import time
 from collections import Counter
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 from nvfabric import __version__
 from nvfabric.model.findings import Finding
 from nvfabric.model.health import STATES, GpuFabric
 from nvfabric.observe.unitstate import EXIT_REASONS
+from nvfabric.rules.live import worst
 
 if TYPE_CHECKING:
     from nvfabric.observe.unitstate import UnitSnapshot
+    from nvfabric.supervisor.kernelwatch import KernelEvents
 
 #: The content type of the text format (what ``/metrics`` answers with).
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
@@ -113,10 +123,18 @@ def _gpu_labels(g: GpuFabric) -> list[str]:
     return [str(g.index), g.uuid or "", g.pci or ""]
 
 
+def with_kernel(reading: Reading, kernel: KernelEvents) -> Reading:
+    """``reading`` with the live kernel events on top: the verdict raised to their level (never
+    lowered), their raised findings added (:func:`nvfabric.rules.live.overlay`'s rule)."""
+    verdict = worst([reading.verdict, kernel.level] if kernel.level else [reading.verdict])
+    return replace(reading, verdict=verdict or reading.verdict,
+                   findings=(*reading.findings, *kernel.findings))
+
+
 def families(reading: Reading | None, unit: UnitSnapshot | None,
-             kube: KubePublish | None = None) -> list[Any]:
-    """The metric families of one reading and one unit snapshot (either may be None: no
-    reading yet, or not under ``run``) and of publishing (None: not published), as
+             kube: KubePublish | None = None, kernel: KernelEvents | None = None) -> list[Any]:
+    """The metric families of one reading, one unit snapshot, publishing and the kernel log's
+    events (each may be None: no reading yet, not under ``run``, not published, not watched), as
     ``prometheus_client`` metric family objects."""
     out: list[Any] = []
     if kube is not None:
@@ -133,7 +151,33 @@ def families(reading: Reading | None, unit: UnitSnapshot | None,
         out += _gpus(reading.gpus)
         out += _findings(reading.findings)
         out += _imex(reading.imex_domain)
+    if kernel is not None:
+        out += _kernel(kernel)
     return out
+
+
+def _kernel(kernel: KernelEvents) -> Iterator[Any]:
+    from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+
+    events = CounterMetricFamily(
+        "nvfabric_kernel_events", "Kernel log findings since the run started, by finding code "
+        "and severity (held-back link-training notices included)", labels=["code", "severity"])
+    for (code, severity), n in kernel.counts:
+        events.add_metric([code, severity], n)
+    yield events
+    if kernel.last_event_time is not None:
+        yield GaugeMetricFamily("nvfabric_kernel_last_event_timestamp_seconds", "Seconds "
+                                "since the epoch of the last kernel log finding",
+                                value=kernel.last_event_time)
+    yield CounterMetricFamily("nvfabric_kernel_lines", "Kernel log lines read since the run "
+                              "started", value=kernel.lines)
+    dropped = CounterMetricFamily("nvfabric_kernel_lines_dropped", "Kernel log lines not "
+                                  "classified, by reason (flood, overrun, too_long)",
+                                  labels=["reason"])
+    counts = dict(kernel.dropped)
+    for reason in ("flood", "overrun", "too_long"):
+        dropped.add_metric([reason], counts.get(reason, 0))
+    yield dropped
 
 
 def _build(reading: Reading | None) -> Iterator[Any]:
@@ -219,6 +263,11 @@ def _gpus(gpus: Sequence[GpuFabric]) -> Iterator[Any]:
         "nvfabric_gpu_fabric_health", "Health mask field of the GPU's fabric: 0 fine, "
         "1 degraded, 2 unhealthy; the decoded value as a label",
         labels=[*GPU_LABELS, "field", "value"])
+    cliques = GaugeMetricFamily("nvfabric_gpu_fabric_clique", "The id of each of the GPU's "
+                                "NVLink cliques, by type", labels=[*GPU_LABELS, "type"])
+    recovery = GaugeMetricFamily("nvfabric_gpu_recovery_action", "1 for the recovery action "
+                                 "the GPU's driver asks for (none: nothing to do)",
+                                 labels=[*GPU_LABELS, "action"])
     for g in gpus:
         base = _gpu_labels(g)
         for word in STATES.values():
@@ -230,7 +279,11 @@ def _gpus(gpus: Sequence[GpuFabric]) -> Iterator[Any]:
         for f in g.health:
             if f.value is not None:
                 health.add_metric([*base, f.name, f.value], HEALTH_LEVEL[f.impact])
-    yield from (state, info, clique, health)
+        for c in g.cliques:
+            cliques.add_metric([*base, c.type], c.id)
+        if g.recovery_action is not None:
+            recovery.add_metric([*base, g.recovery_action], 1)
+    yield from (state, info, clique, health, cliques, recovery)
 
 
 def _findings(findings: Sequence[Finding]) -> Iterator[Any]:
@@ -272,13 +325,13 @@ def _kube(kube: KubePublish) -> Iterator[Any]:
 
 
 def render(reading: Reading | None, unit: UnitSnapshot | None = None,
-           kube: KubePublish | None = None) -> bytes:
+           kube: KubePublish | None = None, kernel: KernelEvents | None = None) -> bytes:
     """The text exposition of :func:`families` (UTF-8 bytes, ends with a newline)."""
     from prometheus_client import CollectorRegistry, generate_latest
 
     class _Once:
         def collect(self) -> list[Any]:
-            return families(reading, unit, kube)
+            return families(reading, unit, kube, kernel)
 
     registry = CollectorRegistry(auto_describe=False)
     registry.register(_Once())

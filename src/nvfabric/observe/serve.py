@@ -7,8 +7,10 @@
 - ``/readyz``: 200 while the unit is ready, the rule of ``READY=1`` (every service ready, GPUs
   registered: :class:`nvfabric.observe.unitstate.UnitSnapshot`), else 503 with the phase.
 - ``/status``: the JSON object of ``nvfabric status --json`` from the last reading (503 until
-  the first reading is done), with ``kube_publish`` (the Node, the last success, the counts by
-  result) under ``run --publish``.
+  the first reading is done), with the live kernel events on top
+  (:func:`nvfabric.rules.live.overlay`: a fatal SXid shows at once, not at the next reading)
+  and ``kube_publish`` (the Node, the last success, the counts by result) under ``run
+  --publish``.
 
 Threads: the server (:class:`http.server.ThreadingHTTPServer`, one daemon thread per request)
 and one reader thread that re-reads the fabric every ``interval_s`` seconds through the
@@ -28,11 +30,14 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from nvfabric.observe.metrics import CONTENT_TYPE, KubePublish, Reading, render
+from nvfabric.observe.metrics import CONTENT_TYPE, KubePublish, Reading, render, with_kernel
 from nvfabric.observe.unitstate import UnitSnapshot
+from nvfabric.rules.live import overlay
 
 if TYPE_CHECKING:
     from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    from nvfabric.supervisor.kernelwatch import KernelEvents
 
 #: The reader: given the IMEX daemon to ask (``(nvidia-imex-ctl, config.cfg)`` full paths, or
 #: None), the reading for the metrics and the ``status --json`` object.
@@ -72,13 +77,15 @@ def parse_listen(text: str) -> tuple[str, int]:
 @dataclass(frozen=True)
 class Snapshot:
     """What a request is answered from: the last reading (None before the first) with its
-    ``status --json`` object, and the unit's state; ``read_phase``: the unit's phase when
-    that reading was taken (a reading from another phase is about to be renewed)."""
+    ``status --json`` object, the unit's state and the kernel log's events (None: not
+    watched); ``read_phase``: the unit's phase when that reading was taken (a reading from
+    another phase is about to be renewed).
 
     reading: Reading | None
     status: dict[str, Any] | None
     unit: UnitSnapshot
     read_phase: str | None = None
+    kernel: KernelEvents | None = None
 
 
 #: Seconds between two looks at the unit's phase by the reader thread (:meth:`Watch.start_reader`).
@@ -98,6 +105,7 @@ class Watch:
         self.imex: tuple[str, str] | None = None
         self.phase: Callable[[], str] | None = None  # the phase alone, when cheaper than unit()
         self.kube: Callable[[], KubePublish] | None = None  # run --publish: its tally
+        self.kernel: Callable[[], KernelEvents | None] | None = None  # the kernel log's events
         self._last: tuple[Reading, dict[str, Any]] | None = None
         self._read_phase: str | None = None
         self._stop = threading.Event()
@@ -105,8 +113,9 @@ class Watch:
 
     def snapshot(self) -> Snapshot:
         last, phase = self._last, self._read_phase
+        kernel = self.kernel() if self.kernel is not None else None
         return Snapshot(None if last is None else last[0], None if last is None else last[1],
-                        self.unit(), phase)
+                        self.unit(), phase, kernel)
 
     def read_once(self) -> None:
         """One reading through ``read``; a failure keeps the previous reading and is kept in
@@ -151,7 +160,10 @@ def _answer(watch: Watch, path: str) -> tuple[int, str, bytes]:
     text = "text/plain; charset=utf-8"
     kube = watch.kube() if watch.kube is not None else None
     if path == "/metrics":
-        return 200, CONTENT_TYPE, render(snap.reading, snap.unit, kube)
+        reading = snap.reading
+        if reading is not None and snap.kernel is not None:
+            reading = with_kernel(reading, snap.kernel)
+        return 200, CONTENT_TYPE, render(reading, snap.unit, kube, snap.kernel)
     if path == "/healthz":
         return (200, text, b"ok\n") if snap.unit.alive else (503, text, b"run has ended\n")
     if path == "/readyz":
@@ -161,8 +173,11 @@ def _answer(watch: Watch, path: str) -> tuple[int, str, bytes]:
     if path == "/status":
         if snap.status is None:
             return 503, text, b"no reading yet\n"
-        shown = snap.status if kube is None else {**snap.status, "kube_publish": kube.to_json()}
-        return 200, "application/json", (json.dumps(shown, indent=2) + "\n").encode()
+        status = snap.status if snap.kernel is None else overlay(snap.status,
+                                                                  snap.kernel.to_json())
+        shown = status if kube is None else {**status, "kube_publish": kube.to_json()}
+        return 200, "application/json", (json.dumps(shown, indent=2) + "
+").encode()
     return 404, text, b"not found: /metrics, /healthz, /readyz, /status\n"
 
 

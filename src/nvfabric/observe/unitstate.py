@@ -11,10 +11,13 @@ when the supervisor offers its own snapshot hook.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 from nvfabric.model.findings import Finding
 from nvfabric.supervisor.running import Running, latest
+
+if TYPE_CHECKING:
+    from nvfabric.supervisor.kernelwatch import KernelEvents
 
 ServiceRun = Literal["running", "ready", "exited", "not_started"]
 #: Why a service process ended: ``exit_code`` (a non-zero exit), ``clean`` (exit 0 while it
@@ -109,3 +112,11 @@ def of_running() -> UnitSnapshot:
     its outcome included); before it starts, an idle unit."""
     sup = latest()
     return UnitSnapshot() if sup is None else of_supervisor(sup)
+
+
+def kernel_of_running() -> KernelEvents | None:
+    """What the kernel log watch of the supervisor running in this process has seen
+    (:meth:`nvfabric.supervisor.supervise.Supervisor.kernel_events`); None before it starts
+    and when the kernel log is not watched."""
+    sup = current()
+    return None if sup is None else sup.kernel_events()

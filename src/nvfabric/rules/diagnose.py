@@ -34,6 +34,8 @@ from nvfabric.rules.logtext import (
 )
 
 MAX_KEYS = 64
+#: Catalogue lookups a classifier keeps (by signature and the values a line carries).
+MAX_LOOKUPS = 4096
 MAX_COLLECT = 32
 MAX_EXAMPLE = 300
 BLOCK = 1 << 20
@@ -146,13 +148,35 @@ class Classifier:
         )
         self._entries: dict[tuple[Any, ...], _Entry] = {}
         self._per_signature: dict[str, int] = {}
+        self._lookups: dict[tuple[Any, ...], tuple[Outcome, dict[str, Any]]] = {}
         self.lines = 0
 
     def feed(self, line: str) -> list[Finding]:
         """Classify one line (trailing newline optional; its first :data:`MAX_MATCH`
         characters)."""
         self.lines += 1
-        new: list[_Entry] = []
+        new = [entry for sig, outcome, m, extra in self._matches(line)
+               if (entry := self._record(sig, outcome, m, line, extra)) is not None]
+        return [e.finding() for e in new]
+
+    def match(self, line: str) -> list[Finding]:
+        """The findings of ``line`` alone, each time it is given (``count`` 1), remembering
+        nothing: what :meth:`feed` would report for it in a log of that one line. The live
+        kernel watch counts repeats itself (:mod:`nvfabric.supervisor.kernelwatch`)."""
+        out = []
+        for sig, outcome, m, extra in self._matches(line):
+            fields, collected = self._fields(sig, m, extra)
+            entry = _Entry(outcome, sig.id, fields, {k: [v] for k, v in collected.items()},
+                           count=1, line=line.rstrip("\r\n")[:MAX_EXAMPLE])
+            entry.first_seen = entry.last_seen = timestamp(line)
+            out.append(entry.finding())
+        return out
+
+    def _matches(self, line: str
+                 ) -> list[tuple[Signature, Outcome, re.Match[str], dict[str, Any]]]:
+        """Every signature ``line`` matches with the outcome it has on this fabric kind, one
+        per finding code (the first signature of a code wins)."""
+        found = []
         codes: set[str] = set()
         text = line if len(line) <= MAX_MATCH else line[:MAX_MATCH]
         for sig in self.signatures:
@@ -168,36 +192,32 @@ class Classifier:
             if outcome.code is None or outcome.code in codes:
                 continue
             codes.add(outcome.code)
-            entry = self._record(sig, outcome, m, line, extra)
-            if entry is not None:
-                new.append(entry)
-        return [e.finding() for e in new]
+            found.append((sig, outcome, m, extra))
+        return found
 
-    @staticmethod
-    def _look_up(sig: Signature, outcome: Outcome, m: re.Match[str]
+    def _look_up(self, sig: Signature, outcome: Outcome, m: re.Match[str]
                  ) -> tuple[Outcome, dict[str, Any]]:
         """The outcome and the catalogue fields for what the line carries (a number, a CUDA
-        result's text, an NVLink 5 Xid's hex words)."""
+        result's text, an NVLink 5 Xid's hex words). Kept for the next line that carries the
+        same (a flood repeats one line; an NVLink 5 decode walks the whole sheet): at most
+        :data:`MAX_LOOKUPS` answers."""
         assert sig.lookup is not None
         values = {name: _number(value, sig.id, name) if name in sig.int_fields else value
                   for name, value in m.groupdict().items() if value is not None}
-        cls, extra = look_up(sig.lookup, values)
-        return sig.lookup.by_class.get(cls, outcome), extra
+        key = (sig.id, tuple(sorted(values.items())))
+        known = self._lookups.get(key)
+        if known is None:
+            cls, extra = look_up(sig.lookup, values)
+            if len(self._lookups) >= MAX_LOOKUPS:
+                self._lookups.clear()
+            known = self._lookups[key] = (sig.lookup.by_class.get(cls, outcome), extra)
+        return known[0], dict(known[1])
 
     def _record(
         self, sig: Signature, outcome: Outcome, m: re.Match[str], line: str,
         extra: Mapping[str, Any] | None = None,
     ) -> _Entry | None:
-        fields: dict[str, Any] = {**sig.set_fields, **(extra or {})}
-        collected: dict[str, Any] = {}
-        for name, value in m.groupdict().items():
-            if value is None:
-                continue
-            typed: Any = _number(value, sig.id, name) if name in sig.int_fields else value
-            if name in sig.collect:
-                collected[name] = typed
-            else:
-                fields[name] = typed
+        fields, collected = self._fields(sig, m, extra)
         key: tuple[Any, ...] = (outcome.code, tuple(sorted(fields.items())))
         entry = self._entries.get(key)
         created = entry is None
@@ -223,6 +243,23 @@ class Classifier:
                 entry.first_seen = ts
             entry.last_seen = ts
         return entry if created else None
+
+    @staticmethod
+    def _fields(sig: Signature, m: re.Match[str], extra: Mapping[str, Any] | None
+                ) -> tuple[dict[str, Any], dict[str, Any]]:
+        """The finding's fields of a match (the signature's constants, the lookup's, the
+        extracted values) and its collected values (:attr:`Signature.collect`)."""
+        fields: dict[str, Any] = {**sig.set_fields, **(extra or {})}
+        collected: dict[str, Any] = {}
+        for name, value in m.groupdict().items():
+            if value is None:
+                continue
+            typed: Any = _number(value, sig.id, name) if name in sig.int_fields else value
+            if name in sig.collect:
+                collected[name] = typed
+            else:
+                fields[name] = typed
+        return fields, collected
 
     def findings(self) -> list[Finding]:
         """Every finding so far, one per distinct (code, fields), in order of appearance."""

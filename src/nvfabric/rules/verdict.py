@@ -41,6 +41,9 @@ Guide, "GPU fabric registration" / "NVLink 5"):
   driver make channels per job) is degraded: the same answer ``run`` logs.
 - A reader's finding (NVML missing) on a node whose plan needs no fabric is information.
 - A GPU on PCI that NVML does not list -> ``gpu_missing_from_driver`` (unhealthy).
+- A GPU whose driver asks for a recovery action (NVML 570+: reset, drain and reset, reboot,
+  bus reset; drain P2P, recover the IMEX domain) -> ``gpu_recovery_action`` (unhealthy, or
+  degraded for the last two), the action in the hint of that GPU's other findings too.
 - A capture judged on what it has: a CSV without a column is refused only when the verdict of
   its rows reads that column (:func:`columns_needed`: fabric.status of Completed GPUs, and on
   ``mnnvl`` or an unknown kind their CliqueId and ClusterUUID); otherwise it is judged and the
@@ -61,6 +64,7 @@ from nvfabric.model.health import ZERO_UUID, GpuFabric
 from nvfabric.model.services import ServiceState
 from nvfabric.model.vocab import FabricKind, Service, VerdictWord
 from nvfabric.model.words import plural, verb
+from nvfabric.rules.live import RECOVERY, recovery_hint
 
 Level = Literal["unhealthy", "degraded", "pending"]
 #: The fabric kind judged: the plan's, the option's or the capture's; ``unknown`` when none.
@@ -250,6 +254,7 @@ def verdict(inp: Inputs) -> Verdict:
     if fabric == "mnnvl":
         for f in inp.imex_findings:
             acc.add("degraded" if f.severity == "error" else None, f)
+    _recovery(acc, gpus)
     return acc.result()
 
 
@@ -575,6 +580,27 @@ def _consistency(acc: _Acc, ok: list[GpuFabric], fabric: FabricKind | None) -> N
 # -- the fabric services, per fabric kind: GPUs that report no fabric state, and once the
 # GPUs are fine, fabric manager and NVLSM (nvswitch, nvlink5) or the host's IMEX daemon (mnnvl,
 # only where the host owns IMEX)
+
+
+def _recovery(acc: _Acc, gpus: tuple[GpuFabric, ...]) -> None:
+    """Every GPU whose driver reports a recovery action (NVML_FI_DEV_GET_GPU_RECOVERY_ACTION):
+    one ``gpu_recovery_action`` finding, and the action added to the hint of that GPU's other
+    findings (they are what the action recovers from)."""
+    for g in gpus:
+        entry = RECOVERY.get(g.recovery_action or "")
+        words = recovery_hint(g.recovery_action)
+        if entry is None or words is None:
+            continue
+        for i, f in enumerate(acc.findings):
+            if f.fields.get("gpu") == g.index and words not in f.hint:
+                acc.findings[i] = Finding(f.code, f.severity, f.message,
+                                          f"{words}; {f.hint}" if f.hint else words, f.fields)
+        acc.add(entry[0], Finding(
+            "gpu_recovery_action", "error" if entry[0] == "unhealthy" else "warning",
+            f"{g.label}: the driver asks for a recovery action before the GPU is used again: "
+            f"{g.recovery_action}", words,
+            {"gpu": g.index, "uuid": g.uuid, "pci": g.pci,
+             "recovery_action": g.recovery_action}))
 
 
 def _no_fabric_reported(inp: Inputs, acc: _Acc) -> Verdict:

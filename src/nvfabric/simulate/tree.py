@@ -36,8 +36,8 @@ class Entry:
     """One thing in a simulated tree, ``path`` relative to the root, with no ``..`` and no link
     on the way. ``kind``: ``dir``; ``file`` (``data``); ``link`` (relative ``target``);
     ``chardev`` (``major``:``minor``, mode 0666; an empty file where mknod is not permitted
-    or ``major`` is None)."""
-    kind: Literal["dir", "file", "link", "chardev"]
+    or ``major`` is None); ``fifo`` (mode 0600: the simulated ``dev/kmsg``)."""
+    kind: Literal["dir", "file", "link", "chardev", "fifo"]
     path: str
     data: bytes = b""
     target: str = ""
@@ -62,6 +62,9 @@ class _Tree:
 
     def chardev(self, path: str, major: int | None, minor: int) -> None:
         self.entries[path] = Entry("chardev", path, major=major, minor=minor)
+
+    def fifo(self, path: str) -> None:
+        self.entries[path] = Entry("fifo", path)
 
 
 def config_space(vendor: int, device: int, class_code: int, sub_vendor: int, sub_device: int,
@@ -177,6 +180,9 @@ def layout(spec: NodeSpec) -> tuple[Entry, ...]:
     tree.file("proc/devices", "\n".join(devices) + "\n")
     for ch in spec.imex_channels:
         tree.chardev(f"dev/nvidia-caps-imex-channels/channel{ch}", spec.imex_major, ch)
+    # the kernel log: a FIFO that tests and the fakes write kmsg records to
+    # (priority,seq,usec,flags;message), which `run` watches as it watches /dev/kmsg
+    tree.fifo("dev/kmsg")
     _place_files(tree, spec.files)
     return tuple(tree.entries.values())
 
@@ -315,7 +321,7 @@ def _place_files(tree: _Tree, files: tuple[tuple[str, str | bytes], ...]) -> Non
     the key."""
     fake_dirs, fake_files = fakes_paths()
     links = {e.path: e.target for e in tree.entries.values() if e.kind == "link"}
-    plain = {e.path for e in tree.entries.values() if e.kind in ("file", "chardev")}
+    plain = {e.path for e in tree.entries.values() if e.kind in ("file", "chardev", "fifo")}
     dirs = {e.path for e in tree.entries.values() if e.kind == "dir"}
     for e in tree.entries.values():
         dirs.update(ancestors(e.path))

@@ -102,6 +102,8 @@ def _write_all(root: str, entries: tuple[Entry, ...]) -> None:
             os.symlink(e.target, parent_of(e.path))
         elif e.kind == "chardev":
             _imex_channel(parent_of(e.path), e.major, e.minor)
+        elif e.kind == "fifo":
+            os.mkfifo(parent_of(e.path), 0o600)
         else:
             fd = os.open(parent_of(e.path), _CREATE, 0o666)
             try:

@@ -62,6 +62,9 @@ class Job:
     state_dir: str | None = None
     lock_fd: int | None = None
     log_format: str = "text"  # run --log-format: text or json
+    #: the kernel log watch (nvfabric.supervisor.kernelwatch): root, use (auto, kmsg, journal),
+    #: boot_window_s, interval_s, max_lines_per_s; None: not watched
+    kernel_watch: dict[str, Any] | None = None
 
     def to_json(self) -> dict[str, Any]:
         """The JSON form (a dict of JSON values)."""
@@ -164,7 +167,8 @@ def job_from_json(raw: Any) -> Job:
         probe_root=_typed(raw, "probe_root", (str, type(None))), imex_probe=imex_probe,
         fm_check=fm_check, state_dir=_typed(raw, "state_dir", (str, type(None))),
         lock_fd=_typed(raw, "lock_fd", (int, type(None))),
-        log_format=_log_format(raw.get("log_format", "text")))
+        log_format=_log_format(raw.get("log_format", "text")),
+        kernel_watch=_typed(raw, "kernel_watch", (dict, type(None))))
 
 
 def _log_format(word: object) -> str:

@@ -35,7 +35,7 @@ import os
 import signal
 import sys
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
 
 from nvfabric.effects import stop
 from nvfabric.model.gpucheck import GpuCheck
@@ -46,8 +46,9 @@ from nvfabric.supervisor.job import Job, job_from_json
 from nvfabric.supervisor.outcome import Outcome
 
 if TYPE_CHECKING:
+    from nvfabric.effects.history import History
     from nvfabric.model.findings import Finding
-    from nvfabric.model.gpucheck import GpuCheck
+    from nvfabric.supervisor.kernelwatch import KernelWatch
     from nvfabric.supervisor.policy import Classifier
 
 #: The flag of the lean entry point (``python -S -c BOOT run --supervise-fd N PATHS PYTHON``).
@@ -138,9 +139,33 @@ def run_job(job: Job) -> Outcome:
     needed only for a probe, a diagnosis or a restart check is imported when first used."""
     from nvfabric.supervisor.supervise import Supervisor
 
+    history = _history(job)
+    record = None if history is None else history.append
     return Supervisor(job.specs, job.policy, classifier=_classifier(job), probe=_probe(job),
                       ready_file=job.ready_file, ready_info=job.ready_info,
-                      pid_dir=job.pid_dir, preflight=_restart_checks(job)).run()
+                      pid_dir=job.pid_dir, preflight=_restart_checks(job),
+                      watch=_kernel_watch(job, record), history=record).run()
+
+
+def _history(job: Job) -> History | None:
+    """The event history in the state directory (:mod:`nvfabric.effects.history`), its first
+    record the run's start; None without a state directory."""
+    if job.state_dir is None:
+        return None
+    from nvfabric.effects.history import begin
+
+    return begin(job.state_dir, [s.name for s in job.specs], job.ready_info)
+
+
+def _kernel_watch(job: Job, record: Callable[[str, dict[str, Any]], None] | None
+                  ) -> KernelWatch | None:
+    """The kernel log watch of ``job`` (:func:`nvfabric.supervisor.kernelwatch.from_spec`);
+    None when it is off or no kernel log can be read."""
+    if job.kernel_watch is None:
+        return None
+    from nvfabric.supervisor.kernelwatch import from_spec
+
+    return from_spec(job.kernel_watch, job.fabric, record)
 
 
 def _classifier(job: Job) -> Callable[[str], Classifier] | None:

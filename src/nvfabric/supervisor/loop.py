@@ -282,6 +282,15 @@ class Loop:
         except OSError:
             return b""
 
+    # the kernel log watch's descriptor (nvfabric.supervisor.kernelwatch): read by its own
+    # callback, never closed here (the watch closes it)
+    def watch_readable(self, fd: int, on_readable: Callable[[], None]) -> None:
+        self._sel.register(fd, on_readable)
+
+    def unwatch_readable(self, fd: int) -> None:
+        with contextlib.suppress(KeyError, ValueError):
+            self._sel.unregister(fd)
+
     def close_output(self, fd: int) -> None:
         with contextlib.suppress(KeyError, ValueError):
             self._sel.unregister(fd)

@@ -29,6 +29,7 @@ import re
 import signal
 from collections import deque
 from collections.abc import Callable, Sequence
+from typing import Any
 
 from nvfabric.bringup.spec import ServiceSpec
 from nvfabric.effects.log import Log
@@ -65,13 +66,15 @@ class Unit:
     :meth:`start`, then the ``on_*`` events and :attr:`timers`, until :attr:`outcome` is set.
     ``classifier(name)`` makes the live diagnosis of a service's lines; ``preflight()`` is
     checked again before a restart; ``env`` is the environment every daemon starts with (its
-    spec's variables added)."""
+    spec's variables added); ``history`` is the event history's append
+    (:meth:`nvfabric.effects.history.History.append`: the unit ready, a restart)."""
 
     def __init__(self, specs: Sequence[ServiceSpec], policy: Policy, host: Host, log: Log, *,
                  env: dict[str, str], classifier: Callable[[str], Classifier] | None = None,
                  ready_file: str | None = None, ready_info: dict[str, object] | None = None,
                  pid_dir: str | None = None,
-                 preflight: Callable[[], Sequence[Finding]] | None = None) -> None:
+                 preflight: Callable[[], Sequence[Finding]] | None = None,
+                 history: Callable[[str, dict[str, Any]], None] | None = None) -> None:
         if not specs:
             raise ValueError("a unit needs at least one service")
         self.specs = tuple(specs)
@@ -97,6 +100,7 @@ class Unit:
         self._probe_error_logged: str | None = None
         self._last_probe: str | None = None  # the waiting service's last probe answer
         self._status = ""  # the last STATUS= sent
+        self.history = history
 
         self.env = env
         self.pid_dir = pid_dir
@@ -381,7 +385,7 @@ class Unit:
     def _begin_stop(self, reason: str) -> None:
         self.phase = "stopping"
         self._stop_reason = reason
-        self.timers.cancel_all_but(lambda tag: tag.startswith("kill:") or tag == "watchdog")
+        self.timers.cancel_all_but(lambda tag: tag.startswith(("kill:", "kernel-", "watchdog")))
         for proc in self.procs:
             self._unwatch(proc)
         self._remove_ready_file()
@@ -470,11 +474,10 @@ class Unit:
         return False
 
     def _restart(self) -> None:
-        if not self._restart_preflight():  # not restarted: not counted, the failure is kept
-            return
-        if not self._reset_gate():  # not restarted: not counted, the failure is kept
-            return
+        if not self._restart_preflight() or not self._reset_gate():
+            return  # not restarted: not counted, the failure is kept
         self.restarts += 1
+        self._record("restart", {"restart": self.restarts})  # the event history
         self._say_status(f"starting the unit again (restart {self.restarts})")
         self._keep_exits(f"the unit was restarted (restart {self.restarts})")
         self.failure = []
@@ -560,6 +563,21 @@ class Unit:
             self._close_proc(proc)
 
     # ----------------------------------------------------------------- readiness
+
+    def _record(self, kind: str, fields: dict[str, Any]) -> None:
+        """One record of the event history (the unit ready, a restart)."""
+        if self.history is not None:
+            self.history(kind, fields)
+
+    def on_kernel_finding(self, finding: Finding, level: str) -> None:
+        """The kernel watch (:mod:`nvfabric.supervisor.kernelwatch`) found a line that makes
+        the node ``level`` (unhealthy, degraded): kept in the outcome's findings (the latest
+        per code and device) and said in systemd's STATUS=. The unit keeps running: its
+        services are not what failed, and stopping them would reset no GPU."""
+        key = (finding.code, finding.fields.get("pci"))
+        self.notes = [n for n in self.notes if (n.code, n.fields.get("pci")) != key]
+        self.notes.append(finding)
+        self._say_status(f"{level}: {finding.message}")
 
     def _say_status(self, text: str) -> None:
         """systemd's ``STATUS=`` (what ``systemctl status`` shows), sent when it changes.
@@ -689,6 +707,10 @@ class Unit:
         pids = ", ".join(f"{p.spec.name} pid {p.pid}" for p in self.procs)
         self.log.say(f"fabric ready in {self.ready_after:.3f} s ({pids})"
                      + ("; READY=1 sent to $NOTIFY_SOCKET" if notified else ""))
+        self._record("ready", {"ready_after_s": round(self.ready_after, 3),
+                               "restarts": self.restarts,
+                               "services": [{"service": p.spec.name, "pid": p.pid}
+                                            for p in self.procs]})
 
     def _write_ready_file(self, ready_after: float) -> None:
         if not self.ready_file:

@@ -11,16 +11,20 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Protocol
 
 if TYPE_CHECKING:
+    from nvfabric.supervisor.kernelwatch import KernelEvents
     from nvfabric.supervisor.machine import Unit
 
 
 class Running(Protocol):
-    """What a reader may look at of a running supervisor: its unit state machine and the
-    snapshot of its services (:meth:`nvfabric.supervisor.supervise.Supervisor.snapshot`)."""
+    """What a reader may look at of a running supervisor: its unit state machine, the
+    snapshot of its services (:meth:`nvfabric.supervisor.supervise.Supervisor.snapshot`) and
+    the kernel log's events (:meth:`nvfabric.supervisor.supervise.Supervisor.kernel_events`)."""
 
     unit: Unit
 
     def snapshot(self) -> list[dict[str, object]]: ...
+
+    def kernel_events(self) -> KernelEvents | None: ...
 
 
 _running: list[Running] = []

@@ -8,7 +8,8 @@ nvfabric reads a live node.
   :mod:`.checks` (what ran against what should have);
 - :mod:`.spec` turns the rebuilt facts into a node spec for ``nvfabric simulate``.
 
-:func:`triage` is the entry point; it never holds the report whole.
+:func:`triage` is the entry point; it never holds the report whole. :func:`with_history`
+adds what the event history of ``nvfabric run`` on that node says (``triage --events``).
 """
 
 from __future__ import annotations
@@ -17,9 +18,12 @@ import io
 import os
 import stat
 import sys
+from dataclasses import replace
 from typing import IO, Any, cast
 
+from nvfabric.effects.history import MAGIC, for_diagnosis, is_history, read_file
 from nvfabric.model.errors import usage_error
+from nvfabric.rules.diagnose import Classifier
 from nvfabric.triage.build import Triage, build
 from nvfabric.triage.collect import read
 from nvfabric.triage.report import ReportTooLarge
@@ -83,3 +87,28 @@ def triage(path: str) -> Triage:
     finally:
         if path != "-":
             stream.close()
+
+
+def with_history(t: Triage, path: str) -> Triage:
+    """``t`` with the findings of the event history at ``path`` (section ``nvfabric events``,
+    :mod:`nvfabric.effects.history`): its kernel lines classified for the report's fabric
+    kind, its other findings as recorded; error findings first. NvfabricError (exit 2) when
+    the file cannot be read or is no event history."""
+    try:
+        with open(path, "rb") as fh:
+            head = fh.read(len(MAGIC))
+        reading = read_file(path)
+    except OSError as err:
+        raise usage_error(f"--events {path}: {err.strerror or err}",
+                          "give the events file of nvfabric run's state directory") from None
+    if not is_history(head):
+        raise usage_error(f"--events {path}: not an event history of nvfabric run",
+                          "give <state-dir>/events (default /run/nvfabric/events)")
+    lines, found = for_diagnosis(reading.records)
+    classifier = Classifier(t.plan.fabric)
+    for line in lines:
+        classifier.feed(line)
+    section = {"section": "nvfabric events"}
+    more = [replace(f, fields={**f.fields, **section}) for f in (*classifier.findings(), *found)]
+    return replace(t, findings=tuple(sorted((*t.findings, *more),
+                                            key=lambda f: f.severity != "error")))

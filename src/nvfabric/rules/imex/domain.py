@@ -27,6 +27,7 @@ from typing import Any
 from nvfabric.model.findings import Finding
 from nvfabric.model.vocab import FindingCode
 from nvfabric.model.words import plural
+from nvfabric.rules.imex import cliques
 from nvfabric.rules.imex.nodes import node_list_id
 from nvfabric.rules.imex.tables import DOMAIN_SIZE_NVL72, ZERO_UUID
 
@@ -41,6 +42,7 @@ class Gpu:
     clique_id: int | None
     cluster_uuid: str | None
     uuid: str | None = None
+    cliques: tuple[tuple[str, int], ...] = ()  # (type, id): NVML 615 (rules.imex.cliques)
 
     @property
     def attached(self) -> bool:
@@ -136,7 +138,8 @@ def _node(data: Mapping[str, Any], gpus_raw: list[Any], source: str) -> NodeRepo
         clique = _typed(g.get("clique_id"), int, f"{key}.clique_id", "an integer or null")
         uuid = text["cluster_uuid"] or None
         gpus.append(Gpu(index, text["state"] or None, text["status"] or None, clique,
-                        uuid.lower() if uuid else None, text["uuid"] or None))
+                        uuid.lower() if uuid else None, text["uuid"] or None,
+                        cliques.parse(g.get("cliques"), f"{key}.cliques")))
     plan = _typed(data.get("plan"), dict, "plan", "an object") or {}
     fabric = (_typed(data.get("fabric"), str, "fabric", "a string or null")
               or _typed(plan.get("fabric"), str, "plan.fabric", "a string or null") or None)
@@ -414,10 +417,8 @@ def _check_group(key: str, how: str, members: list[NodeReport],
         findings.append(split)
     main_clique, split = _majority(
         members, NodeReport.cliques, where, "CliqueIds", "domain_clique_split", "clique_id",
-        "GPUs of one IMEX domain must share a clique (one NVLink partition): check the "
-        "partition the NVLink switch trays assigned")
-    if split is not None and not single:
-        findings.append(split)
+        cliques.HINT)
+    findings += [] if single else cliques.splits(where, members, split)
     findings += _unattached(where, members)
     if not single:
         findings += _size(where, how, entries if entries is not None else len(members), size)

@@ -186,6 +186,7 @@ def _set_gpus(root: str, state: str) -> None:
         gpu["status"] = "Success" if done else "N/A"
         gpu["health"] = "Healthy" if done else "N/A"
         gpu["clique_id"] = gpu.get("clique_when_done", 0) if done else None
+        gpu["cliques"] = gpu.get("cliques_when_done", []) if done else []
         gpu["cluster_uuid"] = (gpu.get("cluster_when_done", "00000000-0000-0000-0000-000000000000")
                                if done else None)
     save(root, "gpus.json", data)

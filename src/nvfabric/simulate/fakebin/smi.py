@@ -1,6 +1,14 @@
 """Fake ``nvidia-smi``: ``-q`` text, ``-q -x`` XML and the CSV query of the simulated GPUs'
 fabric state (``gpus.json``), ``-L`` and ``-r``. Layouts from tests/data/corpus/nvidia-smi.
 Standard library only (copied into simulated trees).
+
+A GPU's ``recovery_action`` (an nvml.h word, default ``none``) is printed as ``GPU Recovery
+Action`` / ``<gpu_recovery_action>`` the way public captures print it (None, Reset, Reboot,
+Drain P2P, Drain and Reset; the newer actions after their nvml.h names). Its ``cliques``
+(``[[type, id], ...]``, NVML 615's per-type cliques) are printed under ``Fabric`` as a
+``Cliques`` block of ``<Type words> : <id>`` rows and as ``<cliques><clique><type>`` ``<id>``
+elements: no capture of an nvidia-smi that prints them is public, so that layout is an
+assumption, the one nvfabric's reader (nvfabric.facts.smi) takes.
 """
 
 from __future__ import annotations
@@ -14,6 +22,12 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Callable
     from typing import Any
+
+RECOVERY_TEXT = {
+    "none": "None", "gpu_reset": "Reset", "node_reboot": "Reboot", "drain_p2p": "Drain P2P",
+    "drain_and_reset": "Drain and Reset", "recover_imex_domain": "Recover IMEX Domain",
+    "bus_reset": "Bus Reset", "system_reboot": "System Reboot",
+}
 
 STATE_TEXT = {
     "not_supported": "N/A",
@@ -49,7 +63,7 @@ def nvidia_smi(argv: list[str]) -> int:
         for gpu in data.get("gpus", []):
             if gpu.get("state") != "not_supported":
                 gpu.update(state="not_started", status="N/A", clique_id=None, cluster_uuid=None,
-                           health="N/A")
+                           health="N/A", cliques=[], recovery_action="none")
             say(f"GPU {gpu['pci']} was successfully reset.")
         save(root, "gpus.json", data)
         record(root, "nvidia-smi", "reset")
@@ -85,6 +99,16 @@ def _fabric_values(gpu: dict[str, Any]) -> dict[str, str]:
     }
 
 
+def _cliques(gpu: dict[str, Any]) -> list[tuple[str, str]]:
+    """The GPU's cliques as (type words, id): ``Unicast Pointer``, ``2``."""
+    return [(str(kind).replace("_", " ").title(), str(number))
+            for kind, number in gpu.get("cliques") or []]
+
+
+def _recovery(gpu: dict[str, Any]) -> str:
+    return RECOVERY_TEXT.get(str(gpu.get("recovery_action", "none")), "N/A")
+
+
 def _kv(indent: int, key: str, value: str) -> str:
     """One ``-q`` line: key column 42 wide (535/560 layout, tests/data/cases/S*.yaml)."""
     return (" " * indent + key).ljust(42) + f": {value}"
@@ -106,11 +130,14 @@ def _smi_text(gpus: list[dict[str, Any]], node: dict[str, Any], driver: str) -> 
             _kv(4, "Persistence Mode", "Enabled"),
             _kv(4, "GPU UUID", gpu["uuid"]),
             _kv(4, "Minor Number", str(gpu.get("minor", 0))),
+            _kv(4, "GPU Recovery Action", _recovery(gpu)),
             "    Fabric",
             _kv(8, "State", f["state"]),
             _kv(8, "Status", f["status"]),
             _kv(8, "CliqueId", f["clique"]),
             _kv(8, "ClusterUUID", f["cluster"]),
+            *(["        Cliques", *(_kv(12, kind, number) for kind, number in _cliques(gpu))]
+              if gpu.get("cliques") else []),
             "        Health",
             _kv(12, "Summary", f["summary"]),
             _kv(12, "Bandwidth", f["bandwidth"]),
@@ -150,6 +177,7 @@ def _smi_xml(gpus: list[dict[str, Any]], node: dict[str, Any], driver: str) -> s
             "\t\t<persistence_mode>Enabled</persistence_mode>",
             f"\t\t<uuid>{escape(gpu['uuid'])}</uuid>",
             f"\t\t<minor_number>{gpu.get('minor', 0)}</minor_number>",
+            f"\t\t<gpu_recovery_action>{_recovery(gpu)}</gpu_recovery_action>",
             "\t\t<pci>",
             f"\t\t\t<pci_bus>{bus[1]}</pci_bus>",
             f"\t\t\t<pci_device>{bus[2].split('.')[0]}</pci_device>",
@@ -162,6 +190,10 @@ def _smi_xml(gpus: list[dict[str, Any]], node: dict[str, Any], driver: str) -> s
             f"\t\t\t<status>{escape(f['status'])}</status>",
             f"\t\t\t<cliqueId>{f['clique']}</cliqueId>",
             f"\t\t\t<clusterUuid>{escape(f['cluster'])}</clusterUuid>",
+            *(["\t\t\t<cliques>",
+               *(f"\t\t\t\t<clique><type>{kind}</type><id>{number}</id></clique>"
+                 for kind, number in _cliques(gpu)), "\t\t\t</cliques>"]
+              if gpu.get("cliques") else []),
             "\t\t\t<health>",
             f"\t\t\t\t<summary>{escape(f['summary'])}</summary>",
             f"\t\t\t\t<bandwidth>{f['bandwidth']}</bandwidth>",
