@@ -133,7 +133,7 @@ def _source(watch: Watch) -> Callable[[], FabricView | None]:
         ended = snap.unit.phase == "done"
         if snap.unit.fault is None and not ended and (snap.status is None or not fresh):
             return None
-        return view_of(snap.status, snap.unit, watch.read_error)
+        return view_of(snap.live_status(), snap.unit, watch.read_error)
 
     return source
 

@@ -79,13 +79,22 @@ class Snapshot:
     """What a request is answered from: the last reading (None before the first) with its
     ``status --json`` object, the unit's state and the kernel log's events (None: not
     watched); ``read_phase``: the unit's phase when that reading was taken (a reading from
-    another phase is about to be renewed).
+    another phase is about to be renewed)."""
 
     reading: Reading | None
     status: dict[str, Any] | None
     unit: UnitSnapshot
     read_phase: str | None = None
     kernel: KernelEvents | None = None
+
+    def live_status(self) -> dict[str, Any] | None:
+        """The ``status --json`` object with the kernel log's events on top
+        (:func:`nvfabric.rules.live.overlay`: a fatal SXid counts at once, not at the next
+        reading); None before the first reading. What ``/status`` serves and
+        ``--publish`` tells."""
+        if self.status is None or self.kernel is None:
+            return self.status
+        return overlay(self.status, self.kernel.to_json())
 
 
 #: Seconds between two looks at the unit's phase by the reader thread (:meth:`Watch.start_reader`).
@@ -173,11 +182,9 @@ def _answer(watch: Watch, path: str) -> tuple[int, str, bytes]:
     if path == "/status":
         if snap.status is None:
             return 503, text, b"no reading yet\n"
-        status = snap.status if snap.kernel is None else overlay(snap.status,
-                                                                  snap.kernel.to_json())
+        status = snap.live_status() or {}
         shown = status if kube is None else {**status, "kube_publish": kube.to_json()}
-        return 200, "application/json", (json.dumps(shown, indent=2) + "
-").encode()
+        return 200, "application/json", (json.dumps(shown, indent=2) + "\n").encode()
     return 404, text, b"not found: /metrics, /healthz, /readyz, /status\n"
 
 

@@ -118,5 +118,5 @@ def kernel_of_running() -> KernelEvents | None:
     """What the kernel log watch of the supervisor running in this process has seen
     (:meth:`nvfabric.supervisor.supervise.Supervisor.kernel_events`); None before it starts
     and when the kernel log is not watched."""
-    sup = current()
+    sup = latest()
     return None if sup is None else sup.kernel_events()
