@@ -36,7 +36,9 @@ def test_every_reader_of_the_issue_has_a_target() -> None:
                      # round 3: triage, install --from (its fetch record and the root's dpkg
                      # status), nvfabric's own state files, --prometheus, run's log lines
                      "triage", "install-from", "install-record", "state-files",
-                     "supervisor-job", "gpu-probe-answer", "prometheus", "run-log-lines"}
+                     "supervisor-job", "gpu-probe-answer", "prometheus", "run-log-lines",
+                     # the Slurm prolog reader of the IMEX owner
+                     "slurm-prolog"}
 
 
 @pytest.mark.parametrize("name,target", [
