@@ -137,6 +137,8 @@ FindingCode = Literal[
     "driver_version_unreadable",
     # Bounded children (README "What the readers refuse").
     "probe_limit",
+    # What the IMEX owner reader could not read whole (docs/imex.md).
+    "imex_owner_unknown",
 ]
 
 FABRIC_KINDS: Final[tuple[FabricKind, ...]] = get_args(FabricKind)
