@@ -24,14 +24,18 @@ pyc: $(STAMP)
 demo: pyc
 	$(BIN)/python -m nvfabric.cli.demo
 
-# ruff, mypy --strict, and the layer contract ([tool.importlinter] in pyproject.toml: which
-# package may import which; docs/design.md "The layers").
+# ruff, mypy --strict (and that a misspelt word of the vocabulary is a mypy error:
+# tests/meta/vocab_typos.py, seconds once its cache is filled), and the layer contracts
+# ([tool.importlinter] in pyproject.toml: one layer order, no import cycle; docs/design.md
+# "The layers").
 RUFF := $(BIN)/ruff check src tests bench packaging
 MYPY := $(BIN)/mypy --strict src
+VOCAB := $(BIN)/python -m tests.meta.vocab_typos
 LAYERS := $(BIN)/lint-imports --no-cache
 lint: $(STAMP)
 	$(RUFF)
 	$(MYPY)
+	$(VOCAB)
 	$(LAYERS)
 
 # make test: the lint of make lint, then the tests in TEST_JOBS pytest-xdist workers: more
@@ -50,7 +54,8 @@ SHM_FREE_KB = $$(df -Pk /dev/shm 2>/dev/null | awk 'NR == 2 {print $$4}')
 test: pyc
 	$(RUFF)
 	$(LAYERS)
-	$(PYTEST) --collect-only -q >/dev/null 2>&1 & $(MYPY); lint=$$?; wait $$!; exit $$lint
+	$(PYTEST) --collect-only -q >/dev/null 2>&1 & $(MYPY) && $(VOCAB); lint=$$?; wait $$!; \
+	  exit $$lint
 	base=; if [ "$(SHM_FREE_KB)" -gt 2097152 ] 2>/dev/null; then \
 	  base=$$(mktemp -d /dev/shm/nvfabric-test.XXXXXX) || exit 2; fi; \
 	$(PYTEST) -n $(TEST_JOBS) --dist worksteal $${base:+--basetemp=$$base}; rc=$$?; \
@@ -191,7 +196,7 @@ bench: pyc
 # The single-file binary dist/nvfabric (PyInstaller one-file): the whole CLI, its data files
 # and the fake daemons, for hosts and images without Python. Built in its own venv
 # (build/dist-venv: PyInstaller and nvfabric's runtime dependencies, nothing of [dev]) from a
-# fresh non-editable install of this checkout. See src/nvfabric/frozen.py.
+# fresh non-editable install of this checkout. See src/nvfabric/effects/frozen.py.
 # PyInstaller comes from its PyPI sdist with the bootloader (the ELF program the binary starts
 # as) compiled here, hardened: the wheel's prebuilt bootloader is not PIE and not bind-now
 # (lintian hardening-no-pie, hardening-no-bindnow). Needs gcc and zlib1g-dev: the bootloader

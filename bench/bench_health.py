@@ -129,7 +129,7 @@ def main() -> None:
                   + f", {statistics.median(cmd) - statistics.median(base):.1f} ms over python "
                   f"start-up ({statistics.median(base):.1f} ms), exit {rc}")
 
-    from nvfabric.rules.diagnose import catalogue
+    from nvfabric.rules.catalogue import catalogue
 
     needles = sorted({s.needle for s in catalogue()})
     tmp = Path(tempfile.mkdtemp(prefix="nvfabric-bench-"))

@@ -5,7 +5,7 @@ comments and sources); nvfabric reads the JSON beside each one
 (:func:`nvfabric.rules.catalogue.shipped_data`), so that no command imports PyYAML or parses
 YAML at start-up. ``python -m tests.catalogues`` (``make catalogues``) writes every twin from
 its YAML; ``python -m tests.catalogues --check`` lists the twins that differ (exit 1).
-tests/test_catalogue_json.py runs the check in ``make test``.
+tests/rules/test_catalogue.py runs the check in ``make test``.
 """
 
 from __future__ import annotations

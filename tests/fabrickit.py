@@ -7,11 +7,11 @@ NVLSM's ``sbin/``, ``lib/``, ``share/nvidia/nvlsm/``), and whose daemons are the
 fake daemons: each program is a launcher of the fake of its name, run by the nvfabric that
 runs the test (``python``: the interpreter of this venv; ``frozen``: a PyInstaller build at
 the path given, as inside an image). A launcher finds its simulated node from wherever it is
-laid out (:func:`nvfabric.frozen.fake_target`), so a node simulated ``--driver-only`` runs the
-archive's daemons, never a fake of its own.
+laid out (:func:`nvfabric.effects.frozen.fake_target`), so a node simulated ``--driver-only``
+runs the archive's daemons, never a fake of its own.
 
 NVIDIA's servers are not reachable here; these archives are served from a local mirror
-(a directory, or tests/test_fetch_mirror.py's HTTP mirror).
+(a directory, or tests/cli/test_fetch_mirror.py's HTTP mirror).
 """
 
 from __future__ import annotations
@@ -22,9 +22,9 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from nvfabric.frozen import FAKE_FLAG
+from nvfabric.effects.frozen import FAKE_FLAG
 from nvfabric.simulate.fakes import SHIPPED_FM_CFG, SHIPPED_IMEX_CFG, SHIPPED_NVLSM_CONF
-from tests.test_fetch_mirror import RedistRelease, make_archive, sha256
+from tests.cli.test_fetch_mirror import RedistRelease, make_archive, sha256
 
 #: The NVLSM calendar version of the stand-in release.
 NVLSM_VERSION = "2025.06.6"
@@ -35,7 +35,7 @@ PYTHON_LAUNCHER = """\
 # stand-in for NVIDIA's {prog}: the nvfabric simulator's fake of that name
 import sys
 
-from nvfabric.frozen import fake_target
+from nvfabric.effects.frozen import fake_target
 from nvfabric.simulate import fakebin
 
 prog, root = fake_target(__file__)

@@ -25,7 +25,7 @@ from tests import forkserver
 
 BOUND_S = 30.0
 T = TypeVar("T")
-#: The RFC 3339 UTC timestamp nvfabric puts before each log line (nvfabric.observe.logs).
+#: The RFC 3339 UTC timestamp nvfabric puts before each log line (nvfabric.effects.log).
 TIMESTAMP = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z ")
 PYTHON_M_NVFABRIC = (sys.executable, "-m", "nvfabric")
 

@@ -76,7 +76,7 @@ def _nvfabric_error(err: BaseException) -> None:
 # --- numbers and JSON --------------------------------------------------------------------
 
 def _numbers(data: bytes) -> None:
-    from nvfabric import strict
+    from nvfabric.model import strict
 
     text = _text(data)[:300]
     for base, signed in ((10, False), (10, True), (16, False), (0, False)):
@@ -98,7 +98,7 @@ def _numbers(data: bytes) -> None:
 
 
 def _json(data: bytes) -> None:
-    from nvfabric import strict
+    from nvfabric.model import strict
 
     doc = strict.parse_json(data)
     json.dumps(doc)  # whatever was accepted can be written back (no 4,300-digit number)
@@ -233,8 +233,8 @@ _SERVICES = _Tree("gb200-tray", SERVICE_ATTRS)
 
 
 def _services(data: bytes) -> None:
-    from nvfabric.facts import imex as host
     from nvfabric.facts import services
+    from nvfabric.facts.imex import tray as host
 
     rel = _SERVICES.put(data)
     try:
@@ -248,8 +248,8 @@ def _services(data: bytes) -> None:
 
 
 def _procfs_text(data: bytes) -> None:
-    from nvfabric.facts import imex as host
     from nvfabric.facts import infiniband, nvidia
+    from nvfabric.facts.imex import tray as host
     from nvfabric.rules.imex import channels
 
     text = _text(data)
@@ -297,7 +297,7 @@ def _redist(data: bytes) -> None:
     manifest = redist.parse_manifest(data, url)
     comp = manifest.components.get("fabricmanager")
     version = comp.version if comp is not None else "580.95.05"
-    from nvfabric.artifacts.versions import is_version
+    from nvfabric.model.versions import is_version
 
     if not is_version(version):
         version = "580.95.05"
@@ -389,7 +389,7 @@ def _slurm(data: bytes) -> None:
 
 
 def _ctl(data: bytes) -> None:
-    from nvfabric.facts import imexctl as ctl
+    from nvfabric.facts.imex import ctl
 
     status = ctl.parse_domain(_text(data))
     json.dumps(status.to_json())
@@ -433,8 +433,8 @@ def _spec_seeds() -> list[bytes]:
 
 
 def _spec(data: bytes) -> None:
-    from nvfabric import strict
     from nvfabric.cli.simulate import node_of
+    from nvfabric.model import strict
     from nvfabric.simulate import parse
     from nvfabric.simulate.tree import layout
 
@@ -445,7 +445,7 @@ def _spec(data: bytes) -> None:
 
 def _fm_config(data: bytes) -> None:
     from nvfabric.bringup import fmconfig as fm
-    from nvfabric.model import keyvalue
+    from nvfabric.model import fmkeys, keyvalue
 
     text = _text(data)
     lines = text.splitlines()
@@ -455,13 +455,13 @@ def _fm_config(data: bytes) -> None:
         try:
             eff = fm.effective(text, root="/nonexistent-root", guid="0xe09d730300e400e8",
                                sets=sets)
-        except fm.ConfigError:
+        except fmkeys.ConfigError:
             continue
         back = keyvalue.parse(eff.text).items()
         if back != eff.cfg.items():
             raise Broken("effective config does not read back as written")
         for key, want in sets.items():
-            if key in fm.PATH_KEYS:
+            if key in fmkeys.PATH_KEYS:
                 continue  # resolved under the root, by design
             if back.get(key) != want:
                 raise Broken(f"{key}={want!r} read back as {back.get(key)!r}")
@@ -748,8 +748,8 @@ def _job(data: bytes) -> None:
 
 def _probe_answer_seeds() -> list[bytes]:
     from nvfabric.model.findings import Finding
+    from nvfabric.model.gpucheck import GpuCheck
     from nvfabric.supervisor.gpuprobe import check_to_json
-    from nvfabric.supervisor.policy import GpuCheck
 
     done = GpuCheck(True, True, "8 GPUs: completed x8", None, True, (), (8, 8),
                     tuple(f"GPU-{i}" for i in range(8)))
@@ -761,7 +761,7 @@ def _probe_answer_seeds() -> list[bytes]:
 
 def _probe_answer(data: bytes) -> None:
     """The GPU probe child's answer as the supervisor reads it back (supervisor/gpuprobe)."""
-    from nvfabric import strict
+    from nvfabric.model import strict
     from nvfabric.supervisor.gpuprobe import check_from_json, check_to_json
 
     check = check_from_json(strict.parse_json(data))
@@ -813,7 +813,7 @@ def _prometheus(data: bytes) -> None:
     reading has them."""
     from prometheus_client.parser import text_string_to_metric_families
 
-    from nvfabric.cli.status import evaluate
+    from nvfabric.app.status import evaluate
     from nvfabric.observe.metrics import reading_of, render
 
     if not _CAPTURE:
@@ -861,12 +861,12 @@ def _run_log(data: bytes) -> None:
     from collections import deque
 
     from nvfabric.bringup.spec import ServiceSpec
+    from nvfabric.effects import log as logs
     from nvfabric.effects.log import Log
-    from nvfabric.observe import logs
     from nvfabric.rules.diagnose import Classifier
     from nvfabric.supervisor.host import Proc
+    from nvfabric.supervisor.machine import MAX_LINE, Unit
     from nvfabric.supervisor.policy import Policy
-    from nvfabric.supervisor.ready import MAX_LINE, Readiness
 
     spec = ServiceSpec("fabricmanager", ("/usr/bin/nv-fabricmanager",),
                        ready_line="Successfully configured all the available NVSwitches")
@@ -885,8 +885,7 @@ def _run_log(data: bytes) -> None:
         out = io.StringIO()
         logs.set_format(fmt)
         try:
-            unit = Readiness((spec,), Policy(), _LogHost(), Log(out), None,  # type: ignore[arg-type]
-                             {})
+            unit = Unit((spec,), Policy(), _LogHost(), Log(out), env={})  # type: ignore[arg-type]
             proc = Proc(spec, 1, None, 0.0, Classifier("nvswitch"), deque(maxlen=20))
             unit.take(proc, data)
         finally:
@@ -920,19 +919,19 @@ def _seed_text(*extra: bytes) -> Callable[[], list[bytes]]:
 
 def targets() -> list[Target]:
     """Every reader, in the order the report prints them."""
-    from nvfabric.bringup.fmconfig import ConfigError
     from nvfabric.facts.smi import SmiFormatError
+    from nvfabric.model.fmkeys import ConfigError
     from nvfabric.rules.imex.nodes import PeerError
     from nvfabric.simulate import SpecError
 
     try:
-        from nvfabric.rules.diagnose import LogInputError
+        from nvfabric.rules.logtext import LogInputError
         log_errors: tuple[type[BaseException], ...] = (LogInputError,)
     except ImportError:  # older trees: doctor refused nothing
         log_errors = ()
     try:
-        from nvfabric.strict import BadValue
-    except ImportError:  # a tree without nvfabric.strict (fuzzing an older commit)
+        from nvfabric.model.strict import BadValue
+    except ImportError:  # a tree without nvfabric.model.strict (fuzzing an older commit)
         BadValue = ValueError  # type: ignore[misc,assignment]  # noqa: N806
     return [
         Target("numbers", _number_seeds, _numbers, limit=6000),

@@ -19,9 +19,9 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
+from tests.cli.test_fetch_mirror import Mirror, sha256
 from tests.conftest import run_json
 from tests.integration.debroot import fresh_root, require
-from tests.test_fetch_mirror import Mirror, sha256
 
 DRIVER = "580.95.05"
 REVISION = f"{DRIVER}-1ubuntu1"

@@ -8,10 +8,10 @@ import os
 from pathlib import Path
 
 from tests import runkit
+from tests.cli.test_fetch_mirror import sha256
 from tests.conftest import run_json
 from tests.integration.debroot import fresh_root, require
 from tests.integration.test_imex_image_flow import DRIVER, REVISION, host_arch, runfile_driver
-from tests.test_fetch_mirror import sha256
 
 
 def test_a_package_writing_through_var_run_is_refused_and_the_hosts_run_is_untouched(

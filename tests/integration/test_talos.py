@@ -23,6 +23,7 @@ import pytest
 import yaml
 
 from tests import talos_rules as rules
+from tests.deploy.test_talos import stand_in_dist
 from tests.fabrickit import stand_in_release, write_mirror
 from tests.integration.debroot import REPO, arm64_glibc_root, require
 from tests.integration.podman import (
@@ -32,7 +33,6 @@ from tests.integration.podman import (
     storage_ref,
     wait_for,
 )
-from tests.test_talos_layout import stand_in_dist
 
 NAME = "nvfabric"
 DRIVER = "570.148.08"  # the dgx-b200 profile's driver

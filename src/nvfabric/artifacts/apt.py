@@ -2,7 +2,7 @@
 
 A CUDA repository is flat: ``<base>/<distro>/<x86_64|sbsa>/Packages[.gz|.xz]`` and the
 ``Filename`` of each stanza is relative to that directory (``./nvidia-fabricmanager_…deb``).
-Rules (cases F04, F05; ../shared/corpus/apt):
+Rules (cases F04, F05; tests/data/corpus/apt):
 
 - The package name comes from the naming table by driver branch (:mod:`.tables`): R580 and
   later unversioned (``nvidia-fabricmanager``), before R580 ``nvidia-fabricmanager-535``.
@@ -37,12 +37,12 @@ from nvfabric.artifacts.model import (
     safe_relative_path,
 )
 from nvfabric.artifacts.naming import arch_name
-from nvfabric.artifacts.versions import same
 from nvfabric.model.errors import NvfabricError
 from nvfabric.model.findings import Finding
-from nvfabric.strict import MAX_DIGITS, BadValue, to_int
+from nvfabric.model.strict import MAX_DIGITS, BadValue, to_int
+from nvfabric.model.versions import same
 
-#: A digit run longer than any version field (nvfabric.strict.MAX_DIGITS).
+#: A digit run longer than any version field (nvfabric.model.strict.MAX_DIGITS).
 _LONG_NUMBER = re.compile(f"[0-9]{{{MAX_DIGITS + 1}}}")
 
 

@@ -18,11 +18,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from nvfabric.artifacts.model import SOURCES, Artifact, normal_sha256
+from nvfabric.artifacts.naming import canonical_arch
 from nvfabric.artifacts.tables import COMPONENTS
 from nvfabric.effects.atomic import write_atomic
-from nvfabric.model.errors import NvfabricError
+from nvfabric.model.errors import NvfabricError, usage_error
 from nvfabric.model.findings import Finding
-from nvfabric.strict import BadValue, parse_json, read_capped
+from nvfabric.model.strict import BadValue, parse_json, read_capped
 
 RECORD = "nvfabric-artifacts.json"
 FORMAT = 1
@@ -35,7 +36,6 @@ _FILE_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._+~%=-]*$")
 class Cached:
     """One cached artifact: the resolved :class:`Artifact`, its file name in the directory and
     the driver version it was fetched for."""
-
     artifact: Artifact
     file: str
     driver_version: str
@@ -118,8 +118,6 @@ def read(directory: str) -> list[Cached]:
 def components_for(record: Sequence[Cached], arch: str | None) -> tuple[str, ...]:
     """The components the record holds for ``arch`` (canonical; None: any), in record order:
     what ``install --from`` installs when ``--components`` is not given."""
-    from nvfabric.artifacts.naming import canonical_arch
-
     return tuple(dict.fromkeys(
         c.artifact.component for c in record
         if arch is None or canonical_arch(c.artifact.arch) == arch))
@@ -141,8 +139,6 @@ def driver_for(
                          f"({on_disk}, its NVML library)",)
     fetched = sorted({c.driver_version for c in record})
     if len(fetched) != 1:
-        from nvfabric.model.errors import usage_error
-
         raise usage_error(
             f"no driver is loaded under {root} and the fetch record holds {len(fetched)} "
             f"driver versions ({', '.join(fetched) or 'none'})", "pass --driver-version")
@@ -154,9 +150,6 @@ def pick(record: Sequence[Cached], components: Sequence[str], arch: str) -> list
     """The one entry of each of ``components`` for ``arch`` (canonical), in record order.
     Raises usage_error (exit 2) naming the components the record lacks for that arch, or the
     entries of a component it holds more than once for it."""
-    from nvfabric.artifacts.naming import canonical_arch
-    from nvfabric.model.errors import usage_error
-
     chosen = [c for c in record if c.artifact.component in components
               and canonical_arch(c.artifact.arch) == arch]
     have = {c.artifact.component for c in chosen}

@@ -14,7 +14,7 @@ parsed by python-debian) is, in this order:
 
 Source: dpkg(1) ``--ignore-depends=package,...`` (checked with dpkg 1.21: it names the
 dependency's target, so only that dependency is forgiven); deb-control(5) relation syntax;
-nvfabric issue 17 (Azure/aks-gpu installs nvidia-imex with ``dpkg -i --force-depends`` because
+Azure/aks-gpu (it installs nvidia-imex with ``dpkg -i --force-depends`` because
 the runfile provides nvidia-modprobe outside dpkg).
 """
 

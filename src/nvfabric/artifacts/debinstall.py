@@ -1,5 +1,5 @@
 """Install cached ``.deb`` files with the real ``dpkg --root ROOT -i`` (the GB200/GB300 boot
-step of nvfabric issue 17), forcing only the dependencies the runfile driver satisfies on disk.
+step of the image flow), forcing only the dependencies the runfile driver satisfies on disk.
 
 Read first, decide second, act third:
 
@@ -50,14 +50,14 @@ from nvfabric.artifacts.dpkgdb import (
 from nvfabric.artifacts.naming import arch_name, package_name
 from nvfabric.artifacts.runfile import DriverOrigin
 from nvfabric.artifacts.tables import OWN_VERSION
-from nvfabric.artifacts.transport import sha256_file
-from nvfabric.artifacts.versions import same
 from nvfabric.effects import program
-from nvfabric.facts.paths import confined as confined_path
+from nvfabric.facts.fs import sha256_file
 from nvfabric.model import hostpath
 from nvfabric.model.commandline import command_line
 from nvfabric.model.errors import NvfabricError
 from nvfabric.model.findings import Finding
+from nvfabric.model.hostpath import confined as confined_path
+from nvfabric.model.versions import same
 from nvfabric.model.words import seconds
 
 DPKG_TIMEOUT_S = 900.0

@@ -19,9 +19,10 @@ from dataclasses import dataclass
 from nvfabric.artifacts.debdeps import Known, provides
 from nvfabric.artifacts.runfile import DiskFile, DriverOrigin, classify
 from nvfabric.artifacts.tables import DRIVER_VERSION_LIB, RUNFILE_LIB_DIRS, RUNFILE_PROVIDES
-from nvfabric.facts.fs import read_bytes, read_text, under
+from nvfabric.facts.fs import read_bytes, read_text
 from nvfabric.model.errors import NvfabricError
 from nvfabric.model.findings import Finding
+from nvfabric.model.hostpath import under
 
 ADMIN_DIR = "/var/lib/dpkg"
 #: The most bytes read of ``var/lib/dpkg/arch`` (one architecture name a line; a few dozen).

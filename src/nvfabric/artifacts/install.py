@@ -18,13 +18,11 @@ import stat
 from dataclasses import dataclass
 from typing import Any
 
+from nvfabric.artifacts.installed import RECORD, read_record
 from nvfabric.artifacts.model import Artifact
 from nvfabric.artifacts.safetar import extract
-from nvfabric.artifacts.transport import sha256_file
 from nvfabric.effects.atomic import write_atomic
-from nvfabric.strict import BadValue, control_free, parse_json
-
-RECORD = ".nvfabric-install.json"
+from nvfabric.facts.fs import sha256_file
 
 
 @dataclass(frozen=True)
@@ -110,37 +108,6 @@ def build_record(directory: str, artifact: Artifact) -> dict[str, Any]:
         "files": files,
         "links": links,
     }
-
-
-#: An install record lists each file of one archive: a few KiB; 64 MiB is far past any.
-MAX_RECORD = 64 << 20
-
-
-def read_record(directory: str) -> dict[str, Any] | None:
-    """The install record in ``directory``, or None when absent or unreadable."""
-    try:
-        with open(os.path.join(directory, RECORD), "rb") as fh:
-            data = parse_json(fh.read(MAX_RECORD + 1))
-    except (OSError, BadValue):
-        return None  # a damaged record (a number past the bounds, nesting): install again
-    return data if _well_formed(data) else None
-
-
-def _well_formed(data: object) -> bool:
-    """A record of the shape :func:`record` writes: ``files`` objects with string ``path`` and
-    ``sha256``, ``links`` objects with string ``path`` and ``target``, paths without NUL or
-    control characters. Anything else is a damaged record (the install is redone)."""
-    if not isinstance(data, dict):
-        return False
-    for key, fields in (("files", ("path", "sha256")), ("links", ("path", "target"))):
-        entries = data.get(key, [])
-        if not isinstance(entries, list):
-            return False
-        for entry in entries:
-            if not isinstance(entry, dict) or not all(
-                    isinstance(entry.get(f), str) and control_free(entry[f]) for f in fields):
-                return False
-    return True
 
 
 def verify(directory: str, record: dict[str, Any]) -> list[str]:

@@ -20,9 +20,46 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from nvfabric.artifacts import versions
-from nvfabric.facts.paths import confined, under
-from nvfabric.strict import int_or_none
+from nvfabric.facts.fs import sha256_file
+from nvfabric.model import versions
+from nvfabric.model.hostpath import confined, under
+from nvfabric.model.strict import BadValue, control_free, int_or_none, parse_json
+
+#: The install record nvfabric install writes into each directory it installs (the files of
+#: one archive and their sha256).
+RECORD = ".nvfabric-install.json"
+
+#: An install record lists each file of one archive: a few KiB; 64 MiB is far past any.
+MAX_RECORD = 64 << 20
+
+
+def read_record(directory: str) -> dict[str, Any] | None:
+    """The install record in ``directory``, or None when absent or unreadable."""
+    try:
+        with open(os.path.join(directory, RECORD), "rb") as fh:
+            data = parse_json(fh.read(MAX_RECORD + 1))
+    except (OSError, BadValue):
+        return None  # a damaged record (a number past the bounds, nesting): install again
+    return data if _well_formed(data) else None
+
+
+def _well_formed(data: object) -> bool:
+    """A record of the shape :func:`record` writes: ``files`` objects with string ``path`` and
+    ``sha256``, ``links`` objects with string ``path`` and ``target``, paths without NUL or
+    control characters. Anything else is a damaged record (the install is redone)."""
+    if not isinstance(data, dict):
+        return False
+    for key, fields in (("files", ("path", "sha256")), ("links", ("path", "target"))):
+        entries = data.get(key, [])
+        if not isinstance(entries, list):
+            return False
+        for entry in entries:
+            if not isinstance(entry, dict) or not all(
+                    isinstance(entry.get(f), str) and control_free(entry[f]) for f in fields):
+                return False
+    return True
+
+
 
 #: ``nvfabric install``'s default prefix (host path; commands/fetch.py DEFAULT_PREFIX).
 DEFAULT_PREFIX = "/opt/nvfabric"
@@ -54,8 +91,6 @@ class InstalledTree:
             return None
 
     def _intact(self, rel: str, digest: str) -> bool:
-        from nvfabric.artifacts.transport import sha256_file  # lazy: not on run's start path
-
         full = self._inside(rel)
         try:
             return full is not None and os.path.isfile(full) and not os.path.islink(full) \
@@ -153,8 +188,6 @@ def installed(root: str, component: str, version: str | None = None,
         if key is not None:
             found.append((key, ver))
     first_damaged: InstalledTree | None = None
-    if found:  # lazy: installs are rare, and the installer's imports cost run's start-up
-        from nvfabric.artifacts.install import RECORD, read_record
     for _, ver in sorted(found, reverse=True):
         host_dir = f"{prefix.rstrip('/')}/{component}-{ver}"
         where = under(root, host_dir)

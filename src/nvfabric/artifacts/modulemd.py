@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from nvfabric.artifacts.model import bad_source
-from nvfabric.strict import load_yaml_all
+from nvfabric.model.strict import load_yaml_all
 
 #: Nodes a modules.yaml may have (all documents, aliases expanded): NVIDIA's repositories keep
 #: one document per stream and driver release (~60 nodes each, a few thousand documents).

@@ -12,8 +12,8 @@ from nvfabric.artifacts.tables import (
     NEVER_FOR_FABRIC,
     PACKAGE_NAMES,
 )
-from nvfabric.artifacts.versions import at_least, fields
-from nvfabric.strict import is_uint
+from nvfabric.model.strict import is_uint
+from nvfabric.model.versions import at_least, fields
 
 
 def canonical_arch(name: str) -> str | None:

@@ -1,6 +1,6 @@
 """NVIDIA driver redist manifests (``redistrib_<driver version>.json``): model and resolution.
 
-Schema (the real manifests in ../shared/corpus/redist): a header (``release_date``,
+Schema (the real manifests in tests/data/corpus/redist): a header (``release_date``,
 ``release_label``, ``release_product``) and one object per component key
 (``fabricmanager``, ``libnvidia_nscq``, ``libnvsdm``, ``nvlsm``, ``imex``, ...) with ``name``,
 ``license``, ``version`` and one object per platform (``linux-x86_64``, ``linux-sbsa``) holding
@@ -27,8 +27,8 @@ from nvfabric.artifacts.model import (
 )
 from nvfabric.artifacts.naming import arch_name
 from nvfabric.artifacts.tables import OWN_VERSION, X86_ONLY
-from nvfabric.artifacts.versions import same
-from nvfabric.strict import BadValue, int_or_none, parse_json
+from nvfabric.model.strict import BadValue, int_or_none, parse_json
+from nvfabric.model.versions import same
 
 #: Manifest keys that carry the driver's own version: evidence that a manifest belongs to a
 #: driver release (REDIST: every one equals the release's driver version).

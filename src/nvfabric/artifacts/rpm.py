@@ -30,10 +30,10 @@ from nvfabric.artifacts.model import (
     safe_relative_path,
 )
 from nvfabric.artifacts.naming import arch_name
-from nvfabric.artifacts.versions import same
 from nvfabric.model.errors import NvfabricError
 from nvfabric.model.findings import Finding
-from nvfabric.strict import BadValue, to_int
+from nvfabric.model.strict import BadValue, to_int
+from nvfabric.model.versions import same
 
 REPO_NS = "{http://linux.duke.edu/metadata/repo}"
 COMMON_NS = "{http://linux.duke.edu/metadata/common}"

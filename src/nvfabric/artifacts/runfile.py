@@ -2,7 +2,7 @@
 on disk that no package owns) or packages (files the dpkg database lists). Pure: decides from
 what :mod:`.dpkgdb` read under ``--root``; never guessed from the distribution.
 
-The rule (nvfabric issue 17): the driver's NVML library ``libnvidia-ml.so.<version>``
+The rule: the driver's NVML library ``libnvidia-ml.so.<version>``
 (:data:`.tables.DRIVER_VERSION_LIB`, in one of :data:`.tables.RUNFILE_LIB_DIRS`) names the
 driver version. Owned by a package -> ``package``; owned by none -> ``runfile``; absent ->
 ``unknown``. Only a runfile driver satisfies dependencies outside dpkg: each package of

@@ -4,7 +4,7 @@ package names per driver branch, components per fabric kind, repository director
 Data only, one table per fact, each row with its source. The sources are:
 
 - ``REDIST``: NVIDIA's redistrib manifests (platform keys ``linux-x86_64`` / ``linux-sbsa``),
-  ../shared/corpus/redist/cuda-redistrib_{12.8.2,13.0.2,13.1.1}-*.json.
+  tests/data/corpus/redist/cuda-redistrib_{12.8.2,13.0.2,13.1.1}-*.json.
 - ``CUDA_REPO``: the CUDA network repositories, ``repos/<distro>/<x86_64|sbsa>/`` (NVIDIA CUDA
   Installation Guide for Linux, "Network Repository Installation"; NVIDIA Driver Installation
   Guide, "Package manager installation").
@@ -19,9 +19,9 @@ Data only, one table per fact, each row with its source. The sources are:
   ``nvidia-fabric-manager`` up to R575, ``nvidia-fabricmanager`` from R580).
 - ``YUM_PR23``: NVIDIA/yum-packaging-precompiled-kmod PR #23 (2021): RPM rename from
   ``nvidia-fabricmanager-<branch>`` to ``nvidia-fabric-manager``.
-- ``APT580``: ../shared/corpus/apt/apt-r580-virtual-package-version-not-found-gdc451.txt: from
+- ``APT580``: tests/data/corpus/apt/apt-r580-virtual-package-version-not-found-gdc451.txt: from
   R580 ``nvidia-fabricmanager-580`` is only a virtual package provided by
-  ``nvidia-fabricmanager``; ../shared/cases/F05 (``nvidia-fabricmanager-535`` before R580).
+  ``nvidia-fabricmanager``; tests/data/cases/F05 (``nvidia-fabricmanager-535`` before R580).
 """
 
 from __future__ import annotations
@@ -153,7 +153,7 @@ DISTROS: dict[str, tuple[str, str]] = {
 #: fabric manager and NVLSM run on NVIDIA's NMX controller, so a compute tray runs IMEX only
 #: (NVIDIA IMEX guide, "Overview"; NVIDIA Fabric Manager User Guide, "GB200 NVL": no FM on the
 #: compute tray); Azure/aks-gpu never fetches or installs fabric manager on arm64 (download.sh,
-#: install.sh); nvfabric issue 17.
+#: install.sh).
 NEVER_FOR_FABRIC: dict[str, frozenset[str]] = {
     "mnnvl": frozenset({"fabricmanager", "libnvidia_nscq", "libnvsdm", "nvlsm"}),
 }

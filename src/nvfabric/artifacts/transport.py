@@ -25,10 +25,11 @@ from typing import IO, Any
 
 from nvfabric.artifacts.model import checksum_mismatch, download_failed
 from nvfabric.effects.atomic import atomic_writer
+from nvfabric.facts.fs import sha256_file
 from nvfabric.model.errors import NvfabricError, usage_error
 from nvfabric.model.findings import Finding
+from nvfabric.model.strict import int_or_none
 from nvfabric.model.words import seconds
-from nvfabric.strict import int_or_none
 
 #: HTTP statuses worth retrying (RFC 9110 15.5.9, 15.6; RFC 6585 4 for 429).
 RETRY_STATUS = frozenset({408, 429, 500, 502, 503, 504})
@@ -274,15 +275,6 @@ class Transport:
             raise NotPublished(url) from None
         except OSError as err:
             raise _Transient(f"cannot read {path}: {err.strerror}") from None
-
-
-def sha256_file(path: str) -> str:
-    """Hex SHA-256 of a file, read in 64 KiB chunks."""
-    digest = hashlib.sha256()
-    with open(path, "rb") as fh:
-        while chunk := fh.read(CHUNK):
-            digest.update(chunk)
-    return digest.hexdigest()
 
 
 def mirror_base(mirror: str) -> str:

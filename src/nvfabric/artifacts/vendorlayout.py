@@ -42,14 +42,14 @@ from typing import Any
 from nvfabric.artifacts.cachefile import Cached
 from nvfabric.artifacts.safetar import extract
 from nvfabric.artifacts.tables import MULTIARCH, VENDOR_LAYOUT
-from nvfabric.artifacts.transport import sha256_file
 from nvfabric.bringup import fabricmanager as fm
 from nvfabric.bringup import nvlsm
 from nvfabric.bringup.vendor import TOPOLOGY_DIR
 from nvfabric.effects.atomic import write_atomic
-from nvfabric.facts.paths import PathEscape, confined
+from nvfabric.facts.fs import sha256_file
 from nvfabric.model.errors import NvfabricError, usage_error
 from nvfabric.model.findings import Finding
+from nvfabric.model.hostpath import PathEscape, confined
 from nvfabric.rules.imex.tables import CONFIG_PATH, IMEX_BINARY, IMEX_CTL_BINARY
 
 #: The layout record, a host path under the root.

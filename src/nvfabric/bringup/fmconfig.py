@@ -4,10 +4,10 @@ Pure but for the links of the paths fabric manager writes (``_resolve``); the re
 shipped file and the path checks are :mod:`nvfabric.facts.fmconfig`.
 
 Keys and their meaning: NVIDIA Fabric Manager User Guide, "Fabric Manager Config Options";
-shipped examples ../shared/corpus/configs/fabricmanager-535.216.01.cfg and
+shipped examples tests/data/corpus/configs/fabricmanager-535.216.01.cfg and
 bottlerocket-nvidia-fabricmanager.cfg. Overrides, later wins:
 
-1. the shipped file as is (comments and key order kept, see :mod:`.keyvalue`);
+1. the shipped file as is (comments and key order kept, see :mod:`nvfabric.model.keyvalue`);
 2. operator overrides from the environment, ``NVFM_CONFIG_<KEY>=<VALUE>`` (the convention of
    the GPU Operator driver container);
 3. operator overrides given as ``--fm-set KEY=VALUE``;
@@ -22,83 +22,21 @@ are unchanged) so that the daemon, which runs in nvfabric's mount namespace, fin
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from nvfabric.facts.paths import confined, under
-from nvfabric.model import hostpath, keyvalue
-from nvfabric.model.errors import InputError
+from nvfabric.model import keyvalue
 from nvfabric.model.findings import Finding
-from nvfabric.strict import int_or_none
-
-ENV_PREFIX = "NVFM_CONFIG_"
-OWNED_KEYS = frozenset({"DAEMONIZE", "FM_SM_MGMT_PORT_GUID"})
-
-#: Path-valued keys and what must hold for each (User Guide, "Fabric Manager Config Options";
-#: the talos case ../shared/corpus/logs/talos-fm-config-invalid-value-ext511.txt for
-#: FABRIC_NODE_CONFIG_FILE): "dir" an existing directory, "parent" the file's directory exists
-#: or can be created, "file" an existing file. An empty value means unset.
-PATH_KEYS: dict[str, str] = {
-    "TOPOLOGY_FILE_PATH": "dir",
-    "DATABASE_PATH": "dir",
-    "STATE_FILE_NAME": "parent",
-    "LOG_FILE_NAME": "parent",
-    "FABRIC_NODE_CONFIG_FILE": "file",
-    "UNIX_SOCKET_PATH": "parent",
-    "FM_CMD_UNIX_SOCKET_PATH": "parent",
-    "FM_SM_IPC_INTERFACE": "parent",
-}
-
-_GUID = re.compile(r"0x[0-9a-fA-F]{16}")
-
-#: Allowed values of enumerated and numeric keys (User Guide, "Fabric Manager Config Options").
-_CHOICES: dict[str, frozenset[str]] = {
-    "DAEMONIZE": frozenset({"0", "1"}),
-    "FABRIC_MODE": frozenset({"0", "1", "2"}),
-    "FABRIC_MODE_RESTART": frozenset({"0", "1"}),
-    "LOG_LEVEL": frozenset({"0", "1", "2", "3", "4"}),
-    "LOG_APPEND_TO_LOG": frozenset({"0", "1"}),
-    "LOG_USE_SYSLOG": frozenset({"0", "1"}),
-    "FM_STAY_RESIDENT_ON_FAILURES": frozenset({"0", "1"}),
-    "ACCESS_LINK_FAILURE_MODE": frozenset({"0", "1"}),
-    "TRUNK_LINK_FAILURE_MODE": frozenset({"0", "1"}),
-    "NVSWITCH_FAILURE_MODE": frozenset({"0", "1"}),
-    "ABORT_CUDA_JOBS_ON_FM_EXIT": frozenset({"0", "1"}),
-}
-_PORTS = ("STARTING_TCP_PORT", "FM_CMD_PORT_NUMBER")
-
-
-class ConfigError(InputError):
-    """An override that may not be written; ``finding`` is a ``config_invalid_value``."""
-
-    code = "config_invalid_value"
-
-
-def invalid(key: str, message: str, hint: str = "") -> Finding:
-    """A ``config_invalid_value`` finding naming ``key``."""
-    return Finding("config_invalid_value", "error", f"fabricmanager.cfg {key}: {message}",
-                   hint or f"fix {key} (shipped file, --fm-set or {ENV_PREFIX}{key})",
-                   {"key": key})
-
-
-def check_value(key: str, value: str) -> None:
-    """Raise ConfigError unless ``value`` is acceptable for ``key`` (single line; choices,
-    ports, GUIDs and absolute paths where the key takes them)."""
-    try:
-        keyvalue.validate(key, value)
-    except keyvalue.ConfigValueError as err:
-        raise ConfigError(invalid(key, str(err).split(": ", 1)[-1])) from None
-    if key in _CHOICES and value not in _CHOICES[key]:
-        allowed = ", ".join(sorted(_CHOICES[key]))
-        raise ConfigError(invalid(key, f"{value!r} is not one of {allowed}"))
-    if key in _PORTS and int_or_none(value, high=65535) is None:
-        raise ConfigError(invalid(key, f"{value!r} is not a TCP port (0-65535)"))
-    if key == "FM_SM_MGMT_PORT_GUID" and not _GUID.fullmatch(value):
-        raise ConfigError(invalid(key, f"{value!r} is not 0x followed by 16 hex digits"))
-    why = hostpath.problem(value) if key in PATH_KEYS and value else None
-    if why is not None:
-        raise ConfigError(invalid(key, f"{value!r} {why}"))
+from nvfabric.model.fmkeys import (
+    ENV_PREFIX,
+    OWNED_KEYS,
+    PATH_KEYS,
+    ConfigError,
+    check_value,
+    invalid,
+    known_keys,
+)
+from nvfabric.model.hostpath import confined, under
 
 
 def env_overrides(environ: Mapping[str, str]) -> dict[str, str]:
@@ -131,17 +69,6 @@ class Effective:
         return self.cfg.get(key)
 
 
-def known_keys(shipped: str) -> frozenset[str]:
-    """The keys fabric manager of the shipped file's version knows: every ``KEY=`` line of
-    the shipped file (set, or commented out as documentation), plus the keys nvfabric sets
-    itself (``DAEMONIZE``, ``FM_SM_MGMT_PORT_GUID``, ``FABRIC_MODE``) and those it checks
-    from the User Guide (:data:`PATH_KEYS`, choices, ports: ``FABRIC_NODE_CONFIG_FILE`` is
-    one a trimmed shipped file may lack). The shipped file of a version lists its keys
-    (../shared/corpus/configs/fabricmanager-535.216.01.cfg)."""
-    return (keyvalue.documented_keys(shipped) | OWNED_KEYS | {"FABRIC_MODE"}
-            | frozenset(PATH_KEYS) | frozenset(_CHOICES) | frozenset(_PORTS))
-
-
 def check_known(shipped: str, environ: Mapping[str, str], sets: Mapping[str, str]) -> None:
     """ConfigError (``config_invalid_value`` naming the key and where it came from, the
     nearest known key in the hint, :mod:`difflib`) for an override of a key that fabric
@@ -166,11 +93,6 @@ def check_known(shipped: str, environ: Mapping[str, str], sets: Mapping[str, str
             f"fabricmanager.cfg {key} ({source}): not a key fabric manager knows (not in the "
             "shipped fabricmanager.cfg)", hint,
             {"key": key, "nearest": near[0] if near else None}))
-
-
-class ShippedConfigError(InputError):
-    """The shipped fabricmanager.cfg is not something to build on: a link, not a regular
-    file, or without a single key. ``finding`` is an ``input_unreadable``."""
 
 
 def effective(shipped: str, *, root: str = "/", guid: str | None = None,
@@ -215,7 +137,7 @@ def effective(shipped: str, *, root: str = "/", guid: str | None = None,
 def _resolve(root: str, key: str, value: str) -> str:
     """A path key's value under the root; the files fabric manager writes ("parent" keys: log,
     state file, sockets) with every symbolic link followed and refused (ConfigError naming the
-    key) when they lead out of the root (:func:`nvfabric.facts.paths.confined`)."""
+    key) when they lead out of the root (:func:`nvfabric.model.hostpath.confined`)."""
     if PATH_KEYS.get(key) != "parent":
         return under(root, value)
     try:

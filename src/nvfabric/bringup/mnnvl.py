@@ -5,31 +5,111 @@ the effective config.cfg into the state directory, and supervise ``nvidia-imex -
 until ``nvidia-imex-ctl -q`` prints READY (RUN.md R07). Never fabric manager.
 
 Pure: :func:`prepare` is a function of the node's snapshot
-(:func:`nvfabric.facts.node.collect_imex`, read before) and the options; it returns the same
+(:func:`nvfabric.app.collect.imex`, read before) and the options; it returns the same
 :class:`nvfabric.bringup.prepared.Prepared` as the fabric manager bring-up, so ``--dry-run``
 shows exactly what :func:`nvfabric.effects.apply.apply` and the supervisor would do.
+
+The daemon, ``nvidia-imex``, lets GPUs of different trays import and export memory over the
+NVLink fabric. Vendor layout (NVIDIA IMEX guide, "Getting Started with IMEX" and "IMEX
+Service Command Service"; tests/data/corpus/configs/aws-parallelcluster-nvidia-imex.service.erb):
+``/usr/bin/nvidia-imex -c /etc/nvidia-imex/config.cfg``, queried with
+``/usr/bin/nvidia-imex-ctl``. Under nvfabric the daemon runs in the foreground (DAEMONIZE=0 in
+the effective config, see :mod:`nvfabric.rules.imex.config`) with its log on stderr. It is
+ready when ``nvidia-imex-ctl -c <cfg> -q`` prints READY; every ctl call runs under a hard
+timeout (the tool is known to hang). ``nvidia-imex --version`` prints ``IMEX version is:
+570.172``; the daemon checks the loaded driver's version itself at start and aborts on a
+mismatch (IMEX guide, "Other NVIDIA Software Packages"), so ``run`` does not probe it
+beforehand; :func:`parse_version` reads either line (``--version`` or the log).
 """
 
 from __future__ import annotations
 
 import os
+import re
 from dataclasses import dataclass, field
 
-from nvfabric.bringup import imexd as imex_service
 from nvfabric.bringup.prepared import ChannelNode, ImexPart, Prepared
-from nvfabric.bringup.spec import PlannedFile, ServiceSpec
-from nvfabric.facts.fs import under
+from nvfabric.bringup.spec import PlannedFile, ReadyProbe, ServiceSpec
 from nvfabric.model import keyvalue
 from nvfabric.model.commandline import command_line
 from nvfabric.model.errors import usage_error
 from nvfabric.model.findings import Finding
+from nvfabric.model.hostpath import check as check_path
+from nvfabric.model.hostpath import under
 from nvfabric.model.keyvalue import ConfigValueError
+from nvfabric.model.words import plural
 from nvfabric.rules.imex import channels, config, nodes, owner
-from nvfabric.rules.imex.domain import node_list_id, plural
-from nvfabric.rules.imex.tables import CTL_TIMEOUT_S
+from nvfabric.rules.imex.nodes import node_list_id
+from nvfabric.rules.imex.tables import (
+    CONFIG_PATH,
+    CTL_TIMEOUT_S,
+    IMEX_BINARY,
+    IMEX_CTL_BINARY,
+    NODES_CONFIG_PATH,
+)
 from nvfabric.rules.nodefacts import ImexFacts, NodeFacts
 from nvfabric.rules.plan import Plan
 from nvfabric.rules.preflight import service_running
+
+BINARY = IMEX_BINARY
+CTL_BINARY = IMEX_CTL_BINARY
+CONFIG = CONFIG_PATH
+NODES_CONFIG = NODES_CONFIG_PATH
+
+#: ``nvidia-imex --version`` ("IMEX version is: X") and the startup banner ("IMEX version X is
+#: running"): capture tests/data/corpus/imex/imex-570.00-daemon-startup-dra289.log.
+_VERSION = re.compile(r"IMEX version(?: is)?:?\s+(\d+\.\d+(?:\.\d+)?)")
+
+
+#: How the supervisor speaks of IMEX readiness: ``nvidia-imex-ctl -q`` prints READY once the
+#: daemon has connected to the nodes of its node list (IMEX_WAIT_FOR_QUORUM; NVIDIA IMEX guide,
+#: "IMEX Service Config Options" and "The nvidia-imex-ctl Tool"); until then CUDA cannot import
+#: memory exported by other trays.
+IMEX_READY = ReadyProbe(
+    label="IMEX",
+    waiting="not READY yet",
+    stuck_code="imex_not_ready",
+    stuck_message="the IMEX daemon has not reported READY {timeout} s after it started "
+    "(last answer: {last}); CUDA cannot import memory from other trays until it does; not "
+    "reporting ready",
+    stuck_hint="NOT READY: it has not connected to the IMEX peers of its node list: every tray "
+    "of the list (IMEX_NODE_CONFIG_FILE) must run nvidia-imex with the same list and reach the "
+    "others on SERVER_PORT (50000); `nvfabric imex domain` names the unreachable peers. No "
+    "answer: nvidia-imex-ctl hangs while the daemon does not answer; look at the daemon's "
+    "lines above",
+)
+
+
+@dataclass(frozen=True)
+class ImexPaths:
+    """Where IMEX lives, host view. ``shipped_config`` is read, never edited by ``run``; the
+    effective config and node list nvfabric writes live in its state directory."""
+
+    binary: str = BINARY
+    ctl: str = CTL_BINARY
+    shipped_config: str = CONFIG
+    nodes_config: str = NODES_CONFIG
+
+
+def argv(binary: str, config: str) -> tuple[str, ...]:
+    """``nvidia-imex -c <config>``; ValueError on a bad path."""
+    return (check_path(binary, "nvidia-imex binary"), "-c", check_path(config, "IMEX config"))
+
+
+def spec(binary: str, config: str, grace_s: float = 10.0) -> ServiceSpec:
+    """IMEX as a service of the unit. Ready when ``nvidia-imex-ctl -q`` prints READY: the
+    supervisor's readiness probe (``ready_gpus``; the probe the mnnvl path gives it is
+    :func:`nvfabric.facts.imex.ready.readiness_probe`, each ctl call under a hard timeout), logged
+    and timed out in IMEX's terms (:data:`IMEX_READY`: ``imex_not_ready``)."""
+    return ServiceSpec(name="imex", argv=argv(binary, config), ready_gpus=True,
+                       ready_probe=IMEX_READY, grace_s=grace_s)
+
+
+def parse_version(text: str) -> str | None:
+    """The version from ``nvidia-imex --version`` output or its startup banner, or None."""
+    match = _VERSION.search(text)
+    return match.group(1) if match else None
+
 
 EFFECTIVE_CFG = "imex/config.cfg"
 EFFECTIVE_NODES = "imex/nodes_config.cfg"
@@ -46,7 +126,7 @@ class ImexRunOptions:
     root: str = "/"
     state_dir: str = "/run/nvfabric"
     owner: str | None = None
-    paths: imex_service.ImexPaths = field(default_factory=imex_service.ImexPaths)
+    paths: ImexPaths = field(default_factory=ImexPaths)
     peers_file: str | None = None
     peers_text: str | None = None
     local_addresses: tuple[str, ...] = ()
@@ -62,7 +142,7 @@ class ImexRunOptions:
 
 
 def prepare(facts: NodeFacts, p: Plan, opts: ImexRunOptions) -> Prepared:
-    """The mnnvl bring-up from ``facts.imex`` (:func:`nvfabric.facts.node.collect_imex`).
+    """The mnnvl bring-up from ``facts.imex`` (:func:`nvfabric.app.collect.imex`).
     Raises NvfabricError (exit 2) when channel0 would be made through a link that leaves the
     root, or the shipped config is not the vendor's regular file."""
     imex = facts.imex
@@ -101,14 +181,14 @@ def prepare(facts: NodeFacts, p: Plan, opts: ImexRunOptions) -> Prepared:
     peers, more, note = _checked_node_list(imex, opts, p.driver_version)
     refusals += more + _binaries(imex, opts, p.driver_version)
     notes += note
-    spec, files, bad = _daemon(imex, opts, peers, decision.socket)
+    daemon, files, bad = _daemon(imex, opts, peers, decision.socket)
     refusals += bad
     notes.append(f"effective IMEX config: {files[1].path} (from {shipped_path}, which is not "
                  "edited)")
     made = (ChannelNode(channels.channel_path(0), imex.channel_at or channels.channel_path(0),
                         imex.channels.major, 0),) \
         if create and imex.channels.major is not None else ()
-    return Prepared("mnnvl", (spec,) if spec else (), files, made, tuple(notes),
+    return Prepared("mnnvl", (daemon,) if daemon else (), files, made, tuple(notes),
                     tuple(refusals), tuple(warnings), opts.resolve(opts.state_dir),
                     imex=ImexPart(decision, imex.channels, peers))
 
@@ -167,15 +247,15 @@ def _daemon(imex: ImexFacts, opts: ImexRunOptions, peers: tuple[nodes.Peer, ...]
             {"key": err.key}))
         text = ""
     try:
-        spec: ServiceSpec | None = imex_service.spec(opts.resolve(opts.paths.binary), cfg_path,
-                                                     opts.grace_s)
+        daemon: ServiceSpec | None = spec(opts.resolve(opts.paths.binary), cfg_path,
+                                          opts.grace_s)
     except ValueError as err:
         refusals.append(Finding("config_invalid_value", "error", str(err), "pass absolute paths",
                                 {"key": "path"}))
-        spec = None
+        daemon = None
     files = (PlannedFile(nodes_path, nodes.render(peers), 0o644),
              PlannedFile(cfg_path, text, 0o644))
-    return spec, files, refusals
+    return daemon, files, refusals
 
 
 def _node_list(imex: ImexFacts, opts: ImexRunOptions
@@ -189,7 +269,7 @@ def _node_list(imex: ImexFacts, opts: ImexRunOptions
             f"no IMEX node list: {opts.resolve(where)} {imex.node_list_why}",
             "write the addresses of every tray of the domain there (`"
             + command_line("imex", "config", root=opts.root, options=(
-                ("--config", None if opts.paths.shipped_config == imex_service.CONFIG
+                ("--config", None if opts.paths.shipped_config == CONFIG
                  else opts.paths.shipped_config), ("--peers", "FILE")))
             + "`), or pass --imex-peers FILE", {"key": "IMEX_NODE_CONFIG_FILE"})
     try:

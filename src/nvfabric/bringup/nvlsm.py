@@ -1,8 +1,8 @@
 """NVLSM, the NVLink Subnet Manager of NVLink 5 baseboards (an OpenSM derivative).
 
 Vendor layout (NVIDIA Fabric Manager User Guide, "NVLink Subnet Manager"; the nvlsm package
-of the CUDA redist, ../shared/corpus/redist/cuda-redistrib_13.0.2-*.json; the command seen in
-../shared/corpus/logs/talos-hgx-b200-wrapper-nvlsm-start-excerpt-ext893.txt):
+of the CUDA redist, tests/data/corpus/redist/cuda-redistrib_13.0.2-*.json; the command seen in
+tests/data/corpus/logs/talos-hgx-b200-wrapper-nvlsm-start-excerpt-ext893.txt):
 
 - binary ``/opt/nvidia/nvlsm/sbin/nvlsm``, config ``/usr/share/nvidia/nvlsm/nvlsm.conf``;
 - pid file ``/var/run/nvlsm.pid``;

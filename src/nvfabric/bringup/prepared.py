@@ -1,8 +1,8 @@
 """``Prepared``: what ``nvfabric run`` will do on a node, the one value every fabric kind's
-``prepare`` returns (nvswitch and nvlink5: :func:`nvfabric.bringup.unit.prepare`; mnnvl:
+``prepare`` returns (nvswitch and nvlink5: :func:`nvfabric.bringup.fabricmanager.prepare`; mnnvl:
 :func:`nvfabric.bringup.mnnvl.prepare`; none: nothing). The applier
 (:func:`nvfabric.effects.apply.apply`) makes it true on the host, the supervisor runs its
-processes, and the dry-run renderer (:mod:`nvfabric.cli.runview`) prints it. Pure values.
+processes, and the dry-run renderer (:mod:`nvfabric.cli.run`) prints it. Pure values.
 """
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 from nvfabric.bringup.spec import PlannedFile, ServiceSpec
 from nvfabric.model.findings import Finding
 from nvfabric.rules.nodefacts import Probes
+from nvfabric.rules.preflight import Process
 
 if TYPE_CHECKING:
     from nvfabric.rules.imex.channels import ChannelFacts
@@ -82,13 +83,11 @@ class Prepared:
 
     def preflight_processes(self) -> tuple[Process, ...]:
         """What :func:`nvfabric.rules.preflight.preflight` checks of each process."""
-        from nvfabric.rules.preflight import Process
-
         return tuple(Process(s.name, s.argv[0], s.ready_socket, s.restart_needs_gpu_reset)
                      for s in self.processes)
 
     def checks(self) -> Probes:
-        """The host probes its preflight needs answered (:func:`nvfabric.facts.node.collect`):
+        """The host probes its preflight needs answered (:func:`nvfabric.app.collect.probes`):
         fabric manager running, each binary, NVLSM's socket, fabric manager's version, the
         effective config's path keys, the GPUs' fabric states where R04 applies."""
         fm = [s for s in self.processes if s.name == "fabricmanager"]

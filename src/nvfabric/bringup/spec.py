@@ -10,7 +10,7 @@ stopping them in reverse order. Each daemon has a module here that knows its ven
 - :mod:`.imex`: ``nvidia-imex``, ready when ``nvidia-imex-ctl -q`` prints READY.
 
 Pure: no I/O here or in the per-daemon builders (``--version`` is run by
-:func:`nvfabric.facts.node.fm_version`).
+:func:`nvfabric.facts.probes.fm_version`).
 """
 
 from __future__ import annotations

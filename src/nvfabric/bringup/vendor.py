@@ -122,7 +122,7 @@ def vendor_path(vf: VendorFile, topology: str | None) -> str | None:
 def resolve(seen: VendorFacts, root: str, fabric: FabricKind, typed: Mapping[str, str | None],
             driver_version: str | None, topology: str | None = None) -> Resolved:
     """Where each vendor file of ``fabric`` comes from, as :func:`wanted` lists them, from
-    what was found (``seen``: :func:`nvfabric.facts.node.vendor_seen`, read with the same
+    what was found (``seen``: :func:`nvfabric.app.collect.vendor_seen`, read with the same
     ``typed`` and ``topology``). Pure.
 
     ``typed``: option -> the path the operator typed (None: the default); ``topology``: the
@@ -132,25 +132,37 @@ def resolve(seen: VendorFacts, root: str, fabric: FabricKind, typed: Mapping[str
     sources: dict[str, str] = {}
     findings: list[Finding] = []
     for vf in wanted(fabric):
-        given = typed.get(vf.key)
-        if given is not None:
-            found = seen.paths.get((given, vf.kind), PathSeen(False))
-            if not found.present:
-                raise TypedPathMissing(_typed_missing(vf, given, found, root))
-            paths[vf.key], sources[vf.key] = given, "typed"
-            continue
-        vendor = vendor_path(vf, topology)
-        if vendor is None:
-            continue
-        found = seen.paths.get((vendor, vf.kind), PathSeen(False))
-        install = seen.installs.get(vf.key)
-        if found.present:
-            paths[vf.key], sources[vf.key] = vendor, "vendor"
-        elif install is not None and install.hit is not None:
-            paths[vf.key], sources[vf.key] = install.hit, f"install record {install.record}"
-        else:
-            findings.append(_missing(vf, vendor, driver_version, install, found.outside, root))
+        found = resolve_file(vf, seen, root, typed, driver_version, topology)
+        if isinstance(found, Finding):
+            findings.append(found)
+        elif found is not None:
+            paths[vf.key], sources[vf.key] = found
     return Resolved(paths, sources, tuple(findings))
+
+
+def resolve_file(vf: VendorFile, seen: VendorFacts, root: str, typed: Mapping[str, str | None],
+                 driver_version: str | None, topology: str | None = None
+                 ) -> tuple[str, str] | Finding | None:
+    """Where the vendor file ``vf`` comes from (:func:`resolve`, one file): (host path, source
+    ``typed``, ``vendor`` or ``install record <host path>``), the finding of its absence, or
+    None when there is nothing to look up (a topology key that is not a plain absolute path).
+    Raises :class:`TypedPathMissing`. Pure."""
+    given = typed.get(vf.key)
+    if given is not None:
+        found = seen.paths.get((given, vf.kind), PathSeen(False))
+        if not found.present:
+            raise TypedPathMissing(_typed_missing(vf, given, found, root))
+        return given, "typed"
+    vendor = vendor_path(vf, topology)
+    if vendor is None:
+        return None
+    found = seen.paths.get((vendor, vf.kind), PathSeen(False))
+    install = seen.installs.get(vf.key)
+    if found.present:
+        return vendor, "vendor"
+    if install is not None and install.hit is not None:
+        return install.hit, f"install record {install.record}"
+    return _missing(vf, vendor, driver_version, install, found.outside, root)
 
 
 def _typed_missing(vf: VendorFile, given: str, found: PathSeen, root: str) -> str:

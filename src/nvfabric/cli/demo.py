@@ -22,6 +22,8 @@ import tempfile
 import threading
 import time
 
+from nvfabric.effects.log import printable
+
 READY_BOUND_S = 20.0
 STOP_BOUND_S = 20.0
 
@@ -36,8 +38,6 @@ class Demo:
         self.t0 = time.monotonic()
 
     def show(self, text: str = "") -> None:
-        from nvfabric.effects.log import printable
-
         print(printable(text.replace(self.root, "DIR")), flush=True)
 
     def step(self, title: str) -> None:

@@ -6,21 +6,15 @@ from typing import Any
 
 import click
 
-from nvfabric.cli.render import (
-    arch_option,
-    console,
-    guarded,
-    json_option,
-    print_json,
-    root_option,
-    safe,
-)
-from nvfabric.facts.inventory import Inventory, collect
+from nvfabric.cli.render import arch_option, console, guarded, json_option, root_option, safe
+from nvfabric.effects.stdio import print_json
+from nvfabric.facts.inventory import collect
+from nvfabric.model.inventory import Inventory
 from nvfabric.rules.products import name_of
 
 
 def detect_json(inv: Inventory) -> dict[str, Any]:
-    """The JSON of the public contract (../shared/DESIGN.md, ``nvfabric detect``)."""
+    """The JSON of the public contract (``nvfabric detect``: the keys every version keeps)."""
     infiniband = []
     for fn in inv.pci:
         if fn.vendor != 0x15B3:

@@ -22,24 +22,19 @@ from typing import IO, cast
 
 import click
 
-from nvfabric.cli.render import (
-    console,
-    guarded,
-    json_option,
-    print_findings,
-    print_json,
-    root_option,
-)
+from nvfabric.cli.render import console, guarded, json_option, print_findings, root_option
+from nvfabric.effects.stdio import print_json
+from nvfabric.facts.inventory import collect
 from nvfabric.model.errors import usage_error
 from nvfabric.model.vocab import FABRIC_KINDS, FabricKind
 from nvfabric.model.words import plural
+from nvfabric.rules.diagnose import Classifier, classify_stream
+from nvfabric.rules.logtext import LogEncodingError, LogInputError
+from nvfabric.rules.plan import plan
 
 
 def fabric_of_root(root: str) -> FabricKind:
     """The plan's fabric kind of the node under ``root``."""
-    from nvfabric.facts.inventory import collect
-    from nvfabric.rules.plan import plan
-
     return plan(collect(root)).fabric
 
 
@@ -50,7 +45,6 @@ MAX_LOG_BYTES = 16 << 30
 
 class _Capped:
     """A binary stream that refuses (``input_unreadable``) to go past :data:`MAX_LOG_BYTES`."""
-
     def __init__(self, stream: IO[bytes], path: str) -> None:
         self.stream, self.path, self.total = stream, path, 0
 
@@ -75,13 +69,6 @@ class _Capped:
 def doctor(ctx: click.Context, root: str, fabric: FabricKind | None, logs: tuple[str, ...],
            as_json: bool) -> None:
     """Explain fabric logs: each known failure line becomes a finding with a hint."""
-    from nvfabric.rules.diagnose import (
-        Classifier,
-        LogEncodingError,
-        LogInputError,
-        classify_stream,
-    )
-
     source = ctx.get_parameter_source("root")
     if fabric is None and source is not None and source.name != "DEFAULT":
         fabric = fabric_of_root(root)

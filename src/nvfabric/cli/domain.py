@@ -17,10 +17,12 @@ from typing import Any
 
 import click
 
-from nvfabric import strict
-from nvfabric.cli.render import console, guarded, json_option, print_findings, print_json, safe
+from nvfabric.cli.render import console, guarded, json_option, print_findings, safe
 from nvfabric.effects.atomic import write_atomic
+from nvfabric.effects.stdio import print_json
+from nvfabric.model import strict
 from nvfabric.model.errors import usage_error
+from nvfabric.model.words import plural
 from nvfabric.rules.imex import domain as fleet
 from nvfabric.rules.imex import nodes
 from nvfabric.rules.imex import topology as slurm_topology
@@ -204,15 +206,15 @@ def check(reports: tuple[str, ...], domain_size: int, node_lists: tuple[str, ...
         print_json(result.to_json())
     else:
         con = console()
-        dups = f", {fleet.plural(result.duplicates, 'duplicate')}" if result.duplicates else ""
-        con.print(f"[bold]{fleet.plural(result.inputs, 'report')} read{dups}, "
-                  f"{fleet.plural(len(result.domains), 'domain')}[/bold]")
+        dups = f", {plural(result.duplicates, 'duplicate')}" if result.duplicates else ""
+        con.print(f"[bold]{plural(result.inputs, 'report')} read{dups}, "
+                  f"{plural(len(result.domains), 'domain')}[/bold]")
         for d in result.domains:
             mark = "[green]ok[/]" if d.ok else "[bold red]bad[/]"
             uuid = "none" if d.cluster_uuid is None else d.cluster_uuid
             clique = "none" if d.clique_id is None else d.clique_id
             con.print(f"  {mark} {d.grouped_by} {safe(d.key)}: "
-                      f"{fleet.plural(len(d.nodes), 'node')} (size {d.expected_size}), "
+                      f"{plural(len(d.nodes), 'node')} (size {d.expected_size}), "
                       f"ClusterUUID {safe(uuid)}, "
                       f"CliqueId {safe(clique)}", emoji=False)
         print_findings(con, list(result.all_findings()), "findings")

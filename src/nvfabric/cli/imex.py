@@ -21,24 +21,24 @@ from nvfabric.cli.render import (
     console,
     guarded,
     json_option,
-    os_error,
     print_findings,
-    print_json,
     root_option,
     safe,
 )
-from nvfabric.cli.textfile import read_text_file
 from nvfabric.effects import imex as imex_effects
-from nvfabric.facts import imex as imex_facts
-from nvfabric.facts import imexctl as ctl
+from nvfabric.effects.stdio import print_json
+from nvfabric.facts.imex import ctl
+from nvfabric.facts.imex import tray as imex_facts
 from nvfabric.facts.inventory import require_root
 from nvfabric.facts.nvidia import driver_version
-from nvfabric.facts.paths import PathEscape, confined, under
-from nvfabric.model.errors import NvfabricError, usage_error
+from nvfabric.facts.textfile import read_text_file
+from nvfabric.model.errors import NvfabricError, os_error, usage_error
 from nvfabric.model.findings import Finding
+from nvfabric.model.hostpath import PathEscape, confined, under
 from nvfabric.model.keyvalue import ConfigValueError
+from nvfabric.model.words import plural
 from nvfabric.rules.imex import channels, edit, nodes, owner
-from nvfabric.rules.imex.domain import node_list_id, plural
+from nvfabric.rules.imex.nodes import node_list_id
 from nvfabric.rules.imex.tables import (
     CONFIG_PATH,
     CTL_TIMEOUT_RANGE_S,
@@ -405,7 +405,7 @@ def domain_cmd(root: str, config_path: str, ctl_path: str, timeout_s: float,
 
 
 def _query(root: str, ctl_path: str, config_path: str, timeout_s: float) -> ctl.DomainStatus:
-    """:func:`nvfabric.facts.imexctl.query_domain` with ``--ctl`` and ``--config`` under
+    """:func:`nvfabric.facts.imex.ctl.query_domain` with ``--ctl`` and ``--config`` under
     ``root`` (on the node itself as given: a bare name is looked up in PATH)."""
     binary, cfg = ctl_path, config_path
     if root != "/":
@@ -414,7 +414,7 @@ def _query(root: str, ctl_path: str, config_path: str, timeout_s: float) -> ctl.
 
 
 def _joined(root: str, path: str, what: str) -> str:
-    """``path`` under ``root`` (:func:`nvfabric.facts.paths.under`); a usage error (exit 2)
+    """``path`` under ``root`` (:func:`nvfabric.model.hostpath.under`); a usage error (exit 2)
     naming ``what`` for a path that would leave the root."""
     try:
         return under(root, path)

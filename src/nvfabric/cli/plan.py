@@ -12,10 +12,10 @@ from nvfabric.cli.render import (
     guarded,
     json_option,
     print_findings,
-    print_json,
     root_option,
     safe,
 )
+from nvfabric.effects.stdio import print_json
 from nvfabric.facts.inventory import collect
 from nvfabric.rules.plan import Plan, plan
 

@@ -2,7 +2,7 @@
 (Kubernetes ``readinessProbe``, a health check) that cannot be fooled by a stale file.
 
 ``<state-dir>/ready`` counts only while the pid inside is the ``nvfabric run`` holding the run
-lock (:func:`nvfabric.supervisor.live_ready`, RUN.md R10): after ``kill -9`` of the run the
+lock (:func:`nvfabric.effects.runlock.live_ready`, RUN.md R10): after ``kill -9`` of the run the
 file is still there, but nobody holds the lock. Exit codes: 0 ready; 1 not ready (no file, or
 stale); 2 bad input.
 """
@@ -13,11 +13,15 @@ import sys
 
 import click
 
-from nvfabric.cli.render import guarded, json_option, print_json, root_option
-from nvfabric.facts.paths import confined
+from nvfabric.cli.render import guarded, json_option, root_option
+from nvfabric.effects.log import printable
+from nvfabric.effects.runlock import live_ready
+from nvfabric.effects.stdio import print_json
+from nvfabric.facts.inventory import require_root
 from nvfabric.model.commandline import DEFAULT_STATE_DIR, command_line
 from nvfabric.model.errors import usage_error
 from nvfabric.model.findings import Finding
+from nvfabric.model.hostpath import confined
 
 
 @click.command("ready")
@@ -29,10 +33,6 @@ from nvfabric.model.findings import Finding
 def ready(root: str, state_dir: str, as_json: bool) -> None:
     """Exit 0 when a live `nvfabric run` is ready on this node (its readiness file names the
     run holding the run lock), 1 otherwise (`run_not_ready`: no file, or a stale one)."""
-    from nvfabric.effects.log import printable
-    from nvfabric.effects.runlock import live_ready
-    from nvfabric.facts.inventory import require_root
-
     require_root(root)  # exit 2 like every command that reads a node, never "not ready"
     try:
         state = confined(root, state_dir, "--state-dir")

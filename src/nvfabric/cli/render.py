@@ -4,20 +4,19 @@ otherwise human text through rich (imported only then). Errors become one line o
 
 from __future__ import annotations
 
-import contextlib
-import errno
 import functools
-import json
 import math
 import os
 import sys
 from collections.abc import Callable
-from typing import Any, NoReturn, TypeVar
+from typing import Any, TypeVar
 
 import click
 
-from nvfabric.model.errors import NvfabricError, os_hint, usage_error
+from nvfabric.effects.stdio import debug_traceback, fail, quiet_stdout
+from nvfabric.model.errors import NvfabricError, internal_error, os_error, usage_error
 from nvfabric.model.findings import Finding
+from nvfabric.model.hostpath import problem
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -26,8 +25,6 @@ def checked_root(value: str) -> str:
     be a root: not valid UTF-8 (undecodable bytes kept by os.fsdecode), control characters or
     PATH_MAX (:func:`nvfabric.model.hostpath.problem`). Paths under a root go into configs and argv
     as text, so a root that text cannot hold is refused here, once."""
-    from nvfabric.model.hostpath import problem
-
     root = os.path.abspath(value)
     try:
         root.encode("utf-8")
@@ -82,12 +79,6 @@ json_option = click.option("--json", "as_json", is_flag=True, help="Print one JS
 arch_option = click.option("--arch", default=None, help="Override the architecture (uname -m).")
 
 
-def print_json(obj: Any) -> None:
-    """One JSON object on stdout, newline-terminated."""
-    sys.stdout.write(json.dumps(obj, indent=2, sort_keys=False) + "\n")
-    sys.stdout.flush()
-
-
 def console(stderr: bool = False) -> Any:
     """A rich Console (lazy import: rich costs ~50 ms to import)."""
     from rich.console import Console
@@ -102,68 +93,14 @@ def console(stderr: bool = False) -> Any:
 def _on_broken_pipe() -> None:
     """The reader went away (``nvfabric status | head -1``): the rest of the output is
     dropped and the command goes on to its own exit code (:class:`QuietOnBrokenPipe`)."""
-    _quiet_stdout()
+    quiet_stdout()
 
 
-class QuietOnBrokenPipe:
-    """A text stream (sys.stdout, sys.stderr) whose reader may go away: a write or flush that
-    meets a broken pipe (EPIPE) points the descriptor at /dev/null and drops the text, so the
-    command ends with its own exit code (``nvfabric status | head -1`` on an unhealthy node
-    still exits 1), never with an internal error or the interpreter's exit code 120. Every
-    other attribute is the wrapped stream's."""
-
-    def __init__(self, stream: Any) -> None:
-        self._stream = stream
-        self.lost = False
-
-    def _gone(self) -> None:
-        self.lost = True
-        _quiet_fd(self._stream)
-
-    def write(self, text: str) -> int:
-        try:
-            return int(self._stream.write(text))
-        except BrokenPipeError:
-            self._gone()
-            return len(text)
-
-    def flush(self) -> None:
-        try:
-            self._stream.flush()
-        except BrokenPipeError:
-            self._gone()
-            with contextlib.suppress(OSError, ValueError):
-                self._stream.flush()  # what was buffered now goes to /dev/null
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._stream, name)
-
-
-def standard_streams() -> None:
-    """Called once before any command runs: descriptors 0, 1 and 2 that were closed
-    (``>&-``, ``2>&-``) are opened on /dev/null, so that no file nvfabric opens later (a lock,
-    a config) becomes its stdout, and sys.stdin/stdout/stderr (None then) are streams again;
-    stdout and stderr are wrapped in :class:`QuietOnBrokenPipe`. The descriptors stay open
-    across an exec (``run``'s into the lean supervisor, whose streams are these)."""
-    for fd, flags in ((0, os.O_RDONLY), (1, os.O_WRONLY), (2, os.O_WRONLY)):
-        try:
-            os.fstat(fd)
-        except OSError:
-            with contextlib.suppress(OSError):
-                null = os.open(os.devnull, flags)
-                if null != fd:
-                    os.dup2(null, fd)  # inheritable
-                    os.close(null)
-                else:  # os.open's descriptors are close-on-exec (PEP 446)
-                    os.set_inheritable(fd, True)
-    if sys.stdin is None:
-        sys.stdin = open(os.devnull, encoding="utf-8")  # noqa: SIM115 - lives with the process
-    for name in ("stdout", "stderr"):
-        stream = getattr(sys, name)
-        if stream is None:
-            stream = open(os.devnull, "w", encoding="utf-8")  # noqa: SIM115 - as above
-        if not isinstance(stream, QuietOnBrokenPipe):
-            setattr(sys, name, QuietOnBrokenPipe(stream))
+#: The rich style of each verdict word.
+VERDICT_STYLE = {
+    "healthy": "bold green", "not_applicable": "bold cyan", "pending": "bold yellow",
+    "degraded": "bold yellow", "unhealthy": "bold red",
+}
 
 
 def severity_style(severity: str) -> str:
@@ -199,43 +136,6 @@ def _seen(f: Finding) -> str | None:
     first, last = f.fields.get("first_seen"), f.fields.get("last_seen")
     span = f", first {first}, last {last}" if first and last else ""
     return f"seen {count} times{span}"
-
-
-def fail(finding: Finding, exit_code: int, as_json: bool) -> NoReturn:
-    """Report a failure as one line (or one JSON object) and exit."""
-    if as_json:
-        try:
-            print_json({"error": finding.to_json()})
-            sys.exit(exit_code)
-        except OSError:  # stdout itself is the problem (full disk, closed pipe): say it below
-            _quiet_stdout()
-    hint = f" (hint: {finding.hint})" if finding.hint else ""
-    message = " ".join(f"nvfabric: {finding.code}: {finding.message}{hint}".splitlines())
-    sys.stderr.write(message + "\n")
-    sys.exit(exit_code)
-
-
-#: errno values of a full filesystem (ENOSPC, EDQUOT): a fault of the node, exit 1.
-_FULL = (errno.ENOSPC, errno.EDQUOT)
-
-
-def os_error(err: OSError, doing: str = "", path: str | None = None) -> tuple[Finding, int]:
-    """What an OSError is, as a finding naming the file and an exit code (docs/commands/index.md):
-    a full filesystem is ``disk_full`` (exit 1: the node is the problem, not the command
-    line); permissions, a read-only filesystem, locks the filesystem does not support and the
-    rest are ``input_unreadable`` (exit 2) with the hint that fits the errno. ``doing``: what
-    failed (``cannot take the run lock``); ``path``: the file when ``err`` has none."""
-    where = path or err.filename
-    what = f"{doing} {where}" if doing and where else (doing or str(where or ""))
-    reason = err.strerror or str(err)
-    message = f"{what}: {reason}" if what else reason
-    parent = os.path.dirname(str(where)) if where else "the filesystem"
-    if err.errno in _FULL:
-        return Finding("disk_full", "error", message,
-                       f"free space on the filesystem of {parent} (`df -h {parent}`), or pass "
-                       "a directory on another filesystem", {"path": where}), 1
-    return Finding("input_unreadable", "error", message, os_hint(err, parent),
-                   {"path": where}), 2
 
 
 def safe(value: object) -> str:
@@ -281,7 +181,7 @@ def guarded(fn: F) -> F:
         except (click.exceptions.Exit, click.ClickException, SystemExit, KeyboardInterrupt):
             raise
         except BrokenPipeError:
-            _quiet_stdout()
+            quiet_stdout()
             sys.exit(0)
         except UnicodeDecodeError as err:
             debug_traceback()
@@ -295,38 +195,3 @@ def guarded(fn: F) -> F:
             fail(internal_error(err), 3, as_json)
 
     return wrapper  # type: ignore[return-value]
-
-
-def internal_error(err: BaseException) -> Finding:
-    """The finding of a bug (exit 3): an exception no command expects."""
-    return Finding("internal_error", "error", f"{type(err).__name__}: {err}",
-                   "this is a bug in nvfabric: run again with NVFABRIC_DEBUG=1 for the "
-                   "traceback and report it")
-
-
-def debug_traceback() -> None:
-    """With ``NVFABRIC_DEBUG`` set, the traceback of the exception being handled on stderr.
-    The exit code stays the contract's (3 for a bug, 2 for unreadable input): debugging
-    changes what is printed, never how the command ends."""
-    if os.environ.get("NVFABRIC_DEBUG"):
-        import traceback
-
-        traceback.print_exc()
-
-
-def _quiet_stdout() -> None:
-    """After a broken pipe, point stdout at /dev/null so the interpreter's final flush is
-    silent."""
-    _quiet_fd(sys.stdout)
-
-
-def _quiet_fd(stream: Any) -> None:
-    """Point the descriptor of ``stream`` at /dev/null (its reader went away)."""
-    try:
-        devnull = os.open(os.devnull, os.O_WRONLY)
-        try:
-            os.dup2(devnull, stream.fileno())
-        finally:
-            os.close(devnull)
-    except (OSError, ValueError, AttributeError):
-        pass

@@ -8,8 +8,17 @@ from typing import Any
 
 import click
 
-from nvfabric.cli.render import checked_root, console, guarded, json_option, print_json, safe
+from nvfabric.cli.render import checked_root, console, guarded, json_option, safe
+from nvfabric.effects.stdio import print_json
 from nvfabric.model.errors import usage_error
+from nvfabric.model.strict import load_yaml
+from nvfabric.simulate import PROFILES, SpecError, build, parse, profile_spec
+from nvfabric.simulate.fakebin import state as fakestate
+from nvfabric.simulate.fakes import gpus, install
+from nvfabric.simulate.profiles import describe
+from nvfabric.simulate.write import clear
+from nvfabric.triage import triage
+from nvfabric.triage.spec import fabric_states, fake_versions, node_spec
 
 #: Largest node spec read (a spec is a few KB; a case file with its input a few tens).
 MAX_SPEC_BYTES = 1 << 20
@@ -42,10 +51,6 @@ def simulate(profile: str | None, directory: str | None, spec_file: str | None,
 
     DIR must be new (in an existing directory) or empty; nothing is written when the spec or
     DIR is refused."""
-    from nvfabric.simulate import SpecError, build, profile_spec
-    from nvfabric.simulate.fakes import install
-    from nvfabric.simulate.write import clear
-
     if list_profiles:
         _list_profiles(as_json)
         return
@@ -74,17 +79,13 @@ def simulate(profile: str | None, directory: str | None, spec_file: str | None,
     try:
         fakes = install(directory, driver_only=driver_only)
         if report_file:
-            from nvfabric.simulate import fakebin
-            from nvfabric.simulate.fakes import gpus
-            from nvfabric.triage.spec import fabric_states, fake_versions
-
             states, note = fabric_states(gpus(directory), triaged.gpus)
-            fakebin.save(directory, "gpus.json", {"gpus": states})
+            fakestate.save(directory, "gpus.json", {"gpus": states})
             notes.append(note)
             keys, said = fake_versions(triaged.extras.get("versions", {}),
                                        triaged.inventory.driver_version)
-            fakebin.save(directory, "node.json",
-                         {**fakebin.load(directory, "node.json", {}), **keys})
+            fakestate.save(directory, "node.json",
+                         {**fakestate.load(directory, "node.json", {}), **keys})
             notes += said
     except BaseException:
         clear(directory, remove_root=not existed)
@@ -95,9 +96,6 @@ def simulate(profile: str | None, directory: str | None, spec_file: str | None,
 def _list_profiles(as_json: bool) -> None:
     """``simulate --list``: each built-in profile with the product it is
     (:func:`nvfabric.simulate.profiles.describe`), names in one column."""
-    from nvfabric.simulate import PROFILES, profile_spec
-    from nvfabric.simulate.profiles import describe
-
     products = {name: describe(name, profile_spec(name)) for name in sorted(PROFILES)}
     if as_json:
         print_json({"profiles": sorted(PROFILES), "products": products})
@@ -132,8 +130,6 @@ def _arguments(profile: str | None, directory: str | None, spec_file: str | None
 def _from_spec_file(spec_file: str) -> Any:
     """The spec of a node spec file or a field case file's ``node:``; usage_error naming the
     file when it is refused."""
-    from nvfabric.simulate import SpecError, parse
-
     raw = node_of(load_spec(spec_file), spec_file)
     try:
         return parse(raw)
@@ -146,10 +142,6 @@ def _from_report(report_file: str) -> tuple[Any, list[str], Any]:
     """(spec, notes, triage) of the node an nvidia-bug-report describes
     (:func:`nvfabric.triage.spec.node_spec`); usage_error when the report has no PCI
     functions. Raises SpecError when the spec is refused."""
-    from nvfabric.simulate import parse
-    from nvfabric.triage import triage
-    from nvfabric.triage.spec import node_spec
-
     triaged = triage(report_file)
     if not triaged.extras.get("pci_known"):
         raise usage_error(
@@ -188,9 +180,7 @@ def _print(directory: str, source: str, fakes: list[str], notes: list[str] | Non
 def load_spec(path: str) -> Any:
     """The YAML document of a node spec file. NvfabricError (exit 2) naming the file when it
     is not a regular file, is over :data:`MAX_SPEC_BYTES`, is not UTF-8, or is not YAML
-    (:func:`nvfabric.strict.load_yaml`: bounded aliases and nesting, every PyYAML failure)."""
-    from nvfabric.strict import load_yaml
-
+    (:func:`nvfabric.model.strict.load_yaml`: bounded aliases and nesting, every PyYAML failure)."""
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
     except OSError as err:

@@ -13,15 +13,16 @@ import sys
 
 import click
 
-from nvfabric.cli.render import console, guarded, json_option, print_json, safe, severity_style
+from nvfabric.cli.render import VERDICT_STYLE, console, guarded, json_option, safe, severity_style
+from nvfabric.effects.stdio import print_json
+from nvfabric.triage import triage
+from nvfabric.triage.build import Triage
 
 
 def print_triage(t: object) -> None:
     """Human rendering: node line, report line, verdict, findings by severity with hints and
     sections, missing sections, how facts were rebuilt. Values from the report go through
     :func:`safe`."""
-    from nvfabric.triage.build import Triage
-
     assert isinstance(t, Triage)
     con = console()
     r = t.report
@@ -33,8 +34,6 @@ def print_triage(t: object) -> None:
     if t.verdict is None:
         con.print("[bold]verdict[/bold]  not judged (no nvidia-smi --query section)")
     else:
-        from nvfabric.cli.status import VERDICT_STYLE
-
         v = t.verdict.verdict
         con.print(f"[bold]verdict[/bold]  [{VERDICT_STYLE[v]}]{v}[/] (nvidia-smi --query, "
                   f"{len(t.gpus)} GPUs)")
@@ -70,8 +69,6 @@ def triage_cmd(file: str, as_json: bool) -> None:
     \b
     Exit codes: 0 no error finding; 1 at least one error finding;
     2 unreadable input or not a bug report."""
-    from nvfabric.triage import triage
-
     t = triage(file)
     if as_json:
         print_json(t.to_json())

@@ -7,7 +7,9 @@ import sys
 
 import click
 
-from nvfabric.cli.render import guarded, json_option, print_json, root_option
+from nvfabric.cli.render import guarded, json_option, root_option
+from nvfabric.effects import unitfile
+from nvfabric.effects.stdio import print_json
 from nvfabric.model.errors import usage_error
 
 
@@ -30,8 +32,6 @@ def install_cmd(root: str, dry_run: bool, as_json: bool) -> None:
     Exit codes: 0 written, unchanged or (--dry-run) would write; 1 not installed (the path is
     a link, e.g. a masked unit, or cannot be written); 2 usage.
     """
-    from nvfabric.effects import unitfile
-
     if not os.path.isdir(root):
         raise usage_error(f"--root {root} is not a directory",
                           "give the root of the node or image tree (/ for this host)")

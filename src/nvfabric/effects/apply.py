@@ -1,6 +1,6 @@
 """The one applier of ``nvfabric run``: make a :class:`nvfabric.bringup.prepared.Prepared`
 true on the host before its processes start, in this order: the device nodes (IMEX channel0,
-``mknod`` through :func:`nvfabric.facts.imexhost.create_channel`: atomic, confined under the
+``mknod`` through :func:`nvfabric.effects.imex.create_channel`: atomic, confined under the
 root), the state directory (mode 0700, never widened: RUN.md R06), the files (atomic:
 temporary, fsync, rename: :func:`nvfabric.effects.atomic.write_atomic`; the state
 directory's files are nvfabric's own, so no backup is kept). Nothing is started here.
@@ -11,9 +11,13 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
+from nvfabric.effects import imex
 from nvfabric.effects.atomic import write_atomic
+from nvfabric.effects.dirs import ensure_dir
 from nvfabric.effects.imex import mknod_hint
 from nvfabric.model.findings import Finding
+from nvfabric.model.hostpath import PathEscape
+from nvfabric.rules.imex import channels
 
 if TYPE_CHECKING:
     from nvfabric.bringup.prepared import ChannelNode, Prepared
@@ -28,7 +32,6 @@ def apply(prepared: Prepared, root: str, say: Callable[[str], None]) -> list[Fin
         failed = _make_channel(node, root, say)
         if failed is not None:
             return [failed]
-    from nvfabric.supervisor import ensure_dir  # the state directory as the run lock makes it
 
     if prepared.state_dir and ensure_dir(prepared.state_dir):
         say(f"created state directory {prepared.state_dir} (mode 0700)")
@@ -39,14 +42,11 @@ def apply(prepared: Prepared, root: str, say: Callable[[str], None]) -> list[Fin
 
 
 def _make_channel(node: ChannelNode, root: str, say: Callable[[str], None]) -> Finding | None:
-    from nvfabric.facts import imexhost as host
-    from nvfabric.rules.imex import channels
-
     try:
-        made = host.create_channel(root, node.minor, node.major)
-        say(f"created IMEX channel {host.channel_target(root, node.minor)} (c "
+        made = imex.create_channel(root, node.minor, node.major)
+        say(f"created IMEX channel {imex.channel_target(root, node.minor)} (c "
             f"{made.major},{made.minor}, mode 0{made.mode:03o})")
-    except (OSError, host.PathEscape) as err:
+    except (OSError, PathEscape) as err:
         why = err.strerror or err if isinstance(err, OSError) else err
         first = mknod_hint(err) if isinstance(err, OSError) else (
             "make the channel directory a real directory under the root")

@@ -2,8 +2,8 @@
 channel nodes (``mknod``, mode 0666, atomic), config files (atomic writes through
 :func:`nvfabric.effects.atomic.write_atomic`, a backup of different old content) and the host
 unit's enablement (``systemctl``, argv only, ``--root`` for an image root). Every path goes
-through :func:`nvfabric.facts.paths.confined` first; what is read back is
-:mod:`nvfabric.facts.imex`.
+through :func:`nvfabric.model.hostpath.confined` first; what is read back is
+:mod:`nvfabric.facts.imex.tray`.
 """
 
 from __future__ import annotations
@@ -14,26 +14,59 @@ import stat
 
 from nvfabric.effects import program
 from nvfabric.effects.atomic import staged, write_atomic
-from nvfabric.facts.imex import (
-    SYSTEMCTL_MAX_BYTES,
-    SYSTEMCTL_TIMEOUT_S,
-    channel_target,
-    stat_node,
-)
-from nvfabric.facts.paths import confined
 from nvfabric.model import hostpath
 from nvfabric.model.errors import os_hint
+from nvfabric.model.hostpath import confined, under
 from nvfabric.model.words import seconds
 from nvfabric.rules.imex.channels import DevNode, channel_path
 from nvfabric.rules.imex.tables import CHANNEL_DIR, CHANNEL_MODE, HOST_UNIT
+
+#: Bound for each systemctl call (it only edits links offline; a live manager answers fast).
+SYSTEMCTL_TIMEOUT_S = 60.0
+#: The most of a systemctl call's output kept (it prints a word or a few lines; a config file
+#: or node list is read up to the same 1 MiB).
+SYSTEMCTL_MAX_BYTES = 1 << 20
+
+
+def channel_target(root: str, number: int) -> str:
+    """Where ``channel<number>`` is made: its host path under ``root`` through
+    :func:`confined` (a ``dev/nvidia-caps-imex-channels`` that is a link out of the root is
+    :class:`~nvfabric.model.hostpath.PathEscape`, so no world-writable device is ever made
+    outside it)."""
+    return confined(root, channel_path(number), "IMEX channel")
+
+
+def stat_node(root: str, host_path: str) -> DevNode | None:
+    """The node at ``host_path`` (not following links), None when absent."""
+    try:
+        st = os.lstat(under(root, host_path))
+    except OSError:
+        return None
+    mode = st.st_mode
+    if stat.S_ISCHR(mode):
+        kind = "char"
+    elif stat.S_ISBLK(mode):
+        kind = "block"
+    elif stat.S_ISREG(mode):
+        kind = "file"
+    elif stat.S_ISDIR(mode):
+        kind = "dir"
+    else:
+        kind = "other"
+    dev = kind in ("char", "block")
+    return DevNode(
+        host_path, kind,
+        os.major(st.st_rdev) if dev else None, os.minor(st.st_rdev) if dev else None,
+        stat.S_IMODE(mode), st.st_uid, st.st_gid,
+    )
 
 
 def create_channel(root: str, number: int, major: int) -> DevNode:
     """Make ``channel<number>`` (c major:number, mode 0666, as NVIDIA documents) atomically:
     mknod a temporary node beside it, chmod (the umask applies to mknod), rename over whatever
     was there (:func:`nvfabric.effects.atomic.staged`). The directory is created mode 0755.
-    Raises :class:`~nvfabric.facts.paths.PathEscape` when the path leads out of ``root``
-    (:func:`nvfabric.facts.imex.channel_target`, checked again just before mknod), OSError
+    Raises :class:`~nvfabric.model.hostpath.PathEscape` when the path leads out of ``root``
+    (:func:`nvfabric.effects.imex.channel_target`, checked again just before mknod), OSError
     (EPERM without CAP_MKNOD)."""
     host_path = channel_path(number)
     target = channel_target(root, number)
@@ -62,7 +95,7 @@ def mknod_hint(err: OSError, euid: int | None = None) -> str:
 def write_file(root: str, host_path: str, content: str, mode: int = 0o644) -> None:
     """Atomic replace of a config file under ``root`` (a backup of different old content is
     kept as ``.nvfabric.bak``). Raises OSError; PathEscape for a path that would leave the
-    root (:func:`nvfabric.facts.paths.confined`)."""
+    root (:func:`nvfabric.model.hostpath.confined`)."""
     write_atomic(confined(root, host_path), content, mode=mode)
 
 

@@ -8,10 +8,10 @@ from __future__ import annotations
 
 import os
 
+from nvfabric.effects.frozen import bootloader_pid
 from nvfabric.effects.log import printable
 from nvfabric.effects.sockets import SOCK_DGRAM, unix_socket
-from nvfabric.frozen import bootloader_pid
-from nvfabric.strict import int_or_none
+from nvfabric.model.strict import int_or_none
 
 NOTIFY_TIMEOUT_S = 0.5
 #: The most bytes of STATUS= text sent. systemd reads a notify datagram into a buffer of
@@ -69,7 +69,7 @@ def notify_nothing_to_start(why: str) -> bool:
 
 def watchdog_pids() -> tuple[int, ...]:
     """The pids whose watchdog this process keeps: its own, and in the single-file binary the
-    bootloader's (:func:`nvfabric.frozen.bootloader_pid`): systemd names the main pid in
+    bootloader's (:func:`nvfabric.effects.frozen.bootloader_pid`): systemd names the main pid in
     ``$WATCHDOG_PID``, which is the bootloader there, and the Python child is what pings (the
     unit then needs ``NotifyAccess=all``, which the unit the binary's ``unit install`` writes
     sets; the Debian package's directory build is one process and keeps ``main``)."""

@@ -13,7 +13,7 @@ import sys
 import warnings
 from collections.abc import Callable, Sequence
 
-from nvfabric.strict import int_or_none
+from nvfabric.model.strict import int_or_none
 
 #: Signals whose disposition a child gets reset to the default (Python ignores SIGPIPE; a
 #: parent started under nohup ignores SIGHUP).

@@ -20,8 +20,8 @@ SIGKILL (it dies with the thread that started it, also when nvfabric is killed w
 stdin ``/dev/null``, argv only (never a shell).
 
 Under a ``--root`` other than ``/`` the program is the tree's file: a path joined under a root
-(:func:`nvfabric.facts.paths.under`) that is a link out of it is not run
-(:func:`nvfabric.facts.paths.program`, the rule ``run`` applies to the daemons it starts).
+(:func:`nvfabric.model.hostpath.under`) that is a link out of it is not run
+(:func:`nvfabric.model.hostpath.program`, the rule ``run`` applies to the daemons it starts).
 
 Errors: OSError when the program cannot be started; PathEscape for a link out of the root;
 Stopped. A cap is not an error: the :class:`Ran` says which one (:attr:`Ran.limit`).
@@ -40,9 +40,9 @@ from typing import Literal
 
 from nvfabric.effects import stop
 from nvfabric.effects.process import die_with_parent_preexec
-from nvfabric.facts.paths import program
 from nvfabric.model.findings import Finding
-from nvfabric.strict import MiB
+from nvfabric.model.hostpath import program
+from nvfabric.model.strict import MiB
 
 #: stderr kept by default: a program's complaint is a few lines; 1 MiB is far past any.
 STDERR_CAP = MiB

@@ -14,7 +14,7 @@ import stat
 from dataclasses import dataclass
 
 from nvfabric.effects.dirs import ensure_dir
-from nvfabric.strict import BadValue, int_or_none, parse_json
+from nvfabric.model.strict import BadValue, int_or_none, parse_json
 
 #: The lock file of ``nvfabric run`` in its state directory: one run per node.
 LOCK_FILE = "run.lock"

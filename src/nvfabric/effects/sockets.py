@@ -2,28 +2,26 @@
 does the NVLSM we started listen on it yet), and the Unix socket the supervisor sends
 systemd's notifications on (:func:`unix_socket`).
 
-Sockets are made with :mod:`_socket`, the C module that :mod:`socket` wraps: the wrapper's
-enum tables of every address family, socket kind and flag (and :mod:`array`) are about
-0.45 MiB that the lean supervisor process, up for days, would hold for two calls (issue 15:
-its idle resident memory). The C socket object is the same one (``socket.socket`` is its
-subclass); its errors are the same OSErrors.
+Sockets are made with :mod:`socket` (its enum tables and :mod:`array` cost the lean
+supervisor process about 0.45 MiB of resident memory over the private C module it wraps: the
+price of the public module, measured by bench/bench_run.py).
 """
 
 from __future__ import annotations
 
-import _socket
 import contextlib
 import os
+import socket
 import stat
 
-SOCK_STREAM: int = _socket.SOCK_STREAM
-SOCK_DGRAM: int = _socket.SOCK_DGRAM
+SOCK_STREAM: int = socket.SOCK_STREAM
+SOCK_DGRAM: int = socket.SOCK_DGRAM
 
 
-def unix_socket(kind: int) -> contextlib.closing[_socket.socket]:
+def unix_socket(kind: int) -> contextlib.closing[socket.socket]:
     """A new Unix socket of ``kind`` (:data:`SOCK_STREAM`, :data:`SOCK_DGRAM`), closed on
     leaving the ``with`` block. Raises OSError."""
-    return contextlib.closing(_socket.socket(_socket.AF_UNIX, kind))
+    return contextlib.closing(socket.socket(socket.AF_UNIX, kind))
 
 
 def socket_listening(path: str) -> bool:
@@ -62,7 +60,7 @@ def is_socket(path: str) -> bool:
 #: one of an NVLSM that this process started (its child, in its network namespace, on this
 #: kernel), whatever tree it was started from; a tree's own ``proc/net/unix`` would be a
 #: capture, never the table its fakes' sockets are in. A root whose ``proc`` is the live
-#: procfs (:func:`nvfabric.facts.paths.is_live`) shows this same table there.
+#: procfs (:func:`nvfabric.model.hostpath.is_live`) shows this same table there.
 UNIX_TABLE = "/proc/self/net/unix"
 #: Bound of one read of the table: a line is ~100 bytes; 16 MiB is 160,000 sockets.
 UNIX_TABLE_MAX_BYTES = 16 << 20

@@ -29,7 +29,7 @@ import os
 import select
 import signal
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 
 #: The signals that stop a command.
 STOP = (signal.SIGTERM, signal.SIGINT)
@@ -172,3 +172,22 @@ def handover() -> None:
     are in place (:meth:`nvfabric.supervisor.loop.Loop.open`)."""
     check()
     signal.pthread_sigmask(signal.SIG_BLOCK, (*STOP, signal.SIGHUP))
+
+
+def wait_for_stop(message: str, say: Callable[[str], None]) -> str:
+    """Say ``message`` and block until SIGTERM or SIGINT (its name returned); a SIGHUP on the
+    way is said (:data:`SIGHUP_IGNORED`) and ignored. ``say``: the log's line writer."""
+    signals = {*STOP, signal.SIGHUP}
+    try:
+        handover()  # the command's recorded stop, if one came before
+    except Stopped as got:
+        return signal.Signals(got.signum or signal.SIGTERM).name
+    signal.pthread_sigmask(signal.SIG_BLOCK, signals)
+    say(message)
+    if received():  # taken by another thread after the hand-over
+        return signal.Signals(received()).name
+    while True:
+        signum = signal.sigwait(signals)
+        if signum != signal.SIGHUP:
+            return signal.Signals(signum).name
+        say(SIGHUP_IGNORED)

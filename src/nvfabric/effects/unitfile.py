@@ -1,7 +1,7 @@
 """nvfabric's systemd unit: its one text and where it goes on a node.
 
 The unit text is package data (``nvfabric/data/nvfabric.service``); the Debian package ships
-the same bytes from ``packaging/systemd/nvfabric.service`` (tests/test_unit_cli.py keeps the
+the same bytes from ``packaging/systemd/nvfabric.service`` (tests/cli/test_unit.py keeps the
 two equal). :func:`install` writes it where systemd looks for the administrator's units,
 ``/etc/systemd/system`` (systemd.unit(5), "Unit File Load Path": it wins over the package's
 ``/usr/lib/systemd/system``), under a root directory so that tests and image builds write
@@ -27,9 +27,10 @@ from importlib import resources
 
 from nvfabric.effects.atomic import write_atomic
 from nvfabric.effects.dirs import not_a_directory
-from nvfabric.facts.paths import under
+from nvfabric.effects.frozen import is_frozen, is_one_file, unit_for_binary
 from nvfabric.model.errors import NvfabricError, os_hint
 from nvfabric.model.findings import Finding
+from nvfabric.model.hostpath import under
 
 UNIT_NAME = "nvfabric.service"
 #: Where the administrator's units live (systemd.unit(5)): what ``unit install`` writes.
@@ -43,10 +44,8 @@ BACKUP_SUFFIX = ".nvfabric.bak"
 
 def unit_text() -> str:
     """The unit file, exactly as shipped (UTF-8 text ending in a newline); from the
-    single-file binary with ``NotifyAccess=all`` (:func:`nvfabric.frozen.unit_for_binary`;
+    single-file binary with ``NotifyAccess=all`` (:func:`nvfabric.effects.frozen.unit_for_binary`;
     the one-dir build notifies from its main pid, as the interpreter does)."""
-    from nvfabric.frozen import is_one_file, unit_for_binary
-
     text = (resources.files("nvfabric") / "data" / UNIT_NAME).read_text(encoding="utf-8")
     return unit_for_binary(text) if is_one_file() else text
 
@@ -98,8 +97,6 @@ def running_program() -> tuple[str, ...]:
     pip wrote beside this interpreter (its scripts directory, e.g. ``.venv/bin/nvfabric``);
     else the interpreter with ``-m nvfabric``. Paths as they are, links not followed (a
     virtual environment's ``bin/python`` is a link, and resolving it loses the venv)."""
-    from nvfabric.frozen import is_frozen
-
     if is_frozen():
         return (os.path.abspath(sys.executable),)
     script = os.path.join(sysconfig.get_path("scripts"), "nvfabric")

@@ -10,7 +10,7 @@ import os
 import stat
 
 from nvfabric.bringup import fmconfig as fmcfg
-from nvfabric.model import keyvalue
+from nvfabric.model import fmkeys, keyvalue
 from nvfabric.model.findings import Finding
 
 
@@ -24,8 +24,8 @@ def read_shipped(path: str, limit: int = 1 << 20) -> str:
     on its built-in defaults, not the vendor's file). Raises OSError when it cannot be opened
     (missing) and UnicodeDecodeError for bytes that are not UTF-8."""
 
-    def refuse(why: str) -> fmcfg.ShippedConfigError:
-        return fmcfg.ShippedConfigError(Finding(
+    def refuse(why: str) -> fmkeys.ShippedConfigError:
+        return fmkeys.ShippedConfigError(Finding(
             "input_unreadable", "error", f"the shipped fabric manager config {path} {why}",
             "reinstall the fabric manager package (its fabricmanager.cfg is a regular file "
             "with the keys of that version), or pass --fm-config", {"path": path}))
@@ -53,24 +53,25 @@ def read_shipped(path: str, limit: int = 1 << 20) -> str:
 
 
 def check_paths(eff: fmcfg.Effective) -> list[Finding]:
-    """Preflight of the path-valued keys (see :data:`PATH_KEYS`): one ``config_invalid_value``
-    finding per key whose path does not exist and cannot be created. Host access: stat only."""
+    """Preflight of the path-valued keys (see :data:`nvfabric.model.fmkeys.PATH_KEYS`): one
+    ``config_invalid_value`` finding per key whose path does not exist and cannot be created.
+    Host access: stat only."""
     problems: list[Finding] = []
-    for key, kind in fmcfg.PATH_KEYS.items():
+    for key, kind in fmkeys.PATH_KEYS.items():
         value = eff.get(key)
         if not value:
             continue
         if kind == "dir" and not os.path.isdir(value):
-            problems.append(fmcfg.invalid(key, f"directory {value} does not exist",
-                                    f"install the fabric manager package data into {value} "
-                                    "or point the key at where it lives"))
+            problems.append(fmkeys.invalid(key, f"directory {value} does not exist",
+                                           f"install the fabric manager package data into "
+                                           f"{value} or point the key at where it lives"))
         elif kind == "file" and not os.path.isfile(value):
-            problems.append(fmcfg.invalid(key, f"file {value} does not exist",
-                                    f"create {value} or unset {key}"))
+            problems.append(fmkeys.invalid(key, f"file {value} does not exist",
+                                           f"create {value} or unset {key}"))
         elif kind == "parent" and not _creatable_dir(os.path.dirname(value)):
-            problems.append(fmcfg.invalid(key, f"directory of {value} does not exist and cannot be "
-                                    "created", f"create {os.path.dirname(value)} or change "
-                                    f"{key}"))
+            problems.append(fmkeys.invalid(key, f"directory of {value} does not exist and "
+                                           "cannot be created", f"create "
+                                           f"{os.path.dirname(value)} or change {key}"))
     return problems
 
 

@@ -4,8 +4,8 @@ sysfs attributes are one value plus a newline; a missing or unreadable file is N
 exception, because a node tree legitimately lacks whatever its drivers did not create.
 
 Under a root other than ``/``, what a link leads to outside the root is not read: it is as
-missing (:func:`nvfabric.facts.paths.escapes`, checked on what was actually opened). Paths
-are joined to the root by :func:`nvfabric.facts.paths.under` (re-exported here as ``under``).
+missing (:func:`nvfabric.model.hostpath.escapes`, checked on what was actually opened). Paths
+are joined to the root by :func:`nvfabric.model.hostpath.under`.
 """
 
 from __future__ import annotations
@@ -14,12 +14,11 @@ import errno
 import os
 from stat import S_ISREG
 
-from nvfabric.facts import paths
-from nvfabric.facts.paths import under
+from nvfabric.model import hostpath
 from nvfabric.model.errors import usage_error
-from nvfabric.strict import BadValue, to_int
+from nvfabric.model.strict import BadValue, to_int
 
-__all__ = ["under", "read_text", "read_bytes", "read_hex", "read_int", "listdir", "link_name"]
+__all__ = ["read_text", "read_bytes", "read_hex", "read_int", "listdir", "link_name"]
 
 #: Non-blocking: opening a FIFO for reading would otherwise wait for a writer.
 _READ_FLAGS = os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC
@@ -32,7 +31,7 @@ def _outside(path: str, fd: int) -> bool:
         real = os.readlink(f"/proc/self/fd/{fd}")
     except OSError:  # no /proc: resolve the path instead
         real = os.path.realpath(path)
-    return paths.escapes(path, real)
+    return hostpath.escapes(path, real)
 
 
 def read_text(path: str, limit: int = 65536) -> str | None:
@@ -83,7 +82,7 @@ def read_bytes(path: str, limit: int = 32768) -> bytes | None:
 
 def read_hex(path: str) -> int | None:
     """A ``0x``-prefixed (or bare) hex attribute as an int (strict: ASCII hex digits,
-    bounded, :func:`nvfabric.strict.to_int`), or None when missing or not hex."""
+    bounded, :func:`nvfabric.model.strict.to_int`), or None when missing or not hex."""
     text = read_text(path)
     if not text:
         return None
@@ -176,3 +175,14 @@ def unwritable(path: str) -> int | None:
         return err.errno
     return None if os.access(at, os.W_OK | os.X_OK, effective_ids=os.access in
                              os.supports_effective_ids) else errno.EACCES
+
+
+def sha256_file(path: str) -> str:
+    """Hex SHA-256 of a file, read in 64 KiB chunks. Raises OSError."""
+    import hashlib  # OpenSSL: ~7 ms to load; only installs and downloads are hashed
+
+    digest = hashlib.sha256()
+    with open(path, "rb") as fh:
+        while chunk := fh.read(1 << 16):
+            digest.update(chunk)
+    return digest.hexdigest()

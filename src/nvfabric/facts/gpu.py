@@ -1,7 +1,7 @@
 """Read every GPU's fabric state from a node, through one of two sources behind one door.
 
 The door (:func:`source_for`): a root whose ``proc`` is the running kernel's procfs
-(:func:`nvfabric.facts.paths.is_live`: ``/`` on the node itself) is read through NVML
+(:func:`nvfabric.model.hostpath.is_live`: ``/`` on the node itself) is read through NVML
 (:func:`nvml_source`, ``nvidia-ml-py``, the driver of the running kernel); any other root is a
 directory holding a node's files and is read through its own ``bin/nvidia-smi -q -x``
 (:func:`smi_source`; the fake written by ``nvfabric simulate``). A caller may inject a source
@@ -17,10 +17,13 @@ import os
 import threading
 from collections.abc import Callable
 
-from nvfabric.effects import stop
-from nvfabric.facts.paths import is_live, under
+from nvfabric.effects import program, stop
+from nvfabric.facts import nvml
+from nvfabric.facts.smi import SmiFormatError, load_xml_parser, parse
 from nvfabric.model.findings import Finding
-from nvfabric.model.health import FabricHealth, GpuFabric
+from nvfabric.model.gpucheck import GpuCheck
+from nvfabric.model.health import FabricHealth, GpuFabric, summarise_gpus
+from nvfabric.model.hostpath import PathEscape, is_live, under
 from nvfabric.model.words import seconds
 
 SMI_TIMEOUT_S = 15.0
@@ -38,6 +41,13 @@ def read(root: str) -> list[GpuFabric]:
     return list(read_health(root).gpus)
 
 
+def check(root: str) -> GpuCheck:
+    """The GPUs' fabric state of ``root`` (:func:`read`: NVML on the node itself, the node's
+    nvidia-smi on a simulated root) summarised for readiness
+    (:func:`nvfabric.model.health.summarise_gpus`, the rule the preflight uses too)."""
+    return summarise_gpus(read(root))
+
+
 def read_health(root: str, timeout: float = SMI_TIMEOUT_S,
                 source: Source | None = None) -> FabricHealth:
     """The full reading with the reader's findings, from ``source`` (default
@@ -53,15 +63,13 @@ def read_health(root: str, timeout: float = SMI_TIMEOUT_S,
 
 
 def source_for(root: str) -> Source:
-    """The door: NVML for a live root (:func:`nvfabric.facts.paths.is_live`), else the root's
+    """The door: NVML for a live root (:func:`nvfabric.model.hostpath.is_live`), else the root's
     own ``bin/nvidia-smi``."""
     return nvml_source if is_live(root) else smi_source(root)
 
 
 def nvml_source(timeout: float) -> FabricHealth:
     """NVML of the running system, bounded by ``timeout`` seconds (:func:`_bounded`)."""
-    from nvfabric.facts import nvml
-
     return _bounded(nvml.read, timeout)
 
 
@@ -89,11 +97,8 @@ def _run_smi(smi: str, timeout: float) -> FabricHealth:
     """``smi -q -x`` through the probe door (:func:`nvfabric.effects.program.run`: its output
     at most :data:`SMI_MAX_BYTES`, killed at ``timeout`` seconds or the cap, not run when it
     is a link out of the root), its XML parsed."""
-    from nvfabric.effects import program  # lazy: `status --from-nvidia-smi` runs no probe
-    from nvfabric.facts.paths import PathEscape
-
     try:
-        ran = program.run([smi, "-q", "-x"], timeout, SMI_MAX_BYTES, meanwhile=_load_parser)
+        ran = program.run([smi, "-q", "-x"], timeout, SMI_MAX_BYTES, meanwhile=load_xml_parser)
     except OSError as error:
         return _failed(f"{smi} -q -x did not run: {error.strerror or error}")
     except PathEscape as error:
@@ -108,17 +113,10 @@ def _run_smi(smi: str, timeout: float) -> FabricHealth:
     if ran.rc != 0:
         first = (ran.stderr or ran.stdout).decode("utf-8", "replace").strip().splitlines()
         return _failed(f"{smi} -q -x exited {ran.rc}: {first[0] if first else ''}")
-    from nvfabric.facts.smi import SmiFormatError, parse
-
     try:
         return parse(ran.stdout.decode("utf-8", "replace"))
     except SmiFormatError as error:
         return _failed(f"{smi} -q -x printed no readable capture: {error}")
-
-
-def _load_parser() -> None:
-    """Import the XML reader while nvidia-smi runs (it is not needed before its answer)."""
-    import nvfabric.facts.smi  # noqa: F401
 
 
 def _bounded(read: Callable[[], FabricHealth], timeout: float) -> FabricHealth:

@@ -12,9 +12,10 @@ from __future__ import annotations
 import os
 import re
 
-from nvfabric.facts.fs import link_name, listdir, read_int, read_text, under
+from nvfabric.facts.fs import link_name, listdir, read_int, read_text
+from nvfabric.model.hostpath import under
 from nvfabric.model.inventory import IbDevice, IbPort
-from nvfabric.strict import is_uint, to_int
+from nvfabric.model.strict import is_uint, to_int
 
 SYSFS_IB = "/sys/class/infiniband"
 SYSFS_MAD = "/sys/class/infiniband_mad"

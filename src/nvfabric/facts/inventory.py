@@ -9,10 +9,7 @@ import os
 
 from nvfabric.facts import infiniband, nvidia, pci
 from nvfabric.model.errors import usage_error
-from nvfabric.model.inventory import IbDevice, IbPort, Inventory, PciFunction
-
-__all__ = ["ARCHES", "IbDevice", "IbPort", "Inventory", "PciFunction", "checked_arch", "collect"]
-
+from nvfabric.model.inventory import Inventory
 
 #: The architectures NVIDIA ships fabric manager, NVLSM and IMEX for (NVIDIA driver downloads:
 #: Linux x86_64 and Linux aarch64/SBSA), as ``uname -m`` names them.

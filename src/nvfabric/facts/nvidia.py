@@ -3,9 +3,9 @@ architecture and os-release.
 
 Sources: ``sys/module/nvidia/version`` (the loaded module's version), else the ``NVRM
 version:`` line of ``proc/driver/nvidia/version`` (capture:
-../shared/corpus/proc/driver-nvidia-version-590.48.01-open-x86_64.txt); the
+tests/data/corpus/proc/driver-nvidia-version-590.48.01-open-x86_64.txt); the
 ``nvidia-caps-imex-channels`` line of ``proc/devices`` (capture:
-../shared/corpus/proc/proc-devices-imex-channels-excerpt-dra304.txt); channel nodes
+tests/data/corpus/proc/proc-devices-imex-channels-excerpt-dra304.txt); channel nodes
 ``dev/nvidia-caps-imex-channels/channelN`` (NVIDIA IMEX guide, "IMEX channels").
 """
 
@@ -14,8 +14,9 @@ from __future__ import annotations
 import os
 import re
 
-from nvfabric.facts.fs import listdir, read_text, under
-from nvfabric.strict import int_or_none
+from nvfabric.facts.fs import listdir, read_text
+from nvfabric.model.hostpath import under
+from nvfabric.model.strict import int_or_none
 
 #: Modules the plan cares about (names as under /sys/module).
 MODULES = ("nvidia", "nvidia_nvswitch", "mlx5_core", "mlx5_ib", "ib_umad", "ib_uverbs")

@@ -3,7 +3,7 @@ collected where it is needed.
 
 The probes of ``run``'s preflight are mostly waits on other processes (``nv-fabricmanager
 --version``, the node's nvidia-smi, NVML's first call): one after the other they cost the sum
-of their times before NVLSM may start, side by side the longest one (issue 15). Threads, not
+of their times before NVLSM may start, side by side the longest one. Threads, not
 processes: the work is waiting (the GIL is released), and a thread costs ~0.1 ms to start.
 A stop signal ends a probe's wait in its thread (:mod:`nvfabric.effects.stop`): its
 ``Stopped`` is raised again where the answer is asked for.

@@ -14,8 +14,9 @@ from __future__ import annotations
 import os
 import struct
 
-from nvfabric.facts.fs import link_name, listdir, read_bytes, read_hex, read_int, under
+from nvfabric.facts.fs import link_name, listdir, read_bytes, read_hex, read_int
 from nvfabric.facts.vpd import decode
+from nvfabric.model.hostpath import under
 from nvfabric.model.inventory import MELLANOX, NVIDIA, PciFunction
 
 SYSFS_PCI = "/sys/bus/pci/devices"

@@ -11,8 +11,9 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 
-from nvfabric.facts.fs import listdir, read_bytes, read_text, under
-from nvfabric.strict import is_uint, to_int
+from nvfabric.facts.fs import listdir, read_bytes, read_text
+from nvfabric.model.hostpath import under
+from nvfabric.model.strict import is_uint, to_int
 
 #: The most processes of one name returned, and the most bytes read of a cmdline or environ.
 MAX_PROCESSES = 16

@@ -16,15 +16,15 @@ checked with ``kill(pid, 0)`` and its age taken from the pid file's modification
 scan looks at this host's processes whose command line runs a file under the root, and a
 socket counts as bound when this host's ``/proc/net/unix`` lists its path under the root.
 A path (a pid file, a socket named by the config) that would leave the root
-(:func:`nvfabric.facts.paths.under`: ``..``, NUL) is as absent.
+(:func:`nvfabric.model.hostpath.under`: ``..``, NUL) is as absent.
 
 Facts (``SERVICES``): process names as the kernel truncates them to 15 characters in ``comm``
-(``nv-fabricmanage``: ../shared/corpus/logs/fm-590.48.01-systemctl-status-pre-nvl5-node-01.txt
+(``nv-fabricmanage``: tests/data/corpus/logs/fm-590.48.01-systemctl-status-pre-nvl5-node-01.txt
 "Main PID: 5183 (nv-fabricmanage)"); pid files: NVLSM ``/var/run/nvlsm.pid``
-(../shared/corpus/logs/talos-hgx-b200-wrapper-nvlsm-start-excerpt-ext893.txt), fabric manager
+(tests/data/corpus/logs/talos-hgx-b200-wrapper-nvlsm-start-excerpt-ext893.txt), fabric manager
 ``/var/run/nvidia-fabricmanager/nv-fabricmanager.pid`` (the start script's --fm-pid-file default),
 and nvfabric's own ``/run/nvfabric/<service>.pid``; FM command port and config keys from the
-stock fabricmanager.cfg (../shared/corpus/configs/fabricmanager-535.216.01.cfg).
+stock fabricmanager.cfg (tests/data/corpus/configs/fabricmanager-535.216.01.cfg).
 """
 
 from __future__ import annotations
@@ -35,14 +35,14 @@ import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from nvfabric.bringup.fmconfig import PATH_KEYS as FM_PATH_KEYS
 from nvfabric.facts.fs import listdir, read_text
-from nvfabric.facts.paths import PathEscape, under
 from nvfabric.model.errors import usage_error
+from nvfabric.model.fmkeys import PATH_KEYS as FM_PATH_KEYS
+from nvfabric.model.hostpath import PathEscape, under
 from nvfabric.model.keyvalue import parse as parse_cfg
 from nvfabric.model.services import ServiceState
+from nvfabric.model.strict import control_free, int_or_none, is_uint, to_float, to_int
 from nvfabric.model.vocab import Service
-from nvfabric.strict import control_free, int_or_none, is_uint, to_float, to_int
 
 
 @dataclass(frozen=True)
@@ -72,7 +72,7 @@ SERVICES: dict[str, ServiceFacts] = {
 }
 
 #: Where fabric manager's config is looked for (first existing wins): nvfabric's effective
-#: config, the stock location, Bottlerocket's (../shared/corpus/configs/).
+#: config, the stock location, Bottlerocket's (tests/data/corpus/configs/).
 FM_CONFIGS = (
     "/run/nvfabric/fabricmanager.cfg",
     "/usr/share/nvidia/nvswitch/fabricmanager.cfg",

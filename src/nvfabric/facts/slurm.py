@@ -15,7 +15,7 @@ then ``-f``, then ``SLURM_CONF``, then the compiled-in default):
    (:data:`nvfabric.rules.imex.tables.SLURM_CONF_PATHS`);
 4. the configless cache (:data:`nvfabric.rules.imex.tables.SLURM_CONFIGLESS_PATHS`).
 
-Every path is joined under the root (:func:`nvfabric.facts.paths.under`); every read is
+Every path is joined under the root (:func:`nvfabric.model.hostpath.under`); every read is
 bounded (:data:`~nvfabric.rules.imex.tables.SLURM_MAX_SCRIPT_BYTES` a file,
 :data:`~nvfabric.rules.imex.tables.SLURM_MAX_TOTAL_BYTES` in all, at most
 :data:`~nvfabric.rules.imex.tables.SLURM_MAX_SCRIPTS` scripts,
@@ -43,8 +43,8 @@ from dataclasses import dataclass, field
 
 from nvfabric.facts import procs
 from nvfabric.facts.fs import listdir, read_bytes, read_text
-from nvfabric.facts.paths import PathEscape, escapes, host_view, under
 from nvfabric.model import hostpath
+from nvfabric.model.hostpath import PathEscape, escapes, host_view, under
 from nvfabric.rules.imex import script, slurm
 from nvfabric.rules.imex.tables import (
     NVFABRIC_SLURM_DEFAULTS,

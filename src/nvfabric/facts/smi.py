@@ -27,14 +27,13 @@ from __future__ import annotations
 
 import csv
 import re
-import xml.etree.ElementTree as ET
 from dataclasses import dataclass, field
 
 from nvfabric.model.errors import InputError
 from nvfabric.model.findings import Finding
 from nvfabric.model.health import FabricHealth, GpuFabric, Source, state_from_smi, status_from_smi
 from nvfabric.model.mask import HealthField, decode_smi, summary_from_smi
-from nvfabric.strict import BadValue, int_or_none, is_uint, to_int
+from nvfabric.model.strict import BadValue, int_or_none, is_uint, to_int
 
 
 class SmiFormatError(InputError):
@@ -242,7 +241,7 @@ def _key_value(stripped: str) -> tuple[str, str] | None:
     """``Key : Value`` of a stripped row (key up to the first colon, value without the blanks
     around it), None for a row without a colon (a section name). Plain string operations: a
     regular expression here backtracked for seconds on a long row with a blank run and no
-    colon (../shared/fuzz/smi-text-100k-line.txt)."""
+    colon (tests/data/fuzz/smi-text-100k-line.txt)."""
     key, sep, value = stripped.partition(":")
     if not sep:
         return None
@@ -307,7 +306,7 @@ def parse_text(text: str) -> FabricHealth:
 
 def _int_or_none(value: str) -> int | None:
     """A small count or index (``Attached GPUs``, ``index``): ASCII digits only, at most six
-    (:func:`nvfabric.strict.int_or_none`; ``²`` is no number); None otherwise."""
+    (:func:`nvfabric.model.strict.int_or_none`; ``²`` is no number); None otherwise."""
     return int_or_none(value.strip(), max_digits=6)
 
 
@@ -327,8 +326,16 @@ def _cut(attached: int | None, listed: int, findings: list[Finding]) -> None:
     ))
 
 
+def load_xml_parser() -> None:
+    """Import the XML parser (:mod:`xml.etree.ElementTree`, several ms): a capture of another
+    format never needs it, and the GPU probe loads it while the node's nvidia-smi runs."""
+    import xml.etree.ElementTree  # noqa: F401
+
+
 def parse_xml(text: str) -> FabricHealth:
     """``nvidia-smi -q -x``: ``<nvidia_smi_log><gpu id="..."><fabric>...``."""
+    import xml.etree.ElementTree as ET  # the XML format's own parser (load_xml_parser)
+
     try:
         root = ET.fromstring(text)
     except (ET.ParseError, LookupError, ValueError, RecursionError) as err:

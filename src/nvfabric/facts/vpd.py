@@ -12,7 +12,7 @@ applies in its ls-vpd.c): a sequence of resource items.
 
 ConnectX LPFs of NVLink 5 baseboards carry a Mellanox vendor field such as
 ``MLX:MN=MLNX:CSKU=V2:UUID=V3:PCI=V0:SMDL=SW_MNG:MODL=C7010Z`` in ``[VA]`` (source:
-../shared/corpus/lspci/dgxb200-cx7-sw_mng-lspci-vvv.txt); :meth:`Vpd.mellanox_fields` parses it.
+tests/data/corpus/lspci/dgxb200-cx7-sw_mng-lspci-vvv.txt); :meth:`Vpd.mellanox_fields` parses it.
 
 :func:`decode` never raises: truncated images, lengths past the end and unknown tags give the
 decoded prefix and a description in ``problems``.
@@ -22,11 +22,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-# The decoded values live in model/ (the inventory holds them); re-exported here, their old home.
-from nvfabric.model.vpd import Vpd as Vpd
-from nvfabric.model.vpd import VpdField as VpdField
-from nvfabric.model.vpd import parse_mellanox_field as parse_mellanox_field
-from nvfabric.model.vpd import printable as printable
+from nvfabric.model.vpd import Vpd, VpdField, printable
 
 TAG_ID_STRING = 0x82
 TAG_VPD_R = 0x90

@@ -8,12 +8,12 @@ exit 3. The whole tree (each class lives beside the code that raises it)::
 
     NvfabricError                          finding + exit_code (1: the checked thing is bad)
     ├── InputError (also a ValueError)     a value refused; exit 2, input_unreadable
-    │   ├── strict.BadValue                a number or JSON value of the wrong shape
-    │   │   └── strict.NotJson             text that is not JSON at all
+    │   ├── model.strict.BadValue          a number or JSON value of the wrong shape
+    │   │   └── model.strict.NotJson       text that is not JSON at all
     │   ├── model.keyvalue.ConfigValueError      a config key/value never written
     │   │                                         (config_invalid_value, ``key``)
     │   ├── facts.smi.SmiFormatError       not a readable nvidia-smi capture
-    │   ├── facts.paths.PathEscape         a host path that would leave the root
+    │   ├── model.hostpath.PathEscape      a host path that would leave the root
     │   ├── rules.logtext.LogInputError    a log doctor refuses to read
     │   │   ├── rules.diagnose.LogValueError     a value no fabric log prints
     │   │   └── rules.logtext.LogEncodingError   not UTF-8/16/32 text
@@ -22,9 +22,9 @@ exit 3. The whole tree (each class lives beside the code that raises it)::
     │   ├── rules.imex.nodes.PeerError     a node list entry IMEX would not take
     │   ├── simulate.spec.SpecError        a node spec that cannot be built
     │   ├── bringup.vendor.TypedPathMissing        a path the operator typed is missing
-    │   ├── bringup.fmconfig.ConfigError           a fabric manager override refused
+    │   ├── model.fmkeys.ConfigError              a fabric manager override refused
     │   │                                           (its config_invalid_value finding)
-    │   ├── bringup.fmconfig.ShippedConfigError    the shipped fabricmanager.cfg unusable
+    │   ├── model.fmkeys.ShippedConfigError       the shipped fabricmanager.cfg unusable
     │   ├── supervisor.job.JobError        a prepared unit the lean supervisor refuses
     │   └── triage.report.ReportTooLarge   a bug report past the size bounds
     ├── effects.unitfile.UnitError         the systemd unit cannot be installed
@@ -92,7 +92,7 @@ class InputError(NvfabricError, ValueError):
 
 def usage_error(message: str, hint: str) -> NvfabricError:
     """An error about the caller's input (bad file, bad value): exit code 2. ``hint`` is
-    required: an error says what to do about it (tests/test_message_slips.py)."""
+    required: an error says what to do about it (tests/cli/test_message_slips.py)."""
     return NvfabricError(Finding("input_unreadable", "error", message, hint), exit_code=2)
 
 
@@ -116,3 +116,33 @@ def os_hint(err: OSError, parent: str, euid: int | None = None) -> str:
     }
     return hints.get(err.errno or 0, "check the path given and that it is the right kind "
                      "(file or directory) and writable where nvfabric writes")
+
+
+def internal_error(err: BaseException) -> Finding:
+    """The finding of a bug (exit 3): an exception no command expects."""
+    return Finding("internal_error", "error", f"{type(err).__name__}: {err}",
+                   "this is a bug in nvfabric: run again with NVFABRIC_DEBUG=1 for the "
+                   "traceback and report it")
+
+
+#: errno values of a full filesystem (ENOSPC, EDQUOT): a fault of the node, exit 1.
+_FULL = (errno.ENOSPC, errno.EDQUOT)
+
+
+def os_error(err: OSError, doing: str = "", path: str | None = None) -> tuple[Finding, int]:
+    """What an OSError is, as a finding naming the file and an exit code (docs/commands/index.md):
+    a full filesystem is ``disk_full`` (exit 1: the node is the problem, not the command
+    line); permissions, a read-only filesystem, locks the filesystem does not support and the
+    rest are ``input_unreadable`` (exit 2) with the hint that fits the errno. ``doing``: what
+    failed (``cannot take the run lock``); ``path``: the file when ``err`` has none."""
+    where = path or err.filename
+    what = f"{doing} {where}" if doing and where else (doing or str(where or ""))
+    reason = err.strerror or str(err)
+    message = f"{what}: {reason}" if what else reason
+    parent = os.path.dirname(str(where)) if where else "the filesystem"
+    if err.errno in _FULL:
+        return Finding("disk_full", "error", message,
+                       f"free space on the filesystem of {parent} (`df -h {parent}`), or pass "
+                       "a directory on another filesystem", {"path": where}), 1
+    return Finding("input_unreadable", "error", message, os_hint(err, parent),
+                   {"path": where}), 2

@@ -1,7 +1,7 @@
 """Findings: the one shape in which nvfabric reports a problem or a fact to the operator.
 
-A finding has a stable ``code`` from the catalogue below (codes are extended, never renamed;
-the list is the contract of ../shared/DESIGN.md), a ``severity``, a one-line ``message`` and a
+A finding has a stable ``code`` from the catalogue below (codes are extended, never renamed:
+the list is a public contract), a ``severity``, a one-line ``message`` and a
 ``hint`` saying what to do. Extra fields (``fm_version``, ``driver_version``, ``count`` ...)
 ride along in ``fields`` and are flattened into the JSON object.
 """
@@ -12,8 +12,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, TypeGuard, get_args
 
-from nvfabric.model.vocab import SEVERITIES, FindingCode
-from nvfabric.model.vocab import Severity as Severity  # re-exported: the old home of the type
+from nvfabric.model.vocab import SEVERITIES, FindingCode, Severity
 
 #: Every finding code nvfabric may emit (the words of :data:`nvfabric.model.vocab.FindingCode`,
 #: the one list). Adding is fine; renaming breaks operators' alerting.

@@ -1,7 +1,7 @@
 """Values of GPU fabric health: one :class:`GpuFabric` per GPU, one :class:`FabricHealth` per
 reading (NVML or an nvidia-smi capture).
 
-Vocabulary (../shared/DESIGN.md): fabric ``state`` is ``not_supported``, ``not_started``,
+Vocabulary: fabric ``state`` is ``not_supported``, ``not_started``,
 ``in_progress`` or ``completed`` (nvml.h ``NVML_GPU_FABRIC_STATE_*``); ``status`` is
 ``"success"`` or the NVML error name (``NVML_ERROR_INSUFFICIENT_RESOURCES``), None when the
 source printed N/A; ``health_summary`` is ``healthy``, ``unhealthy``, ``limited_capacity``,
@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from nvfabric.model.findings import Finding
-from nvfabric.model.gpucheck import GpuCheck as GpuCheck  # re-exported: its old home
+from nvfabric.model.gpucheck import GpuCheck
 from nvfabric.model.mask import HealthField
 from nvfabric.model.vocab import FabricState
 from nvfabric.model.words import plural
@@ -101,7 +101,7 @@ def status_from_smi(printed: str) -> str | None:
     """nvidia-smi's fabric Status word -> ``"success"``, an NVML error name, or None for N/A.
 
     nvidia-smi prints ``nvmlErrorString(status)`` (``Success``, ``Insufficient Resources``:
-    ../shared/corpus/nvidia-smi/fabric-insufficient-resources-azhpc506.txt); the name is the
+    tests/data/corpus/nvidia-smi/fabric-insufficient-resources-azhpc506.txt); the name is the
     words in upper snake case unless listed in ``_ERROR_WORDS``. Raises ValueError for a word
     that names no NVML return code of nvml.h (:data:`NVML_RETURN`): a capture with such a
     status is not judged as if it were an error the driver could report.

@@ -58,7 +58,7 @@ class PciFunction:
     def sw_mng(self) -> bool:
         """True for a ConnectX LPF: Mellanox VPD vendor field carries ``SMDL=SW_MNG``.
 
-        Source: ../shared/corpus/lspci/dgxb200-cx7-sw_mng-lspci-vvv.txt ([VA] field).
+        Source: tests/data/corpus/lspci/dgxb200-cx7-sw_mng-lspci-vvv.txt ([VA] field).
         """
         return (
             self.vendor == MELLANOX

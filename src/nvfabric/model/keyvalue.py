@@ -1,6 +1,6 @@
 """``KEY=VALUE`` config files as fabric manager and IMEX ship them (comments with ``#``,
-blank lines, one key per line; examples: ../shared/corpus/configs/fabricmanager-535.216.01.cfg,
-../shared/corpus/imex/k8s-dra-driver-gpu-imex-daemon-config-2025-01.tmpl.cfg).
+blank lines, one key per line; examples: tests/data/corpus/configs/fabricmanager-535.216.01.cfg,
+tests/data/corpus/imex/k8s-dra-driver-gpu-imex-daemon-config-2025-01.tmpl.cfg).
 
 :func:`parse` keeps every line, so :func:`render` of an unpatched file gives the same text;
 :func:`patch` changes values in place (first occurrence of a key; a commented-out
@@ -18,7 +18,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from nvfabric.model.errors import InputError
-from nvfabric.strict import one_line
+from nvfabric.model.strict import one_line
 
 KEY = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,127}")
 

@@ -5,7 +5,7 @@ definitions, driver 570+; the v3 ``nvmlGpuFabricInfo_v3_t.healthMask`` word) and
 ``NVML_GPU_FABRIC_HEALTH_SUMMARY_*``. ``nvidia-smi -q`` prints the same fields under
 ``Fabric / Health`` (``Bandwidth``, ``Route Recovery in progress``, ``Route Unhealthy``,
 ``Access Timeout Recovery``, ``Incorrect Configuration``, ``Partition Assigned``), XML under
-``<fabric><health>`` (../shared/corpus/nvidia-smi/k8s-test-infra-hw-qx-gb200.xml,
+``<fabric><health>`` (tests/data/corpus/nvidia-smi/k8s-test-infra-hw-qx-gb200.xml,
 fabric-in-progress-580-wide-columns-gpuop2511.txt). Older drivers print fewer rows.
 
 Pure: integers and strings in, :class:`HealthField` values out.

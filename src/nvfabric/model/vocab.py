@@ -1,5 +1,5 @@
 """The words of nvfabric as types: fabric kinds, services, verdicts, severities, GPU fabric
-states, health summaries and finding codes (../shared/DESIGN.md "Vocabulary").
+states, health summaries and finding codes: the words of the project's vocabulary.
 
 Each is a :data:`typing.Literal`, so ``Finding(code="nvlsm_mising", ...)``, ``plan.fabric ==
 "nvlnk5"`` or a verdict of ``"healthy!"`` is a ``mypy --strict`` error (``arg-type``,
@@ -40,7 +40,7 @@ HealthSummary = Literal["healthy", "unhealthy", "limited_capacity", "not_support
 #: Every code has a line in docs/finding-codes.md, generated with its meaning from docs/codes.yaml
 #: (`make docs-codes`; tests/meta/test_docs.py).
 FindingCode = Literal[
-    # The founding catalogue (../shared/DESIGN.md).
+    # The founding catalogue.
     "fm_not_applicable",
     "nvlsm_missing",
     "version_mismatch",
@@ -87,13 +87,13 @@ FindingCode = Literal[
     "nvswitch_nonfatal_error",
     "nvswitch_not_visible",
     "imex_memory_export_failed",
-    # Artifacts (issue 5; README "Version-matched artifacts").
+    # Artifacts (README "Version-matched artifacts").
     "download_failed",
     "archive_unsafe",
     "install_failed",
-    # The systemd unit (issue 12; README "Running as a service").
+    # The systemd unit (README "Running as a service").
     "unit_not_installed",
-    # IMEX and the fleet check (issue 6; README "IMEX on GB200/GB300 trays").
+    # IMEX and the fleet check (README "IMEX on GB200/GB300 trays").
     "imex_channel_permissions",
     "imex_channel_stray",
     "imex_ctl_timeout",
@@ -108,11 +108,11 @@ FindingCode = Literal[
     "domain_report_missing",
     "domain_size_mismatch",
     "domain_report_duplicate",
-    # The GB200/GB300 image flow (issue 17; README "Version-matched artifacts").
+    # The GB200/GB300 image flow (README "Version-matched artifacts").
     "component_not_for_fabric",
     "dependency_forced",
     "dependency_unsatisfied",
-    # Field truth round 2 (issue 9; README "Finding codes").
+    # Field truth, round 2 (README "Finding codes").
     "nvlink_xid_error",
     "nvlink_training_warning",
     "fabric_value_missing",
@@ -121,7 +121,7 @@ FindingCode = Literal[
     # capture without a column its verdict did not need.
     "sxm_gpus_without_nvswitch",
     "capture_column_missing",
-    # Bug report triage (issue 16; README "nvfabric triage").
+    # Bug report triage (README "nvfabric triage").
     "fm_on_compute_tray",
     "management_port_mismatch",
     "report_truncated",

@@ -1,6 +1,6 @@
 """A decoded PCI Vital Product Data image (PCI Local Bus Specification 3.0, section 6.4):
 keyword fields, the identifier string, the checksum verdict, and the Mellanox vendor field of
-ConnectX LPFs (``MLX:...:SMDL=SW_MNG:...``; source: ../shared/corpus/lspci/
+ConnectX LPFs (``MLX:...:SMDL=SW_MNG:...``; source: tests/data/corpus/lspci/
 dgxb200-cx7-sw_mng-lspci-vvv.txt). Values only: :func:`nvfabric.facts.vpd.decode` makes them
 from bytes.
 """

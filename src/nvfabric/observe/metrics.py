@@ -42,6 +42,7 @@ from typing import TYPE_CHECKING, Any
 from nvfabric import __version__
 from nvfabric.model.findings import Finding
 from nvfabric.model.health import STATES, GpuFabric
+from nvfabric.observe.unitstate import EXIT_REASONS
 
 if TYPE_CHECKING:
     from nvfabric.observe.unitstate import UnitSnapshot
@@ -78,7 +79,7 @@ class Reading:
 
 
 def reading_of(report: Any) -> Reading:
-    """The :class:`Reading` of a :class:`nvfabric.cli.status.Report` (typed loosely so that
+    """The :class:`Reading` of a :class:`nvfabric.app.status.Report` (typed loosely so that
     this module does not import the CLI)."""
     services = None if report.services is None else tuple(
         (s.name, bool(s.running)) for s in report.services)
@@ -148,7 +149,6 @@ def _unit(unit: UnitSnapshot) -> Iterator[Any]:
     exits = CounterMetricFamily("nvfabric_service_exits", "Unexpected exits of the service "
                                 "by reason (exit_code, clean, signal)",
                                 labels=["service", "reason"])
-    from nvfabric.observe.unitstate import EXIT_REASONS
 
     for s in unit.services:
         restarts.add_metric([s.service], s.restarts)

@@ -13,23 +13,25 @@ Threads: the server (:class:`http.server.ThreadingHTTPServer`, one daemon thread
 and one reader thread that re-reads the fabric every ``interval_s`` seconds through the
 injected ``read`` function. The supervisor's event loop is never called into: the unit state
 is a frozen snapshot read from it (:func:`nvfabric.observe.unitstate.of_supervisor`).
+:mod:`http.server` is imported when the endpoint binds (:func:`serve`): a run without
+``--listen`` does not pay for it (~40 ms here) before its first daemon starts.
 """
 
 from __future__ import annotations
 
-import ipaddress
 import json
 import re
-import socket
 import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from nvfabric.observe.metrics import CONTENT_TYPE, Reading, render
 from nvfabric.observe.unitstate import UnitSnapshot
+
+if TYPE_CHECKING:
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 #: The reader: given the IMEX daemon to ask (``(nvidia-imex-ctl, config.cfg)`` full paths, or
 #: None), the reading for the metrics and the ``status --json`` object.
@@ -44,6 +46,8 @@ def parse_listen(text: str) -> tuple[str, int]:
     """``HOST:PORT`` -> (host, port). HOST is an IPv4 address, ``[IPv6]`` or ``localhost``;
     PORT 1-65535. ValueError naming the problem otherwise (a host name other than localhost
     would be a DNS lookup at start: give the address)."""
+    import ipaddress  # with --listen only
+
     host, sep, port_text = text.rpartition(":")
     if not sep or not host:
         raise ValueError(f"--listen {text!r}: give HOST:PORT, e.g. 127.0.0.1:9464")
@@ -154,6 +158,8 @@ def _answer(watch: Watch, path: str) -> tuple[int, str, bytes]:
 
 
 def _handler(watch: Watch) -> type[BaseHTTPRequestHandler]:
+    from http.server import BaseHTTPRequestHandler
+
     class Handler(BaseHTTPRequestHandler):
         timeout = REQUEST_TIMEOUT_S
         server_version = "nvfabric"
@@ -181,19 +187,17 @@ def _handler(watch: Watch) -> type[BaseHTTPRequestHandler]:
     return Handler
 
 
-class _Server(ThreadingHTTPServer):
-    daemon_threads = True
-
-    def __init__(self, host: str, port: int, handler: type[BaseHTTPRequestHandler]) -> None:
-        if ":" in host:
-            self.address_family = socket.AF_INET6
-        super().__init__((host, port), handler)
-
-
 def serve(watch: Watch, host: str, port: int) -> ThreadingHTTPServer:
     """Bind ``host:port`` now (OSError when it cannot: in use, no such address) and serve
     ``watch`` from a daemon thread; returns the server (``shutdown()`` stops it)."""
-    server = _Server(host, port, _handler(watch))
+    import socket
+    from http.server import ThreadingHTTPServer
+
+    class Server(ThreadingHTTPServer):
+        daemon_threads = True
+        address_family = socket.AF_INET6 if ":" in host else socket.AF_INET
+
+    server = Server((host, port), _handler(watch))
     threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 5.0},
                      name="nvfabric-http", daemon=True).start()
     return server

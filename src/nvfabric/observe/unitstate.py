@@ -5,16 +5,15 @@ how long the last start took to get there.
 The values are plain and frozen, so the HTTP thread can read the snapshot the event loop
 published without a lock. :func:`of_supervisor` is the one seam to the supervisor: it reads
 the attributes the supervisor keeps (see the function) and is the only function to change
-when the supervisor offers its own snapshot hook (issue 11).
+when the supervisor offers its own snapshot hook.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Literal
+from typing import Literal
 
-if TYPE_CHECKING:
-    from nvfabric.supervisor import Supervisor
+from nvfabric.supervisor.running import Running, current
 
 ServiceRun = Literal["running", "ready", "exited", "not_started"]
 #: Why a service process ended: ``exit_code`` (a non-zero exit), ``clean`` (exit 0 while it
@@ -67,9 +66,9 @@ def exit_reason(exit_code: object, signal: object) -> ExitReason:
     return "clean" if exit_code == 0 else "exit_code"
 
 
-def of_supervisor(sup: Supervisor) -> UnitSnapshot:
-    """The unit state of a running :class:`nvfabric.supervisor.Supervisor`, from its own
-    snapshot (:meth:`nvfabric.supervisor.Supervisor.snapshot`: per service state, pid,
+def of_supervisor(sup: Running) -> UnitSnapshot:
+    """The unit state of a running :class:`nvfabric.supervisor.supervise.Supervisor`, from its own
+    snapshot (:meth:`nvfabric.supervisor.supervise.Supervisor.snapshot`: per service state, pid,
     restarts and exits by reason; orderly stops are not counted here) plus the unit's phase
     and seconds to ready. Safe from another thread: the snapshot is built fresh from plain
     values; it may be one event behind, never torn inside one service."""
@@ -96,16 +95,12 @@ def of_supervisor(sup: Supervisor) -> UnitSnapshot:
 def phase_of_running() -> str:
     """The phase word of the supervisor running in this process now (``idle`` before it
     starts): what :func:`of_running` would report as ``phase``, without building the rest."""
-    from nvfabric.supervisor import running
-
-    sup = running()
+    sup = current()
     return "idle" if sup is None else sup.unit.phase
 
 
 def of_running() -> UnitSnapshot:
     """The unit state of the supervisor running in this process now
-    (:func:`nvfabric.supervisor.running`); before it starts, an idle unit."""
-    from nvfabric.supervisor import running
-
-    sup = running()
+    (:func:`nvfabric.supervisor.running.current`); before it starts, an idle unit."""
+    sup = current()
     return UnitSnapshot() if sup is None else of_supervisor(sup)

@@ -36,8 +36,7 @@ from typing import Any
 
 from nvfabric.model.errors import InputError
 from nvfabric.model.findings import is_code
-from nvfabric.model.vocab import FABRIC_KINDS as FABRIC_KINDS  # re-exported: its old home
-from nvfabric.model.vocab import FindingCode, Severity, is_severity
+from nvfabric.model.vocab import FABRIC_KINDS, FindingCode, Severity, is_severity
 from nvfabric.rules import xid_decode
 
 
@@ -199,8 +198,8 @@ def shipped_data(yaml_name: str) -> Any:
     """The content of a shipped data file ``data/X.yaml`` (``yaml_name``: ``data/X.yaml``),
     read from its JSON twin ``data/X.json``: the YAML is the source people edit (with its
     comments and sources), the JSON is generated from it (``make catalogues``;
-    tests/test_catalogue_json.py fails while they differ), so that no command parses YAML or
-    imports PyYAML at start-up (issue 15: no catalogue parsing before the first spawn).
+    tests/rules/test_catalogue.py fails while they differ), so that no command parses YAML or
+    imports PyYAML at start-up (no catalogue parsing before the first spawn).
     OSError when the file is missing."""
     with open(os.path.join(_PACKAGE, yaml_name.removesuffix(".yaml") + ".json"),
               encoding="utf-8") as fh:

@@ -19,35 +19,19 @@ from dataclasses import dataclass
 from typing import IO, Any
 
 from nvfabric.model.findings import Finding
-from nvfabric.model.vocab import FabricKind
+from nvfabric.model.strict import int_or_none
+from nvfabric.model.vocab import FABRIC_KINDS, FabricKind
 from nvfabric.rules.catalogue import (
-    FABRIC_KINDS,
-    TABLES,
-    CatalogueError,
-    Lookup,
     Outcome,
     Signature,
     catalogue,
     look_up,
-    lookup_table,
-    parse_catalogue,
 )
 from nvfabric.rules.logtext import (
-    LogEncodingError,
     LogInputError,
-    detect_encoding,
     needle_lines,
     utf8_blocks,
 )
-from nvfabric.strict import int_or_none
-
-__all__ = [
-    "BLOCK", "FABRIC_KINDS", "MAX_COLLECT", "MAX_EXAMPLE", "MAX_KEYS", "MAX_LINE",
-    "MAX_MATCH", "TABLES",
-    "CatalogueError", "Classifier", "LogEncodingError", "LogInputError", "LogValueError",
-    "Lookup", "Outcome", "Signature", "catalogue", "classify_lines", "classify_stream",
-    "detect_encoding", "lookup_table", "needle_lines", "parse_catalogue", "timestamp",
-]
 
 MAX_KEYS = 64
 MAX_COLLECT = 32
@@ -78,7 +62,7 @@ def _number(value: str, sig: str, name: str) -> int:
         raise LogValueError(
             f"a number of {len(value)} digits in a line of the {sig} kind (field {name}); "
             f"fabric logs print at most {MAX_DIGITS}: not a real log line")
-    number = int_or_none(value, signed=True)  # ASCII digits only (nvfabric.strict)
+    number = int_or_none(value, signed=True)  # ASCII digits only (nvfabric.model.strict)
     if number is None:
         raise LogValueError(f"{value!r} in a line of the {sig} kind (field {name}) is not "
                             "a number (ASCII digits)")

@@ -1,5 +1,5 @@
 """``NodeFacts``: one immutable snapshot of what ``nvfabric run`` reads from a node (a root
-directory), taken once per command by :func:`nvfabric.facts.node.collect` before anything is
+directory), taken once per command by :func:`nvfabric.app.collect.probes` before anything is
 decided. The rules (:mod:`nvfabric.rules.preflight`) and the bring-ups
 (:mod:`nvfabric.bringup`) are pure functions of it and of the operator's options.
 
@@ -101,7 +101,7 @@ class InstallSeen:
 
 @dataclass(frozen=True)
 class VendorFacts:
-    """The vendor files of a fabric kind as found (:func:`nvfabric.facts.node.vendor_seen`):
+    """The vendor files of a fabric kind as found (:func:`nvfabric.app.collect.vendor_seen`):
     ``paths``: (host path, kind ``exec|file|dir``) -> :class:`PathSeen`, for every typed and
     vendor path looked at; ``installs``: vendor file key (``--fm-bin``, ``topology``) -> the
     install record's answer, None when the component has no install; a key is absent when

@@ -1,7 +1,7 @@
 """The fabric plan: which services this node needs, in which order, on which port. Pure.
 
 Decision rules (NVIDIA Fabric Manager User Guide: "Supported platforms", "NVLink 5 / NVLSM";
-IMEX guide; cases ../shared/cases/P*.yaml):
+IMEX guide; cases tests/data/cases/P*.yaml):
 
 1. A GPU of a GB200/GB300 compute tray -> ``mnnvl``: IMEX only, never fabric manager.
 2. A ConnectX LPF on PCI (VPD ``SMDL=SW_MNG``) or NVLink 5 baseboard GPUs -> ``nvlink5``:

@@ -8,7 +8,7 @@ Checks, one finding per problem, in this order:
 - a fabric manager already running on the node (``fabric_service_running``);
 - each process's binary is an executable file (``nvlsm_missing``, ``binary_missing``);
 - fabric manager's ``--version`` equals the loaded driver's (``version_mismatch``; fabric
-  manager refuses to run otherwise: ../shared/corpus/logs/fm-version-mismatch-*.txt);
+  manager refuses to run otherwise: tests/data/corpus/logs/fm-version-mismatch-*.txt);
 - nobody serves NVLSM's IPC socket yet (``sm_already_running``: one subnet manager per
   management port);
 - the path keys of the effective fabric manager config (``config_invalid_value``);
@@ -23,10 +23,10 @@ import shlex
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from nvfabric.artifacts import versions
+from nvfabric.model import versions
 from nvfabric.model.commandline import command_line
 from nvfabric.model.findings import Finding
-from nvfabric.model.health import summarise_gpus as summarise_gpus  # re-exported: its old home
+from nvfabric.model.health import summarise_gpus
 from nvfabric.rules.nodefacts import NodeFacts, RunningService, VersionRead
 
 #: The ``nvfabric status`` name of each fabric daemon that ``run`` would start, and what it is.

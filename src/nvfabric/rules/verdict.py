@@ -2,8 +2,8 @@
 the services' liveness and every GPU's fabric registration. No I/O, no clock: elapsed times
 come in as numbers.
 
-Rules (from the field cases tests/data/cases/S*.yaml, the copy of ../shared/cases, and the
-NVIDIA Fabric Manager User Guide, "GPU fabric registration" / "NVLink 5"):
+Rules (from the field cases tests/data/cases/S*.yaml and the NVIDIA Fabric Manager User
+Guide, "GPU fabric registration" / "NVLink 5"):
 
 - No fabric reported (state not_supported / N/A everywhere) where the fabric kind is ``none``
   (or unknown) -> ``not_applicable`` (S01: PCIe cards are never "unhealthy").
@@ -54,11 +54,11 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field, replace
-from typing import Literal
+from typing import Any, Literal
 
 from nvfabric.model.findings import Finding
-from nvfabric.model.health import GpuFabric
-from nvfabric.model.services import ServiceState as ServiceState  # re-exported (its old home)
+from nvfabric.model.health import ZERO_UUID, GpuFabric
+from nvfabric.model.services import ServiceState
 from nvfabric.model.vocab import FabricKind, Service, VerdictWord
 from nvfabric.model.words import plural, verb
 
@@ -201,13 +201,7 @@ class _Acc:
 
 
 def verdict(inp: Inputs) -> Verdict:
-    """Judge the fabric (rules in the module docstring). Pure. The rules on registration,
-    on registered GPUs' health and on the services per fabric kind live in
-    :mod:`.verdict_registration`, :mod:`.verdict_health` and :mod:`.verdict_services` (they
-    import this module's types, so they are imported here, when a verdict is asked)."""
-    from nvfabric.rules import verdict_health as health
-    from nvfabric.rules import verdict_registration as registration
-    from nvfabric.rules import verdict_services as services
+    """Judge the fabric (rules in the module docstring). Pure."""
 
     acc = _Acc()
     fabric = inp.fabric
@@ -224,7 +218,7 @@ def verdict(inp: Inputs) -> Verdict:
 
     reporting = [g for g in gpus if g.state != "not_supported"]
     if not reporting:
-        return services.no_fabric_reported(inp, acc)
+        return _no_fabric_reported(inp, acc)
 
     acc.reasons.append(
         f"fabric kind {kind}; {len(reporting)} of {plural(len(gpus), 'GPU')} "
@@ -240,19 +234,19 @@ def verdict(inp: Inputs) -> Verdict:
     failed = [g for g in completed if g.status not in (None, "success")]
     ok = [g for g in completed if g.status == "success"]
     if left_out:
-        registration.left_out(acc, left_out, completed, len(inp.gpus))
-    registration.values_missing(acc, completed, fabric)
-    registration.failed(acc, failed, kind)
+        _left_out(acc, left_out, completed, len(inp.gpus))
+    _values_missing(acc, completed, fabric)
+    _failed(acc, failed, kind)
 
     if registering:
-        registration.registering(inp, acc, registering, completed, kind)
+        _registering(inp, acc, registering, completed, kind)
 
     for g in ok:
-        health.gpu_health(acc, g)
+        _gpu_health(acc, g)
 
-    health.consistency(acc, ok, fabric)
+    _consistency(acc, ok, fabric)
     if not registering:
-        services.services_when_fine(inp, acc, fabric)
+        _services_when_fine(inp, acc, fabric)
     if fabric == "mnnvl":
         for f in inp.imex_findings:
             acc.add("degraded" if f.severity == "error" else None, f)
@@ -352,3 +346,335 @@ def _service(services: tuple[ServiceState, ...] | None, name: str) -> ServiceSta
         if s.name == name:
             return s
     return None
+
+
+# -- GPU fabric registration (S02, S03, S06, S07): GPUs left out of fabric manager's pass,
+# values a completed GPU does not report, a registration completed with an error, GPUs still
+# registering
+
+
+def _left_out(acc: _Acc, left_out: list[GpuFabric], completed: list[GpuFabric],
+             total: int) -> None:
+    """S06: GPUs still Not Started next to Completed ones were left out of the pass;
+    ``total`` is every GPU read (In Progress and Not Supported ones count too)."""
+    labels = ", ".join(str(g.index) for g in left_out)
+    acc.add("unhealthy", Finding(
+        "partial_registration", "error",
+        f"{len(left_out)} of {total} GPUs were left out of fabric "
+        f"registration (GPUs {labels} Not Started while {len(completed)} completed): waiting "
+        "does not fix it",
+        "fabric manager registers a baseboard's GPUs in one pass; a GPU it left out was "
+        "excluded or has NVLink trouble: check fabric manager's log for the GPU "
+        "(`nvfabric doctor --log /var/log/fabricmanager.log`; excluded GPUs, NVLink training "
+        "or Xid errors), `dmesg` for Xid errors, then reset the GPUs and restart fabric "
+        "manager (or reboot)",
+        {"gpus": [g.index for g in left_out], "pcis": [g.pci for g in left_out],
+         "completed_gpus": len(completed)},
+    ))
+
+
+def _values_missing(acc: _Acc, completed: list[GpuFabric], fabric: FabricKind | None) -> None:
+    """S07: a value the verdict needs that was not read makes it at best degraded."""
+    needs = [("status", "Status")]
+    if fabric == "mnnvl":
+        needs += [("cluster_uuid", "ClusterUUID"), ("clique_id", "CliqueId")]
+    for attr, printed in needs:
+        unread = [g for g in completed if getattr(g, attr) is None]
+        if not unread:
+            continue
+        labels = ", ".join(str(g.index) for g in unread)
+        acc.add("degraded", Finding(
+            "fabric_value_missing", "warning",
+            f"{len(unread)} completed GPUs (GPUs {labels}) report no fabric {printed} (N/A "
+            "or missing): the fabric cannot be certified healthy without it",
+            "read it where it is printed: `nvidia-smi -q` (Fabric section) or `nvidia-smi "
+            "--query-gpu=index,uuid,fabric.state,fabric.status,fabric.cliqueId,"
+            "fabric.clusterUuid --format=csv`; on a GB200/GB300 tray a completed registration "
+            "without ClusterUUID/CliqueId means the NVLink domain is not formed: check the "
+            "NVLink switch trays / NMX partition and the driver version",
+            {"value": printed, "gpus": [g.index for g in unread]},
+        ))
+
+
+def _registering(
+    inp: Inputs, acc: _Acc, registering: list[GpuFabric], completed: list[GpuFabric], kind: Judged
+) -> None:
+    labels = ", ".join(str(g.index) for g in registering)
+    count = len(registering)
+    fields: dict[str, Any] = {"gpus": [g.index for g in registering]}
+    if completed:
+        acc.add(None, Finding(
+            "partial_registration", "warning",
+            f"{plural(len(completed), 'GPU')} completed registration, {count} did not "
+            f"({verb(count, 'GPU', 'GPUs')} {labels})",
+            "a GPU that lags the others usually has NVLink or firmware trouble: check its "
+            "`nvidia-smi -q` Fabric section and `dmesg` for Xid errors",
+            fields,
+        ))
+    if inp.fabric_mode == 1 and not any(
+        (f := g.field("partition_assigned")) is not None and f.value == "true"
+        for g in inp.gpus
+    ):
+        acc.add("pending", Finding(
+            "fabric_partition_inactive", "info",
+            f"FABRIC_MODE=1 (shared NVSwitch): {plural(count, 'GPU')} "
+            f"{verb(count, 'waits', 'wait')} for a fabric partition to be activated",
+            "activate a partition through fabric manager's API (the hypervisor or "
+            "fmpm/`nv-partitioner` does this); registration then completes",
+            fields,
+        ))
+        return
+    _stuck(inp, acc, count, labels, fields, kind)
+
+
+def _stuck(inp: Inputs, acc: _Acc, count: int, labels: str, fields: dict[str, Any],
+           kind: Judged) -> None:
+    """``registration_stuck`` for ``count`` GPUs still registering: pending when liveness or
+    the services' age is unknown or within the grace period, unhealthy with a registering
+    service down or past the grace period."""
+    cause = STUCK_CAUSE.get(kind, STUCK_CAUSE["unknown"])
+    hint = f"{CUDA_802}; {cause}"
+    if inp.services is None:
+        acc.add("pending", Finding(
+            "registration_stuck", "warning",
+            f"{plural(count, 'GPU')} {verb(count, 'has', 'have')} not finished fabric "
+            f"registration ({verb(count, 'GPU', 'GPUs')} {labels}); a saved capture cannot "
+            "tell for how long",
+            hint, fields,
+        ))
+        return
+    needed = REGISTERING_SERVICES.get(inp.fabric or "", ())
+    down = [n for n in needed if not ((s := _service(inp.services, n)) and s.running)]
+    if down:
+        acc.add("unhealthy", Finding(
+            "registration_stuck", "error",
+            f"{plural(count, 'GPU')} cannot finish fabric registration: {', '.join(down)} "
+            "not running",
+            hint, {**fields, "services_down": down},
+        ))
+        return
+    ages = [s.age_s for n in needed if (s := _service(inp.services, n)) is not None]
+    if not needed or not ages or any(a is None for a in ages):
+        acc.add("pending", Finding(
+            "registration_stuck", "warning",
+            f"{plural(count, 'GPU')} {verb(count, 'is', 'are')} registering "
+            f"({verb(count, 'GPU', 'GPUs')} {labels}); how long the services have run is "
+            "unknown",
+            hint, fields,
+        ))
+        return
+    age = min(a for a in ages if a is not None)
+    if age < inp.grace_s:
+        acc.add("pending", Finding(
+            "registration_stuck", "warning",
+            f"{plural(count, 'GPU')} {verb(count, 'is', 'are')} registering, {age:.0f} s "
+            f"after the services started (grace period {inp.grace_s:.0f} s)",
+            hint, {**fields, "elapsed_s": round(age, 1), "grace_s": inp.grace_s},
+        ))
+    else:
+        acc.add("unhealthy", Finding(
+            "registration_stuck", "error",
+            f"{plural(count, 'GPU')} {verb(count, 'is', 'are')} still registering "
+            f"{age:.0f} s after the services started (grace period {inp.grace_s:.0f} s)",
+            hint, {**fields, "elapsed_s": round(age, 1), "grace_s": inp.grace_s},
+        ))
+
+
+def _failed(acc: _Acc, failed: list[GpuFabric], kind: Judged) -> None:
+    """S03: ``registration_error`` for each GPU whose registration completed with a status
+    other than success."""
+    for g in failed:
+        acc.add("unhealthy", Finding(
+            "registration_error", "error",
+            f"{g.label}: fabric registration completed with status {g.status}: the GPU is not "
+            "attached to the NVLink fabric",
+            registration_error_hint(g.status, kind),
+            {"gpu": g.index, "uuid": g.uuid, "pci": g.pci, "status": g.status},
+        ))
+
+
+def registration_error_hint(status: str | None, kind: Judged) -> str:
+    if status == "NVML_ERROR_INSUFFICIENT_RESOURCES":
+        return (
+            "the fabric could not give this GPU its resources (on GB200/GB300: the tray is not "
+            "in an active NVLink partition or the switch trays lack routes): check the NVLink "
+            "switch trays / NMX partition, then reset the GPU"
+        )
+    if kind == "nvlink5":
+        return ("check that NVLSM and fabric manager run on the same management port and "
+                "`nvfabric doctor` their logs; a GPU reset is needed after the fix")
+    return ("check fabric manager's log (`nvfabric doctor --log ...`); a GPU reset is needed "
+            "after the fix")
+
+
+# -- registered GPUs (S04, S05): the health fields of each completed GPU and one NVLink
+# domain (ClusterUUID, CliqueId) for all of them
+
+
+def _gpu_health(acc: _Acc, g: GpuFabric) -> None:
+    problems: list[str] = []
+    level: Level | None = None
+    if g.health_summary == "unhealthy":
+        problems.append("health summary Unhealthy")
+        level = "unhealthy"
+    elif g.health_summary == "limited_capacity":
+        problems.append("health summary Limited Capacity")
+        level = "degraded"
+    for f in g.health:
+        if f.impact is not None:
+            problems.append(f"{f.name}={f.value}")
+            if f.impact == "unhealthy":
+                level = "unhealthy"
+            elif level is None:
+                level = "degraded"
+    if level is None:
+        return
+    acc.add(level, Finding(
+        "fabric_unhealthy", "error" if level == "unhealthy" else "warning",
+        f"{g.label}: registered but " + ", ".join(problems),
+        "the GPU is attached yet its NVLink routes are not all usable: check the health fields "
+        "in `nvidia-smi -q` (Fabric / Health), NVSwitch errors in fabric manager's log "
+        "(`nvfabric doctor`), then drain and reset the GPU if it persists",
+        {"gpu": g.index, "uuid": g.uuid, "pci": g.pci, "health_summary": g.health_summary,
+         "problems": problems},
+    ))
+
+
+def _consistency(acc: _Acc, ok: list[GpuFabric], fabric: FabricKind | None) -> None:
+    clusters = sorted({g.cluster_uuid for g in ok if g.cluster_uuid is not None})
+    cliques = sorted({g.clique_id for g in ok if g.clique_id is not None})
+    if len(clusters) > 1 or len(cliques) > 1:
+        acc.add("unhealthy", Finding(
+            "fabric_unhealthy", "error",
+            "GPUs of this node disagree on their NVLink domain: ClusterUUIDs "
+            f"{', '.join(clusters) or '-'}; CliqueIds {', '.join(map(str, cliques)) or '-'}",
+            "all GPUs of a node belong to one clique; a GPU in another partition or domain "
+            "needs the partition fixed (NVLink switch trays / fabric manager) and a GPU reset",
+            {"cluster_uuids": clusters, "clique_ids": cliques},
+        ))
+        return
+    zero = [g for g in ok if g.cluster_uuid == ZERO_UUID]
+    if not zero:
+        return
+    if fabric == "mnnvl":
+        acc.add("unhealthy", Finding(
+            "fabric_unhealthy", "error",
+            f"{plural(len(zero), 'GPU')} {verb(len(zero), 'has', 'have')} a zero ClusterUUID "
+            "on a multi-node NVLink tray: " + verb(len(zero), "it is", "they are")
+            + " not part of any NVLink domain",
+            "the tray must be in an active NVLink partition (NVLink switch trays / NMX "
+            "controller); until then multi-node NVLink (IMEX, MNNVL NCCL) cannot work",
+            {"gpus": [g.index for g in zero]},
+        ))
+    else:
+        acc.reasons.append(
+            "zero ClusterUUID: NVLink within this node, no multi-node domain (normal here)"
+        )
+
+
+# -- the fabric services, per fabric kind: GPUs that report no fabric state, and once the
+# GPUs are fine, fabric manager and NVLSM (nvswitch, nvlink5) or the host's IMEX daemon (mnnvl,
+# only where the host owns IMEX)
+
+
+def _no_fabric_reported(inp: Inputs, acc: _Acc) -> Verdict:
+    fabric = inp.fabric
+    if fabric in (None, "none"):
+        acc.reasons.append(
+            "no GPU reports an NVLink fabric (state N/A / not supported) and this platform has "
+            "none to manage: nothing to judge"
+        )
+        return acc.result("not_applicable")
+    if fabric == "nvswitch":
+        fm = _service(inp.services, "fabricmanager")
+        acc.reasons.append(
+            "these GPUs do not report fabric registration (before Hopper, or an old driver): "
+            "judged by fabric manager's liveness"
+        )
+        if fm is None:
+            acc.add("degraded", Finding(
+                "fabric_info_not_supported", "warning",
+                "the GPUs report no fabric state and fabric manager's liveness is unknown",
+                "run `nvfabric status` on the node itself (it checks the fabric manager process)",
+            ))
+        elif not fm.running:
+            acc.add("unhealthy", Finding(
+                "fm_inactive", "error",
+                "fabric manager is not running on an NVSwitch node whose GPUs do not report "
+                "fabric registration: CUDA cannot use NVLink peer access",
+                "start fabric manager (`nvfabric run`, or `systemctl start "
+                "nvidia-fabricmanager`) at exactly the driver's version",
+            ))
+        return acc.result()
+    acc.add("unhealthy", Finding(
+        "fabric_info_not_supported", "error",
+        f"every GPU reports fabric State 'Not Supported' on a {fabric} platform, which always "
+        "reports one: the driver gives no fabric info, so nothing is registered",
+        "the driver may be too old for this platform or not fully loaded: check the driver "
+        "branch supports these GPUs' NVLink fabric, `nvidia-smi -q` (Fabric section) and "
+        "`dmesg`; on a GB200/GB300 tray also that it is in an NVLink partition of the rack",
+        {"fabric": fabric, "gpus": [g.index for g in inp.gpus]},
+    ))
+    return acc.result()
+
+
+def _services_when_fine(inp: Inputs, acc: _Acc, fabric: FabricKind | None) -> None:
+    if inp.services is None:
+        return
+    if fabric == "mnnvl":
+        _imex_when_fine(inp, acc)
+        return
+    if fabric not in ("nvswitch", "nvlink5"):
+        return
+    fm = _service(inp.services, "fabricmanager")
+    if fm is None or not fm.running:
+        acc.add("degraded", Finding(
+            "fm_inactive", "warning",
+            "the GPUs are registered but fabric manager is not running",
+            "fabric manager handles NVSwitch errors, GPU resets and NVLink recovery at run "
+            "time: start it again (`nvfabric run`); a restart after GPUs registered needs a GPU "
+            "reset on H100 and later",
+        ))
+    if fabric == "nvlink5":
+        sm = _service(inp.services, "nvlsm")
+        if sm is None or not sm.running:
+            acc.add("degraded", Finding(
+                "nvlsm_missing", "warning",
+                "the GPUs are registered but NVLSM is not running on the management port",
+                "NVLSM keeps the NVLink 5 routes; start it with fabric manager (`nvfabric run`)",
+            ))
+
+
+def _imex_when_fine(inp: Inputs, acc: _Acc) -> None:
+    """IMEX on an mnnvl tray: judged only where the host owns it (see the module docstring)."""
+    imex = _service(inp.services, "imex")
+    if imex is None or imex.running:
+        return
+    owner = inp.imex_owner
+    if owner in ("host", "dra-host"):
+        acc.add("degraded", Finding(
+            "imex_not_ready", "warning",
+            "the GPUs are registered but the host's IMEX daemon is not running: multi-node "
+            "NVLink memory sharing (IMEX channels) does not work",
+            "start it (`nvfabric run`, or `systemctl start nvidia-imex`); `nvfabric imex "
+            "domain` then shows the domain state",
+            {"imex_owner": owner},
+        ))
+    elif owner == "none":
+        acc.add(None, Finding(
+            "imex_not_ready", "info",
+            "no IMEX daemon runs and nothing on this node owns IMEX (no enabled "
+            "nvidia-imex.service, no DRA driver state, no Slurm prolog)",
+            "single-node work is fine; for multi-node NVLink memory sharing start IMEX "
+            "(`nvfabric run` becomes its owner) or let the DRA driver or Slurm run it",
+            {"imex_owner": owner},
+        ))
+    elif owner == "unknown":
+        acc.reasons.append(
+            "who owns IMEX is not known (imex_owner_unknown): the daemon not running now is "
+            "not judged")
+    else:
+        acc.reasons.append(
+            f"IMEX is owned by {owner or 'an unknown owner'}, which starts the daemon per "
+            "job: it not running now is not judged"
+        )

@@ -7,7 +7,7 @@ config files and the simulated GPU fabric state they share.
   ``__pycache__``: :func:`precompile`) and one launcher per
   program in ``bin/`` (``nvlsm``, ``nv-fabricmanager``, ``nvidia-smi``, ``nvidia-imex``,
   ``nvidia-imex-ctl``), each a Python script whose shebang is this interpreter; from the
-  single-file binary (``make dist``, :mod:`nvfabric.frozen`) each launcher is instead a
+  single-file binary (``make dist``, :mod:`nvfabric.effects.frozen`) each launcher is instead a
   two-line script whose shebang is that binary with ``--nvfabric-sim-fake`` (the kernel
   runs ``nvfabric --nvfabric-sim-fake DIR/bin/PROG ARGS``), and no ``.py`` copy is written:
   the fakes then run where no Python is installed;
@@ -30,9 +30,15 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+from nvfabric.effects.frozen import FAKE_FLAG, is_frozen
+from nvfabric.facts.inventory import collect
 from nvfabric.model.errors import usage_error
 from nvfabric.rules.imex import config as imex_config
+from nvfabric.rules.plan import plan
+from nvfabric.rules.products import lookup
 from nvfabric.simulate import fakebin
+from nvfabric.simulate.fakebin import nvlsm as fakensm
+from nvfabric.simulate.fakebin import state as fakestate
 
 #: program name -> vendor path of the real binary (service modules' defaults; IMEX guide,
 #: "Installation": /usr/bin/nvidia-imex, /usr/bin/nvidia-imex-ctl).
@@ -45,7 +51,7 @@ VENDOR_PATHS: dict[str, str] = {
 }
 
 #: CUDA version printed by nvidia-smi per driver branch (captures in
-#: ../shared/corpus/nvidia-smi: 535 -> 12.2, 560 -> 12.6, 570 -> 12.8, 580 -> 13.0).
+#: tests/data/corpus/nvidia-smi: 535 -> 12.2, 560 -> 12.6, 570 -> 12.8, 580 -> 13.0).
 CUDA_BY_BRANCH: dict[str, str] = {
     "515": "11.7", "520": "11.8", "525": "12.0", "530": "12.1", "535": "12.2", "545": "12.3",
     "550": "12.4", "555": "12.5", "560": "12.6", "565": "12.7", "570": "12.8", "575": "12.9",
@@ -61,7 +67,7 @@ FABRIC_PROGRAMS = frozenset({"nvlsm", "nv-fabricmanager", "nvidia-imex", "nvidia
 NO_FABRIC_STATE = frozenset({"volta", "ampere", "ada"})
 
 #: The shipped fabricmanager.cfg of the simulated node: the keys and defaults of the 535/570
-#: packages (../shared/corpus/configs/fabricmanager-535.216.01.cfg), comments shortened.
+#: packages (tests/data/corpus/configs/fabricmanager-535.216.01.cfg), comments shortened.
 SHIPPED_FM_CFG = """\
 # NVIDIA Fabric Manager configuration file (simulated node; keys and defaults as shipped).
 # Read at fabric manager start-up; restart fabric manager for changes to take effect.
@@ -174,9 +180,7 @@ FROZEN_LAUNCHER = """\
 
 def _launcher(prog: str) -> str:
     """The launcher script of fake ``prog`` for the running nvfabric (interpreter or the
-    single-file binary, :func:`nvfabric.frozen.is_frozen`)."""
-    from nvfabric.frozen import FAKE_FLAG, is_frozen
-
+    single-file binary, :func:`nvfabric.effects.frozen.is_frozen`)."""
     if is_frozen():
         line = f"#!{sys.executable} {FAKE_FLAG}"
         if any(c.isspace() for c in sys.executable) or len(line) > SHEBANG_MAX:
@@ -243,9 +247,6 @@ def gpu_state(root: str) -> list[dict[str, Any]]:
     NVLink tray (its switch trays' fabric manager did it). GPU UUIDs are derived from the
     tree's absolute path and the GPU's bus id: stable for one tree, distinct across trees (two
     simulated nodes are never taken for copies of one report by ``domain check``)."""
-    from nvfabric.facts.inventory import collect
-    from nvfabric.rules.products import lookup
-
     inv = collect(root)
     node = os.path.abspath(root)
     out = []
@@ -276,18 +277,14 @@ def gpu_state(root: str) -> list[dict[str, Any]]:
 
 def install(root: str, driver_only: bool = False) -> list[str]:
     """Install the fakes, shipped configs and simulated state under ``root`` (a tree written
-    by :func:`nvfabric.simulate.build`). Returns the fake programs' paths in ``bin/``.
+    by :func:`nvfabric.simulate.write.build`). Returns the fake programs' paths in ``bin/``.
 
     ``driver_only``: a node with the driver (its nvidia-smi) and none of the fabric packages:
     no fake of :data:`FABRIC_PROGRAMS` and none of their shipped configs, so what runs is what
     an image carries or ``nvfabric install`` installed (a stand-in archive's launcher finds
-    this node's state from wherever it is laid out: :func:`nvfabric.frozen.fake_target`)."""
-    from nvfabric.facts.inventory import collect
-    from nvfabric.rules.plan import plan
-
+    this node's state from wherever it is laid out: :func:`nvfabric.effects.frozen.fake_target`)."""
     bindir = os.path.join(root, "bin")
     os.makedirs(bindir, exist_ok=True)
-    from nvfabric.frozen import is_frozen
 
     if not is_frozen():
         for name, source in fakebin_sources().items():
@@ -311,20 +308,20 @@ def install(root: str, driver_only: bool = False) -> list[str]:
         _write(os.path.join(root, "etc/nvidia-imex/nodes_config.cfg"), SIM_LOCAL_IP + "\n",
                keep=True)
     driver = p.driver_version or ""
-    state = os.path.join(root, fakebin.STATE_DIR)
+    state = os.path.join(root, fakestate.STATE_DIR)
     os.makedirs(state, exist_ok=True)
     node = {
         "fabric": p.fabric,
         "driver_version": driver or None,
         "fm_version": driver or None,
         "imex_version": driver or None,
-        "nvlsm_version": fakebin.NVLSM_VERSION,
+        "nvlsm_version": fakensm.NVLSM_VERSION,
         "cuda_version": CUDA_BY_BRANCH.get(driver.split(".")[0], "12.8"),
         "hostname": "node-01",
         "local_ips": [SIM_LOCAL_IP],
     }
-    fakebin.save(root, "node.json", node)
-    fakebin.save(root, "gpus.json", {"gpus": gpu_state(root)})
+    fakestate.save(root, "node.json", node)
+    fakestate.save(root, "gpus.json", {"gpus": gpu_state(root)})
     for stale in ("calls.jsonl", "nvlsm.json", "imex.json", "faults.json"):
         path = os.path.join(state, stale)
         if os.path.exists(path):
@@ -349,18 +346,18 @@ def _launchers(root: str, bindir: str, driver_only: bool) -> list[str]:
 def set_faults(root: str, spec: dict[str, dict[str, Any]]) -> None:
     """Inject faults: ``{"nvlsm": {"crash_after_s": 1}, "fabricmanager": {...}}`` (keys in
     :mod:`.fakebin`)."""
-    fakebin.save(root, "faults.json", spec)
+    fakestate.save(root, "faults.json", spec)
 
 
 def gpus(root: str) -> list[dict[str, Any]]:
     """The simulated GPUs' fabric state (``gpus.json``)."""
-    data: dict[str, Any] = fakebin.load(root, "gpus.json", {"gpus": []})
+    data: dict[str, Any] = fakestate.load(root, "gpus.json", {"gpus": []})
     return list(data.get("gpus", []))
 
 
 def calls(root: str) -> list[dict[str, Any]]:
     """Events recorded by the fakes (``calls.jsonl``), in order."""
-    path = fakebin.state_path(root, "calls.jsonl")
+    path = fakestate.state_path(root, "calls.jsonl")
     try:
         with open(path, encoding="utf-8") as fh:
             return [json.loads(line) for line in fh if line.strip()]

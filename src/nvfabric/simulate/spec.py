@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from nvfabric.model.errors import InputError
-from nvfabric.strict import BadValue, to_int
+from nvfabric.model.strict import BadValue, to_int
 
 GUID = re.compile(r"0x[0-9a-fA-F]{16}")
 HEX4 = re.compile(r"[0-9a-fA-F]{4}")

@@ -1,7 +1,7 @@
 """Write a node spec out as a real-shaped root directory.
 
 Formats follow what the kernel writes (Documentation/ABI/testing/sysfs-bus-pci,
-sysfs-class-infiniband; captures in ../shared/corpus): ``vendor`` is ``0x15b3\\n``, ``class``
+sysfs-class-infiniband; captures in tests/data/corpus): ``vendor`` is ``0x15b3\\n``, ``class``
 ``0x020700\\n``, ``config`` a binary configuration header with a capability list holding the VPD
 capability (ID 0x03) at 0x48 for ConnectX functions, ``vpd`` a real VPD image with a correct RV
 checksum, IB ``node_guid`` ``e09d:7303:00e4:00e8``, ``gids/0`` an fe80:: GID, ``cap_mask``
@@ -23,6 +23,9 @@ from dataclasses import dataclass
 from typing import Literal
 
 from nvfabric.facts.vpd import encode
+from nvfabric.simulate.fakebin.state import STATE_DIR
+from nvfabric.simulate.fakebin.state import STATE_DIR as state_dir
+from nvfabric.simulate.fakes import FAKES_PACKAGE, VENDOR_PATHS, fakebin_sources
 from nvfabric.simulate.spec import MellanoxSpec, NodeSpec, PortSpec, SpecError
 
 VPD_CAP_OFFSET = 0x48
@@ -34,7 +37,6 @@ class Entry:
     on the way. ``kind``: ``dir``; ``file`` (``data``); ``link`` (relative ``target``);
     ``chardev`` (``major``:``minor``, mode 0666; an empty file where mknod is not permitted
     or ``major`` is None)."""
-
     kind: Literal["dir", "file", "link", "chardev"]
     path: str
     data: bytes = b""
@@ -45,7 +47,6 @@ class Entry:
 
 class _Tree:
     """Collects entries by path; a later entry at a path replaces the earlier one."""
-
     def __init__(self) -> None:
         self.entries: dict[str, Entry] = {}
 
@@ -85,7 +86,7 @@ def config_space(vendor: int, device: int, class_code: int, sub_vendor: int, sub
 
 def mellanox_vpd(m: MellanoxSpec, guid: str) -> bytes:
     """The VPD image of a ConnectX function: the field set of the real DGX B200 LPF
-    (../shared/corpus/lspci/dgxb200-cx7-sw_mng-lspci-vvv.txt), with V3 derived from the GUID."""
+    (tests/data/corpus/lspci/dgxb200-cx7-sw_mng-lspci-vvv.txt), with V3 derived from the GUID."""
     g = guid[2:] if guid.startswith("0x") else guid
     uuid = "96375e6109d7ef118000" + g[0:6] + g[10:16]
     return encode(
@@ -106,7 +107,6 @@ def mellanox_vpd(m: MellanoxSpec, guid: str) -> bytes:
 
 class _Bus:
     """Hands out PCI addresses: bus numbers in order, domain 0000 then up."""
-
     def __init__(self, first: int = 0x05) -> None:
         self.next = first
         self.domain = 0
@@ -289,14 +289,11 @@ def fakes_paths() -> tuple[frozenset[str], frozenset[str]]:
     log/run/tmp directories, the shipped config directories and the fakes' state directory.
     (The shipped configs themselves and
     ``proc/net/fib_trie`` are only written when absent, so ``files:`` may give them.)"""
-    from nvfabric.simulate import fakebin
-    from nvfabric.simulate.fakes import FAKES_PACKAGE, VENDOR_PATHS, fakebin_sources
-
     files = {f"bin/{prog}" for prog in VENDOR_PATHS}
     files |= {f"bin/{FAKES_PACKAGE}/{name}" for name in fakebin_sources()}
     files |= {path.lstrip("/") for path in VENDOR_PATHS.values()}
     dirs = {"bin", "var/log", "var/run", "tmp", "proc/net", "etc/nvidia-imex",
-            "usr/share/nvidia/nvswitch", "usr/share/nvidia/nvlsm", fakebin.STATE_DIR}
+            "usr/share/nvidia/nvswitch", "usr/share/nvidia/nvlsm", STATE_DIR}
     dirs |= {os.path.dirname(path) for path in files}
     dirs.add(f"bin/{FAKES_PACKAGE}/__pycache__")  # the copy's byte code (fakes.precompile)
     return frozenset(dirs), frozenset(files)
@@ -316,8 +313,6 @@ def _place_files(tree: _Tree, files: tuple[tuple[str, str | bytes], ...]) -> Non
     directory or a link of the tree, lie inside one of its files, lead out of the tree through
     a link, or be something the fakes write (:func:`fakes_paths`). Raises SpecError naming
     the key."""
-    from nvfabric.simulate.fakebin import STATE_DIR as state_dir
-
     fake_dirs, fake_files = fakes_paths()
     links = {e.path: e.target for e in tree.entries.values() if e.kind == "link"}
     plain = {e.path for e in tree.entries.values() if e.kind in ("file", "chardev")}

@@ -1,7 +1,7 @@
 """The supervisor: runs the services of a unit (NVLSM then fabric manager, or any list of
 :class:`~nvfabric.bringup.spec.ServiceSpec`) as one: the only place nvfabric spawns daemons.
 
-Behaviour (../shared/cases/RUN.md):
+Behaviour (tests/data/cases/RUN.md):
 
 - Start in order; each service starts once the one before it is ready. NVLSM's IPC socket is
   waited for with inotify on its directory (ctypes; a 10 ms stat loop where inotify is not
@@ -31,74 +31,9 @@ Processes are started by :mod:`nvfabric.effects.process` (argv only, stdin /dev/
 process group, signal dispositions reset, parent death signal); nothing here runs a shell.
 
 The parts: ``policy`` (values), ``timers`` (injected clock), ``restart`` (back-off, start
-limit, R04/R09 as functions), ``ready`` and ``unit`` (the unit state machine, acting through a
+limit, R04/R09 as functions), ``machine`` (the unit state machine, one class, acting through a
 ``host``), ``loop`` (epoll, signals, inotify, the probe thread: the real host),
 ``supervise`` (:class:`Supervisor`), ``outcome`` (:class:`Outcome`, the ``run --json`` shape),
-``lean`` (the lean entry point ``nvfabric run`` execs into). The names below are re-exported
-for the modules that import them from here, lazily (PEP 562): importing a part (the lean
-entry point, the policy) does not import all the others.
+``lean`` (the lean entry point ``nvfabric run`` execs into). Each name is imported from the
+module that defines it.
 """
-
-from __future__ import annotations
-
-from typing import TYPE_CHECKING
-
-from nvfabric.lazy import exports
-
-if TYPE_CHECKING:
-    from nvfabric.effects.dirs import ensure_dir, not_a_directory
-    from nvfabric.effects.log import Log, printable
-    from nvfabric.effects.notify import (
-        STATUS_MAX_BYTES,
-        notify_nothing_to_start,
-        sd_notify,
-        status_text,
-        watchdog_usec,
-    )
-    from nvfabric.effects.process import describe_status, spawn
-    from nvfabric.effects.runlock import (
-        LOCK_FILE,
-        READY_FILE,
-        RunLock,
-        acquire_run_lock,
-        clear_stale_ready,
-        live_ready,
-        run_lock_holder,
-    )
-    from nvfabric.effects.sockets import is_socket, socket_listening
-    from nvfabric.effects.stop import SIGHUP_IGNORED
-    from nvfabric.supervisor.loop import wait_for_stop
-    from nvfabric.supervisor.outcome import RUN_RESULTS, Outcome, run_result
-    from nvfabric.supervisor.policy import REPEATED_STOP_WINDOW_S, Classifier, GpuCheck, Policy
-    from nvfabric.supervisor.supervise import Supervisor, running
-
-#: Where each re-exported name is defined.
-_DEFINED_IN = {
-    **dict.fromkeys(("ensure_dir", "not_a_directory"), "nvfabric.effects.dirs"),
-    **dict.fromkeys(("Log", "printable"), "nvfabric.effects.log"),
-    **dict.fromkeys(("STATUS_MAX_BYTES", "notify_nothing_to_start", "sd_notify", "status_text",
-                     "watchdog_usec"), "nvfabric.effects.notify"),
-    **dict.fromkeys(("describe_status", "spawn"), "nvfabric.effects.process"),
-    **dict.fromkeys(("LOCK_FILE", "READY_FILE", "RunLock", "acquire_run_lock",
-                     "clear_stale_ready", "live_ready", "run_lock_holder"),
-                    "nvfabric.effects.runlock"),
-    **dict.fromkeys(("is_socket", "socket_listening"), "nvfabric.effects.sockets"),
-    "wait_for_stop": "nvfabric.supervisor.loop",
-    **dict.fromkeys(("RUN_RESULTS", "Outcome", "run_result"), "nvfabric.supervisor.outcome"),
-    **dict.fromkeys(("REPEATED_STOP_WINDOW_S", "Classifier", "GpuCheck", "Policy"),
-                    "nvfabric.supervisor.policy"),
-    **dict.fromkeys(("Supervisor", "running"), "nvfabric.supervisor.supervise"),
-    "SIGHUP_IGNORED": "nvfabric.effects.stop",
-}
-
-__all__ = [
-    "LOCK_FILE", "READY_FILE", "REPEATED_STOP_WINDOW_S", "RUN_RESULTS", "SIGHUP_IGNORED",
-    "STATUS_MAX_BYTES", "Classifier", "GpuCheck", "Log", "Outcome", "Policy", "RunLock",
-    "Supervisor", "acquire_run_lock", "clear_stale_ready", "describe_status", "ensure_dir",
-    "is_socket", "live_ready", "not_a_directory", "notify_nothing_to_start", "printable",
-    "run_lock_holder", "run_result", "running", "sd_notify", "socket_listening", "spawn",
-    "status_text", "wait_for_stop", "watchdog_usec",
-]
-
-
-__getattr__ = exports(__name__, _DEFINED_IN)

@@ -1,12 +1,13 @@
 """The readiness probe of fabric manager (RUN.md R01, R04): every GPU's fabric state read and
-summarised as a :class:`~nvfabric.supervisor.policy.GpuCheck`. Used by ``nvfabric run``'s
+summarised as a :class:`~nvfabric.model.gpucheck.GpuCheck`. Used by ``nvfabric run``'s
 preflight (GPUs registered before the start) and by the supervisor (ready once all are
 completed; R09's check after a GPU reset).
 
-The supervisor asks in a short-lived child (:func:`gpu_check_in_child`): the reading needs the
+The supervisor asks in a short-lived child (:func:`in_child`, from
+:func:`nvfabric.supervisor.lean.gpu_check_in_child`): the reading needs the
 NVML binding or the node's ``nvidia-smi -q -x`` and its XML parser, a few MiB of modules that
-the process which stays up for days would otherwise keep for the rest of its life (issue 15:
-its idle resident memory). The child is forked, reads, writes its answer as one JSON object
+the process which stays up for days would otherwise keep for the rest of its life (its idle
+resident memory). The child is forked, reads, writes its answer as one JSON object
 on a pipe and ends; it dies with the thread that forked it (PR_SET_PDEATHSIG) and is killed
 when it does not answer within :data:`CHILD_BOUND_S`.
 """
@@ -23,9 +24,9 @@ from typing import Any
 
 from nvfabric.effects.process import RESET_SIGNALS, die_with_parent
 from nvfabric.model.findings import Finding
+from nvfabric.model.gpucheck import GpuCheck
+from nvfabric.model.strict import parse_json
 from nvfabric.model.words import seconds
-from nvfabric.strict import parse_json
-from nvfabric.supervisor.policy import GpuCheck
 
 #: Seconds the supervisor waits for the probe child's answer before it kills it: the reading's
 #: own bound (:data:`nvfabric.facts.gpu.SMI_TIMEOUT_S`, 15 s: a hung nvidia-smi is killed, a
@@ -38,23 +39,6 @@ ANSWER_MAX_BYTES = 16 << 20
 #: Probe children killed at the bound whose exit could not be collected yet (a thread of
 #: theirs stuck in the driver): collected, without waiting, at the next probe.
 _unreaped: set[int] = set()
-
-
-def gpu_check(root: str) -> GpuCheck:
-    """Read the GPUs' fabric state of ``root`` here, in this process
-    (:func:`nvfabric.facts.gpu.read`: NVML on the node itself, the node's nvidia-smi on a
-    simulated root) and summarise it for readiness (:func:`nvfabric.model.health.summarise_gpus`,
-    the rule the preflight uses too)."""
-    from nvfabric.facts.gpu import read
-    from nvfabric.model.health import summarise_gpus
-
-    return summarise_gpus(read(root))
-
-
-def gpu_check_in_child(root: str, bound_s: float = CHILD_BOUND_S) -> GpuCheck:
-    """:func:`gpu_check` of ``root`` in a child process (:func:`in_child`): the same answer,
-    and nothing of the reading stays in this process."""
-    return in_child(lambda: gpu_check(root), bound_s)
 
 
 def in_child(probe: Callable[[], GpuCheck], bound_s: float = CHILD_BOUND_S) -> GpuCheck:

@@ -1,7 +1,7 @@
 """What the unit state machine asks of the world (:class:`Host`), and its record of one running
 service (:class:`Proc`).
 
-The state machine (:mod:`nvfabric.supervisor.unit`) decides; a host acts: the event loop's
+The state machine (:mod:`nvfabric.supervisor.machine`) decides; a host acts: the event loop's
 (:mod:`nvfabric.supervisor.loop`) spawns, signals and watches real processes, a test's fake
 records the calls and answers from a table. Times come from :meth:`Host.now`, the injected
 clock.
@@ -15,7 +15,8 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from nvfabric.bringup.spec import ServiceSpec
-from nvfabric.supervisor.policy import Classifier, GpuCheck
+from nvfabric.model.gpucheck import GpuCheck
+from nvfabric.supervisor.policy import Classifier
 
 
 @dataclass

@@ -3,9 +3,10 @@ preflight (:class:`Job`), with its JSON form (:meth:`Job.to_json`, :func:`job_fr
 validated) so that it can cross an ``execv`` into the lean supervisor process
 (:mod:`nvfabric.supervisor.lean`).
 
-Behaviour is not data: the live diagnosis, the GPU probe and the restart checks are named by
-value (``fabric`` for the classifier, ``probe_root`` for the GPU probe of that root,
-``fm_check`` for fabric manager's version against the driver's) and built where the job runs.
+Behaviour is not data: the live diagnosis, the readiness probes and the restart checks are
+named by value (``fabric`` for the classifier, ``probe_root`` for the GPU probe of that root,
+``imex_probe`` for IMEX's ``nvidia-imex-ctl -q``, ``fm_check`` for fabric manager's version
+against the driver's) and built where the job runs.
 """
 
 from __future__ import annotations
@@ -54,6 +55,9 @@ class Job:
     pid_dir: str | None = None
     fabric: FabricKind | None = None
     probe_root: str | None = None
+    #: (nvidia-imex-ctl, the config it is asked with, seconds of each call, the command
+    #: socket to ask instead or None): IMEX's readiness probe
+    imex_probe: tuple[str, str, float, str | None] | None = None
     fm_check: tuple[str, str | None] | None = None  # (fabric manager binary, driver version)
     state_dir: str | None = None
     lock_fd: int | None = None
@@ -140,6 +144,14 @@ def job_from_json(raw: Any) -> Job:
                 and isinstance(fm_check[1], str | None)):
             raise JobError("fm_check: [binary, driver version]")
         fm_check = (fm_check[0], fm_check[1])
+    imex_probe = raw.get("imex_probe")
+    if imex_probe is not None:
+        if not (isinstance(imex_probe, list) and len(imex_probe) == 4
+                and all(isinstance(v, str) for v in imex_probe[:2])
+                and isinstance(imex_probe[2], (int, float)) and not isinstance(imex_probe[2], bool)
+                and isinstance(imex_probe[3], str | None)):
+            raise JobError("imex_probe: [nvidia-imex-ctl, config, timeout, socket or null]")
+        imex_probe = (imex_probe[0], imex_probe[1], float(imex_probe[2]), imex_probe[3])
     fabric = raw.get("fabric")
     if fabric is not None and not is_fabric_kind(fabric):
         raise JobError(f"fabric: not a fabric kind: {fabric!r}")
@@ -149,7 +161,7 @@ def job_from_json(raw: Any) -> Job:
         ready_info=dict(_typed(raw, "ready_info", (dict,))),
         pid_dir=_typed(raw, "pid_dir", (str, type(None))),
         fabric=fabric,
-        probe_root=_typed(raw, "probe_root", (str, type(None))),
+        probe_root=_typed(raw, "probe_root", (str, type(None))), imex_probe=imex_probe,
         fm_check=fm_check, state_dir=_typed(raw, "state_dir", (str, type(None))),
         lock_fd=_typed(raw, "lock_fd", (int, type(None))),
         log_format=_log_format(raw.get("log_format", "text")))

@@ -1,6 +1,6 @@
 """The lean supervisor process: ``nvfabric run`` plans and checks in the full CLI, then
 ``execv``\\s into this entry point, which imports only what supervising needs, so that the
-process that stays up for days holds a few MiB instead of the whole CLI (issue 15).
+process that stays up for days holds a few MiB instead of the whole CLI.
 
 - Same pid: systemd's main pid, ``$WATCHDOG_PID``, PID 1 in a container and the pid in the
   run lock and the readiness file all stay right; the environment (``$NOTIFY_SOCKET``, ...)
@@ -12,10 +12,12 @@ process that stays up for days holds a few MiB instead of the whole CLI (issue 1
   side (:func:`nvfabric.effects.runlock.adopt_run_lock`: same file, still ours, close-on-exec
   again so that no daemon inherits it). The lock is never released in between: flock(2)
   locks belong to the open file, which the exec keeps.
-- Command: ``python -S -c <bootstrap> --supervise-fd N PATHS`` (``-S``: no site import; the
-  CLI's ``sys.path`` is passed instead). The one-dir build (``make dist-dir``) execs itself:
-  ``nvfabric --supervise-fd N``, which its entry (:func:`nvfabric.frozen.main`) hands to
-  :func:`main` before anything of the CLI is imported; its bootloader runs Python in the same
+- Command: ``python -S -c <bootstrap> run --supervise-fd N PATHS PYTHON ARGS`` (``-S``: no
+  site import; the CLI's ``sys.path`` is passed instead; ``ARGS``: the command's own, shown
+  by ps). The one-dir build (``make dist-dir``) execs itself:
+  ``nvfabric --supervise-fd N ARGS``, which its entry (packaging/dist/nvfabric-entry.py,
+  :func:`nvfabric.effects.frozen.supervising`) hands to :func:`main` before anything of the
+  CLI is imported; its bootloader runs Python in the same
   process (same pid). The single-file binary is not re-executed: its executable is
   PyInstaller's bootloader, which would unpack itself again and run Python as a new child
   (another pid, the lock's pid no longer the supervisor's), so it supervises in-process (its
@@ -36,13 +38,16 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, NoReturn
 
 from nvfabric.effects import stop
-from nvfabric.strict import is_uint, parse_json
+from nvfabric.model.gpucheck import GpuCheck
+from nvfabric.model.strict import is_uint, parse_json
+from nvfabric.supervisor.gpuprobe import CHILD_BOUND_S, in_child
 from nvfabric.supervisor.job import Job, job_from_json
 from nvfabric.supervisor.outcome import Outcome
 
 if TYPE_CHECKING:
     from nvfabric.model.findings import Finding
-    from nvfabric.supervisor.policy import Classifier, GpuCheck
+    from nvfabric.model.gpucheck import GpuCheck
+    from nvfabric.supervisor.policy import Classifier
 
 #: The flag of the lean entry point (``python -S -c BOOT run --supervise-fd N PATHS PYTHON``).
 FLAG = "--supervise-fd"
@@ -87,11 +92,13 @@ def _exec(job: Job) -> None:
         # unblocks it once its handlers are in place) instead of killing the run
         blocked = signal.pthread_sigmask(signal.SIG_BLOCK, _STOP)
         stop.check()  # recorded by the command's handler after the hand-over
+        # the command's own arguments follow, so that ps and /proc/PID/cmdline still show
+        # what runs (`... run --root /node --imex-owner host`; the Slurm prolog looks for that)
         if getattr(sys, "frozen", False):  # the one-dir build: its entry takes the flag
-            argv = [_shown_as(), FLAG, str(fd)]
+            argv = [_shown_as(), FLAG, str(fd), *sys.argv[1:]]
         else:
             argv = [_shown_as(), "-S", "-c", _BOOT, "run", FLAG, str(fd), json.dumps(paths),
-                    sys.executable]
+                    sys.executable, *sys.argv[1:]]
         os.execv(sys.executable, argv)  # noqa: S606 - argv list: this program, our code
     except (OSError, stop.Stopped) as err:
         if blocked is not None:
@@ -120,7 +127,7 @@ def _shown_as() -> str:
 
 def read_job(fd: int) -> Job:
     """The job in the memory file ``fd`` (closed). Raises OSError, ValueError (JobError; a
-    damaged document, one nested past the bound of :func:`nvfabric.strict.parse_json`)."""
+    damaged document, one nested past the bound of :func:`nvfabric.model.strict.parse_json`)."""
     with os.fdopen(fd, "rb") as fh:
         return job_from_json(parse_json(fh.read()))
 
@@ -150,19 +157,32 @@ def _classifier(job: Job) -> Callable[[str], Classifier] | None:
 
 
 def _probe(job: Job) -> Callable[[], GpuCheck] | None:
-    """The GPU probe of ``job.probe_root``, read in a short-lived child so that the NVML or
-    nvidia-smi reading's modules never stay in the supervisor
-    (:func:`nvfabric.supervisor.gpuprobe.gpu_check_in_child`)."""
+    """The readiness probe of ``job``: IMEX's ``nvidia-imex-ctl -q`` (``job.imex_probe``,
+    :func:`nvfabric.facts.imex.ready.readiness_probe`), or the GPU probe of
+    ``job.probe_root`` read in a short-lived child so that the NVML or nvidia-smi reading's
+    modules never stay in the supervisor (:func:`gpu_check_in_child`)."""
+    if job.imex_probe is not None:
+        from nvfabric.facts.imex.ready import readiness_probe
+
+        return readiness_probe(*job.imex_probe)
     root = job.probe_root
     if root is None:
         return None
+    return lambda: gpu_check_in_child(root)
 
-    def probe() -> GpuCheck:
-        from nvfabric.supervisor.gpuprobe import gpu_check_in_child
 
-        return gpu_check_in_child(root)
+def gpu_check_in_child(root: str, bound_s: float = CHILD_BOUND_S) -> GpuCheck:
+    """The GPUs' fabric state of ``root`` summarised for readiness
+    (:func:`nvfabric.facts.gpu.check`), read in a forked child
+    (:func:`nvfabric.supervisor.gpuprobe.in_child`): the same answer as in this process, and
+    nothing of the reading stays here (the reading's modules are imported in the child)."""
 
-    return probe
+    def check() -> GpuCheck:
+        from nvfabric.facts.gpu import check
+
+        return check(root)
+
+    return in_child(check, bound_s)
 
 
 def _restart_checks(job: Job) -> Callable[[], Sequence[Finding]] | None:
@@ -173,7 +193,7 @@ def _restart_checks(job: Job) -> Callable[[], Sequence[Finding]] | None:
     binary, driver = job.fm_check
 
     def check() -> Sequence[Finding]:
-        from nvfabric.facts.node import fm_version
+        from nvfabric.facts.probes import fm_version
         from nvfabric.rules.preflight import fm_version as version_findings
 
         return version_findings(binary, driver, fm_version(binary))
@@ -222,13 +242,14 @@ def main(argv: list[str]) -> NoReturn:
         sys.stderr.write(f"nvfabric: internal_error: the prepared unit cannot be taken over: "
                          f"{err} (hint: this is a bug in nvfabric; nothing was started)\n")
         os._exit(3)
-    from nvfabric.observe.logs import set_format
+    from nvfabric.effects.log import set_format
 
     set_format("json" if job.log_format == "json" else "text")
     try:
         outcome = run_job(job)
     except Exception as err:  # noqa: BLE001 - last resort, as the CLI's guarded()
-        from nvfabric.cli.render import debug_traceback, fail, internal_error
+        from nvfabric.effects.stdio import debug_traceback, fail
+        from nvfabric.model.errors import internal_error
 
         debug_traceback()
         fail(internal_error(err), 3, job.report.as_json)

@@ -28,11 +28,11 @@ from nvfabric.effects.dirs import ensure_dir
 from nvfabric.effects.log import Log
 from nvfabric.effects.notify import sd_notify
 from nvfabric.effects.sockets import is_socket, listens, socket_listening
-from nvfabric.effects.stop import SIGHUP_IGNORED
+from nvfabric.model.gpucheck import GpuCheck
 from nvfabric.supervisor.inotify import Inotify
-from nvfabric.supervisor.policy import GpuCheck
+from nvfabric.supervisor.machine import STOP_SIGNALS, Unit
+from nvfabric.supervisor.resetcmd import run_reset
 from nvfabric.supervisor.timers import Clock
-from nvfabric.supervisor.unit import STOP_SIGNALS, Unit
 
 Probe = Callable[[], GpuCheck]
 
@@ -44,7 +44,7 @@ def _noop_handler(signum: int, frame: object) -> None:
 class _Readers:
     """The loop's readable descriptors and their callbacks on one epoll(7) instance: what
     ``selectors.DefaultSelector`` (the epoll one on Linux) does for reading, without the
-    :mod:`selectors` and :mod:`math` modules in the lean supervisor process (issue 15)."""
+    :mod:`selectors` layer over it."""
 
     def __init__(self) -> None:
         self._epoll = select.epoll()  # close-on-exec
@@ -254,8 +254,6 @@ class Loop:
 
     def run_reset(self, argv: Sequence[str], timeout_s: float, tick: Callable[[], float]
                   ) -> tuple[int | None, bytes, str | None]:
-        from nvfabric.supervisor.resetcmd import run_reset
-
         return run_reset(argv, timeout_s, tick, self._sig_r, self.log, self.now)
 
     # ----------------------------------------------------------------- processes and files
@@ -337,23 +335,3 @@ class Loop:
         # a pid file: one short line (a damaged one is compared, never decoded strictly)
         with open(path, encoding="utf-8", errors="replace") as fh:
             return fh.read(64)
-
-
-def wait_for_stop(message: str, log: Log | None = None) -> str:
-    """Log ``message`` and block until SIGTERM or SIGINT (its name returned); a SIGHUP on the
-    way is logged (:data:`SIGHUP_IGNORED`) and ignored."""
-    log = log or Log()
-    signals = {*STOP_SIGNALS, signal.SIGHUP}
-    try:
-        stop.handover()  # the command's recorded stop, if one came before
-    except stop.Stopped as got:
-        return signal.Signals(got.signum or signal.SIGTERM).name
-    signal.pthread_sigmask(signal.SIG_BLOCK, signals)
-    log.say(message)
-    if stop.received():  # taken by another thread after the hand-over
-        return signal.Signals(stop.received()).name
-    while True:
-        signum = signal.sigwait(signals)
-        if signum != signal.SIGHUP:
-            return signal.Signals(signum).name
-        log.say(SIGHUP_IGNORED)

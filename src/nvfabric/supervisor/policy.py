@@ -8,7 +8,6 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from nvfabric.model.findings import Finding
-from nvfabric.model.gpucheck import GpuCheck as GpuCheck  # re-exported: the probe's answer
 
 #: Seconds after the first stop signal within which another one is the same request, not an
 #: operator's "kill now". One stop reaches nvfabric twice within milliseconds where it runs as

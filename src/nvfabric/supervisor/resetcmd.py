@@ -5,15 +5,20 @@ from __future__ import annotations
 
 import contextlib
 import os
-import selectors
 import signal
-import subprocess
 from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING
 
 from nvfabric.effects.log import Log
 from nvfabric.effects.stop import SIGHUP_IGNORED
+from nvfabric.supervisor.machine import STOP_SIGNALS
 from nvfabric.supervisor.timers import Clock
-from nvfabric.supervisor.unit import STOP_SIGNALS
+
+if TYPE_CHECKING:
+    import subprocess
+
+#: subprocess and selectors are imported when a reset runs: the lean supervisor holds neither
+#: otherwise (its idle resident memory).
 
 
 def run_reset(argv: Sequence[str], timeout_s: float, tick: Callable[[], float], sig_r: int,
@@ -24,6 +29,8 @@ def run_reset(argv: Sequence[str], timeout_s: float, tick: Callable[[], float], 
     came (its group SIGTERMed, then SIGKILLed after the grace). OSError when it cannot be
     started. ``sig_r``: the loop's signal wakeup pipe, read here meanwhile; ``tick()`` pings
     the watchdog when due and says how soon it is due again."""
+    import subprocess  # only a GPU reset runs it: the lean supervisor never holds it otherwise
+
     child = subprocess.Popen(list(argv), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                              stderr=subprocess.STDOUT, start_new_session=True)
     assert child.stdout is not None
@@ -62,6 +69,8 @@ class _Output:
 def _wait(child: subprocess.Popen[bytes], out: _Output, sig_r: int, deadline: float,
           tick: Callable[[], float], log: Log, clock: Clock) -> str | None:
     """Until the command ends, the deadline passes or a stop signal comes (its name)."""
+    import selectors
+
     stopped_by: str | None = None
     sel = selectors.DefaultSelector()
     sel.register(out.fd, selectors.EVENT_READ, "out")
@@ -94,6 +103,8 @@ def _wait(child: subprocess.Popen[bytes], out: _Output, sig_r: int, deadline: fl
 def _stop(child: subprocess.Popen[bytes], stopped_by: str | None) -> None:
     """The command still runs: SIGTERM to its group after a stop signal (SIGKILL 10 s
     later), SIGKILL at once after its timeout."""
+    import subprocess
+
     sig = signal.SIGTERM if stopped_by else signal.SIGKILL
     with contextlib.suppress(OSError):
         os.killpg(child.pid, sig)

@@ -19,8 +19,9 @@ from typing import Literal, Protocol
 
 from nvfabric.effects.log import Log
 from nvfabric.model.findings import Finding
+from nvfabric.model.gpucheck import GpuCheck
 from nvfabric.model.words import seconds
-from nvfabric.supervisor.policy import GpuCheck, Policy
+from nvfabric.supervisor.policy import Policy
 
 
 def backoff_delay(policy: Policy, n: int) -> float:

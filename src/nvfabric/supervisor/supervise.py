@@ -1,6 +1,6 @@
 """The supervisor of a run: :class:`Supervisor` wires the unit state machine
-(:mod:`nvfabric.supervisor.unit`) to the real event loop (:mod:`nvfabric.supervisor.loop`) on
-the monotonic clock, and :meth:`Supervisor.snapshot` reads the unit's state for a status
+(:mod:`nvfabric.supervisor.machine`) to the real event loop (:mod:`nvfabric.supervisor.loop`)
+on the monotonic clock, and :meth:`Supervisor.snapshot` reads the unit's state for a status
 endpoint."""
 
 from __future__ import annotations
@@ -13,20 +13,13 @@ from nvfabric.bringup.spec import ServiceSpec
 from nvfabric.effects.log import Log
 from nvfabric.effects.notify import SYSTEMD_ENV, watchdog_usec
 from nvfabric.model.findings import Finding
+from nvfabric.model.gpucheck import GpuCheck
+from nvfabric.supervisor import running
 from nvfabric.supervisor.loop import Loop
+from nvfabric.supervisor.machine import Unit
 from nvfabric.supervisor.outcome import Outcome
-from nvfabric.supervisor.policy import Classifier, GpuCheck, Policy
+from nvfabric.supervisor.policy import Classifier, Policy
 from nvfabric.supervisor.timers import Clock
-from nvfabric.supervisor.unit import Unit
-
-_running: list[Supervisor] = []
-
-
-def running() -> Supervisor | None:
-    """The supervisor whose :meth:`Supervisor.run` is going on in this process (the lean
-    supervisor process runs one), else None: where a status endpoint or a metrics exporter in
-    the same process reads :meth:`Supervisor.snapshot` from (any thread)."""
-    return _running[-1] if _running else None
 
 
 class Supervisor:
@@ -66,7 +59,7 @@ class Supervisor:
     def run(self) -> Outcome:
         """Start the unit and supervise it until it stops; see :mod:`nvfabric.supervisor`."""
         self.loop.open()
-        _running.append(self)
+        running.enter(self)
         try:
             usec = watchdog_usec()
             # sd_watchdog_enabled(3): ping at half the interval
@@ -75,11 +68,11 @@ class Supervisor:
             assert self.unit.outcome is not None
             return self.unit.outcome
         finally:
-            _running.remove(self)
+            running.leave(self)
             self.unit.kill_all()
             self.loop.close()
 
     def snapshot(self) -> list[dict[str, object]]:
         """The unit's state now, one dict per service in start order (see
-        :meth:`nvfabric.supervisor.unit.Unit.snapshot`)."""
+        :meth:`nvfabric.supervisor.machine.Unit.snapshot`)."""
         return self.unit.snapshot()

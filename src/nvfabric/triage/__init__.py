@@ -24,8 +24,6 @@ from nvfabric.triage.build import Triage, build
 from nvfabric.triage.collect import read
 from nvfabric.triage.report import ReportTooLarge
 
-__all__ = ["Triage", "open_report", "triage", "triage_stream"]
-
 
 def triage_stream(raw: IO[bytes], label: str) -> Triage:
     """Triage a report read from ``raw`` (gzip or plain). NvfabricError (exit 2) when the

@@ -17,11 +17,13 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from nvfabric.facts.imex.ctl import parse_text as parse_ctl
 from nvfabric.model.findings import Finding
 from nvfabric.model.inventory import IbDevice, Inventory
+from nvfabric.model.services import ServiceState
 from nvfabric.model.vocab import FabricKind
 from nvfabric.rules.plan import SERVICES_BY_FABRIC, Plan, plan
-from nvfabric.rules.verdict import Inputs, ServiceState, Verdict, verdict
+from nvfabric.rules.verdict import Inputs, Verdict, verdict
 from nvfabric.triage.checks import Ran, check, nvlsm_running
 from nvfabric.triage.collect import EXPECTED, Collected
 from nvfabric.triage.rebuild import Rebuilt, fm_table_version, rebuild
@@ -265,8 +267,6 @@ def _imex_ctl_findings(texts: dict[str, str], reasons: list[str]) -> list[Findin
     """The IMEX domain's finding from the ``nvidia-imex-ctl -N`` section, when it has one."""
     findings: list[Finding] = []
     if "imex_ctl" in texts:
-        from nvfabric.facts.imexctl import parse_text as parse_ctl
-
         try:
             domain = parse_ctl(texts["imex_ctl"])
             df = domain.finding()

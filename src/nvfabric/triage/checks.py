@@ -23,8 +23,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-from nvfabric.artifacts.versions import same
 from nvfabric.model.findings import Finding
+from nvfabric.model.versions import same
 from nvfabric.model.vocab import FabricKind
 from nvfabric.rules.imex.tables import DRA_HOST_UNIT_FIX
 from nvfabric.triage.units import UnitState

@@ -15,7 +15,9 @@ from dataclasses import dataclass, field
 from typing import IO
 
 from nvfabric.model.findings import Finding
-from nvfabric.rules.diagnose import FABRIC_KINDS, Classifier, needle_lines
+from nvfabric.model.vocab import FABRIC_KINDS
+from nvfabric.rules.diagnose import Classifier
+from nvfabric.rules.logtext import needle_lines
 from nvfabric.triage.ibstat import IbstatParser
 from nvfabric.triage.lspci import LspciParser
 from nvfabric.triage.report import IGNORE, Handler, Outcome, Section, split

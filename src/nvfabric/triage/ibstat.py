@@ -1,7 +1,7 @@
 """``ibstat`` text -> InfiniBand devices and ports, the values
 :mod:`nvfabric.facts.infiniband` reads from sysfs. Pure.
 
-What ibstat prints (infiniband-diags ibstat.c; captures ../shared/corpus/ibstat/
+What ibstat prints (infiniband-diags ibstat.c; captures tests/data/corpus/ibstat/
 dgxb200-ibstat-mlx5_0.txt, h100-ibstat-all-active-0.txt): per device ``CA 'mlx5_0'`` then
 indented ``CA type``, ``Number of ports``, ``Firmware version``, ``Node GUID: 0x...``, and per
 port ``Port 1:`` with ``State: Active``, ``Physical state: LinkUp``, ``Capability mask:

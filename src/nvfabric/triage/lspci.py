@@ -2,7 +2,7 @@
 from sysfs. Pure, fed line by line (a big node's section is megabytes).
 
 What lspci prints (pciutils lspci.c, ls-caps.c, ls-vpd.c; capture
-../shared/corpus/lspci/dgxb200-cx7-sw_mng-lspci-vvv.txt):
+tests/data/corpus/lspci/dgxb200-cx7-sw_mng-lspci-vvv.txt):
 
 - one entry per function, entries separated by an empty line; the first line is
   ``0000:05:00.0 Infiniband controller [0207]: Mellanox Technologies MT2910 Family [ConnectX-7]
@@ -27,8 +27,8 @@ import re
 from dataclasses import dataclass, field
 
 from nvfabric.facts.pci import parse_config_header
-from nvfabric.facts.vpd import Vpd, VpdField
 from nvfabric.model.inventory import MELLANOX, NVIDIA, PciFunction
+from nvfabric.model.vpd import Vpd, VpdField
 
 #: Most functions kept (a large node has a few hundred); more are counted, not kept.
 MAX_FUNCTIONS = 8192

@@ -15,6 +15,7 @@ from typing import Any
 
 from nvfabric.facts.inventory import normalise_arch
 from nvfabric.facts.nvidia import MODULES, parse_proc_devices, parse_proc_version
+from nvfabric.facts.smi import SmiFormatError, parse_text
 from nvfabric.model.health import FabricHealth
 from nvfabric.model.inventory import IbDevice, Inventory, PciFunction
 from nvfabric.triage import ibstat as ibstat_mod
@@ -130,8 +131,6 @@ def _smi(texts: dict[str, str]) -> tuple[FabricHealth | None, str | None]:
     health = None
     smi_problem = None
     if "smi" in texts:
-        from nvfabric.facts.smi import SmiFormatError, parse_text
-
         try:
             health = parse_text(texts["smi"])
         except SmiFormatError as err:

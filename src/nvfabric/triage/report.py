@@ -41,7 +41,7 @@ from dataclasses import dataclass
 from typing import IO, Protocol, cast
 
 from nvfabric.model.errors import InputError
-from nvfabric.strict import is_uint
+from nvfabric.model.strict import is_uint
 
 BLOCK = 1 << 20
 #: The separator: the script prints 44 underscores; 40 or more on a line of their own count.

@@ -2,7 +2,7 @@
 that ``nvfabric simulate --from-bug-report FILE DIR`` builds the reporter's node with the
 existing builder and ``plan``, ``detect``, ``status --root`` and ``run --dry-run`` can be tried
 on it. Pure: an :class:`nvfabric.model.inventory.Inventory` in, a spec mapping out (checked
-by :func:`nvfabric.simulate.spec.parse` before anything is written).
+by :func:`nvfabric.simulate.parse` before anything is written).
 
 What the spec format cannot hold is left out and said in the notes: PCI addresses (the tree
 hands out its own, ConnectX first, then GPUs, then NVSwitches), functions of other vendors,

@@ -1,6 +1,6 @@
 """``systemctl status UNIT`` text -> the unit's state, as a bug report shows it. Pure.
 
-What systemctl prints (systemd systemctl-show.c; captures ../shared/corpus/logs/
+What systemctl prints (systemd systemctl-show.c; captures tests/data/corpus/logs/
 fm-590.48.01-systemctl-status-pre-nvl5-node-01.txt, bottlerocket-b200-fm-nvlsm-guid-systemctl-
 status-kk142.txt): ``Loaded: loaded (/usr/lib/systemd/system/X.service; enabled; preset:
 enabled)``, ``Active: active (running) since Tue 2026-03-03 18:39:19 MSK; 1h 4min ago``, the

@@ -5,10 +5,10 @@ nodes ``/dev/nvidia-caps-imex-channels/channelN`` (minor N) by default, and CUDA
 fail with an insufficient permission error without them. The nodes do not survive a reboot
 unless the driver creates channel0 itself (module parameter NVreg_CreateImexChannel0=1).
 Sources: NVIDIA IMEX guide, "IMEX Channels"; CUDA Programming Guide, "IMEX channels";
-captures ../shared/corpus/proc/proc-devices-imex-channels-excerpt-dra304.txt and
+captures tests/data/corpus/proc/proc-devices-imex-channels-excerpt-dra304.txt and
 ls-dev-nvidia-caps-dra304.txt (a node wrongly made with the IMEX major under /dev/nvidia-caps).
 
-:class:`DevNode` values are read by :mod:`nvfabric.facts.imexhost`; :func:`check` turns them into
+:class:`DevNode` values are read by :mod:`nvfabric.facts.imex.tray`; :func:`check` turns them into
 findings.
 """
 
@@ -22,6 +22,7 @@ from typing import Any
 from nvfabric.model.commandline import command_line
 from nvfabric.model.errors import NvfabricError, usage_error
 from nvfabric.model.findings import Finding
+from nvfabric.model.strict import int_or_none
 from nvfabric.rules.imex.tables import (
     CAPS_DIR,
     CHANNEL0_PERSISTENT_FIX,
@@ -31,7 +32,6 @@ from nvfabric.rules.imex.tables import (
     PARAM_CHANNEL_COUNT,
     PARAM_CREATE_CHANNEL0,
 )
-from nvfabric.strict import int_or_none
 
 
 @dataclass(frozen=True)

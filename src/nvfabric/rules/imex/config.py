@@ -5,27 +5,26 @@ The shipped ``/etc/nvidia-imex/config.cfg`` is patched with :mod:`nvfabric.model
 its log on stderr, so that the supervisor sees every line: DAEMONIZE=0, LOG_FILE_NAME empty,
 LOG_USE_SYSLOG=0; the command service stays on for readiness (``nvidia-imex-ctl -q``).
 Key meanings and allowed values: the comment blocks of the shipped file
-(../shared/corpus/imex/k8s-dra-driver-gpu-imex-daemon-config-2025-01.tmpl.cfg,
+(tests/data/corpus/imex/k8s-dra-driver-gpu-imex-daemon-config-2025-01.tmpl.cfg,
 aws-parallelcluster-nvidia-imex-config.erb); NVIDIA IMEX guide, "IMEX Service Config Options".
 """
 
 from __future__ import annotations
 
-import difflib
 import ipaddress
 from collections.abc import Callable, Mapping
 
 from nvfabric.model import hostpath, keyvalue
 from nvfabric.model.findings import Finding
 from nvfabric.model.keyvalue import ConfigValueError, KeyValueFile
+from nvfabric.model.strict import int_or_none
 from nvfabric.rules.imex.tables import NODES_CONFIG_PATH
-from nvfabric.strict import int_or_none
 
 #: Command service port when the shipped file sets none (value of the shipped templates).
 DEFAULT_CMD_PORT = "50005"
 
 #: The keys of the shipped config.cfg whose defaults nvfabric relies on, in the shipped order,
-#: with the shipped values. Source: ../shared/corpus/imex/
+#: with the shipped values. Source: tests/data/corpus/imex/
 #: k8s-dra-driver-gpu-imex-daemon-config-2025-01.tmpl.cfg; NVIDIA IMEX guide, "IMEX Service
 #: Config Options".
 SHIPPED_DEFAULTS: tuple[tuple[str, str], ...] = (
@@ -210,6 +209,8 @@ def check_known(shipped_text: str, sets: Mapping[str, str]) -> None:
     for key in sets:
         if key in known:
             continue
+        import difflib  # only a mistyped key needs it
+
         near = difflib.get_close_matches(key.upper(), list(by_upper), n=1, cutoff=0.6)
         hint = f"; did you mean {by_upper[near[0]]}?" if near else ""
         raise ConfigValueError(key, "not a key nvidia-imex knows (not in the shipped "

@@ -26,8 +26,8 @@ from typing import Any
 
 from nvfabric.model.findings import Finding
 from nvfabric.model.vocab import FindingCode
-from nvfabric.model.words import plural as plural  # re-exported (messages count nouns)
-from nvfabric.rules.imex.nodes import node_list_id as node_list_id  # re-exported
+from nvfabric.model.words import plural
+from nvfabric.rules.imex.nodes import node_list_id
 from nvfabric.rules.imex.tables import DOMAIN_SIZE_NVL72, ZERO_UUID
 
 

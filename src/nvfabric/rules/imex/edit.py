@@ -4,7 +4,7 @@ From the shipped config.cfg text, the ``--set KEY=VALUE`` items, ``--nodes-confi
 ``--output``: the effective config, where the node list goes (and whether the config is
 pointed at a new node list file), which paths must stay under the root, and which files are
 written with which content. Reading the files and writing them is the caller's
-(:mod:`nvfabric.facts.imex`, :mod:`nvfabric.effects.imex`); nothing here touches the host.
+(:mod:`nvfabric.facts.imex.tray`, :mod:`nvfabric.effects.imex`); nothing here touches the host.
 
 Rules (NVIDIA IMEX guide, "IMEX Configuration Settings"; docs/commands/imex.md):
 

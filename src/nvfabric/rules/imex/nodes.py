@@ -4,15 +4,14 @@ Every IMEX daemon of a domain reads the same list, one entry per line: an IPv4/I
 or (from driver 570.158.01, :data:`~nvfabric.rules.imex.tables.HOSTNAMES_MIN_DRIVER`) a host name.
 The daemon finds itself by matching the entries against its interfaces; with no match it
 logs "No matching network interface found for any IP addresses in the node configuration
-file" and is useless while other probes stay green (case ../shared/cases/D07). Sources:
-NVIDIA IMEX guide, "Deployment Models"; captures ../shared/corpus/imex/
+file" and is useless while other probes stay green (case tests/data/cases/D07). Sources:
+NVIDIA IMEX guide, "Deployment Models"; captures tests/data/corpus/imex/
 aws-parallelcluster-nvidia-imex-nodes.erb and imex-570.124.06-nodes-config-echo-and-
 startup-dra298.log.
 """
 
 from __future__ import annotations
 
-import hashlib
 import ipaddress
 import re
 from collections.abc import Iterable, Mapping
@@ -21,8 +20,8 @@ from typing import Any
 
 from nvfabric.model.errors import InputError
 from nvfabric.model.findings import Finding
+from nvfabric.model.strict import is_uint, to_int
 from nvfabric.rules.imex.tables import HOSTNAMES_MIN_DRIVER
-from nvfabric.strict import is_uint, to_int
 
 #: RFC 1123 host name: dot-separated labels of letters, digits and inner hyphens.
 _LABEL = r"[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?"
@@ -106,7 +105,7 @@ def expand_slurm(expression: str) -> tuple[Peer, ...]:
         raise PeerError(f"bad Slurm hostlist {shown!r}: {err}") from None
     except (RecursionError, ValueError, IndexError, TypeError) as err:
         # python-hostlist's own failures on hostile input: it recurses once per bracket
-        # (``[][`` + newline + ``]``: RecursionError, ../shared/fuzz)
+        # (``[][`` + newline + ``]``: RecursionError, tests/data/fuzz)
         why = "nested too deeply" if isinstance(err, RecursionError) else str(err)
         raise PeerError(f"bad Slurm hostlist {shown!r}: {why}") from None
     finally:
@@ -180,7 +179,7 @@ def local_entries(peers: Iterable[Peer], local_addresses: Iterable[str],
                   resolved: Mapping[str, Iterable[str]] | None = None) -> tuple[Peer, ...]:
     """The entries that name this host: an address of one of its interfaces, or a host name
     that is its own (short or fully qualified, case-insensitive) or that resolves
-    (``resolved``: lower-case name -> addresses, :func:`nvfabric.facts.imexhost.resolve_names`)
+    (``resolved``: lower-case name -> addresses, :func:`nvfabric.facts.imex.tray.resolve_names`)
     to one of its addresses, as IMEX itself resolves the names of a Slurm host list."""
     addrs = {_norm(a) for a in local_addresses}
     names = {n.lower() for n in local_names if n}
@@ -236,4 +235,6 @@ def node_list_id(entries: Iterable[str]) -> str:
     """Identity of a node list: ``sha256:`` + 16 hex digits of its entries, one per line, in
     order (every daemon of a domain must read the same list in the same order)."""
     text = "\n".join(e.strip().lower() for e in entries)
+    import hashlib  # OpenSSL: ~7 ms to load, and only an id needs it
+
     return "sha256:" + hashlib.sha256(text.encode()).hexdigest()[:16]

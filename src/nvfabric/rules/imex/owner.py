@@ -1,5 +1,5 @@
 """Who runs IMEX on this node, and who makes its channels. Pure: decides from
-:class:`OwnerEvidence` (read by :func:`nvfabric.facts.imex.gather_evidence`).
+:class:`OwnerEvidence` (read by :func:`nvfabric.facts.imex.tray.gather_evidence`).
 
 Owners of the daemon (NVIDIA IMEX guide, "Deployment Models"; exactly one per tray):
 

@@ -1,6 +1,6 @@
 """The IMEX facts of one node as a JSON section, for ``nvfabric imex`` and for other commands
 (``nvfabric status`` may carry it as its ``imex`` key so that ``nvfabric domain check`` can
-group nodes by node list). Pure: built from what :func:`nvfabric.facts.imex.section` reads.
+group nodes by node list). Pure: built from what :func:`nvfabric.facts.imex.tray.section` reads.
 """
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ from __future__ import annotations
 from typing import Any
 
 from nvfabric.rules.imex import channels, nodes
-from nvfabric.rules.imex.domain import node_list_id
+from nvfabric.rules.imex.nodes import node_list_id
 from nvfabric.rules.imex.owner import Ownership
 
 #: The node list as read: (path, entries), or the error of a malformed one.

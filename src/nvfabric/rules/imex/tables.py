@@ -8,12 +8,12 @@ from __future__ import annotations
 
 #: Default IMEX config and node list as the nvidia-imex package installs them.
 #: Source: NVIDIA IMEX guide, "IMEX Service Config Options" (IMEX_NODE_CONFIG_FILE default);
-#: ../shared/corpus/imex/k8s-dra-driver-gpu-imex-daemon-config-2025-01.tmpl.cfg.
+#: tests/data/corpus/imex/k8s-dra-driver-gpu-imex-daemon-config-2025-01.tmpl.cfg.
 CONFIG_PATH = "/etc/nvidia-imex/config.cfg"
 NODES_CONFIG_PATH = "/etc/nvidia-imex/nodes_config.cfg"
 
 #: Binaries of the nvidia-imex package. Source: NVIDIA IMEX guide, "Getting Started with IMEX";
-#: ../shared/corpus/configs/aws-parallelcluster-nvidia-imex.service.erb (ExecStart).
+#: tests/data/corpus/configs/aws-parallelcluster-nvidia-imex.service.erb (ExecStart).
 IMEX_BINARY = "/usr/bin/nvidia-imex"
 IMEX_CTL_BINARY = "/usr/bin/nvidia-imex-ctl"
 
@@ -103,12 +103,12 @@ SLURM_MAX_GLOB = 4096
 SLURM_SWITCH_IMEX = "switch/nvidia_imex"
 
 #: IMEX channel character device (its major in /proc/devices) and node directory.
-#: Source: NVIDIA IMEX guide, "IMEX Channels"; ../shared/corpus/proc/
+#: Source: NVIDIA IMEX guide, "IMEX Channels"; tests/data/corpus/proc/
 #: proc-devices-imex-channels-excerpt-dra304.txt.
 CHANNEL_DEVICE_NAME = "nvidia-caps-imex-channels"
 CHANNEL_DIR = "/dev/nvidia-caps-imex-channels"
 #: Other NVIDIA capability nodes (where a wrong IMEX major was once created).
-#: Source: ../shared/corpus/proc/ls-dev-nvidia-caps-dra304.txt.
+#: Source: tests/data/corpus/proc/ls-dev-nvidia-caps-dra304.txt.
 CAPS_DIR = "/dev/nvidia-caps"
 
 #: Mode NVIDIA documents for channel nodes (``crw-rw-rw-``). Source: NVIDIA IMEX guide,
@@ -131,14 +131,14 @@ CHANNEL0_PERSISTENT_FIX = (
 )
 
 #: First driver whose IMEX accepts host names (not only addresses) in nodes_config.cfg.
-#: Source: nvfabric issue 6 (the operators' statement of the rule); consistent with the captures
-#: ../shared/corpus/imex/imex-580.159.04-daemon-startup-hostnames-dra1465.log (580.159.04:
+#: Source: the operators' statement of the rule, consistent with the captures
+#: tests/data/corpus/imex/imex-580.159.04-daemon-startup-hostnames-dra1465.log (580.159.04:
 #: "Treating node config entry ... as a host name") and
 #: imex-570.124.06-nodes-config-echo-and-startup-dra298.log (570.124.06: addresses only).
 HOSTNAMES_MIN_DRIVER = "570.158.01"
 
 #: Compute trays in one NVLink domain, by product. Source: NVIDIA GB200 NVL72 / GB300 NVL72
-#: product pages (72 GPUs in 18 compute trays of 4 GPUs); P6e-GB200 capture ../shared/corpus/
+#: product pages (72 GPUs in 18 compute trays of 4 GPUs); P6e-GB200 capture tests/data/corpus/
 #: imex/aws-pcluster-p6e-gb200-18node-imex-ctl-N-570.172.txt (18 nodes).
 DOMAIN_SIZE_NVL72 = 18
 

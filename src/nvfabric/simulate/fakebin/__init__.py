@@ -27,10 +27,10 @@ the simulated state under ``DIR/var/lib/nvfabric-sim/``:
 - ``calls.jsonl``: one JSON line per event (exec, socket created, registered), with the wall
   time, for tests and benchmarks.
 
-Output lines follow the real ones where a capture exists (../shared/corpus/logs: the
+Output lines follow the real ones where a capture exists (tests/data/corpus/logs: the
 NV_WARN_NOTHING_TO_DO line, the version mismatch line, "Connected to 1 node.", the success
-line, the OpenSM banner, the umad_init ibwarn line; ../shared/corpus/imex: IMEX start-up and
-the "No matching network interface" error; ../shared/corpus/nvidia-smi for the -q text, the
+line, the OpenSM banner, the umad_init ibwarn line; tests/data/corpus/imex: IMEX start-up and
+the "No matching network interface" error; tests/data/corpus/nvidia-smi for the -q text, the
 -q -x XML and the CSV query). Lines for which no capture exists are marked ``[fake]``.
 """
 
@@ -38,29 +38,13 @@ from __future__ import annotations
 
 import sys
 
-#: ``if TYPE_CHECKING:`` without importing :mod:`typing` (mypy and ruff treat any name
-#: TYPE_CHECKING so); the fakes import at start-up only what the program run needs.
-TYPE_CHECKING = False
-if TYPE_CHECKING:
-    from types import ModuleType
-    from typing import Any
-
-    from . import state
-    from .daemon import Daemon
-    from .fabricmanager import _set_gpus
-    from .imexctl import imex_domain_json, imex_domain_text, imex_links
-    from .nvlsm import NVLSM_SOCKET, NVLSM_VERSION
-    from .state import STATE_DIR, load, node_root, save, state_path
-
-__all__ = [
-    "NVLSM_SOCKET", "NVLSM_VERSION", "PROGRAMS", "STATE_DIR", "Daemon", "_set_gpus",
-    "imex_domain_json", "imex_domain_text", "imex_links", "load", "main", "node_root", "save",
-    "state", "state_path",
-]
+from . import state
+from .daemon import say
 
 #: program -> (module of this package, its entry function ``f(argv) -> exit status``). Only the
 #: module of the program run is imported (its start-up is what a simulated node's starter
-#: waits for; each module imports what its program needs).
+#: waits for; each module imports what its program needs): the one place the fakes load a
+#: module by name.
 PROGRAMS: dict[str, tuple[str, str]] = {
     "nvlsm": ("nvlsm", "nvlsm"),
     "nv-fabricmanager": ("fabricmanager", "fabricmanager"),
@@ -69,48 +53,20 @@ PROGRAMS: dict[str, tuple[str, str]] = {
     "nvidia-imex-ctl": ("imexctl", "nvidia_imex_ctl"),
 }
 
-#: The package's public names -> the module that defines them, imported on first use
-#: (:func:`__getattr__`), so that importing the package costs nothing a fake does not use.
-_EXPORTS: dict[str, str] = {
-    "NVLSM_SOCKET": "nvlsm", "NVLSM_VERSION": "nvlsm", "Daemon": "daemon",
-    "_set_gpus": "fabricmanager", "imex_domain_json": "imexctl", "imex_domain_text": "imexctl",
-    "imex_links": "imexctl", "STATE_DIR": "state", "load": "state", "node_root": "state",
-    "save": "state", "state_path": "state",
-}
-
-
-def _module(name: str) -> ModuleType:
-    """This package's module ``name``, imported now if it was not."""
-    __import__(f"{__name__}.{name}")
-    return sys.modules[f"{__name__}.{name}"]
-
-
-def __getattr__(name: str) -> Any:
-    """The re-exported names (:data:`_EXPORTS`) and the submodules, imported on first use;
-    AttributeError for anything else."""
-    if name in _EXPORTS:
-        return getattr(_module(_EXPORTS[name]), name)
-    if name in ("state", "daemon", *(module for module, _ in PROGRAMS.values())):
-        return _module(name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
 
 def main(prog: str, argv: list[str], root: str | None = None) -> int:
     """Entry point of the launchers: run fake ``prog`` with ``argv`` (without argv[0]);
     ``root`` is the simulated root when the launcher knows it (else found from this package's
     place in ``DIR/bin``, :func:`.state.node_root`). Imports only ``prog``'s module."""
     if root is not None:
-        from . import state
-
         state.ROOT = root
     if prog not in PROGRAMS:
-        from .daemon import say
-
         say(f"[fake] unknown simulated program {prog!r}; known: {', '.join(PROGRAMS)}", sys.stderr)
         return 2
     module, function = PROGRAMS[prog]
     try:
-        code: int = getattr(_module(module), function)(argv)
+        __import__(f"{__name__}.{module}")  # the builtin: importlib is not loaded here
+        code: int = getattr(sys.modules[f"{__name__}.{module}"], function)(argv)
         return code
     except KeyboardInterrupt:
         return 130

@@ -9,7 +9,7 @@ import os
 import sys
 
 from .daemon import Daemon, daemonize, init_stamp, options, read_cfg, say, short_path, stamp
-from .state import driver_version, faults, host, load, node_root, record, save
+from .state import NVLSM_SOCKET, driver_version, faults, host, load, node_root, record, save
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -148,8 +148,6 @@ def _connect_nvlsm(root: str, cfg: dict[str, str], guid: str) -> socket | None:
     """Connect to NVLSM's FM-SM IPC socket and check that NVLSM serves the same port GUID
     (NVLink 5 nodes); None, after the failure line, when it cannot."""
     import socket
-
-    from .nvlsm import NVLSM_SOCKET
 
     sm = load(root, "nvlsm.json", {})
     path = cfg.get("FM_SM_IPC_INTERFACE") or host(root, NVLSM_SOCKET)

@@ -1,6 +1,6 @@
 """Fake ``nvidia-imex-ctl``: ``-q`` (READY / NOT READY), ``-N`` (node table and connection
 matrix) and ``-N -j`` (the same as JSON), from the fake daemon's ``imex.json``. Layouts from
-../shared/corpus/imex. Standard library only (copied into simulated trees).
+tests/data/corpus/imex. Standard library only (copied into simulated trees).
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ if TYPE_CHECKING:
     from typing import Any
 
 #: The legend ``nvidia-imex-ctl -N`` prints first, as printed (its typo "triggreed" kept).
-#: Capture: ../shared/corpus/imex/aws-pcluster-p6e-gb200-18node-imex-ctl-N-570.172.txt.
+#: Capture: tests/data/corpus/imex/aws-pcluster-p6e-gb200-18node-imex-ctl-N-570.172.txt.
 CTL_LEGEND = """\
 Connectivity Table Legend:
 I - Invalid - Node wasn't reachable, no connection status available
@@ -32,7 +32,7 @@ C - Connected - Ready for operation
 
 
 #: Matrix letter -> connection status of the ``-N -j`` form: CONNECTED as in the DCGM samples
-#: (../shared/corpus/imex/dcgm-test-imex-ctl-N-j-*.json); INVALID is [fake wording].
+#: (tests/data/corpus/imex/dcgm-test-imex-ctl-N-j-*.json); INVALID is [fake wording].
 LINK_STATUS = {"C": "CONNECTED", "I": "INVALID"}
 
 

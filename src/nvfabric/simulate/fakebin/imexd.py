@@ -159,7 +159,7 @@ def _own_entry(entries: list[str], local: set[str], hostname: str, log: Any,
 
 def _hostname(root: str) -> str:
     """The node's host name from its ``etc/hostname`` (first line), "" when absent: the same
-    file nvfabric reads (nvfabric.facts.imexhost.local_names), so a tree whose host name was set
+    file nvfabric reads (nvfabric.facts.imex.tray.local_names), so a tree whose host name was set
     is one host for both."""
     try:
         with open(os.path.join(root, "etc/hostname"), encoding="utf-8") as fh:

@@ -9,15 +9,12 @@ import os
 import time
 
 from .daemon import Daemon, options, say
-from .state import host, load, node_root, port_guids, record, save
+from .state import NVLSM_SOCKET, host, load, node_root, port_guids, record, save
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from socket import socket
     from typing import Any
-
-NVLSM_SOCKET = "/var/run/nvidia-fabricmanager/fm_sm_ipc.socket"
-
 
 NVLSM_VERSION = "2025.06.5_eb3b4ba_df9bb3c_ae214d2"
 

@@ -1,5 +1,5 @@
 """Fake ``nvidia-smi``: ``-q`` text, ``-q -x`` XML and the CSV query of the simulated GPUs'
-fabric state (``gpus.json``), ``-L`` and ``-r``. Layouts from ../shared/corpus/nvidia-smi.
+fabric state (``gpus.json``), ``-L`` and ``-r``. Layouts from tests/data/corpus/nvidia-smi.
 Standard library only (copied into simulated trees).
 """
 
@@ -86,7 +86,7 @@ def _fabric_values(gpu: dict[str, Any]) -> dict[str, str]:
 
 
 def _kv(indent: int, key: str, value: str) -> str:
-    """One ``-q`` line: key column 42 wide (535/560 layout, ../shared/cases/S*.yaml)."""
+    """One ``-q`` line: key column 42 wide (535/560 layout, tests/data/cases/S*.yaml)."""
     return (" " * indent + key).ljust(42) + f": {value}"
 
 

@@ -17,10 +17,13 @@ if TYPE_CHECKING:
 
 #: Where the fakes keep their state, relative to the node root.
 STATE_DIR = "var/lib/nvfabric-sim"
+#: NVLSM's IPC socket (fabric manager's FM_SM_IPC_INTERFACE default): where the fake NVLSM
+#: serves it and the fake fabric manager connects.
+NVLSM_SOCKET = "/var/run/nvidia-fabricmanager/fm_sm_ipc.socket"
 
 
 #: The simulated root when the launcher gave it (the single-file binary: its launchers are
-#: ``#!/path/to/nvfabric --nvfabric-sim-fake`` scripts, see :mod:`nvfabric.frozen`); None
+#: ``#!/path/to/nvfabric --nvfabric-sim-fake`` scripts, see :mod:`nvfabric.effects.frozen`); None
 #: for the Python launchers, whose root is found from this package's copy in ``DIR/bin``.
 ROOT: str | None = None
 
