@@ -177,7 +177,8 @@ def analyse(text: str, invoked: str, real: str, env: Mapping[str, str],
 
 
 class _OverBudget(Exception):
-    """The expansions of one script did more work than its budget allows."""
+    """The expansions of one script did more work than its budget allows: a private signal,
+    caught in :func:`analyse` (model/errors.py: not an error of nvfabric)."""
 
 
 class _State:
