@@ -5,7 +5,15 @@ run and no colon (the old key/value regex), an APT index of many stanzas of the 
 (each stanza parsed once), a log of long lines with a needle (doctor), a log
 after a hole of NUL padding (doctor, ~100 MB/s before the padding fast path), a log line that
 repeats a signature's start without its end, an IMEX config.cfg with a run of blank lines,
-concatenated domain reports, a fabric manager config with long values. In-process, best of 3.
+concatenated domain reports, a fabric manager config with long values, and Slurm prologs of 1,
+4 and 16 MiB: one word, many IMEX commands on one line, a line of a million ``exec`` prefixes.
+In-process, best of 3.
+
+The prolog reader before its own shell splitter (shlex in punctuation mode, quadratic in a
+token's length; each command's evidence a tuple copied whole; the prefixes stripped by slicing)
+took, on the 2-core machines here: one word 0.95 s at 256 KiB and 22.6 s at 1 MiB; IMEX
+commands 0.32 s at 256 KiB, 5.3 s at 1 MiB; prefixes 6.6 s at 256 KiB and more than 200 s at
+1 MiB (4 and 16 MiB: not measured, hours by the ratio).
 """
 
 from __future__ import annotations
@@ -94,6 +102,20 @@ def _fmcfg(n: int) -> Callable[[], object]:
     return lambda: fm.effective(text, root="/nonexistent", sets={"LOG_LEVEL": "4"})
 
 
+def _prolog(body: Callable[[int], str]) -> Callable[[int], Callable[[], object]]:
+    """A Slurm prolog of about ``n`` bytes: ``body(n)`` after its ``#!`` line."""
+    from nvfabric.rules.imex import script
+
+    def make(n: int) -> Callable[[], object]:
+        text = "#!/bin/sh\n" + body(n) + "\n"
+        return lambda: script.analyse(text, "/p", "/p", {})
+
+    return make
+
+
+_IMEX = "systemctl restart nvidia-imex; "
+
+
 def main() -> int:
     kinds = {"nvidia-smi text, blank runs": (_smi, 200), "APT index, stanzas": (_apt, 2000),
              "doctor, 20 KB lines": (_doctor, 200),
@@ -101,7 +123,12 @@ def main() -> int:
              "doctor, a line repeating an Xid start": (_doctor_repeat, 2000),
              "IMEX config.cfg, blank-line run": (_imexcfg, 2000),
              "domain reports, JSON Lines": (_reports, 2000),
-             "fabricmanager.cfg, long values": (_fmcfg, 2000)}
+             "fabricmanager.cfg, long values": (_fmcfg, 2000),
+             "Slurm prolog, one word (bytes)": (_prolog(lambda n: "a" * n), 1 << 20),
+             "Slurm prolog, IMEX commands on one line (bytes)": (
+                 _prolog(lambda n: _IMEX * (n // len(_IMEX))), 1 << 20),
+             "Slurm prolog, exec prefixes on one line (bytes)": (
+                 _prolog(lambda n: "exec " * (n // 5) + "true"), 1 << 20)}
     worst = 0.0
     for name, (make, n) in kinds.items():
         times = [_best(make(n * k)) for k in (1, 4, 16)]

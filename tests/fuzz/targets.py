@@ -512,6 +512,39 @@ def _fm_config(data: bytes) -> None:
                 raise Broken(f"{key}={want!r} read back as {back.get(key)!r}")
 
 
+def _prolog_seeds() -> list[bytes]:
+    """nvfabric's Slurm prolog and epilog, and the prologs of the I cases (ParallelCluster's,
+    a site's that runs the daemon), as slurmd would run them."""
+    import yaml
+
+    out = [p.read_bytes() for p in sorted((REPO / "packaging" / "slurm").glob("*"))]
+    for case in sorted(cases_dir().glob("I*.yaml")):
+        files = (yaml.safe_load(case.read_text(encoding="utf-8")).get("node") or {}).get(
+            "files") or {}
+        out += [text.encode() for path, text in files.items()
+                if ("prolog" in path or "epilog" in path) and isinstance(text, str)
+                and text.startswith("#!")]
+    return list(dict.fromkeys(out))  # the epilog is the prolog's copy
+
+
+def _prolog(data: bytes) -> None:
+    """The Slurm script reader (:func:`nvfabric.rules.imex.script.analyse`) on one prolog, as
+    a shell script and as another language: what it found stays bounded (its evidence lines,
+    its hand-offs) and JSON-able."""
+    from nvfabric.rules.imex import script
+
+    text = _text(data)
+    env = {"SLURM_SCRIPT_CONTEXT": "prolog_slurmd"}
+    for shell in (True, False):
+        found = script.analyse(text, "/etc/slurm/prolog.d/p", "/etc/slurm/prolog.d/p", env,
+                               shell=shell)
+        a = found.actions
+        if len(a.lines) > script.MAX_EVIDENCE + 1 or len(found.follow) > script.MAX_FOLLOW:
+            raise Broken(f"{len(a.lines)} evidence lines, {len(found.follow)} hand-offs")
+        json.dumps([a.unit_verbs, a.daemon, a.lines, a.summary(), list(found.follow),
+                    dict(found.exported), list(found.unread)])
+
+
 def _imex_config(data: bytes) -> None:
     from nvfabric.model import keyvalue
     from nvfabric.rules.imex import config
@@ -986,4 +1019,5 @@ def targets() -> list[Target]:
         Target("run-log-lines", _log_seeds, _run_log, limit=100_000),
         Target("fm-config", lambda: _files("configs/*.cfg"), _fm_config, (ConfigError,)),
         Target("imex-config", lambda: _files("imex/*config*"), _imex_config),
+        Target("slurm-prolog", _prolog_seeds, _prolog, limit=200_000),
     ]

@@ -38,7 +38,9 @@ def test_every_reader_of_the_issue_has_a_target() -> None:
                      "triage", "install-from", "install-record", "state-files",
                      "supervisor-job", "gpu-probe-answer", "prometheus", "run-log-lines",
                      # watching after bring-up: the live kernel log, the event history
-                     "kmsg", "event-history"}
+                     "kmsg", "event-history",
+                     # the Slurm prolog reader of the IMEX owner
+                     "slurm-prolog"}
 
 
 @pytest.mark.parametrize("name,target", [

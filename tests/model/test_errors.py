@@ -25,7 +25,8 @@ from nvfabric.model.findings import Finding
 from tests.runkit import sim
 
 #: Exception classes that are not errors of nvfabric (see the docstring of model/errors.py).
-NOT_ERRORS = {"nvfabric.artifacts.transport._Transient", "nvfabric.effects.stop.Stopped"}
+NOT_ERRORS = {"nvfabric.artifacts.transport._Transient", "nvfabric.rules.imex.script._OverBudget",
+              "nvfabric.effects.stop.Stopped"}
 
 
 def _exception_classes() -> Iterator[type[BaseException]]:

@@ -229,7 +229,7 @@ def imex(root: str, inventory: Inventory, req: ImexRequest) -> NodeFacts:
         decision = owner.decide(evidence, req.owner, for_run=True)
     except ValueError as err:
         raise usage_error(str(err), "choose --imex-owner host, dra, slurm or none") from None
-    if decision.conflict is not None or not decision.nvfabric_starts_imex:
+    if decision.refusal is not None or not decision.nvfabric_starts_imex:
         return NodeFacts(root, inventory, imex=ImexFacts(evidence, chans))
     return NodeFacts(root, inventory, running=read.running(root, ("imex",)),
                      imex=_start_facts(root, inventory, req, evidence, chans))

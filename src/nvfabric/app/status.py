@@ -229,7 +229,7 @@ def _read_node(root: str, fabric_option: FabricKind | None, live: bool) -> _Node
     decision = owner.decide(tray.gather_evidence(root))
     needed = decision.required_channels if decision.owner != "none" else ()
     seen = channels.check(tray.read_channels(root), needed) if needed else ()
-    problems = ((decision.conflict,) if decision.conflict else ()) + tuple(
+    problems = tuple(f for f in (decision.conflict, decision.unknown) if f) + tuple(
         f for f in seen if f.code == "imex_channel_missing")
     return _Node(p.fabric, p.gpu_count, found, mode, decision, problems)
 

@@ -149,8 +149,8 @@ def prepare(facts: NodeFacts, p: Plan, opts: ImexRunOptions) -> Prepared:
     assert imex is not None, "collect_imex first"
     decision = owner.decide(imex.evidence, opts.owner, for_run=True)
     part = ImexPart(decision, imex.channels)
-    if decision.conflict is not None:
-        return Prepared("mnnvl", refusals=(decision.conflict,), imex=part)
+    if decision.refusal is not None:  # two owners, or an owner not known
+        return Prepared("mnnvl", refusals=(decision.refusal,), imex=part)
     # The channels the owner needs: the same answer status gives (channel0, unless Slurm's
     # switch plugin or the DRA driver make them per job or claim).
     required = decision.required_channels if decision.owner != "none" else ()

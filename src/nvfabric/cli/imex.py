@@ -72,7 +72,7 @@ def owner_cmd(root: str, imex_owner: str | None, as_json: bool) -> None:
     and who creates its channels, with the evidence; exit 1 when two owners claim the node."""
     require_root(root)
     decision = owner.decide(imex_facts.gather_evidence(root), imex_owner)
-    findings = [decision.conflict] if decision.conflict else []
+    findings = [f for f in (decision.conflict, decision.unknown) if f is not None]
     if as_json:
         print_json({**decision.to_json(), "findings": [f.to_json() for f in findings]})
     else:

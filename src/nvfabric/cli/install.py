@@ -250,6 +250,9 @@ def install_from(
     live = imex_effects.systemd_running(root)
     if any(c.artifact.component == "imex" for c in debs):
         ownership = decide(imex_facts.gather_evidence(root), imex_owner)
+        if ownership.unknown is not None:
+            # No unit setting is right for an owner not known: refused before dpkg runs.
+            raise NvfabricError(ownership.unknown, exit_code=1)
         if ownership.conflict is not None and unit_policy(ownership).action == "enable":
             # Enabling the host unit beside the DRA driver's daemons: refused before dpkg runs.
             raise NvfabricError(ownership.conflict, exit_code=1)

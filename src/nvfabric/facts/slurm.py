@@ -15,25 +15,36 @@ then ``-f``, then ``SLURM_CONF``, then the compiled-in default):
    (:data:`nvfabric.rules.imex.tables.SLURM_CONF_PATHS`);
 4. the configless cache (:data:`nvfabric.rules.imex.tables.SLURM_CONFIGLESS_PATHS`).
 
-Every path is joined under the root (:func:`nvfabric.model.hostpath.under`); a glob match or a
-link that leads out of the root is not read (noted); every read is bounded
-(:data:`~nvfabric.rules.imex.tables.SLURM_MAX_SCRIPT_BYTES` a file, at most
+Every path is joined under the root (:func:`nvfabric.model.hostpath.under`); every read is
+bounded (:data:`~nvfabric.rules.imex.tables.SLURM_MAX_SCRIPT_BYTES` a file,
+:data:`~nvfabric.rules.imex.tables.SLURM_MAX_TOTAL_BYTES` in all, at most
 :data:`~nvfabric.rules.imex.tables.SLURM_MAX_SCRIPTS` scripts,
-:data:`~nvfabric.rules.imex.tables.SLURM_MAX_DEPTH` hand-offs deep).
+:data:`~nvfabric.rules.imex.tables.SLURM_MAX_GLOB` matches a glob,
+:data:`~nvfabric.rules.imex.tables.SLURM_MAX_DEPTH` hand-offs deep). What slurmd would run
+but was not read whole (a bound reached, a glob match or link that leads out of the root, a
+file nvfabric may not read, a binary) is said in
+:attr:`~nvfabric.rules.imex.slurm.SlurmFacts.unread`; a ``Prolog``/``Epilog`` entry slurmd
+cannot run (it matches no file, or a directory, a loop of links, a link to nothing) in
+:attr:`~nvfabric.rules.imex.slurm.SlurmFacts.notes`: slurmd globs each entry and fails the
+job's prolog when the list is empty or a script fails (SchedMD
+src/plugins/prep/script/prep_script_slurmd.c; a failed prolog drains the node and requeues
+the job: the Prolog and Epilog Guide).
 """
 
 from __future__ import annotations
 
+import errno
 import glob
 import os
 import posixpath
 import shlex
 from collections.abc import Mapping
+from dataclasses import dataclass, field
 
 from nvfabric.facts import procs
 from nvfabric.facts.fs import listdir, read_bytes, read_text
 from nvfabric.model import hostpath
-from nvfabric.model.hostpath import PathEscape, host_view, under
+from nvfabric.model.hostpath import PathEscape, escapes, host_view, under
 from nvfabric.rules.imex import script, slurm
 from nvfabric.rules.imex.tables import (
     NVFABRIC_SLURM_DEFAULTS,
@@ -43,6 +54,7 @@ from nvfabric.rules.imex.tables import (
     SLURM_MAX_GLOB,
     SLURM_MAX_SCRIPT_BYTES,
     SLURM_MAX_SCRIPTS,
+    SLURM_MAX_TOTAL_BYTES,
     SLURMD_UNIT,
 )
 
@@ -67,19 +79,20 @@ def read(root: str) -> slurm.SlurmFacts:
 
 def read_conf(root: str, conf: str, found_by: str) -> slurm.SlurmFacts:
     """Slurm on the node under ``root`` as the slurm.conf at host path ``conf`` (found
-    ``found_by``) describes it: its ``SwitchType`` and the scripts it runs, followed."""
-    items, notes = _conf_items(root, conf)
+    ``found_by``) describes it: its ``SwitchType`` and the scripts it runs, followed. Each
+    evidence line names the file and line it was read at (slurm.conf or an ``Include``)."""
+    items, unread = _conf_items(root, conf)
     switch = slurm.conf_value(items, "SwitchType")
-    switch_line = (f"{conf}:{switch.line}: {switch.key}={switch.value}"
+    switch_line = (switch.where()
                    if switch is not None and slurm.switch_is_imex(switch.value) else None)
     walker = _Walker(root)
+    walker.unread += unread
     for key in ("Prolog", "Epilog"):
         for item in slurm.conf_values(items, key):
-            start = f"{conf}:{item.line}: {item.key}={item.value}"
             patterns = slurm.script_patterns(item.value, posixpath.dirname(conf))
-            walker.walk(key, patterns, {"SLURM_SCRIPT_CONTEXT": CONTEXT[key]}, (start,), 0)
+            walker.entry(key, item.where(), patterns, {"SLURM_SCRIPT_CONTEXT": CONTEXT[key]})
     return slurm.SlurmFacts(conf, found_by, switch_line, tuple(walker.found),
-                            notes + tuple(walker.notes))
+                            tuple(walker.notes), tuple(walker.finish()))
 
 
 def find_conf(root: str) -> tuple[str | None, str]:
@@ -182,37 +195,56 @@ def _words(text: str) -> list[str]:
 
 
 def _is_file(root: str, path: str) -> bool:
+    """A regular file is at host path ``path``: readable or not, inside the root or a link out
+    of it (slurmd reads it; what nvfabric cannot read of it is said, never taken for no
+    slurm.conf)."""
     try:
-        full = under(root, path)
+        return os.path.isfile(under(root, path))
     except PathEscape:
         return False
-    return read_bytes(full, 1) is not None
 
 
-def _conf_items(root: str, conf: str) -> tuple[tuple[slurm.ConfLine, ...], tuple[str, ...]]:
-    """slurm.conf's lines with its ``Include`` files (relative to its directory, globs),
-    bounded by :data:`MAX_INCLUDES`."""
+def _conf_items(root: str, conf: str) -> tuple[tuple[slurm.ConfLine, ...], list[str]]:
+    """slurm.conf's lines with its ``Include`` files (relative to its directory, globs), each
+    line naming its file, bounded by :data:`MAX_INCLUDES`; and what was not read (an
+    ``Include`` out of the root or past the bound: a ``Prolog`` may be in it)."""
     items: list[slurm.ConfLine] = []
-    notes: list[str] = []
-    queue = [conf]
+    unread: list[str] = []
+    queue = [(conf, "")]
     seen: set[str] = set()
-    while queue and len(seen) < MAX_INCLUDES:
-        path = queue.pop(0)
+    while queue:
+        path, by = queue.pop(0)
         if path in seen:
             continue
+        if len(seen) >= MAX_INCLUDES:
+            unread.append(f"{by}: Include {path}: more than {MAX_INCLUDES} files included, "
+                          f"{len({p for p, _ in queue if p not in seen}) + 1} not read")
+            break
         seen.add(path)
-        text = _read(root, path)
-        if text is None:
+        full = under(root, path)
+        data = read_bytes(full, SLURM_MAX_SCRIPT_BYTES + 1)
+        if data is None:
+            unread.append(f"{by + ': Include ' if by else ''}{path}: {_unreadable(full)}")
             continue
-        lines, includes = slurm.parse_conf(text)
+        if len(data) > SLURM_MAX_SCRIPT_BYTES:
+            data = data[:SLURM_MAX_SCRIPT_BYTES]
+            unread.append(f"{path}: larger than {SLURM_MAX_SCRIPT_BYTES >> 20} MiB: only its "
+                          "start read")
+        lines, includes = slurm.parse_conf(data.decode("utf-8", "replace"), path)
         items += lines
         for pattern in includes:
             full = pattern if pattern.startswith("/") else posixpath.join(
                 posixpath.dirname(conf), pattern)
-            matches, escaped = _glob(root, full)
-            queue += matches
-            notes += [f"{conf}: Include {m} leads out of the root: not read" for m in escaped]
-    return tuple(items), tuple(notes)
+            found = _glob(root, full)
+            queue += [(m, path) for m in found.files]
+            unread += [f"{path}: Include {m} leads out of the root" for m in found.outside]
+            if found.unsearchable is not None:
+                unread.append(f"{path}: Include {full}: nvfabric may not search "
+                              f"{found.unsearchable} (Permission denied)")
+            if found.more:
+                unread.append(f"{path}: Include {full}: {found.more} matches past "
+                              f"{SLURM_MAX_GLOB}")
+    return tuple(items), unread
 
 
 def _read(root: str, path: str, limit: int = SLURM_MAX_SCRIPT_BYTES) -> str | None:
@@ -223,81 +255,213 @@ def _read(root: str, path: str, limit: int = SLURM_MAX_SCRIPT_BYTES) -> str | No
     return None if data is None else data.decode("utf-8", "replace")
 
 
-def _glob(root: str, pattern: str) -> tuple[list[str], list[str]]:
-    """(host paths of the regular files ``pattern`` matches under ``root``, sorted and at most
-    :data:`SLURM_MAX_GLOB`; the matches that lead out of the root through a link)."""
+@dataclass
+class _Matches:
+    """What a glob matched under the root (host paths, sorted): ``files`` regular files inside
+    the root (at most :data:`SLURM_MAX_GLOB`), ``outside`` matches whose links lead out of it,
+    ``unrunnable`` (path, why) of matches no program can be run from (a directory, a loop of
+    links, a link to nothing), ``more`` how many matches past the bound were left;
+    ``unsearchable`` when nothing matched, the directory on the way nvfabric may not search
+    or list (slurmd, as root, may find scripts there)."""
+
+    files: list[str] = field(default_factory=list)
+    outside: list[str] = field(default_factory=list)
+    unrunnable: list[tuple[str, str]] = field(default_factory=list)
+    more: int = 0
+    unsearchable: str | None = None
+
+    @property
+    def empty(self) -> bool:
+        return not (self.files or self.outside or self.unrunnable)
+
+
+def _glob(root: str, pattern: str) -> _Matches:
+    """The matches of ``pattern`` under ``root`` (:class:`_Matches`); none for a pattern that
+    is not a plain absolute host path or leaves the root."""
+    out = _Matches()
     if hostpath.problem(pattern) is not None:
-        return [], []
+        return out
     try:
         full = under(root, pattern)
     except PathEscape:
-        return [], []
+        return out
     base = os.path.realpath(root)
-    inside: list[str] = []
-    outside: list[str] = []
-    for match in sorted(glob.glob(full))[:SLURM_MAX_GLOB]:
+    found = sorted(glob.iglob(full))
+    out.more = max(0, len(found) - SLURM_MAX_GLOB)
+    for match in found[:SLURM_MAX_GLOB]:
         real = os.path.realpath(match)
         if base != "/" and not (real == base or real.startswith(base.rstrip("/") + "/")):
-            outside.append(host_view(root, match))
+            out.outside.append(host_view(root, match))
         elif os.path.isfile(match):
-            inside.append(host_view(root, match))
-    return inside, outside
+            out.files.append(host_view(root, match))
+        else:
+            out.unrunnable.append((host_view(root, match), _not_a_file(match)))
+    if out.empty:
+        denied = _unsearchable(full)
+        out.unsearchable = None if denied is None else host_view(root, denied)
+    return out
 
 
-def _settings(root: str, path: str | None = None) -> dict[str, str]:
+def _unsearchable(full: str) -> str | None:
+    """The first directory of the plain part of the glob ``full`` (up to its first component
+    with ``*?[``) that nvfabric may not search (or list, before a glob component): glob finds
+    nothing there, which says nothing of what slurmd finds. None when each is open to it or
+    one does not exist."""
+    parts = full.strip("/").split("/")
+    path = "/"
+    for i, part in enumerate(parts[:-1]):
+        if glob.has_magic(part):
+            break
+        path = os.path.join(path, part)
+        if not os.path.isdir(path):
+            return None
+        listed = glob.has_magic(parts[i + 1])
+        if not os.access(path, os.X_OK | (os.R_OK if listed else 0)):
+            return path
+    return None
+
+
+def _not_a_file(full: str) -> str:
+    """Why ``full`` (which exists as a name) is no file a program can be run from."""
+    try:
+        os.stat(full)
+    except OSError as err:
+        if err.errno == errno.ELOOP:
+            return "a loop of symbolic links"
+        if os.path.islink(full):
+            return f"a symbolic link to {os.readlink(full)}, which does not exist"
+        return f"not readable ({err.strerror})"
+    return "a directory" if os.path.isdir(full) else "not a regular file"
+
+
+def _unreadable(full: str) -> str:
+    """Why the regular file at ``full`` could not be read, for the evidence: a link out of the
+    root, or its open's error (``nvfabric may not read it (Permission denied)``)."""
+    if escapes(full, os.path.realpath(full)):
+        return "leads out of the root"
+    try:
+        os.close(os.open(full, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC))
+    except OSError as err:
+        return f"nvfabric may not read it ({err.strerror})"
+    return "it could not be read"
+
+
+def _settings(root: str, path: str | None = None) -> dict[str, tuple[str, str]]:
     """nvfabric's Slurm prolog settings file (``path``, the prolog's
-    ``NVFABRIC_SLURM_DEFAULTS``, else /etc/default/nvfabric-slurm), as that prolog reads it."""
+    ``NVFABRIC_SLURM_DEFAULTS``, else /etc/default/nvfabric-slurm), as that prolog reads it:
+    each setting's value and where it was set (``path:line``)."""
     where = path if path and hostpath.problem(path) is None else NVFABRIC_SLURM_DEFAULTS
-    return slurm.parse_settings(_read(root, where, 1 << 16) or "")
+    return {key: (value, f"{where}:{number}") for key, (value, number)
+            in slurm.settings_at(_read(root, where, 1 << 16) or "").items()}
 
 
 class _Walker:
-    """Follows the scripts slurmd runs (bounded), keeping those that manage IMEX."""
+    """Follows the scripts slurmd runs (bounded), keeping those that manage IMEX; ``notes``
+    what slurmd cannot run, ``unread`` what was not read whole."""
 
     def __init__(self, root: str) -> None:
         self.root = root
         self.found: list[slurm.Script] = []
         self.notes: list[str] = []
+        self.unread: list[str] = []
         self.read: set[str] = set()
+        self.bytes = 0
+        self.over: list[str] = []
+        self.over_why = ""
+
+    def entry(self, key: str, start: str, patterns: tuple[str, ...],
+              env: Mapping[str, str]) -> None:
+        """One ``Prolog``/``Epilog`` line (``start``, its evidence form): slurmd globs each
+        of its ``patterns`` and runs what they list; an entry that lists no file, or lists one
+        that cannot be run, fails the job's prolog (module docstring)."""
+        fails = (f"slurmd cannot run it, so every job's {key.lower()} fails (the node is "
+                 "drained, the job requeued)")
+        for pattern in patterns:
+            found = _glob(self.root, pattern)
+            if found.empty and found.unsearchable is None:
+                self.notes.append(f"{start}: {pattern} matches no file: {fails}")
+            self.notes += [f"{start}: {path} is {why}: {fails}"
+                           for path, why in found.unrunnable]
+            self._read_all(key, found, env, (start,), 0)
 
     def walk(self, key: str, patterns: tuple[str, ...], env: Mapping[str, str],
              chain: tuple[str, ...], depth: int) -> None:
         if depth > SLURM_MAX_DEPTH:
-            self.notes.append(f"{chain[-1]}: hands off deeper than {SLURM_MAX_DEPTH} "
-                              "scripts: not followed further")
+            self.unread.append(f"{chain[-1]}: hands off deeper than {SLURM_MAX_DEPTH} "
+                               "scripts: not followed further")
             return
         for pattern in patterns:
-            matches, escaped = _glob(self.root, pattern)
-            self.notes += [f"{chain[-1]}: {m} leads out of the root: not read" for m in escaped]
-            for path in matches:
-                self.read_script(key, path, env, chain, depth)
+            self._read_all(key, _glob(self.root, pattern), env, chain, depth)
+
+    def _read_all(self, key: str, found: _Matches, env: Mapping[str, str],
+                  chain: tuple[str, ...], depth: int) -> None:
+        self.unread += [f"{chain[-1]}: {m} leads out of the root" for m in found.outside]
+        if found.unsearchable is not None:
+            self.unread.append(f"{chain[-1]}: nvfabric may not search {found.unsearchable} "
+                               "(Permission denied)")
+        if found.more:
+            self.unread.append(f"{chain[-1]}: {found.more} matches past the first "
+                               f"{SLURM_MAX_GLOB} of a glob")
+        for path in found.files:
+            self.read_script(key, path, env, chain, depth)
+
+    def finish(self) -> list[str]:
+        """``unread``, with the scripts left past :data:`SLURM_MAX_SCRIPTS` or
+        :data:`SLURM_MAX_TOTAL_BYTES` said once."""
+        if self.over:
+            return self.unread + [f"{self.over_why}: {len(self.over)} more not read, the "
+                                  f"first {self.over[0]}"]
+        return self.unread
 
     def read_script(self, key: str, path: str, env: Mapping[str, str], chain: tuple[str, ...],
-               depth: int) -> None:
-        real = host_view(self.root, os.path.realpath(under(self.root, path)))
+                    depth: int) -> None:
+        """Read one file slurmd (``depth`` 0) or a script (deeper) runs. A program that is not
+        text is read no further: at ``depth`` 0 that is unread (a site's compiled prolog may
+        run IMEX), deeper it is a system program (``/usr/bin/logger``; nvidia-imex itself is
+        known by its name)."""
+        full = under(self.root, path)
+        real = host_view(self.root, os.path.realpath(full))
         if real in self.read:
             return
-        if len(self.read) >= SLURM_MAX_SCRIPTS:
-            if len(self.read) == SLURM_MAX_SCRIPTS:
-                self.notes.append(f"more than {SLURM_MAX_SCRIPTS} scripts: the rest not read")
-                self.read.add("")
+        if len(self.read) >= SLURM_MAX_SCRIPTS or self.bytes >= SLURM_MAX_TOTAL_BYTES:
+            self.over_why = self.over_why or (
+                f"{SLURM_MAX_SCRIPTS} files read (the bound)"
+                if len(self.read) >= SLURM_MAX_SCRIPTS
+                else f"{SLURM_MAX_TOTAL_BYTES >> 20} MiB of scripts read (the bound)")
+            self.over.append(path)
             return
         self.read.add(real)
-        try:
-            data = read_bytes(under(self.root, path), SLURM_MAX_SCRIPT_BYTES)
-        except PathEscape:
-            data = None
-        if data is None or not script.is_script(data[:4096]):
-            return
         shown = path if real == path else f"{path} -> {real}"
+        where = " => ".join(chain + (shown,))
+        head = read_bytes(full, 4096)
+        if head is None:
+            self.unread.append(f"{where}: {_unreadable(full)}")
+            return
+        if not script.is_script(head):
+            if depth == 0:
+                self.unread.append(f"{where}: a binary program: what it does is not read")
+            return
+        data = read_bytes(full, SLURM_MAX_SCRIPT_BYTES + 1) if len(head) == 4096 else head
+        if data is None:
+            self.unread.append(f"{where}: {_unreadable(full)}")
+            return
+        if len(data) > SLURM_MAX_SCRIPT_BYTES:
+            data = data[:SLURM_MAX_SCRIPT_BYTES]
+            self.unread.append(f"{where}: larger than {SLURM_MAX_SCRIPT_BYTES >> 20} MiB: "
+                               "only its start read")
+        self.bytes += len(data)
         text = data.decode("utf-8", "replace")
-        found = script.analyse(text, path, real, env, shell=script.is_shell(data[:4096]))
+        found = script.analyse(text, path, real, env, shell=script.is_shell(head))
+        self.unread += [f"{' => '.join(chain)} => {u}" for u in found.unread]
         actions = found.actions
         if found.nvfabric_prolog:
+            # the settings file, then what the script that runs the prolog exported over it
             settings = {**_settings(self.root, env.get("NVFABRIC_SLURM_DEFAULTS")),
-                        **{k: v for k, v in env.items()
+                        **{k: (v, f"set by {chain[-1]}") for k, v in env.items()
                            if k.startswith("NVFABRIC_") and v != script.UNKNOWN}}
-            actions = slurm.nvfabric_prolog_actions(settings, shown)
+            actions = slurm.nvfabric_prolog_actions(
+                {k: v for k, (v, _) in settings.items()}, shown,
+                {k: o for k, (_, o) in settings.items()})
         if actions.imex:
             self.found.append(slurm.Script(key, chain + (shown,), actions,
                                            found.nvfabric_prolog))

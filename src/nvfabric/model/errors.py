@@ -35,9 +35,11 @@ exit 3. The whole tree (each class lives beside the code that raises it)::
                                             (artifact_not_available)
 
 Not in the tree: ``artifacts.transport._Transient``, a private retry signal that never leaves
-the transport (a timeout or a 5xx before the next attempt); ``effects.stop.Stopped``, a stop
-signal seen where the command waits (a BaseException, as KeyboardInterrupt: no failure, and
-no ``except Exception`` may take it for one).
+the transport (a timeout or a 5xx before the next attempt); ``rules.imex.script._OverBudget``,
+a private signal that never leaves the Slurm script reader (its expansions' work budget spent:
+the rest of the script is said to be unread); ``effects.stop.Stopped``, a stop signal seen
+where the command waits (a BaseException, as KeyboardInterrupt: no failure, and no ``except
+Exception`` may take it for one).
 
 Why :class:`InputError` is also a ``ValueError``: its classes are raised by pure parsers and
 checkers, and their callers (and the fuzz targets of tests/fuzz) catch ``ValueError`` for

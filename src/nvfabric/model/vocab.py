@@ -143,6 +143,8 @@ FindingCode = Literal[
     "kernel_log_dropped",
     "kernel_log_unreadable",
     "gpu_recovery_action",
+    # What the IMEX owner reader could not read whole (docs/imex.md).
+    "imex_owner_unknown",
 ]
 
 #: A GPU fabric clique's type (nvml.h ``NVML_GPU_FABRIC_CLIQUE_TYPE_*``, nvmlGpuFabricInfo_v4_t,

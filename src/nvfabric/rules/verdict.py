@@ -695,6 +695,10 @@ def _imex_when_fine(inp: Inputs, acc: _Acc) -> None:
             "(`nvfabric run` becomes its owner) or let the DRA driver or Slurm run it",
             {"imex_owner": owner},
         ))
+    elif owner == "unknown":
+        acc.reasons.append(
+            "who owns IMEX is not known (imex_owner_unknown): the daemon not running now is "
+            "not judged")
     else:
         acc.reasons.append(
             f"IMEX is owned by {owner or 'an unknown owner'}, which starts the daemon per "

@@ -21,6 +21,8 @@ Owners of the daemon (NVIDIA IMEX guide, "Deployment Models"; exactly one per tr
 - ``nvfabric``: a live ``nvfabric run`` supervises nvidia-imex now (its run lock, ready file
   and pid file in its state directory say so): the answer while it runs, not a choice.
 - ``none``: nothing runs IMEX here.
+- ``unknown``: no owner shows, but part of what Slurm runs was not read whole: ``imex owner``
+  and ``status`` warn (``imex_owner_unknown``), ``run`` and ``install --from`` refuse.
 
 Channels are a second duty: Slurm's ``switch/nvidia_imex`` plugin makes each job's channel in
 the job's own mount namespace (SchedMD src/plugins/switch/nvidia_imex), the DRA driver one per
@@ -42,6 +44,8 @@ from nvfabric.rules.imex.tables import DRA_HOST_SOCKET, DRA_HOST_UNIT_FIX, HOST_
 
 #: The owners an operator may name (``--imex-owner``).
 OWNERS = ("host", "dra", "dra-host", "slurm", "none")
+#: The answer when the evidence could not be read whole (never requested).
+UNKNOWN = "unknown"
 #: Who may create channels: Slurm's switch plugin, the DRA driver, a Slurm prolog, nvfabric
 #: run, or the host (its admin, or the driver's NVreg_CreateImexChannel0).
 CHANNEL_OWNERS = ("slurm", "dra", "prolog", "nvfabric", "host")
@@ -152,7 +156,8 @@ class Ownership:
     ``prolog``; None when nobody on the host does); ``channels`` who creates the channels
     (:data:`CHANNEL_OWNERS`); ``socket`` the command socket a ``dra-host`` daemon serves;
     ``run`` the live nvfabric run; ``conflict`` the ``imex_owner_conflict`` finding when two
-    owners claim the node; ``slurm_script`` the line of the Slurm script that runs IMEX."""
+    owners claim the node, ``unknown`` ``imex_owner_unknown`` (owner :data:`UNKNOWN`);
+    ``slurm_script`` the line of the Slurm script that runs IMEX."""
 
     owner: str
     source: str
@@ -165,6 +170,12 @@ class Ownership:
     run: RunFacts | None = None
     slurm_conf: tuple[str, str] | None = None
     slurm_script: str | None = None
+    unknown: Finding | None = None
+
+    @property
+    def refusal(self) -> Finding | None:
+        """Why nothing may be started or set for IMEX: two owners, or an owner not known."""
+        return self.conflict or self.unknown
 
     @property
     def nvfabric_starts_imex(self) -> bool:
@@ -193,19 +204,23 @@ class Ownership:
             "evidence": list(self.evidence),
             "reasons": list(self.reasons),
             "conflict": self.conflict.to_json() if self.conflict else None,
+            "unknown": self.unknown.to_json() if self.unknown else None,
         }
 
 
 def detect(ev: OwnerEvidence) -> str:
     """The owner the evidence points to: a live nvfabric run first (it owns IMEX now), then
     the DRA driver (``dra-host`` in its host-managed mode), then a Slurm script that runs
-    IMEX, then the host unit."""
+    IMEX, then :data:`UNKNOWN` when what Slurm runs was not read whole (even beside an
+    enabled unit: an unread prolog may drive it or run a daemon), then the host unit."""
     if ev.run is not None and not ev.run.slurm:
         return "nvfabric"
     if ev.dra_present:
         return "dra-host" if ev.dra_host_managed else "dra"
     if ev.slurm.daemon_scripts or (ev.run is not None and ev.run.slurm):
         return "slurm"
+    if ev.slurm.unread:
+        return UNKNOWN
     if ev.unit_active:
         return "host"
     return "none"
@@ -246,7 +261,22 @@ def decide(ev: OwnerEvidence, requested: str | None = None, for_run: bool = Fals
     return Ownership(
         owner, source, runner, ev.lines(), tuple(reasons), conflict, channels, socket, ev.run,
         (ev.slurm.conf, ev.slurm.found_by) if ev.slurm.conf else None,
-        scripts[0].line() if scripts else None)
+        scripts[0].line() if scripts else None, _unknown(ev, for_run) if owner == UNKNOWN else None)
+
+
+def _unknown(ev: OwnerEvidence, for_run: bool) -> Finding:
+    """``imex_owner_unknown``: an error for ``run``, else a warning."""
+    unread = ev.slurm.unread
+    more = f" (and {len(unread) - 1} more)" if len(unread) > 1 else ""
+    return Finding(
+        "imex_owner_unknown", "error" if for_run else "warning",
+        ("nvfabric run starts no IMEX daemon: " if for_run else "") + "who runs IMEX is not "
+        f"known: part of what Slurm runs on this node was not read whole ({unread[0]}{more}), "
+        "and it may run IMEX",
+        "name the owner: --imex-owner slurm if a Slurm prolog runs IMEX, --imex-owner host "
+        "for the host unit or nvfabric run, --imex-owner none for no IMEX; or make the "
+        "prologs readable within the bounds (docs/imex.md)",
+        {"unread": list(unread)})
 
 
 #: Why no host channel is expected, per channel owner.
@@ -312,12 +342,15 @@ def _why_detected(ev: OwnerEvidence, detected: str) -> str:
         return "nvfabric's Slurm prolog runs IMEX for the job"
     if detected == "host":
         return f"{HOST_UNIT} is enabled: the host runs IMEX"
+    if detected == UNKNOWN:
+        return "no owner shows, but part of what Slurm runs was not read whole: unknown"
     if ev.unit_masked:
         return f"{HOST_UNIT} is masked and no DRA or Slurm evidence: nothing runs IMEX"
     if ev.other_daemons:
         return ("nvidia-imex runs (pid " + ", ".join(map(str, ev.other_daemons)) + ") but no "
                 "owner shows: no enabled unit, no DRA state, no Slurm prolog, no nvfabric run")
-    return "no DRA plugin state, no enabled host unit, no Slurm prolog: nothing runs IMEX"
+    prolog = "no Slurm script that runs IMEX" if ev.slurm.conf else "no Slurm prolog"
+    return f"no DRA plugin state, no enabled host unit, {prolog}: nothing runs IMEX"
 
 
 def _conflict(ev: OwnerEvidence, owner: str, runner: str | None, requested: str | None,
@@ -425,7 +458,8 @@ def unit_policy(decision: Ownership) -> UnitPolicy:
     - ``slurm`` whose prolog runs the daemon itself, and ``dra`` -> masked (and stopped), so
       that no package upgrade or ``systemctl enable`` brings a second owner back;
     - ``slurm`` otherwise -> disabled, not stopped; ``nvfabric`` (a live run) -> disabled,
-      not stopped; ``none`` -> disabled and stopped.
+      not stopped; ``none`` -> disabled and stopped. ValueError for any other word
+      (:data:`UNKNOWN` included: ``install --from`` refuses it first).
     """
     owner, runner = decision.owner, decision.runner
     if owner == "host":

@@ -18,8 +18,8 @@ NodeList = tuple[str, tuple[nodes.Peer, ...]] | nodes.PeerError
 def section(decision: Ownership, facts: channels.ChannelFacts,
             listed: NodeList) -> dict[str, Any]:
     """``{"owner", "runner", "channel_owner", "run", "owner_evidence", "owner_conflict",
-    "node_list_path", "node_list", "node_list_id", "channels", "channel_findings"}``: the
-    channel findings about the channels the owner needs
+    "owner_unknown", "node_list_path", "node_list", "node_list_id", "channels",
+    "channel_findings"}``: the channel findings about the channels the owner needs
     (:attr:`~nvfabric.rules.imex.owner.Ownership.required_channels`); a malformed node list is
     reported in ``node_list_error`` (the path, list and id then stay empty), never raised."""
     out: dict[str, Any] = {
@@ -29,6 +29,7 @@ def section(decision: Ownership, facts: channels.ChannelFacts,
         "run": decision.run.to_json() if decision.run else None,
         "owner_evidence": list(decision.evidence),
         "owner_conflict": decision.conflict.to_json() if decision.conflict else None,
+        "owner_unknown": decision.unknown.to_json() if decision.unknown else None,
         "node_list_path": None,
         "node_list": [],
         "node_list_id": None,

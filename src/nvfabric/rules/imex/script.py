@@ -22,6 +22,12 @@ that a value set earlier on the line counts), and what each command does:
 
 A script in another language (Python, Perl) is read for the systemctl and nvidia-imex words
 alone. A mention in a comment or an ``echo`` is no action.
+
+Reading is linear in the script: each line is split into words in one pass
+(:mod:`nvfabric.rules.imex.shell`), and the work of the expansions is counted against a budget
+proportional to the script's size (:data:`WORK_PER_BYTE`). A bound reached (that budget,
+:data:`MAX_LOOP_WORDS`, :data:`MAX_FOLLOW`) is said in :attr:`Analysis.unread`: what was not
+read may run IMEX.
 """
 
 from __future__ import annotations
@@ -29,9 +35,10 @@ from __future__ import annotations
 import fnmatch
 import posixpath
 import re
-import shlex
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+
+from nvfabric.rules.imex.shell import DIGITS, commands, logical_lines, split_redirects
 
 #: systemctl/service verbs that mean a script drives the host unit (systemctl(1)).
 UNIT_VERBS = frozenset({
@@ -43,13 +50,10 @@ IMEX_UNIT_NAMES = frozenset({"nvidia-imex", "nvidia-imex.service"})
 _PREFIXES = frozenset({"exec", "command", "nohup", "setsid", "builtin", "time", "then", "do",
                        "else", "elif", "if", "while", "until", "!", "{", "}", "-", "sudo"})
 _SHELLS = frozenset({"sh", "bash", "dash", "ksh", "zsh"})
-_SEPARATORS = frozenset({";", ";;", "&", "&&", "|", "||", "(", ")", "|&"})
-_REDIRECTS = frozenset({">", ">>", ">|", "&>", "&>>", ">&", "<", "<<", "<<<", "<>"})
+#: Options of the wrappers (env, nice, timeout, ...) that take a value (``nice -n 5``).
+_TAKES_VALUE = frozenset({"-n", "-s", "-k", "-u", "-c", "-p", "--signal", "--kill-after"})
 _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _ASSIGN = re.compile(r"([A-Za-z_][A-Za-z0-9_]*)=(.*)", re.S)
-#: A positional parameter's or a redirection's number: ASCII digits only (str.isdigit
-#: also takes '²', which no shell reads as a number).
-_DIGITS = re.compile(r"[0-9]+")
 _REF = re.compile(
     r"\$\{([^{}]*)\}"                 # ${...}
     r"|\$\(((?:[^()]|\([^()]*\))*)\)"  # $(...), one level of parentheses inside
@@ -59,9 +63,16 @@ _REF = re.compile(
 _HELD = re.compile("\x01([0-9]+)\x01")
 #: What an unset variable reads as in a path: a glob over whatever is there.
 UNKNOWN = "*"
-#: The most words of one ``for`` list, and of one script's follow list.
+#: The most words of one ``for`` list, and of one script's follow list (every absolute
+#: command is one: Slurm runs prologs without a PATH, so sites write /usr/bin/logger).
 MAX_LOOP_WORDS = 64
-MAX_FOLLOW = 64
+MAX_FOLLOW = 1024
+#: The work of a script's expansions (characters made, compared) allowed per byte of the
+#: script, plus a base for short scripts; past it the rest of the script is not read.
+WORK_PER_BYTE = 16
+WORK_BASE = 1 << 20
+#: Evidence lines kept per script (the rest counted).
+MAX_EVIDENCE = 16
 
 
 # -- what a script does ----------------------------------------------------------------------
@@ -89,11 +100,6 @@ class Actions:
     def drives_unit(self) -> bool:
         return bool(self.unit_verbs)
 
-    def merged(self, other: Actions) -> Actions:
-        verbs = tuple(dict.fromkeys(self.unit_verbs + other.unit_verbs))
-        return Actions(verbs, self.daemon or other.daemon, self.node_list or other.node_list,
-                       self.channels or other.channels, self.lines + other.lines)
-
     def summary(self) -> str:
         """One phrase: ``drives nvidia-imex.service (systemctl is-enabled/stop/start)``, ..."""
         parts = []
@@ -112,12 +118,14 @@ class Actions:
 class Analysis:
     """One script read: its ``actions``; ``follow``: host path patterns (globs) it runs or
     sources, in order; ``exported``: its variables at the end (a script it hands off to
-    inherits them); ``nvfabric_prolog``: it is nvfabric's own Slurm prolog."""
+    inherits them); ``nvfabric_prolog``: it is nvfabric's own Slurm prolog; ``unread``: what
+    a bound kept from being read (``path:line: ...`` lines; empty when read whole)."""
 
     actions: Actions
     follow: tuple[str, ...] = ()
     exported: Mapping[str, str] = field(default_factory=dict)
     nvfabric_prolog: bool = False
+    unread: tuple[str, ...] = ()
 
 
 def is_shell(head: bytes) -> bool:
@@ -150,41 +158,57 @@ def analyse(text: str, invoked: str, real: str, env: Mapping[str, str],
     nvidia-imex words alone."""
     if not shell:
         return Analysis(_other_language(text, invoked))
-    state = _State(dict(env), invoked, real)
-    for number, line in _logical_lines(text):
-        state.line(number, line)
-    return Analysis(state.actions, tuple(dict.fromkeys(state.follow))[:MAX_FOLLOW],
-                    dict(state.vars), "NVFABRIC_IMEX_START" in text)
+    state = _State(dict(env), invoked, real, WORK_BASE + WORK_PER_BYTE * len(text))
+    unread: list[str] = []
+    for number, line in logical_lines(text):
+        try:
+            state.line(number, line)
+        except _OverBudget:
+            unread.append(f"{invoked}:{number}: its expansions exceed the reading budget "
+                          f"({WORK_PER_BYTE} per byte): the rest of the script not read")
+            break
+    follow = tuple(dict.fromkeys(state.follow))
+    if len(follow) > MAX_FOLLOW:
+        unread.append(f"{invoked}: hands off to more than {MAX_FOLLOW} paths: "
+                      f"{len(follow) - MAX_FOLLOW} not followed")
+    unread += state.cut_loops
+    return Analysis(state.done(), follow[:MAX_FOLLOW], dict(state.vars),
+                    "NVFABRIC_IMEX_START" in text, tuple(unread))
 
 
-def _logical_lines(text: str) -> list[tuple[int, str]]:
-    """Lines with backslash-newline continuations joined: (first line number, text)."""
-    out: list[tuple[int, str]] = []
-    pending = ""
-    start = 0
-    for number, raw in enumerate(text.splitlines(), 1):
-        if not pending:
-            start = number
-        if raw.endswith("\\") and not raw.endswith("\\\\"):
-            pending += raw[:-1] + " "
-            continue
-        out.append((start, pending + raw))
-        pending = ""
-    if pending:
-        out.append((start, pending))
-    return out
+class _OverBudget(Exception):
+    """The expansions of one script did more work than its budget allows: a private signal,
+    caught in :func:`analyse` (model/errors.py: not an error of nvfabric)."""
 
 
 class _State:
     """The reading of one script: its variables so far, what it did, what it runs."""
 
-    def __init__(self, env: dict[str, str], invoked: str, real: str) -> None:
+    def __init__(self, env: dict[str, str], invoked: str, real: str, budget: int) -> None:
         self.vars = env
         self.invoked = invoked
         self.real = real
-        self.actions = Actions()
+        self.budget = budget
+        self.verbs: dict[str, None] = {}
+        self.kinds: set[str] = set()
+        self.lines: list[str] = []
+        self.more = 0
         self.follow: list[str] = []
         self.loops: dict[str, tuple[str, ...]] = {}
+        self.cut: dict[str, int] = {}
+        self.cut_loops: list[str] = []
+
+    def spend(self, work: int) -> None:
+        self.budget -= work
+        if self.budget < 0:
+            raise _OverBudget()
+
+    def done(self) -> Actions:
+        """What the script did, its evidence lines at most :data:`MAX_EVIDENCE`."""
+        lines = self.lines + ([f"{self.invoked}: {self.more} more IMEX commands"]
+                              if self.more else [])
+        return Actions(tuple(self.verbs), "daemon" in self.kinds, "node_list" in self.kinds,
+                       "channels" in self.kinds, tuple(lines))
 
     # -- expansion
 
@@ -194,18 +218,21 @@ class _State:
 
         def one(m: re.Match[str]) -> str:
             if m.group(1) is not None:
-                return self._brace(m.group(1), depth)
-            if m.group(2) is not None or m.group(3) is not None:
-                return self._substitution(m.group(2) if m.group(2) is not None
-                                          else m.group(3), depth)
-            return self._var(m.group(4))
+                out = self._brace(m.group(1), depth)
+            elif m.group(2) is not None or m.group(3) is not None:
+                out = self._substitution(m.group(2) if m.group(2) is not None
+                                         else m.group(3), depth)
+            else:
+                out = self._var(m.group(4))
+            self.spend(len(out))
+            return out
 
         return _REF.sub(one, text)
 
     def _var(self, name: str) -> str:
         if name == "0":
             return self.invoked
-        if name in ("@", "*", "#", "?", "$", "!", "-") or _DIGITS.fullmatch(name):
+        if name in ("@", "*", "#", "?", "$", "!", "-") or DIGITS.fullmatch(name):
             return ""
         return self.vars.get(name, UNKNOWN)
 
@@ -235,6 +262,7 @@ class _State:
         for sep, longest, suffix in (("%%", True, True), ("%", False, True),
                                      ("##", True, False), ("#", False, False)):
             if op.startswith(sep):
+                self.spend(len(value) * (len(value) + 1))  # a match tried at each position
                 return _strip(value, self.expand(op[len(sep):], depth + 1), longest, suffix)
         return value
 
@@ -269,12 +297,13 @@ class _State:
             held.append(m.group(0))
             return f"\x01{len(held) - 1}\x01"
 
-        for words in _commands(_REF.sub(hold, raw)):
+        # the marker's byte is no shell text: dropped, so that no word of the script reads as one
+        for words in commands(_REF.sub(hold, raw.replace("\x01", ""))):
             self.command(number, [self.expand(_HELD.sub(lambda m: held[int(m.group(1))], w))
                                   for w in words])
 
     def command(self, number: int, words: list[str]) -> None:
-        words, redirects = _split_redirects(words)
+        words, redirects = split_redirects(words)
         if any("nodes_config" in t for t in redirects if not t.startswith("<")):
             self._did(number, words or redirects, node_list=True)
         words = self._strip_prefixes(words)
@@ -312,56 +341,59 @@ class _State:
         elif prog == "run-parts":
             dirs = [a for a in args if not a.startswith("-")]
             self._follow([posixpath.join(dirs[-1], "*")] if dirs else [])
-        elif head in self.loops:
+        elif head in self.loops:  # the loop's variable run as a command
             self._follow(list(self.loops[head]))
+            if self.cut.pop(head, 0) > 0:
+                self.cut_loops.append(f"{self.invoked}:{number}: runs each word of a for loop "
+                                      f"of more than {MAX_LOOP_WORDS}: the rest not followed")
         elif head.startswith("/"):
             self._follow([head])
 
     def _strip_prefixes(self, words: list[str]) -> list[str]:
         """Drop assignments (recorded when they stand alone), ``export``/``local``/...,
-        wrappers (``exec``, ``timeout 30``, ``env A=B``, ``nice -n 5``) before the command."""
-        changed = True
-        while words and changed:
-            changed = False
-            head = words[0]
-            found = _ASSIGN.fullmatch(head)
-            if found:
-                rest = words[1:]
-                if not rest or all(_ASSIGN.fullmatch(w) for w in rest):
-                    for w in words:
+        wrappers (``exec``, ``timeout 30``, ``env A=B``, ``nice -n 5``) before the command.
+        One pass over the words (an index, no slices: a line of a million prefixes is read in
+        linear time)."""
+        i, n = 0, len(words)
+        while i < n:
+            head = words[i]
+            if _ASSIGN.fullmatch(head):
+                j = i
+                while j < n and _ASSIGN.fullmatch(words[j]):
+                    j += 1
+                if j == n:  # assignments alone: they set the shell's variables
+                    for w in words[i:]:
                         m = _ASSIGN.fullmatch(w)
-                        if m:
-                            self.vars[m.group(1)] = m.group(2)
+                        assert m is not None
+                        self.vars[m.group(1)] = m.group(2)
                     return []
-                words, changed = rest, True
+                i = j  # assignments before a command: its environment only
             elif head in ("export", "readonly", "local", "declare", "typeset"):
-                for w in words[1:]:
+                for w in words[i + 1:]:
                     m = _ASSIGN.fullmatch(w)
                     if m:
                         self.vars[m.group(1)] = m.group(2)
                 return []
             elif head in _PREFIXES:
-                words, changed = words[1:], True
+                i += 1
             elif head in ("env", "nice", "ionice", "stdbuf", "chrt", "taskset", "timeout"):
-                rest = words[1:]
-                while rest and (rest[0].startswith("-") or _ASSIGN.fullmatch(rest[0])):
-                    takes = rest[0] in ("-n", "-s", "-k", "-u", "-c", "-p", "--signal",
-                                        "--kill-after")
-                    rest = rest[2:] if takes else rest[1:]
-                if head == "timeout" and rest:
-                    rest = rest[1:]  # the duration
-                elif head in ("chrt", "taskset") and rest:
-                    rest = rest[1:]  # the priority / the mask
-                words, changed = rest, True
-        return words
+                i += 1
+                while i < n and (words[i].startswith("-") or _ASSIGN.fullmatch(words[i])):
+                    i += 2 if words[i] in _TAKES_VALUE else 1
+                if head in ("timeout", "chrt", "taskset") and i < n:
+                    i += 1  # the duration / the priority / the mask
+            else:
+                break
+        return words[i:]
 
     def _loop(self, words: list[str]) -> None:
         name = words[1]
         if not _NAME.fullmatch(name) or words[2] != "in":
             return
-        items = tuple(w for w in words[3:] if w not in ("do", ";"))[:MAX_LOOP_WORDS]
+        items = tuple(w for w in words[3:] if w not in ("do", ";"))
         marker = f"@loop{len(self.loops)}:{name}@"
-        self.loops[marker] = items
+        self.loops[marker] = items[:MAX_LOOP_WORDS]
+        self.cut[marker] = len(items) - MAX_LOOP_WORDS
         self.vars[name] = marker
 
     def _nvfabric(self, number: int, words: list[str]) -> None:
@@ -375,9 +407,14 @@ class _State:
 
     def _did(self, number: int, words: list[str], verbs: tuple[str, ...] = (),
              daemon: bool = False, node_list: bool = False, channels: bool = False) -> None:
-        shown = " ".join(words)
-        line = f"{self.invoked}:{number}: {shown[:160]}"
-        self.actions = self.actions.merged(Actions(verbs, daemon, node_list, channels, (line,)))
+        self.verbs.update(dict.fromkeys(verbs))
+        self.kinds.update(k for k, on in (("daemon", daemon), ("node_list", node_list),
+                                          ("channels", channels)) if on)
+        if len(self.lines) >= MAX_EVIDENCE:
+            self.more += 1
+            return
+        shown = " ".join(words[:64])
+        self.lines.append(f"{self.invoked}:{number}: {shown[:160]}")
 
     def _follow(self, paths: list[str]) -> None:
         for path in paths:
@@ -400,66 +437,26 @@ def _strip(value: str, pattern: str, longest: bool, suffix: bool) -> str:
     return value
 
 
-def _commands(line: str) -> list[list[str]]:
-    """The simple commands of one logical line, each a list of words (quotes removed,
-    comments dropped), split at ``;``, ``&&``, ``||``, ``|``, ``&``, parentheses; an
-    unbalanced quote (a multi-line string) falls back to splitting at white space."""
-    lexer = shlex.shlex(line, posix=True, punctuation_chars=";&|()<>")
-    lexer.whitespace_split = True
-    lexer.commenters = "#"
-    try:
-        tokens = list(lexer)
-    except ValueError:
-        tokens = line.split("#", 1)[0].split()
-    out: list[list[str]] = []
-    current: list[str] = []
-    for token in tokens:
-        if token in _SEPARATORS:
-            if current:
-                out.append(current)
-            current = []
-        else:
-            current.append(token)
-    if current:
-        out.append(current)
-    return out
-
-
-def _split_redirects(words: list[str]) -> tuple[list[str], list[str]]:
-    """(the words without redirections, the redirection targets prefixed by their operator:
-    ``>/etc/nvidia-imex/nodes_config.cfg``). ``2>&1`` and ``>/dev/null`` are dropped."""
-    out: list[str] = []
-    targets: list[str] = []
-    skip = False
-    for i, word in enumerate(words):
-        if skip:
-            skip = False
-            continue
-        if word in _REDIRECTS:
-            if i + 1 < len(words):
-                targets.append(word + words[i + 1])
-                skip = True
-            continue
-        if _DIGITS.fullmatch(word) and i + 1 < len(words) and words[i + 1] in _REDIRECTS:
-            continue
-        out.append(word)
-    return out, targets
-
-
 def _other_language(text: str, where: str) -> Actions:
     """A prolog in Python, Perl, ...: ``systemctl <verb> nvidia-imex`` and a bare
     ``/usr/bin/nvidia-imex`` word on one line, read without its language."""
-    actions = Actions()
+    verbs: dict[str, None] = {}
+    daemon = False
+    lines: list[str] = []
+    more = 0
     for number, line in enumerate(text.splitlines(), 1):
         words = re.findall(r"[A-Za-z0-9_./-]+", line)
-        found = Actions()
+        found = False
         if "systemctl" in words and any(w in IMEX_UNIT_NAMES for w in words):
-            verbs = tuple(w for w in words if w in UNIT_VERBS)
-            if verbs:
-                found = Actions(verbs)
+            said = [w for w in words if w in UNIT_VERBS]
+            verbs.update(dict.fromkeys(said))
+            found = bool(said)
         elif any(w.endswith("/nvidia-imex") for w in words):
-            found = Actions(daemon=True)
-        if found.imex:
-            actions = actions.merged(Actions(found.unit_verbs, found.daemon, lines=(
-                f"{where}:{number}: {line.strip()[:160]}",)))
-    return actions
+            daemon = found = True
+        if found and len(lines) < MAX_EVIDENCE:
+            lines.append(f"{where}:{number}: {line.strip()[:160]}")
+        elif found:
+            more += 1
+    if more:
+        lines.append(f"{where}: {more} more IMEX commands")
+    return Actions(tuple(verbs), daemon, lines=tuple(lines))

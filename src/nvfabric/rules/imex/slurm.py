@@ -35,17 +35,22 @@ _ASSIGN = re.compile(r"([A-Za-z_][A-Za-z0-9_]*)=(.*)", re.S)
 @dataclass(frozen=True)
 class ConfLine:
     """One ``Key=Value`` of slurm.conf: ``key`` as written, ``value`` stripped, 1-based
-    ``line``."""
+    ``line`` of the file ``path`` (host path: slurm.conf or a file it includes)."""
 
     key: str
     value: str
     line: int
+    path: str = ""
+
+    def where(self) -> str:
+        """``path:line: Key=Value``, the evidence form."""
+        return f"{self.path}:{self.line}: {self.key}={self.value}"
 
 
-def parse_conf(text: str) -> tuple[tuple[ConfLine, ...], tuple[str, ...]]:
-    """(the ``Key=Value`` lines, the ``Include`` patterns) of slurm.conf text. A line with
-    several pairs (``NodeName=a CPUs=4``) yields its first key with the rest as value, which
-    is all the keys read here need (they stand alone on their line)."""
+def parse_conf(text: str, path: str = "") -> tuple[tuple[ConfLine, ...], tuple[str, ...]]:
+    """(the ``Key=Value`` lines, the ``Include`` patterns) of slurm.conf text read from
+    ``path``. A line with several pairs (``NodeName=a CPUs=4``) yields its first key with the
+    rest as value, which is all the keys read here need (they stand alone on their line)."""
     items: list[ConfLine] = []
     includes: list[str] = []
     for number, raw in enumerate(text.splitlines(), 1):
@@ -59,7 +64,7 @@ def parse_conf(text: str) -> tuple[tuple[ConfLine, ...], tuple[str, ...]]:
         key, sep, value = line.partition("=")
         key = key.strip()
         if sep and key and " " not in key and "\t" not in key:
-            items.append(ConfLine(key, value.strip(), number))
+            items.append(ConfLine(key, value.strip(), number, path))
     return tuple(items), tuple(includes)
 
 
@@ -94,37 +99,50 @@ def script_patterns(value: str, conf_dir: str) -> tuple[str, ...]:
     return tuple(out)
 
 
-def nvfabric_prolog_actions(settings: Mapping[str, str], where: str) -> Actions:
+def nvfabric_prolog_actions(settings: Mapping[str, str], where: str,
+                            origins: Mapping[str, str] | None = None) -> Actions:
     """What nvfabric's own Slurm prolog does under ``settings`` (its KEY=VALUE settings, the
     environment first; packaging/slurm/nvfabric-imex-prolog): ``NVFABRIC_IMEX_START``
     ``nvfabric`` (default) starts ``nvfabric run`` (the daemon run by the prolog), ``unit``
     restarts nvidia-imex.service, ``none`` starts nothing; both write the job's node list;
     ``NVFABRIC_IMEX_CHANNEL`` a number creates that channel, ``job`` none (the
     switch/nvidia_imex plugin makes the job's own), ``auto`` (default) channel 0 unless that
-    plugin is configured (which then owns the channels either way)."""
+    plugin is configured (which then owns the channels either way). ``origins``: where each
+    setting was set (``/etc/default/nvfabric-slurm:3``, ``set by /etc/slurm/prolog.sh``), named
+    in the evidence line beside it; a setting not set is ``(the default)``."""
     mode = settings.get("NVFABRIC_IMEX_START") or "nvfabric"
     channel = settings.get("NVFABRIC_IMEX_CHANNEL") or "auto"
-    line = f"{where}: nvfabric's Slurm prolog, NVFABRIC_IMEX_START={mode}"
+
+    def said(key: str, value: str) -> str:
+        origin = (origins or {}).get(key) if settings.get(key) else None
+        return f"{key}={value} ({origin or 'the default'})"
+
     return Actions(
         unit_verbs=("restart", "stop") if mode == "unit" else (),
         daemon=mode == "nvfabric",
         node_list=mode in ("nvfabric", "unit"),
         channels=channel != "job",
-        lines=(line + f", NVFABRIC_IMEX_CHANNEL={channel}",),
+        lines=(f"{where}: nvfabric's Slurm prolog, {said('NVFABRIC_IMEX_START', mode)}, "
+               f"{said('NVFABRIC_IMEX_CHANNEL', channel)}",),
     )
 
 
 def parse_settings(text: str) -> dict[str, str]:
     """``KEY=VALUE`` lines of a settings file read as data (``#`` comments), as the nvfabric
     prolog reads /etc/default/nvfabric-slurm."""
-    out: dict[str, str] = {}
-    for raw in text.splitlines():
+    return {key: value for key, (value, _) in settings_at(text).items()}
+
+
+def settings_at(text: str) -> dict[str, tuple[str, int]]:
+    """:func:`parse_settings` with the 1-based line each setting was last set at."""
+    out: dict[str, tuple[str, int]] = {}
+    for number, raw in enumerate(text.splitlines(), 1):
         line = raw.strip()
         if not line or line.startswith("#"):
             continue
         found = _ASSIGN.fullmatch(line)
         if found:
-            out[found.group(1)] = found.group(2).strip().strip('"').strip("'")
+            out[found.group(1)] = (found.group(2).strip().strip('"').strip("'"), number)
     return out
 
 
@@ -152,13 +170,17 @@ class SlurmFacts:
     found; ``found_by``: how (``SLURM_CONF of slurmd (pid 812)``, ``compiled-in default of
     ...``, ``configless cache``); ``switch``: the ``SwitchType=switch/nvidia_imex`` line
     (``path:line: ...``) when set; ``scripts``: the prolog/epilog scripts that manage IMEX;
-    ``notes``: what was not followed (a link out of the root, a bound reached)."""
+    ``notes``: what slurmd cannot run (a Prolog that names no file, a directory, a loop of
+    links: every job's prolog fails there); ``unread``: what slurmd would run that was not
+    read whole (a bound reached, a link out of the root, a file nvfabric may not read, a
+    binary): each may run IMEX, so with any of them "no IMEX prolog" is not known."""
 
     conf: str | None = None
     found_by: str = ""
     switch: str | None = None
     scripts: tuple[Script, ...] = ()
     notes: tuple[str, ...] = ()
+    unread: tuple[str, ...] = ()
 
     @property
     def daemon_scripts(self) -> tuple[Script, ...]:
@@ -192,4 +214,4 @@ class SlurmFacts:
         if self.switch:
             out.append(f"{self.switch}: Slurm creates each job's IMEX channel")
         out += [s.line() for s in self.scripts]
-        return tuple(out + list(self.notes))
+        return tuple(out + list(self.notes) + [f"not read: {u}" for u in self.unread])

@@ -84,12 +84,17 @@ NVFABRIC_SLURM_DEFAULTS = "/etc/default/nvfabric-slurm"
 NVFABRIC_STATE_DIR = "/run/nvfabric"
 NVFABRIC_SLURM_STATE_DIR = "/run/nvfabric-slurm"
 
-#: Bounds of the prolog follower: scripts read in all, hand-offs deep, bytes of one script,
-#: matches of one glob.
-SLURM_MAX_SCRIPTS = 64
+#: Bounds of the prolog follower: files read in all (scripts and the programs they run),
+#: hand-offs deep, bytes of one script, bytes of all scripts, matches of one glob. slurmd runs
+#: every file a Prolog glob lists (SchedMD src/plugins/prep/script/prep_script_slurmd.c), and
+#: sites keep large prolog.d trees, so the counts are generous: reading is linear, about 1 s
+#: for 4,000 small scripts here. Past a bound the rest is not read, and said: the owner is
+#: then unknown, never "none".
+SLURM_MAX_SCRIPTS = 4096
 SLURM_MAX_DEPTH = 8
 SLURM_MAX_SCRIPT_BYTES = 1 << 20
-SLURM_MAX_GLOB = 256
+SLURM_MAX_TOTAL_BYTES = 16 << 20
+SLURM_MAX_GLOB = 4096
 
 #: Slurm's own IMEX channel plugin (slurmctld gives each job a channel, slurmstepd makes its
 #: device in the job's mount namespace, slurmd empties /dev/nvidia-caps-imex-channels at
