@@ -209,6 +209,17 @@ def test_lock_errors_say_what_they_are(tmp_path: Path) -> None:
         assert finding.message == f"cannot take the run lock {lock}: {os.strerror(code)}"
 
 
+def test_a_full_standard_output_is_disk_full_with_a_hint_that_reads(unhealthy: Path) -> None:
+    """`status > /dev/full`: the OSError names no file; the hint must not be a template filled
+    with nothing ("the filesystem of the filesystem")."""
+    with open("/dev/full", "wb") as full:
+        proc = _nvfabric("status", "--root", str(unhealthy), stdout=full.fileno())
+    assert proc.returncode == 1, proc.stderr
+    (line,) = proc.stderr.decode().splitlines()
+    assert line.startswith("nvfabric: disk_full: ") and "of the filesystem" not in line
+    assert "standard output" in line
+
+
 # ---------------------------------------------------------------- run's inputs, run's listing
 
 

@@ -155,3 +155,52 @@ def test_decode_is_pure_over_the_table_it_is_given() -> None:
     assert (cls, fields["immediate_hint"], fields["catalogue_effect"]) == (
         "error", "reset", "Local: Fatal")
     assert xid_decode.decode((), 150, "MSE_WATCHDOG", 0, 0, "Nonfatal")[0] == "unknown_nonfatal"
+
+
+def _bit_rows(xid: int, unit: str, intr: int) -> dict[int, DecodeRow]:
+    """Single-bit errorStatus rows of one (Xid, unit, intrInfo), by bit."""
+    return {r.error_status: r for r in ROWS
+            if r.matches(xid, unit, intr, r.error_status) and bin(r.error_status).count("1") == 1}
+
+
+# (Xid, unit, intrInfo): events whose errorStatus bits each have a row of the sheet.
+MULTI = [(144, "SAW_MVB", 0x00000021)]
+
+
+@pytest.mark.parametrize(("xid", "unit", "intr"), MULTI)
+def test_an_error_status_of_several_bits_is_decoded_bit_by_bit(xid: int, unit: str,
+                                                               intr: int) -> None:
+    """errorStatus is a bit mask: 0x12 is the events 0x10 and 0x02 at once; the heaviest
+    bit's row decides, every bit is named, and a bit no row names is said."""
+    rows = _bit_rows(xid, unit, intr)
+    bits = sorted(rows)[:2]
+    assert len(bits) == 2, "the sheet holds two single-bit rows for this event"
+    status = bits[0] | bits[1]
+    assert not any(r.matches(xid, unit, intr, status) for r in ROWS)  # no row of the whole word
+    line = LINE.format(xid=xid, unit=unit, word="Nonfatal", link=0, intr=intr, status=status)
+    (f,) = classify_lines([line], "nvlink5")
+    heaviest = max((rows[b] for b in bits), key=lambda r: ("info", "warning", "error").index(
+        r.finding_severity))
+    assert (f.severity, f.fields["subcode_known"], f.fields["immediate_action"]) == (
+        heaviest.finding_severity, True, heaviest.immediate)
+    assert [b.split(":")[0] for b in f.fields["error_bits"]] == [f"0x{b:08x}" for b in bits]
+    assert "unknown_error_bits" not in f.fields
+    stray = 1 << 30  # a bit the sheet gives no row for this event
+    assert stray not in rows
+    line = LINE.format(xid=xid, unit=unit, word="Nonfatal", link=0, intr=intr,
+                       status=status | stray)
+    (f,) = classify_lines([line], "nvlink5")
+    assert f.fields["unknown_error_bits"] == f"0x{stray:08x}"
+    assert f.severity == heaviest.finding_severity
+
+
+def test_a_row_of_a_combined_error_status_wins_over_its_bits() -> None:
+    """The sheet lists some combinations (errorStatus 0x3, 0x5, 0x7): their own row decodes."""
+    combined = [r for r in ROWS if bin(r.error_status).count("1") > 1]
+    assert combined
+    for row in combined:
+        pattern = row.patterns[0]
+        decoded, fields = xid_decode.decode(ROWS, row.xid, row.unit.split("/")[0],
+                                            _sample(pattern), row.error_status, "Fatal")
+        assert (decoded, fields["immediate_action"]) == (row.finding_severity, row.immediate)
+        assert "error_bits" not in fields

@@ -145,8 +145,10 @@ def os_error(err: OSError, doing: str = "", path: str | None = None) -> tuple[Fi
     message = f"{what}: {reason}" if what else reason
     parent = os.path.dirname(str(where)) if where else "the filesystem"
     if err.errno in _FULL:
-        return Finding("disk_full", "error", message,
-                       f"free space on the filesystem of {parent} (`df -h {parent}`), or pass "
-                       "a directory on another filesystem", {"path": where}), 1
+        hint = (f"free space on the filesystem of {parent} (`df -h {parent}`), or pass a "
+                "directory on another filesystem") if where else (
+                "free space on the filesystem being written (the standard output's, when it is "
+                "redirected to a file), or write elsewhere")
+        return Finding("disk_full", "error", message, hint, {"path": where}), 1
     return Finding("input_unreadable", "error", message, os_hint(err, parent),
                    {"path": where}), 2

@@ -122,20 +122,56 @@ def decode(table: tuple[DecodeRow, ...], xid: int, unit: str, intr_info: int, er
     ``error_status`` (``0x%08x``), ``subcode_known``, and for a decoded row
     ``immediate_action``, ``investigatory_action`` (``then_action`` where the sheet gives one),
     the two in plain words (``immediate_hint``, ``investigatory_hint``), ``catalogue_severity``,
-    ``catalogue_unit``, ``catalogue_effect``."""
+    ``catalogue_unit``, ``catalogue_effect``; for an errorStatus decoded bit by bit
+    (:func:`_rows`) the heaviest bit's row, ``error_bits`` (each bit's row in words) and
+    ``unknown_error_bits`` (the bits no row names, when some)."""
     fields: dict[str, Any] = {"subcode": subcode(intr_info),
                               "error_status": f"0x{error_status:08x}"}
-    for row in table:
-        if row.matches(xid, unit, intr_info, error_status):
-            fields.update(subcode_known=True, immediate_action=row.immediate,
-                          investigatory_action=row.investigatory,
-                          immediate_hint=row.immediate_words,
-                          investigatory_hint=row.investigatory_words,
-                          catalogue_severity=row.severity, catalogue_unit=row.unit,
-                          catalogue_effect=row.effect)
-            if row.then:
-                fields["then_action"] = row.then
-            return row.finding_severity, fields
+    rows = _rows(table, xid, unit, intr_info, error_status)
+    if rows:
+        row = max(rows, key=lambda r: _RANK[r.finding_severity])
+        fields.update(subcode_known=True, immediate_action=row.immediate,
+                      investigatory_action=row.investigatory,
+                      immediate_hint=row.immediate_words,
+                      investigatory_hint=row.investigatory_words,
+                      catalogue_severity=row.severity, catalogue_unit=row.unit,
+                      catalogue_effect=row.effect)
+        if row.then:
+            fields["then_action"] = row.then
+        if len(rows) > 1 or rows[0].error_status != error_status:
+            fields["error_bits"] = tuple(
+                f"0x{r.error_status:08x}: {r.severity}, immediate action {r.immediate}, "
+                f"investigate {r.investigatory}" for r in rows)
+            unknown = error_status & ~_bits_of(rows)
+            if unknown:
+                fields["unknown_error_bits"] = f"0x{unknown:08x}"
+        return row.finding_severity, fields
     fields["subcode_known"] = False
     fatal = (severity_word or "").lower() == "fatal"
     return ("unknown_fatal" if fatal else "unknown_nonfatal"), fields
+
+
+#: Order of the finding severities a row gives (the heaviest bit decides the event's).
+_RANK = {"info": 0, "warning": 1, "error": 2}
+
+
+def _rows(table: tuple[DecodeRow, ...], xid: int, unit: str, intr_info: int,
+          error_status: int) -> list[DecodeRow]:
+    """The rows that decode an event: the row of its whole errorStatus word when the sheet has
+    one (it lists some combinations, e.g. 0x3), else the row of each set bit that has one
+    (errorStatus is a bit mask: 0x12 is the events 0x10 and 0x2 at once). Empty: none."""
+    for row in table:
+        if row.matches(xid, unit, intr_info, error_status):
+            return [row]
+    found = []
+    for bit in (1 << i for i in range(32)):
+        if error_status & bit and error_status != bit:
+            found += [r for r in table if r.matches(xid, unit, intr_info, bit)][:1]
+    return found
+
+
+def _bits_of(rows: list[DecodeRow]) -> int:
+    out = 0
+    for row in rows:
+        out |= row.error_status
+    return out
