@@ -251,17 +251,23 @@ def topology(reports: tuple[str, ...], fmt: str, block_sizes: str | None, output
     except ValueError as err:
         raise usage_error(f"--block-sizes {block_sizes}: {err}", "e.g. 18, or 16,32") from None
     text = result.slurm_conf()
+    if output is not None and not os.path.isdir(os.path.dirname(os.path.abspath(output))):
+        raise usage_error(f"--output {output}: its directory does not exist",
+                          "give a file in an existing directory")
     if output is not None and result.blocks:
         try:
             write_atomic(os.path.abspath(output), text, mode=0o644)
         except OSError as err:
             raise usage_error(f"cannot write {output}: {err.strerror or err}",
                               "give a writable path") from None
+    written = output if result.blocks else None
     if as_json:
-        print_json({**result.to_json(), "output": output})
+        print_json({**result.to_json(), "output": written})
     else:
         if output is None:
             sys.stdout.write(text)
+        elif written is None:
+            console().print(f"nothing written to {safe(output)}: no block")
         else:
             console().print(f"wrote {safe(output)}: {len(result.blocks)} block(s)")
         print_findings(console(stderr=True) if output is None else console(),

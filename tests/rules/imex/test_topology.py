@@ -88,6 +88,17 @@ def test_no_registered_node_is_exit_1_and_no_file(tmp_path: Path) -> None:
     out, rc = run_json("domain", "topology", str(path), "--output", str(tmp_path / "t.conf"))
     assert rc == 1 and out["blocks"] == [] and not (tmp_path / "t.conf").exists()
     assert [f["severity"] for f in out["findings"]] == ["warning", "error"]
+    assert out["output"] is None  # nothing was written there
+    proc = run_cli("domain", "topology", str(path), "--output", str(tmp_path / "t.conf"))
+    assert proc.returncode == 1 and "nothing written to" in proc.stdout and "wrote" not in proc.stdout
+
+
+def test_an_output_in_a_missing_directory_is_refused_and_nothing_made(tmp_path: Path) -> None:
+    target = tmp_path / "no" / "such" / "topology.conf"
+    out, rc = run_json("domain", "topology", str(fleet(tmp_path, racks=1)),
+                       "--output", str(target))
+    assert rc == 2 and "does not exist" in out["error"]["message"]
+    assert not (tmp_path / "no").exists()
 
 
 @pytest.mark.parametrize(("counts", "sizes"), [
