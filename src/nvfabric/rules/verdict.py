@@ -651,7 +651,7 @@ def _imex_when_fine(inp: Inputs, acc: _Acc) -> None:
     if imex is None or imex.running:
         return
     owner = inp.imex_owner
-    if owner in ("host", "dra-host"):
+    if owner in ("host", "dra-host", "nvfabric"):  # nvfabric: a live run supervises it
         acc.add("degraded", Finding(
             "imex_not_ready", "warning",
             "the GPUs are registered but the host's IMEX daemon is not running: multi-node "
