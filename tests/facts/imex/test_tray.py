@@ -368,11 +368,20 @@ def test_a_live_run_is_the_owner_and_a_second_owner_appearing_is_an_error(
     (root / DRA_DIR).mkdir(parents=True)
     out, rc = owner(root)
     assert rc == 1 and out["conflict"]["owners"] == ["nvfabric", "dra"]
-    status, _ = run_json("status", "--root", str(root))
+    status, rc = run_json("status", "--root", str(root))
     conflict = [f for f in status["findings"] if f["code"] == "imex_owner_conflict"]
     assert conflict and conflict[0]["severity"] == "error"
     assert f"pid {run.proc.pid}" in conflict[0]["message"] and "DRA" in conflict[0]["message"]
-    assert status["verdict"] != "healthy"
+    # an error finding: status unhealthy (exit 1) and ready not ready (exit 1), with it
+    assert (status["verdict"], rc) == ("unhealthy", 1)
+    ready, rc = run_json("ready", "--root", str(root))
+    assert (ready["ready"], rc, codes(ready)) == (False, 1, ["imex_owner_conflict"])
+    assert ready["run"]["pid"] == run.proc.pid
+    text = run_cli("ready", "--root", str(root))
+    assert text.returncode == 1 and text.stderr.startswith("not ready: nvfabric run (pid ")
+    (root / DRA_DIR).rmdir()  # the second owner gone: ready again
+    ready, rc = run_json("ready", "--root", str(root))
+    assert (ready["ready"], rc, ready["findings"]) == (True, 0, [])
     run.close()
 
 
