@@ -271,6 +271,22 @@ class Run(Child):
         return data
 
 
+#: Where the kernel puts a task that waits in a pipe's read (by kernel version: pipe_wait
+#: before 5.x, pipe_read, anon_pipe_read on 6.x) or in the open of a FIFO for its writer
+#: (wait_for_partner): /proc/PID/task/TID/wchan.
+PIPE_WAITS = ("anon_pipe_read", "pipe_read", "pipe_wait", "wait_for_partner")
+
+
+def blocked_reading(pid: int, tid: int | None = None) -> bool:
+    """Thread ``tid`` (default: the main thread) of ``pid`` sleeps in the kernel reading a
+    pipe or opening a FIFO: the event a test that signals a blocked reader waits for."""
+    try:
+        with open(f"/proc/{pid}/task/{tid or pid}/wchan", encoding="ascii") as fh:
+            return fh.read().strip() in PIPE_WAITS
+    except OSError:
+        return False
+
+
 def until(predicate: Callable[[], bool], what: str, bound: float = BOUND_S) -> None:
     """Poll ``predicate`` every 10 ms until it holds; fails the test after ``bound`` seconds."""
     deadline = time.monotonic() + bound

@@ -110,11 +110,15 @@ def test_version_relations_follow_debian_ordering() -> None:
 
 # -- runfile detection on trees ----------------------------------------------------------
 
-def dpkg_tree(root: Path, installed: dict[str, list[str]]) -> None:
-    """A dpkg database under ``root``: status stanzas and info/<pkg>.list for each package."""
+def dpkg_tree(root: Path, installed: dict[str, list[str]], arch: str | None = "arm64") -> None:
+    """A dpkg database under ``root``: status stanzas and info/<pkg>.list for each package,
+    and the root's own dpkg of ``arch`` (a Debian root has it: its Architecture is the root's;
+    None: a database that names no architecture)."""
     info = root / "var/lib/dpkg/info"
     info.mkdir(parents=True, exist_ok=True)
-    stanzas = []
+    stanzas = [] if arch is None else [
+        f"Package: dpkg\nStatus: install ok installed\nPriority: required\n"
+        f"Architecture: {arch}\nVersion: 1.21.22\nDescription: dpkg\n"]
     for name, paths in installed.items():
         stanzas.append(f"Package: {name}\nStatus: install ok installed\nPriority: optional\n"
                        f"Architecture: arm64\nVersion: 1.0-1\nDescription: {name}\n")
@@ -170,7 +174,8 @@ def test_a_packaged_nvidia_modprobe_beside_a_runfile_driver_is_not_provided(tmp_
     origin = dpkgdb.driver_origin(str(tmp_path))
     assert origin.kind == "runfile"
     assert [p.name for p in origin.provides] == ["nvidia-persistenced"]
-    assert [k.name for k in db.installed] == ["nvidia-modprobe"], "config-files is not installed"
+    assert [k.name for k in db.installed] == ["dpkg", "nvidia-modprobe"], (
+        "config-files is not installed")
 
 
 def test_classify_prefers_a_packaged_library_and_reads_only_versioned_names() -> None:

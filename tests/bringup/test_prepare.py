@@ -5,6 +5,7 @@ one ``Prepared`` value; the applier (effects/apply.py) makes it true on the tree
 
 from __future__ import annotations
 
+import json
 import os
 import stat
 from dataclasses import replace
@@ -61,13 +62,33 @@ def test_gb200_tray_prepares_nvidia_imex_with_its_two_files(tray: tuple) -> None
     (spec,) = prepared.processes
     assert spec.argv == (str(root / "usr/bin/nvidia-imex"), "-c",
                          str(state / "imex/config.cfg"))
+    # the two files the daemon reads, and the run's owner record
     assert [f.path for f in prepared.files] == [str(state / "imex/nodes_config.cfg"),
-                                                str(state / "imex/config.cfg")]
+                                                str(state / "imex/config.cfg"),
+                                                str(state / "imex/owner.json")]
     assert prepared.files[0].content == LOCAL + "\n"
+    assert json.loads(prepared.files[2].content) == {"owner": "host", "socket": None}
     assert prepared.channels == () and prepared.actions() == []
     assert prepared.imex is not None and prepared.imex.ownership.owner == "host"
     assert [p.text for p in prepared.imex.node_list] == [LOCAL]
+    assert prepared.imex.ready_query == (str(root / "usr/bin/nvidia-imex-ctl"), "-c",
+                                         str(state / "imex/config.cfg"), "-q")
     assert prepared.state_dir == str(state)
+
+
+def test_dra_host_tray_asks_readiness_over_the_drivers_command_socket(tray: tuple) -> None:
+    """--imex-owner dra-host: the daemon serves the DRA driver's command socket, readiness is
+    asked over it as the kubelet plugin asks it, no channel is made (per claim) and the owner
+    record says dra-host with its socket (host path)."""
+    root, facts, p, opts = tray
+    prepared = mnnvl.prepare(_with(facts, channels=MISSING), p, replace(opts, owner="dra-host"))
+    sock = "/etc/nvidia-imex/imex_ctrl.sock"
+    assert (prepared.refusals, prepared.warnings, prepared.channels) == ((), (), ())
+    assert prepared.imex is not None
+    assert prepared.imex.ready_query == (str(root / "usr/bin/nvidia-imex-ctl"), "-q",
+                                         f"--u={root}{sock}")
+    assert f"IMEX_CMD_UNIX_DOMAIN_PATH={root}{sock}" in prepared.files[1].content
+    assert json.loads(prepared.files[2].content) == {"owner": "dra-host", "socket": sock}
 
 
 def _codes(prepared: Prepared) -> tuple[list[str], list[str]]:
@@ -176,7 +197,7 @@ def test_applier_makes_channel0_then_writes_the_files(tmp_path: Path) -> None:
     for f in prepared.files:
         assert Path(f.path).read_text() == f.content
     assert said[0].startswith(f"created IMEX channel {root}{CHANNEL0} (c 234,0, mode 0666)")
-    assert said[-2:] == [f"wrote {f.path}" for f in prepared.files]
+    assert said[-3:] == [f"wrote {f.path}" for f in prepared.files]
 
 
 def test_applier_refuses_a_channel_it_cannot_make_and_writes_nothing(tmp_path: Path) -> None:
@@ -260,7 +281,8 @@ def test_one_dry_run_renderer_lists_a_tray(tray: tuple, capsys: pytest.CaptureFi
     assert lines[0] == "fabric mnnvl: IMEX owner host (run by nvfabric), detected"
     assert lines[1].startswith("  why: ")
     assert f"  imex: {root}/usr/bin/nvidia-imex -c {root}/run/nvfabric/imex/config.cfg" in lines
-    assert "    ready when `nvidia-imex-ctl -q` prints READY" in lines
+    ctl, cfg = f"{root}/usr/bin/nvidia-imex-ctl", f"{root}/run/nvfabric/imex/config.cfg"
+    assert f"    ready when `{ctl} -c {cfg} -q` prints READY" in lines
     assert f"  action: mknod {target} c 234 0 && chmod 0666 {target}" in lines
     assert f"file {root}/run/nvfabric/imex/nodes_config.cfg (mode 644):" in lines
     assert f"  | {LOCAL}" in lines

@@ -10,6 +10,11 @@ a bare flag; a list comma-joined; the word ``input`` the case's input written to
 - ``reports: inputs`` (``domain check``): each of the case's ``inputs`` (report name ->
   nvidia-smi capture) becomes ``NAME.json`` from ``nvfabric status --from-nvidia-smi FILE
   [--fabric <report_fabric>] --json``; the reports are the command's arguments, in order.
+
+``install`` runs as on the case's node, whose dpkg is of the node's architecture: a stand-in
+``dpkg`` first on PATH answers ``--print-architecture`` with it (this machine's dpkg may be
+another: an amd64 one refuses the arm64 packages of a GB200 tray whose dpkg database names no
+architecture) and refuses any other call (a dry run makes none).
 """
 
 from __future__ import annotations
@@ -17,6 +22,7 @@ from __future__ import annotations
 import gzip
 import io
 import json
+import os
 import tarfile
 from collections.abc import Callable
 from pathlib import Path
@@ -73,7 +79,26 @@ def run_case(case: dict[str, Any], tmp_path: Path, node: Callable[..., Path]
             argv.append(flag)
         elif value is not False and value is not None:
             argv += [flag, ",".join(map(str, value)) if isinstance(value, list) else str(value)]
-    return run_json(*argv, *positional)
+    env = node_dpkg(case, tmp_path) if argv[0] == "install" and root is not None else None
+    return run_json(*argv, *positional, env=env)
+
+
+#: The node's ``arch`` (uname -m) -> its dpkg's architecture.
+DPKG_ARCH = {"aarch64": "arm64", "x86_64": "amd64"}
+
+
+def node_dpkg(case: dict[str, Any], tmp_path: Path) -> dict[str, str]:
+    """The environment whose PATH starts with the case node's stand-in dpkg (module
+    docstring)."""
+    arch = DPKG_ARCH[case["node"].get("arch", "x86_64")]
+    bindir = tmp_path / "node-dpkg"
+    bindir.mkdir()
+    (bindir / "dpkg").write_text(
+        '#!/bin/sh\ncase "$*" in *--print-architecture) echo ' + arch + "; exit 0;; esac\n"
+        'echo "stand-in dpkg of the case node: only --print-architecture, not: $*" >&2\n'
+        "exit 9\n")
+    (bindir / "dpkg").chmod(0o755)
+    return {"PATH": f"{bindir}:{os.environ['PATH']}"}
 
 
 def reports(case: dict[str, Any], tmp_path: Path, fabric: str | None) -> list[str]:

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +19,7 @@ from nvfabric.artifacts import cachefile, debinstall
 from nvfabric.artifacts.model import Artifact
 from nvfabric.model.errors import NvfabricError
 from tests.artifacts.test_debinstall import (  # noqa: F401 - fixture
+    NVML,
     _ar,
     _tgz,
     dpkg_tree,
@@ -417,8 +420,9 @@ def _dpkg_package(root: Path, arch: str, foreign: tuple[str, ...] = ()) -> None:
     """The root's own dpkg (its Architecture is the root's) and, for a multiarch root, the
     architectures dpkg --add-architecture listed (var/lib/dpkg/arch: native first)."""
     status = root / "var/lib/dpkg/status"
-    status.write_text(status.read_text() + "\nPackage: dpkg\nStatus: install ok installed\n"
-                      f"Architecture: {arch}\nVersion: 1.21.22\nDescription: dpkg\n")
+    others = [p for p in status.read_text().split("\n\n") if not p.startswith("Package: dpkg\n")]
+    status.write_text("\n\n".join([*others, "Package: dpkg\nStatus: install ok installed\n"
+                                  f"Architecture: {arch}\nVersion: 1.21.22\nDescription: dpkg\n"]))
     if foreign:
         (root / "var/lib/dpkg/arch").write_text("".join(a + "\n" for a in (arch, *foreign)))
 
@@ -553,3 +557,59 @@ def test_an_installed_package_is_the_cached_one_only_with_dpkgs_md5sums_of_its_f
 
     content = {"usr/bin/x": "a", "etc/x.cfg": "c"}
     assert same_md5sums(recorded, content, frozenset({"etc/x.cfg"})) is same
+
+
+# -- a root whose dpkg database names no architecture: dpkg installs its own there ----------
+
+def _other_arch() -> tuple[str, str]:
+    """(this machine's dpkg architecture, another one nvfabric fetches for)."""
+    native = subprocess.run(["dpkg", "--print-architecture"], capture_output=True, text=True,
+                            timeout=60, check=True).stdout.strip()
+    return native, "amd64" if native == "arm64" else "arm64"
+
+
+def test_an_empty_dpkg_database_is_checked_against_the_dpkg_that_runs(
+    node: Callable[..., Path], tmp_path: Path
+) -> None:
+    """An empty var/lib/dpkg/status names no architecture: the check used to be skipped, the
+    dry run exited 0 and the install failed in dpkg ('package architecture (arm64) does not
+    match system (amd64)') with a hint about dependencies. Both now refuse alike, before dpkg,
+    naming the architecture of the dpkg that would run and how to get the right package."""
+    native, other = _other_arch()
+    root = node("gb200-tray")
+    dpkg_tree(root, {}, arch=None)
+    (root / "var/lib/dpkg/status").write_text("")
+    put(root, NVML)
+    put(root, "/usr/bin/nvidia-modprobe")
+    cache_deb(tmp_path / "debs", arch=other, depends="nvidia-modprobe")
+    args = ("install", "--from", str(tmp_path / "debs"), "--root", str(root), "--arch", other)
+    dry, dry_rc = run_json(*args, "--dry-run")
+    real, real_rc = run_json(*args)
+    assert (dry_rc, real_rc) == (1, 1), (dry, real)
+    assert dry["error"] == real["error"]
+    err = dry["error"]
+    assert (err["code"], err["package_arch"], err["root_arch"], err["root_arch_from"]) == (
+        "architecture_mismatch", other, native, "dpkg --print-architecture")
+    assert "names no architecture" in err["message"] and "nothing was installed" in err["message"]
+    assert f"nvfabric fetch --arch {native}" in err["hint"]
+    assert f"on a machine of architecture {other}" in err["hint"]
+    assert (root / "var/lib/dpkg/status").read_text() == ""
+    assert not (root / "usr/bin/nvidia-imex").exists()
+
+
+def test_without_dpkg_the_dry_run_fails_as_the_install_would(
+    node: Callable[..., Path], tmp_path: Path
+) -> None:
+    root = node("gb200-tray")
+    dpkg_tree(root, {}, arch=None)
+    put(root, NVML)
+    put(root, "/usr/bin/nvidia-modprobe")
+    cache_deb(tmp_path / "debs", depends="nvidia-modprobe")
+    (tmp_path / "empty").mkdir()
+    args = ("install", "--from", str(tmp_path / "debs"), "--root", str(root))
+    env = {"PATH": str(tmp_path / "empty")}
+    dry, dry_rc = run_json(*args, "--dry-run", env=env)
+    real, real_rc = run_json(*args, env=env)
+    assert (dry_rc, real_rc, dry["error"]) == (1, 1, real["error"])
+    assert dry["error"]["code"] == "install_failed"
+    assert "cannot run it" in dry["error"]["message"]

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import stat
 from collections.abc import Callable
 from pathlib import Path
@@ -17,7 +18,7 @@ import yaml
 
 from nvfabric.model import keyvalue
 from tests.cases import CASES, CORPUS, check_expect
-from tests.conftest import run_json
+from tests.conftest import run_cli, run_json
 from tests.runkit import Run, codes, crash, events, finding, sim
 
 LOCAL = "192.0.2.10"  # the simulated tray's address (nvfabric.simulate.fakes.SIM_LOCAL_IP)
@@ -227,11 +228,37 @@ def test_dry_run_shows_argv_files_and_mknod_and_changes_nothing(tmp_path: Path) 
     assert out["processes"] == [{"service": "imex", "argv": [
         str(root / "usr/bin/nvidia-imex"), "-c", str(root / "run/nvfabric/imex/config.cfg")]}]
     assert [f["path"] for f in out["files"]] == [str(root / "run/nvfabric/imex/nodes_config.cfg"),
-                                                str(root / "run/nvfabric/imex/config.cfg")]
+                                                str(root / "run/nvfabric/imex/config.cfg"),
+                                                str(root / "run/nvfabric/imex/owner.json")]
+    assert out["imex"]["ready_query"] == [str(root / "usr/bin/nvidia-imex-ctl"), "-c",
+                                          str(root / "run/nvfabric/imex/config.cfg"), "-q"]
     channel = root / "dev/nvidia-caps-imex-channels/channel0"  # under the root (issue 10)
     assert out["actions"] == [f"mknod {channel} c 234 0 && chmod 0666 {channel}"]
     assert not (root / "run/nvfabric").exists()
     assert stat.S_ISREG(os.lstat(root / "dev/nvidia-caps-imex-channels/channel0").st_mode)
+
+
+@pytest.mark.parametrize(("owner", "query"), [
+    ([], ["-c", "{root}/run/nvfabric/imex/config.cfg", "-q"]),
+    (["--imex-owner", "dra-host"], ["-q", "--u={root}/etc/nvidia-imex/imex_ctrl.sock"]),
+])
+def test_the_readiness_query_printed_is_the_one_run_asks(
+        tmp_path: Path, start: Callable[..., Run], owner: list[str], query: list[str]) -> None:
+    """The dry run prints the readiness query (dra-host: over the DRA driver's command socket,
+    as its kubelet plugin asks it), `run --json` lists it, and the run asks exactly that."""
+    root = tray(tmp_path)
+    ctl = str(root / "usr/bin/nvidia-imex-ctl")
+    argv = [ctl, *(q.format(root=root) for q in query)]
+    text = run_cli("run", "--root", str(root), "--dry-run", *owner)
+    assert text.returncode == 0, text.stderr
+    assert f"    ready when `{shlex.join(argv)}` prints READY" in text.stdout.splitlines()
+    out, rc = run_json("run", "--root", str(root), "--dry-run", *owner)
+    assert (rc, out["imex"]["ready_query"]) == (0, argv)
+    run = start(root, *owner)
+    run.wait_line(r"nvfabric: fabric ready in")
+    asked = [e["argv"] for e in events(root, "imex-ctl", "call") if "-q" in e["argv"]]
+    assert asked and all(a == argv[1:] for a in asked)
+    run.close()
 
 
 def test_missing_imex_binary_is_refused(tmp_path: Path) -> None:

@@ -60,6 +60,7 @@ def test_a_signal_during_a_hanging_probe_ends_the_command_within_a_second(
     assert took < BOUND_S, f"{command[0]} took {took:.2f} s after {sig.name}"
     assert code == 128 + sig, proc.log
     assert "Traceback" not in proc.log
+    assert f"nvfabric: interrupted: stopped by {sig.name} before it finished" in proc.log
     until(lambda: not any(os.path.exists(f"/proc/{p}") and _alive(p) for p in probes),
           "the probe is killed with the command")
 
@@ -76,11 +77,15 @@ def test_a_signal_during_a_blocked_nvml_read_ends_within_a_second() -> None:
     # The host path: NVML is read in a helper thread (facts.gpu._bounded); a read blocked
     # in the driver must not keep the command for the 15 s probe timeout.
     code = ("import time\n"
+            "from nvfabric.cli.render import guarded\n"
             "from nvfabric.cli.status import stopped_exits\n"
             "from nvfabric.facts import gpu as live\n"
-            "with stopped_exits():\n"
-            "    print('probing', flush=True)\n"
-            "    live._bounded(lambda: time.sleep(60), 15.0)\n")
+            "@guarded\n"
+            "def status():\n"
+            "    with stopped_exits():\n"
+            "        print('probing', flush=True)\n"
+            "        live._bounded(lambda: time.sleep(60), 15.0)\n"
+            "status()\n")
     for sig in (signal.SIGINT, signal.SIGTERM):
         proc = runkit.Child([sys.executable, "-c", code], merge_output=True)
         proc.wait_line("^probing$")
@@ -90,6 +95,8 @@ def test_a_signal_during_a_blocked_nvml_read_ends_within_a_second() -> None:
         code_ = proc.wait()
         assert time.monotonic() - sent < BOUND_S
         assert code_ == 128 + sig, proc.log
+        assert proc.lines[-1].startswith(f"nvfabric: interrupted: stopped by {sig.name} "
+                                         "before it finished"), proc.log
 
 
 @pytest.mark.parametrize("command", [("status",), ("wait", "--timeout", "120")])

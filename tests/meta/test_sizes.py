@@ -32,6 +32,10 @@ DATA_TABLES: dict[str, str] = {
 
 #: ``path`` of a module over :data:`MAX_MODULE_LINES` -> why it is one concept.
 LONG_MODULES: dict[str, str] = {
+    "nvfabric/rules/imex/owner.py":
+        "the IMEX owner decision: one pure function from the evidence to one owner, its runner "
+        "and its channel owner, with the reasons and the unit policy that follow from it; the "
+        "parts read one evidence value and one table of layouts",
     "nvfabric/rules/verdict.py":
         "the verdict: one pure function of the fabric's readings and its rules (registration, "
         "health, services), which share its accumulator; split, they shared private names",

@@ -102,16 +102,6 @@ def test_yaml_alias_bomb_and_nesting_are_refused_before_construction() -> None:
     assert strict.load_yaml("a: [1, 2]\n", "spec") == {"a": [1, 2]}
 
 
-def test_read_capped_refuses_past_the_cap(tmp_path: Path) -> None:
-    path = tmp_path / "f"
-    path.write_bytes(b"x" * 11)
-    assert strict.read_capped(str(path), 11, "a test") == b"x" * 11
-    with pytest.raises(NvfabricError, match="larger than 10 bytes, the limit for a test"):
-        strict.read_capped(str(path), 10, "a test")
-    with pytest.raises(NvfabricError, match="is a directory"):
-        strict.read_capped(str(tmp_path), 10, "a test")
-
-
 # --- config values: refused when splitlines() would split them; written == read back ------
 
 SEPARATORS = ["\n", "\r", "\v", "\f", "\x1c", "\x1d", "\x1e", "\x85", "\u2028", "\u2029"]

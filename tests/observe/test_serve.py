@@ -65,6 +65,18 @@ def test_answers_follow_the_unit_snapshot() -> None:
     assert _answer(watch, "/metrics/x")[0] == 404
 
 
+def test_a_second_imex_owner_in_the_reading_makes_readyz_not_ready() -> None:
+    """Another IMEX owner beside the run (imex_owner_conflict, an error: status unhealthy) is
+    not ready, as `nvfabric ready` says, whatever the unit's phase."""
+    conflict = {"code": "imex_owner_conflict", "severity": "error", "message": "two owners"}
+    reading = _reading()[0]
+    watch = Watch(lambda imex: (reading, {"verdict": "unhealthy", "findings": [conflict]}), 30)
+    watch.unit = lambda: UnitSnapshot(ready=True, phase="ready")
+    watch.read_once()
+    assert _answer(watch, "/readyz") == (503, "text/plain; charset=utf-8",
+                                         b"not ready: imex_owner_conflict: two owners\n")
+
+
 def test_a_failing_reader_keeps_the_last_reading() -> None:
     calls = []
 

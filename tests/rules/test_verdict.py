@@ -13,6 +13,8 @@ from nvfabric.model.services import ServiceState
 from nvfabric.rules.verdict import Inputs, columns_needed, infer_fabric, verdict
 
 CLUSTER = "c81d4e2a-9b3f-4a61-8d07-1e6f2b9a4c55"
+CONFLICT = Finding("imex_owner_conflict", "error", "nvfabric run and the DRA driver", "keep one")
+CHANNEL_MISSING = Finding("imex_channel_missing", "error", "no channel0", "mknod it")
 OK = GpuFabric(0, "GPU-0", "00000000:18:00.0", "completed", "success", 0, ZERO_UUID, "healthy")
 NA = GpuFabric(0, "GPU-0", "00000000:18:00.0", "not_supported", None)
 REG = GpuFabric(0, "GPU-0", "00000000:18:00.0", "in_progress", None)
@@ -142,6 +144,21 @@ TABLE = [
     ("mnnvl-imex-up-host-owned",
      Inputs(gpus(OK, 4, cluster_uuid=CLUSTER, clique_id=2), "mnnvl", up("imex"), 4,
             imex_owner="host"), "healthy", []),
+    ("mnnvl-imex-down-under-a-live-run",
+     Inputs(gpus(OK, 4, cluster_uuid=CLUSTER, clique_id=2), "mnnvl", down("imex"), 4,
+            imex_owner="nvfabric"), "degraded", ["imex_not_ready"]),
+    # an error finding weighs unhealthy: imex_owner_conflict was degraded while an error
+    ("mnnvl-two-imex-owners",
+     Inputs(gpus(OK, 4, cluster_uuid=CLUSTER, clique_id=2), "mnnvl", up("imex"), 4,
+            imex_owner="nvfabric", imex_findings=(CONFLICT,)),
+     "unhealthy", ["imex_owner_conflict"]),
+    ("mnnvl-channel-the-owner-needs-missing",
+     Inputs(gpus(OK, 4, cluster_uuid=CLUSTER, clique_id=2), "mnnvl", up("imex"), 4,
+            imex_owner="host", imex_findings=(CHANNEL_MISSING,)),
+     "unhealthy", ["imex_channel_missing"]),
+    ("nvml-missing-of-an-unknown-fabric-kind",
+     Inputs((), None, reader_findings=(Finding("nvml_unavailable", "error", "no NVML", "x"),)),
+     "unhealthy", ["nvml_unavailable"]),
     ("mnnvl-imex-down-dra-owned",
      Inputs(gpus(OK, 4, cluster_uuid=CLUSTER, clique_id=2), "mnnvl", down("imex"), 4,
             imex_owner="dra"), "healthy", []),
@@ -159,6 +176,9 @@ def test_verdict_table(inputs: Inputs, word: str, codes: list[str]) -> None:
     assert sorted({f.code for f in v.findings}) == sorted(codes)
     for f in v.findings:
         assert f.hint
+    # no error is listed beside a better verdict: status and ready exit on it
+    if any(f.severity == "error" for f in v.findings):
+        assert v.verdict == "unhealthy"
 
 
 def test_registration_stuck_severity_follows_the_grace_period() -> None:

@@ -14,6 +14,7 @@ import json
 import os
 import signal
 import sys
+import time
 from pathlib import Path
 from xml.sax.saxutils import escape as sax_escape
 
@@ -257,8 +258,11 @@ def test_smi_xml_is_byte_identical_to_the_saxutils_rendering(
     odd = [dict(g, name=f"{g['name']} <A&B> \"x\"", status="a<b>&c") for g in data["gpus"]]
     driver = fakestate.driver_version(str(root)) or ""
     for gpus in (data["gpus"], odd):
-        ours = smi._smi_xml(gpus, node, driver)
-        with monkeypatch.context() as m:
+        with monkeypatch.context() as m:  # one second for both renderings (its timestamp)
+            now = time.localtime()
+            m.setattr(smi.time, "strftime",
+                      lambda fmt, t=now, real=time.strftime: real(fmt, t))
+            ours = smi._smi_xml(gpus, node, driver)
             m.setattr(smi, "escape", sax_escape)
             assert smi._smi_xml(gpus, node, driver) == ours
     printed = runkit.run([root / "bin/nvidia-smi", "-q", "-x"], check=True).stdout

@@ -407,7 +407,7 @@ def _supervise(o: RunOptions, p: Plan, up: _Bringup, held: RunLock | None,
         log.finding(f)
     job = _job(o, p, up, prepared, held, checked)
     if job.imex_probe is not None:  # --listen asks the daemon for the IMEX domain state
-        attach(of_running, imex=job.imex_probe[:2], phase=phase_of_running,
+        attach(of_running, imex=job.imex_probe[1:3], phase=phase_of_running,
                kernel=kernel_of_running)
     supervise(job, in_process=o.listen_at is not None or kube.publishing(o.kube)
               or is_one_file())
@@ -432,16 +432,17 @@ def _job(o: RunOptions, p: Plan, up: _Bringup, prepared: Prepared, held: RunLock
         opts = _imex_options(o, None)
         ctl, cfg = opts.resolve(opts.paths.ctl), prepared.files[1].path
         listed = mnnvl.imex_json(prepared)
-        # dra-host: READY over the command socket the DRA driver's kubelet plugin asks
-        socket = opts.resolve(ownership.socket) if ownership.socket else None
-        # the pid file (<state dir>/imex.pid) and the ready file tell `imex owner` and
-        # `status` that this run owns IMEX (owner nvfabric, its pid and state dir)
+        # the pid file (<state dir>/imex.pid), the owner record and the ready file tell `imex
+        # owner` and `status` that this run owns IMEX (owner nvfabric, its pid and state dir,
+        # and what it serves it as); the readiness query is the one --dry-run prints (dra-host:
+        # READY over the command socket the DRA driver's kubelet plugin asks)
         return Job(prepared.processes, o.policy(),
                    Report(o.as_json, {**shown, "imex": listed}),
                    ready_info={"fabric": "mnnvl", "driver_version": p.driver_version,
                                "imex_owner": ownership.owner,
                                "node_list_id": listed["node_list_id"]},
-                   imex_probe=(ctl, cfg, opts.ctl_timeout_s, socket), **common)
+                   imex_probe=(prepared.imex.ready_query, ctl, cfg, opts.ctl_timeout_s),
+                   **common)
     fms = [s.argv[0] for s in prepared.processes if s.name == "fabricmanager"]
     policy = o.policy(socket_timeout_s=o.socket_timeout, gpu_reset_argv=up.reset_argv,
                       gpu_reset_timeout_s=o.gpu_reset_timeout,

@@ -24,12 +24,12 @@ from nvfabric.effects.runlock import live_ready, run_lock_holder
 from nvfabric.facts import gpu, inventory, services
 from nvfabric.facts.imex import ctl, tray
 from nvfabric.facts.smi import SmiFormatError, missing_columns_error, parse
+from nvfabric.facts.textfile import read_capped
 from nvfabric.model.errors import usage_error
 from nvfabric.model.findings import Finding
 from nvfabric.model.health import FabricHealth
 from nvfabric.model.hostpath import under
 from nvfabric.model.services import ServiceState
-from nvfabric.model.strict import read_capped
 from nvfabric.model.vocab import FabricKind
 from nvfabric.observe.metrics import Reading, reading_of
 from nvfabric.rules.imex import channels, owner

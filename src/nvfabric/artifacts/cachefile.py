@@ -21,9 +21,10 @@ from nvfabric.artifacts.model import SOURCES, Artifact, normal_sha256
 from nvfabric.artifacts.naming import canonical_arch
 from nvfabric.artifacts.tables import COMPONENTS
 from nvfabric.effects.atomic import write_atomic
+from nvfabric.facts.textfile import read_capped
 from nvfabric.model.errors import NvfabricError, usage_error
 from nvfabric.model.findings import Finding
-from nvfabric.model.strict import BadValue, parse_json, read_capped
+from nvfabric.model.strict import BadValue, parse_json
 
 RECORD = "nvfabric-artifacts.json"
 FORMAT = 1

@@ -41,6 +41,7 @@ from nvfabric.artifacts.dpkgdb import (
     content_md5sums,
     control,
     data_paths,
+    dpkg_architecture,
     driver_origin,
     installed_md5sums,
     read,
@@ -210,8 +211,10 @@ def prepare(root: str, directory: str, entries: Sequence[Cached], arch: str) -> 
     paths = verify_files(directory, entries)
     controls = _controls(entries, paths, arch)
     db: Database = read(root)
+    # a database that names no architecture: dpkg installs its own native one there
+    native = db.native_arch or dpkg_architecture(root)
     for path, ctrl in zip(paths, controls, strict=True):
-        check_architecture(path, ctrl, db)
+        check_architecture(path, ctrl, db, native)
     confine(root, paths, controls)
     origin = driver_origin(root)
     before = status_of(root, [k["Package"] for k in controls])
@@ -255,30 +258,40 @@ def same_as_installed(root: str, ctrl: dict[str, str], path: str,
     return recorded is not None and same_md5sums(recorded, *content_md5sums(path))
 
 
-def check_architecture(path: str, ctrl: dict[str, str], db: Database) -> None:
-    """A package must be of the root's own dpkg architecture (or ``all``). One of a foreign
-    architecture of a multiarch root (``dpkg --add-architecture``) is unpacked by dpkg and then
-    left unconfigured: its dependencies are looked for in that architecture, which the root
-    does not have (libc6 is ``Multi-Arch: same``), and the install fails half-way. Nothing to
-    check when the database names no architecture. Raises ``architecture_mismatch`` (exit 1),
-    before dpkg runs."""
+def check_architecture(path: str, ctrl: dict[str, str], db: Database, native: str) -> None:
+    """A package must be of the architecture dpkg installs into the root, ``native`` (the
+    database's own, :attr:`~nvfabric.artifacts.dpkgdb.Database.native_arch`; where it names
+    none, the running dpkg's: :func:`~nvfabric.artifacts.dpkgdb.dpkg_architecture`), or
+    ``all``. One of a foreign architecture of a multiarch root (``dpkg --add-architecture``)
+    is unpacked by dpkg and then left unconfigured: its dependencies are looked for in that
+    architecture, which the root does not have (libc6 is ``Multi-Arch: same``), and the
+    install fails half-way; any other dpkg refuses (``package architecture (arm64) does not
+    match system (amd64)``). Raises ``architecture_mismatch`` (exit 1), before dpkg runs: the
+    same on a dry run."""
     arch = ctrl.get("Architecture", "")
-    native = db.native_arch
-    if native is None or arch in (native, "all"):
+    if arch in (native, "all"):
         return
+    stated = db.native_arch is not None
     if arch in db.foreign_archs:
         why = (f"{arch} is only a foreign architecture of the root (dpkg --add-architecture): "
                "dpkg would unpack the package and leave it unconfigured, its dependencies "
                f"being looked for as :{arch} packages the root does not have")
-    else:
+    elif stated:
         why = f"dpkg under the root installs {native} packages, not {arch}"
+    else:
+        why = (f"the root's dpkg database names no architecture (no dpkg package, no "
+               f"var/lib/dpkg/arch), so dpkg installs its own, {native}, and refuses {arch} "
+               "('package architecture does not match system')")
+    other = (f"install from a root of architecture {arch}" if stated else
+             f"run install --from on a machine of architecture {arch} (dpkg's own "
+             "architecture is built into it)")
     raise NvfabricError(Finding(
         "architecture_mismatch", "error",
         f"refusing to install {ctrl.get('Package')} {ctrl.get('Version')} ({arch}) into a "
         f"root whose dpkg architecture is {native}: {why}; nothing was installed",
-        f"fetch the {native} package (nvfabric fetch --arch {native}), or install from a "
-        f"root of architecture {arch}",
+        f"fetch the {native} package (nvfabric fetch --arch {native}), or {other}",
         {"file": path, "package_arch": arch, "root_arch": native,
+         "root_arch_from": "dpkg database" if stated else "dpkg --print-architecture",
          "foreign_archs": list(db.foreign_archs)},
     ), exit_code=1)
 

@@ -13,15 +13,18 @@ from __future__ import annotations
 
 import glob
 import os
+import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 
 from nvfabric.artifacts.debdeps import Known, provides
 from nvfabric.artifacts.runfile import DiskFile, DriverOrigin, classify
 from nvfabric.artifacts.tables import DRIVER_VERSION_LIB, RUNFILE_LIB_DIRS, RUNFILE_PROVIDES
+from nvfabric.effects import program
 from nvfabric.facts.fs import read_bytes, read_text
 from nvfabric.model.errors import NvfabricError
 from nvfabric.model.findings import Finding
+from nvfabric.model.hostpath import check as check_path
 from nvfabric.model.hostpath import under
 
 ADMIN_DIR = "/var/lib/dpkg"
@@ -95,6 +98,42 @@ def read(root: str) -> Database:
     native = native or (listed[0] if listed else None)
     foreign = tuple(dict.fromkeys(a for a in listed if a != native))
     return Database(tuple(installed), native, foreign)
+
+
+#: Seconds ``dpkg --print-architecture`` may take, and the most of its answer kept (one word).
+PRINT_ARCH_TIMEOUT_S = 30.0
+PRINT_ARCH_MAX = 4096
+
+
+def dpkg_architecture(root: str) -> str:
+    """The native architecture of the dpkg that ``install --from`` runs (``dpkg --root ROOT
+    --print-architecture``): it is built into that dpkg, whatever the root holds (checked on
+    this machine: an empty root, or one whose ``var/lib/dpkg/arch`` says only arm64, prints
+    amd64 with dpkg 1.21 of amd64), so it is what dpkg installs into a root whose database
+    names no architecture. Raises ``install_failed`` (exit 1) when dpkg cannot be run or does
+    not answer with one architecture name: the install could not run it either."""
+    try:
+        argv = ["dpkg", "--root", check_path(os.path.abspath(root), "--root"),
+                "--print-architecture"]
+    except ValueError as err:
+        raise _unreadable(root, str(err)) from None
+    why = ""
+    try:
+        ran = program.run(argv, PRINT_ARCH_TIMEOUT_S, PRINT_ARCH_MAX)
+        word = ran.stdout.decode("ascii", "replace").strip()
+        if ran.rc == 0 and re.fullmatch(r"[a-z0-9][a-z0-9-]{0,31}", word):
+            return word
+        why = (f"it answered {word[:40]!r} (exit status {ran.rc})" if ran.rc is not None
+               else "it did not answer in time")
+    except OSError as err:
+        why = f"cannot run it: {err.strerror or err}"
+    raise NvfabricError(Finding(
+        "install_failed", "error",
+        f"the dpkg database under {root} names no architecture and `{' '.join(argv)}` gives "
+        f"none: {why}; nothing was installed",
+        "install --from runs dpkg: install it (apt-get install dpkg) or run nvfabric where "
+        "dpkg is, on a machine of the packages' architecture",
+        {"argv": argv}), exit_code=1)
 
 
 def owners(root: str, paths: Iterable[str]) -> dict[str, str]:

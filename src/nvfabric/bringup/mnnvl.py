@@ -24,6 +24,7 @@ beforehand; :func:`parse_version` reads either line (``--version`` or the log).
 
 from __future__ import annotations
 
+import json
 import os
 import re
 from dataclasses import dataclass, field
@@ -46,6 +47,7 @@ from nvfabric.rules.imex.tables import (
     IMEX_BINARY,
     IMEX_CTL_BINARY,
     NODES_CONFIG_PATH,
+    RUN_OWNER_FILE,
 )
 from nvfabric.rules.nodefacts import ImexFacts, NodeFacts
 from nvfabric.rules.plan import Plan
@@ -94,6 +96,19 @@ class ImexPaths:
 def argv(binary: str, config: str) -> tuple[str, ...]:
     """``nvidia-imex -c <config>``; ValueError on a bad path."""
     return (check_path(binary, "nvidia-imex binary"), "-c", check_path(config, "IMEX config"))
+
+
+def ready_argv(ctl: str, config: str, socket: str | None = None) -> tuple[str, ...]:
+    """The readiness query ``run`` asks and ``--dry-run`` prints: ``nvidia-imex-ctl -c
+    <config> -q`` (READY once the local daemon has its quorum and serves requests); with
+    ``socket``, ``nvidia-imex-ctl -q --u=<socket>`` over the daemon's Unix command socket
+    instead, as the DRA driver's kubelet plugin asks it in imex.mode=hostManaged before it
+    hands out a channel (DRA driver prerequisites, "Host IMEX readiness check"). Full paths;
+    ValueError on a bad one."""
+    tool = check_path(ctl, "nvidia-imex-ctl")
+    if socket:
+        return (tool, "-q", "--u=" + check_path(socket, "IMEX socket"))
+    return (tool, "-c", check_path(config, "IMEX config"), "-q")
 
 
 def spec(binary: str, config: str, grace_s: float = 10.0) -> ServiceSpec:
@@ -181,7 +196,7 @@ def prepare(facts: NodeFacts, p: Plan, opts: ImexRunOptions) -> Prepared:
     peers, more, note = _checked_node_list(imex, opts, p.driver_version)
     refusals += more + _binaries(imex, opts, p.driver_version)
     notes += note
-    daemon, files, bad = _daemon(imex, opts, peers, decision.socket)
+    daemon, query, files, bad = _daemon(imex, opts, peers, decision)
     refusals += bad
     notes.append(f"effective IMEX config: {files[1].path} (from {shipped_path}, which is not "
                  "edited)")
@@ -190,7 +205,7 @@ def prepare(facts: NodeFacts, p: Plan, opts: ImexRunOptions) -> Prepared:
         if create and imex.channels.major is not None else ()
     return Prepared("mnnvl", (daemon,) if daemon else (), files, made, tuple(notes),
                     tuple(refusals), tuple(warnings), opts.resolve(opts.state_dir),
-                    imex=ImexPart(decision, imex.channels, peers))
+                    imex=ImexPart(decision, imex.channels, peers, query))
 
 
 def _checked_node_list(imex: ImexFacts, opts: ImexRunOptions, driver_version: str | None
@@ -227,35 +242,42 @@ def _binaries(imex: ImexFacts, opts: ImexRunOptions, driver_version: str | None
 
 
 def _daemon(imex: ImexFacts, opts: ImexRunOptions, peers: tuple[nodes.Peer, ...],
-            socket: str | None = None
-            ) -> tuple[ServiceSpec | None, tuple[PlannedFile, PlannedFile], list[Finding]]:
-    """The nvidia-imex spec, the two files it reads (node list, effective config) and their
-    refusals. ``socket``: the command socket the DRA driver's host-managed mode queries
-    (host path), served by the daemon (IMEX_CMD_UNIX_DOMAIN_PATH)."""
+            decision: owner.Ownership
+            ) -> tuple[ServiceSpec | None, tuple[str, ...], tuple[PlannedFile, ...],
+                       list[Finding]]:
+    """The nvidia-imex spec, its readiness query (:func:`ready_argv`), the files the run
+    writes (node list, effective config, then the owner record
+    :data:`~nvfabric.rules.imex.tables.RUN_OWNER_FILE`) and their refusals. For ``dra-host``
+    the daemon serves the command socket the DRA driver's host-managed mode queries
+    (``decision.socket``, host path; IMEX_CMD_UNIX_DOMAIN_PATH) and readiness is asked there."""
     state = opts.resolve(opts.state_dir)
     cfg_path = os.path.join(state, EFFECTIVE_CFG)
     nodes_path = os.path.join(state, EFFECTIVE_NODES)
+    socket = opts.resolve(decision.socket) if decision.socket else None
     refusals = []
     try:
         text = config.effective(imex.shipped, config.run_overrides(
-            keyvalue.parse(imex.shipped or config.MINIMAL_CONFIG), nodes_path,
-            opts.resolve(socket) if socket else None))
+            keyvalue.parse(imex.shipped or config.MINIMAL_CONFIG), nodes_path, socket))
     except ConfigValueError as err:
         refusals.append(Finding(
             "config_invalid_value", "error", f"IMEX config: {err}",
             "use a shorter --state-dir (IMEX paths are limited to 256 characters)",
             {"key": err.key}))
         text = ""
+    daemon: ServiceSpec | None = None
+    query: tuple[str, ...] = ()
     try:
-        daemon: ServiceSpec | None = spec(opts.resolve(opts.paths.binary), cfg_path,
-                                          opts.grace_s)
+        daemon = spec(opts.resolve(opts.paths.binary), cfg_path, opts.grace_s)
+        query = ready_argv(opts.resolve(opts.paths.ctl), cfg_path, socket)
     except ValueError as err:
         refusals.append(Finding("config_invalid_value", "error", str(err), "pass absolute paths",
                                 {"key": "path"}))
-        daemon = None
+    # who this run serves IMEX as, from its start: `imex owner` and status read it back
+    record = {"owner": decision.owner, "socket": decision.socket}
     files = (PlannedFile(nodes_path, nodes.render(peers), 0o644),
-             PlannedFile(cfg_path, text, 0o644))
-    return daemon, files, refusals
+             PlannedFile(cfg_path, text, 0o644),
+             PlannedFile(os.path.join(state, RUN_OWNER_FILE), json.dumps(record) + "\n", 0o644))
+    return daemon, query, files, refusals
 
 
 def _node_list(imex: ImexFacts, opts: ImexRunOptions
@@ -281,11 +303,12 @@ def _node_list(imex: ImexFacts, opts: ImexRunOptions
 
 def imex_json(prepared: Prepared) -> dict[str, object]:
     """The ``imex`` object of ``run --json`` on a tray: the ownership, the node list and its
-    id, the channel facts."""
+    id, the channel facts, the readiness query (argv; None when nvfabric starts no daemon)."""
     part = prepared.imex
     assert part is not None
     return {**part.ownership.to_json(),
             "node_list": [p.text for p in part.node_list],
             "node_list_id": node_list_id(p.text for p in part.node_list)
             if part.node_list else None,
-            "channels": part.channels.to_json()}
+            "channels": part.channels.to_json(),
+            "ready_query": list(part.ready_query) or None}

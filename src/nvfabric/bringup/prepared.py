@@ -41,11 +41,14 @@ class ChannelNode:
 @dataclass(frozen=True)
 class ImexPart:
     """The IMEX side of a mnnvl bring-up, for its report: who owns IMEX (``ownership``),
-    the channel facts read and the node list checked."""
+    the channel facts read and the node list checked; ``ready_query``: the argv of the
+    readiness query the supervisor runs and ``--dry-run`` prints
+    (:func:`nvfabric.bringup.mnnvl.ready_argv`; empty when nvfabric starts no daemon)."""
 
     ownership: Ownership
     channels: ChannelFacts
     node_list: tuple[Peer, ...] = ()
+    ready_query: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)

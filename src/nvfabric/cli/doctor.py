@@ -29,6 +29,7 @@ from nvfabric.cli.render import console, guarded, json_option, print_findings, r
 from nvfabric.effects.history import MAGIC, for_diagnosis, is_history, read_file
 from nvfabric.effects.stdio import print_json
 from nvfabric.facts.inventory import collect
+from nvfabric.facts.textfile import open_input
 from nvfabric.model.errors import usage_error
 from nvfabric.model.findings import Finding
 from nvfabric.model.vocab import FABRIC_KINDS, FabricKind
@@ -90,18 +91,17 @@ def doctor(ctx: click.Context, root: str, fabric: FabricKind | None, logs: tuple
     extra: list[Finding] = []  # findings an event history recorded (not log lines)
     for path in logs:
         try:
-            if path == "-":
-                classify_stream(classifier, cast(IO[bytes], _Capped(sys.stdin.buffer, path)))
-            else:
-                with open(path, "rb") as fh:
-                    if stat.S_ISCHR(os.fstat(fh.fileno()).st_mode) or stat.S_ISBLK(
-                            os.fstat(fh.fileno()).st_mode):
-                        raise usage_error(f"{path} is a device, not a log file",
-                                          "give a log file, or - for stdin")
-                    if is_history(fh.peek(len(MAGIC))[:len(MAGIC)]):  # nvfabric run's
-                        extra += _history(classifier, path)
-                        continue
-                    classify_stream(classifier, cast(IO[bytes], _Capped(fh, path)))
+            # stdin or the file; a stop signal while it waits for a writer or the next
+            # block ends the command (interrupted, exit 130/143)
+            with open_input(path) as fh:
+                mode = os.fstat(fh.fileno()).st_mode
+                if path != "-" and (stat.S_ISCHR(mode) or stat.S_ISBLK(mode)):
+                    raise usage_error(f"{path} is a device, not a log file",
+                                      "give a log file, or - for stdin")
+                if path != "-" and is_history(fh.peek(len(MAGIC))[:len(MAGIC)]):  # run's
+                    extra += _history(classifier, path)
+                    continue
+                classify_stream(classifier, cast(IO[bytes], _Capped(fh, path)))
         except OSError as err:
             raise usage_error(f"cannot read {path}: {err.strerror or err}",
                               "give a readable log file, or - for stdin") from None

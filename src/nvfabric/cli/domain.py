@@ -20,6 +20,7 @@ import click
 from nvfabric.cli.render import console, guarded, json_option, print_findings, safe
 from nvfabric.effects.atomic import write_atomic
 from nvfabric.effects.stdio import print_json
+from nvfabric.facts.textfile import read_capped
 from nvfabric.model import strict
 from nvfabric.model.errors import usage_error
 from nvfabric.model.words import plural
@@ -162,7 +163,7 @@ def _read(path: str, holds: str = "`nvfabric status --json` output") -> str:
     """A report file (``-``: stdin), refused over :data:`MAX_REPORT_BYTES` (never cut), and
     refused when it is not text (a binary file is not "bad JSON at line 8"); ``holds`` what
     it should hold, for the hint."""
-    data = strict.read_capped(path, MAX_REPORT_BYTES, "domain reports",
+    data = read_capped(path, MAX_REPORT_BYTES, "domain reports",
                               "give a readable file or directory")
     try:
         text = data.decode("utf-8")

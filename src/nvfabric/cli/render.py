@@ -7,12 +7,14 @@ from __future__ import annotations
 import functools
 import math
 import os
+import signal
 import sys
 from collections.abc import Callable
 from typing import Any, TypeVar
 
 import click
 
+from nvfabric.effects import stop
 from nvfabric.effects.stdio import debug_traceback, fail, quiet_stdout
 from nvfabric.model.errors import NvfabricError, internal_error, os_error, usage_error
 from nvfabric.model.findings import Finding
@@ -157,6 +159,11 @@ def guarded(fn: F) -> F:
     and an exit code; never a traceback unless NVFABRIC_DEBUG is set (then also the traceback,
     with the same exit code).
 
+    A stop signal the command does not own (:class:`nvfabric.effects.stop.Stopped`, raised
+    where it waits or blocks reading stdin or a FIFO; a SIGINT that nothing watches, Python's
+    KeyboardInterrupt) is ``interrupted``: one line naming the signal and what it read, exit
+    130 or 143 (:meth:`~nvfabric.effects.stop.Stopped.finding`), never click's ``Aborted!``.
+
     An OSError or UnicodeDecodeError that escapes a command is about the files or directories
     it was given (a file where a directory should be, bytes that are not text): exit 2 with
     the path and the hint of its errno; a full disk is ``disk_full``, exit 1
@@ -178,7 +185,12 @@ def guarded(fn: F) -> F:
             return fn(*args, **kwargs)
         except NvfabricError as err:
             fail(err.finding, err.exit_code, as_json)
-        except (click.exceptions.Exit, click.ClickException, SystemExit, KeyboardInterrupt):
+        except stop.Stopped as got:  # a stop signal while the command waited or read
+            fail(got.finding(), got.exit_code, as_json)
+        except KeyboardInterrupt:  # SIGINT where nothing watches it: the same end
+            by_sigint = stop.Stopped(signal.SIGINT)
+            fail(by_sigint.finding(), by_sigint.exit_code, as_json)
+        except (click.exceptions.Exit, click.ClickException, SystemExit):
             raise
         except BrokenPipeError:
             quiet_stdout()

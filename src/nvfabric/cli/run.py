@@ -197,8 +197,8 @@ def dry_run(prepared: Prepared, refused: bool) -> None:
         _echo(f"  {s.name}: {shlex.join(s.argv)}")
         if s.ready_socket:
             _echo(f"    ready when the socket {s.ready_socket} listens")
-        if s.name == "imex":
-            _echo("    ready when `nvidia-imex-ctl -q` prints READY")
+        if s.name == "imex" and prepared.imex is not None:
+            _echo(f"    ready when `{shlex.join(prepared.imex.ready_query)}` prints READY")
         elif s.ready_gpus:
             _echo("    ready when every GPU's fabric state is completed")
     if prepared.imex is not None:

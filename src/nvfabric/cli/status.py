@@ -197,12 +197,15 @@ def stopped_exits() -> Iterator[None]:
     """While inside, SIGTERM and SIGINT end the command with ``128 + signal`` (143, 130: the
     shell's figures, never 1, which means "unhealthy"), at once also while a probe runs
     (:mod:`nvfabric.effects.stop`: the probe's group is killed, an NVML read blocked in its
-    helper thread is left behind); nothing is printed."""
+    helper thread is left behind) or a capture is read from stdin or a FIFO; the one line
+    (or JSON object) ``interrupted`` says so (:func:`nvfabric.cli.render.guarded`)."""
     with stop.watching():
         try:
             yield
         except stop.Stopped as got:
-            sys.exit(128 + (got.signum or stop.received() or signal.SIGTERM))
+            if not got.signum:  # seen before the handler ran: the signal it recorded
+                raise stop.Stopped(stop.received() or signal.SIGTERM, got.during) from None
+            raise
 
 
 @click.command("wait")

@@ -20,6 +20,18 @@ A command that hands the signals on to another owner (the supervisor's loop, the
 process after ``execv``, a ``sigwait``) calls :func:`handover` first: the signals are blocked
 (one that comes now stays pending for the next owner) and a stop that already came is
 raised as :class:`Stopped`.
+
+One wait is a system call no pipe can join: a blocking ``read`` or ``open`` of stdin, a
+FIFO or a device. A handler that only records lets Python restart such a call (PEP 475), so
+a command blocked reading a pipe whose writer never ends ignored SIGTERM. Around those calls
+alone (:func:`reading`) the handler raises :class:`Stopped` itself: the interrupted call
+then fails with it (PEP 475: "unless the signal handler raises an exception"), in plain
+Python code that only reads.
+
+Every command ends a stop it does not own the same way (:meth:`Stopped.finding`, by the
+command line's error door): one line, or one ``{"error": ...}`` object under ``--json``,
+naming the signal and what it interrupted, exit ``128 + signal`` (130 for SIGINT, 143 for
+SIGTERM: the shell's figures, never 1, which means "the checked thing is bad").
 """
 
 from __future__ import annotations
@@ -31,6 +43,8 @@ import signal
 import threading
 from collections.abc import Callable, Iterator, Sequence
 
+from nvfabric.model.findings import Finding
+
 #: The signals that stop a command.
 STOP = (signal.SIGTERM, signal.SIGINT)
 #: The one line logged for a SIGHUP to ``nvfabric run`` (ignored: nvfabric has no reload; a
@@ -39,12 +53,29 @@ SIGHUP_IGNORED = "received SIGHUP: ignored (no reload; restart nvfabric run to a
 
 
 class Stopped(BaseException):
-    """A stop signal came (``signum``; 0 when the handler had not run yet where it was seen).
+    """A stop signal came (``signum``; 0 when the handler had not run yet where it was seen);
+    ``during``: what the command was blocked reading then (:func:`reading`), "" elsewhere.
     A BaseException, as KeyboardInterrupt: a reader's ``except Exception`` does not eat it."""
 
-    def __init__(self, signum: int) -> None:
+    def __init__(self, signum: int, during: str = "") -> None:
         super().__init__(signum)
         self.signum = signum
+        self.during = during
+
+    @property
+    def exit_code(self) -> int:
+        """``128 + signal``: 130 for SIGINT, 143 for SIGTERM (SIGTERM when unknown)."""
+        return 128 + (self.signum or signal.SIGTERM)
+
+    def finding(self) -> Finding:
+        """``interrupted``: the one line (or JSON object) of a command a stop signal ended."""
+        name = signal.Signals(self.signum or signal.SIGTERM).name
+        where = f" while reading {self.during}" if self.during else " before it finished"
+        return Finding(
+            "interrupted", "error", f"stopped by {name}{where}; nothing was changed",
+            "run the command again; a reader of stdin or a FIFO waits until its writer closes "
+            "it (end of input)",
+            {"signal": name, **({"reading": self.during} if self.during else {})})
 
 
 class _Watch:
@@ -56,12 +87,15 @@ class _Watch:
         self.signum = 0
         self.ignored: list[int] = []
         self.previous: dict[int, object] = {}
+        self.reading = ""  # what a blocking read now waits on (:func:`reading`)
 
     def on_stop(self, signum: int, frame: object) -> None:
         if not self.signum:
             self.signum = signum
             with contextlib.suppress(OSError):
                 os.write(self.w, b"s")
+        if self.reading:
+            raise Stopped(signum, self.reading)
 
     def on_ignored(self, signum: int, frame: object) -> None:
         self.ignored.append(signum)
@@ -110,6 +144,29 @@ def watching(ignored: Sequence[int] = ()) -> Iterator[None]:
     finally:
         if mine:
             unwatch()
+
+
+@contextlib.contextmanager
+def reading(what: str) -> Iterator[None]:
+    """Around one blocking read or open of ``what`` (``stdin``, a FIFO's path): a stop signal
+    raises :class:`Stopped` from the handler into the call (see the module docstring), one
+    that came before at once. Watches the stop signals from the first such read on, for the
+    rest of the command (a signal after the last read is recorded for the command's next
+    wait; a command that only reads then decides ends soon anyway). Only the read itself may
+    sit inside: whatever is inside can be left at any bytecode. Main thread only; elsewhere
+    (the signals are not delivered there) nothing changes."""
+    if not watch() or _watch is None:
+        yield
+        return
+    w = _watch
+    before = w.reading
+    try:
+        w.reading = what
+        if w.signum:
+            raise Stopped(w.signum, what)
+        yield
+    finally:
+        w.reading = before
 
 
 def fd() -> int | None:

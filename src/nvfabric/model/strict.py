@@ -17,20 +17,18 @@ everywhere:
   :data:`MAX_JSON_DEPTH` deep; :func:`obj`, :func:`arr`, :func:`text` and :func:`integer` check
   the type of a value where the structure is read and name the path to it (``nodes.0.
   connections``) when it is wrong;
-- an input file is read up to a cap (:func:`read_capped`): ``/dev/zero``, a 500 MB file or a
-  FIFO never fill memory or hang.
+- an input file is read up to a cap by :func:`nvfabric.facts.textfile.read_capped` (the
+  reader of the files named on the command line): ``/dev/zero``, a 500 MB file or a FIFO
+  never fill memory or hang.
 
-Errors: :class:`BadValue` (a ``ValueError``) from the pure helpers; :func:`load_json` and
-:func:`read_capped` raise ``NvfabricError`` ``input_unreadable`` (exit 2) naming the input.
+Errors: :class:`BadValue` (a ``ValueError``) from the pure helpers; :func:`load_json` raises
+``NvfabricError`` ``input_unreadable`` (exit 2) naming the input.
 """
 
 from __future__ import annotations
 
 import json
-import os
 import re
-import stat
-import sys
 from typing import Any
 
 from nvfabric.model.errors import InputError, NvfabricError, usage_error
@@ -283,44 +281,9 @@ def integer(value: Any, path: str, *, optional: bool = False) -> int | None:
     return value
 
 
-# --- files ----------------------------------------------------------------------------------
+# --- text -----------------------------------------------------------------------------------
 
 MiB = 1 << 20
-
-
-def read_capped(path: str, cap: int, what: str, hint: str = "") -> bytes:
-    """The bytes of ``path`` (``-``: stdin), at most ``cap``: ``input_unreadable`` (exit 2)
-    ``PATH: larger than N bytes, the limit for WHAT`` when there is more (``/dev/zero``, a
-    500 MB file), or naming the OS error when it cannot be read. A directory is refused by
-    name; a FIFO or device is read like a file, up to the cap."""
-    try:
-        if path == "-":
-            data = sys.stdin.buffer.read(cap + 1)
-        else:
-            fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
-            try:
-                if stat.S_ISDIR(os.fstat(fd).st_mode):
-                    raise usage_error(f"{path}: is a directory, not a file", hint)
-                chunks: list[bytes] = []
-                got = 0
-                while got <= cap:
-                    chunk = os.read(fd, min(cap + 1 - got, 1 << 20))
-                    if not chunk:
-                        break
-                    chunks.append(chunk)
-                    got += len(chunk)
-                data = b"".join(chunks)
-            finally:
-                os.close(fd)
-    except OSError as err:
-        raise usage_error(f"cannot read {path}: {err.strerror or err}", hint) from None
-    if len(data) > cap:
-        raise usage_error(f"{path}: larger than {_size(cap)}, the limit for {what}", hint)
-    return data
-
-
-def _size(n: int) -> str:
-    return f"{n // MiB} MiB" if n >= MiB and n % MiB == 0 else f"{n} bytes"
 
 
 def decode_text(data: bytes, where: str, hint: str = "") -> str:

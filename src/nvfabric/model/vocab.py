@@ -80,6 +80,7 @@ FindingCode = Literal[
     "nvml_unavailable",
     "input_unreadable",
     "internal_error",
+    "interrupted",
     # Added by the health and diagnosis module (README "Finding codes").
     "nvml_function_not_found",
     "fabric_info_not_supported",

@@ -5,7 +5,9 @@
   reading and the unit's state now.
 - ``/healthz``: 200 while the run is alive (its supervisor has not finished), else 503.
 - ``/readyz``: 200 while the unit is ready, the rule of ``READY=1`` (every service ready, GPUs
-  registered: :class:`nvfabric.observe.unitstate.UnitSnapshot`), else 503 with the phase.
+  registered: :class:`nvfabric.observe.unitstate.UnitSnapshot`) and the last reading names no
+  second IMEX owner (``imex_owner_conflict``, as ``nvfabric ready``), else 503 with the phase
+  or that finding.
 - ``/status``: the JSON object of ``nvfabric status --json`` from the last reading (503 until
   the first reading is done), with the live kernel events on top
   (:func:`nvfabric.rules.live.overlay`: a fatal SXid shows at once, not at the next reading)
@@ -176,9 +178,11 @@ def _answer(watch: Watch, path: str) -> tuple[int, str, bytes]:
     if path == "/healthz":
         return (200, text, b"ok\n") if snap.unit.alive else (503, text, b"run has ended\n")
     if path == "/readyz":
-        if snap.unit.ready:
+        contested = _owner_conflict(snap.status)
+        if snap.unit.ready and contested is None:
             return 200, text, b"ready\n"
-        return 503, text, f"not ready: {snap.unit.phase}\n".encode()
+        why = f"imex_owner_conflict: {contested}" if contested else snap.unit.phase
+        return 503, text, f"not ready: {why}\n".encode()
     if path == "/status":
         if snap.status is None:
             return 503, text, b"no reading yet\n"
@@ -186,6 +190,16 @@ def _answer(watch: Watch, path: str) -> tuple[int, str, bytes]:
         shown = status if kube is None else {**status, "kube_publish": kube.to_json()}
         return 200, "application/json", (json.dumps(shown, indent=2) + "\n").encode()
     return 404, text, b"not found: /metrics, /healthz, /readyz, /status\n"
+
+
+def _owner_conflict(status: dict[str, Any] | None) -> str | None:
+    """The message of the last reading's ``imex_owner_conflict``, None without one: another
+    IMEX owner beside the run takes the same IMEX session, so the run is not ready whatever
+    its unit says (the rule of ``nvfabric ready``: :mod:`nvfabric.app.ready`)."""
+    for f in (status or {}).get("findings") or ():
+        if isinstance(f, dict) and f.get("code") == "imex_owner_conflict":
+            return str(f.get("message", ""))
+    return None
 
 
 def _handler(watch: Watch) -> type[BaseHTTPRequestHandler]:

@@ -27,9 +27,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
+from nvfabric.facts.textfile import read_capped
 from nvfabric.model.errors import NvfabricError
 from nvfabric.model.findings import Finding
-from nvfabric.model.strict import decode_text, load_yaml, read_capped
+from nvfabric.model.strict import decode_text, load_yaml
 
 if TYPE_CHECKING:
     from lightkube import ApiError, Client, KubeConfig

@@ -38,7 +38,7 @@ Guide, "GPU fabric registration" / "NVLink 5"):
   there is ``imex_not_ready`` (degraded); where the DRA driver or Slurm start it per job its
   absence is normal. Two owners of IMEX (``imex_owner_conflict``) or a missing channel the
   owner needs (``imex_channel_missing``: channel0, unless Slurm's switch plugin or the DRA
-  driver make channels per job) is degraded: the same answer ``run`` logs.
+  driver make channels per job) is an error, so unhealthy: the same answer ``run`` logs.
 - A reader's finding (NVML missing) on a node whose plan needs no fabric is information.
 - A GPU on PCI that NVML does not list -> ``gpu_missing_from_driver`` (unhealthy).
 - A GPU whose driver asks for a recovery action (NVML 570+: reset, drain and reset, reboot,
@@ -50,7 +50,10 @@ Guide, "GPU fabric registration" / "NVLink 5"):
   columns it lacks are ``capture_column_missing`` (information). Every GPU of a GB300 tray In
   Progress needs neither (S08's refusal stays: Completed without fabric.status).
 
-Severity order of the result: unhealthy > degraded > pending > healthy.
+Severity order of the result: unhealthy > degraded > pending > healthy. Every finding of
+severity error makes it unhealthy, whichever rule gave it (:meth:`_Acc.add`): no error is
+listed beside a better verdict (``ready`` and ``status`` exit on it); a finding that must not
+weigh is given as a warning or information.
 """
 
 from __future__ import annotations
@@ -193,6 +196,11 @@ class _Acc:
         self.reasons: list[str] = []
 
     def add(self, level: Level | None, finding: Finding) -> None:
+        """Add ``finding`` at ``level`` (None: it does not weigh). An error finding weighs
+        ``unhealthy`` whatever the level given: no error is left out of the verdict (a
+        finding that must not weigh is given as a warning or information)."""
+        if finding.severity == "error":
+            level = "unhealthy"
         if level is not None:
             self.levels.append(level)
         self.findings.append(finding)
@@ -252,8 +260,8 @@ def verdict(inp: Inputs) -> Verdict:
     if not registering:
         _services_when_fine(inp, acc, fabric)
     if fabric == "mnnvl":
-        for f in inp.imex_findings:
-            acc.add("degraded" if f.severity == "error" else None, f)
+        for f in inp.imex_findings:  # two owners, a channel the owner needs
+            acc.add("unhealthy" if f.severity == "error" else None, f)
     _recovery(acc, gpus)
     return acc.result()
 
@@ -267,8 +275,8 @@ def _reader_findings(inp: Inputs, acc: _Acc, fabric_needed: bool) -> None:
             acc.add(None, replace(f, severity="info", hint=(
                 f"{f.hint}; nothing needs it here: this node's plan has no NVLink fabric"
                 if f.hint else "nothing needs it here: this node's plan has no NVLink fabric")))
-        elif f.severity == "error":
-            acc.add("unhealthy" if fabric_needed else None, f)
+        elif f.severity == "error":  # of an unknown fabric kind too: nothing certified
+            acc.add("unhealthy", f)
         elif f.severity == "warning":
             acc.add("degraded" if fabric_needed else None, f)
         else:
@@ -677,7 +685,7 @@ def _imex_when_fine(inp: Inputs, acc: _Acc) -> None:
     if imex is None or imex.running:
         return
     owner = inp.imex_owner
-    if owner in ("host", "dra-host"):
+    if owner in ("host", "dra-host", "nvfabric"):  # nvfabric: a live run supervises it
         acc.add("degraded", Finding(
             "imex_not_ready", "warning",
             "the GPUs are registered but the host's IMEX daemon is not running: multi-node "

@@ -55,9 +55,9 @@ class Job:
     pid_dir: str | None = None
     fabric: FabricKind | None = None
     probe_root: str | None = None
-    #: (nvidia-imex-ctl, the config it is asked with, seconds of each call, the command
-    #: socket to ask instead or None): IMEX's readiness probe
-    imex_probe: tuple[str, str, float, str | None] | None = None
+    #: (the readiness query's argv, as ``--dry-run`` prints it; nvidia-imex-ctl and the config
+    #: it asks the domain state with; seconds of each call): IMEX's readiness probe
+    imex_probe: tuple[tuple[str, ...], str, str, float] | None = None
     fm_check: tuple[str, str | None] | None = None  # (fabric manager binary, driver version)
     state_dir: str | None = None
     lock_fd: int | None = None
@@ -150,11 +150,13 @@ def job_from_json(raw: Any) -> Job:
     imex_probe = raw.get("imex_probe")
     if imex_probe is not None:
         if not (isinstance(imex_probe, list) and len(imex_probe) == 4
-                and all(isinstance(v, str) for v in imex_probe[:2])
-                and isinstance(imex_probe[2], (int, float)) and not isinstance(imex_probe[2], bool)
-                and isinstance(imex_probe[3], str | None)):
-            raise JobError("imex_probe: [nvidia-imex-ctl, config, timeout, socket or null]")
-        imex_probe = (imex_probe[0], imex_probe[1], float(imex_probe[2]), imex_probe[3])
+                and isinstance(imex_probe[0], list) and imex_probe[0]
+                and all(isinstance(v, str) for v in imex_probe[0])
+                and all(isinstance(v, str) for v in imex_probe[1:3])
+                and isinstance(imex_probe[3], (int, float))
+                and not isinstance(imex_probe[3], bool)):
+            raise JobError("imex_probe: [[query argv], nvidia-imex-ctl, config, timeout]")
+        imex_probe = (tuple(imex_probe[0]), imex_probe[1], imex_probe[2], float(imex_probe[3]))
     fabric = raw.get("fabric")
     if fabric is not None and not is_fabric_kind(fabric):
         raise JobError(f"fabric: not a fabric kind: {fabric!r}")

@@ -17,11 +17,11 @@ from __future__ import annotations
 import io
 import os
 import stat
-import sys
 from dataclasses import replace
 from typing import IO, Any, cast
 
 from nvfabric.effects.history import MAGIC, for_diagnosis, is_history, read_file
+from nvfabric.facts.textfile import open_input
 from nvfabric.model.errors import usage_error
 from nvfabric.rules.diagnose import Classifier
 from nvfabric.triage.build import Triage, build
@@ -60,19 +60,19 @@ def triage_stream(raw: IO[bytes], label: str) -> Triage:
 def open_report(path: str) -> IO[bytes]:
     """The report file as a buffered binary stream (``-``: stdin). NvfabricError (exit 2)
     when it cannot be opened or is not a regular file or pipe (a directory, a device)."""
-    if path == "-":
-        return sys.stdin.buffer
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    try:  # a stop signal while it waits for a writer or the next block: Stopped
+        stream = open_input(path)
     except OSError as err:
         raise usage_error(f"cannot read {path}: {err.strerror}",
                           "give the path of nvidia-bug-report.log.gz, or - for stdin") from None
-    mode = os.fstat(fd).st_mode
+    if path == "-":
+        return stream
+    mode = os.fstat(stream.fileno()).st_mode
     if not (stat.S_ISREG(mode) or stat.S_ISFIFO(mode)):
-        os.close(fd)
+        stream.close()
         raise usage_error(f"{path} is not a regular file",
                           "give the path of nvidia-bug-report.log.gz, or - for stdin")
-    return os.fdopen(fd, "rb", buffering=1 << 16)
+    return stream
 
 
 def triage(path: str) -> Triage:

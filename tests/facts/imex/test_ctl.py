@@ -87,8 +87,6 @@ def test_query_output(text: str, ready: bool) -> None:
 
 
 def test_ctl_argv_is_built_from_paths_only() -> None:
-    assert ctl.query_argv("/usr/bin/nvidia-imex-ctl", "/etc/nvidia-imex/config.cfg") == (
-        "/usr/bin/nvidia-imex-ctl", "-c", "/etc/nvidia-imex/config.cfg", "-q")
     with pytest.raises(ValueError):
         ctl.domain_argv("nvidia-imex-ctl", "/etc/nvidia-imex/config.cfg")
 
@@ -131,7 +129,9 @@ def test_a_ctl_call_in_flight_when_nvfabric_exits_is_killed(tmp_path: Path) -> N
         f"t = threading.Thread(target=ctl.run_ctl, args=(({ctl_path!r}, '-q'), 60),"
         " daemon=True)\n"
         "t.start()\n"
-        f"while not __import__('os').path.exists({str(marker)!r}): time.sleep(0.01)\n"
+        # the pid written, not only the file made: `echo $$ > F` creates F before it writes
+        f"while not __import__('os').path.exists({str(marker)!r}) or not open({str(marker)!r})"
+        ".read().strip(): time.sleep(0.01)\n"
         "sys.exit(0)\n"
     )
     runkit.run([sys.executable, "-c", code], timeout=60, check=True)

@@ -312,11 +312,34 @@ def test_nvfabric_serves_the_dra_host_managed_socket_and_says_so(
     assert not (root / "dev/nvidia-caps-imex-channels/channel0").exists()  # per claim
     out, rc = owner(root)
     assert (out["owner"], out["run"]["serves"], rc) == ("nvfabric", "dra-host", 0)
-    status, _ = run_json("status", "--root", str(root))
-    assert "imex_owner_conflict" not in codes(status)
+    # run, `imex owner` and status agree: channels per claim, the driver's socket
+    assert (out["channel_owner"], out["socket"]) == ("dra", "/etc/nvidia-imex/imex_ctrl.sock")
+    status, rc = run_json("status", "--root", str(root))
+    assert (status["verdict"], codes(status), rc) == ("healthy", [], 0)
+    assert (status["imex"]["channel_owner"], status["imex"]["channel_findings"]) == ("dra", [])
     run.signal(signal.SIGTERM)
     assert run.wait() == 0
     assert subprocess_ctl(root, f"--u={sock}")[0] == 1  # nobody serves the socket any more
+
+
+def test_a_dra_host_run_not_ready_yet_already_answers_as_dra_host(
+        tmp_path: Path, start: Callable[..., Run]) -> None:
+    """While its daemon is not READY (no ready file yet), `imex owner` and status answer what
+    the run decided from its owner record: channels per claim, no channel0 wanted."""
+    root = run_tray(tmp_path, {"imex-ctl": {"ready_delay_s": 3600}})
+    (root / "dev/nvidia-caps-imex-channels/channel0").unlink()
+    run = start(root, "--imex-owner", "dra-host")
+    run.wait_line(r"IMEX not READY yet")
+    assert not (root / "run/nvfabric/ready").exists()
+    out, rc = owner(root)
+    assert (out["owner"], out["run"]["serves"], out["run"]["ready"]) == (
+        "nvfabric", "dra-host", False)
+    assert (out["channel_owner"], out["socket"], rc) == (
+        "dra", "/etc/nvidia-imex/imex_ctrl.sock", 0)
+    status, _ = run_json("status", "--root", str(root))
+    assert "imex_channel_missing" not in codes(status)
+    assert status["imex"]["channel_owner"] == "dra"
+    run.close()
 
 
 def subprocess_ctl(root: Path, *args: str) -> tuple[int, str]:
@@ -347,11 +370,20 @@ def test_a_live_run_is_the_owner_and_a_second_owner_appearing_is_an_error(
     (root / DRA_DIR).mkdir(parents=True)
     out, rc = owner(root)
     assert rc == 1 and out["conflict"]["owners"] == ["nvfabric", "dra"]
-    status, _ = run_json("status", "--root", str(root))
+    status, rc = run_json("status", "--root", str(root))
     conflict = [f for f in status["findings"] if f["code"] == "imex_owner_conflict"]
     assert conflict and conflict[0]["severity"] == "error"
     assert f"pid {run.proc.pid}" in conflict[0]["message"] and "DRA" in conflict[0]["message"]
-    assert status["verdict"] != "healthy"
+    # an error finding: status unhealthy (exit 1) and ready not ready (exit 1), with it
+    assert (status["verdict"], rc) == ("unhealthy", 1)
+    ready, rc = run_json("ready", "--root", str(root))
+    assert (ready["ready"], rc, codes(ready)) == (False, 1, ["imex_owner_conflict"])
+    assert ready["run"]["pid"] == run.proc.pid
+    text = run_cli("ready", "--root", str(root))
+    assert text.returncode == 1 and text.stderr.startswith("not ready: nvfabric run (pid ")
+    (root / DRA_DIR).rmdir()  # the second owner gone: ready again
+    ready, rc = run_json("ready", "--root", str(root))
+    assert (ready["ready"], rc, ready["findings"]) == (True, 0, [])
     run.close()
 
 

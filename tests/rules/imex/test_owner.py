@@ -185,6 +185,28 @@ def test_owner_decision_table(evidence: OwnerEvidence, requested: str | None, fo
                                       and owner != "nvfabric")
 
 
+# A live run started as `--imex-owner dra-host` (before it is ready, too): status and `imex
+# owner` answer what run decided: channels per claim (no host channel0 needed), its socket.
+@pytest.mark.parametrize(("run", "channels", "required", "socket"), [
+    (RUN, "nvfabric", (0,), None),
+    (RunFacts(4242, "/run/nvfabric", 11, True, "dra-host", socket="/var/run/imex.sock"),
+     "dra", (), "/var/run/imex.sock"),
+    (RunFacts(4242, "/run/nvfabric", 11, False, "dra-host", socket="/var/run/imex.sock"),
+     "dra", (), "/var/run/imex.sock"),
+    (RunFacts(4242, "/run/nvfabric", 11, True, "dra-host"), "dra", (),
+     "/etc/nvidia-imex/imex_ctrl.sock"),
+])
+def test_a_live_run_answers_for_the_owner_it_serves(run: RunFacts, channels: str,
+                                                     required: tuple[int, ...],
+                                                     socket: str | None) -> None:
+    d = decide(OwnerEvidence(run=run, daemons=(11,)))
+    assert (d.owner, d.runner, d.conflict) == ("nvfabric", "nvfabric", None)
+    assert (d.channels, d.required_channels, d.socket) == (channels, required, socket)
+    # the DRA plugin seen beside a run serving its host-managed mode is not a second owner
+    beside = decide(OwnerEvidence(run=run, daemons=(11,), dra_mode=DRA_HOST))
+    assert (beside.conflict is None) == (run.serves == "dra-host")
+
+
 def test_unknown_owner_is_rejected() -> None:
     with pytest.raises(ValueError, match="unknown IMEX owner"):
         decide(OwnerEvidence(), "kubelet")

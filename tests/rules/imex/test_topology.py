@@ -90,7 +90,8 @@ def test_no_registered_node_is_exit_1_and_no_file(tmp_path: Path) -> None:
     assert [f["severity"] for f in out["findings"]] == ["warning", "error"]
     assert out["output"] is None  # nothing was written there
     proc = run_cli("domain", "topology", str(path), "--output", str(tmp_path / "t.conf"))
-    assert proc.returncode == 1 and "nothing written to" in proc.stdout and "wrote" not in proc.stdout
+    assert proc.returncode == 1
+    assert "nothing written to" in proc.stdout and "wrote" not in proc.stdout
 
 
 def test_an_output_in_a_missing_directory_is_refused_and_nothing_made(tmp_path: Path) -> None:

@@ -120,20 +120,6 @@ class DomainStatus:
         )
 
 
-def query_argv(ctl: str, config: str) -> tuple[str, ...]:
-    """``nvidia-imex-ctl -c <config> -q``: prints READY when the local daemon serves.
-    ValueError on a bad path."""
-    return (check_path(ctl, "nvidia-imex-ctl"), "-c", check_path(config, "IMEX config"), "-q")
-
-
-def socket_query_argv(ctl: str, socket: str) -> tuple[str, ...]:
-    """``nvidia-imex-ctl -q --u=<socket>``: the local query over the daemon's Unix command
-    socket, as the DRA driver's kubelet plugin asks it in imex.mode=hostManaged before it hands
-    out a channel (DRA driver prerequisites, "Host IMEX readiness check"). ValueError on a bad
-    path."""
-    return (check_path(ctl, "nvidia-imex-ctl"), "-q", "--u=" + check_path(socket, "IMEX socket"))
-
-
 def domain_argv(ctl: str, config: str, as_json: bool = True) -> tuple[str, ...]:
     """``nvidia-imex-ctl -c <config> -N [-j]``: the whole domain's status."""
     out = (check_path(ctl, "nvidia-imex-ctl"), "-c", check_path(config, "IMEX config"), "-N")

@@ -15,20 +15,19 @@ from nvfabric.model.hostpath import PathEscape
 from nvfabric.model.words import plural, seconds
 
 
-def readiness_probe(ctl_binary: str, cfg_path: str, timeout_s: float,
-                    socket: str | None = None) -> Callable[[], GpuCheck]:
-    """The supervisor's readiness probe for IMEX: ``nvidia-imex-ctl -q`` under a hard timeout;
-    when not READY, ``-N -j`` names the peers it waits for. ``socket``: ask over that Unix
-    command socket instead (``-q --u=<socket>``, the DRA driver's host-managed mode: READY
-    there is what its kubelet plugin needs). ``error`` says why it is not READY;
-    the supervisor logs it as ``IMEX not READY yet: <why>`` and gives ``imex_not_ready`` after
+def readiness_probe(query: tuple[str, ...], ctl_binary: str, cfg_path: str,
+                    timeout_s: float) -> Callable[[], GpuCheck]:
+    """The supervisor's readiness probe for IMEX: ``query``, the readiness query the run
+    prepared and ``--dry-run`` printed (:func:`nvfabric.bringup.mnnvl.ready_argv`:
+    ``nvidia-imex-ctl -c <cfg> -q``, or ``-q --u=<socket>`` over the command socket the DRA
+    driver's host-managed mode asks), under a hard timeout; when not READY, ``ctl_binary -c
+    cfg_path -N -j`` names the peers it waits for. ``error`` says why it is not READY; the
+    supervisor logs it as ``IMEX not READY yet: <why>`` and gives ``imex_not_ready`` after
     the readiness timeout (the spec's :data:`nvfabric.bringup.mnnvl.IMEX_READY`)."""
 
     def probe() -> GpuCheck:
         try:
-            argv = (ctl.socket_query_argv(ctl_binary, socket) if socket
-                    else ctl.query_argv(ctl_binary, cfg_path))
-            result = ctl.run_ctl(argv, timeout_s)
+            result = ctl.run_ctl(query, timeout_s)
         except (OSError, PathEscape) as err:
             why = exec_error(ctl_binary, err) if isinstance(err, OSError) else str(err)
             return GpuCheck(False, False, "not queried", f"cannot run {ctl_binary}: {why}")

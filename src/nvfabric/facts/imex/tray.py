@@ -30,7 +30,7 @@ from nvfabric.facts import procs, services
 from nvfabric.facts import slurm as slurm_reader
 from nvfabric.facts.fs import listdir, read_bytes, read_text
 from nvfabric.facts.nvidia import driver_version, imex_major, loaded_modules
-from nvfabric.model import hostpath
+from nvfabric.model import hostpath, strict
 from nvfabric.model.errors import usage_error
 from nvfabric.model.hostpath import PathEscape, is_live, under
 from nvfabric.model.strict import int_or_none
@@ -52,6 +52,7 @@ from nvfabric.rules.imex.tables import (
     NVFABRIC_SLURM_STATE_DIR,
     NVFABRIC_STATE_DIR,
     PARAMS_PATH,
+    RUN_OWNER_FILE,
     SYSTEMD_DIRS,
 )
 
@@ -159,10 +160,28 @@ def live_run(root: str) -> RunFacts | None:
             imex_pid = listed[0]
         if imex_pid is None:
             continue
-        serves = (info or {}).get("imex_owner")
-        return RunFacts(holder, state_dir, imex_pid, info is not None,
-                        serves if isinstance(serves, str) else None, by_slurm)
+        serves, sock = _run_owner(full, info)
+        return RunFacts(holder, state_dir, imex_pid, info is not None, serves, by_slurm, sock)
     return None
+
+
+def _run_owner(state_dir: str, info: dict[str, object] | None) -> tuple[str | None, str | None]:
+    """What the run in ``state_dir`` (full path) serves IMEX as and the command socket it
+    serves for ``dra-host`` (host path): its owner record
+    (:data:`~nvfabric.rules.imex.tables.RUN_OWNER_FILE`, written before its daemon starts),
+    else its ready file's ``imex_owner``; (None, None) when neither says."""
+    record: object = None
+    data = read_bytes(os.path.join(state_dir, RUN_OWNER_FILE), limit=1 << 12)
+    if data is not None:
+        try:
+            record = strict.parse_json(data)
+        except strict.BadValue:
+            record = None
+    if not isinstance(record, dict):
+        record = {"owner": (info or {}).get("imex_owner")}
+    serves, sock = record.get("owner"), record.get("socket")
+    return (serves if serves in owner.OWNERS else None,
+            sock if isinstance(sock, str) and hostpath.problem(sock) is None else None)
 
 
 def _unit_wants(root: str) -> tuple[str, ...]:

@@ -74,7 +74,8 @@ class RunFacts:
     ``state_dir`` (host path), ``imex_pid`` the daemon it runs (its pid file), ``ready`` its
     ready file is current, ``serves`` the owner it runs IMEX as (``host``, ``dra-host``; from
     the ready file), ``slurm`` the state directory is the one nvfabric's Slurm prolog
-    starts it in."""
+    starts it in, ``socket`` the command socket its daemon serves for ``dra-host`` (host
+    path; the ready file's ``imex_socket``)."""
 
     pid: int
     state_dir: str
@@ -82,17 +83,27 @@ class RunFacts:
     ready: bool = False
     serves: str | None = None
     slurm: bool = False
+    socket: str | None = None
+
+    @property
+    def serves_dra_host(self) -> bool:
+        """It runs the host daemon of the DRA driver's host-managed mode: the driver makes the
+        channels per claim, the kubelet plugin asks the daemon over its command socket."""
+        return self.serves == "dra-host"
 
     def line(self) -> str:
         daemon = f", nvidia-imex pid {self.imex_pid}" if self.imex_pid else ""
         state = "ready" if self.ready else "not ready yet"
         by = ", started by nvfabric's Slurm prolog" if self.slurm else ""
+        mode = (" for the DRA driver's host-managed mode (dra-host)" if self.serves_dra_host
+                else "")
         return (f"nvfabric run pid {self.pid} (state dir {self.state_dir}{daemon}, {state}"
-                f"{by}) supervises nvidia-imex")
+                f"{by}) supervises nvidia-imex{mode}")
 
     def to_json(self) -> dict[str, Any]:
         return {"pid": self.pid, "state_dir": self.state_dir, "imex_pid": self.imex_pid,
-                "ready": self.ready, "serves": self.serves, "slurm_prolog": self.slurm}
+                "ready": self.ready, "serves": self.serves, "slurm_prolog": self.slurm,
+                "socket": self.socket}
 
 
 @dataclass(frozen=True)
@@ -154,7 +165,8 @@ class Ownership:
     """The decision. ``owner``: one of :data:`OWNERS` or ``nvfabric`` (a live run); ``source``
     ``requested`` or ``detected``; ``runner`` who runs the daemon (``unit``, ``nvfabric``,
     ``prolog``; None when nobody on the host does); ``channels`` who creates the channels
-    (:data:`CHANNEL_OWNERS`); ``socket`` the command socket a ``dra-host`` daemon serves;
+    (:data:`CHANNEL_OWNERS`); ``socket`` the command socket a ``dra-host`` daemon serves (also
+    one a live run started as ``dra-host`` serves);
     ``run`` the live nvfabric run; ``conflict`` the ``imex_owner_conflict`` finding when two
     owners claim the node, ``unknown`` ``imex_owner_unknown`` (owner :data:`UNKNOWN`);
     ``slurm_script`` the line of the Slurm script that runs IMEX."""
@@ -251,9 +263,8 @@ def decide(ev: OwnerEvidence, requested: str | None = None, for_run: bool = Fals
     channels = _channel_owner(ev, owner, runner)
     if channels in CHANNELS_PER_JOB:
         reasons.append(_CHANNEL_WHY[channels])
-    socket = None
-    if owner == "dra-host":
-        socket = ev.dra_mode.socket if ev.dra_mode else DRA_HOST_SOCKET
+    socket = _socket(ev, owner)
+    if socket is not None:
         reasons.append(f"the host daemon serves the DRA driver's command socket {socket} "
                        "(IMEX_CMD_ENABLED=1, IMEX_CMD_UNIX_DOMAIN_PATH)")
     conflict = _conflict(ev, owner, runner, requested, for_run)
@@ -314,10 +325,27 @@ def _runner(ev: OwnerEvidence, owner: str, requested: str | None, for_run: bool,
     return None
 
 
+def _serves_dra_host(ev: OwnerEvidence, owner: str) -> bool:
+    """The host daemon of the DRA driver's host-managed mode: ``dra-host`` decided now, or a
+    live nvfabric run started as it (``run --imex-owner dra-host``, its ready file says so)."""
+    return owner == "dra-host" or (owner == "nvfabric" and ev.run is not None
+                                   and ev.run.serves_dra_host)
+
+
+def _socket(ev: OwnerEvidence, owner: str) -> str | None:
+    """The command socket the DRA driver's kubelet plugin asks the host daemon over (host
+    path): the live run's, else the one the plugin runs with, else the driver's default."""
+    if not _serves_dra_host(ev, owner):
+        return None
+    if owner == "nvfabric" and ev.run is not None and ev.run.socket:
+        return ev.run.socket
+    return ev.dra_mode.socket if ev.dra_mode else DRA_HOST_SOCKET
+
+
 def _channel_owner(ev: OwnerEvidence, owner: str, runner: str | None) -> str:
     if ev.slurm.switch:
         return "slurm"
-    if owner in ("dra", "dra-host"):
+    if owner == "dra" or _serves_dra_host(ev, owner):
         return "dra"
     if owner == "slurm" and ev.slurm.creates_channels:
         return "prolog"

@@ -83,6 +83,11 @@ SLURMD_UNIT = "slurmd.service"
 NVFABRIC_SLURM_DEFAULTS = "/etc/default/nvfabric-slurm"
 NVFABRIC_STATE_DIR = "/run/nvfabric"
 NVFABRIC_SLURM_STATE_DIR = "/run/nvfabric-slurm"
+#: What a live ``nvfabric run`` on a tray records in its state directory from its start (before
+#: the ready file): the owner it runs IMEX as (``host``, ``dra-host``) and the command socket
+#: its daemon serves for ``dra-host`` (JSON ``{"owner", "socket"}``), so that ``status`` and
+#: ``imex owner`` answer as the run decided while its daemon is not READY yet.
+RUN_OWNER_FILE = "imex/owner.json"
 
 #: Bounds of the prolog follower: files read in all (scripts and the programs they run),
 #: hand-offs deep, bytes of one script, bytes of all scripts, matches of one glob. slurmd runs

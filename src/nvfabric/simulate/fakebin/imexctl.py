@@ -10,7 +10,7 @@ import os
 import time
 
 from .daemon import init_stamp, say, short_path
-from .state import faults, load, node_root
+from .state import faults, load, node_root, record
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -88,8 +88,9 @@ def nvidia_imex_ctl(argv: list[str]) -> int:
     is connected; ``-N`` prints the node table and connection matrix
     (:func:`imex_domain_text`); ``-N -j`` the same as JSON (:func:`imex_domain_json`).
     ``--u=PATH`` asks over the daemon's Unix command socket: fails when nobody listens there.
-    Fault ``hang``: never answers."""
+    Fault ``hang``: never answers. Each call is recorded (event ``call`` with its argv)."""
     root = node_root()
+    record(root, "imex-ctl", "call", argv=argv)
     if faults(root, "imex-ctl").get("hang"):
         time.sleep(3600)
         return 1
