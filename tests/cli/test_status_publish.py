@@ -6,10 +6,12 @@ tests/integration/test_kube_publish.py."""
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import pytest
 
+from nvfabric.effects.runlock import acquire_run_lock, mark_publisher
 from tests.conftest import run_cli
 from tests.runkit import sim
 
@@ -68,3 +70,28 @@ def test_publishing_options_refused_with_one_line(tmp_path: Path, args: tuple[st
     assert out.returncode == 2, out.stdout + out.stderr
     (line,) = [x for x in out.stderr.splitlines() if x.strip()]
     assert says in line and "Traceback" not in out.stderr
+
+
+def test_status_publish_beside_a_live_run_publish_writes_nothing(tmp_path: Path) -> None:
+    """One writer per Node: while a live `run --publish` holds the run lock and its mark, a
+    one-shot `status --publish` (cron, a prolog) would overwrite what the run saw and a reading
+    cannot (a fatal SXid in the kernel log): it says so and writes nothing; once the run is
+    gone it publishes again (here: a kubeconfig that cannot be used, exit 2)."""
+    root = sim(tmp_path, "gb200-tray")
+    bad = tmp_path / "kubeconfig"
+    bad.write_text("not: [a kubeconfig\n")
+    args = ("status", "--root", str(root), "--publish", "--node-name", "gb-r01n05",
+            "--kubeconfig", str(bad))
+    state = str(root / "run/nvfabric")
+    lock, holder = acquire_run_lock(state)
+    assert lock is not None and holder is None
+    try:
+        mark_publisher(state, "gb-r01n05")
+        out = run_cli(*args)
+        assert out.returncode == 0, out.stderr  # the report's own exit: healthy tray
+        assert (f"kube publish: not published: the live `nvfabric run --publish` (pid "
+                f"{os.getpid()}) publishes Node gb-r01n05") in out.stderr
+    finally:
+        os.close(lock.fd)
+    out = run_cli(*args)  # the run is gone: its mark is stale, status publishes itself
+    assert out.returncode == 2 and "not published" not in out.stderr

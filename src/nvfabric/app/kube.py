@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from typing import Any, TypeGuard
 
 from nvfabric.effects.log import Log
+from nvfabric.effects.runlock import live_publisher, mark_publisher
 from nvfabric.facts.imex.tray import local_names
 from nvfabric.model.errors import NvfabricError, usage_error
 from nvfabric.observe.serve import Watch
@@ -103,11 +104,13 @@ def target_of(req: KubeRequest, node: str, strict: bool) -> Target:
     return target
 
 
-def start_beside(req: KubeRequest, root: str, watch: Watch) -> None:
+def start_beside(req: KubeRequest, root: str, watch: Watch, state: str) -> None:
     """``run --publish``: publish beside the supervisor from now on, from the snapshot
-    ``watch`` holds (the last reading and the unit now). The last view is published when the
-    run ends (:func:`nvfabric.supervisor.running.at_end`, and at exit). No Node name to
-    publish under is said in one line, and the fabric comes up all the same."""
+    ``watch`` holds (the last reading and the unit now), marked in the run's state directory
+    ``state`` (:func:`nvfabric.effects.runlock.mark_publisher`: the Node's one writer while the
+    run lives). The last view is published when the run ends
+    (:func:`nvfabric.supervisor.running.at_end`, and at exit). No Node name to publish under
+    is said in one line, and the fabric comes up all the same."""
     try:
         node = node_of(req, root, None)
     except NvfabricError as err:
@@ -115,6 +118,11 @@ def start_beside(req: KubeRequest, root: str, watch: Watch) -> None:
                   "--node-name or NODE_NAME)")
         return
     target = target_of(req, node, strict=False)
+    try:
+        mark_publisher(state, node)
+    except OSError as err:  # the run still publishes; a status --publish may then write too
+        Log().say(f"kube publish: cannot mark the state directory {state}: "
+                  f"{err.strerror or err}")
     beside = Beside(lambda: Api(target), target.node, req.options, _source(watch))
     watch.kube = beside.tally.value
     beside.start()
@@ -136,6 +144,19 @@ def _source(watch: Watch) -> Callable[[], FabricView | None]:
         return view_of(snap.live_status(), snap.unit, watch.read_error)
 
     return source
+
+
+def beside_run(root: str, state: str) -> str | None:
+    """Why ``status --publish`` writes nothing: a live ``run --publish`` on this node
+    publishes it (its mark in ``state``, :func:`nvfabric.effects.runlock.live_publisher`), and
+    the run sees what a one-shot reading cannot (the kernel log's live findings, the unit's
+    faults); None when no such run lives."""
+    live = live_publisher(state)
+    if live is None:
+        return None
+    pid, node = live
+    return (f"not published: the live `nvfabric run --publish` (pid {pid}) publishes Node "
+            f"{node}; one writer per Node")
 
 
 def publish_once(req: KubeRequest, root: str, status: dict[str, Any]) -> str | None:

@@ -463,7 +463,8 @@ def _watch(o: RunOptions, address: tuple[str, int] | None) -> None:
     if address is not None:
         listen.start(address, o.root, o.health_interval)
     if kube.publishing(o.kube):
-        kube.start_beside(o.kube, o.root, listen.watch(o.root, o.health_interval))
+        kube.start_beside(o.kube, o.root, listen.watch(o.root, o.health_interval),
+                          lock.state_dir(o.root, o.state_dir))
     attach(of_running, phase=phase_of_running, kernel=kernel_of_running)
 
 

@@ -299,10 +299,12 @@ def _run_ready(root: str) -> _Ready | None:
 class Told:
     """What ``status --publish`` and ``--npd`` gave: ``publish_error`` the failure's one line
     (None: published, or not asked); ``npd`` node-problem-detector's (exit code, line), None
-    when not asked."""
+    when not asked; ``publish_skipped`` why nothing was published (a live ``run --publish``
+    is the Node's writer: :func:`nvfabric.app.kube.beside_run`)."""
 
     publish_error: str | None = None
     npd: tuple[int, str] | None = None
+    publish_skipped: str | None = None
 
     def exit_code(self, report: Report) -> int:
         """The command's exit: a failed publish is :data:`nvfabric.app.kube.
@@ -315,10 +317,12 @@ class Told:
 def tell(report: Report, root: str, req: KubeRequest) -> Told:
     """The report's view written to the Node once (``req.publish``:
     :func:`nvfabric.app.kube.publish_once`; exit 2 for a Node name or a configuration that
-    cannot be used), then node-problem-detector's answer (``req.npd``)."""
+    cannot be used), then node-problem-detector's answer (``req.npd``). Nothing is written
+    beside a live ``run --publish`` (``Told.publish_skipped`` says so)."""
     status = report.to_json()
-    error = kube.publish_once(req, root, status) if req.publish else None
-    return Told(error, kube.npd(req, status))
+    skipped = kube.beside_run(root, under(root, RUN_STATE_DIR)) if req.publish else None
+    error = kube.publish_once(req, root, status) if req.publish and not skipped else None
+    return Told(error, kube.npd(req, status), skipped)
 
 
 # -- wait ---------------------------------------------------------------------------------------

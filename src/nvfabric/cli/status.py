@@ -151,6 +151,8 @@ def status(ctx: click.Context, root: str, capture: str | None, fabric: FabricKin
             write_textfile(textfile, text)
     if told.publish_error is not None:
         sys.stderr.write(f"nvfabric: kube publish: {printable(told.publish_error)}\n")
+    if told.publish_skipped is not None:
+        sys.stderr.write(f"nvfabric: kube publish: {printable(told.publish_skipped)}\n")
     if told.npd is not None:  # node-problem-detector reads one line: the report is not printed
         sys.stdout.write(printable(told.npd[1]) + "\n")
     elif prometheus:

@@ -3,21 +3,29 @@
 One run per node: an exclusive flock(2) on ``<state_dir>/run.lock`` held by the run's process
 for as long as it lives (kept across the ``execv`` into the lean supervisor, which clears the
 descriptor's close-on-exec for that one exec); ``<state_dir>/ready`` says the fabric is up
-and names the run's pid (RUN.md R10), believed only while that pid holds the lock.
+and names the run's pid (RUN.md R10), believed only while that pid holds the lock;
+``<state_dir>/publisher`` says that run publishes the node's state to Kubernetes (``run
+--publish``), believed the same way, so that a one-shot ``status --publish`` does not write
+the same Node beside it.
 """
 
 from __future__ import annotations
 
 import fcntl
+import json
 import os
 import stat
 from dataclasses import dataclass
 
+from nvfabric.effects.atomic import write_atomic
 from nvfabric.effects.dirs import ensure_dir
 from nvfabric.model.strict import BadValue, int_or_none, parse_json
 
 #: The lock file of ``nvfabric run`` in its state directory: one run per node.
 LOCK_FILE = "run.lock"
+
+#: ``run --publish``'s mark in the state directory: ``{"pid": N, "node": NAME}``.
+PUBLISHER_FILE = "publisher"
 
 
 @dataclass(frozen=True)
@@ -131,6 +139,38 @@ def live_ready(state_dir: str) -> tuple[dict[str, object] | None, str]:
                       "without removing it, e.g. kill -9)")
     assert isinstance(info, dict)
     return info, ""
+
+
+def mark_publisher(state_dir: str, node: str) -> None:
+    """Say that this process (the run holding the lock in ``state_dir``) publishes Node
+    ``node`` (atomically; OSError when it cannot be written)."""
+    write_atomic(os.path.join(state_dir, PUBLISHER_FILE),
+                 json.dumps({"pid": os.getpid(), "node": node}) + "\n", backup=False)
+
+
+def live_publisher(state_dir: str) -> tuple[int, str] | None:
+    """(pid, Node name) of the live ``run --publish`` in ``state_dir``: its mark, believed only
+    while that pid holds the run lock; None when there is none, it cannot be read or it is
+    stale. Reads only."""
+    try:
+        fd = os.open(os.path.join(state_dir, PUBLISHER_FILE),
+                     os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError:
+        return None
+    try:
+        data = os.read(fd, 1 << 12) if stat.S_ISREG(os.fstat(fd).st_mode) else b""
+        info = parse_json(data.decode("utf-8", "replace"))
+        holder = run_lock_holder(state_dir)
+    except (OSError, BadValue):
+        return None
+    finally:
+        os.close(fd)
+    pid = info.get("pid") if isinstance(info, dict) else None
+    node = info.get("node") if isinstance(info, dict) else None
+    if (not isinstance(pid, int) or isinstance(pid, bool) or pid <= 0 or holder != pid
+            or not isinstance(node, str)):
+        return None
+    return pid, node
 
 
 def _lock_pid(fd: int) -> int:
