@@ -54,9 +54,12 @@ def test_npd_unknown_while_gpus_register(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize(("args", "says"), [
-    (("--taint-unhealthy",), "--taint-unhealthy only apply with --publish"),
+    (("--taint-unhealthy",), "--taint-unhealthy only applies with --publish"),
     (("--kubeconfig", "/x", "--node-name", "n"), "--kubeconfig, --node-name only apply"),
     (("--publish", "--node-name", "Node_1"), "--node-name 'Node_1': not a Kubernetes node"),
+    (("--publish", "--node-name", ""), "--node-name '': not a Kubernetes node"),
+    # a node without a host name (a simulated one: no etc/hostname) says so, not ''
+    (("--publish", "--kubeconfig", "/nonexistent/kc"), "no Node name: no host name under"),
     (("--npd-condition", "NVLinkFabricDegraded"), "--npd-condition needs --npd"),
     (("--publish", "--node-name", "n1"), "--publish: not in a cluster"),
     (("--publish", "--node-name", "n1", "--kubeconfig", "/nonexistent/kc"),

@@ -86,6 +86,10 @@ def node_of(req: KubeRequest, root: str, status: dict[str, Any] | None) -> str:
     if not isinstance(name, str) or not name:
         names = local_names(root)
         name = names[0] if names else ""
+    if not name.strip():
+        raise usage_error(f"no Node name: no host name under the root {root} "
+                          "(etc/hostname missing or empty) and no NODE_NAME",
+                          "give --node-name NAME (the node as `kubectl get nodes` shows it)")
     return checked_node_name(name.strip().lower(), "the host name")
 
 

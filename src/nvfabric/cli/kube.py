@@ -88,12 +88,14 @@ def request(got: dict[str, Any]) -> KubeRequest | None:
     if not publish:
         given = [f"--{n.replace('_', '-')}" for n in _WITH_PUBLISH if got.get(n)]
         if given:
-            raise usage_error(f"{', '.join(given)} only apply with --publish",
+            verb = "applies" if len(given) == 1 else "apply"
+            raise usage_error(f"{', '.join(given)} only {verb} with --publish",
                               "add --publish, or leave them out")
         return KubeRequest(False, npd=npd) if npd else None
-    name = got.get("node_name") or os.environ.get("NODE_NAME") or None
+    given_name = got.get("node_name")
+    name = given_name if given_name is not None else os.environ.get("NODE_NAME") or None
     if name is not None:
-        name = checked_node_name(name, "--node-name" if got.get("node_name") else "NODE_NAME")
+        name = checked_node_name(name, "--node-name" if given_name is not None else "NODE_NAME")
     period = got.get("heartbeat_period")
     return KubeRequest(True, got.get("kubeconfig"), name, bool(got.get("label_gpu_clique")),
                        bool(got.get("taint_unhealthy")), 300.0 if period is None else period,
