@@ -109,11 +109,36 @@ def live_ready(state_dir: str) -> tuple[dict[str, object] | None, str]:
     when ``<state_dir>/ready`` exists and the pid inside is the live ``nvfabric run`` holding
     the run lock; else (None, why: no file, unreadable, or stale: its pid does not hold the
     lock). Reads only."""
-    path = os.path.join(state_dir, READY_FILE)
+    return _held_record(state_dir, READY_FILE, "no readiness file", "no run is ready")
+
+
+def mark_publisher(state_dir: str, node: str) -> None:
+    """Say that this process (the run holding the lock in ``state_dir``) publishes Node
+    ``node`` (atomically; OSError when it cannot be written)."""
+    write_atomic(os.path.join(state_dir, PUBLISHER_FILE),
+                 json.dumps({"pid": os.getpid(), "node": node}) + "\n", backup=False)
+
+
+def live_publisher(state_dir: str) -> tuple[int, str] | None:
+    """(pid, Node name) of the live ``run --publish`` in ``state_dir``: its mark, believed only
+    while that pid holds the run lock (as the ready file is); None when there is none, it
+    cannot be read or it is stale. Reads only."""
+    info, _ = _held_record(state_dir, PUBLISHER_FILE, "no publisher mark", "no run publishes")
+    node = info.get("node") if info is not None else None
+    pid = info.get("pid") if info is not None else None
+    return (pid, node) if isinstance(pid, int) and isinstance(node, str) else None
+
+
+def _held_record(state_dir: str, name: str, missing: str,
+                 none: str) -> tuple[dict[str, object] | None, str]:
+    """The JSON object of ``<state_dir>/NAME`` written by a run, (object, "") while the pid it
+    names holds the run lock; else (None, why: ``MISSING PATH: NONE`` when there is no file,
+    unreadable, damaged, or stale). Reads only, at most 64 KiB, never through a link."""
+    path = os.path.join(state_dir, name)
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
     except FileNotFoundError:
-        return None, f"no readiness file {path}: no run is ready"
+        return None, f"{missing} {path}: {none}"
     except OSError as err:
         return None, f"cannot read {path}: {err.strerror or err}"
     try:
@@ -139,38 +164,6 @@ def live_ready(state_dir: str) -> tuple[dict[str, object] | None, str]:
                       "without removing it, e.g. kill -9)")
     assert isinstance(info, dict)
     return info, ""
-
-
-def mark_publisher(state_dir: str, node: str) -> None:
-    """Say that this process (the run holding the lock in ``state_dir``) publishes Node
-    ``node`` (atomically; OSError when it cannot be written)."""
-    write_atomic(os.path.join(state_dir, PUBLISHER_FILE),
-                 json.dumps({"pid": os.getpid(), "node": node}) + "\n", backup=False)
-
-
-def live_publisher(state_dir: str) -> tuple[int, str] | None:
-    """(pid, Node name) of the live ``run --publish`` in ``state_dir``: its mark, believed only
-    while that pid holds the run lock; None when there is none, it cannot be read or it is
-    stale. Reads only."""
-    try:
-        fd = os.open(os.path.join(state_dir, PUBLISHER_FILE),
-                     os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
-    except OSError:
-        return None
-    try:
-        data = os.read(fd, 1 << 12) if stat.S_ISREG(os.fstat(fd).st_mode) else b""
-        info = parse_json(data.decode("utf-8", "replace"))
-        holder = run_lock_holder(state_dir)
-    except (OSError, BadValue):
-        return None
-    finally:
-        os.close(fd)
-    pid = info.get("pid") if isinstance(info, dict) else None
-    node = info.get("node") if isinstance(info, dict) else None
-    if (not isinstance(pid, int) or isinstance(pid, bool) or pid <= 0 or holder != pid
-            or not isinstance(node, str)):
-        return None
-    return pid, node
 
 
 def _lock_pid(fd: int) -> int:

@@ -19,7 +19,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from nvfabric.model.vocab import Severity
+from nvfabric.model.vocab import SEVERITIES, Severity
 
 #: The bits of intrInfo that hold the sub-code (NVIDIA Xid catalogue, "XID 144-150 Decode").
 SUBCODE_SHIFT = 20
@@ -129,7 +129,7 @@ def decode(table: tuple[DecodeRow, ...], xid: int, unit: str, intr_info: int, er
                               "error_status": f"0x{error_status:08x}"}
     rows = _rows(table, xid, unit, intr_info, error_status)
     if rows:
-        row = max(rows, key=lambda r: _RANK[r.finding_severity])
+        row = max(rows, key=lambda r: SEVERITIES.index(r.finding_severity))  # heaviest bit
         fields.update(subcode_known=True, immediate_action=row.immediate,
                       investigatory_action=row.investigatory,
                       immediate_hint=row.immediate_words,
@@ -149,10 +149,6 @@ def decode(table: tuple[DecodeRow, ...], xid: int, unit: str, intr_info: int, er
     fields["subcode_known"] = False
     fatal = (severity_word or "").lower() == "fatal"
     return ("unknown_fatal" if fatal else "unknown_nonfatal"), fields
-
-
-#: Order of the finding severities a row gives (the heaviest bit decides the event's).
-_RANK = {"info": 0, "warning": 1, "error": 2}
 
 
 def _rows(table: tuple[DecodeRow, ...], xid: int, unit: str, intr_info: int,
