@@ -65,9 +65,10 @@ def fm_version(binary: str, timeout_s: float = 10.0) -> VersionRead:
         return VersionRead(None, error=exec_error(binary, err),
                            hint=INTERPRETER_HINT if missing_interpreter(binary) else None)
     text = (ran.stdout + ran.stderr).decode("utf-8", "replace")
-    if ran.timed_out:
-        return VersionRead(None, text, error=f"it did not answer within {timeout_s:g} s "
-                           "(killed)")
+    if ran.timed_out:  # the binary is there and runs: it hangs, which is not binary_missing
+        return VersionRead(None, text, error=ran.limit_text(), finding=ran.finding(
+            f"run `{binary} --version` by hand: fabric manager answers at once; a hang is a "
+            "broken installation or another program at that path (--fm-bin)"))
     if ran.limit is not None:
         return VersionRead(None, text, error=ran.limit_text(), finding=ran.finding(
             "run it by hand: a fabric manager prints one version line; this is not the "
