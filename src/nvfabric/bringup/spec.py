@@ -16,8 +16,10 @@ Pure: no I/O here or in the per-daemon builders (``--version`` is run by
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
 
+from nvfabric.model.commandline import HintContext
 from nvfabric.model.findings import Finding
 from nvfabric.model.vocab import FindingCode, Service
 from nvfabric.model.words import seconds
@@ -56,6 +58,20 @@ class ReadyProbe:
                        self.stuck_message.format(timeout=seconds(timeout_s),
                                                  last=last or "no answer"),
                        self.stuck_hint, fields)
+
+
+def gpu_registration(root: str, fm_log: str) -> ReadyProbe:
+    """:data:`GPU_REGISTRATION` with a hint whose commands work on the node ``run`` was asked
+    about: ``status`` with its ``--root``, ``doctor`` of fabric manager's log ``fm_log`` (the
+    path the effective config gives it, as this machine reaches it; ``""``: on stderr, the
+    lines above only)."""
+    ctx = HintContext(root)
+    doctor = (f" (`{ctx.nvfabric('doctor', options=(('--log', fm_log),))}` explains its log)"
+              if fm_log else "")
+    return replace(GPU_REGISTRATION, stuck_hint=(
+        f"look for fabric manager errors above{doctor} and run `{ctx.nvfabric('status')}`; a "
+        "state stuck in progress usually means fabric manager or NVLSM cannot reach the "
+        "NVSwitches"))
 
 
 #: The default probe of ``ready_gpus``: every GPU's fabric state is completed, which fabric
@@ -129,6 +145,19 @@ class PlannedFile:
     path: str
     content: str
     mode: int = 0o644
+
+
+def written_by_run(argv: Sequence[str], files: Sequence[PlannedFile]) -> tuple[str, ...]:
+    """The paths of ``files`` (what ``run`` writes before it starts anything) that ``argv``
+    names, as a word or an option's value (``--u=PATH``), in argv order: an argv a dry run
+    prints names files that exist only once the run wrote them."""
+    planned = {f.path for f in files}
+    out: list[str] = []
+    for word in argv:
+        path = word if word in planned else word.partition("=")[2]
+        if path in planned and path not in out:
+            out.append(path)
+    return tuple(out)
 
 
 def check_guid(guid: str) -> str:
