@@ -27,10 +27,10 @@ from nvfabric.facts import gpu, inventory, services
 from nvfabric.facts.imex import ctl, tray
 from nvfabric.facts.smi import SmiFormatError, missing_columns_error, parse
 from nvfabric.facts.textfile import read_capped
+from nvfabric.model.commandline import FM_UNIT, NVFABRIC_UNIT, HintContext
 from nvfabric.model.errors import usage_error
 from nvfabric.model.findings import Finding
 from nvfabric.model.health import FabricHealth
-from nvfabric.model.commandline import FM_UNIT, NVFABRIC_UNIT, HintContext
 from nvfabric.model.hostpath import under
 from nvfabric.model.services import ServiceState
 from nvfabric.model.vocab import FabricKind

@@ -36,7 +36,7 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from nvfabric.bringup import fmconfig as fmcfg
 from nvfabric.bringup import nvlsm
@@ -47,8 +47,8 @@ from nvfabric.bringup.spec import (
     ReadyProbe,
     ServiceSpec,
     check_guid,
-    gpu_registration,
 )
+from nvfabric.model.commandline import HintContext
 from nvfabric.model.fmkeys import ENV_PREFIX
 from nvfabric.model.hostpath import check as check_path
 from nvfabric.model.hostpath import confined, under
@@ -90,11 +90,25 @@ def argv(binary: str, config: str, guid: str | None) -> tuple[str, ...]:
     return tuple(out)
 
 
+def gpu_registration(root: str, fm_log: str) -> ReadyProbe:
+    """:data:`~nvfabric.bringup.spec.GPU_REGISTRATION` with a hint whose commands work on
+    the node ``run`` was asked about: ``status`` with its ``--root``, ``doctor`` of fabric manager's log ``fm_log`` (the
+    path the effective config gives it, as this machine reaches it; ``""``: on stderr, the
+    lines above only)."""
+    ctx = HintContext(root)
+    doctor = (f" (`{ctx.nvfabric('doctor', options=(('--log', fm_log),))}` explains its log)"
+              if fm_log else "")
+    return replace(GPU_REGISTRATION, stuck_hint=(
+        f"look for fabric manager errors above{doctor} and run `{ctx.nvfabric('status')}`; a "
+        "state stuck in progress usually means fabric manager or NVLSM cannot reach the "
+        "NVSwitches"))
+
+
 def spec(binary: str, config: str, guid: str | None, *, needs_reset: bool,
          grace_s: float = 10.0, probe: ReadyProbe = GPU_REGISTRATION) -> ServiceSpec:
     """Fabric manager as a service: ready when every GPU's fabric state is completed (its
     success line prompts an immediate check); ``probe`` how that readiness is spoken of
-    (:func:`nvfabric.bringup.spec.gpu_registration`: its hint names the node's root)."""
+    (:func:`gpu_registration`: its hint names the node's root)."""
     return ServiceSpec(
         name="fabricmanager",
         argv=argv(binary, config, guid),

@@ -17,9 +17,8 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
-from nvfabric.model.commandline import HintContext
 from nvfabric.model.findings import Finding
 from nvfabric.model.vocab import FindingCode, Service
 from nvfabric.model.words import seconds
@@ -58,20 +57,6 @@ class ReadyProbe:
                        self.stuck_message.format(timeout=seconds(timeout_s),
                                                  last=last or "no answer"),
                        self.stuck_hint, fields)
-
-
-def gpu_registration(root: str, fm_log: str) -> ReadyProbe:
-    """:data:`GPU_REGISTRATION` with a hint whose commands work on the node ``run`` was asked
-    about: ``status`` with its ``--root``, ``doctor`` of fabric manager's log ``fm_log`` (the
-    path the effective config gives it, as this machine reaches it; ``""``: on stderr, the
-    lines above only)."""
-    ctx = HintContext(root)
-    doctor = (f" (`{ctx.nvfabric('doctor', options=(('--log', fm_log),))}` explains its log)"
-              if fm_log else "")
-    return replace(GPU_REGISTRATION, stuck_hint=(
-        f"look for fabric manager errors above{doctor} and run `{ctx.nvfabric('status')}`; a "
-        "state stuck in progress usually means fabric manager or NVLSM cannot reach the "
-        "NVSwitches"))
 
 
 #: The default probe of ``ready_gpus``: every GPU's fabric state is completed, which fabric

@@ -62,8 +62,8 @@ import re
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
-from nvfabric.model.findings import Finding
 from nvfabric.model.commandline import HintContext
+from nvfabric.model.findings import Finding
 from nvfabric.model.health import ZERO_UUID, GpuFabric
 from nvfabric.model.services import ServiceState
 from nvfabric.model.vocab import FabricKind, Service, VerdictWord
@@ -86,7 +86,7 @@ REGISTERING_SERVICES: dict[str, tuple[Service, ...]] = {
     "mnnvl": (),
 }
 
-def stuck_cause(kind: str, ctx: HintContext) -> str:
+def stuck_cause(kind: Judged, ctx: HintContext) -> str:
     """What usually keeps registration from finishing on ``kind`` (the hint of
     registration_stuck), in commands that work on the node ``ctx`` names: its root, and the
     unit or run that runs fabric manager there."""
