@@ -205,8 +205,11 @@ def test_every_verdict_hint_types_commands_for_the_root_it_was_asked_about(label
     ("nvfabric", True, "`systemctl status nvfabric.service`", "nvidia-fabricmanager.service`"),
     # the vendor unit owns it: that unit
     ("unit", False, "`systemctl status nvidia-fabricmanager.service`", "nvfabric.service`"),
-    # nothing runs it: nvfabric run starts it
-    (None, False, f"start it with `nvfabric run --root {ROOT}`", "systemctl"),
+    # the node was read and nothing runs it: nvfabric run starts it
+    ("none", False, f"start it with `nvfabric run --root {ROOT}`", "systemctl"),
+    # not known (a bug report, a capture): both ways, no claim that nothing runs it
+    (None, False, "`journalctl -u nvidia-fabricmanager.service` on the host whose root "
+     f"{ROOT} is where the vendor unit runs it", "nothing runs"),
 ])
 def test_registration_stuck_names_whoever_runs_fabric_manager(
         runner: str | None, ours: bool, typed: str, not_typed: str) -> None:

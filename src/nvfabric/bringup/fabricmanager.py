@@ -92,9 +92,9 @@ def argv(binary: str, config: str, guid: str | None) -> tuple[str, ...]:
 
 def gpu_registration(root: str, fm_log: str) -> ReadyProbe:
     """:data:`~nvfabric.bringup.spec.GPU_REGISTRATION` with a hint whose commands work on
-    the node ``run`` was asked about: ``status`` with its ``--root``, ``doctor`` of fabric manager's log ``fm_log`` (the
-    path the effective config gives it, as this machine reaches it; ``""``: on stderr, the
-    lines above only)."""
+    the node ``run`` was asked about: ``status`` with its ``--root``, ``doctor`` of fabric
+    manager's log ``fm_log`` (the path the effective config gives it, as this machine
+    reaches it; ``""``: on stderr, the lines above only)."""
     ctx = HintContext(root)
     doctor = (f" (`{ctx.nvfabric('doctor', options=(('--log', fm_log),))}` explains its log)"
               if fm_log else "")

@@ -389,16 +389,16 @@ _FM_PIDFILE_RUNNER = {"/run/nvfabric/fabricmanager.pid": "nvfabric",
 
 
 def fm_runner(fm: ServiceState | None, run_live: bool, nvfabric_unit: bool,
-              fm_unit: bool) -> str | None:
+              fm_unit: bool) -> str:
     """Who runs fabric manager on the node (:data:`nvfabric.model.commandline.RUNNERS`): the
     pid file its running process was found by, else a live ``nvfabric run`` (``run_live``),
     else the unit enabled (``nvfabric_unit``: nvfabric.service; ``fm_unit``:
     nvidia-fabricmanager.service; nvfabric's first, it runs fabric manager itself), else
-    None. Pure over what was read."""
+    ``none``. Pure over what was read."""
     if fm is not None and fm.detail.startswith("pid file "):
         runner = _FM_PIDFILE_RUNNER.get(fm.detail.removeprefix("pid file "))
         if runner is not None:
             return runner
     if run_live or nvfabric_unit:
         return "nvfabric"
-    return "unit" if fm_unit else None
+    return "unit" if fm_unit else "none"

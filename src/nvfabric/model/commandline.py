@@ -47,10 +47,11 @@ NVFABRIC_UNIT = "nvfabric.service"
 FM_UNIT = "nvidia-fabricmanager.service"
 IMEX_UNIT = "nvidia-imex.service"
 
-#: Who may run a fabric daemon on a node, as :class:`HintContext` names it: ``nvfabric`` (a
+#: Who runs a fabric daemon on a node, as :class:`HintContext` names it: ``nvfabric`` (a
 #: live ``nvfabric run``, its pid file, or nvfabric.service enabled), ``unit`` (the vendor
-#: unit), None (nothing seen runs it).
-RUNNERS = ("nvfabric", "unit")
+#: unit), ``none`` (the node was read: nothing runs it); None where it is not known (a bug
+#: report, a saved capture).
+RUNNERS = ("nvfabric", "unit", "none")
 
 
 @dataclass(frozen=True)
@@ -59,7 +60,7 @@ class HintContext:
     host path a hint types works there as printed.
 
     ``root``: the ``--root`` given (``/``: the node itself); ``fm_runner``: who runs fabric
-    manager (:data:`RUNNERS`, None: nothing seen); ``nvfabric_unit``: nvfabric.service is
+    manager (:data:`RUNNERS`, None: not known); ``nvfabric_unit``: nvfabric.service is
     enabled under the root (nvfabric's runs are that unit's); ``fm_log``: fabric manager's
     log file as a host path (its config's ``LOG_FILE_NAME``; ``""``: it logs to stderr, so to
     the journal of whoever runs it); ``imex_owner``/``imex_runner``: the IMEX decision
@@ -109,12 +110,14 @@ class HintContext:
         return f"`{shlex.join(['systemctl', 'restart', unit])}`{where}"
 
     def fm_start(self) -> str:
-        """What starts fabric manager again, by who runs it."""
+        """What starts fabric manager again, by who runs it (both ways where not known)."""
         if self.fm_runner == "unit":
             return self.restart(FM_UNIT)
         run = f"`{self.nvfabric('run')}`"
         if self.nvfabric_unit:
             return f"{self.restart(NVFABRIC_UNIT)} (it runs {run})"
+        if self.fm_runner is None:
+            return f"{run}, or {self.restart(FM_UNIT)} where the vendor unit runs it"
         return run
 
     def fm_status(self) -> str:
@@ -126,6 +129,9 @@ class HintContext:
         if self.fm_runner == "nvfabric":
             return (f"the output of `{self.nvfabric('run')}` (nvfabric runs fabric manager) "
                     f"and `{self.nvfabric('status')}`")
+        if self.fm_runner is None:
+            return (f"{self.unit(FM_UNIT)} where the vendor unit runs it, the output of "
+                    f"`{self.nvfabric('run')}` where nvfabric does")
         return (f"nothing runs fabric manager here (no nvfabric run, neither {NVFABRIC_UNIT} "
                 f"nor {FM_UNIT} enabled): start it with `{self.nvfabric('run')}`")
 
@@ -134,7 +140,7 @@ class HintContext:
         or (a log on stderr) the journal of the unit that runs it, piped."""
         if self.fm_log:
             return f"`{self.nvfabric('doctor', options=(('--log', self.path(self.fm_log)),))}`"
-        unit = FM_UNIT if self.fm_runner == "unit" else NVFABRIC_UNIT
+        unit = NVFABRIC_UNIT if self.fm_runner == "nvfabric" else FM_UNIT
         return (f"`{shlex.join(['journalctl', '-u', unit, '-o', 'cat'])} | "
                 f"{self.nvfabric('doctor', options=(('--log', '-'),))}`")
 

@@ -97,8 +97,8 @@ def stuck_cause(kind: Judged, ctx: HintContext) -> str:
         return ("usually NVLSM is not running or fabric manager was started without the LPF "
                 f"port GUID (-g): both must use the same management port; "
                 f"`{ctx.nvfabric('plan')}` shows it, {ctx.fm_doctor()} shows "
-                "NV_WARN_NOTHING_TO_DO or 'Detected Pre-NVL5 system' when NVLSM is missing; "
-                f"{ctx.fm_status()}")
+                "NV_WARN_NOTHING_TO_DO or 'Detected Pre-NVL5 system' when NVLSM is missing"
+                + (f"; {ctx.fm_status()}" if ctx.fm_runner is not None else ""))
     if kind == "mnnvl":
         return ("a GB200/GB300 tray is registered by the NVLink switch trays' fabric manager: "
                 "check the rack's NVLink switch trays / NMX controller and that this tray is "
