@@ -56,8 +56,9 @@ def test_imex_run_accepts_a_relative_root(tmp_path: Path, monkeypatch: pytest.Mo
     out, rc = run_json("run", "--root", "tray", "--dry-run")
     assert rc == 0, json.dumps(out)
     assert out["findings"] == []
+    cfg = str(root / "run/nvfabric/imex/config.cfg")
     assert out["processes"] == [{"service": "imex", "argv": [
-        str(root / "usr/bin/nvidia-imex"), "-c", str(root / "run/nvfabric/imex/config.cfg")]}]
+        str(root / "usr/bin/nvidia-imex"), "-c", cfg], "written_by_run": [cfg]}]
 
 
 def test_an_empty_root_is_a_usage_error() -> None:

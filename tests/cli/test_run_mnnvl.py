@@ -225,8 +225,9 @@ def test_dry_run_shows_argv_files_and_mknod_and_changes_nothing(tmp_path: Path) 
     root = tray(tmp_path, channel0="file")
     out, rc = run_json("run", "--root", str(root), "--dry-run")
     assert rc == 0
+    cfg = str(root / "run/nvfabric/imex/config.cfg")
     assert out["processes"] == [{"service": "imex", "argv": [
-        str(root / "usr/bin/nvidia-imex"), "-c", str(root / "run/nvfabric/imex/config.cfg")]}]
+        str(root / "usr/bin/nvidia-imex"), "-c", cfg], "written_by_run": [cfg]}]
     assert [f["path"] for f in out["files"]] == [str(root / "run/nvfabric/imex/nodes_config.cfg"),
                                                 str(root / "run/nvfabric/imex/config.cfg"),
                                                 str(root / "run/nvfabric/imex/owner.json")]

@@ -36,12 +36,19 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from nvfabric.bringup import fmconfig as fmcfg
 from nvfabric.bringup import nvlsm
 from nvfabric.bringup.prepared import Prepared
-from nvfabric.bringup.spec import PlannedFile, ServiceSpec, check_guid
+from nvfabric.bringup.spec import (
+    GPU_REGISTRATION,
+    PlannedFile,
+    ReadyProbe,
+    ServiceSpec,
+    check_guid,
+)
+from nvfabric.model.commandline import HintContext
 from nvfabric.model.fmkeys import ENV_PREFIX
 from nvfabric.model.hostpath import check as check_path
 from nvfabric.model.hostpath import confined, under
@@ -83,10 +90,25 @@ def argv(binary: str, config: str, guid: str | None) -> tuple[str, ...]:
     return tuple(out)
 
 
+def gpu_registration(root: str, fm_log: str) -> ReadyProbe:
+    """:data:`~nvfabric.bringup.spec.GPU_REGISTRATION` with a hint whose commands work on
+    the node ``run`` was asked about: ``status`` with its ``--root``, ``doctor`` of fabric
+    manager's log ``fm_log`` (the path the effective config gives it, as this machine
+    reaches it; ``""``: on stderr, the lines above only)."""
+    ctx = HintContext(root)
+    doctor = (f" (`{ctx.nvfabric('doctor', options=(('--log', fm_log),))}` explains its log)"
+              if fm_log else "")
+    return replace(GPU_REGISTRATION, stuck_hint=(
+        f"look for fabric manager errors above{doctor} and run `{ctx.nvfabric('status')}`; a "
+        "state stuck in progress usually means fabric manager or NVLSM cannot reach the "
+        "NVSwitches"))
+
+
 def spec(binary: str, config: str, guid: str | None, *, needs_reset: bool,
-         grace_s: float = 10.0) -> ServiceSpec:
+         grace_s: float = 10.0, probe: ReadyProbe = GPU_REGISTRATION) -> ServiceSpec:
     """Fabric manager as a service: ready when every GPU's fabric state is completed (its
-    success line prompts an immediate check)."""
+    success line prompts an immediate check); ``probe`` how that readiness is spoken of
+    (:func:`gpu_registration`: its hint names the node's root)."""
     return ServiceSpec(
         name="fabricmanager",
         argv=argv(binary, config, guid),
@@ -94,6 +116,7 @@ def spec(binary: str, config: str, guid: str | None, *, needs_reset: bool,
         ready_line=SUCCESS_LINE,
         grace_s=grace_s,
         restart_needs_gpu_reset=needs_reset,
+        ready_probe=probe,
     )
 
 
@@ -186,7 +209,9 @@ def build(p: Plan, cfg: RunConfig, shipped_fm_cfg: str, *, needs_reset: bool) ->
                           environ=dict(cfg.environ), sets=dict(cfg.fm_sets))
     files = (PlannedFile(cfg.effective_cfg_path, eff.text),)
     fm_spec = spec(cfg.resolve(cfg.fm.binary), cfg.effective_cfg_path, guid,
-                      needs_reset=needs_reset, grace_s=cfg.grace_s)
+                   needs_reset=needs_reset, grace_s=cfg.grace_s,
+                   probe=gpu_registration(cfg.root, "" if eff.get("LOG_USE_SYSLOG") == "1"
+                                          else eff.get("LOG_FILE_NAME") or ""))
     notes = [f"effective fabric manager config: {cfg.effective_cfg_path} (from "
              f"{cfg.resolve(cfg.fm.shipped_config)}, which is not edited)"]
     if p.fabric == "nvswitch":

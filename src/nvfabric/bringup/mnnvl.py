@@ -27,7 +27,7 @@ from __future__ import annotations
 import json
 import os
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from nvfabric.bringup.prepared import ChannelNode, ImexPart, Prepared
 from nvfabric.bringup.spec import PlannedFile, ReadyProbe, ServiceSpec
@@ -63,6 +63,15 @@ NODES_CONFIG = NODES_CONFIG_PATH
 _VERSION = re.compile(r"IMEX version(?: is)?:?\s+(\d+\.\d+(?:\.\d+)?)")
 
 
+def _stuck_hint(domain: str) -> str:
+    """What an IMEX daemon that is not READY needs; ``domain`` the ``imex domain`` line."""
+    return ("NOT READY: it has not connected to the IMEX peers of its node list: every tray of "
+            "the list (IMEX_NODE_CONFIG_FILE) must run nvidia-imex with the same list and reach "
+            f"the others on SERVER_PORT (50000); `{domain}` names the unreachable peers. No "
+            "answer: nvidia-imex-ctl hangs while the daemon does not answer; look at the "
+            "daemon's lines above")
+
+
 #: How the supervisor speaks of IMEX readiness: ``nvidia-imex-ctl -q`` prints READY once the
 #: daemon has connected to the nodes of its node list (IMEX_WAIT_FOR_QUORUM; NVIDIA IMEX guide,
 #: "IMEX Service Config Options" and "The nvidia-imex-ctl Tool"); until then CUDA cannot import
@@ -74,12 +83,16 @@ IMEX_READY = ReadyProbe(
     stuck_message="the IMEX daemon has not reported READY {timeout} s after it started "
     "(last answer: {last}); CUDA cannot import memory from other trays until it does; not "
     "reporting ready",
-    stuck_hint="NOT READY: it has not connected to the IMEX peers of its node list: every tray "
-    "of the list (IMEX_NODE_CONFIG_FILE) must run nvidia-imex with the same list and reach the "
-    "others on SERVER_PORT (50000); `nvfabric imex domain` names the unreachable peers. No "
-    "answer: nvidia-imex-ctl hangs while the daemon does not answer; look at the daemon's "
-    "lines above",
+    stuck_hint=_stuck_hint("nvfabric imex domain"),
 )
+
+
+def imex_ready(root: str, config: str) -> ReadyProbe:
+    """:data:`IMEX_READY` with a hint whose ``imex domain`` asks the daemon ``run`` starts on
+    the node it was asked about: its ``--root`` and the effective config ``config`` (host
+    path) the daemon runs with."""
+    domain = command_line("imex", "domain", root=root, options=(("--config", config),))
+    return replace(IMEX_READY, stuck_hint=_stuck_hint(domain))
 
 
 @dataclass(frozen=True)
@@ -111,13 +124,14 @@ def ready_argv(ctl: str, config: str, socket: str | None = None) -> tuple[str, .
     return (tool, "-c", check_path(config, "IMEX config"), "-q")
 
 
-def spec(binary: str, config: str, grace_s: float = 10.0) -> ServiceSpec:
+def spec(binary: str, config: str, grace_s: float = 10.0,
+         probe: ReadyProbe = IMEX_READY) -> ServiceSpec:
     """IMEX as a service of the unit. Ready when ``nvidia-imex-ctl -q`` prints READY: the
     supervisor's readiness probe (``ready_gpus``; the probe the mnnvl path gives it is
     :func:`nvfabric.facts.imex.ready.readiness_probe`, each ctl call under a hard timeout), logged
-    and timed out in IMEX's terms (:data:`IMEX_READY`: ``imex_not_ready``)."""
+    and timed out in IMEX's terms (``probe``: :func:`imex_ready`, ``imex_not_ready``)."""
     return ServiceSpec(name="imex", argv=argv(binary, config), ready_gpus=True,
-                       ready_probe=IMEX_READY, grace_s=grace_s)
+                       ready_probe=probe, grace_s=grace_s)
 
 
 def parse_version(text: str) -> str | None:
@@ -218,8 +232,14 @@ def _checked_node_list(imex: ImexFacts, opts: ImexRunOptions, driver_version: st
     local = nodes.check_local(peers, imex.addresses, imex.local_names, imex.resolved)
     if local is not None:
         refusals.append(local)
-    return peers, refusals, [f"IMEX node list: {plural(len(peers), 'entry')} from {source} "
-                             f"({node_list_id(p.text for p in peers)})"]
+    return peers, refusals, [f"IMEX node list: {plural(len(peers), 'entry')} from "
+                             f"{_shown(source, opts)} ({node_list_id(p.text for p in peers)})"]
+
+
+def _shown(where: str, opts: ImexRunOptions) -> str:
+    """The node list's file as the operator reaches it: ``--imex-peers`` as typed, the host
+    path the shipped config names under the root."""
+    return where if opts.peers_file is not None else opts.resolve(where)
 
 
 def _binaries(imex: ImexFacts, opts: ImexRunOptions, driver_version: str | None
@@ -267,7 +287,8 @@ def _daemon(imex: ImexFacts, opts: ImexRunOptions, peers: tuple[nodes.Peer, ...]
     daemon: ServiceSpec | None = None
     query: tuple[str, ...] = ()
     try:
-        daemon = spec(opts.resolve(opts.paths.binary), cfg_path, opts.grace_s)
+        daemon = spec(opts.resolve(opts.paths.binary), cfg_path, opts.grace_s, imex_ready(
+            opts.root, os.path.join(opts.state_dir, EFFECTIVE_CFG)))
         query = ready_argv(opts.resolve(opts.paths.ctl), cfg_path, socket)
     except ValueError as err:
         refusals.append(Finding("config_invalid_value", "error", str(err), "pass absolute paths",
@@ -297,7 +318,8 @@ def _node_list(imex: ImexFacts, opts: ImexRunOptions
     try:
         return nodes.parse_nodes_config(text), where, None
     except nodes.PeerError as err:
-        return (), where, Finding("config_invalid_value", "error", f"{where}: {err}",
+        return (), where, Finding("config_invalid_value", "error",
+                                  f"{_shown(where, opts)}: {err}",
                                   "one IP address or host name per line", {"key": "nodes"})
 
 

@@ -16,6 +16,7 @@ Pure: no I/O here or in the per-daemon builders (``--version`` is run by
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from nvfabric.model.findings import Finding
@@ -129,6 +130,19 @@ class PlannedFile:
     path: str
     content: str
     mode: int = 0o644
+
+
+def written_by_run(argv: Sequence[str], files: Sequence[PlannedFile]) -> tuple[str, ...]:
+    """The paths of ``files`` (what ``run`` writes before it starts anything) that ``argv``
+    names, as a word or an option's value (``--u=PATH``), in argv order: an argv a dry run
+    prints names files that exist only once the run wrote them."""
+    planned = {f.path for f in files}
+    out: list[str] = []
+    for word in argv:
+        path = word if word in planned else word.partition("=")[2]
+        if path in planned and path not in out:
+            out.append(path)
+    return tuple(out)
 
 
 def check_guid(guid: str) -> str:

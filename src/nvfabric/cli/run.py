@@ -25,6 +25,7 @@ from nvfabric.bringup import fabricmanager as fm
 from nvfabric.bringup import nvlsm
 from nvfabric.bringup.mnnvl import imex_json
 from nvfabric.bringup.prepared import Prepared
+from nvfabric.bringup.spec import written_by_run
 from nvfabric.cli import kube
 from nvfabric.cli.render import (
     Seconds,
@@ -201,6 +202,10 @@ def dry_run(prepared: Prepared, refused: bool) -> None:
             _echo(f"    ready when `{shlex.join(prepared.imex.ready_query)}` prints READY")
         elif s.ready_gpus:
             _echo("    ready when every GPU's fabric state is completed")
+        for path in written_by_run(s.argv, prepared.files):
+            _echo(f"    note: {path} is written by the run before it starts {s.name}"
+                  + (" (refused here: not written)" if refused else " (content below)")
+                  + "; typed by hand before that, this command finds no such file")
     if prepared.imex is not None:
         _imex_middle(prepared, refused)
     else:

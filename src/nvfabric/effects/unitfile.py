@@ -28,11 +28,12 @@ from importlib import resources
 from nvfabric.effects.atomic import write_atomic
 from nvfabric.effects.dirs import not_a_directory
 from nvfabric.effects.frozen import is_frozen, is_one_file, unit_for_binary
+from nvfabric.model.commandline import NVFABRIC_UNIT
 from nvfabric.model.errors import NvfabricError, os_hint
 from nvfabric.model.findings import Finding
 from nvfabric.model.hostpath import under
 
-UNIT_NAME = "nvfabric.service"
+UNIT_NAME = NVFABRIC_UNIT
 #: Where the administrator's units live (systemd.unit(5)): what ``unit install`` writes.
 UNIT_DIR = "/etc/systemd/system"
 #: Where a package's units live (Debian: ``/lib`` is ``/usr/lib``); an install in

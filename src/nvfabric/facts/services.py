@@ -341,3 +341,64 @@ def _endpoints(root: str, name: str, facts: ServiceFacts, cfg: Mapping[str, str]
             number = int_or_none(cfg.get("FM_CMD_PORT_NUMBER"), high=65535)
             port = _listening_tcp(root, FM_CMD_PORT_DEFAULT if number is None else number)
     return sock, port, stale
+
+
+# -- who runs a fabric daemon: the units enabled under the root ------------------------------
+
+#: Where ``systemctl enable`` puts the wants/ links and where a mask link lives (systemctl(1),
+#: "enable" and "mask": units under /etc/systemd/system).
+SYSTEMD_DIRS = ("/etc/systemd/system",)
+
+
+def unit_wants(root: str, unit: str) -> tuple[str, ...]:
+    """The host paths of ``unit``'s ``*.wants``/``*.requires`` links under ``root`` (what
+    ``systemctl enable`` made); () when it is not enabled."""
+    out = []
+    for d in SYSTEMD_DIRS:
+        for wants in listdir(under(root, d)):
+            if not wants.endswith((".wants", ".requires")):
+                continue
+            link = f"{d}/{wants}/{unit}"
+            if os.path.lexists(under(root, link)):
+                out.append(link)
+    return tuple(out)
+
+
+def unit_masked(root: str, unit: str) -> str | None:
+    """``"<link> -> /dev/null"`` when ``unit`` is masked under ``root``, else None."""
+    for d in SYSTEMD_DIRS:
+        link = f"{d}/{unit}"
+        try:
+            target = os.readlink(under(root, link))
+        except OSError:
+            continue
+        if target == "/dev/null":
+            return f"{link} -> /dev/null"
+    return None
+
+
+def unit_enabled(root: str, unit: str) -> bool:
+    """``unit`` starts at boot under ``root``: enabled (a wants/ link) and not masked."""
+    return bool(unit_wants(root, unit)) and unit_masked(root, unit) is None
+
+
+#: The pid files that say who started fabric manager: nvfabric's state directory, the
+#: vendor start script's (the packaged unit's ``--fm-pid-file`` default).
+_FM_PIDFILE_RUNNER = {"/run/nvfabric/fabricmanager.pid": "nvfabric",
+                      "/var/run/nvidia-fabricmanager/nv-fabricmanager.pid": "unit"}
+
+
+def fm_runner(fm: ServiceState | None, run_live: bool, nvfabric_unit: bool,
+              fm_unit: bool) -> str:
+    """Who runs fabric manager on the node (:data:`nvfabric.model.commandline.RUNNERS`): the
+    pid file its running process was found by, else a live ``nvfabric run`` (``run_live``),
+    else the unit enabled (``nvfabric_unit``: nvfabric.service; ``fm_unit``:
+    nvidia-fabricmanager.service; nvfabric's first, it runs fabric manager itself), else
+    ``none``. Pure over what was read."""
+    if fm is not None and fm.detail.startswith("pid file "):
+        runner = _FM_PIDFILE_RUNNER.get(fm.detail.removeprefix("pid file "))
+        if runner is not None:
+            return runner
+    if run_live or nvfabric_unit:
+        return "nvfabric"
+    return "unit" if fm_unit else "none"

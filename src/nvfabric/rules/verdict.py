@@ -62,6 +62,7 @@ import re
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
+from nvfabric.model.commandline import HintContext
 from nvfabric.model.findings import Finding
 from nvfabric.model.health import ZERO_UUID, GpuFabric
 from nvfabric.model.services import ServiceState
@@ -85,28 +86,26 @@ REGISTERING_SERVICES: dict[str, tuple[Service, ...]] = {
     "mnnvl": (),
 }
 
-#: What usually keeps registration from finishing, per fabric kind (hint of registration_stuck).
-STUCK_CAUSE: dict[str, str] = {
-    "nvswitch": (
-        "usually fabric manager is not running or failed to configure the NVSwitches: "
-        "`systemctl status nvidia-fabricmanager`, then `nvfabric doctor --log "
-        "/var/log/fabricmanager.log`"
-    ),
-    "nvlink5": (
-        "usually NVLSM is not running or fabric manager was started without the LPF port GUID "
-        "(-g): both must use the same management port; `nvfabric plan` shows it, "
-        "`nvfabric doctor` on the fabric manager log shows NV_WARN_NOTHING_TO_DO or "
-        "'Detected Pre-NVL5 system' when NVLSM is missing"
-    ),
-    "mnnvl": (
-        "a GB200/GB300 tray is registered by the NVLink switch trays' fabric manager: check the "
-        "rack's NVLink switch trays / NMX controller and that this tray is in an active partition"
-    ),
-    "unknown": (
-        "usually fabric manager (and NVLSM on B200/B300 baseboards) is not running; pass --root "
-        "or --fabric so nvfabric can say which"
-    ),
-}
+def stuck_cause(kind: Judged, ctx: HintContext) -> str:
+    """What usually keeps registration from finishing on ``kind`` (the hint of
+    registration_stuck), in commands that work on the node ``ctx`` names: its root, and the
+    unit or run that runs fabric manager there."""
+    if kind == "nvswitch":
+        return ("usually fabric manager is not running or failed to configure the NVSwitches: "
+                f"{ctx.fm_status()}, then {ctx.fm_doctor()}")
+    if kind == "nvlink5":
+        return ("usually NVLSM is not running or fabric manager was started without the LPF "
+                f"port GUID (-g): both must use the same management port; "
+                f"`{ctx.nvfabric('plan')}` shows it, {ctx.fm_doctor()} shows "
+                "NV_WARN_NOTHING_TO_DO or 'Detected Pre-NVL5 system' when NVLSM is missing"
+                + (f"; {ctx.fm_status()}" if ctx.fm_runner is not None else ""))
+    if kind == "mnnvl":
+        return ("a GB200/GB300 tray is registered by the NVLink switch trays' fabric manager: "
+                "check the rack's NVLink switch trays / NMX controller and that this tray is "
+                "in an active partition")
+    return ("usually fabric manager (and NVLSM on B200/B300 baseboards) is not running; pass "
+            "--root or --fabric so nvfabric can say which")
+
 
 CUDA_802 = (
     "CUDA returns error 802 (cudaErrorSystemNotReady, 'system not yet initialized') until "
@@ -131,7 +130,8 @@ class Inputs:
     registration may take after the services started; ``fabric_mode`` fabric manager's
     FABRIC_MODE (None unknown); ``reader_findings`` the reader's own findings;
     ``unread_columns`` the capture columns the reader did not have (none of them needed:
-    :func:`columns_needed`).
+    :func:`columns_needed`); ``hints`` the node the hints' commands act on (its root, who
+    runs fabric manager and IMEX there; default: the node itself, nothing known).
     """
 
     gpus: tuple[GpuFabric, ...]
@@ -144,6 +144,7 @@ class Inputs:
     imex_owner: str | None = None
     unread_columns: tuple[str, ...] = ()
     imex_findings: tuple[Finding, ...] = ()
+    hints: HintContext = field(default_factory=HintContext)
 
 
 @dataclass(frozen=True)
@@ -246,15 +247,15 @@ def verdict(inp: Inputs) -> Verdict:
     failed = [g for g in completed if g.status not in (None, "success")]
     ok = [g for g in completed if g.status == "success"]
     if left_out:
-        _left_out(acc, left_out, completed, len(inp.gpus))
+        _left_out(acc, left_out, completed, len(inp.gpus), inp.hints)
     _values_missing(acc, completed, fabric)
-    _failed(acc, failed, kind)
+    _failed(acc, failed, kind, inp.hints)
 
     if registering:
         _registering(inp, acc, registering, completed, kind)
 
     for g in ok:
-        _gpu_health(acc, g)
+        _gpu_health(acc, g, inp.hints)
 
     _consistency(acc, ok, fabric)
     if not registering:
@@ -367,7 +368,7 @@ def _service(services: tuple[ServiceState, ...] | None, name: str) -> ServiceSta
 
 
 def _left_out(acc: _Acc, left_out: list[GpuFabric], completed: list[GpuFabric],
-             total: int) -> None:
+             total: int, ctx: HintContext) -> None:
     """S06: GPUs still Not Started next to Completed ones were left out of the pass;
     ``total`` is every GPU read (In Progress and Not Supported ones count too)."""
     labels = ", ".join(str(g.index) for g in left_out)
@@ -378,9 +379,9 @@ def _left_out(acc: _Acc, left_out: list[GpuFabric], completed: list[GpuFabric],
         "does not fix it",
         "fabric manager registers a baseboard's GPUs in one pass; a GPU it left out was "
         "excluded or has NVLink trouble: check fabric manager's log for the GPU "
-        "(`nvfabric doctor --log /var/log/fabricmanager.log`; excluded GPUs, NVLink training "
-        "or Xid errors), `dmesg` for Xid errors, then reset the GPUs and restart fabric "
-        "manager (or reboot)",
+        f"({ctx.fm_doctor()}; excluded GPUs, NVLink training or Xid errors), `dmesg` for "
+        f"Xid errors, then reset the GPUs and restart fabric manager ({ctx.fm_start()}; or "
+        "reboot)",
         {"gpus": [g.index for g in left_out], "pcis": [g.pci for g in left_out],
          "completed_gpus": len(completed)},
     ))
@@ -445,8 +446,7 @@ def _stuck(inp: Inputs, acc: _Acc, count: int, labels: str, fields: dict[str, An
     """``registration_stuck`` for ``count`` GPUs still registering: pending when liveness or
     the services' age is unknown or within the grace period, unhealthy with a registering
     service down or past the grace period."""
-    cause = STUCK_CAUSE.get(kind, STUCK_CAUSE["unknown"])
-    hint = f"{CUDA_802}; {cause}"
+    hint = f"{CUDA_802}; {stuck_cause(kind, inp.hints)}"
     if inp.services is None:
         acc.add("pending", Finding(
             "registration_stuck", "warning",
@@ -493,7 +493,7 @@ def _stuck(inp: Inputs, acc: _Acc, count: int, labels: str, fields: dict[str, An
         ))
 
 
-def _failed(acc: _Acc, failed: list[GpuFabric], kind: Judged) -> None:
+def _failed(acc: _Acc, failed: list[GpuFabric], kind: Judged, ctx: HintContext) -> None:
     """S03: ``registration_error`` for each GPU whose registration completed with a status
     other than success."""
     for g in failed:
@@ -501,12 +501,12 @@ def _failed(acc: _Acc, failed: list[GpuFabric], kind: Judged) -> None:
             "registration_error", "error",
             f"{g.label}: fabric registration completed with status {g.status}: the GPU is not "
             "attached to the NVLink fabric",
-            registration_error_hint(g.status, kind),
+            registration_error_hint(g.status, kind, ctx),
             {"gpu": g.index, "uuid": g.uuid, "pci": g.pci, "status": g.status},
         ))
 
 
-def registration_error_hint(status: str | None, kind: Judged) -> str:
+def registration_error_hint(status: str | None, kind: Judged, ctx: HintContext) -> str:
     if status == "NVML_ERROR_INSUFFICIENT_RESOURCES":
         return (
             "the fabric could not give this GPU its resources (on GB200/GB300: the tray is not "
@@ -514,17 +514,18 @@ def registration_error_hint(status: str | None, kind: Judged) -> str:
             "switch trays / NMX partition, then reset the GPU"
         )
     if kind == "nvlink5":
-        return ("check that NVLSM and fabric manager run on the same management port and "
-                "`nvfabric doctor` their logs; a GPU reset is needed after the fix")
-    return ("check fabric manager's log (`nvfabric doctor --log ...`); a GPU reset is needed "
-            "after the fix")
+        return ("check that NVLSM and fabric manager run on the same management port "
+                f"(`{ctx.nvfabric('plan')}`) and their logs ({ctx.fm_doctor()}); a GPU reset "
+                "is needed after the fix")
+    return (f"check fabric manager's log ({ctx.fm_doctor()}); a GPU reset is needed after "
+            "the fix")
 
 
 # -- registered GPUs (S04, S05): the health fields of each completed GPU and one NVLink
 # domain (ClusterUUID, CliqueId) for all of them
 
 
-def _gpu_health(acc: _Acc, g: GpuFabric) -> None:
+def _gpu_health(acc: _Acc, g: GpuFabric, ctx: HintContext) -> None:
     problems: list[str] = []
     level: Level | None = None
     if g.health_summary == "unhealthy":
@@ -547,7 +548,7 @@ def _gpu_health(acc: _Acc, g: GpuFabric) -> None:
         f"{g.label}: registered but " + ", ".join(problems),
         "the GPU is attached yet its NVLink routes are not all usable: check the health fields "
         "in `nvidia-smi -q` (Fabric / Health), NVSwitch errors in fabric manager's log "
-        "(`nvfabric doctor`), then drain and reset the GPU if it persists",
+        f"({ctx.fm_doctor()}), then drain and reset the GPU if it persists",
         {"gpu": g.index, "uuid": g.uuid, "pci": g.pci, "health_summary": g.health_summary,
          "problems": problems},
     ))
@@ -629,15 +630,16 @@ def _no_fabric_reported(inp: Inputs, acc: _Acc) -> Verdict:
             acc.add("degraded", Finding(
                 "fabric_info_not_supported", "warning",
                 "the GPUs report no fabric state and fabric manager's liveness is unknown",
-                "run `nvfabric status` on the node itself (it checks the fabric manager process)",
+                f"run `{inp.hints.nvfabric('status')}` on the node itself (it checks the fabric "
+                "manager process)",
             ))
         elif not fm.running:
             acc.add("unhealthy", Finding(
                 "fm_inactive", "error",
                 "fabric manager is not running on an NVSwitch node whose GPUs do not report "
                 "fabric registration: CUDA cannot use NVLink peer access",
-                "start fabric manager (`nvfabric run`, or `systemctl start "
-                "nvidia-fabricmanager`) at exactly the driver's version",
+                f"start fabric manager ({inp.hints.fm_start()}) at exactly the driver's "
+                "version",
             ))
         return acc.result()
     acc.add("unhealthy", Finding(
@@ -666,8 +668,8 @@ def _services_when_fine(inp: Inputs, acc: _Acc, fabric: FabricKind | None) -> No
             "fm_inactive", "warning",
             "the GPUs are registered but fabric manager is not running",
             "fabric manager handles NVSwitch errors, GPU resets and NVLink recovery at run "
-            "time: start it again (`nvfabric run`); a restart after GPUs registered needs a GPU "
-            "reset on H100 and later",
+            f"time: start it again ({inp.hints.fm_start()}); a restart after GPUs registered "
+            "needs a GPU reset on H100 and later",
         ))
     if fabric == "nvlink5":
         sm = _service(inp.services, "nvlsm")
@@ -675,7 +677,8 @@ def _services_when_fine(inp: Inputs, acc: _Acc, fabric: FabricKind | None) -> No
             acc.add("degraded", Finding(
                 "nvlsm_missing", "warning",
                 "the GPUs are registered but NVLSM is not running on the management port",
-                "NVLSM keeps the NVLink 5 routes; start it with fabric manager (`nvfabric run`)",
+                "NVLSM keeps the NVLink 5 routes; start it with fabric manager "
+                f"({inp.hints.fm_start()})",
             ))
 
 
@@ -690,8 +693,8 @@ def _imex_when_fine(inp: Inputs, acc: _Acc) -> None:
             "imex_not_ready", "warning",
             "the GPUs are registered but the host's IMEX daemon is not running: multi-node "
             "NVLink memory sharing (IMEX channels) does not work",
-            "start it (`nvfabric run`, or `systemctl start nvidia-imex`); `nvfabric imex "
-            "domain` then shows the domain state",
+            f"{inp.hints.imex_start()}; {inp.hints.imex_domain()} then shows the domain "
+            "state",
             {"imex_owner": owner},
         ))
     elif owner == "none":
@@ -699,8 +702,8 @@ def _imex_when_fine(inp: Inputs, acc: _Acc) -> None:
             "imex_not_ready", "info",
             "no IMEX daemon runs and nothing on this node owns IMEX (no enabled "
             "nvidia-imex.service, no DRA driver state, no Slurm prolog)",
-            "single-node work is fine; for multi-node NVLink memory sharing start IMEX "
-            "(`nvfabric run` becomes its owner) or let the DRA driver or Slurm run it",
+            "single-node work is fine; for multi-node NVLink memory sharing start IMEX: "
+            + inp.hints.imex_start(),
             {"imex_owner": owner},
         ))
     elif owner == "unknown":

@@ -7,6 +7,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from nvfabric.bringup.spec import written_by_run
 from nvfabric.model.findings import Finding
 
 if TYPE_CHECKING:
@@ -50,7 +51,9 @@ def run_result(result: str, exit_code: int, fabric: str, findings: Sequence[Find
     ``--dry-run`` (docs/commands/run.md): every key always present, lists empty and
     ``ready_after_s`` null where they do not apply. ``processes``/``files``: the unit's, in
     start order (what it starts and writes, or would), empty when no unit was built (blocked,
-    nothing to do, another run holds the lock). ``reasons``: the plan's. ``vendor_files``:
+    nothing to do, another run holds the lock); each process's ``written_by_run``: the files
+    of ``files`` its argv names (they exist only once the run wrote them:
+    :func:`nvfabric.bringup.spec.written_by_run`). ``reasons``: the plan's. ``vendor_files``:
     which vendor file run uses and where it came from (``{"file", "path", "source"}``,
     :mod:`nvfabric.bringup.vendor`). ValueError for a ``result`` not in :data:`RUN_RESULTS`."""
     if result not in RUN_RESULTS:
@@ -60,7 +63,9 @@ def run_result(result: str, exit_code: int, fabric: str, findings: Sequence[Find
         "exit_code": exit_code,
         "dry_run": dry_run,
         "fabric": fabric,
-        "processes": [{"service": s.name, "argv": list(s.argv)} for s in processes],
+        "processes": [{"service": s.name, "argv": list(s.argv),
+                       "written_by_run": list(written_by_run(s.argv, files))}
+                      for s in processes],
         "files": [{"path": f.path, "content": f.content} for f in files],
         "ready_after_s": ready_after_s,
         "restarts": restarts,

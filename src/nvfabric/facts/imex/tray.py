@@ -53,7 +53,6 @@ from nvfabric.rules.imex.tables import (
     NVFABRIC_STATE_DIR,
     PARAMS_PATH,
     RUN_OWNER_FILE,
-    SYSTEMD_DIRS,
 )
 
 # -- owner evidence ---------------------------------------------------------------------------
@@ -66,8 +65,8 @@ def gather_evidence(root: str) -> OwnerEvidence:
     slurm_facts = slurm_reader.read(root)
     return OwnerEvidence(
         dra=_dra_evidence(root),
-        unit_enabled=_unit_wants(root),
-        unit_masked=_unit_masked(root),
+        unit_enabled=services.unit_wants(root, HOST_UNIT),
+        unit_masked=services.unit_masked(root, HOST_UNIT),
         slurm=slurm_facts,
         dra_mode=_dra_mode(root),
         run=live_run(root),
@@ -182,31 +181,6 @@ def _run_owner(state_dir: str, info: dict[str, object] | None) -> tuple[str | No
     serves, sock = record.get("owner"), record.get("socket")
     return (serves if serves in owner.OWNERS else None,
             sock if isinstance(sock, str) and hostpath.problem(sock) is None else None)
-
-
-def _unit_wants(root: str) -> tuple[str, ...]:
-    out = []
-    for d in SYSTEMD_DIRS:
-        for wants in listdir(under(root, d)):
-            if not wants.endswith((".wants", ".requires")):
-                continue
-            link = f"{d}/{wants}/{HOST_UNIT}"
-            if os.path.lexists(under(root, link)):
-                out.append(link)
-    return tuple(out)
-
-
-def _unit_masked(root: str) -> str | None:
-    for d in SYSTEMD_DIRS:
-        link = f"{d}/{HOST_UNIT}"
-        path = under(root, link)
-        try:
-            target = os.readlink(path)
-        except OSError:
-            continue
-        if target == "/dev/null":
-            return f"{link} -> /dev/null"
-    return None
 
 
 #: Seconds all resolver lookups of one node list check may take together.

@@ -6,6 +6,8 @@ as the kernel module prints them.
 
 from __future__ import annotations
 
+from nvfabric.model.commandline import IMEX_UNIT
+
 #: Default IMEX config and node list as the nvidia-imex package installs them.
 #: Source: NVIDIA IMEX guide, "IMEX Service Config Options" (IMEX_NODE_CONFIG_FILE default);
 #: tests/data/corpus/imex/k8s-dra-driver-gpu-imex-daemon-config-2025-01.tmpl.cfg.
@@ -17,13 +19,9 @@ NODES_CONFIG_PATH = "/etc/nvidia-imex/nodes_config.cfg"
 IMEX_BINARY = "/usr/bin/nvidia-imex"
 IMEX_CTL_BINARY = "/usr/bin/nvidia-imex-ctl"
 
-#: The host systemd unit. Source: NVIDIA IMEX guide, "Managing the IMEX Service"
-#: (`systemctl start nvidia-imex`).
-HOST_UNIT = "nvidia-imex.service"
-
-#: Where `systemctl enable` puts the wants/ symlinks, and where a mask link lives.
-#: Source: systemctl(1), "enable" and "mask" (units under /etc/systemd/system).
-SYSTEMD_DIRS = ("/etc/systemd/system",)
+#: The host systemd unit (spelled once, with the other units hints name:
+#: :data:`nvfabric.model.commandline.IMEX_UNIT`).
+HOST_UNIT = IMEX_UNIT
 
 #: The exact fix for a DRA node whose host unit is enabled. Source: NVIDIA GPU Operator,
 #: "NVIDIA DRA Driver for GPUs", ComputeDomain prerequisites (NVIDIA/cloud-native-docs#453).
