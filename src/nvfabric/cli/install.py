@@ -41,11 +41,12 @@ from nvfabric.effects import imex as imex_effects
 from nvfabric.effects.stdio import print_json
 from nvfabric.facts.imex import tray as imex_facts
 from nvfabric.facts.inventory import collect
+from nvfabric.model.commandline import IMEX_UNIT
 from nvfabric.model.errors import NvfabricError, usage_error
 from nvfabric.model.hostpath import under
 from nvfabric.model.words import plural
 from nvfabric.rules.imex.owner import decide, unit_policy
-from nvfabric.rules.imex.tables import HOST_UNIT, IMEX_BINARY
+from nvfabric.rules.imex.tables import IMEX_BINARY
 
 
 @click.command("install")
@@ -387,7 +388,7 @@ def _imex_unit(root: str, ownership: Any, prepared: Any, added: list[str], live:
         raise usage_error(f"refusing to build the systemctl command line: {err}",
                           "use a plain absolute --root (no newline)") from None
     unit: dict[str, Any] = {
-        "unit": HOST_UNIT, "owner": ownership.owner, "owner_source": ownership.source,
+        "unit": IMEX_UNIT, "owner": ownership.owner, "owner_source": ownership.source,
         "action": policy.action, "live": live, "argv": argv, "reason": policy.reason,
         "runner": ownership.runner, "owner_reasons": list(ownership.reasons),
         "binary": IMEX_BINARY,
@@ -396,7 +397,7 @@ def _imex_unit(root: str, ownership: Any, prepared: Any, added: list[str], live:
     if not present:
         unit["state"] = "not installed"
         unit["argv"] = None
-        unit["reason"] = f"the package ships no {HOST_UNIT}: nothing to enable, disable or mask"
+        unit["reason"] = f"the package ships no {IMEX_UNIT}: nothing to enable, disable or mask"
     elif not dry_run:
         rc, text = _systemctl(argv)
         if rc != 0 and prepared is not None:
@@ -407,7 +408,7 @@ def _imex_unit(root: str, ownership: Any, prepared: Any, added: list[str], live:
     if con is not None:
         verb = "would" if dry_run else "did"
         state = f" -> {safe(unit['state'])}" if "state" in unit else ""
-        con.print(f"{HOST_UNIT}: {verb} {policy.action} (IMEX owner "
+        con.print(f"{IMEX_UNIT}: {verb} {policy.action} (IMEX owner "
                   f"{safe(ownership.owner)}: {safe(unit['reason'])}){state}", emoji=False)
     return unit
 

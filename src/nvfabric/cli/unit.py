@@ -10,6 +10,7 @@ import click
 from nvfabric.cli.render import guarded, json_option, root_option
 from nvfabric.effects import unitfile
 from nvfabric.effects.stdio import print_json
+from nvfabric.model.commandline import NVFABRIC_UNIT
 from nvfabric.model.errors import usage_error
 
 
@@ -41,7 +42,7 @@ def install_cmd(root: str, dry_run: bool, as_json: bool) -> None:
     done = unitfile.install(root, dry_run=dry_run, text=text)
     steps = unitfile.next_steps(root)
     if as_json:
-        print_json({"unit": unitfile.UNIT_NAME, "path": done.path, "result": done.result,
+        print_json({"unit": NVFABRIC_UNIT, "path": done.path, "result": done.result,
                     "dry_run": dry_run, "backup": done.backup, "shadows": done.shadows,
                     "exec_start": {"argv": [*start.argv, "run"], "why": start.why},
                     "next": steps, "content": text})

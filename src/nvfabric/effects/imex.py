@@ -15,11 +15,12 @@ import stat
 from nvfabric.effects import program
 from nvfabric.effects.atomic import staged, write_atomic
 from nvfabric.model import hostpath
+from nvfabric.model.commandline import IMEX_UNIT
 from nvfabric.model.errors import os_hint
 from nvfabric.model.hostpath import confined, under
 from nvfabric.model.words import seconds
 from nvfabric.rules.imex.channels import DevNode, channel_path
-from nvfabric.rules.imex.tables import CHANNEL_DIR, CHANNEL_MODE, HOST_UNIT
+from nvfabric.rules.imex.tables import CHANNEL_DIR, CHANNEL_MODE
 
 #: Bound for each systemctl call (it only edits links offline; a live manager answers fast).
 SYSTEMCTL_TIMEOUT_S = 60.0
@@ -109,16 +110,16 @@ def systemd_running(root: str) -> bool:
 
 def unit_argv(root: str, action: str, now: bool, live: bool) -> list[str]:
     """The systemctl argv that applies ``action`` (``enable`` | ``disable`` | ``mask``) to
-    :data:`HOST_UNIT`: ``systemctl --root ROOT ACTION UNIT`` for an image root (systemctl(1)
+    :data:`IMEX_UNIT`: ``systemctl --root ROOT ACTION UNIT`` for an image root (systemctl(1)
     ``--root``: edits the unit links of that tree, no manager involved), ``systemctl ACTION
     [--now] UNIT`` on a live host (``mask --now`` also stops it: systemctl(1), "mask").
     ValueError for another action or a root that is not a plain absolute path."""
     if action not in ("enable", "disable", "mask"):
         raise ValueError(f"unknown unit action {action!r}")
     if live:
-        return ["systemctl", action, *(["--now"] if now else []), HOST_UNIT]
+        return ["systemctl", action, *(["--now"] if now else []), IMEX_UNIT]
     hostpath.check(os.path.abspath(root), "--root")
-    return ["systemctl", "--root", os.path.abspath(root), action, HOST_UNIT]
+    return ["systemctl", "--root", os.path.abspath(root), action, IMEX_UNIT]
 
 
 def run_systemctl(argv: list[str]) -> tuple[int, str]:

@@ -33,7 +33,6 @@ from nvfabric.model.errors import NvfabricError, os_hint
 from nvfabric.model.findings import Finding
 from nvfabric.model.hostpath import under
 
-UNIT_NAME = NVFABRIC_UNIT
 #: Where the administrator's units live (systemd.unit(5)): what ``unit install`` writes.
 UNIT_DIR = "/etc/systemd/system"
 #: Where a package's units live (Debian: ``/lib`` is ``/usr/lib``); an install in
@@ -47,7 +46,7 @@ def unit_text() -> str:
     """The unit file, exactly as shipped (UTF-8 text ending in a newline); from the
     single-file binary with ``NotifyAccess=all`` (:func:`nvfabric.effects.frozen.unit_for_binary`;
     the one-dir build notifies from its main pid, as the interpreter does)."""
-    text = (resources.files("nvfabric") / "data" / UNIT_NAME).read_text(encoding="utf-8")
+    text = (resources.files("nvfabric") / "data" / NVFABRIC_UNIT).read_text(encoding="utf-8")
     return unit_for_binary(text) if is_one_file() else text
 
 
@@ -145,11 +144,11 @@ def exec_start(root: str, program: tuple[str, ...], interpreter: str | None) -> 
     if hidden is not None:
         raise UnitError(f"the running nvfabric ({command}) needs {hidden}, under a home "
                         "directory, which the unit's ProtectHome=yes hides: the service "
-                        "could not start; nothing was written", fix, f"{UNIT_DIR}/{UNIT_NAME}")
+                        "could not start; nothing was written", fix, f"{UNIT_DIR}/{NVFABRIC_UNIT}")
     if not all(_EXEC_WORD.fullmatch(w) for w in program):
         raise UnitError(f"the running nvfabric ({command}) has a path ExecStart= cannot hold "
                         "unquoted (a space, % or $); nothing was written", fix,
-                        f"{UNIT_DIR}/{UNIT_NAME}")
+                        f"{UNIT_DIR}/{NVFABRIC_UNIT}")
     where = "does not exist" if not os.path.exists(UNIT_PROGRAM) else "is another nvfabric"
     return ExecStart(program, f"{command}: the running nvfabric ({UNIT_PROGRAM} {where})")
 
@@ -171,7 +170,7 @@ def install(root: str, *, dry_run: bool = False, text: str | None = None) -> Ins
     kept as ``nvfabric.service.nvfabric.bak``; the same bytes are left alone. ``dry_run``
     checks the same and writes nothing. Raises :class:`UnitError` (see module docstring)."""
     content = unit_text() if text is None else text
-    path = under(root, f"{UNIT_DIR}/{UNIT_NAME}")
+    path = under(root, f"{UNIT_DIR}/{NVFABRIC_UNIT}")
     real_dir = os.path.realpath(os.path.dirname(path))
     base = os.path.realpath(root)
     if base != "/" and not (real_dir + "/").startswith(base.rstrip("/") + "/"):
@@ -198,7 +197,7 @@ def install(root: str, *, dry_run: bool = False, text: str | None = None) -> Ins
                 f"a link to {target}"
             raise UnitError(
                 f"{path} is {what}; nothing was written",
-                f"systemctl unmask {UNIT_NAME} (or remove the link) if nvfabric should "
+                f"systemctl unmask {NVFABRIC_UNIT} (or remove the link) if nvfabric should "
                 "manage the fabric here, then install again", path)
         if not stat.S_ISREG(st.st_mode):
             raise UnitError(f"{path} exists and is not a regular file; nothing was written",
@@ -210,8 +209,8 @@ def install(root: str, *, dry_run: bool = False, text: str | None = None) -> Ins
             raise UnitError(f"cannot read {path}: {err.strerror or err}",
                             "check its permissions", path) from None
     data = content.encode()
-    shadows = next((under(root, f"{d}/{UNIT_NAME}") for d in PACKAGE_UNIT_DIRS
-                    if os.path.isfile(under(root, f"{d}/{UNIT_NAME}"))), None)
+    shadows = next((under(root, f"{d}/{NVFABRIC_UNIT}") for d in PACKAGE_UNIT_DIRS
+                    if os.path.isfile(under(root, f"{d}/{NVFABRIC_UNIT}"))), None)
     if old == data:
         return Installed(path, "unchanged", None, shadows)
     result = "written" if old is None else "replaced"
@@ -233,6 +232,6 @@ def next_steps(root: str) -> list[str]:
     built), ``systemctl --root`` enable (offline: it only makes the wants/ link), quoted as a
     shell reads it (shlex)."""
     if os.path.abspath(root) == "/":
-        return ["systemctl daemon-reload", f"systemctl enable --now {UNIT_NAME}"]
+        return ["systemctl daemon-reload", f"systemctl enable --now {NVFABRIC_UNIT}"]
     # quoted for a shell: the operator pastes it (an image tree may be "/srv/img 2")
-    return [shlex.join(["systemctl", "--root", os.path.abspath(root), "enable", UNIT_NAME])]
+    return [shlex.join(["systemctl", "--root", os.path.abspath(root), "enable", NVFABRIC_UNIT])]

@@ -31,6 +31,7 @@ from nvfabric.facts import slurm as slurm_reader
 from nvfabric.facts.fs import listdir, read_bytes, read_text
 from nvfabric.facts.nvidia import driver_version, imex_major, loaded_modules
 from nvfabric.model import hostpath, strict
+from nvfabric.model.commandline import IMEX_UNIT
 from nvfabric.model.errors import usage_error
 from nvfabric.model.hostpath import PathEscape, is_live, under
 from nvfabric.model.strict import int_or_none
@@ -46,7 +47,6 @@ from nvfabric.rules.imex.tables import (
     DRA_HOST_SOCKET,
     DRA_KUBELET_PLUGIN,
     DRA_PLUGIN_DIRS,
-    HOST_UNIT,
     NODES_CONFIG_PATH,
     NVFABRIC_SLURM_DEFAULTS,
     NVFABRIC_SLURM_STATE_DIR,
@@ -65,8 +65,8 @@ def gather_evidence(root: str) -> OwnerEvidence:
     slurm_facts = slurm_reader.read(root)
     return OwnerEvidence(
         dra=_dra_evidence(root),
-        unit_enabled=services.unit_wants(root, HOST_UNIT),
-        unit_masked=services.unit_masked(root, HOST_UNIT),
+        unit_enabled=services.unit_wants(root, IMEX_UNIT),
+        unit_masked=services.unit_masked(root, IMEX_UNIT),
         slurm=slurm_facts,
         dra_mode=_dra_mode(root),
         run=live_run(root),
@@ -378,10 +378,10 @@ def local_names(root: str) -> tuple[str, ...]:
 UNIT_DIRS = ("/etc/systemd/system", "/usr/lib/systemd/system", "/lib/systemd/system")
 
 def unit_file(root: str) -> str | None:
-    """The host path of :data:`HOST_UNIT`'s unit file under ``root``, or None (not installed)."""
+    """The host path of :data:`IMEX_UNIT`'s unit file under ``root``, or None (not installed)."""
     for d in UNIT_DIRS:
-        if os.path.lexists(under(root, f"{d}/{HOST_UNIT}")):
-            return f"{d}/{HOST_UNIT}"
+        if os.path.lexists(under(root, f"{d}/{IMEX_UNIT}")):
+            return f"{d}/{IMEX_UNIT}"
     return None
 
 
@@ -390,9 +390,9 @@ def unit_state(root: str, live: bool) -> str:
     ``masked`` ...), or ``unknown`` when it gives none (systemctl missing, timed out after
     :data:`SYSTEMCTL_TIMEOUT_S`). ``live``: ask the running manager
     (:func:`nvfabric.effects.imex.systemd_running`), else edit-free ``--root`` mode."""
-    argv = ["systemctl", "is-enabled", HOST_UNIT] if live else \
+    argv = ["systemctl", "is-enabled", IMEX_UNIT] if live else \
         ["systemctl", "--root", hostpath.check(os.path.abspath(root), "--root"), "is-enabled",
-         HOST_UNIT]
+         IMEX_UNIT]
 
     try:
         ran = program.run(argv, SYSTEMCTL_TIMEOUT_S, SYSTEMCTL_MAX_BYTES, SYSTEMCTL_MAX_BYTES)

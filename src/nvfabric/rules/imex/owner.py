@@ -38,9 +38,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from nvfabric.model.commandline import IMEX_UNIT
 from nvfabric.model.findings import Finding
 from nvfabric.rules.imex.slurm import SlurmFacts
-from nvfabric.rules.imex.tables import DRA_HOST_SOCKET, DRA_HOST_UNIT_FIX, HOST_UNIT
+from nvfabric.rules.imex.tables import DRA_HOST_SOCKET, DRA_HOST_UNIT_FIX
 
 #: The owners an operator may name (``--imex-owner``).
 OWNERS = ("host", "dra", "dra-host", "slurm", "none")
@@ -149,9 +150,9 @@ class OwnerEvidence:
         out = [f"DRA: {d}" for d in self.dra]
         if self.dra_mode:
             out.append(f"DRA: {self.dra_mode.where}")
-        out += [f"{HOST_UNIT} enabled: {w}" for w in self.unit_enabled]
+        out += [f"{IMEX_UNIT} enabled: {w}" for w in self.unit_enabled]
         if self.unit_masked:
-            out.append(f"{HOST_UNIT} masked: {self.unit_masked}")
+            out.append(f"{IMEX_UNIT} masked: {self.unit_masked}")
         out += [f"Slurm: {s}" for s in self.slurm.lines()]
         if self.run:
             out.append(self.run.line())
@@ -303,7 +304,7 @@ def _runner(ev: OwnerEvidence, owner: str, requested: str | None, for_run: bool,
     """Who runs the daemon for ``owner`` (a reason line added)."""
     if owner in ("host", "dra-host"):
         if ev.unit_active and not (for_run and requested in ("host", "dra-host")):
-            reasons.append(f"{HOST_UNIT} runs IMEX; nvfabric starts no second daemon")
+            reasons.append(f"{IMEX_UNIT} runs IMEX; nvfabric starts no second daemon")
             return "unit"
         if for_run:
             return "nvfabric"
@@ -316,7 +317,7 @@ def _runner(ev: OwnerEvidence, owner: str, requested: str | None, for_run: bool,
             return "prolog"
         runner = ev.slurm.runner
         if runner == "unit":
-            reasons.append(f"the Slurm prolog drives {HOST_UNIT}: the unit runs the daemon "
+            reasons.append(f"the Slurm prolog drives {IMEX_UNIT}: the unit runs the daemon "
                            "(it must stay enabled), the prolog restarts it per job")
         elif runner == "prolog":
             reasons.append("the Slurm prolog runs the daemon itself: the host unit must not "
@@ -369,11 +370,11 @@ def _why_detected(ev: OwnerEvidence, detected: str) -> str:
             return f"Slurm runs IMEX per job: {scripts[0].line()}"
         return "nvfabric's Slurm prolog runs IMEX for the job"
     if detected == "host":
-        return f"{HOST_UNIT} is enabled: the host runs IMEX"
+        return f"{IMEX_UNIT} is enabled: the host runs IMEX"
     if detected == UNKNOWN:
         return "no owner shows, but part of what Slurm runs was not read whole: unknown"
     if ev.unit_masked:
-        return f"{HOST_UNIT} is masked and no DRA or Slurm evidence: nothing runs IMEX"
+        return f"{IMEX_UNIT} is masked and no DRA or Slurm evidence: nothing runs IMEX"
     if ev.other_daemons:
         return ("nvidia-imex runs (pid " + ", ".join(map(str, ev.other_daemons)) + ") but no "
                 "owner shows: no enabled unit, no DRA state, no Slurm prolog, no nvfabric run")
@@ -392,7 +393,7 @@ def _conflict(ev: OwnerEvidence, owner: str, runner: str | None, requested: str 
                                       and requested != "dra-host")
     if (owner == "dra" or driver_managed) and ev.unit_active:
         return _finding(
-            f"the DRA driver owns IMEX on this node and {HOST_UNIT} is enabled: two IMEX "
+            f"the DRA driver owns IMEX on this node and {IMEX_UNIT} is enabled: two IMEX "
             "daemons fail with 'Failed to allocate Imex session ... NV_ERR_IN_USE'",
             f"on DRA nodes disable and mask the host unit: {DRA_HOST_UNIT_FIX}",
             ["dra", "host"], lines)
@@ -410,17 +411,17 @@ def _conflict(ev: OwnerEvidence, owner: str, runner: str | None, requested: str 
             return found
     if for_run and requested in ("host", "dra-host") and ev.unit_active:
         return _finding(
-            f"--imex-owner {requested} under nvfabric run while {HOST_UNIT} is enabled: it "
+            f"--imex-owner {requested} under nvfabric run while {IMEX_UNIT} is enabled: it "
             "and nvfabric would each start nvidia-imex",
-            f"let nvfabric supervise IMEX: systemctl disable --now {HOST_UNIT}; or leave IMEX "
+            f"let nvfabric supervise IMEX: systemctl disable --now {IMEX_UNIT}; or leave IMEX "
             "to the unit and run without --imex-owner",
             [requested, "host"], lines)
     if owner == "slurm" and runner == "prolog" and ev.unit_active and not for_run:
         return _finding(
-            f"the Slurm prolog runs nvidia-imex itself and {HOST_UNIT} is enabled: the unit's "
+            f"the Slurm prolog runs nvidia-imex itself and {IMEX_UNIT} is enabled: the unit's "
             "daemon at boot and the job's take the same IMEX session (NV_ERR_IN_USE)",
-            f"mask the host unit: systemctl disable --now {HOST_UNIT} && systemctl mask "
-            f"{HOST_UNIT} (nvfabric install --from does this for this owner)",
+            f"mask the host unit: systemctl disable --now {IMEX_UNIT} && systemctl mask "
+            f"{IMEX_UNIT} (nvfabric install --from does this for this owner)",
             ["slurm", "host"], lines)
     return None
 
@@ -445,7 +446,7 @@ def _run_conflict(ev: OwnerEvidence, owner: str, requested: str | None, for_run:
         others.append(("slurm", f"a Slurm script runs IMEX ({scripts[0].line()})"))
     if ev.other_daemons:
         others.append(("host", "another nvidia-imex runs (pid "
-                       + ", ".join(map(str, ev.other_daemons)) + f"; {HOST_UNIT} started?)"))
+                       + ", ".join(map(str, ev.other_daemons)) + f"; {IMEX_UNIT} started?)"))
     if not others:
         return None
     return _finding(
@@ -463,7 +464,7 @@ def _finding(message: str, hint: str, owners: list[str], lines: list[str]) -> Fi
 
 @dataclass(frozen=True)
 class UnitPolicy:
-    """What to do with :data:`HOST_UNIT` after the IMEX package is installed: ``action``
+    """What to do with :data:`IMEX_UNIT` after the IMEX package is installed: ``action``
     ``enable`` | ``disable`` | ``mask``; ``now`` whether a live host also starts/stops it
     (``--now``); ``reason`` the sentence the output gives."""
 
@@ -492,37 +493,37 @@ def unit_policy(decision: Ownership) -> UnitPolicy:
     owner, runner = decision.owner, decision.runner
     if owner == "host":
         return UnitPolicy("enable", True,
-                          f"the host owns IMEX: {HOST_UNIT} runs the node-wide daemon")
+                          f"the host owns IMEX: {IMEX_UNIT} runs the node-wide daemon")
     if owner == "dra-host":
         return UnitPolicy("enable", True,
                           "the DRA driver runs with imex.mode=hostManaged: the host "
-                          f"{HOST_UNIT} serves every ComputeDomain; its config.cfg needs "
+                          f"{IMEX_UNIT} serves every ComputeDomain; its config.cfg needs "
                           "IMEX_CMD_ENABLED=1 and IMEX_CMD_UNIX_DOMAIN_PATH="
                           f"{decision.socket or DRA_HOST_SOCKET}")
     if owner == "dra":
         return UnitPolicy("mask", True,
                           "the DRA driver runs IMEX per ComputeDomain in its pods with the host "
-                          f"binary; a node-wide {HOST_UNIT} would hold the IMEX session "
+                          f"binary; a node-wide {IMEX_UNIT} would hold the IMEX session "
                           "(NV_ERR_IN_USE): masked, so that an upgrade cannot enable it again")
     if owner == "slurm" and runner == "unit":
         return UnitPolicy("enable", False,
-                          f"the Slurm prolog drives {HOST_UNIT} ({decision.slurm_script}): it "
+                          f"the Slurm prolog drives {IMEX_UNIT} ({decision.slurm_script}): it "
                           "restarts the unit per job with the job's node list and skips IMEX "
                           "when the unit is not enabled, so the unit stays enabled")
     if owner == "slurm" and runner == "prolog":
         return UnitPolicy("mask", True,
                           "the Slurm prolog runs nvidia-imex itself"
                           + (f" ({decision.slurm_script})" if decision.slurm_script else "")
-                          + f": {HOST_UNIT} would be a second daemon, so it is masked (not "
+                          + f": {IMEX_UNIT} would be a second daemon, so it is masked (not "
                           "just disabled: an upgrade cannot bring it back)")
     if owner == "slurm":
         return UnitPolicy("disable", False,
                           "Slurm runs IMEX per job; nothing starts it at boot")
     if owner == "nvfabric":
         return UnitPolicy("disable", False,
-                          f"nvfabric run supervises nvidia-imex now: {HOST_UNIT} stays off")
+                          f"nvfabric run supervises nvidia-imex now: {IMEX_UNIT} stays off")
     if owner == "none":
         return UnitPolicy("disable", True,
-                          f"no owner runs IMEX here: {HOST_UNIT} stays off until one is chosen "
+                          f"no owner runs IMEX here: {IMEX_UNIT} stays off until one is chosen "
                           "(DRA driver, Slurm prolog, or --imex-owner host)")
     raise ValueError(f"unknown IMEX owner {owner!r}; known: {', '.join(OWNERS)}")

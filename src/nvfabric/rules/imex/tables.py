@@ -6,8 +6,6 @@ as the kernel module prints them.
 
 from __future__ import annotations
 
-from nvfabric.model.commandline import IMEX_UNIT
-
 #: Default IMEX config and node list as the nvidia-imex package installs them.
 #: Source: NVIDIA IMEX guide, "IMEX Service Config Options" (IMEX_NODE_CONFIG_FILE default);
 #: tests/data/corpus/imex/k8s-dra-driver-gpu-imex-daemon-config-2025-01.tmpl.cfg.
@@ -18,10 +16,6 @@ NODES_CONFIG_PATH = "/etc/nvidia-imex/nodes_config.cfg"
 #: tests/data/corpus/configs/aws-parallelcluster-nvidia-imex.service.erb (ExecStart).
 IMEX_BINARY = "/usr/bin/nvidia-imex"
 IMEX_CTL_BINARY = "/usr/bin/nvidia-imex-ctl"
-
-#: The host systemd unit (spelled once, with the other units hints name:
-#: :data:`nvfabric.model.commandline.IMEX_UNIT`).
-HOST_UNIT = IMEX_UNIT
 
 #: The exact fix for a DRA node whose host unit is enabled. Source: NVIDIA GPU Operator,
 #: "NVIDIA DRA Driver for GPUs", ComputeDomain prerequisites (NVIDIA/cloud-native-docs#453).
