@@ -8,7 +8,9 @@ without either it is unknown and such lines say both meanings.
 
 Logs in UTF-16/UTF-32 (a BOM, or NUL bytes between ASCII characters) are decoded; a file
 with NUL bytes that is no text in those encodings is refused (exit 2), never read as "no
-findings".
+findings". A log compressed with gzip, xz or bzip2 (``kern.log.2.gz`` as logrotate leaves it),
+told by its first bytes, is read decompressed, :data:`MAX_LOG_BYTES` of decompressed text at
+most; zstd is refused naming ``zstdcat`` (:func:`nvfabric.facts.textfile.decompressing`).
 
 An event history of ``nvfabric run`` (``<state-dir>/events``, :mod:`nvfabric.effects.history`)
 is read as one: its kernel lines are classified again, its other findings listed as recorded.
@@ -29,7 +31,7 @@ from nvfabric.cli.render import console, guarded, json_option, print_findings, r
 from nvfabric.effects.history import MAGIC, for_diagnosis, is_history, read_file
 from nvfabric.effects.stdio import print_json
 from nvfabric.facts.inventory import collect
-from nvfabric.facts.textfile import open_input
+from nvfabric.facts.textfile import decompressing, open_input
 from nvfabric.model.errors import usage_error
 from nvfabric.model.findings import Finding
 from nvfabric.model.vocab import FABRIC_KINDS, FabricKind
@@ -50,16 +52,18 @@ MAX_LOG_BYTES = 16 << 30
 
 
 class _Capped:
-    """A binary stream that refuses (``input_unreadable``) to go past :data:`MAX_LOG_BYTES`."""
-    def __init__(self, stream: IO[bytes], path: str) -> None:
-        self.stream, self.path, self.total = stream, path, 0
+    """A binary stream that refuses (``input_unreadable``) to go past :data:`MAX_LOG_BYTES`
+    (of the decompressed bytes when the log is compressed: ``fmt`` its format)."""
+    def __init__(self, stream: IO[bytes], path: str, fmt: str | None = None) -> None:
+        self.stream, self.path, self.fmt, self.total = stream, path, fmt, 0
 
     def read(self, size: int = -1) -> bytes:
         block = self.stream.read(size)
         self.total += len(block)
         if self.total > MAX_LOG_BYTES:
-            raise usage_error(f"{self.path}: more than {MAX_LOG_BYTES >> 30} GiB, the limit "
-                              "for one log input", "give the part of the log that matters")
+            what = "" if self.fmt is None else f" decompressed (a {self.fmt} file)"
+            raise usage_error(f"{self.path}: more than {MAX_LOG_BYTES >> 30} GiB{what}, the "
+                              "limit for one log input", "give the part of the log that matters")
         return block
 
 
@@ -101,7 +105,8 @@ def doctor(ctx: click.Context, root: str, fabric: FabricKind | None, logs: tuple
                 if path != "-" and is_history(fh.peek(len(MAGIC))[:len(MAGIC)]):  # run's
                     extra += _history(classifier, path)
                     continue
-                classify_stream(classifier, cast(IO[bytes], _Capped(fh, path)))
+                stream, fmt = decompressing(fh, path)  # kern.log.2.gz as logrotate leaves it
+                classify_stream(classifier, cast(IO[bytes], _Capped(stream, path, fmt)))
         except OSError as err:
             raise usage_error(f"cannot read {path}: {err.strerror or err}",
                               "give a readable log file, or - for stdin") from None
