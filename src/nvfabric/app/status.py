@@ -42,6 +42,7 @@ from nvfabric.rules.verdict import (
     Verdict,
     columns_needed,
     infer_fabric,
+    kind_untold,
     verdict,
 )
 
@@ -51,7 +52,8 @@ OK_VERDICTS = ("healthy", "not_applicable")
 @dataclass(frozen=True)
 class Report:
     """One evaluation: the verdict, what it was computed from, and where the fabric kind came
-    from (``option``, ``plan`` or ``inferred`` from a capture's product names); ``node``: the
+    from (``option``, ``plan``, ``inferred`` from a capture's product names, or ``unknown``
+    for a capture that names none: ``fabric`` None); ``node``: the
     node's identity (:func:`node_identity`), ``reading``: the metrics reading, when asked."""
 
     verdict: Verdict
@@ -111,9 +113,9 @@ def evaluate(
     elif node.fabric is not None:
         fabric, source = node.fabric, "plan"
     else:
-        fabric, source = infer_fabric(health.gpus, health.findings), "inferred"
-    _refuse_unread(capture, health, fabric if source != "inferred"
-                   or any(g.name for g in health.gpus) else None)
+        fabric = infer_fabric(health.gpus, health.findings)
+        source = "inferred" if fabric is not None else "unknown"
+    _refuse_unread(capture, health, fabric)
     # 3. who the node is, for a fleet's node list; what a metrics reading adds
     identity = node_identity(root, fabric, node.imex) if consult else ()
     domain = _imex_domain(root) if metrics and any(
@@ -131,6 +133,12 @@ def evaluate(
         result = type(result)(result.verdict, result.findings, (
             f"fabric kind {fabric} inferred from the capture's GPU names and states "
             "(pass --root or --fabric to state it)",
+            *result.reasons,
+        ))
+    elif source == "unknown":  # a capture that names no GPU product: no guess
+        result = type(result)(result.verdict, (kind_untold(health.source), *result.findings), (
+            "fabric kind unknown: the capture names no GPU product (pass --root or --fabric "
+            "to state it)",
             *result.reasons,
         ))
     report = Report(result, health, fabric, source, node.services, identity)
