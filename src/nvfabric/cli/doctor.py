@@ -15,6 +15,9 @@ most; zstd is refused naming ``zstdcat`` (:func:`nvfabric.facts.textfile.decompr
 An event history of ``nvfabric run`` (``<state-dir>/events``, :mod:`nvfabric.effects.history`)
 is read as one: its kernel lines are classified again, its other findings listed as recorded.
 
+A line holding a value no fabric log prints (a number of thousands of digits) is dropped and
+counted by reason (``dropped`` in the JSON, a line of the text), never the whole log refused.
+
 Exit codes: 0 no error-level finding; 1 at least one; 2 unreadable input.
 """
 
@@ -31,12 +34,12 @@ from nvfabric.cli.render import console, guarded, json_option, print_findings, r
 from nvfabric.effects.history import MAGIC, for_diagnosis, is_history, read_file
 from nvfabric.effects.stdio import print_json
 from nvfabric.facts.inventory import collect
-from nvfabric.facts.textfile import decompressing, open_input
+from nvfabric.facts.textfile import Stream, decompressing, open_input
 from nvfabric.model.errors import usage_error
 from nvfabric.model.findings import Finding
 from nvfabric.model.vocab import FABRIC_KINDS, FabricKind
 from nvfabric.model.words import plural
-from nvfabric.rules.diagnose import Classifier, classify_stream
+from nvfabric.rules.diagnose import DROP_REASONS, Classifier, classify_stream
 from nvfabric.rules.logtext import LogEncodingError, LogInputError
 from nvfabric.rules.plan import plan
 
@@ -54,7 +57,7 @@ MAX_LOG_BYTES = 16 << 30
 class _Capped:
     """A binary stream that refuses (``input_unreadable``) to go past :data:`MAX_LOG_BYTES`
     (of the decompressed bytes when the log is compressed: ``fmt`` its format)."""
-    def __init__(self, stream: IO[bytes], path: str, fmt: str | None = None) -> None:
+    def __init__(self, stream: Stream, path: str, fmt: str | None = None) -> None:
         self.stream, self.path, self.fmt, self.total = stream, path, fmt, 0
 
     def read(self, size: int = -1) -> bytes:
@@ -120,10 +123,14 @@ def doctor(ctx: click.Context, root: str, fabric: FabricKind | None, logs: tuple
     findings = [*classifier.findings(), *extra]
     if as_json:
         print_json({"fabric": fabric, "lines": classifier.lines,
+                    "dropped": dict(classifier.dropped),
                     "findings": [f.to_json() for f in findings]})
     else:
         con = console()
         con.print(f"{plural(classifier.lines, 'line')} read, fabric kind {fabric or 'unknown'}: "
                   f"{plural(len(findings), 'finding')}")
+        for reason, n in classifier.dropped.items():
+            con.print(f"{plural(n, 'line')} dropped unclassified: {DROP_REASONS[reason]}",
+                      markup=False)
         print_findings(con, findings, "findings")
     sys.exit(1 if any(f.severity == "error" for f in findings) else 0)
