@@ -108,6 +108,7 @@ def evaluate(
     # 2. the fabric state of every GPU: a capture, or the probe
     health = read_capture(capture) if capture is not None else gpu.read_health(
         root, gpu.SMI_TIMEOUT_S if probe_timeout_s is None else probe_timeout_s)
+    fabric: FabricKind | None
     if fabric_option:
         fabric, source = fabric_option, "option"
     elif node.fabric is not None:
@@ -129,18 +130,7 @@ def evaluate(
         unread_columns=health.unread,
         imex_findings=node.imex_findings,
     ))
-    if source == "inferred":
-        result = type(result)(result.verdict, result.findings, (
-            f"fabric kind {fabric} inferred from the capture's GPU names and states "
-            "(pass --root or --fabric to state it)",
-            *result.reasons,
-        ))
-    elif source == "unknown":  # a capture that names no GPU product: no guess
-        result = type(result)(result.verdict, (kind_untold(health.source), *result.findings), (
-            "fabric kind unknown: the capture names no GPU product (pass --root or --fabric "
-            "to state it)",
-            *result.reasons,
-        ))
+    result = _told(result, fabric, source, health.source)
     report = Report(result, health, fabric, source, node.services, identity)
     if not metrics:
         return report
@@ -150,6 +140,21 @@ def evaluate(
     if ready is not None:
         shown = replace(shown, run_ready=ready.ready, ready_after_s=ready.after_s)
     return replace(report, reading=shown)
+
+
+def _told(result: Verdict, fabric: FabricKind | None, source: str, form: str) -> Verdict:
+    """``result`` saying where a capture's fabric kind came from when no plan or option gave
+    it: ``inferred`` from its GPU names, or ``unknown`` (it names none: no guess, and the
+    ``capture_column_missing`` finding of :func:`kind_untold`)."""
+    if source == "inferred":
+        return replace(result, reasons=(
+            f"fabric kind {fabric} inferred from the capture's GPU names and states "
+            "(pass --root or --fabric to state it)", *result.reasons))
+    if source == "unknown":
+        return replace(result, findings=(kind_untold(form), *result.findings), reasons=(
+            "fabric kind unknown: the capture names no GPU product (pass --root or --fabric "
+            "to state it)", *result.reasons))
+    return result
 
 
 #: The hint of a refused capture.

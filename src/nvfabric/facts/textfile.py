@@ -25,7 +25,7 @@ import re
 import stat
 import zlib
 from collections.abc import Callable
-from typing import IO
+from typing import IO, Protocol
 
 from nvfabric.effects import stop
 from nvfabric.model.errors import usage_error
@@ -38,11 +38,12 @@ NODE_LIST = "a text file: one address or host name per line"
 #: of it). gzip: RFC 1952 (1f 8b); xz: the .xz file format 1.2, 2.1.1 (fd '7zXZ' 00); bzip2:
 #: 'BZh', the block-size digit and the magic of a block (pi) or of the stream's end (sqrt pi);
 #: zstd: RFC 8878, 3.1.1 (28 b5 2f fd).
-_MAGIC = re.compile(rb"(\x1f\x8b)|(\xfd7zXZ\x00)|(BZh[1-9](?:1AY&SY|\x17rE8P\x90))|(\x28\xb5\x2f\xfd)")
+_MAGIC = re.compile(rb"(\x1f\x8b)|(\xfd7zXZ\x00)|(BZh[1-9](?:1AY&SY|\x17rE8P\x90))"
+                    rb"|(\x28\xb5\x2f\xfd)")
 COMPRESSIONS: tuple[tuple[str, str], ...] = (
     ("gzip", "zcat"), ("xz", "xzcat"), ("bzip2", "bzcat"), ("zstd", "zstdcat"))
 #: The formats read here (the standard library's decompressors), by name.
-_OPENERS: dict[str, Callable[[IO[bytes]], IO[bytes]]] = {
+_OPENERS: dict[str, Callable[[IO[bytes]], io.BufferedIOBase]] = {
     "gzip": lambda f: gzip.GzipFile(fileobj=f, mode="rb"),
     "xz": lambda f: lzma.LZMAFile(f, mode="rb"),
     "bzip2": lambda f: bz2.BZ2File(f, mode="rb"),
@@ -60,20 +61,28 @@ def compression_of(head: bytes) -> str | None:
     return None if m is None else COMPRESSIONS[(m.lastindex or 1) - 1][0]
 
 
+class Stream(Protocol):
+    """What the readers of an input file call: ``read`` and ``read1`` of at most ``size``."""
+
+    def read(self, size: int = -1, /) -> bytes: ...
+
+    def read1(self, size: int = -1, /) -> bytes: ...
+
+
 class _Decompressed:
     """The decompressed bytes of one compressed input, read as they are asked for (``read``
     and ``read1`` of at most the size asked: memory is the caller's bound, never the file's).
     A damaged or cut stream is ``input_unreadable`` naming the file and the format; an
     OSError of the file itself (its errno set) goes to the caller as it came."""
 
-    def __init__(self, inner: IO[bytes], fmt: str, path: str) -> None:
+    def __init__(self, inner: io.BufferedIOBase, fmt: str, path: str) -> None:
         self.inner, self.format, self.path = inner, fmt, path
 
     def read(self, size: int = -1) -> bytes:
         return self._call(self.inner.read, size)
 
     def read1(self, size: int = -1) -> bytes:
-        return self._call(getattr(self.inner, "read1", self.inner.read), size)
+        return self._call(self.inner.read1, size)
 
     def _call(self, read: Callable[[int], bytes], size: int) -> bytes:
         hint = f"copy the file again whole (`{_TEST[self.format]} {self.path}` checks it)"
@@ -92,7 +101,7 @@ class _Decompressed:
                               hint) from None
 
 
-def decompressing(stream: io.BufferedReader, path: str) -> tuple[IO[bytes], str | None]:
+def decompressing(stream: io.BufferedReader, path: str) -> tuple[Stream, str | None]:
     """``stream`` as it is, or, when its first bytes are a compressed format's, the stream of
     its decompressed bytes; and the format (None: not compressed). zstd is
     ``input_unreadable`` (exit 2) naming the format and the command that decompresses it."""
