@@ -107,11 +107,14 @@ def test_apt_stanza_with_160000_package_lines_still_ends_at_once(tmp_path: Path)
     _one_line_exit_2(_apt(tmp_path, data), "more than one Package field")
 
 
-def test_doctor_4303_digit_rc_is_input_unreadable() -> None:
+def test_doctor_4303_digit_rc_is_dropped_and_counted() -> None:
     # a number of thousands of digits in a log line is no fabric log's (never int()'s
-    # 4,300-digit error, exit 3)
+    # 4,300-digit error, exit 3): that line is dropped with its reason, not the log refused
     path = str(_file("doctor-4303-digit-rc.log"))
-    _one_line_exit_2(run_cli("doctor", "--log", path), path, "digits")
+    proc = run_cli("doctor", "--log", path, "--json")
+    assert (proc.returncode, proc.stderr) == (0, ""), proc.stderr
+    out = json.loads(proc.stdout)
+    assert (out["lines"], out["dropped"], out["findings"]) == (1, {"bad_number": 1}, [])
 
 
 def _rpm(tmp_path: Path, primary: bytes) -> subprocess.CompletedProcess[str]:

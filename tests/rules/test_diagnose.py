@@ -236,7 +236,9 @@ def test_catalogue_rows_are_validated() -> None:
         parse_catalogue([row])
     with pytest.raises(CatalogueError, match="bad pattern"):
         parse_catalogue([{**row, "code": "version_mismatch", "pattern": "("}])
-    with pytest.raises(CatalogueError, match="int/collect"):
+    with pytest.raises(CatalogueError, match="int/hex/collect"):
+        parse_catalogue([{**row, "code": "version_mismatch", "hex": ["n"]}])
+    with pytest.raises(CatalogueError, match="int/hex/collect"):
         parse_catalogue([{**row, "code": "version_mismatch", "int": ["n"]}])
 
 

@@ -16,11 +16,15 @@ from nvfabric.model.findings import Finding
 from nvfabric.rules.catalogue import lookup_table
 from nvfabric.rules.diagnose import Classifier, LogValueError, classify_lines, classify_stream
 from nvfabric.rules.logtext import LogEncodingError, detect_encoding
-from tests.conftest import REPO, run_json
+from tests.cases import CORPUS
+from tests.conftest import REPO, run_cli, run_json
 
 DATA = REPO / "src/nvfabric/data"
 SXIDS = lookup_table("sxid")
 XIDS = lookup_table("xid")
+LOGS = CORPUS / "logs"
+#: The SXid line of tests/data/corpus/logs/nvswitch-sxid-22013-dmesg-590.48.01.txt
+SXID_NONFATAL = (LOGS / "nvswitch-sxid-22013-dmesg-590.48.01.txt").read_text().splitlines()[0]
 
 SXID_CODE = {"fatal": ("nvswitch_fatal_error", "error"),
              "always_fatal": ("nvswitch_fatal_error", "error"),
@@ -307,9 +311,15 @@ def test_doctor_reads_a_utf16_log_and_refuses_a_binary_one(tmp_path: Path) -> No
     "[ERROR] Failed to get new memory reference with rc: {n}",
 ])
 @pytest.mark.parametrize("digits", [21, 4303, 5000])
-def test_numbers_no_log_prints_are_refused_not_a_crash(line: str, digits: int) -> None:
+def test_a_line_with_a_number_no_log_prints_is_dropped_and_counted(line: str,
+                                                                  digits: int) -> None:
+    c = Classifier("nvswitch")
+    c.feed(line.format(n="9" * digits))
+    c.feed(SXID_NONFATAL)  # the log is read on
+    assert c.dropped == {"bad_number": 1}
+    assert [f.code for f in c.findings()] == ["nvswitch_nonfatal_error"]
     with pytest.raises(LogValueError, match=f"a number of {digits} digits"):
-        classify_lines([line.format(n="9" * digits)])
+        c.match(line.format(n="9" * digits))  # the live watch counts its own drops
 
 
 def test_twenty_digit_numbers_are_still_numbers() -> None:
@@ -317,8 +327,24 @@ def test_twenty_digit_numbers_are_still_numbers() -> None:
     assert f.fields["error"] == int("1" * 20)
 
 
-def test_doctor_on_the_fuzzed_4303_digit_log_is_exit_2_naming_it() -> None:
-    path = REPO / "tests/data/fuzz/doctor-4303-digit-rc.log"
-    output, rc = run_json("doctor", "--log", str(path))
-    assert (rc, output["error"]["code"]) == (2, "input_unreadable")
-    assert str(path) in output["error"]["message"] and "4303 digits" in output["error"]["message"]
+def test_doctor_drops_the_fuzzed_4303_digit_line_and_reads_the_rest(tmp_path: Path) -> None:
+    fuzzed = (REPO / "tests/data/fuzz/doctor-4303-digit-rc.log").read_bytes()
+    log = tmp_path / "fm.log"
+    log.write_bytes(fuzzed + b"\n" + (LOGS / "fm-version-mismatch-530-gpuop544.txt").read_bytes())
+    output, rc = run_json("doctor", "--log", str(log))
+    assert rc == 1, output
+    assert output["dropped"] == {"bad_number": 1}
+    assert [f["code"] for f in output["findings"]] == ["version_mismatch"]
+    text = run_cli("doctor", "--log", str(log)).stdout
+    assert "1 line dropped unclassified: a number field no fabric log prints" in text
+
+def test_one_xid_event_spelt_with_short_and_padded_hex_is_one_finding() -> None:
+    """Case D16's 149.37 line, its words written 0x25001c6/0x0 by one tool and
+    0x025001c6/0x00000000 by the driver: one finding counted twice, keyed by the values."""
+    padded = ("NVRM: Xid (PCI:0000:00:00): 149, NETIR_LINK_EVT Fatal XC0 i0 Link 00 "
+              "(0x025001c6 0x00000000 0x00000000 0x00000000 0x00000000 0x00000000)")
+    short = padded.replace("0x025001c6 0x00000000", "0x25001C6 0x0")
+    (f,) = classify_lines([padded, short], "nvlink5")
+    assert (f.fields["count"], f.fields["subcode"], f.fields["error_status"]) == (2, 37,
+                                                                                "0x00000000")
+    assert f.fields["intr_infos"] == ["0x025001c6"]

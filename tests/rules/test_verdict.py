@@ -216,6 +216,12 @@ def test_infer_fabric_without_fabric_state_is_none() -> None:
     assert infer_fabric(gpus(NA, 2, name="NVIDIA H100 PCIe")) == "none"
 
 
+@pytest.mark.parametrize("state", [OK, NA])
+def test_infer_fabric_without_product_names_cannot_tell(state: GpuFabric) -> None:
+    """A B200 and an H100 both report Completed: without a name neither is a guess."""
+    assert infer_fabric(gpus(state, 8, name=None)) is None
+
+
 # Tester report 9(e): a no-GPU node (plan none) was not_applicable yet carried an ERROR
 # telling the operator to install NVML.
 def test_reader_errors_on_a_node_without_fabric_are_information() -> None:

@@ -284,3 +284,22 @@ def test_the_driver_load_time_is_the_module_age_taken_from_the_uptime(tmp_path: 
     made = os.stat(tmp_path / "sys/module/nvidia").st_mtime
     assert driver_loaded_usec(str(tmp_path), now=lambda: made + 400.5) == 600_000_000
     assert driver_loaded_usec(str(tmp_path / "none")) == 0
+
+
+def test_record_lines_that_are_not_classified_are_dropped_with_a_reason(harness: Any) -> None:
+    """A kmsg record whose header does not parse and one holding a number no kernel prints
+    are counted among the lines and said as dropped: the reasons add up to both (the first
+    was counted and in no reason; the second ended the watch with LogValueError)."""
+    h = harness("nvswitch")
+    os.write(h.writer, f"3,x,600000000,-;{SXID_FATAL}\n".encode())  # seq is no number
+    h.drain()
+    h.write(SXID_FATAL.replace("24007", "9" * 25))
+    h.write(SXID_FATAL)  # read on: the next record is classified
+    snap = h.watch.snapshot()
+    assert snap.lines == 3
+    assert dict(snap.dropped) == {"malformed": 1, "bad_number": 1}
+    assert snap.level == "unhealthy"
+    h.advance(60)
+    (line,) = h.lines(r"warning kernel_log_dropped")
+    assert "1 with a record header that does not parse" in line
+    assert "1 holding a number no kernel prints" in line

@@ -45,6 +45,7 @@ from nvfabric.rules.verdict import (
     Verdict,
     columns_needed,
     infer_fabric,
+    kind_untold,
     verdict,
 )
 
@@ -54,7 +55,8 @@ OK_VERDICTS = ("healthy", "not_applicable")
 @dataclass(frozen=True)
 class Report:
     """One evaluation: the verdict, what it was computed from, and where the fabric kind came
-    from (``option``, ``plan`` or ``inferred`` from a capture's product names); ``node``: the
+    from (``option``, ``plan``, ``inferred`` from a capture's product names, or ``unknown``
+    for a capture that names none: ``fabric`` None); ``node``: the
     node's identity (:func:`node_identity`), ``reading``: the metrics reading, when asked."""
 
     verdict: Verdict
@@ -109,14 +111,15 @@ def evaluate(
     # 2. the fabric state of every GPU: a capture, or the probe
     health = read_capture(capture) if capture is not None else gpu.read_health(
         root, gpu.SMI_TIMEOUT_S if probe_timeout_s is None else probe_timeout_s)
+    fabric: FabricKind | None
     if fabric_option:
         fabric, source = fabric_option, "option"
     elif node.fabric is not None:
         fabric, source = node.fabric, "plan"
     else:
-        fabric, source = infer_fabric(health.gpus, health.findings), "inferred"
-    _refuse_unread(capture, health, fabric if source != "inferred"
-                   or any(g.name for g in health.gpus) else None)
+        fabric = infer_fabric(health.gpus, health.findings)
+        source = "inferred" if fabric is not None else "unknown"
+    _refuse_unread(capture, health, fabric)
     # 3. who the node is, for a fleet's node list; what a metrics reading adds
     identity = node_identity(root, fabric, node.imex) if consult else ()
     domain = _imex_domain(root) if metrics and any(
@@ -130,12 +133,7 @@ def evaluate(
         unread_columns=health.unread,
         imex_findings=node.imex_findings, hints=node.hints,
     ))
-    if source == "inferred":
-        result = type(result)(result.verdict, result.findings, (
-            f"fabric kind {fabric} inferred from the capture's GPU names and states "
-            "(pass --root or --fabric to state it)",
-            *result.reasons,
-        ))
+    result = _told(result, fabric, source, health.source)
     report = Report(result, health, fabric, source, node.services, identity)
     if not metrics:
         return report
@@ -145,6 +143,21 @@ def evaluate(
     if ready is not None:
         shown = replace(shown, run_ready=ready.ready, ready_after_s=ready.after_s)
     return replace(report, reading=shown)
+
+
+def _told(result: Verdict, fabric: FabricKind | None, source: str, form: str) -> Verdict:
+    """``result`` saying where a capture's fabric kind came from when no plan or option gave
+    it: ``inferred`` from its GPU names, or ``unknown`` (it names none: no guess, and the
+    ``capture_column_missing`` finding of :func:`kind_untold`)."""
+    if source == "inferred":
+        return replace(result, reasons=(
+            f"fabric kind {fabric} inferred from the capture's GPU names and states "
+            "(pass --root or --fabric to state it)", *result.reasons))
+    if source == "unknown":
+        return replace(result, findings=(kind_untold(form), *result.findings), reasons=(
+            "fabric kind unknown: the capture names no GPU product (pass --root or --fabric "
+            "to state it)", *result.reasons))
+    return result
 
 
 #: The hint of a refused capture.

@@ -8,10 +8,15 @@ without either it is unknown and such lines say both meanings.
 
 Logs in UTF-16/UTF-32 (a BOM, or NUL bytes between ASCII characters) are decoded; a file
 with NUL bytes that is no text in those encodings is refused (exit 2), never read as "no
-findings".
+findings". A log compressed with gzip, xz or bzip2 (``kern.log.2.gz`` as logrotate leaves it),
+told by its first bytes, is read decompressed, :data:`MAX_LOG_BYTES` of decompressed text at
+most; zstd is refused naming ``zstdcat`` (:func:`nvfabric.facts.textfile.decompressing`).
 
 An event history of ``nvfabric run`` (``<state-dir>/events``, :mod:`nvfabric.effects.history`)
 is read as one: its kernel lines are classified again, its other findings listed as recorded.
+
+A line holding a value no fabric log prints (a number of thousands of digits) is dropped and
+counted by reason (``dropped`` in the JSON, a line of the text), never the whole log refused.
 
 Exit codes: 0 no error-level finding; 1 at least one; 2 unreadable input.
 """
@@ -29,12 +34,12 @@ from nvfabric.cli.render import console, guarded, json_option, print_findings, r
 from nvfabric.effects.history import MAGIC, for_diagnosis, is_history, read_file
 from nvfabric.effects.stdio import print_json
 from nvfabric.facts.inventory import collect
-from nvfabric.facts.textfile import open_input
+from nvfabric.facts.textfile import Stream, decompressing, open_input
 from nvfabric.model.errors import usage_error
 from nvfabric.model.findings import Finding
 from nvfabric.model.vocab import FABRIC_KINDS, FabricKind
 from nvfabric.model.words import plural
-from nvfabric.rules.diagnose import Classifier, classify_stream
+from nvfabric.rules.diagnose import DROP_REASONS, Classifier, classify_stream
 from nvfabric.rules.logtext import LogEncodingError, LogInputError
 from nvfabric.rules.plan import plan
 
@@ -50,16 +55,18 @@ MAX_LOG_BYTES = 16 << 30
 
 
 class _Capped:
-    """A binary stream that refuses (``input_unreadable``) to go past :data:`MAX_LOG_BYTES`."""
-    def __init__(self, stream: IO[bytes], path: str) -> None:
-        self.stream, self.path, self.total = stream, path, 0
+    """A binary stream that refuses (``input_unreadable``) to go past :data:`MAX_LOG_BYTES`
+    (of the decompressed bytes when the log is compressed: ``fmt`` its format)."""
+    def __init__(self, stream: Stream, path: str, fmt: str | None = None) -> None:
+        self.stream, self.path, self.fmt, self.total = stream, path, fmt, 0
 
     def read(self, size: int = -1) -> bytes:
         block = self.stream.read(size)
         self.total += len(block)
         if self.total > MAX_LOG_BYTES:
-            raise usage_error(f"{self.path}: more than {MAX_LOG_BYTES >> 30} GiB, the limit "
-                              "for one log input", "give the part of the log that matters")
+            what = "" if self.fmt is None else f" decompressed (a {self.fmt} file)"
+            raise usage_error(f"{self.path}: more than {MAX_LOG_BYTES >> 30} GiB{what}, the "
+                              "limit for one log input", "give the part of the log that matters")
         return block
 
 
@@ -101,7 +108,8 @@ def doctor(ctx: click.Context, root: str, fabric: FabricKind | None, logs: tuple
                 if path != "-" and is_history(fh.peek(len(MAGIC))[:len(MAGIC)]):  # run's
                     extra += _history(classifier, path)
                     continue
-                classify_stream(classifier, cast(IO[bytes], _Capped(fh, path)))
+                stream, fmt = decompressing(fh, path)  # kern.log.2.gz as logrotate leaves it
+                classify_stream(classifier, cast(IO[bytes], _Capped(stream, path, fmt)))
         except OSError as err:
             raise usage_error(f"cannot read {path}: {err.strerror or err}",
                               "give a readable log file, or - for stdin") from None
@@ -115,10 +123,14 @@ def doctor(ctx: click.Context, root: str, fabric: FabricKind | None, logs: tuple
     findings = [*classifier.findings(), *extra]
     if as_json:
         print_json({"fabric": fabric, "lines": classifier.lines,
+                    "dropped": dict(classifier.dropped),
                     "findings": [f.to_json() for f in findings]})
     else:
         con = console()
         con.print(f"{plural(classifier.lines, 'line')} read, fabric kind {fabric or 'unknown'}: "
                   f"{plural(len(findings), 'finding')}")
+        for reason, n in classifier.dropped.items():
+            con.print(f"{plural(n, 'line')} dropped unclassified: {DROP_REASONS[reason]}",
+                      markup=False)
         print_findings(con, findings, "findings")
     sys.exit(1 if any(f.severity == "error" for f in findings) else 0)

@@ -61,8 +61,10 @@ def print_report(report: Report) -> None:
     # "read from nvml" only when something was read: a reader that failed read nothing
     unread = not health.gpus and any(f.code == "nvml_unavailable" for f in health.findings)
     where = f"not read ({health.source} tried)" if unread else f"read from {health.source}"
+    told = "not told by the capture" if report.fabric_source == "unknown" else \
+        report.fabric_source
     con.print(f"[{VERDICT_STYLE[v]}]{v}[/]  fabric {safe(report.fabric or 'unknown')} "
-              f"({report.fabric_source}), {where}"
+              f"({told}), {where}"
               + (f", driver {safe(driver)}" if driver else ""))
     if report.health.gpus:
         table = Table(box=None, pad_edge=False)

@@ -86,6 +86,8 @@ def detect(text: str) -> str:
     low = first.lower()
     if "," in first and ("fabric." in low or low.replace(" ", "").startswith("index,")):
         return "csv"
+    if low.strip() == "fabric.state":  # --query-gpu=fabric.state: a header of one column
+        return "csv"
     if "NVSMI LOG" in head or any(ln.strip() == "Fabric" for ln in text.splitlines()) or any(
         GPU_HEADER.match(ln) for ln in head.splitlines()
     ):
@@ -335,10 +337,40 @@ def parse_text(text: str) -> FabricHealth:
                 decoded = decode_smi(key, value)
                 if decoded is not None:
                     cur.health.append(decoded)
+    _incomplete(gpus, attached)
     errors: list[Finding] = []
     built = tuple(g.build(i, findings=errors) for i, g in enumerate(gpus))
     _cut(attached, len(built), errors)
     return FabricHealth("nvidia-smi-text", built, driver, tuple(errors))
+
+
+def _incomplete(gpus: list[_Gpu], attached: int | None) -> None:
+    """SmiFormatError for a GPU section of ``nvidia-smi -q`` (one that starts with its ``GPU
+    <bus id>`` header) whose fabric state was not read because the capture was cut or chose
+    other sections: it has neither its Product Name nor a Fabric section (the capture ends
+    inside its header rows; ``-d MEMORY``), or it has no Fabric section while another GPU of
+    the capture has one or the capture lists fewer GPUs than ``Attached GPUs`` says (cut
+    inside it). nvidia-smi prints the same sections for every GPU of one run, and Product
+    Name first (every ``-q`` capture in tests/data/corpus/nvidia-smi); ``-q -d FABRIC``
+    prints the Fabric section without the name. A GPU without a Fabric section in a whole
+    capture of a driver that prints none stays ``not_supported``."""
+    some_fabric = any(g.has_fabric for g in gpus)
+    cut = attached is not None and 0 < len(gpus) < attached
+    for index, g in enumerate(gpus):
+        if g.pci is None or g.has_fabric:
+            continue  # a Fabric block of an excerpt, or a GPU whose fabric was read
+        label = f"GPU {index} ({g.pci})"
+        if "name" not in g.values:
+            raise SmiFormatError(
+                f"{label}: the capture has its header but neither its Product Name nor its "
+                "Fabric section (cut short, or `-d` chose other sections): its fabric state "
+                "was not read")
+        if some_fabric or cut:
+            why = ("other GPUs of the capture have one" if some_fabric else
+                   f"the capture lists {len(gpus)} of the {attached} attached GPUs")
+            raise SmiFormatError(
+                f"{label}: no Fabric section where {why}: the capture was cut inside this "
+                "GPU's section and its fabric state was not read")
 
 
 def _int_or_none(value: str) -> int | None:

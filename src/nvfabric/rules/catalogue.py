@@ -75,6 +75,7 @@ class Signature:
     by_fabric: Mapping[str, Outcome]
     source: str
     int_fields: frozenset[str] = frozenset()
+    hex_fields: frozenset[str] = frozenset()
     collect: tuple[str, ...] = ()
     set_fields: Mapping[str, Any] = field(default_factory=dict)
     examples: tuple[str, ...] = ()
@@ -139,9 +140,11 @@ def parse_catalogue(rows: Any) -> tuple[Signature, ...]:
             by_fabric[str(kind)] = _outcome(over, default, f"{sid}.by_fabric.{kind}")
         groups = set(pattern.groupindex)
         ints = frozenset(row.get("int") or ())
+        hexes = frozenset(row.get("hex") or ())
         collect = tuple(row.get("collect") or ())
-        if not ints <= groups or not set(collect) <= groups:
-            raise CatalogueError(f"{sid}: int/collect name fields the pattern does not capture")
+        if not ints | hexes <= groups or not set(collect) <= groups or ints & hexes:
+            raise CatalogueError(f"{sid}: int/hex/collect name fields the pattern does not "
+                                 "capture (or a field both int and hex)")
         lookup = _lookup(row.get("lookup"), default, sid, ints, frozenset(groups))
         scan = None
         if row.get("scan"):
@@ -151,7 +154,8 @@ def parse_catalogue(rows: Any) -> tuple[Signature, ...]:
                 raise CatalogueError(f"{sid}: bad scan pattern: {err}") from None
         out.append(Signature(
             id=sid, needle=needle, pattern=pattern, default=default, by_fabric=by_fabric, scan=scan,
-            source=str(row.get("source") or ""), int_fields=ints, collect=collect,
+            source=str(row.get("source") or ""), int_fields=ints, hex_fields=hexes,
+            collect=collect,
             set_fields=dict(row.get("set") or {}),
             examples=tuple(str(e) for e in row.get("examples") or ()), lookup=lookup,
         ))

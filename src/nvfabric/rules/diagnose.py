@@ -58,6 +58,35 @@ class LogValueError(LogInputError):
     """A value in a log line that no fabric log prints (a number of thousands of digits)."""
 
 
+#: Why :meth:`Classifier.feed` dropped a line (the ``dropped`` key -> the words for it).
+DROP_REASONS = {
+    "bad_number": "a number field no fabric log prints (more than 20 digits, or not ASCII "
+                  "digits)",
+}
+
+
+def _hex(value: str, sig: str, name: str) -> str:
+    """A hex field written one way: ``0x`` and at least 8 lower-case digits (``0x0`` and
+    ``0x00000000`` are one value); :class:`LogValueError` past 16 digits (64 bits) or for a
+    character that is no ASCII hex digit."""
+    digits = value[2:] if value[:2] in ("0x", "0X") else value
+    if not 0 < len(digits) <= 16 or not digits.isascii() or \
+            digits.strip("0123456789abcdefABCDEF"):
+        raise LogValueError(f"{value[:40]!r} in a line of the {sig} kind (field {name}) is not "
+                            "a hex number of at most 64 bits")
+    return f"0x{int(digits, 16):08x}"
+
+
+def _typed(sig: Signature, name: str, value: str) -> Any:
+    """An extracted field as the finding carries it: an int field a number, a hex field in
+    its one spelling (:func:`_hex`), another the text."""
+    if name in sig.int_fields:
+        return _number(value, sig.id, name)
+    if name in sig.hex_fields:
+        return _hex(value, sig.id, name)
+    return value
+
+
 def _number(value: str, sig: str, name: str) -> int:
     """An extracted integer field; :class:`LogValueError` past :data:`MAX_DIGITS` digits."""
     if len(value) > MAX_DIGITS:
@@ -150,19 +179,30 @@ class Classifier:
         self._per_signature: dict[str, int] = {}
         self._lookups: dict[tuple[Any, ...], tuple[Outcome, dict[str, Any]]] = {}
         self.lines = 0
+        #: Lines dropped unclassified, by reason (:data:`DROP_REASONS`).
+        self.dropped: dict[str, int] = {}
 
     def feed(self, line: str) -> list[Finding]:
         """Classify one line (trailing newline optional; its first :data:`MAX_MATCH`
-        characters)."""
+        characters). A line with a value no fabric log prints (:class:`LogValueError`) is
+        dropped, counted in :attr:`dropped`; the rest of the log is read."""
         self.lines += 1
-        new = [entry for sig, outcome, m, extra in self._matches(line)
+        try:
+            matches = self._matches(line)
+            for sig, _, m, extra in matches:  # every value read before any is recorded
+                self._fields(sig, m, extra)
+        except LogValueError:
+            self.dropped["bad_number"] = self.dropped.get("bad_number", 0) + 1
+            return []
+        new = [entry for sig, outcome, m, extra in matches
                if (entry := self._record(sig, outcome, m, line, extra)) is not None]
         return [e.finding() for e in new]
 
     def match(self, line: str) -> list[Finding]:
         """The findings of ``line`` alone, each time it is given (``count`` 1), remembering
         nothing: what :meth:`feed` would report for it in a log of that one line. The live
-        kernel watch counts repeats itself (:mod:`nvfabric.supervisor.kernelwatch`)."""
+        kernel watch counts repeats, and drops, itself (:mod:`nvfabric.supervisor.kernelwatch`):
+        :class:`LogValueError` for a line :meth:`feed` would drop."""
         out = []
         for sig, outcome, m, extra in self._matches(line):
             fields, collected = self._fields(sig, m, extra)
@@ -202,7 +242,7 @@ class Classifier:
         same (a flood repeats one line; an NVLink 5 decode walks the whole sheet): at most
         :data:`MAX_LOOKUPS` answers."""
         assert sig.lookup is not None
-        values = {name: _number(value, sig.id, name) if name in sig.int_fields else value
+        values = {name: _typed(sig, name, value)
                   for name, value in m.groupdict().items() if value is not None}
         key = (sig.id, tuple(sorted(values.items())))
         known = self._lookups.get(key)
@@ -254,7 +294,7 @@ class Classifier:
         for name, value in m.groupdict().items():
             if value is None:
                 continue
-            typed: Any = _number(value, sig.id, name) if name in sig.int_fields else value
+            typed = _typed(sig, name, value)
             if name in sig.collect:
                 collected[name] = typed
             else:

@@ -174,11 +174,16 @@ def columns_needed(gpus: tuple[GpuFabric, ...], fabric: FabricKind | None) -> di
 
 
 def infer_fabric(gpus: tuple[GpuFabric, ...], reader_findings: tuple[Finding, ...] = (),
-                 ) -> FabricKind:
+                 ) -> FabricKind | None:
     """The fabric kind a capture shows when no plan is at hand: GB200/GB300 -> mnnvl,
     B100/B200/B300 -> nvlink5, any other GPU reporting a fabric state -> nvswitch, else none.
     A GPU whose fabric state could not be read (a reader finding with reason
-    ``fabric_info_error``: nvidia-smi printed an error, not N/A) has a fabric: nvswitch."""
+    ``fabric_info_error``: nvidia-smi printed an error, not N/A) has a fabric: nvswitch.
+    None (cannot tell) when no GPU has a product name (a ``--query-gpu`` CSV without the name
+    column, ``-q -d FABRIC``, an excerpt of Fabric blocks): a fabric state is reported on
+    HGX H100 and B200 alike, so nvswitch would be a guess (:func:`kind_untold`)."""
+    if not any(g.name for g in gpus):
+        return None
     for pattern, kind in NAME_FABRIC:
         if any(g.name and pattern.search(g.name) for g in gpus):
             return kind
@@ -186,6 +191,23 @@ def infer_fabric(gpus: tuple[GpuFabric, ...], reader_findings: tuple[Finding, ..
             f.fields.get("reason") == "fabric_info_error" for f in reader_findings):
         return "nvswitch"
     return "none"
+
+
+def kind_untold(capture_form: str) -> Finding:
+    """``capture_column_missing`` (information) of a capture that names no GPU product
+    (``capture_form``: ``nvidia-smi-csv``, ``-text``, ``-xml``): its fabric kind cannot be
+    told, and it is judged as of an unknown kind (every platform's meaning said)."""
+    where = ("no name column" if capture_form == "nvidia-smi-csv" else
+             "no Product Name of any GPU")
+    return Finding(
+        "capture_column_missing", "info",
+        f"the capture has {where}: which fabric kind this node has (nvswitch on HGX "
+        "H100/H200, nvlink5 on B200/B300, mnnvl on GB200/GB300) cannot be told from it, so "
+        "it is judged for an unknown fabric kind",
+        "pass --fabric (or --root on the node), or capture the product name too: "
+        f"`{_CAPTURE.replace('index,uuid,', 'index,uuid,name,')}`",
+        {"columns": ["name"]},
+    )
 
 
 class _Acc:

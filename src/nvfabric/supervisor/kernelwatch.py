@@ -19,9 +19,11 @@ it finds is acted on by the rules of :mod:`nvfabric.rules.live`:
   supervisor is never starved); more than ``max_lines_per_s`` lines in a second stop the
   reading for the rest of that second, and what came meanwhile is skipped (kmsg: seek to its
   end; a stream: read and thrown away) and counted, with the records the kernel overwrote
-  (EPIPE) and the lines too long to be records: one ``kernel_log_dropped`` finding per
-  interval says how many and why. Memory is bounded by the catalogue (findings are kept per
-  (code, device), at most :data:`MAX_KEYS`), not by the log.
+  (EPIPE), the lines too long to be records, and the record lines holding a fabric needle
+  whose header does not parse or that carry a number no kernel prints: one
+  ``kernel_log_dropped`` finding per interval says how many and why (the reasons add up to
+  every such line). Memory is bounded by the catalogue (findings are kept per (code, device),
+  at most :data:`MAX_KEYS`), not by the log.
 
 Threads: everything runs in the supervisor's loop; :meth:`KernelWatch.snapshot` is a frozen
 value, replaced whole, that the HTTP thread reads (:mod:`nvfabric.observe.serve`).
@@ -42,7 +44,7 @@ from nvfabric.model.hostpath import under
 from nvfabric.model.strict import to_float
 from nvfabric.model.vocab import FabricKind
 from nvfabric.model.words import seconds
-from nvfabric.rules.diagnose import Classifier
+from nvfabric.rules.diagnose import Classifier, LogValueError
 from nvfabric.rules.live import (
     DEFAULT_BOOT_WINDOW_S,
     DEFAULT_INTERVAL_S,
@@ -62,6 +64,15 @@ READ_BUDGET = 256 << 10
 MAX_KEYS = 256
 #: Seconds before the journal's stream is started again when journalctl ended.
 REOPEN_S = 5.0
+#: Why kernel log lines were not classified (``dropped``'s keys), in the finding's words;
+#: ``flood`` names the option's limit where it is said.
+DROPPED_WORDS = {
+    "flood": "skipped in a flood",
+    "overrun": "overwritten by the kernel before they were read",
+    "too_long": "longer than a kernel record",
+    "malformed": "with a record header that does not parse (priority,seq,usec,flags;message)",
+    "bad_number": "holding a number no kernel prints (more than 20 digits)",
+}
 
 Record = Callable[[str, dict[str, Any]], None]
 
@@ -73,7 +84,8 @@ class KernelEvents:
     ``last_event_time``: seconds since the epoch of the last finding (None: none yet);
     ``level``: the heaviest verdict a finding gave (None: none); ``findings``: the raised
     findings, the latest of each (code, device), with ``count``; ``dropped``: lines skipped by
-    reason (``flood``, ``overrun``, ``too_long``); ``held_back``: link-training notices of
+    reason (:data:`DROPPED_WORDS`: ``flood``, ``overrun``, ``too_long``, ``malformed``,
+    ``bad_number``); ``held_back``: link-training notices of
     the boot window."""
 
     source: str
@@ -193,22 +205,35 @@ class KernelWatch:
         for reason, n in (("overrun", batch.lost), ("flood", batch.skipped),
                           ("too_long", batch.too_long)):
             if n:
-                self.dropped[reason] = self.dropped.get(reason, 0) + n
-                self._due()
+                self._drop(reason, n)
         changed = bool(batch.lost or batch.skipped or batch.too_long)
         for line in needle_lines(batch.data, self.scanners):
             parsed = self.klog.parse(line)
             if parsed is None:
+                if not line.startswith(" "):  # a continuation line belongs to its record
+                    self._drop("malformed")  # a record line whose header does not parse
+                    changed = True
                 continue
             usec, message = parsed
             if message.startswith(DRIVER_LOAD) and usec is not None:
                 self.driver_loaded_usec = usec  # a (re)loaded driver: the window again
-            for f in self.classifier.match(dmesg_line(usec, message)):
+            try:
+                found = self.classifier.match(dmesg_line(usec, message))
+            except LogValueError:  # a number no kernel prints: the line dropped, counted
+                self._drop("bad_number")
+                changed = True
+                continue
+            for f in found:
                 self.finding(f, usec)
                 changed = True
         if changed:
             self._publish()
         self.lines += batch.lines  # after: a snapshot that counts a line shows its finding
+
+    def _drop(self, reason: str, n: int = 1) -> None:
+        """``n`` lines not classified for ``reason`` (a key of :data:`DROPPED_WORDS`)."""
+        self.dropped[reason] = self.dropped.get(reason, 0) + n
+        self._due()
 
     def finding(self, f: Finding, usec: int | None) -> None:
         """One finding of one kernel line (see the module docstring)."""
@@ -296,10 +321,8 @@ class KernelWatch:
         if not new:
             return
         self._dropped_said = dict(self.dropped)
-        words = {"flood": f"skipped in a flood (more than {self.settings.max_lines_per_s:,} "
-                          "lines a second)",
-                 "overrun": "overwritten by the kernel before they were read",
-                 "too_long": "longer than a kernel record"}
+        words = {**DROPPED_WORDS, "flood": f"skipped in a flood (more than "
+                 f"{self.settings.max_lines_per_s:,} lines a second)"}
         f = Finding("kernel_log_dropped", "warning",
                     "kernel log lines not classified: " + "; ".join(
                         f"{n:,} {words[r]}" for r, n in sorted(new.items())),

@@ -141,11 +141,7 @@ class _Log:
     def feed(self, data: bytes) -> None:
         for line in needle_lines(data, self.scanners):
             for c in self.classifiers.values():
-                try:
-                    c.feed(line)
-                except ValueError:  # a field the catalogue cannot convert (a number past
-                    self.result.skipped += 1  # int()'s digit limit): the line is left out
-                    break
+                c.feed(line)  # a value no fabric log prints: the line dropped, counted
         if b" is running" in data:
             for m in _VERSION_LINE.finditer(data):
                 what = "fabricmanager" if m.group("what") == b"Fabric Manager" else "imex"
@@ -155,6 +151,7 @@ class _Log:
 
     def close(self) -> None:
         self.result.by_fabric = {k: c.findings() for k, c in self.classifiers.items()}
+        self.result.skipped = max(sum(c.dropped.values()) for c in self.classifiers.values())
         if any(f.code == "imex_session_in_use" for f in self.result.by_fabric[None]):
             self.owner.in_use.append(self.result.name)  # NV_ERR_IN_USE: another IMEX owner
 
