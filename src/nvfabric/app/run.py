@@ -232,9 +232,11 @@ def _bring_up(o: RunOptions, address: tuple[str, int] | None, inv: Inventory,
         checked = _preflight(o, inv, p, up)
         if isinstance(checked, RunResult):
             return checked
+        checked = replace(checked, findings=(*checked.findings,
+                                             *options_not_for(o.typed, p.fabric)))
         _watch(o, address)
         if not prepared.processes:  # IMEX is owned by another starter
-            return _not_ours(o, p, prepared)
+            return _not_ours(o, p, prepared, checked.findings)
         # 5. Apply, then supervise.
         return _supervise(o, p, up, held, checked)
     except stop.Stopped:  # during a probe's wait, or at the hand-over: nothing was started
@@ -437,7 +439,8 @@ def _job(o: RunOptions, p: Plan, up: _Bringup, prepared: Prepared, held: RunLock
         # and what it serves it as); the readiness query is the one --dry-run prints (dra-host:
         # READY over the command socket the DRA driver's kubelet plugin asks)
         return Job(prepared.processes, o.policy(),
-                   Report(o.as_json, {**shown, "imex": listed}),
+                   Report(o.as_json, {**shown, "imex": listed},
+                          tuple(f.to_json() for f in checked.findings)),
                    ready_info={"fabric": "mnnvl", "driver_version": p.driver_version,
                                "imex_owner": ownership.owner,
                                "node_list_id": listed["node_list_id"]},
@@ -496,9 +499,11 @@ def _nothing_to_do(o: RunOptions, address: tuple[str, int] | None, p: Plan,
                   title="warnings" if p.findings else "")
 
 
-def _not_ours(o: RunOptions, p: Plan, prepared: Prepared) -> RunResult:
+def _not_ours(o: RunOptions, p: Plan, prepared: Prepared,
+              findings: tuple[Finding, ...]) -> RunResult:
     """IMEX is run by someone else (DRA driver, Slurm, the host unit) or by nobody on
-    request: say who and start nothing (``--stay``: until SIGTERM)."""
+    request: say who and start nothing (``--stay``: until SIGTERM). ``findings``: the
+    preparation's warnings (and the options that do not apply), logged and returned."""
     assert prepared.imex is not None
     log = Log()
     d = prepared.imex.ownership
@@ -509,13 +514,13 @@ def _not_ours(o: RunOptions, p: Plan, prepared: Prepared) -> RunResult:
             + "; nvfabric starts nothing")
     for r in d.reasons:
         log.say(f"  {r}")
-    for f in prepared.warnings:
+    for f in findings:
         log.finding(f)
     notify_nothing_to_start(f"IMEX is owned by {d.owner}; nvfabric starts nothing")
     attach(lambda: NOTHING_TO_RUN)
     if o.stay:
         stop.wait_for_stop("--stay: waiting for SIGTERM", log.say)
-    return RunResult("not_started", 0, prepared.warnings, p, imex=prepared)
+    return RunResult("not_started", 0, findings, p, imex=prepared)
 
 
 # -- the end ------------------------------------------------------------------------------------
@@ -523,11 +528,16 @@ def _not_ours(o: RunOptions, p: Plan, prepared: Prepared) -> RunResult:
 
 def _ended(o: RunOptions, p: Plan, result: str, code: int, findings: Sequence[Finding],
            **shown: Any) -> RunResult:
-    """The end of a run that started nothing; a stop signal that came before
+    """The end of a run that started nothing, with the warnings of the options typed that
+    the node's fabric does not use (:func:`options_not_for`); a stop signal that came before
     (:mod:`nvfabric.effects.stop`) makes an end decided before the start ``stopped``. Each
     SIGHUP that came meanwhile is said (it is ignored)."""
     for _ in stop.ignored():
         Log().say(stop.SIGHUP_IGNORED)
+    ignored = options_not_for(o.typed, p.fabric)
+    if ignored:  # said with every end (a human run prints findings only under a title)
+        findings = (*findings, *ignored)
+        shown["title"] = shown.get("title") or "warnings"
     if stop.received() and result in _BEFORE_START:
         result, code = "stopped", 0
         shown["title"] = "found before the stop" if shown.get("title") else ""
@@ -550,6 +560,54 @@ _PATH_OPTIONS = (("state_dir", "--state-dir"), ("fm_bin", "--fm-bin"),
                  ("nvlsm_config", "--nvlsm-config"), ("nvlsm_pid_file", "--nvlsm-pid-file"),
                  ("fm_sm_socket", "--fm-sm-socket"), ("imex_bin", "--imex-bin"),
                  ("imex_ctl", "--imex-ctl"), ("imex_config", "--imex-config"))
+
+
+#: The options of one part of a bring-up (click's parameter name -> the option), with the
+#: fabric kinds whose bring-up uses that part: fabric manager on NVSwitch and NVLink 5 nodes,
+#: NVLSM before it on NVLink 5 only, IMEX on GB200/GB300 trays only (NVIDIA Fabric Manager User
+#: Guide; "NVIDIA IMEX Service"). --ready-timeout, --restart-*, --grace and --state-dir apply
+#: to whatever unit runs.
+OPTIONS_BY_PART: tuple[tuple[str, tuple[str, ...], dict[str, str]], ...] = (
+    ("fabric manager", ("nvswitch", "nvlink5"), {
+        "fm_sets": "--fm-set", "fabric_mode": "--fabric-mode", "fm_bin": "--fm-bin",
+        "fm_config": "--fm-config", "gpu_reset_command": "--gpu-reset-command",
+        "gpu_reset_timeout": "--gpu-reset-timeout"}),
+    ("NVLSM", ("nvlink5",), {
+        "nvlsm_bin": "--nvlsm-bin", "nvlsm_config": "--nvlsm-config",
+        "nvlsm_pid_file": "--nvlsm-pid-file", "fm_sm_socket": "--fm-sm-socket",
+        "socket_timeout": "--socket-timeout"}),
+    ("IMEX", ("mnnvl",), {
+        "imex_owner": "--imex-owner", "imex_bin": "--imex-bin", "imex_ctl": "--imex-ctl",
+        "imex_config": "--imex-config", "imex_peers": "--imex-peers",
+        "imex_local_address": "--imex-local-address",
+        "imex_ctl_timeout": "--imex-ctl-timeout"}),
+)
+
+#: Why a part does not run on a fabric kind, for the message.
+_RUNS_HERE = {"none": "nothing runs on this node", "nvswitch": "fabric manager runs here, "
+              "without NVLSM (NVLink 5 only) or IMEX (GB200/GB300 trays)",
+              "nvlink5": "NVLSM and fabric manager run here, IMEX only on GB200/GB300 trays",
+              "mnnvl": "a GB200/GB300 tray runs IMEX, never a local fabric manager or NVLSM"}
+
+
+def options_not_for(typed: frozenset[str], fabric: str) -> tuple[Finding, ...]:
+    """``option_not_for_fabric`` (warning), one per part of :data:`OPTIONS_BY_PART` whose
+    options the operator typed (``typed``: click's parameter names, not defaults) on a node of
+    a ``fabric`` kind that does not run that part: ignored, not refused (one unit file serves
+    a fleet of mixed nodes), but said. Pure."""
+    out = []
+    for part, fabrics, options in OPTIONS_BY_PART:
+        given = [opt for name, opt in options.items() if name in typed]
+        if given and fabric not in fabrics:
+            verb = "does" if len(given) == 1 else "do"
+            out.append(Finding(
+                "option_not_for_fabric", "warning",
+                f"{', '.join(given)} {verb} not apply to fabric {fabric}: "
+                f"{_RUNS_HERE.get(fabric, 'no ' + part + ' runs here')}; ignored",
+                f"{part} options apply on {' and '.join(fabrics)} nodes only; a unit "
+                "shared by nodes of several fabric kinds may keep them",
+                {"options": given, "part": part, "fabric": fabric}))
+    return tuple(out)
 
 
 def _check_paths(o: RunOptions) -> None:
