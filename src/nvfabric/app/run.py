@@ -33,6 +33,7 @@ import os
 import shlex
 import signal
 from collections.abc import Sequence
+from contextlib import suppress
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -49,7 +50,7 @@ from nvfabric.effects.apply import apply
 from nvfabric.effects.frozen import is_one_file
 from nvfabric.effects.log import Log
 from nvfabric.effects.notify import notify_nothing_to_start
-from nvfabric.effects.runlock import READY_FILE, RunLock
+from nvfabric.effects.runlock import READY_FILE, RunLock, run_lock_holder
 from nvfabric.facts import inventory
 from nvfabric.facts.fs import program_path
 from nvfabric.facts.imex import tray
@@ -69,6 +70,7 @@ from nvfabric.observe.unitstate import (
     of_running,
     phase_of_running,
 )
+from nvfabric.publish.api import Target
 from nvfabric.rules.live import (
     DEFAULT_BOOT_WINDOW_S,
     DEFAULT_INTERVAL_S,
@@ -178,16 +180,30 @@ def run(o: RunOptions) -> RunResult:
     """The procedure of the module docstring. Returns the end of a run that started nothing;
     once the supervisor has the processes it reports the end and the process exits there.
     Raises NvfabricError (exit 2) for options or files that cannot be used."""
-    # The log format takes effect, and --listen is parsed, before anything else.
-    address = listen.check(o.listen_at, o.log_format)
+    # The log format takes effect, --listen is parsed and --publish's kubeconfig read, before
+    # anything else: a usage error leaves the host as it was (no state directory made).
+    outside = _Outside(listen.check(o.listen_at, o.log_format),
+                       kube.run_target(o.kube, o.root) if kube.publishing(o.kube) else None)
     # 1. The node: PCI functions, VPD, InfiniBand ports, the loaded driver; the plan (pure).
     inv = inventory.collect(o.root, o.arch)
     p = plan(inv)
     try:
-        return _bring_up(o, address, inv, p)
+        return _bring_up(o, outside, inv, p)
     except stop.Stopped:  # during a wait of the preflight, or at the hand-over
         _say_stopped()
         return _ended(o, p, "stopped", 0, [])
+
+
+@dataclass(frozen=True)
+class _Outside:
+    """What watches the run from outside, checked before anything is read or written:
+    ``address``, where ``--listen`` serves (None: off); ``publish``, ``--publish``'s target or
+    why it cannot publish (:func:`nvfabric.app.kube.run_target`; None: not asked);
+    ``bound``: ``--listen``'s port, bound just before the lock (:func:`_hold`)."""
+
+    address: tuple[str, int] | None
+    publish: Target | str | None
+    bound: listen.Bound | None = None
 
 
 @dataclass(frozen=True)
@@ -203,8 +219,7 @@ class _Bringup:
     reset_found: bool = True
 
 
-def _bring_up(o: RunOptions, address: tuple[str, int] | None, inv: Inventory,
-              p: Plan) -> RunResult:
+def _bring_up(o: RunOptions, outside: _Outside, inv: Inventory, p: Plan) -> RunResult:
     if p.blocked:
         if not o.dry_run:
             lock.clear_stale_unlocked(o.root, o.state_dir)
@@ -219,12 +234,12 @@ def _bring_up(o: RunOptions, address: tuple[str, int] | None, inv: Inventory,
     if isinstance(up, RunResult):
         return up
     if not up.prepared.processes and up.prepared.imex is None:  # fabric none
-        return _nothing_to_do(o, address, p, up)
+        return _nothing_to_do(o, outside, p, up)
     prepared = up.prepared
     try:
         # 3. One run per node: the lock (a dry run: who holds it), before anything is
         # written, reset or started.
-        held, busy = lock.hold(o.root, o.state_dir, o.dry_run)
+        held, busy, outside = _hold(o, outside)
         if busy is not None:
             return _ended(o, p, "refused", 1, [busy], **up.shown,
                           title="refused: another nvfabric run is active")
@@ -234,7 +249,7 @@ def _bring_up(o: RunOptions, address: tuple[str, int] | None, inv: Inventory,
             return checked
         checked = replace(checked, findings=(*checked.findings,
                                              *options_not_for(o.typed, p.fabric)))
-        _watch(o, address)
+        _watch(o, outside)
         if not prepared.processes:  # IMEX is owned by another starter
             return _not_ours(o, p, prepared, checked.findings)
         # 5. Apply, then supervise.
@@ -459,14 +474,35 @@ def _job(o: RunOptions, p: Plan, up: _Bringup, prepared: Prepared, held: RunLock
                **common)
 
 
-def _watch(o: RunOptions, address: tuple[str, int] | None) -> None:
+def _hold(o: RunOptions, outside: _Outside
+          ) -> tuple[RunLock | None, Finding | None, _Outside]:
+    """The run lock (:func:`nvfabric.app.lock.hold`), ``--listen``'s port bound just before
+    it (a real run; a dry run binds nothing): a port in use is exit 2 before the state
+    directory and the lock are made, while a port held by another run's listener is that
+    run's ``already_running`` (the lock is asked first, read only). The port goes back when
+    the lock is another run's."""
+    if outside.address is not None and not o.dry_run and outside.bound is None:
+        holder = None
+        with suppress(OSError):  # an unreadable lock is said by lock.hold
+            holder = run_lock_holder(lock.state_dir(o.root, o.state_dir))
+        if holder is None:
+            outside = replace(outside, bound=listen.bind(outside.address, o.root,
+                                                         o.health_interval))
+    held, busy = lock.hold(o.root, o.state_dir, o.dry_run)
+    if busy is not None and outside.bound is not None:
+        outside.bound.close()
+        outside = replace(outside, bound=None)
+    return held, busy, outside
+
+
+def _watch(o: RunOptions, outside: _Outside) -> None:
     """From now on, ``--listen``: the run's state over HTTP; ``--publish``: told to the
     Kubernetes API beside the supervisor, from the same watch (:func:`nvfabric.app.kube.
     start_beside`). The supervisor then stays in this process: the threads live here."""
-    if address is not None:
-        listen.start(address, o.root, o.health_interval)
-    if kube.publishing(o.kube):
-        kube.start_beside(o.kube, o.root, listen.watch(o.root, o.health_interval),
+    if outside.bound is not None:
+        listen.start(outside.bound)
+    if kube.publishing(o.kube) and outside.publish is not None:
+        kube.start_beside(o.kube, outside.publish, listen.watch(o.root, o.health_interval),
                           lock.state_dir(o.root, o.state_dir))
     attach(of_running, phase=phase_of_running, kernel=kernel_of_running)
 
@@ -474,17 +510,16 @@ def _watch(o: RunOptions, address: tuple[str, int] | None) -> None:
 # -- nothing to start ---------------------------------------------------------------------------
 
 
-def _nothing_to_do(o: RunOptions, address: tuple[str, int] | None, p: Plan,
-                   up: _Bringup) -> RunResult:
+def _nothing_to_do(o: RunOptions, outside: _Outside, p: Plan, up: _Bringup) -> RunResult:
     """Fabric none: nothing to start; ``--stay`` keeps the process (and the lock) until
     SIGTERM."""
     if o.stay:  # a DaemonSet pod that stays: still one per node
-        _, busy = lock.hold(o.root, o.state_dir, o.dry_run)
+        _, busy, outside = _hold(o, outside)
         if busy is not None:
             return _ended(o, p, "refused", 1, [busy], **up.shown,
                           title="refused: another nvfabric run is active")
         if not o.dry_run:
-            _watch(o, address)
+            _watch(o, outside)
         attach(lambda: NOTHING_TO_RUN)
     why = p.reasons[-1] if p.reasons else "no fabric service applies"
     if not o.as_json:
