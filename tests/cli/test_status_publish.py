@@ -36,6 +36,45 @@ def test_npd_on_a_registered_gb200_tray_is_ok(tmp_path: Path) -> None:
                                             "(fabric mnnvl)\n")
 
 
+@pytest.mark.parametrize(("forms", "says"), [
+    (("--npd", "--json"), "--json and --npd both choose the output: give one"),
+    (("--npd", "--prometheus"), "--prometheus and --npd both choose the output: give one"),
+    (("--prometheus", "--json"), "--json and --prometheus both choose the output: give one"),
+    (("--npd", "--npd-condition", "NVLinkFabricDegraded", "--prometheus", "--json"),
+     "--json, --prometheus and --npd all choose the output: give one"),
+])
+def test_two_output_forms_are_refused_naming_both(tmp_path: Path, forms: tuple[str, ...],
+                                                   says: str) -> None:
+    """--npd answered its plain line and dropped --json (or --prometheus) without a word: a
+    plugin wrapper that parses JSON got text. Two output forms are exit 2, one line naming
+    them (under --json the error object), before a --textfile is written."""
+    root = sim(tmp_path, "gb200-tray")
+    prom = root / "var/lib/node_exporter/nvfabric.prom"
+    prom.parent.mkdir(parents=True)
+    out = run_cli("status", "--root", str(root), *forms, "--textfile",
+                  "/var/lib/node_exporter/nvfabric.prom")
+    assert out.returncode == 2, out.stdout + out.stderr
+    if "--json" in forms:
+        assert json.loads(out.stdout)["error"]["message"] == says
+    else:
+        (line,) = out.stderr.splitlines()
+        assert out.stdout == "" and says in line
+    assert not prom.exists()
+
+
+def test_npd_with_a_textfile_answers_its_line_and_writes_the_metrics(tmp_path: Path) -> None:
+    """--textfile is no output form: the plugin's one line and exit code stay, the metrics
+    file is written beside them."""
+    root = sim(tmp_path, "gb200-tray")
+    prom = root / "var/lib/node_exporter/nvfabric.prom"
+    prom.parent.mkdir(parents=True)
+    out = run_cli("status", "--root", str(root), "--npd", "--textfile",
+                  "/var/lib/node_exporter/nvfabric.prom")
+    assert (out.returncode, out.stdout) == (0, "FabricHealthy: the NVLink fabric is healthy "
+                                            "(fabric mnnvl)\n")
+    assert "nvfabric_verdict" in prom.read_text()
+
+
 def test_npd_unknown_while_gpus_register(tmp_path: Path) -> None:
     """A capture of GPUs still In Progress (no services known): Unknown, exit 3."""
     root = sim(tmp_path, "dgx-b200")

@@ -3,6 +3,10 @@ the product table's names (GPUs, NVSwitches, ConnectX LPFs and NICs, SM-disabled
 
 from __future__ import annotations
 
+from pathlib import Path
+
+import pytest
+
 from nvfabric.simulate import PROFILES, profile_spec
 from nvfabric.simulate.profiles import PLATFORMS, describe
 from tests.conftest import run_cli, run_json
@@ -39,3 +43,23 @@ def test_list_json_keeps_the_profiles_and_adds_the_products() -> None:
     assert out["profiles"] == sorted(PROFILES)
     assert out["products"]["hgx-h100"] == (
         "HGX H100 8-GPU (8x H100 80GB HBM3, 4 NVSwitch gen 3, 8 ConnectX-7 NIC)")
+
+
+@pytest.mark.parametrize(("extra", "named"), [
+    (("extra", "junk"), "'extra', 'junk'"),
+    (("gb200-tray",), "'gb200-tray'"),
+    (("--driver-only",), "--driver-only"),
+    (("--spec", "node.yaml", "dir"), "'dir', --spec"),
+    (("--from-bug-report", "nvidia-bug-report.log.gz"), "--from-bug-report"),
+])
+def test_list_refuses_what_it_does_not_take_in_one_line(
+        tmp_path: Path, extra: tuple[str, ...], named: str) -> None:
+    """`--list` builds nothing, so a PROFILE, DIR or an option of building beside it was
+    dropped without a word (exit 0): it is a usage error naming them, and nothing is made."""
+    proc = run_cli("simulate", "--list", *extra, cwd=tmp_path)
+    assert proc.returncode == 2 and proc.stdout == ""
+    (line,) = proc.stderr.splitlines()
+    assert f"--list takes no argument and no option but --json: got {named}" in line
+    assert list(tmp_path.iterdir()) == []
+    out, rc = run_json("simulate", "--list", *extra, cwd=tmp_path)
+    assert rc == 2 and named in out["error"]["message"]

@@ -108,20 +108,34 @@ def target_of(req: KubeRequest, node: str, strict: bool) -> Target:
     return target
 
 
-def start_beside(req: KubeRequest, root: str, watch: Watch, state: str) -> None:
-    """``run --publish``: publish beside the supervisor from now on, from the snapshot
-    ``watch`` holds (the last reading and the unit now), marked in the run's state directory
-    ``state`` (:func:`nvfabric.effects.runlock.mark_publisher`: the Node's one writer while the
-    run lives). The last view is published when the run ends
-    (:func:`nvfabric.supervisor.running.at_end`, and at exit). No Node name to publish under
-    is said in one line, and the fabric comes up all the same."""
+def run_target(req: KubeRequest, root: str) -> Target | str:
+    """``run --publish``: the target, checked before the run reads the node or writes
+    anything on it (a usage error must leave the host as it was): exit 2, one line, for a
+    ``--kubeconfig`` that cannot be used, also when there is no Node to publish to (a typed
+    file is the operator's); a missing in-cluster configuration is left to the publisher
+    (:func:`target_of`). No Node name (none given, no host name under ``root``) is the reason,
+    a str, which :func:`start_beside` says: the fabric comes up unpublished."""
     try:
         node = node_of(req, root, None)
     except NvfabricError as err:
-        Log().say(f"kube publish: not publishing: {err.finding.message} (hint: give "
-                  "--node-name or NODE_NAME)")
+        if req.kubeconfig is not None:
+            target_of(req, "", strict=False)
+        return err.finding.message
+    return target_of(req, node, strict=False)
+
+
+def start_beside(req: KubeRequest, target: Target | str, watch: Watch, state: str) -> None:
+    """``run --publish``: publish to ``target`` (:func:`run_target`) beside the supervisor
+    from now on, from the snapshot ``watch`` holds (the last reading and the unit now), marked
+    in the run's state directory ``state`` (:func:`nvfabric.effects.runlock.mark_publisher`:
+    the Node's one writer while the run lives). The last view is published when the run ends
+    (:func:`nvfabric.supervisor.running.at_end`, and at exit). No Node name to publish under
+    (``target`` the reason) is said in one line, and the fabric comes up all the same."""
+    if isinstance(target, str):
+        Log().say(f"kube publish: not publishing: {target} (hint: give --node-name or "
+                  "NODE_NAME)")
         return
-    target = target_of(req, node, strict=False)
+    node = target.node
     try:
         mark_publisher(state, node)
     except OSError as err:  # the run still publishes; a status --publish may then write too

@@ -12,8 +12,8 @@ the run supervises).
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import replace
-from typing import Any
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, Any
 
 from nvfabric.app.status import evaluate
 from nvfabric.effects.log import Log, set_format
@@ -22,6 +22,9 @@ from nvfabric.model.errors import usage_error
 from nvfabric.model.words import seconds
 from nvfabric.observe import hook, serve
 from nvfabric.observe.metrics import reading_of
+
+if TYPE_CHECKING:  # the HTTP server is imported only when --listen binds (serve.bind)
+    from http.server import ThreadingHTTPServer
 
 
 def check(listen: str | None, log_format: str) -> tuple[str, int] | None:
@@ -37,24 +40,45 @@ def check(listen: str | None, log_format: str) -> tuple[str, int] | None:
                           "--listen [::1]:9464") from None
 
 
-def start(address: tuple[str, int] | None, root: str, interval_s: float) -> None:
-    """Bind and serve (:func:`nvfabric.observe.serve.serve`) when ``address`` is given, and
-    start the reader thread. A port that cannot be bound (in use, no such address) is
-    exit 2 with one line; nothing has been started yet."""
-    if address is None:
-        return
+@dataclass(frozen=True)
+class Bound:
+    """``--listen``'s port, bound and not served yet (:func:`bind`), with the watch it will
+    serve."""
+
+    server: ThreadingHTTPServer
+    watch: serve.Watch
+    address: tuple[str, int]
+    interval_s: float
+
+    def close(self) -> None:
+        """Give the port back (the run ends before it serves)."""
+        self.server.server_close()
+
+
+def bind(address: tuple[str, int], root: str, interval_s: float) -> Bound:
+    """Bind ``address`` (:func:`nvfabric.observe.serve.bind`) for the watch of ``root``,
+    serving nothing yet: a port that cannot be bound (in use, no such address) is exit 2
+    with one line, before the run writes anything (its state directory, the lock)."""
     host, port = address
     watch = serve.Watch(reader(root), interval_s)
     try:
-        serve.serve(watch, host, port)
+        server = serve.bind(watch, host, port)
     except OSError as err:
         raise usage_error(f"--listen {host}:{port}: cannot listen: {err.strerror or err}",
                           "choose a free port, or an address of this host") from None
+    return Bound(server, watch, address, interval_s)
+
+
+def start(bound: Bound) -> None:
+    """Serve the bound port (:func:`bind`) and start the watch's reader thread."""
+    host, port = bound.address
+    watch = bound.watch
+    serve.start(bound.server)
     hook.activate(watch)
     watch.start_reader()
     shown = f"[{host}]" if ":" in host else host
     Log().say(f"serving /metrics, /healthz, /readyz, /status on http://{shown}:{port} "
-              f"(fabric read every {seconds(interval_s)} s)")
+              f"(fabric read every {seconds(bound.interval_s)} s)")
 
 
 def watch(root: str, interval_s: float) -> serve.Watch:

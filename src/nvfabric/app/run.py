@@ -33,6 +33,7 @@ import os
 import shlex
 import signal
 from collections.abc import Sequence
+from contextlib import suppress
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -49,7 +50,7 @@ from nvfabric.effects.apply import apply
 from nvfabric.effects.frozen import is_one_file
 from nvfabric.effects.log import Log
 from nvfabric.effects.notify import notify_nothing_to_start
-from nvfabric.effects.runlock import READY_FILE, RunLock
+from nvfabric.effects.runlock import READY_FILE, RunLock, run_lock_holder
 from nvfabric.facts import inventory
 from nvfabric.facts.fs import program_path
 from nvfabric.facts.imex import tray
@@ -69,6 +70,7 @@ from nvfabric.observe.unitstate import (
     of_running,
     phase_of_running,
 )
+from nvfabric.publish.api import Target
 from nvfabric.rules.live import (
     DEFAULT_BOOT_WINDOW_S,
     DEFAULT_INTERVAL_S,
@@ -178,16 +180,30 @@ def run(o: RunOptions) -> RunResult:
     """The procedure of the module docstring. Returns the end of a run that started nothing;
     once the supervisor has the processes it reports the end and the process exits there.
     Raises NvfabricError (exit 2) for options or files that cannot be used."""
-    # The log format takes effect, and --listen is parsed, before anything else.
-    address = listen.check(o.listen_at, o.log_format)
+    # The log format takes effect, --listen is parsed and --publish's kubeconfig read, before
+    # anything else: a usage error leaves the host as it was (no state directory made).
+    outside = _Outside(listen.check(o.listen_at, o.log_format),
+                       kube.run_target(o.kube, o.root) if kube.publishing(o.kube) else None)
     # 1. The node: PCI functions, VPD, InfiniBand ports, the loaded driver; the plan (pure).
     inv = inventory.collect(o.root, o.arch)
     p = plan(inv)
     try:
-        return _bring_up(o, address, inv, p)
+        return _bring_up(o, outside, inv, p)
     except stop.Stopped:  # during a wait of the preflight, or at the hand-over
         _say_stopped()
         return _ended(o, p, "stopped", 0, [])
+
+
+@dataclass(frozen=True)
+class _Outside:
+    """What watches the run from outside, checked before anything is read or written:
+    ``address``, where ``--listen`` serves (None: off); ``publish``, ``--publish``'s target or
+    why it cannot publish (:func:`nvfabric.app.kube.run_target`; None: not asked);
+    ``bound``: ``--listen``'s port, bound just before the lock (:func:`_hold`)."""
+
+    address: tuple[str, int] | None
+    publish: Target | str | None
+    bound: listen.Bound | None = None
 
 
 @dataclass(frozen=True)
@@ -203,8 +219,7 @@ class _Bringup:
     reset_found: bool = True
 
 
-def _bring_up(o: RunOptions, address: tuple[str, int] | None, inv: Inventory,
-              p: Plan) -> RunResult:
+def _bring_up(o: RunOptions, outside: _Outside, inv: Inventory, p: Plan) -> RunResult:
     if p.blocked:
         if not o.dry_run:
             lock.clear_stale_unlocked(o.root, o.state_dir)
@@ -219,12 +234,12 @@ def _bring_up(o: RunOptions, address: tuple[str, int] | None, inv: Inventory,
     if isinstance(up, RunResult):
         return up
     if not up.prepared.processes and up.prepared.imex is None:  # fabric none
-        return _nothing_to_do(o, address, p, up)
+        return _nothing_to_do(o, outside, p, up)
     prepared = up.prepared
     try:
         # 3. One run per node: the lock (a dry run: who holds it), before anything is
         # written, reset or started.
-        held, busy = lock.hold(o.root, o.state_dir, o.dry_run)
+        held, busy, outside = _hold(o, outside)
         if busy is not None:
             return _ended(o, p, "refused", 1, [busy], **up.shown,
                           title="refused: another nvfabric run is active")
@@ -232,9 +247,11 @@ def _bring_up(o: RunOptions, address: tuple[str, int] | None, inv: Inventory,
         checked = _preflight(o, inv, p, up)
         if isinstance(checked, RunResult):
             return checked
-        _watch(o, address)
+        checked = replace(checked, findings=(*checked.findings,
+                                             *options_not_for(o.typed, p.fabric)))
+        _watch(o, outside)
         if not prepared.processes:  # IMEX is owned by another starter
-            return _not_ours(o, p, prepared)
+            return _not_ours(o, p, prepared, checked.findings)
         # 5. Apply, then supervise.
         return _supervise(o, p, up, held, checked)
     except stop.Stopped:  # during a probe's wait, or at the hand-over: nothing was started
@@ -437,7 +454,8 @@ def _job(o: RunOptions, p: Plan, up: _Bringup, prepared: Prepared, held: RunLock
         # and what it serves it as); the readiness query is the one --dry-run prints (dra-host:
         # READY over the command socket the DRA driver's kubelet plugin asks)
         return Job(prepared.processes, o.policy(),
-                   Report(o.as_json, {**shown, "imex": listed}),
+                   Report(o.as_json, {**shown, "imex": listed},
+                          tuple(f.to_json() for f in checked.findings)),
                    ready_info={"fabric": "mnnvl", "driver_version": p.driver_version,
                                "imex_owner": ownership.owner,
                                "node_list_id": listed["node_list_id"]},
@@ -456,14 +474,35 @@ def _job(o: RunOptions, p: Plan, up: _Bringup, prepared: Prepared, held: RunLock
                **common)
 
 
-def _watch(o: RunOptions, address: tuple[str, int] | None) -> None:
+def _hold(o: RunOptions, outside: _Outside
+          ) -> tuple[RunLock | None, Finding | None, _Outside]:
+    """The run lock (:func:`nvfabric.app.lock.hold`), ``--listen``'s port bound just before
+    it (a real run; a dry run binds nothing): a port in use is exit 2 before the state
+    directory and the lock are made, while a port held by another run's listener is that
+    run's ``already_running`` (the lock is asked first, read only). The port goes back when
+    the lock is another run's."""
+    if outside.address is not None and not o.dry_run and outside.bound is None:
+        holder = None
+        with suppress(OSError):  # an unreadable lock is said by lock.hold
+            holder = run_lock_holder(lock.state_dir(o.root, o.state_dir))
+        if holder is None:
+            outside = replace(outside, bound=listen.bind(outside.address, o.root,
+                                                         o.health_interval))
+    held, busy = lock.hold(o.root, o.state_dir, o.dry_run)
+    if busy is not None and outside.bound is not None:
+        outside.bound.close()
+        outside = replace(outside, bound=None)
+    return held, busy, outside
+
+
+def _watch(o: RunOptions, outside: _Outside) -> None:
     """From now on, ``--listen``: the run's state over HTTP; ``--publish``: told to the
     Kubernetes API beside the supervisor, from the same watch (:func:`nvfabric.app.kube.
     start_beside`). The supervisor then stays in this process: the threads live here."""
-    if address is not None:
-        listen.start(address, o.root, o.health_interval)
-    if kube.publishing(o.kube):
-        kube.start_beside(o.kube, o.root, listen.watch(o.root, o.health_interval),
+    if outside.bound is not None:
+        listen.start(outside.bound)
+    if kube.publishing(o.kube) and outside.publish is not None:
+        kube.start_beside(o.kube, outside.publish, listen.watch(o.root, o.health_interval),
                           lock.state_dir(o.root, o.state_dir))
     attach(of_running, phase=phase_of_running, kernel=kernel_of_running)
 
@@ -471,17 +510,16 @@ def _watch(o: RunOptions, address: tuple[str, int] | None) -> None:
 # -- nothing to start ---------------------------------------------------------------------------
 
 
-def _nothing_to_do(o: RunOptions, address: tuple[str, int] | None, p: Plan,
-                   up: _Bringup) -> RunResult:
+def _nothing_to_do(o: RunOptions, outside: _Outside, p: Plan, up: _Bringup) -> RunResult:
     """Fabric none: nothing to start; ``--stay`` keeps the process (and the lock) until
     SIGTERM."""
     if o.stay:  # a DaemonSet pod that stays: still one per node
-        _, busy = lock.hold(o.root, o.state_dir, o.dry_run)
+        _, busy, outside = _hold(o, outside)
         if busy is not None:
             return _ended(o, p, "refused", 1, [busy], **up.shown,
                           title="refused: another nvfabric run is active")
         if not o.dry_run:
-            _watch(o, address)
+            _watch(o, outside)
         attach(lambda: NOTHING_TO_RUN)
     why = p.reasons[-1] if p.reasons else "no fabric service applies"
     if not o.as_json:
@@ -496,9 +534,11 @@ def _nothing_to_do(o: RunOptions, address: tuple[str, int] | None, p: Plan,
                   title="warnings" if p.findings else "")
 
 
-def _not_ours(o: RunOptions, p: Plan, prepared: Prepared) -> RunResult:
+def _not_ours(o: RunOptions, p: Plan, prepared: Prepared,
+              findings: tuple[Finding, ...]) -> RunResult:
     """IMEX is run by someone else (DRA driver, Slurm, the host unit) or by nobody on
-    request: say who and start nothing (``--stay``: until SIGTERM)."""
+    request: say who and start nothing (``--stay``: until SIGTERM). ``findings``: the
+    preparation's warnings (and the options that do not apply), logged and returned."""
     assert prepared.imex is not None
     log = Log()
     d = prepared.imex.ownership
@@ -509,13 +549,13 @@ def _not_ours(o: RunOptions, p: Plan, prepared: Prepared) -> RunResult:
             + "; nvfabric starts nothing")
     for r in d.reasons:
         log.say(f"  {r}")
-    for f in prepared.warnings:
+    for f in findings:
         log.finding(f)
     notify_nothing_to_start(f"IMEX is owned by {d.owner}; nvfabric starts nothing")
     attach(lambda: NOTHING_TO_RUN)
     if o.stay:
         stop.wait_for_stop("--stay: waiting for SIGTERM", log.say)
-    return RunResult("not_started", 0, prepared.warnings, p, imex=prepared)
+    return RunResult("not_started", 0, findings, p, imex=prepared)
 
 
 # -- the end ------------------------------------------------------------------------------------
@@ -523,11 +563,16 @@ def _not_ours(o: RunOptions, p: Plan, prepared: Prepared) -> RunResult:
 
 def _ended(o: RunOptions, p: Plan, result: str, code: int, findings: Sequence[Finding],
            **shown: Any) -> RunResult:
-    """The end of a run that started nothing; a stop signal that came before
+    """The end of a run that started nothing, with the warnings of the options typed that
+    the node's fabric does not use (:func:`options_not_for`); a stop signal that came before
     (:mod:`nvfabric.effects.stop`) makes an end decided before the start ``stopped``. Each
     SIGHUP that came meanwhile is said (it is ignored)."""
     for _ in stop.ignored():
         Log().say(stop.SIGHUP_IGNORED)
+    ignored = options_not_for(o.typed, p.fabric)
+    if ignored:  # said with every end (a human run prints findings only under a title)
+        findings = (*findings, *ignored)
+        shown["title"] = shown.get("title") or "warnings"
     if stop.received() and result in _BEFORE_START:
         result, code = "stopped", 0
         shown["title"] = "found before the stop" if shown.get("title") else ""
@@ -550,6 +595,54 @@ _PATH_OPTIONS = (("state_dir", "--state-dir"), ("fm_bin", "--fm-bin"),
                  ("nvlsm_config", "--nvlsm-config"), ("nvlsm_pid_file", "--nvlsm-pid-file"),
                  ("fm_sm_socket", "--fm-sm-socket"), ("imex_bin", "--imex-bin"),
                  ("imex_ctl", "--imex-ctl"), ("imex_config", "--imex-config"))
+
+
+#: The options of one part of a bring-up (click's parameter name -> the option), with the
+#: fabric kinds whose bring-up uses that part: fabric manager on NVSwitch and NVLink 5 nodes,
+#: NVLSM before it on NVLink 5 only, IMEX on GB200/GB300 trays only (NVIDIA Fabric Manager User
+#: Guide; "NVIDIA IMEX Service"). --ready-timeout, --restart-*, --grace and --state-dir apply
+#: to whatever unit runs.
+OPTIONS_BY_PART: tuple[tuple[str, tuple[str, ...], dict[str, str]], ...] = (
+    ("fabric manager", ("nvswitch", "nvlink5"), {
+        "fm_sets": "--fm-set", "fabric_mode": "--fabric-mode", "fm_bin": "--fm-bin",
+        "fm_config": "--fm-config", "gpu_reset_command": "--gpu-reset-command",
+        "gpu_reset_timeout": "--gpu-reset-timeout"}),
+    ("NVLSM", ("nvlink5",), {
+        "nvlsm_bin": "--nvlsm-bin", "nvlsm_config": "--nvlsm-config",
+        "nvlsm_pid_file": "--nvlsm-pid-file", "fm_sm_socket": "--fm-sm-socket",
+        "socket_timeout": "--socket-timeout"}),
+    ("IMEX", ("mnnvl",), {
+        "imex_owner": "--imex-owner", "imex_bin": "--imex-bin", "imex_ctl": "--imex-ctl",
+        "imex_config": "--imex-config", "imex_peers": "--imex-peers",
+        "imex_local_address": "--imex-local-address",
+        "imex_ctl_timeout": "--imex-ctl-timeout"}),
+)
+
+#: Why a part does not run on a fabric kind, for the message.
+_RUNS_HERE = {"none": "nothing runs on this node", "nvswitch": "fabric manager runs here, "
+              "without NVLSM (NVLink 5 only) or IMEX (GB200/GB300 trays)",
+              "nvlink5": "NVLSM and fabric manager run here, IMEX only on GB200/GB300 trays",
+              "mnnvl": "a GB200/GB300 tray runs IMEX, never a local fabric manager or NVLSM"}
+
+
+def options_not_for(typed: frozenset[str], fabric: str) -> tuple[Finding, ...]:
+    """``option_not_for_fabric`` (warning), one per part of :data:`OPTIONS_BY_PART` whose
+    options the operator typed (``typed``: click's parameter names, not defaults) on a node of
+    a ``fabric`` kind that does not run that part: ignored, not refused (one unit file serves
+    a fleet of mixed nodes), but said. Pure."""
+    out = []
+    for part, fabrics, options in OPTIONS_BY_PART:
+        given = [opt for name, opt in options.items() if name in typed]
+        if given and fabric not in fabrics:
+            verb = "does" if len(given) == 1 else "do"
+            out.append(Finding(
+                "option_not_for_fabric", "warning",
+                f"{', '.join(given)} {verb} not apply to fabric {fabric}: "
+                f"{_RUNS_HERE.get(fabric, 'no ' + part + ' runs here')}; ignored",
+                f"{part} options apply on {' and '.join(fabrics)} nodes only; a unit "
+                "shared by nodes of several fabric kinds may keep them",
+                {"options": given, "part": part, "fabric": fabric}))
+    return tuple(out)
 
 
 def _check_paths(o: RunOptions) -> None:

@@ -78,6 +78,19 @@ class Seconds(click.FloatRange):
 
 
 json_option = click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
+
+
+def one_output_form(given: dict[str, bool], hint: str) -> None:
+    """Refuse two options that each choose what stdout holds (``status --json`` and
+    ``--npd``: one JSON object or node-problem-detector's one line): a usage error (exit 2)
+    naming every one given, never one of them silently winning. ``given``: option -> whether
+    it was given, in the order the message names them."""
+    chosen = [option for option, on in given.items() if on]
+    if len(chosen) < 2:
+        return
+    names = f"{', '.join(chosen[:-1])} and {chosen[-1]}"
+    raise usage_error(f"{names} {'both' if len(chosen) == 2 else 'all'} choose the output: "
+                      "give one", hint)
 arch_option = click.option("--arch", default=None, help="Override the architecture (uname -m).")
 
 

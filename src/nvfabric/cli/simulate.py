@@ -52,6 +52,7 @@ def simulate(profile: str | None, directory: str | None, spec_file: str | None,
     DIR must be new (in an existing directory) or empty; nothing is written when the spec or
     DIR is refused."""
     if list_profiles:
+        _list_alone(profile, directory, spec_file, report_file, driver_only)
         _list_profiles(as_json)
         return
     profile, directory = _arguments(profile, directory, spec_file, report_file)
@@ -91,6 +92,20 @@ def simulate(profile: str | None, directory: str | None, spec_file: str | None,
         clear(directory, remove_root=not existed)
         raise
     _print(directory, source, fakes, notes if report_file else None, as_json)
+
+
+def _list_alone(profile: str | None, directory: str | None, spec_file: str | None,
+                report_file: str | None, driver_only: bool) -> None:
+    """``simulate --list`` takes no argument and builds nothing: a PROFILE, DIR or an option
+    of building given with it is a usage error (exit 2) naming them, never silently dropped
+    (``simulate --list gb200-tray /tmp/x`` would otherwise print the list and build nothing)."""
+    extra = [repr(a) for a in (profile, directory) if a is not None]
+    extra += [opt for opt, given in (("--spec", spec_file), ("--from-bug-report", report_file),
+                                     ("--driver-only", driver_only)) if given]
+    if extra:
+        raise usage_error(f"--list takes no argument and no option but --json: got "
+                          f"{', '.join(extra)}", "nvfabric simulate --list [--json]; build a "
+                          "node with nvfabric simulate PROFILE DIR")
 
 
 def _list_profiles(as_json: bool) -> None:

@@ -30,6 +30,7 @@ from nvfabric.cli.render import (
     console,
     guarded,
     json_option,
+    one_output_form,
     print_findings,
     root_option,
     safe,
@@ -136,11 +137,12 @@ def status(ctx: click.Context, root: str, capture: str | None, fabric: FabricKin
     \b
     Exit codes: 0 healthy or not_applicable; 1 degraded, unhealthy or pending; 2 bad input;
     4 --publish failed (the report is still printed). --npd: 0 OK, 1 problem, 3 unknown.
+    --json, --prometheus and --npd each choose the output: two of them are exit 2.
     """
-    if prometheus and as_json:
-        raise usage_error("--prometheus and --json both choose the output: give one",
-                          "drop --json for the Prometheus text format, or --prometheus for "
-                          "the JSON object")
+    one_output_form({"--json": as_json, "--prometheus": prometheus,
+                     "--npd": kube is not None and kube.npd is not None},
+                    "give --json (the report as JSON), --prometheus (its metrics) or --npd "
+                    "(node-problem-detector's line); --textfile goes with any")
     if textfile is not None:
         textfile = textfile_path(root, textfile)
     metrics = prometheus or textfile is not None

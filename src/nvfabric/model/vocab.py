@@ -146,6 +146,8 @@ FindingCode = Literal[
     "gpu_recovery_action",
     # What the IMEX owner reader could not read whole (docs/imex.md).
     "imex_owner_unknown",
+    # An option of a part of the bring-up the node's fabric does not run (docs/commands/run.md).
+    "option_not_for_fabric",
 ]
 
 #: A GPU fabric clique's type (nvml.h ``NVML_GPU_FABRIC_CLIQUE_TYPE_*``, nvmlGpuFabricInfo_v4_t,

@@ -18,7 +18,7 @@ Threads: the server (:class:`http.server.ThreadingHTTPServer`, one daemon thread
 and one reader thread that re-reads the fabric every ``interval_s`` seconds through the
 injected ``read`` function. The supervisor's event loop is never called into: the unit state
 is a frozen snapshot read from it (:func:`nvfabric.observe.unitstate.of_supervisor`).
-:mod:`http.server` is imported when the endpoint binds (:func:`serve`): a run without
+:mod:`http.server` is imported when the endpoint binds (:func:`bind`): a run without
 ``--listen`` does not pay for it (~40 ms here) before its first daemon starts.
 """
 
@@ -232,9 +232,10 @@ def _handler(watch: Watch) -> type[BaseHTTPRequestHandler]:
     return Handler
 
 
-def serve(watch: Watch, host: str, port: int) -> ThreadingHTTPServer:
-    """Bind ``host:port`` now (OSError when it cannot: in use, no such address) and serve
-    ``watch`` from a daemon thread; returns the server (``shutdown()`` stops it)."""
+def bind(watch: Watch, host: str, port: int) -> ThreadingHTTPServer:
+    """Bind ``host:port`` now (OSError when it cannot: in use, no such address) for serving
+    ``watch``; nothing is served before :func:`start` (``server_close()`` gives the port
+    back)."""
     import socket
     from http.server import ThreadingHTTPServer
 
@@ -242,7 +243,17 @@ def serve(watch: Watch, host: str, port: int) -> ThreadingHTTPServer:
         daemon_threads = True
         address_family = socket.AF_INET6 if ":" in host else socket.AF_INET
 
-    server = Server((host, port), _handler(watch))
+    return Server((host, port), _handler(watch))
+
+
+def start(server: ThreadingHTTPServer) -> ThreadingHTTPServer:
+    """Serve a bound ``server`` (:func:`bind`) from a daemon thread; returns it
+    (``shutdown()`` stops it)."""
     threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 5.0},
                      name="nvfabric-http", daemon=True).start()
     return server
+
+
+def serve(watch: Watch, host: str, port: int) -> ThreadingHTTPServer:
+    """:func:`bind` and :func:`start` at once."""
+    return start(bind(watch, host, port))
