@@ -137,8 +137,9 @@ class HintContext:
             return self.nvfabric(*spec.split())
         if name == "journalctl":
             return command_line(*spec.split(), root=self.root, program="journalctl")
-        if name == "path":
-            return self.path(spec)
+        if name == "path":  # a directory keeps its slash: "add X to /etc/modules-load.d/"
+            path = self.path(spec)
+            return path + "/" if spec.endswith("/") and not path.endswith("/") else path
         methods = {"on_host": self.on_host, "fm_start": self.fm_start,
                    "imex_start": self.imex_start, "imex_domain": self.imex_domain}
         return methods[name]()
