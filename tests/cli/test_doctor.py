@@ -6,7 +6,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 
-from tests.cases import CORPUS
+import yaml
+
+from tests.cases import CASES, CORPUS
 from tests.conftest import run_cli, run_json
 
 LOGS = CORPUS / "logs"
@@ -36,6 +38,60 @@ def test_same_log_on_an_nvlink5_node_is_an_error(node: Callable[..., Path]) -> N
     out, rc = run_json("doctor", "--root", str(root), "--log", str(RTX))
     assert (out["fabric"], rc) == ("nvlink5", 1)
     assert "nvlsm_missing" in {f["code"] for f in out["findings"]}
+
+
+def test_with_root_the_hints_type_their_commands_and_paths_for_that_node(
+        node: Callable[..., Path]) -> None:
+    root = node("dgx-b200")
+    umad = LOGS / "hgx-b200-start-sh-nvl5-ib_umad-not-loaded-canvos700.txt"
+    out, _ = run_json("doctor", "--root", str(root), "--log", str(umad), "--log", str(RTX))
+    hints = {f["code"]: f["hint"] for f in out["findings"]}
+    on_host = f"on the host whose root {root} is"
+    assert hints["missing_kernel_module"] == (
+        f"`modprobe ib_umad` {on_host} now, and add `ib_umad` to {root}/etc/modules-load.d/ "
+        "so it is loaded at boot")
+    assert f"`nvfabric plan --root {root}` for the management port" in hints["nvlsm_missing"]
+    assert f"(`nvfabric run --root {root}`)" in hints["nvlsm_missing"]
+    assert (f"`journalctl --root {root} -u nvidia-fabricmanager -o cat | nvfabric doctor --log - "
+            f"--root {root}`") in hints["service_exited"]
+    # the same logs without --root: the commands of the node itself, as typed there
+    out, _ = run_json("doctor", "--fabric", "nvlink5", "--log", str(umad), "--log", str(RTX))
+    hints = {f["code"]: f["hint"] for f in out["findings"]}
+    assert hints["missing_kernel_module"] == (
+        "`modprobe ib_umad` now, and add `ib_umad` to /etc/modules-load.d/ so it is loaded at "
+        "boot")
+    assert "`nvfabric plan` for the management port" in hints["nvlsm_missing"]
+    assert not any("--root" in h or "on the host" in h for h in hints.values())
+
+
+def test_with_root_on_a_tray_the_imex_hint_names_the_unit_that_runs_imex(
+        node: Callable[..., Path], tmp_path: Path) -> None:
+    root = node("gb200-tray")
+    wants = root / "etc/systemd/system/multi-user.target.wants"
+    wants.mkdir(parents=True, exist_ok=True)
+    (wants / "nvidia-imex.service").symlink_to("/usr/lib/systemd/system/nvidia-imex.service")
+    # the IMEX daemon's start-up log of a node list without this node's address (case D07)
+    case = yaml.safe_load((CASES / "D07-imex-no-interface.yaml").read_text(encoding="utf-8"))
+    (tmp_path / "imex.log").write_text(case["input"], encoding="utf-8")
+    out, _ = run_json("doctor", "--root", str(root), "--log", str(tmp_path / "imex.log"))
+    hint = next(f["hint"] for f in out["findings"] if f["code"] == "imex_no_local_interface")
+    assert hint.endswith(
+        f"then start IMEX again: nvidia-imex.service runs it: `systemctl restart "
+        f"nvidia-imex.service` on the host whose root {root} is; `systemctl status "
+        f"nvidia-imex.service` and `journalctl -u nvidia-imex.service` on the host whose root "
+        f"{root} is say why it stopped")
+    assert "nvfabric run" not in hint
+    # NCCL's MNNVL self-test (the catalogue's line): the channel device under the root
+    log = tmp_path / "nccl.log"
+    log.write_text("gb200-t07:2231:2231 [0] mnnvl.cc:74 NCCL WARN MNNVL (cliqueSize 72) is "
+                   "available but not working on this system. Check the IMEX channel "
+                   "configuration (/dev/nvidia-caps-imex-channels). Set NCCL_MNNVL_ENABLE=0 to "
+                   "ignore this issue.\n")
+    out, _ = run_json("doctor", "--root", str(root), "--log", str(log))
+    (f,) = out["findings"]
+    assert f"`ls -l {root}/dev/nvidia-caps-imex-channels`" in f["hint"]
+    assert f"`nvfabric imex owner --root {root}`" in f["hint"]
+    assert f"({root}/dev/nvidia-caps-imex-channels/channel0)" in f["hint"]
 
 
 def test_unknown_platform_says_both_meanings() -> None:

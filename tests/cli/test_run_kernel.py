@@ -110,6 +110,10 @@ def test_an_imex_notify_flood_on_a_tray_is_degraded_and_said_once(
     (notify,) = [f for f in doc["findings"] if f["code"] == "imex_not_ready"
                  and f.get("level") == "degraded"]
     assert notify["count"] == 5000
+    # typed for the run's root, and this run is who runs IMEX there
+    assert f"nvfabric runs it (`nvfabric run --root {root}`)" in notify["hint"]
+    assert f"`nvfabric imex owner --root {root}`" in notify["hint"]
+    assert "DRA driver or Slurm" not in notify["hint"]
     run.signal(signal.SIGTERM)
     assert run.wait() == 0
     assert len([x for x in run.lines if "warning imex_not_ready:" in x]) == 1
@@ -129,6 +133,7 @@ def test_the_lean_supervisor_watches_too_and_the_outcome_keeps_the_finding(
     result = run.result()
     (sxid,) = [f for f in result["findings"] if f["code"] == "nvswitch_fatal_error"]
     assert sxid["pci"] == "0000:08:00.0"
+    assert f"`nvidia-bug-report.sh` on the host whose root {root} is" in sxid["hint"]
 
 
 def test_a_link_training_notice_in_the_boot_window_is_counted_not_raised(

@@ -4,6 +4,7 @@ aggregation, streams, bounded state, and every log/IMEX capture of tests/data/co
 from __future__ import annotations
 
 import io
+import re
 from pathlib import Path
 
 import pytest
@@ -240,6 +241,30 @@ def test_catalogue_rows_are_validated() -> None:
         parse_catalogue([{**row, "code": "version_mismatch", "hex": ["n"]}])
     with pytest.raises(CatalogueError, match="int/hex/collect"):
         parse_catalogue([{**row, "code": "version_mismatch", "int": ["n"]}])
+    # hints: fields of the row and the placeholders of HINT_PLACEHOLDERS, as each is written
+    good = {**row, "code": "version_mismatch", "pattern": "a(?P<n>\\d+)"}
+    assert parse_catalogue([{**good, "hint": "`{nvfabric:fetch --driver-version {n}}`, "
+                                             "`ls {path:/dev/x}`, `modprobe x`{on_host}; "
+                                             "{fm_start}; {imex_start}; {imex_domain}"}])
+    for hint, says in [
+            ("{imex_restart}", "unknown placeholder {imex_restart}"),
+            ("{module}", "unknown placeholder {module}"),
+            ("`{nvfabric}`", "needs the command's words"),
+            ("`{nvfabric:status --root /x}`", "without --root"),
+            ("{path:dev/x}", "absolute host path"),
+            ("{on_host:x}", "takes nothing after a colon"),
+            ("{nvfabric:fetch {nope}}", "unknown placeholder {nope}"),
+            ("{n!r}", "takes no conversion"),
+            ("{n:>8}", "takes no format spec"),
+            ("{n", "expected '}'")]:
+        with pytest.raises(CatalogueError, match=re.escape(says)):
+            parse_catalogue([{**good, "hint": hint}])
+    with pytest.raises(CatalogueError, match="for hints only"):
+        parse_catalogue([{**good, "message": "{on_host}"}])
+    with pytest.raises(CatalogueError, match=re.escape("by_fabric.none.hint: unknown")):
+        parse_catalogue([{**good, "by_fabric": {"none": {"hint": "{x}"}}}])
+    with pytest.raises(CatalogueError, match="names of hint placeholders"):
+        parse_catalogue([{**good, "pattern": "a(?P<path>\\d+)"}])
 
 
 def test_unknown_fabric_kind_is_refused() -> None:

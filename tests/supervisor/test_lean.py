@@ -17,6 +17,7 @@ import pytest
 
 from nvfabric.bringup import fabricmanager, mnnvl
 from nvfabric.effects.runlock import acquire_run_lock, adopt_run_lock, run_lock_holder
+from nvfabric.model.commandline import HintContext
 from nvfabric.supervisor.job import Job, JobError, Report, job_from_json
 from nvfabric.supervisor.policy import Policy
 from tests import runkit
@@ -35,7 +36,9 @@ def _job(**kw: object) -> Job:
                       ({"code": "x", "message": "m"},)),
         ready_file="/run/nvfabric/ready", ready_info={"fabric": "nvlink5"},
         pid_dir="/run/nvfabric", fabric="nvlink5", probe_root="/", state_dir="/run/nvfabric",
-        fm_check=("/usr/bin/nv-fabricmanager", "570.133.20"), lock_fd=7)
+        fm_check=("/usr/bin/nv-fabricmanager", "570.133.20"), lock_fd=7,
+        hints=HintContext("/srv/node", "nvfabric", True, "", "nvfabric", "nvfabric",
+                          "/run/nvfabric/imex/config.cfg"))
     values.update(kw)
     return Job(**values)  # type: ignore[arg-type]
 
@@ -59,6 +62,10 @@ def test_a_job_survives_its_json_form_unchanged() -> None:
     (lambda j: j["policy"].update(restart="always"), "policy"),
     (lambda j: j.update(lock_fd="7"), "lock_fd"),
     (lambda j: j.update(fm_check=["/usr/bin/nv-fabricmanager"]), "fm_check"),
+    (lambda j: j.pop("hints"), "hints"),
+    (lambda j: j["hints"].update(root=None), "hints"),
+    (lambda j: j["hints"].update(fm_runner="systemd"), "hints"),
+    (lambda j: j["hints"].update(extra=1), "hints"),
 ])
 def test_a_damaged_job_is_refused_naming_where(damage: Callable[[dict[str, object]], None],
                                                says: str) -> None:
@@ -166,10 +173,12 @@ def test_a_stop_signal_during_the_exec_is_kept_for_the_lean_process(
 #: (done in a short-lived child), logging and datetime (log lines are formatted directly),
 #: subprocess (only a GPU reset runs one) and queue (the loop's own wakeups replace it).
 #: socket is held, with the selectors and math it imports: effects/sockets uses the public
-#: module, not the private C one under it (about 0.45 MiB; bench/bench_run.py).
+#: module, not the private C one under it (about 0.45 MiB; bench/bench_run.py). shlex is
+#: held (about 29 KB): the run's hints are typed for its root, quoted
+#: (nvfabric.model.commandline.HintContext, which the kernel watch's findings are rendered by).
 HEAVY = (
     "logging", "datetime", "_datetime", "xml.etree.ElementTree", "pyexpat", "subprocess",
-    "csv", "shlex", "queue", "heapq", "textwrap",
+    "csv", "queue", "heapq", "textwrap",
     "traceback", "nvfabric.app", "nvfabric.facts.probes", "nvfabric.facts.gpu",
     "nvfabric.facts.smi", "nvfabric.facts.nvml", "nvfabric.rules.preflight",
     "nvfabric.rules.nodefacts",

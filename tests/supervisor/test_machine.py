@@ -17,6 +17,7 @@ import pytest
 from nvfabric.bringup import fabricmanager
 from nvfabric.bringup.spec import ServiceSpec
 from nvfabric.effects.log import Log
+from nvfabric.model.commandline import HintContext
 from nvfabric.model.findings import Finding
 from nvfabric.model.gpucheck import GpuCheck
 from nvfabric.supervisor.host import Proc
@@ -278,6 +279,17 @@ def test_without_restart_a_failure_ends_the_run() -> None:
     f = unit.outcome.findings[0]
     assert (f.code, f.fields["service"], f.fields["signal"], f.fields["phase"]) == (
         "service_exited", "nvlsm", signal.SIGKILL, "after the fabric was ready")
+    assert "`nvfabric doctor --log FILE` explains a saved log" in f.hint
+
+
+def test_a_failure_s_hint_types_doctor_for_the_run_s_root() -> None:
+    unit, host, _ = machine([spec("fm")], hints=HintContext("/srv/node 2"))
+    unit.start()
+    exit_(unit, host, host.pids()[0], KILLED)
+    assert unit.outcome is not None
+    f = unit.outcome.findings[0]
+    assert f.code == "service_exited"
+    assert "`nvfabric doctor --root '/srv/node 2' --log FILE` explains a saved log" in f.hint
 
 
 # ---------------------------------------------------------------- NVLSM's socket listens

@@ -51,12 +51,13 @@ from nvfabric.effects.frozen import is_one_file
 from nvfabric.effects.log import Log
 from nvfabric.effects.notify import notify_nothing_to_start
 from nvfabric.effects.runlock import READY_FILE, RunLock, run_lock_holder
-from nvfabric.facts import inventory
+from nvfabric.facts import inventory, services
 from nvfabric.facts.fs import program_path
 from nvfabric.facts.imex import tray
 from nvfabric.facts.parallel import Pending
 from nvfabric.facts.probes import GpuReading
 from nvfabric.facts.textfile import read_text_file
+from nvfabric.model.commandline import NVFABRIC_UNIT, HintContext
 from nvfabric.model.errors import NvfabricError, usage_error
 from nvfabric.model.findings import Finding
 from nvfabric.model.fmkeys import ConfigError
@@ -433,8 +434,9 @@ def _supervise(o: RunOptions, p: Plan, up: _Bringup, held: RunLock | None,
 def _job(o: RunOptions, p: Plan, up: _Bringup, prepared: Prepared, held: RunLock | None,
          checked: _Checked) -> Job:
     """The supervisor's job: the processes, the policy, the readiness probe of the fabric
-    kind (the GPUs registered for fabric manager, ``nvidia-imex-ctl -q`` for IMEX), and the
-    ``run --json`` object the end fills in."""
+    kind (the GPUs registered for fabric manager, ``nvidia-imex-ctl -q`` for IMEX), the
+    ``run --json`` object the end fills in, and the node its findings' hints are typed for
+    (the root; this run runs the daemons; nvfabric.service enabled there)."""
     shown = run_result("stopped", 0, p.fabric, [], processes=prepared.processes,
                        files=prepared.files, reasons=p.reasons,
                        vendor_files=up.shown["vendor_files"].to_json()
@@ -444,10 +446,15 @@ def _job(o: RunOptions, p: Plan, up: _Bringup, prepared: Prepared, held: RunLock
         "pid_dir": prepared.state_dir, "fabric": p.fabric, "state_dir": prepared.state_dir,
         "lock_fd": held.fd if held else None, "log_format": o.log_format,
         "kernel_watch": o.kernel_watch()}
+    ours = services.unit_enabled(o.root, NVFABRIC_UNIT)
     if prepared.imex is not None:
         ownership = prepared.imex.ownership
         opts = _imex_options(o, None)
         ctl, cfg = opts.resolve(opts.paths.ctl), prepared.files[1].path
+        common["hints"] = HintContext(o.root, nvfabric_unit=ours, imex_owner=ownership.owner,
+                                      imex_runner="nvfabric",
+                                      imex_config=os.path.join(opts.state_dir,
+                                                               mnnvl.EFFECTIVE_CFG))
         listed = mnnvl.imex_json(prepared)
         # the pid file (<state dir>/imex.pid), the owner record and the ready file tell `imex
         # owner` and `status` that this run owns IMEX (owner nvfabric, its pid and state dir,
@@ -462,6 +469,7 @@ def _job(o: RunOptions, p: Plan, up: _Bringup, prepared: Prepared, held: RunLock
                    imex_probe=(prepared.imex.ready_query, ctl, cfg, opts.ctl_timeout_s),
                    **common)
     fms = [s.argv[0] for s in prepared.processes if s.name == "fabricmanager"]
+    common["hints"] = HintContext(o.root, "nvfabric" if fms else None, ours)
     policy = o.policy(socket_timeout_s=o.socket_timeout, gpu_reset_argv=up.reset_argv,
                       gpu_reset_timeout_s=o.gpu_reset_timeout,
                       registered_at_start=checked.registered)

@@ -13,21 +13,20 @@ and ``--npd`` then tell the cluster (:func:`tell`).
 from __future__ import annotations
 
 import math
-import os
 import time
 from dataclasses import dataclass, replace
 from typing import Any
 
 from nvfabric.app import kube
+from nvfabric.app.hints import hint_context
 from nvfabric.app.kube import KubeRequest
-from nvfabric.bringup.mnnvl import EFFECTIVE_CFG
 from nvfabric.effects import stop
 from nvfabric.effects.runlock import live_ready, run_lock_holder
 from nvfabric.facts import gpu, inventory, services
 from nvfabric.facts.imex import ctl, tray
 from nvfabric.facts.smi import SmiFormatError, missing_columns_error, parse
 from nvfabric.facts.textfile import read_capped
-from nvfabric.model.commandline import FM_UNIT, NVFABRIC_UNIT, HintContext
+from nvfabric.model.commandline import HintContext
 from nvfabric.model.errors import usage_error
 from nvfabric.model.findings import Finding
 from nvfabric.model.health import FabricHealth
@@ -216,7 +215,7 @@ class _Node:
     the node is not consulted), and for a live verdict (else None) the GPUs on PCI, the
     services' liveness, FABRIC_MODE and, on an mnnvl tray, the IMEX decision and what is wrong
     with it (two owners, a channel the owner needs that is missing); ``hints``: the node the
-    hints' commands act on (:func:`_hints`)."""
+    hints' commands act on (:func:`nvfabric.app.hints.hint_context`)."""
 
     fabric: FabricKind | None
     pci_gpu_count: int | None = None
@@ -241,7 +240,7 @@ def _read_node(root: str, fabric_option: FabricKind | None, live: bool) -> _Node
     found = services.read(root, SERVICES_BY_FABRIC.get(kind, p.services))
     mode = services.fabric_mode(root)
     if kind != "mnnvl":
-        return _Node(p.fabric, p.gpu_count, found, mode, hints=_hints(root, found))
+        return _Node(p.fabric, p.gpu_count, found, mode, hints=hint_context(root, found))
     # Who owns IMEX now (a live nvfabric run included) and the channels that owner needs:
     # the same rule as run's check (Ownership.required_channels).
     decision = owner.decide(tray.gather_evidence(root))
@@ -250,36 +249,7 @@ def _read_node(root: str, fabric_option: FabricKind | None, live: bool) -> _Node
     problems = tuple(f for f in (decision.conflict, decision.unknown) if f) + tuple(
         f for f in seen if f.code == "imex_channel_missing")
     return _Node(p.fabric, p.gpu_count, found, mode, decision, problems,
-                 _hints(root, found, decision))
-
-
-def _hints(root: str, found: tuple[ServiceState, ...],
-           decision: Ownership | None = None) -> HintContext:
-    """The node the hints speak of: ``root``, who runs fabric manager there
-    (:func:`nvfabric.facts.services.fm_runner`: the pid file of the process found, a live
-    ``nvfabric run``, the unit enabled), fabric manager's log (its config's
-    ``LOG_FILE_NAME``; ``""`` when it logs to stderr or syslog) and, on a tray, the IMEX
-    decision (owner, runner, and a live run's effective config)."""
-    fm = next((s for s in found if s.name == "fabricmanager"), None)
-    ours = services.unit_enabled(root, NVFABRIC_UNIT)
-    try:
-        run_live = run_lock_holder(under(root, RUN_STATE_DIR)) is not None
-    except OSError:
-        run_live = False
-    cfg = services.fm_config(root) if fm is not None else {}
-    log = "" if cfg.get("LOG_USE_SYSLOG") == "1" else cfg.get("LOG_FILE_NAME", FM_LOG)
-    run = decision.run if decision is not None else None
-    return HintContext(
-        root, services.fm_runner(fm, run_live, ours, services.unit_enabled(root, FM_UNIT)),
-        ours, log,
-        decision.owner if decision is not None else None,
-        decision.runner if decision is not None else None,
-        os.path.join(run.state_dir, EFFECTIVE_CFG) if run is not None else None)
-
-
-#: Fabric manager's log when its config does not name one (NVIDIA Fabric Manager User Guide,
-#: "Fabric Manager Config Options": LOG_FILE_NAME).
-FM_LOG = "/var/log/fabricmanager.log"
+                 hint_context(root, found, decision))
 
 
 def node_identity(root: str, fabric: FabricKind | None,

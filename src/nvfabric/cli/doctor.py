@@ -4,7 +4,10 @@ NCCL and kernel log lines into findings with hints (catalogue: nvfabric/data/sig
 Files are read as streams (constant memory); ``-`` is stdin, so ``journalctl -u
 nvidia-fabricmanager -o cat | nvfabric doctor --log -`` works. The fabric kind that decides
 platform-dependent lines comes from ``--fabric`` or, with ``--root``, from the node's plan;
-without either it is unknown and such lines say both meanings.
+without either it is unknown and such lines say both meanings. With ``--root`` the hints type
+their commands and host paths for that node (``nvfabric status --root R``, ``/dev/...`` under
+R, ``systemctl`` said to be typed on the host), and say who starts fabric manager and IMEX
+there (:func:`nvfabric.app.hints.of_node`; :func:`nvfabric.rules.diagnose.render_hint`).
 
 Logs in UTF-16/UTF-32 (a BOM, or NUL bytes between ASCII characters) are decoded; a file
 with NUL bytes that is no text in those encodings is refused (exit 2), never read as "no
@@ -30,11 +33,13 @@ from typing import IO, cast
 
 import click
 
+from nvfabric.app.hints import of_node
 from nvfabric.cli.render import console, guarded, json_option, print_findings, root_option
 from nvfabric.effects.history import MAGIC, for_diagnosis, is_history, read_file
 from nvfabric.effects.stdio import print_json
 from nvfabric.facts.inventory import collect
 from nvfabric.facts.textfile import Stream, decompressing, open_input
+from nvfabric.model.commandline import HintContext
 from nvfabric.model.errors import usage_error
 from nvfabric.model.findings import Finding
 from nvfabric.model.vocab import FABRIC_KINDS, FabricKind
@@ -92,9 +97,11 @@ def doctor(ctx: click.Context, root: str, fabric: FabricKind | None, logs: tuple
            as_json: bool) -> None:
     """Explain fabric logs: each known failure line becomes a finding with a hint."""
     source = ctx.get_parameter_source("root")
-    if fabric is None and source is not None and source.name != "DEFAULT":
-        fabric = fabric_of_root(root)
-    classifier = Classifier(fabric)
+    hints = HintContext()
+    if source is not None and source.name != "DEFAULT":
+        fabric = fabric or fabric_of_root(root)
+        hints = of_node(root, fabric)
+    classifier = Classifier(fabric, hints=hints)
     extra: list[Finding] = []  # findings an event history recorded (not log lines)
     for path in logs:
         try:

@@ -26,8 +26,9 @@ def command_line(*words: str, root: str = "/", state_dir: str | None = None,
     """``nvfabric WORDS [--root ROOT] [--state-dir DIR] [--OPTION VALUE]...`` as one shell
     line: ``--root`` only when ``root`` is not ``/`` (made absolute), ``--state-dir`` only when
     given and not :data:`DEFAULT_STATE_DIR`, each option only when its value is not None (a
-    value of ``""`` is a flag without a value). ``program`` may be ``systemctl`` or ``dpkg``,
-    whose ``--root`` means the same and comes first (``dpkg --root ROOT -s PACKAGE``);
+    value of ``""`` is a flag without a value). ``program`` may be ``systemctl``, ``dpkg`` or
+    ``journalctl``, whose ``--root`` means the same and comes first (``dpkg --root ROOT -s
+    PACKAGE``, ``journalctl --root ROOT -k``: the journal files under the root);
     nvfabric's options follow its command words. Pure (``os.path.abspath`` aside)."""
     where = ["--root", os.path.abspath(root)] if os.path.abspath(root) != "/" else []
     if state_dir is not None and state_dir != DEFAULT_STATE_DIR:
@@ -46,6 +47,21 @@ NVFABRIC_UNIT = "nvfabric.service"
 #: IMEX Service").
 FM_UNIT = "nvidia-fabricmanager.service"
 IMEX_UNIT = "nvidia-imex.service"
+
+#: The placeholders a catalogue hint (nvfabric/data/signatures.yaml) types commands and host
+#: paths with, rendered by :meth:`HintContext.placeholder` for the node a finding is about:
+#: name -> what follows its colon (``words``: the command's words, split at spaces; ``path``:
+#: an absolute host path; None: nothing). ``{nvfabric:status}``: ``nvfabric status [--root R]``;
+#: ``{journalctl:-k}``: ``journalctl [--root R] -k``; ``{path:/dev/x}``: ``/dev/x`` under the
+#: root; ``{on_host}``: nothing on the node itself, else `` on the host whose root R is`` (for
+#: the commands that act on a running kernel or manager: systemctl, modprobe, nvidia-smi);
+#: ``{fm_start}``, ``{imex_start}``, ``{imex_domain}``: :meth:`HintContext.fm_start`,
+#: :meth:`HintContext.imex_start`, :meth:`HintContext.imex_domain` (backquoted commands in
+#: them).
+HINT_PLACEHOLDERS: dict[str, str | None] = {
+    "nvfabric": "words", "journalctl": "words", "path": "path", "on_host": None,
+    "fm_start": None, "imex_start": None, "imex_domain": None,
+}
 
 #: Who runs a fabric daemon on a node, as :class:`HintContext` names it: ``nvfabric`` (a
 #: live ``nvfabric run``, its pid file, or nvfabric.service enabled), ``unit`` (the vendor
@@ -96,18 +112,37 @@ class HintContext:
             return host_path
         return base + "/" + os.path.normpath(host_path).lstrip("/")
 
+    def on_host(self) -> str:
+        """Where a command that acts on the running kernel or service manager is typed:
+        ``""`` on the node itself, else `` on the host whose root R is`` (systemctl cannot
+        ask a manager through a root, modprobe loads into the running kernel)."""
+        return "" if self.host else f" on the host whose root {os.path.abspath(self.root)} is"
+
     def unit(self, unit: str) -> str:
         """How to look at ``unit`` and its log: ``systemctl status`` and ``journalctl -u``
         of the node itself; under another root, on the host that root belongs to (systemctl
         cannot ask a manager through a root)."""
-        where = "" if self.host else f" on the host whose root {os.path.abspath(self.root)} is"
         return (f"`{shlex.join(['systemctl', 'status', unit])}` and "
-                f"`{shlex.join(['journalctl', '-u', unit])}`{where}")
+                f"`{shlex.join(['journalctl', '-u', unit])}`{self.on_host()}")
 
     def restart(self, unit: str) -> str:
         """``systemctl restart UNIT``, quoted, with where it is typed."""
-        where = "" if self.host else f" on the host whose root {os.path.abspath(self.root)} is"
-        return f"`{shlex.join(['systemctl', 'restart', unit])}`{where}"
+        return f"`{shlex.join(['systemctl', 'restart', unit])}`{self.on_host()}"
+
+    def placeholder(self, name: str, spec: str = "") -> str:
+        """The text of the hint placeholder ``{name:spec}`` (:data:`HINT_PLACEHOLDERS`) on
+        this node. KeyError for a name that is none of them (the catalogue's validation
+        refuses such a row: :func:`nvfabric.rules.catalogue.parse_catalogue`)."""
+        if name == "nvfabric":
+            return self.nvfabric(*spec.split())
+        if name == "journalctl":
+            return command_line(*spec.split(), root=self.root, program="journalctl")
+        if name == "path":  # a directory keeps its slash: "add X to /etc/modules-load.d/"
+            path = self.path(spec)
+            return path + "/" if spec.endswith("/") and not path.endswith("/") else path
+        methods = {"on_host": self.on_host, "fm_start": self.fm_start,
+                   "imex_start": self.imex_start, "imex_domain": self.imex_domain}
+        return methods[name]()
 
     def fm_start(self) -> str:
         """What starts fabric manager again, by who runs it (both ways where not known)."""

@@ -29,11 +29,13 @@ from __future__ import annotations
 import json
 import os
 import re
+import string
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from functools import cache, lru_cache
 from typing import Any
 
+from nvfabric.model.commandline import HINT_PLACEHOLDERS
 from nvfabric.model.errors import InputError
 from nvfabric.model.findings import is_code
 from nvfabric.model.vocab import FABRIC_KINDS, FindingCode, Severity, is_severity
@@ -146,6 +148,13 @@ def parse_catalogue(rows: Any) -> tuple[Signature, ...]:
             raise CatalogueError(f"{sid}: int/hex/collect name fields the pattern does not "
                                  "capture (or a field both int and hex)")
         lookup = _lookup(row.get("lookup"), default, sid, ints, frozenset(groups))
+        if reserved := sorted((groups | set(row.get("set") or {})) & set(HINT_PLACEHOLDERS)):
+            raise CatalogueError(f"{sid}: the fields {reserved} are names of hint placeholders")
+        known = groups | set(row.get("set") or {}) | (
+            LOOKUP_FIELDS[lookup.table] if lookup is not None else set())
+        for where, outcome in _outcomes(sid, default, by_fabric, lookup):
+            _check_text(outcome.message, f"{where}.message", known, hint=False)
+            _check_text(outcome.hint, f"{where}.hint", known, hint=True)
         scan = None
         if row.get("scan"):
             try:
@@ -160,6 +169,64 @@ def parse_catalogue(rows: Any) -> tuple[Signature, ...]:
             examples=tuple(str(e) for e in row.get("examples") or ()), lookup=lookup,
         ))
     return tuple(out)
+
+
+#: The fields a lookup adds to a finding, by table (:func:`look_up`): ``catalogue_class``
+#: and the entry's keys (data/sxid.yaml, data/xid.yaml, data/cuda.yaml) as ``catalogue_KEY``;
+#: an NVLink 5 decode adds the Xid's entry and :data:`xid_decode.DECODED_FIELDS`.
+_XID_ENTRY = {"catalogue_name", "catalogue_description", "catalogue_resolution"}
+LOOKUP_FIELDS: Mapping[str, frozenset[str]] = {
+    "sxid": frozenset({"catalogue_class", "catalogue_name"}),
+    "xid": frozenset({"catalogue_class", *_XID_ENTRY}),
+    "cuda": frozenset({"catalogue_class", "catalogue_name", "catalogue_text",
+                       "catalogue_runtime"}),
+    "xid_decode": frozenset({*_XID_ENTRY, *xid_decode.DECODED_FIELDS}),
+}
+
+
+def _outcomes(sid: str, default: Outcome, by_fabric: Mapping[str, Outcome],
+              lookup: Lookup | None) -> list[tuple[str, Outcome]]:
+    """Every outcome of a row, each with where it is written."""
+    return [(sid, default), *((f"{sid}.by_fabric.{k}", o) for k, o in by_fabric.items()),
+            *((f"{sid}.lookup.by_class.{k}", o)
+              for k, o in (lookup.by_class.items() if lookup is not None else ()))]
+
+
+def _check_text(text: str, where: str, known: set[str] | frozenset[str], *, hint: bool) -> None:
+    """Refuse (CatalogueError) a message or hint whose ``{...}`` names neither a field the row
+    gives (``known``: its pattern's groups, ``set`` and lookup fields) nor, in a hint, a
+    placeholder of :data:`nvfabric.model.commandline.HINT_PLACEHOLDERS` written as it takes
+    (``{nvfabric:WORDS}``, ``{path:/ABSOLUTE}``, ``{on_host}``, ...); format specs and
+    conversions (``{x!r}``, ``{x:>8}``) are refused. Fields may sit inside a placeholder's
+    words (``{nvfabric:fetch --driver-version {kernel_version}}``)."""
+    try:
+        parts = list(string.Formatter().parse(text))
+    except ValueError as err:
+        raise CatalogueError(f"{where}: {err} in {text!r}") from None
+    for _, name, given, conversion in parts:
+        if name is None:
+            continue
+        spec = given or ""
+        shown = "{" + name + (f":{spec}" if spec else "") + "}"
+        if conversion is not None:
+            raise CatalogueError(f"{where}: {shown} takes no conversion (!{conversion})")
+        if name in HINT_PLACEHOLDERS:
+            takes = HINT_PLACEHOLDERS[name]
+            if not hint:
+                raise CatalogueError(f"{where}: the placeholder {shown} is for hints only")
+            if takes is None and spec:
+                raise CatalogueError(f"{where}: {{{name}}} takes nothing after a colon")
+            if takes == "words" and (not spec.strip() or "--root" in spec.split()):
+                raise CatalogueError(f"{where}: {shown} needs the command's words (without "
+                                     "--root: the node's root is added)")
+            if takes == "path" and not spec.startswith("/"):
+                raise CatalogueError(f"{where}: {shown} needs an absolute host path")
+            _check_text(spec, where, known, hint=False)  # fields inside the words
+        elif name not in known:
+            raise CatalogueError(f"{where}: unknown placeholder {shown}: neither a field of "
+                                 f"the row nor one of {sorted(HINT_PLACEHOLDERS)}")
+        elif spec:
+            raise CatalogueError(f"{where}: {shown} takes no format spec")
 
 
 #: The fields a decode table reads from the line (``xid_decode``: :func:`look_up`).

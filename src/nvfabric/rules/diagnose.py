@@ -18,6 +18,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import IO, Any
 
+from nvfabric.model.commandline import HINT_PLACEHOLDERS, HintContext
 from nvfabric.model.findings import Finding
 from nvfabric.model.strict import int_or_none
 from nvfabric.model.vocab import FABRIC_KINDS, FabricKind
@@ -124,6 +125,27 @@ class _Format(dict[str, Any]):
         return "?"
 
 
+class _Placeholder:
+    """A hint placeholder (:data:`HINT_PLACEHOLDERS`) as ``str.format_map`` sees it: what
+    follows its colon comes to :meth:`__format__` (its fields already filled in)."""
+
+    __slots__ = ("ctx", "name")
+
+    def __init__(self, ctx: HintContext, name: str) -> None:
+        self.ctx, self.name = ctx, name
+
+    def __format__(self, spec: str) -> str:
+        return self.ctx.placeholder(self.name, spec)
+
+
+def render_hint(hint: str, values: Mapping[str, Any], ctx: HintContext) -> str:
+    """A catalogue hint with its fields (``values``; ``?`` for one the line did not give)
+    and its placeholders (:data:`HINT_PLACEHOLDERS`, rendered for the node ``ctx``) filled
+    in: typed as printed, its commands and paths act on that node."""
+    return hint.format_map(_Format(values, **{n: _Placeholder(ctx, n)
+                                              for n in HINT_PLACEHOLDERS}))
+
+
 @dataclass
 class _Entry:
     outcome: Outcome
@@ -135,7 +157,7 @@ class _Entry:
     last_seen: str | None = None
     line: str = ""
 
-    def finding(self) -> Finding:
+    def finding(self, ctx: HintContext) -> Finding:
         values = {**self.fields, **{k: v[0] for k, v in self.collected.items() if v}}
         extra: dict[str, Any] = dict(self.fields)
         for key, vals in self.collected.items():
@@ -146,12 +168,14 @@ class _Entry:
         o = self.outcome
         assert o.code is not None
         return Finding(o.code, o.severity, o.message.format_map(_Format(values)),
-                       o.hint.format_map(_Format(values)), extra)
+                       render_hint(o.hint, values, ctx), extra)
 
 
 class Classifier:
     """Feed lines, get findings. ``fabric``: the node's fabric kind (none, nvswitch, nvlink5,
-    mnnvl) or None when unknown; ``signatures`` defaults to the shipped catalogue.
+    mnnvl) or None when unknown; ``signatures`` defaults to the shipped catalogue; ``hints``:
+    the node the findings' hints type commands and paths for (:func:`render_hint`; default
+    the node itself, nothing known of who runs its daemons).
 
     :meth:`feed` returns the findings a line causes for the first time (a repeat only updates
     the count); :meth:`findings` returns everything so far, aggregated, in order of first
@@ -160,11 +184,13 @@ class Classifier:
 
     def __init__(
         self, fabric: FabricKind | None = None,
-        signatures: tuple[Signature, ...] | None = None
+        signatures: tuple[Signature, ...] | None = None,
+        hints: HintContext | None = None,
     ) -> None:
         if fabric is not None and fabric not in FABRIC_KINDS:
             raise ValueError(f"unknown fabric kind {fabric!r}")
         self.fabric = fabric
+        self.hints = hints if hints is not None else HintContext()
         self.signatures = catalogue() if signatures is None else signatures
         self.needles = tuple({s.needle for s in self.signatures})
         #: What the block scanner looks for: a signature's ``scan`` regex where it has one,
@@ -196,7 +222,7 @@ class Classifier:
             return []
         new = [entry for sig, outcome, m, extra in matches
                if (entry := self._record(sig, outcome, m, line, extra)) is not None]
-        return [e.finding() for e in new]
+        return [e.finding(self.hints) for e in new]
 
     def match(self, line: str) -> list[Finding]:
         """The findings of ``line`` alone, each time it is given (``count`` 1), remembering
@@ -209,7 +235,7 @@ class Classifier:
             entry = _Entry(outcome, sig.id, fields, {k: [v] for k, v in collected.items()},
                            count=1, line=line.rstrip("\r\n")[:MAX_EXAMPLE])
             entry.first_seen = entry.last_seen = timestamp(line)
-            out.append(entry.finding())
+            out.append(entry.finding(self.hints))
         return out
 
     def _matches(self, line: str
@@ -303,7 +329,7 @@ class Classifier:
 
     def findings(self) -> list[Finding]:
         """Every finding so far, one per distinct (code, fields), in order of appearance."""
-        return [e.finding() for e in self._entries.values()]
+        return [e.finding(self.hints) for e in self._entries.values()]
 
 
 def classify_stream(classifier: Classifier, stream: IO[bytes]) -> int:

@@ -111,6 +111,13 @@ def parse_rows(data: Mapping[str, Any]) -> tuple[DecodeRow, ...]:
 Decoded = Literal["error", "warning", "info", "unknown_fatal", "unknown_nonfatal"]
 
 
+#: Every field :func:`decode` may add to a finding (what a catalogue hint may name).
+DECODED_FIELDS = frozenset({
+    "subcode", "error_status", "subcode_known", "immediate_action", "investigatory_action",
+    "then_action", "immediate_hint", "investigatory_hint", "catalogue_severity",
+    "catalogue_unit", "catalogue_effect", "error_bits", "unknown_error_bits"})
+
+
 def decode(table: tuple[DecodeRow, ...], xid: int, unit: str, intr_info: int, error_status: int,
            severity_word: str | None) -> tuple[Decoded, dict[str, Any]]:
     """The class of an NVLink 5 Xid event by the decode rows ``table`` (the shipped ones:

@@ -17,6 +17,7 @@ from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
 from nvfabric.bringup.spec import ReadyProbe, ServiceSpec
+from nvfabric.model.commandline import RUNNERS, HintContext
 from nvfabric.model.errors import InputError
 from nvfabric.model.vocab import FabricKind, is_fabric_kind
 from nvfabric.supervisor.policy import Policy
@@ -65,6 +66,9 @@ class Job:
     #: the kernel log watch (nvfabric.supervisor.kernelwatch): root, use (auto, kmsg, journal),
     #: boot_window_s, interval_s, max_lines_per_s; None: not watched
     kernel_watch: dict[str, Any] | None = None
+    #: the node the hints of the run's findings type commands for (its root; nvfabric runs
+    #: the daemons): the kernel watch's and the services' diagnosis, a service's exit
+    hints: HintContext = field(default_factory=HintContext)
 
     def to_json(self) -> dict[str, Any]:
         """The JSON form (a dict of JSON values)."""
@@ -73,6 +77,7 @@ class Job:
         out["specs"] = [_spec_json(s) for s in self.specs]
         out["policy"] = asdict(self.policy)
         out["report"] = asdict(self.report)
+        out["hints"] = asdict(self.hints)
         back: dict[str, Any] = json.loads(json.dumps(out))  # tuples as lists, as read back
         return back
 
@@ -170,7 +175,24 @@ def job_from_json(raw: Any) -> Job:
         fm_check=fm_check, state_dir=_typed(raw, "state_dir", (str, type(None))),
         lock_fd=_typed(raw, "lock_fd", (int, type(None))),
         log_format=_log_format(raw.get("log_format", "text")),
-        kernel_watch=_typed(raw, "kernel_watch", (dict, type(None))))
+        kernel_watch=_typed(raw, "kernel_watch", (dict, type(None))),
+        hints=_hints(raw.get("hints")))
+
+
+def _hints(raw: Any) -> HintContext:
+    """The job's :class:`HintContext` from its JSON form (every field, of its type)."""
+    names = {f.name for f in fields(HintContext)}
+    if not isinstance(raw, Mapping) or set(raw) != names:
+        raise JobError(f"hints: an object of the keys {sorted(names)}")
+    text = ("root", "fm_log")
+    maybe = ("fm_runner", "imex_owner", "imex_runner", "imex_config")
+    if not (all(isinstance(raw[k], str) for k in text)
+            and all(isinstance(raw[k], str | None) for k in maybe)
+            and isinstance(raw["nvfabric_unit"], bool)
+            and raw["fm_runner"] in (*RUNNERS, None)):
+        raise JobError("hints: root and fm_log text, nvfabric_unit true or false, the others "
+                       "text or null (fm_runner one of nvfabric, unit, none)")
+    return HintContext(**raw)
 
 
 def _log_format(word: object) -> str:

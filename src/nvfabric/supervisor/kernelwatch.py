@@ -39,6 +39,7 @@ from typing import Any
 
 from nvfabric.effects.log import Log
 from nvfabric.facts.kmsg import Batch, KernelLog, dmesg_line, open_kernel_log
+from nvfabric.model.commandline import HintContext
 from nvfabric.model.findings import Finding
 from nvfabric.model.hostpath import under
 from nvfabric.model.strict import to_float
@@ -417,10 +418,11 @@ def driver_loaded_usec(root: str, now: Callable[[], float] = time.time) -> int:
     return max(0, int((uptime - max(0.0, now() - made)) * 1e6))
 
 
-def from_spec(spec: Mapping[str, Any], fabric: FabricKind | None, record: Record | None
-              ) -> KernelWatch | None:
+def from_spec(spec: Mapping[str, Any], fabric: FabricKind | None, record: Record | None,
+              hints: HintContext | None = None) -> KernelWatch | None:
     """The watch a run's options ask for (``spec``: ``root``, ``use`` auto/kmsg/journal and
-    the :class:`Settings` by name), shown by ``run --listen`` through the supervisor
+    the :class:`Settings` by name; ``hints``: the node its findings' hints are typed for),
+    shown by ``run --listen`` through the supervisor
     (:meth:`nvfabric.supervisor.supervise.Supervisor.kernel_events`). None when no kernel log
     can be read: said once as a ``kernel_log_unreadable`` finding (and recorded)."""
     root, use = str(spec.get("root", "/")), str(spec.get("use", "auto"))
@@ -435,4 +437,5 @@ def from_spec(spec: Mapping[str, Any], fabric: FabricKind | None, record: Record
                         **{k: spec[k] for k in ("boot_window_s", "interval_s", "max_lines_per_s")
                            if k in spec})
     return KernelWatch(klog, fabric, Log(), settings, record=record,
-                       reopen=lambda: open_kernel_log(root, use)[0])
+                       reopen=lambda: open_kernel_log(root, use)[0],
+                       classifier=Classifier(fabric, hints=hints))

@@ -144,7 +144,8 @@ def run_job(job: Job) -> Outcome:
     return Supervisor(job.specs, job.policy, classifier=_classifier(job), probe=_probe(job),
                       ready_file=job.ready_file, ready_info=job.ready_info,
                       pid_dir=job.pid_dir, preflight=_restart_checks(job),
-                      watch=_kernel_watch(job, record), history=record).run()
+                      watch=_kernel_watch(job, record), history=record,
+                      hints=job.hints).run()
 
 
 def _history(job: Job) -> History | None:
@@ -165,19 +166,20 @@ def _kernel_watch(job: Job, record: Callable[[str, dict[str, Any]], None] | None
         return None
     from nvfabric.supervisor.kernelwatch import from_spec
 
-    return from_spec(job.kernel_watch, job.fabric, record)
+    return from_spec(job.kernel_watch, job.fabric, record, job.hints)
 
 
 def _classifier(job: Job) -> Callable[[str], Classifier] | None:
-    """The live diagnosis of each service's lines (the catalogue of ``job.fabric``)."""
-    fabric = job.fabric
+    """The live diagnosis of each service's lines (the catalogue of ``job.fabric``, its hints
+    typed for ``job.hints``)."""
+    fabric, hints = job.fabric, job.hints
     if fabric is None:
         return None
 
     def make(name: str) -> Classifier:
         from nvfabric.rules.diagnose import Classifier
 
-        return Classifier(fabric)
+        return Classifier(fabric, hints=hints)
 
     return make
 

@@ -37,6 +37,7 @@ from nvfabric.effects.notify import status_text
 from nvfabric.effects.process import describe_status
 from nvfabric.effects.stop import SIGHUP_IGNORED
 from nvfabric.facts.execinfo import INTERPRETER_HINT, exec_error, missing_interpreter
+from nvfabric.model.commandline import HintContext
 from nvfabric.model.findings import Finding
 from nvfabric.model.gpucheck import GpuCheck
 from nvfabric.model.words import seconds
@@ -67,14 +68,16 @@ class Unit:
     ``classifier(name)`` makes the live diagnosis of a service's lines; ``preflight()`` is
     checked again before a restart; ``env`` is the environment every daemon starts with (its
     spec's variables added); ``history`` is the event history's append
-    (:meth:`nvfabric.effects.history.History.append`: the unit ready, a restart)."""
+    (:meth:`nvfabric.effects.history.History.append`: the unit ready, a restart); ``hints``
+    the node its findings' hints type commands for (a service's exit: ``doctor --root``)."""
 
     def __init__(self, specs: Sequence[ServiceSpec], policy: Policy, host: Host, log: Log, *,
                  env: dict[str, str], classifier: Callable[[str], Classifier] | None = None,
                  ready_file: str | None = None, ready_info: dict[str, object] | None = None,
                  pid_dir: str | None = None,
                  preflight: Callable[[], Sequence[Finding]] | None = None,
-                 history: Callable[[str, dict[str, Any]], None] | None = None) -> None:
+                 history: Callable[[str, dict[str, Any]], None] | None = None,
+                 hints: HintContext | None = None) -> None:
         if not specs:
             raise ValueError("a unit needs at least one service")
         self.specs = tuple(specs)
@@ -101,6 +104,7 @@ class Unit:
         self._last_probe: str | None = None  # the waiting service's last probe answer
         self._status = ""  # the last STATUS= sent
         self.history = history
+        self.hints = hints if hints is not None else HintContext()
 
         self.env = env
         self.pid_dir = pid_dir
@@ -323,7 +327,8 @@ class Unit:
             "last_lines": list(proc.last), "diagnosis": [f.code for f in diagnosis]}
         cause = f"; diagnosis: {diagnosis[0].code}: {diagnosis[0].message}" if diagnosis else ""
         hint = diagnosis[0].hint if diagnosis and diagnosis[0].hint else (
-            "read the service's last lines above; `nvfabric doctor --log FILE` explains a "
+            "read the service's last lines above; "
+            f"`{self.hints.nvfabric('doctor', options=(('--log', 'FILE'),))}` explains a "
             "saved log")
         self._fail(Finding("service_exited", "error",
                            f"{proc.spec.name} (pid {proc.pid}) {text} {phase}{cause}", hint,

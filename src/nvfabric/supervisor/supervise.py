@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from nvfabric.bringup.spec import ServiceSpec
 from nvfabric.effects.log import Log
 from nvfabric.effects.notify import SYSTEMD_ENV, watchdog_usec
+from nvfabric.model.commandline import HintContext
 from nvfabric.model.findings import Finding
 from nvfabric.model.gpucheck import GpuCheck
 from nvfabric.supervisor import running
@@ -88,6 +89,7 @@ class Supervisor:
         clock: Clock = time.monotonic,
         watch: Watcher | None = None,
         history: Record | None = None,
+        hints: HintContext | None = None,
     ) -> None:
         self.policy = policy or Policy()
         self.log = log or Log()
@@ -101,7 +103,7 @@ class Supervisor:
         env = {k: v for k, v in os.environ.items() if k not in SYSTEMD_ENV}
         self.unit = Unit(specs, self.policy, self.loop, self.log, env=env,
                          classifier=classifier, ready_file=ready_file, ready_info=ready_info,
-                         pid_dir=pid_dir, preflight=preflight, history=history)
+                         pid_dir=pid_dir, preflight=preflight, history=history, hints=hints)
 
     def run(self) -> Outcome:
         """Start the unit and supervise it until it stops; see :mod:`nvfabric.supervisor`."""
