@@ -21,6 +21,7 @@ from nvfabric.facts import slurm as slurm_facts
 from nvfabric.facts.imex import tray as imex_facts
 from nvfabric.rules.imex import script as script_rules
 from nvfabric.rules.imex.owner import decide
+from nvfabric.rules.imex.slurm import conf_lines, parse_conf
 from nvfabric.rules.imex.tables import SLURM_MAX_GLOB, SLURM_MAX_SCRIPT_BYTES, SLURM_MAX_SCRIPTS
 from tests.artifacts.test_debinstall import cached_imex
 from tests.artifacts.test_debinstall import runfile_tray as runfile_tray  # noqa: F401 - fixture
@@ -352,3 +353,37 @@ def test_an_empty_prolog_glob_is_said(tray: Path) -> None:
     (note,) = slurm_facts.read(str(tray)).notes
     assert "/etc/slurm/epilog.d/* matches no file" in note
     assert "every job's epilog fails" in note
+
+
+# -- lines as Slurm's parser joins them (src/common/parse_config.c, _get_next_line) -------------
+
+@pytest.mark.parametrize(("conf", "switch"), [
+    # one backslash: SwitchType continues on the next line (read as one line, line 2)
+    ("ClusterName=gb\nSwitchType=\\\n  switch/nvidia_imex\n",
+     "/etc/slurm/slurm.conf:2: SwitchType=switch/nvidia_imex"),
+    # blanks after the backslash: still a continuation (Slurm skips them)
+    ("SwitchType=switch/\\  \nnvidia_imex\n",
+     "/etc/slurm/slurm.conf:1: SwitchType=switch/nvidia_imex"),
+    # two: an escaped backslash ends the line; SwitchType is a line of its own
+    ("PrologFlags=Contain,X\\\\\nSwitchType=switch/nvidia_imex\n",
+     "/etc/slurm/slurm.conf:2: SwitchType=switch/nvidia_imex"),
+    # three: an escaped backslash, then a continuation: SwitchType is part of PrologFlags
+    ("PrologFlags=Contain,X\\\\\\\nSwitchType=switch/nvidia_imex\n", None),
+    # a comment ending in a backslash continues nothing (comments go first)
+    ("# the switch plugin \\\nSwitchType=switch/nvidia_imex\n",
+     "/etc/slurm/slurm.conf:2: SwitchType=switch/nvidia_imex"),
+    # an escaped '#' is no comment: the value keeps it, the next line is its own
+    ("ClusterName=gb\\#1 \\\\# note\nSwitchType=switch/nvidia_imex\n",
+     "/etc/slurm/slurm.conf:2: SwitchType=switch/nvidia_imex"),
+])
+def test_slurm_conf_continuations_are_read_as_slurm_reads_them(
+        tray: Path, conf: str, switch: str | None) -> None:
+    put(tray, "etc/slurm/slurm.conf", conf, 0o644)
+    assert slurm_facts.read(str(tray)).switch == switch
+
+
+def test_the_line_a_continuation_ends_takes_its_escapes_off() -> None:
+    assert conf_lines("A=x\\\\\\\ny\nB=\\#1 # c\n") == [(1, "A=x\\y"), (3, "B=#1 ")]
+    items, _ = parse_conf("PrologFlags=Contain,X\\\\\\\nSwitchType=switch/nvidia_imex\n")
+    assert [(i.key, i.value, i.line) for i in items] == [
+        ("PrologFlags", "Contain,X\\SwitchType=switch/nvidia_imex", 1)]

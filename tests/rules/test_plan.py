@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
 import pytest
 
 from nvfabric.facts.vpd import decode, encode
 from nvfabric.model.inventory import IbDevice, IbPort, Inventory, PciFunction
 from nvfabric.rules.plan import plan
+from tests.conftest import run_json
 
 LPF_FIELD = "MLX:MN=MLNX:CSKU=V2:UUID=V3:PCI=V0:SMDL=SW_MNG:MODL=C7010Z"
 NIC_FIELD = "MLX:MN=MLNX:CSKU=V2:UUID=V3:PCI=V0:MODL=CX713106A"
@@ -269,3 +274,106 @@ def test_pcie_a800_cards_are_nothing_to_manage_and_named() -> None:
     assert (p.fabric, p.findings) == ("none", ())
     assert p.products == ("A800 80GB PCIe x2", "A800 40GB Active x2")
     assert any("PCIe, NVLink bridge" in r for r in p.reasons)
+
+
+# What no shipped baseboard is, and what a guest or a failed part hides (rules/baseboard.py).
+
+def switches(device: int, n: int) -> list[PciFunction]:
+    return [PciFunction(f"0000:{0xc0 + i:02x}:00.0", 0x10DE, device, 0x068000) for i in range(n)]
+
+
+def test_one_v100_sxm3_without_nvswitch_is_a_guest_of_an_hgx2_not_a_board() -> None:
+    p = plan(inventory(gpu(0x1DB8, 1), modules=frozenset({"nvidia"})))
+    assert (p.fabric, p.services, p.blockers) == ("none", (), ())
+    (f,) = p.findings
+    assert (f.code, f.severity, f.fields["gpus"]) == ("sxm_gpus_without_nvswitch", "warning", 1)
+    assert "partition given one GPU" in f.message and "NVreg_NvLinkDisable=1" in f.message
+    assert not any("HGX 4-GPU" in r for r in p.reasons)
+    assert any("partition" in r for r in p.reasons)
+
+
+@pytest.mark.parametrize(("pci", "fabric", "named"), [
+    (gpu(0x2330, 4) + gpu(0x2335, 4, start=0x40) + switches(0x22A3, 4), "nvswitch",
+     ["H100 80GB HBM3 x4", "H200 x4"]),
+    (gpu(0x2330, 4) + gpu(0x2339, 4, start=0x40) + switches(0x22A3, 4), "nvswitch",
+     ["H100 80GB HBM3 x4", "H100 x4"]),                   # two H100 SKUs on one board
+    (gpu(0x20B2, 4) + gpu(0x2330, 4, start=0x40) + switches(0x1AF1, 6), "nvswitch",
+     ["A100-SXM4-80GB x4", "H100 80GB HBM3 x4"]),
+    (gpu(0x2901, 4) + gpu(0x2330, 4, start=0x40), "nvlink5", ["B200 x4", "H100 80GB HBM3 x4"]),
+    (gpu(0x20B2, 8) + switches(0x22A3, 6), "nvswitch", ["A100-SXM4-80GB x8"]),  # gen 3 switches
+])
+def test_gpus_and_switches_of_no_shipped_baseboard_block_naming_them(
+        pci: list[PciFunction], fabric: str, named: list[str]) -> None:
+    p = plan(inventory(pci, modules=frozenset({"nvidia"})))
+    assert p.fabric == fabric
+    mixed = [b for b in p.blockers if b.code == "baseboard_mixed"]
+    assert len(mixed) == 1 and mixed[0].severity == "error"
+    assert mixed[0].fields["products"] == named
+    assert all(n in mixed[0].message for n in named)
+    assert any(r.startswith("no baseboard NVIDIA ships") for r in p.reasons)
+
+
+def test_mixed_sxm_gpus_with_nothing_to_start_are_a_warning() -> None:
+    p = plan(inventory(gpu(0x2330, 4) + gpu(0x2335, 4, start=0x40),
+                       modules=frozenset({"nvidia"})))
+    assert (p.fabric, p.blockers) == ("none", ())
+    assert [(f.code, f.severity) for f in p.findings] == [("baseboard_mixed", "warning")]
+
+
+@pytest.mark.parametrize(("pci", "listed", "severity", "counts"), [
+    # 8 H100 and 2 of the board's 4 NVSwitches on PCI
+    (gpu(0x2330, 8) + switches(0x22A3, 2), 2, "error", (4, 2, 2, 0)),
+    # all 4 on PCI, the driver lists 3: a switch it did not take
+    (gpu(0x2330, 8) + switches(0x22A3, 4), 3, "error", (4, 3, 0, 1)),
+    # HGX-2: 16 V100 SXM3 need 12 NVSwitches; one baseboard's 6 seen
+    (gpu(0x1DB8, 16) + switches(0x1AC2, 6), 6, "error", (12, 6, 6, 0)),
+    # DGX A100 with 5 of its 6
+    (gpu(0x20B2, 8) + switches(0x1AF1, 5), 5, "error", (6, 5, 1, 0)),
+    # a 4-GPU guest with 2 NVSwitches: a partition, or a missing switch: said, not blocked
+    (gpu(0x2330, 4) + switches(0x22A3, 2), 2, "warning", (4, 2, 2, 0)),
+])
+def test_fewer_nvswitches_than_the_baseboards_carry_are_said(
+        pci: list[PciFunction], listed: int, severity: str,
+        counts: tuple[int, int, int, int]) -> None:
+    inv = Inventory("/", "x86_64", "570.148.08", frozenset({"nvidia"}), tuple(pci), (),
+                    nvswitch_proc_devices=tuple(str(i) for i in range(listed)))
+    p = plan(inv)
+    assert (p.fabric, p.services) == ("nvswitch", ("fabricmanager",))
+    (f,) = [f for f in p.blockers + p.findings if f.code == "nvswitch_topology_mismatch"]
+    assert f.severity == severity and p.blocked == (severity == "error")
+    assert (f.fields["nvswitches_expected"], f.fields["nvswitches_listed"],
+            f.fields["missing_from_pci"], f.fields["not_listed_by_driver"]) == counts
+    assert "Full Passthrough Virtualization Model" in f.hint and "dmesg" in f.hint
+
+
+@pytest.mark.parametrize(("pci", "listed"), [
+    (gpu(0x2330, 8) + switches(0x22A3, 4), 4),   # HGX H100
+    (gpu(0x20B2, 8) + switches(0x1AF1, 6), 6),   # DGX A100
+    (gpu(0x1DB8, 16) + switches(0x1AC2, 12), 12),  # HGX-2
+    (gpu(0x2330, 8) + switches(0x22A3, 4), 0),   # no driver listing read: PCI counts
+])
+def test_whole_baseboards_plan_fabric_manager_without_a_finding(
+        pci: list[PciFunction], listed: int) -> None:
+    inv = Inventory("/", "x86_64", "570.148.08", frozenset({"nvidia"}), tuple(pci), (),
+                    nvswitch_proc_devices=tuple(str(i) for i in range(listed)))
+    p = plan(inv)
+    assert (p.fabric, p.blockers, p.findings) == ("nvswitch", (), ())
+
+
+@pytest.mark.parametrize(("spec", "rc", "code"), [
+    ({"gpus": [{"device_id": "1db8", "count": 1}]}, 0, "sxm_gpus_without_nvswitch"),
+    ({"gpus": [{"device_id": "2330", "count": 4}, {"device_id": "2335", "count": 4}],
+      "nvswitches": {"device_id": "22a3", "count": 4}}, 1, "baseboard_mixed"),
+    ({"gpus": [{"device_id": "2330", "count": 8}],
+      "nvswitches": {"device_id": "22a3", "count": 2}}, 1, "nvswitch_topology_mismatch"),
+    ({"gpus": [{"device_id": "2330", "count": 8}],
+      "nvswitches": {"device_id": "22a3", "count": 4}, "nvswitch_proc_devices": 3},
+     1, "nvswitch_topology_mismatch"),
+])
+def test_plan_of_a_simulated_node_says_what_its_baseboard_is_not(
+        node: Callable[..., Path], spec: dict[str, Any], rc: int, code: str) -> None:
+    root = node({"arch": "x86_64", "driver_version": "570.148.08", "modules": ["nvidia"],
+                 **spec})
+    out, status = run_json("plan", "--root", str(root))
+    found = out["blockers"] if rc else out["findings"]
+    assert status == rc and code in [f["code"] for f in found]

@@ -537,7 +537,7 @@ def _nothing_to_do(o: RunOptions, outside: _Outside, p: Plan, up: _Bringup) -> R
     if o.stay and not o.dry_run:
         stop.wait_for_stop("--stay: waiting for SIGTERM", Log().say)
         Log().say("stopped")
-    # the plan's warnings (sxm_gpus_without_nvswitch): nothing to start, but said
+    # the plan's warnings (sxm_gpus_without_nvswitch, baseboard_mixed): nothing to start, but said
     return _ended(o, p, "nothing_to_do", 0, p.findings, **up.shown,
                   title="warnings" if p.findings else "")
 

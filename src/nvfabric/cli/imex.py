@@ -100,13 +100,16 @@ def owner_cmd(root: str, imex_owner: str | None, as_json: bool) -> None:
 @root_option
 @click.option("--create", "create", type=click.IntRange(0, (1 << 20) - 1), default=None,
               metavar="N", help="Make /dev/nvidia-caps-imex-channels/channelN (mode 0666).")
+@owner_option
 @json_option
 @guarded
-def channel_cmd(root: str, create: int | None, as_json: bool) -> None:
+def channel_cmd(root: str, create: int | None, imex_owner: str | None, as_json: bool) -> None:
     """The IMEX channel device (major from /proc/devices), channel nodes, their mode and owner,
-    and the driver's NVreg_CreateImexChannel0 / ImexChannelCount; exit 1 when channel0 (or
-    the created one) is missing or unusable."""
+    and the driver's NVreg_CreateImexChannel0 / ImexChannelCount; exit 1 when a channel the
+    IMEX owner needs on the host (channel0, none where Slurm's switch plugin or the DRA driver
+    make them per job) or the created one is missing or unusable."""
     require_root(root)
+    decision = owner.decide(imex_facts.gather_evidence(root), imex_owner)
     facts = imex_facts.read_channels(root)
     created: str | None = None
     present: str | None = None
@@ -118,10 +121,13 @@ def channel_cmd(root: str, create: int | None, as_json: bool) -> None:
         else:
             created = _create(root, facts, create)
             facts = imex_facts.read_channels(root)
-    required = (create,) if create is not None else (0,)
+    required = (create,) if create is not None else decision.required_channels
     findings = channels.check(facts, required)
+    needed = f"channel{create} (--create)" if create is not None else decision.channel_duty
     if as_json:
-        print_json({**facts.to_json(), "created": created, "already_present": present,
+        print_json({**facts.to_json(), "owner": decision.owner,
+                    "channel_owner": decision.channels, "required": list(required),
+                    "created": created, "already_present": present,
                     "findings": [f.to_json() for f in findings]})
     else:
         con = console()
@@ -135,6 +141,8 @@ def channel_cmd(root: str, create: int | None, as_json: bool) -> None:
                       emoji=False)
         if not facts.nodes:
             con.print("  no channel nodes")
+        con.print(f"[bold]checked[/bold] {safe(needed)} (IMEX owner {decision.owner})",
+                  emoji=False)
         if created:
             con.print(f"created {safe(created)}")
         if present:

@@ -148,6 +148,8 @@ FindingCode = Literal[
     "imex_owner_unknown",
     # An option of a part of the bring-up the node's fabric does not run (docs/commands/run.md).
     "option_not_for_fabric",
+    # GPUs, or GPUs and NVSwitches, of no one baseboard NVIDIA ships (docs/commands/plan.md).
+    "baseboard_mixed",
 ]
 
 #: A GPU fabric clique's type (nvml.h ``NVML_GPU_FABRIC_CLIQUE_TYPE_*``, nvmlGpuFabricInfo_v4_t,

@@ -16,6 +16,9 @@ IMEX guide; cases tests/data/cases/P*.yaml):
    Fabric Manager User Guide, "Virtualization Models": full passthrough puts every NVSwitch in
    the guest, the shared NVSwitch and vGPU models run fabric manager in the service VM or host).
 
+What the GPUs and NVSwitches on PCI say of the baseboard (two products, switches missing, a
+guest's part of a board) is judged by :mod:`nvfabric.rules.baseboard`.
+
 Management port: the ports of LPF IB devices, devices in plain string order of their names
 (as ``ibstat -l`` lists them), ports in number order; a port with capability mask bit 0x400
 (IsSMDisabled), a zero GUID, or a capability mask or GUID that cannot be read is skipped; the
@@ -32,7 +35,13 @@ from nvfabric.model.findings import Finding
 from nvfabric.model.inventory import MELLANOX, IbDevice, Inventory, PciFunction
 from nvfabric.model.vocab import FabricKind, Service
 from nvfabric.model.words import plural
-from nvfabric.rules.products import Product, lookup
+from nvfabric.rules.baseboard import (
+    baseboard_mixed,
+    partial_nvswitches,
+    sxm_gpus,
+    sxm_without_nvswitch,
+)
+from nvfabric.rules.products import lookup
 
 FABRICS = ("none", "nvswitch", "nvlink5", "mnnvl")
 SERVICES_BY_FABRIC: dict[FabricKind, tuple[Service, ...]] = {
@@ -129,10 +138,16 @@ def plan(inv: Inventory) -> Plan:
         port = _nvlink5(inv, reasons, blockers, findings)
     elif switches:
         fabric = "nvswitch"
-        _nvswitch(inv, reasons)
+        partial = _nvswitch(inv, reasons)
+        if partial is not None:
+            (blockers if partial.severity == "error" else findings).append(partial)
     else:
         fabric = "none"
         _no_switch(inv, reasons, findings)
+    mixed = baseboard_mixed(inv, bool(SERVICES_BY_FABRIC[fabric]), fabric)
+    if mixed is not None:
+        reasons.append("no baseboard NVIDIA ships: " + mixed.message.split(": no baseboard")[0])
+        (blockers if mixed.severity == "error" else findings).append(mixed)
 
     if fabric != "none" and inv.driver_version is None and inv.driver_unreadable:
         blockers.append(_driver_unreadable(fabric, inv.driver_unreadable))
@@ -158,7 +173,7 @@ def _no_switch(inv: Inventory, reasons: list[str], findings: list[Finding]) -> N
     there are more of them than a baseboard links without NVSwitches."""
     if not inv.gpus:
         return
-    sxm = _sxm_gpus(inv)
+    sxm = sxm_gpus(inv)
     if not sxm:
         reasons.append(
             "no NVSwitch, no LPF, no multi-node NVLink GPU: nothing to manage (PCIe, NVLink "
@@ -166,7 +181,10 @@ def _no_switch(inv: Inventory, reasons: list[str], findings: list[Finding]) -> N
         )
         return
     listed = ", ".join(f"{p.name} x{n}" for p, n in sxm.items())
-    hidden = {p: n for p, n in sxm.items() if n >= 2 and n > p.direct_nvlink_max}
+    # one GPU of a board linked without NVSwitches loses nothing; one of a board that only
+    # ships with NVSwitches (V100 SXM3: direct_nvlink_max 0) is a guest given part of it
+    hidden = {p: n for p, n in sxm.items()
+              if n > p.direct_nvlink_max and (n >= 2 or p.direct_nvlink_max == 0)}
     if not hidden:
         reasons.append(
             f"SXM GPUs of an NVSwitch baseboard ({listed}) and no NVSwitch on PCI: as many as "
@@ -176,40 +194,11 @@ def _no_switch(inv: Inventory, reasons: list[str], findings: list[Finding]) -> N
         return
     reasons.append(
         f"SXM GPUs of an NVSwitch baseboard ({listed}) and no NVSwitch on PCI: a VM or Kata "
-        "guest without the baseboard's NVSwitches; nothing to start here, NVLink needs them"
+        + ("guest or partition given part of the baseboard, never a board of its own; "
+           "nothing to start here" if sum(hidden.values()) == 1 else
+           "guest without the baseboard's NVSwitches; nothing to start here, NVLink needs them")
     )
-    findings.append(_sxm_without_nvswitch(hidden))
-
-
-def _sxm_gpus(inv: Inventory) -> dict[Product, int]:
-    """The node's GPUs of role ``nvswitch_gpu`` (SXM parts of NVSwitch baseboards), counted
-    by product, in PCI order."""
-    out: dict[Product, int] = {}
-    for gpu in inv.gpus:
-        product = lookup(gpu.vendor, gpu.device)
-        if product is not None and product.role == "nvswitch_gpu":
-            out[product] = out.get(product, 0) + 1
-    return out
-
-
-def _sxm_without_nvswitch(hidden: dict[Product, int]) -> Finding:
-    """The warning of SXM GPUs whose baseboard's NVSwitches this machine does not see."""
-    named = [f"{p.name} x{n}" for p, n in hidden.items()]
-    count = sum(hidden.values())
-    return Finding(
-        "sxm_gpus_without_nvswitch",
-        "warning",
-        f"{count} SXM GPUs of an NVSwitch baseboard ({', '.join(named)}) and no NVSwitch on "
-        "PCI: NVLink between these GPUs needs the baseboard's NVSwitches, which this machine "
-        "(a VM or Kata guest) was not given; without them GPU-to-GPU traffic goes over PCIe",
-        "full passthrough: pass every NVSwitch of the baseboard (PCI class 0x0680) into this "
-        "guest with its GPUs; `nvfabric plan` then plans fabric manager here. Shared NVSwitch "
-        "or vGPU: fabric manager runs in the service VM or the host and must activate a "
-        "partition with these GPUs: check it there (NVIDIA Fabric Manager User Guide, "
-        "\"Virtualization Models\")",
-        {"products": named, "gpus": count, "nvswitches": 0,
-         "form_factors": sorted({p.form_factor for p in hidden})},
-    )
+    findings.append(sxm_without_nvswitch(hidden))
 
 
 def _nvlink5(inv: Inventory, reasons: list[str], blockers: list[Finding],
@@ -230,19 +219,23 @@ def _nvlink5(inv: Inventory, reasons: list[str], blockers: list[Finding],
     return None
 
 
-def _nvswitch(inv: Inventory, reasons: list[str]) -> None:
-    """An NVSwitch node: its switches, and those the driver does not list."""
+def _nvswitch(inv: Inventory, reasons: list[str]) -> Finding | None:
+    """An NVSwitch node: its switches, those the driver does not list, and the
+    ``nvswitch_topology_mismatch`` finding when its GPUs' baseboards carry more NVSwitches
+    than fabric manager would find (module docstring)."""
     switches = inv.nvswitches
     reasons.append(
         f"{len(switches)} NVSwitch(es) on PCI ("
         + ", ".join(sorted({_name(f.vendor, f.device) for f in switches}))
         + "): fabric manager alone"
     )
-    if inv.driver_version and len(inv.nvswitch_proc_devices) < len(switches):
+    listed = len(inv.nvswitch_proc_devices)
+    if inv.driver_version and listed < len(switches):
         reasons.append(
-            f"only {len(inv.nvswitch_proc_devices)} of {len(switches)} NVSwitches appear in "
+            f"only {listed} of {len(switches)} NVSwitches appear in "
             "/proc/driver/nvidia-nvswitch/devices; fabric manager will see only those"
         )
+    return partial_nvswitches(inv, reasons)
 
 
 def _products(inv: Inventory) -> tuple[dict[str, int], tuple[str, ...]]:

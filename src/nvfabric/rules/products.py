@@ -18,6 +18,13 @@ NVIDIA HGX A100", and Fabric Manager User Guide, "GPU Baseboard Topologies"), 8 
 (DGX-1's hybrid cube-mesh has no NVSwitch), 0 for V100 SXM3 (HGX-2 only). More of them than that
 with no NVSwitch on PCI is a guest that was not given the switches (:mod:`nvfabric.rules.plan`).
 
+:data:`BASEBOARDS`: the NVSwitch baseboard of each SXM form factor that sits on one, as NVIDIA
+ships it (Fabric Manager User Guide, "NVSwitch-Based Systems"): HGX-2 / DGX-2 are two baseboards
+of eight V100 SXM3 and six first generation NVSwitches; HGX A100 8-GPU (DGX A100) eight A100 SXM4
+and six second generation; HGX H100/H200/H800 8-GPU eight SXM5 GPUs and four third generation.
+Every GPU of a baseboard links to every NVSwitch of it, so a node with a whole baseboard's GPUs
+and fewer of its NVSwitches is not that baseboard as fabric manager knows it.
+
 Source of every row (``source``): :data:`BOTH` where NVIDIA's own list names the device ID
 (the supported-GPU table of the driver README, as published with open-gpu-kernel-modules
 595.45.04: product name and PCI device ID) and the PCI ID database agrees; :data:`PCI_IDS` where
@@ -116,6 +123,25 @@ _ROWS: tuple[Product, ...] = (
 )
 
 PRODUCTS: dict[tuple[str, str], Product] = {(p.vendor, p.device_id): p for p in _ROWS}
+
+
+@dataclass(frozen=True)
+class Baseboard:
+    """An NVSwitch baseboard (module docstring): ``gpus`` SXM GPUs and ``nvswitches``
+    NVSwitches of ``nvswitch_generation`` (a ``generation`` of the NVSwitch rows)."""
+
+    name: str
+    gpus: int
+    nvswitches: int
+    nvswitch_generation: str
+
+
+#: The NVSwitch baseboard of each SXM form factor shipped on one (module docstring).
+BASEBOARDS: dict[str, Baseboard] = {
+    "sxm3": Baseboard("HGX-2 baseboard", 8, 6, "nvswitch1"),
+    "sxm4": Baseboard("HGX A100 8-GPU baseboard", 8, 6, "nvswitch2"),
+    "sxm5": Baseboard("HGX H100/H200 8-GPU baseboard", 8, 4, "nvswitch3"),
+}
 
 
 def lookup(vendor: int, device: int) -> Product | None:

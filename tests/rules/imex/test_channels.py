@@ -242,3 +242,49 @@ def test_create_refusal_is_decided_from_the_facts_alone() -> None:
     assert unregistered is not None and unregistered.exit_code == 1
     assert unregistered.finding.code == "imex_channel_missing"
     assert "driver is not loaded" in unregistered.finding.message
+
+
+# -- what `imex channel` checks: the host channels the IMEX owner needs ------------------------
+
+def _without_channel0(root: Path) -> Path:
+    (root / "dev/nvidia-caps-imex-channels/channel0").unlink()
+    return root
+
+
+@pytest.mark.parametrize(("setup", "owner", "channel_owner"), [
+    # Slurm's switch/nvidia_imex plugin makes each job's channel in the job's namespace
+    ({"etc/slurm/slurm.conf": "ClusterName=gb\nSwitchType=switch/nvidia_imex\n"},
+     "none", "slurm"),
+    # the DRA driver makes a channel per ComputeDomain claim (channel N, not channel0)
+    ({"var/lib/kubelet/plugins/compute-domain.nvidia.com/checkpoint.json": '{"checksum": 0}\n',
+      "var/lib/kubelet/plugins/compute-domain.nvidia.com/domains/uid-0/.keep": ""},
+     "dra", "dra"),
+])
+def test_channel_command_needs_no_host_channel0_where_channels_are_made_per_job(
+        node: Callable[..., Path], setup: dict[str, str], owner: str,
+        channel_owner: str) -> None:
+    root = _without_channel0(node("gb200-tray"))
+    for path, text in setup.items():
+        (root / path).parent.mkdir(parents=True, exist_ok=True)
+        (root / path).write_text(text)
+    out, rc = run_json("imex", "channel", "--root", str(root))
+    assert (rc, out["findings"]) == (0, [])
+    assert (out["owner"], out["channel_owner"], out["required"]) == (owner, channel_owner, [])
+    text = run_cli("imex", "channel", "--root", str(root))
+    assert text.returncode == 0
+    assert "checked no host channel needed" in " ".join(text.stdout.split())
+
+
+@pytest.mark.parametrize(("args", "owner", "channel_owner"), [
+    ((), "none", "host"),                      # nobody runs IMEX yet: the host owner to come
+    (("--imex-owner", "host"), "host", "host"),
+])
+def test_channel_command_checks_channel0_where_the_host_needs_it(
+        node: Callable[..., Path], args: tuple[str, ...], owner: str,
+        channel_owner: str) -> None:
+    root = _without_channel0(node("gb200-tray"))
+    out, rc = run_json("imex", "channel", "--root", str(root), *args)
+    assert rc == 1 and [f["code"] for f in out["findings"]] == ["imex_channel_missing"]
+    assert (out["owner"], out["channel_owner"], out["required"]) == (owner, channel_owner, [0])
+    text = " ".join(run_cli("imex", "channel", "--root", str(root), *args).stdout.split())
+    assert "checked channel0" in text and f"(IMEX owner {owner})" in text

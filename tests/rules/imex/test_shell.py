@@ -58,3 +58,13 @@ def test_redirections_are_taken_out_with_their_operator() -> None:
     words = ["scontrol", "show", "hostnames", "2", ">", "/dev/null", ">>", "/etc/x.cfg"]
     assert shell.split_redirects(words) == (["scontrol", "show", "hostnames"],
                                             [">/dev/null", ">>/etc/x.cfg"])
+
+
+@pytest.mark.parametrize(("text", "lines"), [
+    ("a \\\\\nb\n", [(1, "a \\\\"), (2, "b")]),           # an escaped backslash: no continuation
+    ("a \\\\\\\nb\n", [(1, "a \\\\ b")]),                # escaped backslash, then a continuation
+    ("a \\\\\\\\\nb\n", [(1, "a \\\\\\\\"), (2, "b")]),  # two escaped backslashes
+])
+def test_an_odd_number_of_trailing_backslashes_continues_the_line(
+        text: str, lines: list[tuple[int, str]]) -> None:
+    assert shell.logical_lines(text) == lines

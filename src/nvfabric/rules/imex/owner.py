@@ -200,9 +200,24 @@ class Ownership:
     @property
     def required_channels(self) -> tuple[int, ...]:
         """The host channels that must exist: channel0, unless channels are made per job or
-        claim (:data:`CHANNELS_PER_JOB`). The one answer of ``run``'s check, ``status`` and
-        ``imex owner``."""
+        claim (:data:`CHANNELS_PER_JOB`). The one answer of ``run``'s check, ``status``,
+        ``imex owner`` and ``imex channel`` (``status`` and ``run`` ask none of owner ``none``,
+        where nothing runs IMEX; ``imex channel`` checks the channel0 the host owner to come
+        will need)."""
         return () if self.channels in CHANNELS_PER_JOB else (0,)
+
+    @property
+    def channel_duty(self) -> str:
+        """One line: the host channels :attr:`required_channels` names and who makes them."""
+        if self.channels in CHANNELS_PER_JOB:
+            return "no host channel needed: " + _CHANNEL_WHY[self.channels].removeprefix(
+                "channels: ")
+        if self.owner == "none":
+            return ("channel0, which IMEX on the host will need (nobody runs IMEX yet; "
+                    "`nvfabric run` makes it, the host unit needs it made)")
+        unknown = "the IMEX owner is not known (`imex owner`), so " if self.owner == UNKNOWN \
+            else ""
+        return f"{unknown}channel0 needed, made by {_CHANNEL_MAKER[self.channels]}"
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -290,6 +305,14 @@ def _unknown(ev: OwnerEvidence, for_run: bool) -> Finding:
         "prologs readable within the bounds (docs/imex.md)",
         {"unread": list(unread)})
 
+
+#: Who makes the host's channel0, per channel owner that needs one.
+_CHANNEL_MAKER = {
+    "prolog": "the Slurm prolog",
+    "nvfabric": "`nvfabric run`",
+    "host": "the host (the driver with NVreg_CreateImexChannel0=1, or `nvfabric imex channel "
+            "--create 0`)",
+}
 
 #: Why no host channel is expected, per channel owner.
 _CHANNEL_WHY = {

@@ -32,16 +32,25 @@ _PIECE = re.compile(r"""
 _DQ_ESCAPE = re.compile(r'\\([\\"])')
 
 
+def trailing_backslashes(line: str) -> int:
+    """How many backslashes end ``line``: an odd number escapes the newline (a continuation),
+    an even number is escaped backslashes (POSIX.1-2017 2.2.1; Slurm's parser counts the same
+    way, :func:`nvfabric.rules.imex.slurm.conf_lines`)."""
+    return len(line) - len(line.rstrip("\\"))
+
+
 def logical_lines(text: str) -> list[tuple[int, str]]:
-    """Lines with backslash-newline continuations joined: (first line number, text). The
-    pieces of a continued line are joined once (no string grown piece by piece)."""
+    """Lines with backslash-newline continuations joined: (first line number, text). A line
+    continues when it ends in an odd number of backslashes (``a \\\\`` ends in one escaped
+    backslash and does not; ``a \\\\\\`` does). The pieces of a continued line are joined
+    once (no string grown piece by piece)."""
     out: list[tuple[int, str]] = []
     pending: list[str] = []
     start = 0
     for number, raw in enumerate(text.splitlines(), 1):
         if not pending:
             start = number
-        if raw.endswith("\\") and not raw.endswith("\\\\"):
+        if trailing_backslashes(raw) % 2:
             pending.append(raw[:-1])
             continue
         out.append((start, " ".join(pending + [raw])))

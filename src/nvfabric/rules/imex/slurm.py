@@ -25,9 +25,18 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from nvfabric.rules.imex.script import Actions
+from nvfabric.rules.imex.shell import trailing_backslashes
 from nvfabric.rules.imex.tables import SLURM_SWITCH_IMEX
 
 _ASSIGN = re.compile(r"([A-Za-z_][A-Za-z0-9_]*)=(.*)", re.S)
+#: The part of a slurm.conf line before its comment: a ``#`` after an even number of
+#: backslashes starts one (parse_config.c ``_strip_comments``). Linear: each alternative
+#: consumes at least one character.
+_UNCOMMENTED = re.compile(r"(?:[^#\\]|\\.?)*", re.S)
+#: A backslash and the character it escapes (parse_config.c ``_strip_escapes``).
+_ESCAPED = re.compile(r"\\(.?)", re.S)
+#: What C's isspace() takes for blank after a continuation's backslash.
+_BLANKS = " \t\r\n\v\f"
 
 # -- slurm.conf -------------------------------------------------------------------------------
 
@@ -47,14 +56,43 @@ class ConfLine:
         return f"{self.path}:{self.line}: {self.key}={self.value}"
 
 
+def conf_lines(text: str) -> list[tuple[int, str]]:
+    """The logical lines of a Slurm config file as Slurm's own parser reads them
+    (src/common/parse_config.c, ``_get_next_line``), each with its first line's number. Per
+    physical line: a ``#`` after an even number of backslashes starts a comment (``\\#`` is a
+    ``#``); then a line whose last characters, trailing blanks aside, are an odd number of
+    backslashes continues on the next: the last backslash and the blanks after it are dropped
+    and the next line follows with no separator; an even number (``\\\\``) is escaped
+    backslashes and ends the line. Then every backslash escapes the character after it
+    (``\\\\`` is one backslash, a lone one at the end goes). A continuation on the last line
+    ends with the file."""
+    out: list[tuple[int, str]] = []
+    pending: list[str] = []
+    start = 0
+    for number, raw in enumerate(text.splitlines(), 1):
+        if not pending:
+            start = number
+        uncommented = _UNCOMMENTED.match(raw)  # matches every line, the empty one too
+        line = uncommented.group(0) if uncommented else raw
+        body = line.rstrip(_BLANKS)
+        if trailing_backslashes(body) % 2:
+            pending.append(body[:-1])
+            continue
+        out.append((start, _ESCAPED.sub(r"\1", "".join(pending) + line)))
+        pending = []
+    if pending:
+        out.append((start, _ESCAPED.sub(r"\1", "".join(pending))))
+    return out
+
+
 def parse_conf(text: str, path: str = "") -> tuple[tuple[ConfLine, ...], tuple[str, ...]]:
     """(the ``Key=Value`` lines, the ``Include`` patterns) of slurm.conf text read from
     ``path``. A line with several pairs (``NodeName=a CPUs=4``) yields its first key with the
     rest as value, which is all the keys read here need (they stand alone on their line)."""
     items: list[ConfLine] = []
     includes: list[str] = []
-    for number, raw in enumerate(text.splitlines(), 1):
-        line = raw.split("#", 1)[0].strip()
+    for number, joined in conf_lines(text):
+        line = joined.strip()
         if not line:
             continue
         head, _, rest = line.partition(" ")
