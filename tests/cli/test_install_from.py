@@ -140,7 +140,8 @@ def test_a_package_file_behind_a_link_out_of_the_root_is_refused_before_dpkg(
     assert out["error"]["message"] == (
         "refusing to install nvidia-imex: it writes /var/run/nvidia-imex/pid, and directory "
         f"'/var/run/nvidia-imex' resolves to {outside}/nvidia-imex, outside the root "
-        f"{runfile_tray}")
+        f"{runfile_tray}; the node resolves it to {outside}/nvidia-imex, but nvfabric's own "
+        "kernel (and a daemon's) would follow it out of the root: give that path")
 
 
 def test_a_dpkg_database_linked_out_of_the_root_is_refused_before_dpkg(
@@ -382,7 +383,9 @@ def test_fetch_default_dest_through_a_link_out_of_the_root_is_refused(
     assert rc == 2, out
     assert out["error"]["message"] == (
         "--dest (default) '/var/cache/nvfabric/artifacts' resolves to "
-        f"{outside}/nvfabric/artifacts, outside the root {runfile_tray}")
+        f"{outside}/nvfabric/artifacts, outside the root {runfile_tray}; the node resolves it "
+        f"to {outside}/nvfabric/artifacts, but nvfabric's own kernel (and a daemon's) would "
+        "follow it out of the root: give that path")
     assert list(outside.iterdir()) == [], "nothing written there"
 
 
@@ -410,7 +413,8 @@ def test_install_default_prefix_through_a_link_out_of_the_root_is_refused(
     assert rc == 2, out
     assert out["error"]["message"] == (
         f"--prefix (default) '/opt/nvfabric' resolves to {outside}/nvfabric, outside the root "
-        f"{runfile_tray}")
+        f"{runfile_tray}; the node resolves it to {outside}/nvfabric, but nvfabric's own "
+        "kernel (and a daemon's) would follow it out of the root: give that path")
     assert list(outside.iterdir()) == [], "nothing written there"
 
 

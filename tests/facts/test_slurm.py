@@ -256,15 +256,22 @@ def test_a_compiled_prolog_is_not_read_but_programs_a_script_runs_are_no_gap(
     assert decide(ev).owner == "unknown"
 
 
-def test_a_prolog_link_out_of_the_root_leaves_the_owner_unknown(
+def test_a_prolog_link_to_a_file_the_node_lacks_is_said_and_the_readers_file_not_read(
         tray: Path, tmp_path: Path) -> None:
+    """A prolog linked to an absolute path: slurmd resolves it on the node, from the root.
+    A file of that name outside the tree (the reader's own) is never read; the node has
+    none, so slurmd cannot run the prolog, which is said."""
     outside = tmp_path / "elsewhere.sh"
     outside.write_text(RESTART)
     put(tray, "etc/slurm/slurm.conf", "Prolog=/etc/slurm/prolog.d/*\n", 0o644)
     link(tray, "etc/slurm/prolog.d/50-imex", str(outside))
     out, rc = owner(tray)
-    assert (out["owner"], rc) == ("unknown", 0)
-    assert "/etc/slurm/prolog.d/50-imex leads out of the root" in out["unknown"]["message"]
+    assert (out["owner"], rc) == ("none", 0)
+    facts = slurm_facts.read(str(tray))
+    assert facts.notes == (f"/etc/slurm/slurm.conf:1: Prolog=/etc/slurm/prolog.d/*: "
+                           f"/etc/slurm/prolog.d/50-imex is a symbolic link to {outside}, "
+                           "which does not exist: slurmd cannot run it, so every job's "
+                           "prolog fails (the node is drained, the job requeued)",)
 
 
 def test_a_for_loop_past_its_bound_is_unread_only_when_its_words_are_run(tray: Path) -> None:

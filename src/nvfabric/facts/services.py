@@ -35,7 +35,9 @@ import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from nvfabric.facts import fs
 from nvfabric.facts.fs import listdir, read_text
+from nvfabric.model import hostpath
 from nvfabric.model.errors import usage_error
 from nvfabric.model.fmkeys import PATH_KEYS as FM_PATH_KEYS
 from nvfabric.model.hostpath import PathEscape, under
@@ -359,7 +361,7 @@ def unit_wants(root: str, unit: str) -> tuple[str, ...]:
             if not wants.endswith((".wants", ".requires")):
                 continue
             link = f"{d}/{wants}/{unit}"
-            if os.path.lexists(under(root, link)):
+            if fs.lexists(under(root, link)):
                 out.append(link)
     return tuple(out)
 
@@ -369,7 +371,7 @@ def unit_masked(root: str, unit: str) -> str | None:
     for d in SYSTEMD_DIRS:
         link = f"{d}/{unit}"
         try:
-            target = os.readlink(under(root, link))
+            target = os.readlink(hostpath.resolve_parent(under(root, link)))
         except OSError:
             continue
         if target == "/dev/null":

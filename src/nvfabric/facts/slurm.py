@@ -15,14 +15,16 @@ then ``-f``, then ``SLURM_CONF``, then the compiled-in default):
    (:data:`nvfabric.rules.imex.tables.SLURM_CONF_PATHS`);
 4. the configless cache (:data:`nvfabric.rules.imex.tables.SLURM_CONFIGLESS_PATHS`).
 
-Every path is joined under the root (:func:`nvfabric.model.hostpath.under`); every read is
+Every path is joined under the root (:func:`nvfabric.model.hostpath.under`) and its links
+resolved as the node (slurmd) resolves them: an absolute target from the root
+(``/etc/slurm/slurm.conf -> /etc/slurm-llnl/slurm.conf`` on a DaemonSet's ``/host``; the
+readers, globs and file tests of :mod:`nvfabric.facts.fs`); every read is
 bounded (:data:`~nvfabric.rules.imex.tables.SLURM_MAX_SCRIPT_BYTES` a file,
 :data:`~nvfabric.rules.imex.tables.SLURM_MAX_TOTAL_BYTES` in all, at most
 :data:`~nvfabric.rules.imex.tables.SLURM_MAX_SCRIPTS` scripts,
 :data:`~nvfabric.rules.imex.tables.SLURM_MAX_GLOB` matches a glob,
 :data:`~nvfabric.rules.imex.tables.SLURM_MAX_DEPTH` hand-offs deep). What slurmd would run
-but was not read whole (a bound reached, a glob match or link that leads out of the root, a
-file nvfabric may not read, a binary) is said in
+but was not read whole (a bound reached, a file nvfabric may not read, a binary) is said in
 :attr:`~nvfabric.rules.imex.slurm.SlurmFacts.unread`; a ``Prolog``/``Epilog`` entry slurmd
 cannot run (it matches no file, or a directory, a loop of links, a link to nothing) in
 :attr:`~nvfabric.rules.imex.slurm.SlurmFacts.notes`: slurmd globs each entry and fails the
@@ -41,10 +43,10 @@ import shlex
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from nvfabric.facts import procs
+from nvfabric.facts import fs, procs
 from nvfabric.facts.fs import listdir, read_bytes, read_text
 from nvfabric.model import hostpath
-from nvfabric.model.hostpath import PathEscape, escapes, host_view, under
+from nvfabric.model.hostpath import PathEscape, host_view, under
 from nvfabric.rules.imex import script, slurm
 from nvfabric.rules.imex.tables import (
     NVFABRIC_SLURM_DEFAULTS,
@@ -195,11 +197,11 @@ def _words(text: str) -> list[str]:
 
 
 def _is_file(root: str, path: str) -> bool:
-    """A regular file is at host path ``path``: readable or not, inside the root or a link out
-    of it (slurmd reads it; what nvfabric cannot read of it is said, never taken for no
-    slurm.conf)."""
+    """A regular file is at host path ``path``, links resolved as slurmd resolves them:
+    readable or not (slurmd reads it; what nvfabric cannot read of it is said, never taken
+    for no slurm.conf)."""
     try:
-        return os.path.isfile(under(root, path))
+        return fs.is_file(under(root, path))
     except PathEscape:
         return False
 
@@ -207,7 +209,7 @@ def _is_file(root: str, path: str) -> bool:
 def _conf_items(root: str, conf: str) -> tuple[tuple[slurm.ConfLine, ...], list[str]]:
     """slurm.conf's lines with its ``Include`` files (relative to its directory, globs), each
     line naming its file, bounded by :data:`MAX_INCLUDES`; and what was not read (an
-    ``Include`` out of the root or past the bound: a ``Prolog`` may be in it)."""
+    ``Include`` nvfabric may not read or past the bound: a ``Prolog`` may be in it)."""
     items: list[slurm.ConfLine] = []
     unread: list[str] = []
     queue = [(conf, "")]
@@ -237,7 +239,6 @@ def _conf_items(root: str, conf: str) -> tuple[tuple[slurm.ConfLine, ...], list[
                 posixpath.dirname(conf), pattern)
             found = _glob(root, full)
             queue += [(m, path) for m in found.files]
-            unread += [f"{path}: Include {m} leads out of the root" for m in found.outside]
             if found.unsearchable is not None:
                 unread.append(f"{path}: Include {full}: nvfabric may not search "
                               f"{found.unsearchable} (Permission denied)")
@@ -257,22 +258,21 @@ def _read(root: str, path: str, limit: int = SLURM_MAX_SCRIPT_BYTES) -> str | No
 
 @dataclass
 class _Matches:
-    """What a glob matched under the root (host paths, sorted): ``files`` regular files inside
-    the root (at most :data:`SLURM_MAX_GLOB`), ``outside`` matches whose links lead out of it,
+    """What a glob matched under the root (host paths, sorted): ``files`` regular files (at
+    most :data:`SLURM_MAX_GLOB`; their links resolved under the root, as slurmd does),
     ``unrunnable`` (path, why) of matches no program can be run from (a directory, a loop of
     links, a link to nothing), ``more`` how many matches past the bound were left;
     ``unsearchable`` when nothing matched, the directory on the way nvfabric may not search
     or list (slurmd, as root, may find scripts there)."""
 
     files: list[str] = field(default_factory=list)
-    outside: list[str] = field(default_factory=list)
     unrunnable: list[tuple[str, str]] = field(default_factory=list)
     more: int = 0
     unsearchable: str | None = None
 
     @property
     def empty(self) -> bool:
-        return not (self.files or self.outside or self.unrunnable)
+        return not (self.files or self.unrunnable)
 
 
 def _glob(root: str, pattern: str) -> _Matches:
@@ -285,14 +285,10 @@ def _glob(root: str, pattern: str) -> _Matches:
         full = under(root, pattern)
     except PathEscape:
         return out
-    base = os.path.realpath(root)
-    found = sorted(glob.iglob(full))
+    found = fs.glob(full)
     out.more = max(0, len(found) - SLURM_MAX_GLOB)
     for match in found[:SLURM_MAX_GLOB]:
-        real = os.path.realpath(match)
-        if base != "/" and not (real == base or real.startswith(base.rstrip("/") + "/")):
-            out.outside.append(host_view(root, match))
-        elif os.path.isfile(match):
+        if fs.is_file(match):
             out.files.append(host_view(root, match))
         else:
             out.unrunnable.append((host_view(root, match), _not_a_file(match)))
@@ -313,34 +309,39 @@ def _unsearchable(full: str) -> str | None:
         if glob.has_magic(part):
             break
         path = os.path.join(path, part)
-        if not os.path.isdir(path):
+        if not fs.is_dir(path):
             return None
         listed = glob.has_magic(parts[i + 1])
-        if not os.access(path, os.X_OK | (os.R_OK if listed else 0)):
+        try:
+            real = hostpath.resolve(path)
+        except OSError:
+            return None
+        if not os.access(real, os.X_OK | (os.R_OK if listed else 0)):
             return path
     return None
 
 
 def _not_a_file(full: str) -> str:
-    """Why ``full`` (which exists as a name) is no file a program can be run from."""
+    """Why ``full`` (which exists as a name) is no file a program can be run from, its links
+    resolved as slurmd resolves them."""
     try:
-        os.stat(full)
+        os.stat(hostpath.resolve(full))
     except OSError as err:
         if err.errno == errno.ELOOP:
             return "a loop of symbolic links"
-        if os.path.islink(full):
-            return f"a symbolic link to {os.readlink(full)}, which does not exist"
-        return f"not readable ({err.strerror})"
-    return "a directory" if os.path.isdir(full) else "not a regular file"
+        try:
+            return (f"a symbolic link to {os.readlink(hostpath.resolve_parent(full))}, which "
+                    "does not exist")
+        except OSError:
+            return f"not readable ({err.strerror})"
+    return "a directory" if fs.is_dir(full) else "not a regular file"
 
 
 def _unreadable(full: str) -> str:
-    """Why the regular file at ``full`` could not be read, for the evidence: a link out of the
-    root, or its open's error (``nvfabric may not read it (Permission denied)``)."""
-    if escapes(full, os.path.realpath(full)):
-        return "leads out of the root"
+    """Why the regular file at ``full`` could not be read, for the evidence: its open's error
+    (``nvfabric may not read it (Permission denied)``), links resolved as the readers do."""
     try:
-        os.close(os.open(full, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC))
+        os.close(os.open(hostpath.resolve(full), os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC))
     except OSError as err:
         return f"nvfabric may not read it ({err.strerror})"
     return "it could not be read"
@@ -395,7 +396,6 @@ class _Walker:
 
     def _read_all(self, key: str, found: _Matches, env: Mapping[str, str],
                   chain: tuple[str, ...], depth: int) -> None:
-        self.unread += [f"{chain[-1]}: {m} leads out of the root" for m in found.outside]
         if found.unsearchable is not None:
             self.unread.append(f"{chain[-1]}: nvfabric may not search {found.unsearchable} "
                                "(Permission denied)")
@@ -420,7 +420,10 @@ class _Walker:
         run IMEX), deeper it is a system program (``/usr/bin/logger``; nvidia-imex itself is
         known by its name)."""
         full = under(self.root, path)
-        real = host_view(self.root, os.path.realpath(full))
+        try:
+            real = host_view(self.root, hostpath.resolve(full))
+        except OSError:  # a loop: the read below says so
+            real = path
         if real in self.read:
             return
         if len(self.read) >= SLURM_MAX_SCRIPTS or self.bytes >= SLURM_MAX_TOTAL_BYTES:

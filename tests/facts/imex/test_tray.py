@@ -170,16 +170,23 @@ def test_slurm_gcp_mux_scriptlet_that_runs_the_daemon_makes_the_unit_masked(
     assert "systemctl mask nvidia-imex.service" in out["conflict"]["hint"]
 
 
-def test_a_scriptlet_link_that_leaves_the_root_is_not_read(tray: Path, tmp_path: Path) -> None:
+def test_a_scriptlet_link_with_an_absolute_target_is_read_under_the_root(
+        tray: Path, tmp_path: Path) -> None:
+    """The link's absolute target is resolved as slurmd on the node resolves it, from the
+    root: the file of that name outside the tree (here, the reader's own) is never read."""
     mux_tray(tray, "#!/bin/sh\necho nothing\n")
     outside = tmp_path / "elsewhere.sh"
     outside.write_text(OWN_DAEMON_PROLOG)
     link(tray, "opt/apps/adm/slurm/prolog_slurmd.d/x.prolog_slurmd", str(outside))
     ev = imex_facts.gather_evidence(str(tray))
-    assert ev.slurm.scripts == ()
-    assert any("x.prolog_slurmd leads out of the root" in n for n in ev.slurm.unread)
-    # what was not read may run IMEX: the owner is unknown, not none
-    assert decide(ev).owner == "unknown"
+    assert (ev.slurm.scripts, ev.slurm.unread) == ((), ())
+    assert decide(ev).owner == "none"  # the node has no such file: slurmd runs nothing
+    put(tray, str(outside).lstrip("/"), OWN_DAEMON_PROLOG)  # the node's file of that name
+    ev = imex_facts.gather_evidence(str(tray))
+    (script,) = ev.slurm.scripts
+    assert script.chain[-1] == (f"/opt/apps/adm/slurm/prolog_slurmd.d/x.prolog_slurmd -> "
+                                f"{outside}")
+    assert decide(ev).owner == "slurm"
 
 
 def test_hand_offs_are_followed_to_a_bound_and_loops_end(tray: Path) -> None:

@@ -28,7 +28,7 @@ from nvfabric.effects.imex import SYSTEMCTL_MAX_BYTES, SYSTEMCTL_TIMEOUT_S, stat
 from nvfabric.effects.runlock import live_ready, run_lock_holder
 from nvfabric.facts import procs, services
 from nvfabric.facts import slurm as slurm_reader
-from nvfabric.facts.fs import listdir, read_bytes, read_text
+from nvfabric.facts.fs import is_dir, is_file, listdir, read_bytes, read_text
 from nvfabric.facts.nvidia import driver_version, imex_major, loaded_modules
 from nvfabric.model import hostpath, strict
 from nvfabric.model.commandline import IMEX_UNIT
@@ -78,10 +78,10 @@ def _dra_evidence(root: str) -> tuple[str, ...]:
     out = []
     for d in DRA_PLUGIN_DIRS:
         path = under(root, d)
-        if not os.path.isdir(path):
+        if not is_dir(path):
             continue
         parts = []
-        if os.path.isfile(os.path.join(path, "checkpoint.json")):
+        if is_file(os.path.join(path, "checkpoint.json")):
             parts.append("checkpoint.json")
         domains = listdir(os.path.join(path, "domains"))
         if domains:

@@ -210,7 +210,7 @@ class SlurmFacts:
     (``path:line: ...``) when set; ``scripts``: the prolog/epilog scripts that manage IMEX;
     ``notes``: what slurmd cannot run (a Prolog that names no file, a directory, a loop of
     links: every job's prolog fails there); ``unread``: what slurmd would run that was not
-    read whole (a bound reached, a link out of the root, a file nvfabric may not read, a
+    read whole (a bound reached, a file nvfabric may not read, a
     binary): each may run IMEX, so with any of them "no IMEX prolog" is not known."""
 
     conf: str | None = None
