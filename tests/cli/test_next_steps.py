@@ -336,3 +336,21 @@ def test_the_trays_dry_run_names_the_node_list_under_the_root(tmp_path: Path) ->
     text = run_cli("run", "--root", str(root), "--dry-run").stdout
     assert f"  note: IMEX node list: 1 entry from {root}/etc/nvidia-imex/nodes_config.cfg (" \
         in text
+
+
+def test_status_on_sxm_gpus_without_their_nvswitches_says_the_plan_and_asks_for_nothing_given(
+        tmp_path: Path) -> None:
+    # 8 H100 SXM with a loaded driver and no NVSwitch on PCI (a guest given the GPUs alone):
+    # the plan is `none` with sxm_gpus_without_nvswitch; status said `registration_stuck`
+    # with "pass --root or --fabric", both given, and not the plan's warning
+    spec = tmp_path / "guest.yaml"
+    spec.write_text('driver_version: "570.148.08"\nmodules: [nvidia]\n'
+                    'gpus:\n  - device_id: "2330"\n    count: 8\n')
+    root = tmp_path / "node"
+    assert run_cli("simulate", "--spec", str(spec), str(root)).returncode == 0
+    out, _ = run_json("status", "--root", str(root))
+    by_code = {f["code"]: f for f in out["findings"]}
+    assert by_code["sxm_gpus_without_nvswitch"]["severity"] == "warning"
+    hint = by_code["registration_stuck"]["hint"]
+    assert "pass --root" not in hint and "this node's plan starts nothing" in hint
+    assert f"`nvfabric plan --root {root}`" in hint

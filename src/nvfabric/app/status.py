@@ -130,7 +130,7 @@ def evaluate(
         pci_gpu_count=node.pci_gpu_count, grace_s=grace, fabric_mode=node.fabric_mode,
         reader_findings=health.findings, imex_owner=node.imex_owner,
         unread_columns=health.unread,
-        imex_findings=node.imex_findings, hints=node.hints,
+        imex_findings=node.imex_findings, plan_findings=node.plan_findings, hints=node.hints,
     ))
     result = _told(result, fabric, source, health.source)
     report = Report(result, health, fabric, source, node.services, identity)
@@ -214,7 +214,8 @@ class _Node:
     """What :func:`evaluate` reads of the node under ``root``: its plan's fabric kind (None:
     the node is not consulted), and for a live verdict (else None) the GPUs on PCI, the
     services' liveness, FABRIC_MODE and, on an mnnvl tray, the IMEX decision and what is wrong
-    with it (two owners, a channel the owner needs that is missing); ``hints``: the node the
+    with it (two owners, a channel the owner needs that is missing); ``plan_findings``: the
+    plan's warnings (said, raising nothing); ``hints``: the node the
     hints' commands act on (:func:`nvfabric.app.hints.hint_context`)."""
 
     fabric: FabricKind | None
@@ -224,6 +225,7 @@ class _Node:
     imex: Ownership | None = None
     imex_findings: tuple[Finding, ...] = ()
     hints: HintContext = HintContext()
+    plan_findings: tuple[Finding, ...] = ()
 
     @property
     def imex_owner(self) -> str | None:
@@ -235,12 +237,13 @@ def _read_node(root: str, fabric_option: FabricKind | None, live: bool) -> _Node
     (``--fabric``'s or the plan's), FABRIC_MODE and, on an mnnvl tray, who owns IMEX."""
     p = plan(inventory.collect(root))
     if not live:
-        return _Node(p.fabric, hints=HintContext(root))
+        return _Node(p.fabric, hints=HintContext(root), plan_findings=p.findings)
     kind = fabric_option or p.fabric
     found = services.read(root, SERVICES_BY_FABRIC.get(kind, p.services))
     mode = services.fabric_mode(root)
     if kind != "mnnvl":
-        return _Node(p.fabric, p.gpu_count, found, mode, hints=hint_context(root, found))
+        return _Node(p.fabric, p.gpu_count, found, mode, hints=hint_context(root, found),
+                     plan_findings=p.findings)
     # Who owns IMEX now (a live nvfabric run included) and the channels that owner needs:
     # the same rule as run's check (Ownership.required_channels).
     decision = owner.decide(tray.gather_evidence(root))
@@ -249,7 +252,7 @@ def _read_node(root: str, fabric_option: FabricKind | None, live: bool) -> _Node
     problems = tuple(f for f in (decision.conflict, decision.unknown) if f) + tuple(
         f for f in seen if f.code == "imex_channel_missing")
     return _Node(p.fabric, p.gpu_count, found, mode, decision, problems,
-                 hint_context(root, found, decision))
+                 hint_context(root, found, decision), p.findings)
 
 
 def node_identity(root: str, fabric: FabricKind | None,

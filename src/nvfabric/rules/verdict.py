@@ -103,6 +103,10 @@ def stuck_cause(kind: Judged, ctx: HintContext) -> str:
         return ("a GB200/GB300 tray is registered by the NVLink switch trays' fabric manager: "
                 "check the rack's NVLink switch trays / NMX controller and that this tray is "
                 "in an active partition")
+    if kind == "none":
+        return ("this node's plan starts nothing (no NVSwitch and no LPF on PCI), so nothing "
+                "here registers these GPUs: GPUs of an NVSwitch baseboard without its "
+                f"NVSwitches (a guest) stay so; `{ctx.nvfabric('plan')}` says why")
     return ("usually fabric manager (and NVLSM on B200/B300 baseboards) is not running; pass "
             "--root or --fabric so nvfabric can say which")
 
@@ -130,8 +134,10 @@ class Inputs:
     registration may take after the services started; ``fabric_mode`` fabric manager's
     FABRIC_MODE (None unknown); ``reader_findings`` the reader's own findings;
     ``unread_columns`` the capture columns the reader did not have (none of them needed:
-    :func:`columns_needed`); ``hints`` the node the hints' commands act on (its root, who
-    runs fabric manager and IMEX there; default: the node itself, nothing known).
+    :func:`columns_needed`); ``plan_findings`` the plan's warnings, which block nothing
+    (``sxm_gpus_without_nvswitch``: they say why a fabric kind is what it is); ``hints`` the
+    node the hints' commands act on (its root, who runs fabric manager and IMEX there;
+    default: the node itself, nothing known).
     """
 
     gpus: tuple[GpuFabric, ...]
@@ -144,6 +150,7 @@ class Inputs:
     imex_owner: str | None = None
     unread_columns: tuple[str, ...] = ()
     imex_findings: tuple[Finding, ...] = ()
+    plan_findings: tuple[Finding, ...] = ()
     hints: HintContext = field(default_factory=HintContext)
 
 
@@ -244,6 +251,8 @@ def verdict(inp: Inputs) -> Verdict:
     gpus = inp.gpus
     reader_failed = any(f.severity == "error" for f in inp.reader_findings)
     fabric_needed = fabric not in (None, "none")
+    for f in inp.plan_findings:  # said as the plan says them; they raise no verdict
+        acc.add(None, f)
     _reader_findings(inp, acc, fabric_needed)
     _columns_unread(inp, acc)
     _gpus_missing(inp, acc, reader_failed)
