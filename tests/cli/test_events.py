@@ -110,3 +110,17 @@ def test_triage_takes_the_history_beside_the_bug_report(tmp_path: Path) -> None:
     assert len(doc["findings"]) == len(plain["findings"]) + 1 and done.returncode == 1
     bad = run_cli("triage", str(report), "--events", str(report))
     assert bad.returncode == 2 and "not an event history" in bad.stderr
+
+
+def test_event_values_are_in_the_words_of_their_json_not_python_reprs(tmp_path: Path) -> None:
+    state = tmp_path / "run/nvfabric"
+    state.mkdir(parents=True)
+    h = History(str(state))
+    h.append("ready", {"ready_after_s": 0.25, "services": [
+        {"service": "nvlsm", "pid": 7}, {"service": "fabricmanager", "pid": 8}],
+        "published": True, "node": None})
+    h.close()
+    human = run_cli("events", "--root", str(tmp_path)).stdout
+    assert ("services=[service=nvlsm pid=7; service=fabricmanager pid=8], published=true, "
+            "node=null") in human
+    assert "{'" not in human and "True" not in human and "None" not in human

@@ -27,6 +27,18 @@ from nvfabric.effects.stdio import print_json
 from nvfabric.model.commandline import DEFAULT_STATE_DIR
 
 
+def _value(v: Any) -> str:
+    """A record's value in the words of the JSON it came from, never Python's repr:
+    ``services=[service=fabricmanager pid=8454]``, ``true``, ``null``."""
+    if isinstance(v, bool) or v is None:
+        return "null" if v is None else str(v).lower()
+    if isinstance(v, dict):
+        return " ".join(f"{k}={_value(x)}" for k, x in v.items())
+    if isinstance(v, list | tuple):
+        return "[" + "; ".join(_value(x) for x in v) + "]"
+    return str(v)
+
+
 def _line(r: dict[str, Any]) -> str:
     """One record as one line: time, kind, then what it says."""
     t = r.get("time")
@@ -43,7 +55,7 @@ def _line(r: dict[str, Any]) -> str:
                 f"{safe(r['code'])}{device}: {safe(r.get('message', ''))}{count}")
     else:
         rest = {k: v for k, v in r.items() if k not in ("time", "kind")}
-        what = safe(", ".join(f"{k}={v}" for k, v in rest.items()))
+        what = safe(", ".join(f"{k}={_value(v)}" for k, v in rest.items()))
     return f"{when} {kind:13} {what}"
 
 
