@@ -56,6 +56,16 @@ def test_fm_set_on_a_gb200_tray_dry_run_is_said_and_ignored(tmp_path: Path) -> N
     assert "option_not_for_fabric: --fm-set does not apply to fabric mnnvl" in text.stderr
 
 
+@pytest.mark.parametrize("profile", ["gb200-tray", "a40-bridge", "hgx-h100", "dgx-b200"])
+def test_a_malformed_fm_set_is_exit_2_on_every_fabric(tmp_path: Path, profile: str) -> None:
+    # a unit shared by a mixed fleet fails on every node it is wrong for: it was exit 2 on
+    # fabric manager's nodes and a warning only on a tray or a node with nothing to run
+    root = sim(tmp_path, profile)
+    out, rc = run_json("run", "--root", str(root), "--dry-run", "--fm-set", "FOO")
+    assert rc == 2 and out["error"]["code"] == "config_invalid_value", out
+    assert "--fm-set expects KEY=VALUE, got 'FOO'" in out["error"]["message"]
+
+
 def test_imex_options_on_a_dgx_b200_dry_run_are_said(tmp_path: Path) -> None:
     root = sim(tmp_path, "dgx-b200")
     out, rc = run_json("run", "--root", str(root), "--dry-run", "--imex-owner", "host",

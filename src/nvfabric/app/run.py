@@ -226,6 +226,9 @@ def _bring_up(o: RunOptions, outside: _Outside, inv: Inventory, p: Plan) -> RunR
             lock.clear_stale_unlocked(o.root, o.state_dir)
         return _ended(o, p, "blocked", 1, p.blockers, title="blocked: nothing was started")
     _check_paths(o)
+    # --fm-set's KEY=VALUE form is checked on every fabric, as the paths are: a unit shared by
+    # a mixed fleet fails on every node it is wrong for, not only on fabric manager's
+    _fm_sets(o)
     # the node list file is read like `imex config --peers` reads it (exit 2 when it is
     # unreadable or not text), before the lock, on every fabric: a mistyped path in a unit
     # shared by a fleet is said, not ignored where IMEX does not run
@@ -300,10 +303,7 @@ def _fm_config(o: RunOptions, p: Plan) -> tuple[RunConfig, FabricManagerFiles]:
     RunConfig`) with the vendor files found and the shipped config read; exit 2 for a bad
     ``--fm-set`` or a typed path that is not there. The keys an installed topology directory
     needs (:func:`nvfabric.bringup.vendor.install_topology_keys`) join the ``--fm-set`` ones."""
-    try:
-        sets = fmcfg.parse_sets(o.fm_sets)
-    except ConfigError as err:
-        raise NvfabricError(err.finding, exit_code=2) from None
+    sets = _fm_sets(o)
     given = {"--fm-bin": ("fm_bin", o.fm_bin), "--fm-config": ("fm_config", o.fm_config),
              "--nvlsm-bin": ("nvlsm_bin", o.nvlsm_bin),
              "--nvlsm-config": ("nvlsm_config", o.nvlsm_config)}
@@ -328,6 +328,15 @@ def _fm_config(o: RunOptions, p: Plan) -> tuple[RunConfig, FabricManagerFiles]:
     except ConfigError as err:
         raise NvfabricError(err.finding, exit_code=2) from None
     return cfg, files
+
+
+def _fm_sets(o: RunOptions) -> dict[str, str]:
+    """``--fm-set KEY=VALUE`` as fabric manager config keys
+    (:func:`nvfabric.bringup.fmconfig.parse_sets`); exit 2 for a malformed one."""
+    try:
+        return fmcfg.parse_sets(o.fm_sets)
+    except ConfigError as err:
+        raise NvfabricError(err.finding, exit_code=2) from None
 
 
 def _mnnvl(o: RunOptions, inv: Inventory, p: Plan, peers_text: str | None) -> _Bringup:
