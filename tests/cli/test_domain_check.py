@@ -4,6 +4,7 @@ list, a missing report, two HGX B200 nodes in one list."""
 
 from __future__ import annotations
 
+import gzip
 import json
 import re
 from pathlib import Path
@@ -402,3 +403,7 @@ def test_reports_without_hostname_in_one_file_are_named_by_line_not_one_name(
     assert not [f for f in out["findings"] if f["code"] == "domain_report_duplicate"]
     names = sorted(n for d in out["domains"] for n in d["nodes"])
     assert names == (["fleet:1", "fleet:2"] if layout == "jsonl" else ["fleet[0]", "fleet[1]"])
+    packed = tmp_path / "fleet.json.gz"  # compressed, the same names (it was "fleet.json:1")
+    packed.write_bytes(gzip.compress(path.read_bytes()))
+    again, rc = run_json("domain", "check", str(packed))
+    assert rc == 0 and sorted(n for d in again["domains"] for n in d["nodes"]) == names

@@ -137,9 +137,13 @@ def read_reports(paths: tuple[str, ...]) -> list[fleet.NodeReport]:
                 if prefix is not None:
                     name = prefix
                 elif where != "-":
-                    # The file's name; with several reports in one file (JSON Lines, an
-                    # array) also the line or position: "fleet:3", "fleet[2]".
-                    name = os.path.splitext(os.path.basename(where))[0]
+                    # The file's name without its extension (a compression's too:
+                    # fleet.jsonl.gz is "fleet" as fleet.jsonl is); with several reports in
+                    # one file (JSON Lines, an array) also the line or position: "fleet:3",
+                    # "fleet[2]".
+                    base = os.path.basename(where)
+                    base = re.sub(r"\.(gz|xz|bz2|zst)$", "", base)
+                    name = os.path.splitext(base)[0]
                     if len(objects) > 1:
                         name += label[len(where):]
                 else:
