@@ -150,7 +150,8 @@ class _Decompressed:
                             return bytes(out) or self._next(want)
                         raise EOFError
                 out = self._d.decompress(self._input, want)
-                self._input = getattr(self._d, "unconsumed_tail", b"")
+                # at a stream's end what follows is in unused_data (zlib's tail repeats it)
+                self._input = b"" if self._d.eof else getattr(self._d, "unconsumed_tail", b"")
                 if out:
                     return bytes(out)
             return b""
@@ -167,9 +168,16 @@ class _Decompressed:
                               f"({err})", hint) from None
 
     def _between(self) -> None:
-        """After a whole stream: begin the next one, or end (the trailing bytes counted)."""
-        rest = self._d.unused_data + self._input
-        while len(rest) < MAGIC_BYTES:
+        """After a whole stream: begin the next one, or end (the trailing bytes counted).
+        NUL bytes there are padding in gzip and xz (``gzip -t`` and ``xz -t`` pass them
+        silently: the xz file format 1.2, 2.2, stream padding), not in bzip2."""
+        rest, padding = self._d.unused_data, 0
+        while True:
+            if self.format != "bzip2":
+                kept = rest.lstrip(b"\0")
+                padding, rest = padding + len(rest) - len(kept), kept
+            if len(rest) >= MAGIC_BYTES:
+                break
             more = self.raw.read1(_BLOCK)
             if not more:
                 break
@@ -178,12 +186,12 @@ class _Decompressed:
             self._d, self._input = self._new(), rest
             return
         self._done, self._input = True, b""
-        self.trailing = len(rest) + _drain(self.raw)
+        self.trailing = len(rest) + _drain(self.raw) if rest else 0
         if self.trailing:
             sys.stderr.write(f"nvfabric: warning: {printable(where(self.path))}: the "
                              f"{self.format} data is whole but followed by "
-                             f"{plural(self.trailing, 'byte')} that are not {self.format}; "
-                             "they were ignored (as gzip and bzip2 do)\n")
+                             f"{plural(self.trailing + padding, 'byte')} that are not "
+                             f"{self.format}; they were ignored (as gzip and bzip2 do)\n")
 
 
 def _drain(raw: io.BufferedReader) -> int:
