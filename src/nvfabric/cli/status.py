@@ -123,8 +123,9 @@ grace_option = click.option(
 @click.option("--prometheus", is_flag=True,
               help="Print the reading as Prometheus metrics (text format) instead.")
 @click.option("--textfile", metavar="PATH", default=None,
-              help="Also write the metrics to PATH (*.prom) atomically, for node_exporter's "
-                   "textfile collector.")
+              help="Also write the metrics to PATH (*.prom, a host path under --root; "
+                   "its directory must exist) atomically, for node_exporter's textfile "
+                   "collector.")
 @json_option
 @click.pass_context
 @guarded
@@ -180,10 +181,14 @@ def textfile_path(root: str, path: str) -> str:
     except ValueError as err:
         raise usage_error(str(err), "host paths are absolute, resolved under --root, and may "
                           "not leave it") from None
-    if not os.path.isdir(os.path.dirname(full) or "/"):
-        raise usage_error(f"--textfile {path!r}: no directory {os.path.dirname(path)}",
+    directory = os.path.dirname(full) or "/"
+    if not os.path.isdir(directory):
+        under_root = "" if os.path.abspath(root) == "/" else (
+            f" ({os.path.dirname(path)} under --root {root})")
+        raise usage_error(f"--textfile {path!r}: no directory {directory}{under_root}",
                           "create the textfile collector's directory (node_exporter "
-                          "--collector.textfile.directory) first")
+                          "--collector.textfile.directory) first; the path is a host path "
+                          "under --root")
     return full
 
 
