@@ -40,7 +40,7 @@ from nvfabric.effects.atomic import write_atomic
 from nvfabric.effects.log import printable
 from nvfabric.effects.stdio import print_json
 from nvfabric.model.errors import NvfabricError, os_error, usage_error
-from nvfabric.model.hostpath import confined
+from nvfabric.model.hostpath import confined, shown_under
 from nvfabric.model.vocab import FABRIC_KINDS, FabricKind
 from nvfabric.observe.metrics import render
 
@@ -181,11 +181,9 @@ def textfile_path(root: str, path: str) -> str:
     except ValueError as err:
         raise usage_error(str(err), "host paths are absolute, resolved under --root, and may "
                           "not leave it") from None
-    directory = os.path.dirname(full) or "/"
-    if not os.path.isdir(directory):
-        under_root = "" if os.path.abspath(root) == "/" else (
-            f" ({os.path.dirname(path)} under --root {root})")
-        raise usage_error(f"--textfile {path!r}: no directory {directory}{under_root}",
+    if not os.path.isdir(os.path.dirname(full) or "/"):
+        raise usage_error(f"--textfile {path!r}: no directory "
+                          f"{shown_under(root, os.path.dirname(path))}",
                           "create the textfile collector's directory (node_exporter "
                           "--collector.textfile.directory) first; the path is a host path "
                           "under --root")
