@@ -82,7 +82,7 @@ class _Capped:
         return block
 
 
-def _history(classifier: Classifier, stream: Stream) -> tuple[int, list[Finding]]:
+def _history(classifier: Classifier, stream: _Capped) -> tuple[int, list[Finding]]:
     """An event history of ``nvfabric run`` given as a log (the file, decompressed or on
     stdin): its record count, its kernel lines classified (as if read from the kernel log,
     not counted as lines read), the findings of its other records as recorded."""

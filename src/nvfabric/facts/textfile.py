@@ -156,8 +156,9 @@ class _Decompressed:
                     return bytes(out)
             return b""
         except EOFError:
+            cut = "stream" if self.path == "-" else "file"
             raise usage_error(f"{where(self.path)}: the {self.format} stream ends in the "
-                              f"middle (the {'stream' if self.path == '-' else 'file'} is cut short)", hint) from None
+                              f"middle (the {cut} is cut short)", hint) from None
         except (lzma.LZMAError, zlib.error) as err:
             raise usage_error(f"{where(self.path)}: the {self.format} stream is damaged "
                               f"({err})", hint) from None
