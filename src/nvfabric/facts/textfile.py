@@ -9,8 +9,11 @@ instead of being lost in a restarted system call.
 
 A compressed file (logrotate leaves ``/var/log/kern.log.2.gz``; an operator attaches a
 capture as ``.xz``) is told by its first bytes, not its name, and read decompressed as it is
-read (:func:`decompressing`): gzip, xz and bzip2 with the standard library; every bound below
-is of the decompressed bytes, so a gzip bomb stops at it. zstd is refused naming the command
+read (:func:`decompressing`): gzip, xz and bzip2 with the standard library's decompressors,
+stream after stream as ``zcat`` reads them, bytes after the last one a warning
+(:class:`_Decompressed`); what the file holds (a log, an event history) is told by the first
+decompressed bytes (``peek``), the same on stdin. Every bound below is of the decompressed
+bytes, so a gzip bomb stops at it. zstd is refused naming the command
 that decompresses it (the standard library reads it only from Python 3.14).
 """
 
