@@ -22,6 +22,7 @@ import pytest
 from click.testing import CliRunner
 
 from nvfabric.cli import doctor as doctor_cli
+from nvfabric.effects.history import History
 from nvfabric.facts import textfile
 from nvfabric.model.errors import NvfabricError
 from tests import runkit
@@ -166,3 +167,108 @@ def test_read_capped_and_read_text_file_decompress_within_their_bounds(tmp_path:
 ], ids=["gzip", "xz", "bzip2", "zstd", "BZh-text", "text", "empty"])
 def test_compression_is_told_by_the_magic_bytes(head: bytes, fmt: str | None) -> None:
     assert textfile.compression_of(head) == fmt
+
+
+def _crashed_run_history(tmp_path: Path) -> Path:
+    """The event history ``nvfabric run`` leaves when fabric manager crashes after the fabric
+    was ready (the records a simulated hgx-h100 run with ``crash_after_s`` wrote)."""
+    state = tmp_path / "run/nvfabric"
+    state.mkdir(parents=True)
+    h = History(str(state), clock=iter([1796190364.6, 1796190364.7, 1796190365.7,
+                                        1796190365.8]).__next__)
+    h.append("run", {"pid": 8736, "services": ["fabricmanager"], "fabric": "nvswitch",
+                     "driver_version": "550.90.07"})
+    h.append("ready", {"ready_after_s": 0.111, "restarts": 0,
+                       "services": [{"service": "fabricmanager", "pid": 8742}]})
+    h.append("exit", {"code": "service_exited", "severity": "error",
+                      "message": "fabricmanager (pid 8742) exited with code 1 after the fabric "
+                                 "was ready",
+                      "hint": "read the service's last lines above", "service": "fabricmanager"})
+    h.append("stop", {"result": "failed", "exit_code": 1, "restarts": 0})
+    h.close()
+    return state / "events"
+
+
+def _doctor_stdin(data: bytes, *args: str) -> runkit.Done:
+    env = {k: v for k, v in os.environ.items() if k != "NVFABRIC_DEBUG"}
+    return runkit.run([sys.executable, "-m", "nvfabric", "doctor", "--log", "-", *args],
+                      input=data, timeout=60, env=env, text=False)
+
+
+@pytest.mark.parametrize("suffix", ["", *sorted(COMPRESS)])
+def test_a_run_history_is_told_by_its_header_however_it_is_given(tmp_path: Path,
+                                                                 suffix: str) -> None:
+    events = _crashed_run_history(tmp_path)
+    data = events.read_bytes() if not suffix else COMPRESS[suffix](events.read_bytes())
+    given = tmp_path / f"events.{suffix or 'copy'}"
+    given.write_bytes(data)
+    for proc in (run_cli("doctor", "--log", str(given)), _doctor_stdin(data)):
+        out = proc.stdout if isinstance(proc.stdout, str) else proc.stdout.decode()
+        assert proc.returncode == 1, (proc.stdout, proc.stderr)
+        assert out.startswith("4 records of an event history read, fabric kind unknown: "
+                              "1 finding"), out
+        assert "service_exited" in out
+    doc, rc = run_json("doctor", "--log", str(given), "--log", str(SXID))
+    assert rc == 1 and (doc["lines"], doc["records"]) == (3, 4)  # the dmesg file: 3 lines
+    assert [f["code"] for f in doc["findings"]] == ["nvswitch_nonfatal_error", "service_exited"]
+
+
+def test_triage_takes_a_compressed_history(tmp_path: Path) -> None:
+    events = _crashed_run_history(tmp_path)
+    packed = tmp_path / "events.gz"
+    packed.write_bytes(gzip.compress(events.read_bytes()))
+    report = CORPUS.parent / "bugreports/hgx-h100-healthy.log.gz"
+    doc, rc = run_json("triage", str(report), "--events", str(packed))
+    added = [f["code"] for f in doc["findings"] if f.get("section") == "nvfabric events"]
+    assert (added, rc) == (["service_exited"], 1)
+
+
+@pytest.mark.parametrize("suffix", sorted(COMPRESS))
+def test_bytes_after_the_compressed_data_are_a_warning_the_log_read(tmp_path: Path,
+                                                                    suffix: str) -> None:
+    """``(cat f.gz; echo garbage) > t.gz``: gzip(1) and bzip2(1) decompress it whole and warn
+    of the trailing garbage; so does nvfabric, counting the bytes, in its own words."""
+    plain, rc_plain = run_json("doctor", "--log", str(SXID))
+    packed = tmp_path / f"t.{suffix}"
+    packed.write_bytes(COMPRESS[suffix](SXID.read_bytes()) + b"garbage\n")
+    for proc in (run_cli("doctor", "--log", str(packed), "--json"),
+                 _doctor_stdin(packed.read_bytes(), "--json")):
+        err = proc.stderr if isinstance(proc.stderr, str) else proc.stderr.decode()
+        assert proc.returncode == rc_plain, err
+        assert json.loads(proc.stdout)["findings"] == plain["findings"]
+        fmt = {"gz": "gzip", "xz": "xz", "bz2": "bzip2"}[suffix]
+        name = str(packed) if isinstance(proc.stderr, str) else "the stream on stdin"
+        assert _one_line(err) == (f"nvfabric: warning: {name}: the {fmt} data is whole but "
+                                  f"followed by 8 bytes that are not {fmt}; they were ignored "
+                                  "(as gzip and bzip2 do)")
+
+
+def test_two_gzip_members_are_read_as_zcat_reads_them(tmp_path: Path) -> None:
+    plain, _ = run_json("doctor", "--log", str(SXID))
+    both = tmp_path / "kern.log.gz"
+    both.write_bytes(gzip.compress(SXID.read_bytes()) * 2)
+    doc, rc = run_json("doctor", "--log", str(both))
+    assert (rc, doc["lines"]) == (0, 6)  # a non-fatal SXid: a warning
+    assert [f["count"] for f in doc["findings"]] == [2 * f["count"] for f in plain["findings"]]
+
+
+@pytest.mark.parametrize("suffix", sorted(COMPRESS))
+def test_a_damaged_stream_on_stdin_is_named_as_the_stream(suffix: str) -> None:
+    whole = COMPRESS[suffix](SXID.read_bytes() * 50)
+    proc = _doctor_stdin(whole[: len(whole) // 2])
+    line = _one_line(proc.stderr.decode())
+    fmt = {"gz": "gzip", "xz": "xz", "bz2": "bzip2"}[suffix]
+    assert proc.returncode == 2
+    assert line.startswith(f"nvfabric: input_unreadable: the stream on stdin: the {fmt} "
+                           "stream ends in the middle (the stream is cut short)"), line
+    assert f"{fmt} -t -" not in line and f"`{fmt} -t FILE` checks a file" in line
+
+
+@pytest.mark.parametrize("suffix", ["gz", "xz"])
+def test_nul_padding_after_gzip_or_xz_is_read_silently(tmp_path: Path, suffix: str) -> None:
+    """``gzip -t`` and ``xz -t`` pass NUL padding (xz: stream padding, between streams too)."""
+    one = COMPRESS[suffix](SXID.read_bytes())
+    padded = tmp_path / f"kern.log.{suffix}"
+    padded.write_bytes(one + bytes(8) + one + bytes(4))
+    proc = run_cli("doctor", "--log", str(padded), "--json")
+    assert (proc.returncode, proc.stderr, json.loads(proc.stdout)["lines"]) == (0, "", 6)

@@ -94,3 +94,21 @@ def test_a_root_that_does_not_exist_is_exit_2_for_every_reader(tmp_path: Path,
     proc = run_cli(*args, "--root", str(tmp_path / "does-not-exist"))
     assert proc.returncode == 2, proc.stderr
     assert "is not a readable directory" in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_a_host_path_missing_under_the_root_is_named_where_it_was_looked_for(
+        tmp_path: Path) -> None:
+    """``imex config --root R``: the config and node list are read under R; a message naming
+    the typed path alone would point at the host's file, which may well exist."""
+    root = sim(tmp_path, "gb200-tray", name="tray")
+    done = run_cli("imex", "config", "--root", str(root), "--config", "/etc/nvidia-imex/x.cfg",
+                   "--dry-run")
+    assert done.returncode == 1
+    assert (f"no IMEX config at {root}/etc/nvidia-imex/x.cfg (/etc/nvidia-imex/x.cfg under "
+            f"--root {root})") in done.stderr
+    (root / "etc/nvidia-imex/nodes_config.cfg").unlink()
+    done = run_cli("imex", "config", "--root", str(root), "--dry-run")
+    assert done.returncode == 2
+    assert (f"no node list at {root}/etc/nvidia-imex/nodes_config.cfg "
+            f"(/etc/nvidia-imex/nodes_config.cfg under --root {root}) and none given"
+            ) in done.stderr

@@ -149,7 +149,8 @@ def test_textfile_is_written_atomically_with_the_printed_metrics(tmp_path: Path)
 
 @pytest.mark.parametrize(("path", "why"), [
     ("/var/lib/node_exporter/nvfabric.txt", "must end in .prom"),
-    ("/no/such/dir/nvfabric.prom", "no directory /no/such/dir"),
+    ("/no/such/dir/nvfabric.prom", "no directory {root}/no/such/dir (/no/such/dir under "
+                                   "--root {root})"),
     ("/../escape.prom", "'..'"),
     ("relative.prom", "absolute"),
 ])
@@ -160,8 +161,21 @@ def test_bad_textfile_is_one_line_exit_2_and_nothing_written(
     proc = run_cli("status", "--root", str(root), "--textfile", path)
     assert proc.returncode == 2
     assert proc.stdout == "" and len(proc.stderr.splitlines()) == 1, proc.stderr
-    assert why in proc.stderr
+    assert why.format(root=root) in proc.stderr
     assert sorted(p for p in root.rglob("*.prom")) == before
+
+
+def test_a_textfile_directory_of_this_host_is_looked_for_under_the_root(tmp_path: Path) -> None:
+    """``--root R --textfile /existing/dir/a.prom``: the directory exists here, not under R;
+    the message names where it was looked for, so it does not read as a false "no such"."""
+    root = sim(tmp_path, "dgx-b200")
+    here = tmp_path / "collector"
+    here.mkdir()
+    proc = run_cli("status", "--root", str(root), "--textfile", f"{here}/a.prom")
+    assert proc.returncode == 2 and not (here / "a.prom").exists()
+    assert (f"--textfile '{here}/a.prom': no directory {root}{here} ({here} under --root "
+            f"{root})") in proc.stderr
+    assert "host path under --root" in proc.stderr
 
 
 def test_prometheus_and_json_together_is_a_usage_error() -> None:

@@ -15,8 +15,10 @@ findings". A log compressed with gzip, xz or bzip2 (``kern.log.2.gz`` as logrota
 told by its first bytes, is read decompressed, :data:`MAX_LOG_BYTES` of decompressed text at
 most; zstd is refused naming ``zstdcat`` (:func:`nvfabric.facts.textfile.decompressing`).
 
-An event history of ``nvfabric run`` (``<state-dir>/events``, :mod:`nvfabric.effects.history`)
-is read as one: its kernel lines are classified again, its other findings listed as recorded.
+An event history of ``nvfabric run`` (``<state-dir>/events``, :mod:`nvfabric.effects.history`),
+told by its first bytes after decompression (``events.gz``, on stdin too), is read as one: its
+kernel lines are classified again, its other findings listed as recorded; the text says how many
+records it held (``records`` in the JSON), the ``lines`` count log lines only.
 
 A line holding a value no fabric log prints (a number of thousands of digits) is dropped and
 counted by reason (``dropped`` in the JSON, a line of the text), never the whole log refused.
@@ -35,7 +37,7 @@ import click
 
 from nvfabric.app.hints import of_node
 from nvfabric.cli.render import console, guarded, json_option, print_findings, root_option
-from nvfabric.effects.history import MAGIC, for_diagnosis, is_history, read_file
+from nvfabric.effects.history import MAGIC, for_diagnosis, is_history, read_stream
 from nvfabric.effects.stdio import print_json
 from nvfabric.facts.inventory import collect
 from nvfabric.facts.textfile import Stream, decompressing, open_input
@@ -66,7 +68,12 @@ class _Capped:
         self.stream, self.path, self.fmt, self.total = stream, path, fmt, 0
 
     def read(self, size: int = -1) -> bytes:
-        block = self.stream.read(size)
+        return self._count(self.stream.read(size))
+
+    def read1(self, size: int = -1) -> bytes:
+        return self._count(self.stream.read1(size))
+
+    def _count(self, block: bytes) -> bytes:
         self.total += len(block)
         if self.total > MAX_LOG_BYTES:
             what = "" if self.fmt is None else f" decompressed (a {self.fmt} file)"
@@ -75,13 +82,26 @@ class _Capped:
         return block
 
 
-def _history(classifier: Classifier, path: str) -> list[Finding]:
-    """An event history of ``nvfabric run`` given as a log: its kernel lines classified (as
-    if read from the kernel log), the findings of its other records as recorded."""
-    lines, found = for_diagnosis(read_file(path).records)
+def _history(classifier: Classifier, stream: _Capped) -> tuple[int, list[Finding]]:
+    """An event history of ``nvfabric run`` given as a log (the file, decompressed or on
+    stdin): its record count, its kernel lines classified (as if read from the kernel log,
+    not counted as lines read), the findings of its other records as recorded."""
+    records = read_stream(stream).records
+    lines, found = for_diagnosis(records)
+    counted = classifier.lines
     for line in lines:
         classifier.feed(line)
-    return found
+    classifier.lines = counted
+    return len(records), found
+
+
+def _read(lines: int, records: int, histories: int) -> str:
+    """What was read, in words: log lines, records of event histories, or both."""
+    said = [plural(lines, "line")] if lines or not histories else []
+    if histories:
+        of = "an event history" if histories == 1 else f"{histories} event histories"
+        said.append(f"{plural(records, 'record')} of {of}")
+    return " and ".join(said) + " read"
 
 
 @click.command("doctor")
@@ -103,6 +123,7 @@ def doctor(ctx: click.Context, root: str, fabric: FabricKind | None, logs: tuple
         hints = of_node(root, fabric)
     classifier = Classifier(fabric, hints=hints)
     extra: list[Finding] = []  # findings an event history recorded (not log lines)
+    records = histories = 0  # the event histories read, and their records
     for path in logs:
         try:
             # stdin or the file; a stop signal while it waits for a writer or the next
@@ -112,11 +133,13 @@ def doctor(ctx: click.Context, root: str, fabric: FabricKind | None, logs: tuple
                 if path != "-" and (stat.S_ISCHR(mode) or stat.S_ISBLK(mode)):
                     raise usage_error(f"{path} is a device, not a log file",
                                       "give a log file, or - for stdin")
-                if path != "-" and is_history(fh.peek(len(MAGIC))[:len(MAGIC)]):  # run's
-                    extra += _history(classifier, path)
-                    continue
                 stream, fmt = decompressing(fh, path)  # kern.log.2.gz as logrotate leaves it
-                classify_stream(classifier, cast(IO[bytes], _Capped(stream, path, fmt)))
+                capped = _Capped(stream, path, fmt)
+                if is_history(stream.peek(len(MAGIC))[:len(MAGIC)]):  # run's, however given
+                    n, found = _history(classifier, capped)
+                    records, histories, extra = records + n, histories + 1, [*extra, *found]
+                    continue
+                classify_stream(classifier, cast(IO[bytes], capped))
         except OSError as err:
             raise usage_error(f"cannot read {path}: {err.strerror or err}",
                               "give a readable log file, or - for stdin") from None
@@ -129,13 +152,13 @@ def doctor(ctx: click.Context, root: str, fabric: FabricKind | None, logs: tuple
                               "give the log as the daemon or the kernel wrote it") from None
     findings = [*classifier.findings(), *extra]
     if as_json:
-        print_json({"fabric": fabric, "lines": classifier.lines,
+        print_json({"fabric": fabric, "lines": classifier.lines, "records": records,
                     "dropped": dict(classifier.dropped),
                     "findings": [f.to_json() for f in findings]})
     else:
         con = console()
-        con.print(f"{plural(classifier.lines, 'line')} read, fabric kind {fabric or 'unknown'}: "
-                  f"{plural(len(findings), 'finding')}")
+        con.print(f"{_read(classifier.lines, records, histories)}, fabric kind "
+                  f"{fabric or 'unknown'}: {plural(len(findings), 'finding')}")
         for reason, n in classifier.dropped.items():
             con.print(f"{plural(n, 'line')} dropped unclassified: {DROP_REASONS[reason]}",
                       markup=False)

@@ -34,7 +34,7 @@ from nvfabric.facts.nvidia import driver_version
 from nvfabric.facts.textfile import read_text_file
 from nvfabric.model.errors import NvfabricError, os_error, usage_error
 from nvfabric.model.findings import Finding
-from nvfabric.model.hostpath import PathEscape, confined, under
+from nvfabric.model.hostpath import PathEscape, confined, shown_under, under
 from nvfabric.model.keyvalue import ConfigValueError
 from nvfabric.model.words import plural
 from nvfabric.rules.imex import channels, edit, nodes, owner
@@ -262,7 +262,7 @@ def config_cmd(root: str, config_path: str, output: str | None, nodes_config: st
     shipped = imex_facts.read_file(root, config_path)
     if shipped is None:
         raise NvfabricError(Finding(
-            "config_invalid_value", "error", f"no IMEX config at {config_path}",
+            "config_invalid_value", "error", f"no IMEX config at {shown_under(root, config_path)}",
             "install the nvidia-imex package matching the driver, or give --config",
             {"key": "config", "path": config_path}))
     peers = peers_from_options(root, peers_file, peers_slurm, peer)
@@ -358,7 +358,7 @@ def _current_node_list(root: str, plan: edit.ConfigEdit) -> tuple[tuple[nodes.Pe
     if text is None and old_path != path:
         where, text = old_path, imex_facts.read_file(root, old_path)
     if text is None:
-        raise usage_error(f"no node list at {path} and none given",
+        raise usage_error(f"no node list at {shown_under(root, path)} and none given",
                           "give --peers FILE, --peers-slurm HOSTLIST or --peer ADDR")
     try:
         return nodes.parse_nodes_config(text), move

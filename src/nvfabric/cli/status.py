@@ -40,7 +40,7 @@ from nvfabric.effects.atomic import write_atomic
 from nvfabric.effects.log import printable
 from nvfabric.effects.stdio import print_json
 from nvfabric.model.errors import NvfabricError, os_error, usage_error
-from nvfabric.model.hostpath import confined
+from nvfabric.model.hostpath import confined, shown_under
 from nvfabric.model.vocab import FABRIC_KINDS, FabricKind
 from nvfabric.observe.metrics import render
 
@@ -123,8 +123,9 @@ grace_option = click.option(
 @click.option("--prometheus", is_flag=True,
               help="Print the reading as Prometheus metrics (text format) instead.")
 @click.option("--textfile", metavar="PATH", default=None,
-              help="Also write the metrics to PATH (*.prom) atomically, for node_exporter's "
-                   "textfile collector.")
+              help="Also write the metrics to PATH (*.prom, a host path under --root; "
+                   "its directory must exist) atomically, for node_exporter's textfile "
+                   "collector.")
 @json_option
 @click.pass_context
 @guarded
@@ -181,9 +182,11 @@ def textfile_path(root: str, path: str) -> str:
         raise usage_error(str(err), "host paths are absolute, resolved under --root, and may "
                           "not leave it") from None
     if not os.path.isdir(os.path.dirname(full) or "/"):
-        raise usage_error(f"--textfile {path!r}: no directory {os.path.dirname(path)}",
+        raise usage_error(f"--textfile {path!r}: no directory "
+                          f"{shown_under(root, os.path.dirname(path))}",
                           "create the textfile collector's directory (node_exporter "
-                          "--collector.textfile.directory) first")
+                          "--collector.textfile.directory) first; the path is a host path "
+                          "under --root")
     return full
 
 

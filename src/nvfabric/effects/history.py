@@ -33,7 +33,7 @@ import time
 import zlib
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 from nvfabric.model.findings import Finding, is_code
 from nvfabric.model.strict import parse_json
@@ -216,6 +216,25 @@ def read_file(path: str, max_bytes: int = DEFAULT_MAX_BYTES) -> Reading:
         fh.seek(start)
         data = fh.read(limit)
     return parse(data, middle=bool(start))
+
+
+class _Chunks(Protocol):
+    def read1(self, size: int = -1, /) -> bytes: ...
+
+
+def read_stream(stream: _Chunks, max_bytes: int = DEFAULT_MAX_BYTES) -> Reading:
+    """The records of a history read from ``stream`` (stdin, a decompressed ``events.gz``:
+    :func:`nvfabric.facts.textfile.decompressing`), its last ``max_bytes`` plus a record at
+    most kept while it is read (memory bounded; time is the caller's bound)."""
+    limit = max_bytes + MAX_RECORD + _HEAD
+    kept = bytearray()
+    middle = False
+    while block := stream.read1(1 << 16):
+        kept += block
+        if len(kept) > limit:
+            del kept[:len(kept) - limit]
+            middle = True
+    return parse(bytes(kept), middle=middle)
 
 
 def parse(data: bytes, middle: bool = False) -> Reading:

@@ -229,6 +229,15 @@ def under(root: str, path: str) -> str:
     return base if relative == "." else os.path.join(base, relative)
 
 
+def shown_under(root: str, path: str) -> str:
+    """How a message names the host path ``path`` looked for under ``root``: where it was
+    looked for and what was typed (``R/etc/x (/etc/x under --root R)``), or ``path`` itself
+    under ``/``. A path that names the host's file where the tree's was meant reads as a
+    false "no such file" to an operator who sees it exists."""
+    full = under(root, path)
+    return path if full == path else f"{full} ({path} under --root {root})"
+
+
 def _node_sees(full: str) -> str:
     """``; the node resolves it to X`` (X a host path, :func:`in_root`) for the refusals of
     :func:`confined` and :func:`program`, or nothing when that cannot be said."""

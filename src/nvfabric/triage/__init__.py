@@ -20,8 +20,8 @@ import stat
 from dataclasses import replace
 from typing import IO, Any, cast
 
-from nvfabric.effects.history import MAGIC, for_diagnosis, is_history, read_file
-from nvfabric.facts.textfile import open_input
+from nvfabric.effects.history import MAGIC, for_diagnosis, is_history, read_stream
+from nvfabric.facts.textfile import decompressing, open_input
 from nvfabric.model.errors import usage_error
 from nvfabric.rules.diagnose import Classifier
 from nvfabric.triage.build import Triage, build
@@ -95,15 +95,15 @@ def with_history(t: Triage, path: str) -> Triage:
     kind, its other findings as recorded; error findings first. NvfabricError (exit 2) when
     the file cannot be read or is no event history."""
     try:
-        with open(path, "rb") as fh:
-            head = fh.read(len(MAGIC))
-        reading = read_file(path)
+        with open_input(path) as fh:  # the file, stdin, or either compressed
+            stream, _ = decompressing(fh, path)
+            if not is_history(stream.peek(len(MAGIC))[:len(MAGIC)]):
+                raise usage_error(f"--events {path}: not an event history of nvfabric run",
+                                  "give <state-dir>/events (default /run/nvfabric/events)")
+            reading = read_stream(stream)
     except OSError as err:
         raise usage_error(f"--events {path}: {err.strerror or err}",
                           "give the events file of nvfabric run's state directory") from None
-    if not is_history(head):
-        raise usage_error(f"--events {path}: not an event history of nvfabric run",
-                          "give <state-dir>/events (default /run/nvfabric/events)")
     lines, found = for_diagnosis(reading.records)
     classifier = Classifier(t.plan.fabric)
     for line in lines:
