@@ -286,7 +286,8 @@ def test_r04_a_second_run_after_registration_needs_the_reset(
         human = run_cli("run", "--root", str(root), *args)
         assert human.returncode == 1
         assert "restart_needs_gpu_reset: GPUs are already registered" in human.stderr
-        assert "hint: stop CUDA clients, then run again with --gpu-reset-command" in human.stderr
+        assert ("hint: stop CUDA clients, then run again with the GPU reset: `nvfabric run "
+                f"--root {root} --gpu-reset-command") in human.stderr
     # with the reset command the dry run says what it would do, and would start (the
     # tree's nvidia-smi: a bare "nvidia-smi" is not on this machine's PATH, and a reset
     # command that cannot run is a refusal, tests/cli/test_run_dry_checks.py)

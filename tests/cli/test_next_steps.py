@@ -94,7 +94,8 @@ def test_the_preflight_names_the_root_in_its_status_command() -> None:
 
 
 def test_the_channel_fix_creates_the_channel_under_the_root() -> None:
-    assert "`nvfabric imex channel --root /host --create 3`" in channels.fixes(3, 234, "/host")
+    assert "`nvfabric imex channel --root /host --create 3`" in channels.fixes(
+        3, 234, HintContext("/host"))
     facts = channels.ChannelFacts(234, root="/host")
     [finding] = channels.check(facts)
     assert "`nvfabric imex channel --root /host --create 0`" in finding.hint

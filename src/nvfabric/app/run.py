@@ -52,7 +52,7 @@ from nvfabric.effects.log import Log
 from nvfabric.effects.notify import notify_nothing_to_start
 from nvfabric.effects.runlock import READY_FILE, RunLock, run_lock_holder
 from nvfabric.facts import inventory, services
-from nvfabric.facts.fs import program_path
+from nvfabric.facts.fs import node_program, program_path
 from nvfabric.facts.imex import tray
 from nvfabric.facts.parallel import Pending
 from nvfabric.facts.probes import GpuReading
@@ -187,7 +187,7 @@ def run(o: RunOptions) -> RunResult:
                        kube.run_target(o.kube, o.root) if kube.publishing(o.kube) else None)
     # 1. The node: PCI functions, VPD, InfiniBand ports, the loaded driver; the plan (pure).
     inv = inventory.collect(o.root, o.arch)
-    p = plan(inv)
+    p = plan(inv, HintContext(o.root))
     try:
         return _bring_up(o, outside, inv, p)
     except stop.Stopped:  # during a wait of the preflight, or at the hand-over
@@ -390,7 +390,8 @@ def _preflight(o: RunOptions, inv: Inventory, p: Plan, up: _Bringup) -> _Checked
     facts = collect.probes(o.root, inv, prepared.checks(), up.gpu_read)
     pre = preflight(facts, prepared.preflight_processes(), driver=p.driver_version,
                     needs_reset=prepared.needs_reset, reset_argv=up.reset_argv,
-                    reset_found=up.reset_found)
+                    reset_found=up.reset_found, hints=HintContext(o.root),
+                    smi=node_program(o.root, "nvidia-smi"))
     # the plan's warnings (management_port_unverified) go with the preflight's
     findings = (*p.findings, *pre.findings)
     if o.dry_run:

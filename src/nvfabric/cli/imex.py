@@ -32,6 +32,7 @@ from nvfabric.facts.imex import tray as imex_facts
 from nvfabric.facts.inventory import require_root
 from nvfabric.facts.nvidia import driver_version
 from nvfabric.facts.textfile import read_text_file
+from nvfabric.model.commandline import HintContext
 from nvfabric.model.errors import NvfabricError, os_error, usage_error
 from nvfabric.model.findings import Finding
 from nvfabric.model.hostpath import PathEscape, confined, shown_under, under
@@ -122,7 +123,7 @@ def channel_cmd(root: str, create: int | None, imex_owner: str | None, as_json: 
             created = _create(root, facts, create)
             facts = imex_facts.read_channels(root)
     required = (create,) if create is not None else decision.required_channels
-    findings = channels.check(facts, required)
+    findings = channels.check(facts, required, HintContext(root))
     needed = f"channel{create} (--create)" if create is not None else decision.channel_duty
     if as_json:
         print_json({**facts.to_json(), "owner": decision.owner,
@@ -182,7 +183,8 @@ def _create(root: str, facts: channels.ChannelFacts, number: int) -> str:
         raise NvfabricError(Finding(
             "imex_channel_missing", "error",
             f"cannot create {path}: {err.strerror or err}",
-            imex_effects.mknod_hint(err) + "; or " + channels.fixes(number, facts.major, root),
+            imex_effects.mknod_hint(err) + "; or "
+            + channels.fixes(number, facts.major, HintContext(root)),
             {"channel": number, "major": facts.major, "path": path},
         )) from None
     return path

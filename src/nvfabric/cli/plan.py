@@ -17,6 +17,7 @@ from nvfabric.cli.render import (
 )
 from nvfabric.effects.stdio import print_json
 from nvfabric.facts.inventory import collect
+from nvfabric.model.commandline import HintContext
 from nvfabric.rules.plan import Plan, plan
 
 
@@ -47,7 +48,7 @@ def print_plan(p: Plan) -> None:
 @guarded
 def plan_cmd(root: str, arch: str | None, as_json: bool) -> None:
     """Decide the fabric kind, services, management port; exit 1 when blocked."""
-    p = plan(collect(root, arch))
+    p = plan(collect(root, arch), HintContext(root))
     if as_json:
         print_json(p.to_json())
     else:

@@ -15,6 +15,7 @@ from nvfabric.effects import imex
 from nvfabric.effects.atomic import write_atomic
 from nvfabric.effects.dirs import ensure_dir
 from nvfabric.effects.imex import mknod_hint
+from nvfabric.model.commandline import HintContext
 from nvfabric.model.findings import Finding
 from nvfabric.model.hostpath import PathEscape
 from nvfabric.rules.imex import channels
@@ -53,6 +54,6 @@ def _make_channel(node: ChannelNode, root: str, say: Callable[[str], None]) -> F
         return Finding(
             "imex_channel_missing", "error",
             f"cannot create {channels.channel_path(node.minor)}: {why}",
-            first + "; or " + channels.fixes(node.minor, node.major, root),
+            first + "; or " + channels.fixes(node.minor, node.major, HintContext(root)),
             {"channel": node.minor, "major": node.major})
     return None

@@ -300,6 +300,28 @@ def program_path(program: str, path_env: str | None = None) -> str | None:
                         os.environ.get("PATH", os.defpath))
 
 
+#: The directories a node's root shell searches (Debian's and systemd's default PATH).
+NODE_PATH = ("/usr/local/sbin", "/usr/local/bin", "/usr/sbin", "/usr/bin", "/sbin", "/bin")
+
+
+def node_program(root: str, program: str) -> str:
+    """``program`` (a bare name) as this machine runs the node's copy under ``root``: the
+    name itself on ``/`` (the host's PATH finds it), else the first executable file of that
+    name in :data:`NODE_PATH` under the root that execve reaches without leaving it (a link
+    to an absolute target is followed from this machine's view, so a tree's
+    ``usr/bin/nvidia-smi -> /bin/nvidia-smi`` is passed over for its ``bin/nvidia-smi``);
+    where none is, ``ROOT/usr/bin/PROGRAM``, the vendor path."""
+    base = os.path.abspath(root).rstrip("/")
+    if not base:
+        return program
+    for directory in NODE_PATH:
+        full = base + directory + "/" + program
+        real = os.path.realpath(full)
+        if (real == base or real.startswith(base + "/")) and program_path(full) is not None:
+            return full
+    return f"{base}/usr/bin/{program}"
+
+
 def unwritable(path: str) -> int | None:
     """The errno a write at ``path`` (a directory that may not exist yet) would fail with,
     judged without writing: EROFS when the nearest existing directory on the way is on a

@@ -210,3 +210,8 @@ class HintContext:
         """``nvfabric imex domain`` asking the daemon that runs, with its config."""
         options = (("--config", self.imex_config),)
         return f"`{self.nvfabric('imex', 'domain', options=options)}`"
+
+
+#: The node itself with nothing known: the hint context of rules asked without one (a bug
+#: report's plan, a saved capture).
+THE_NODE = HintContext()

@@ -22,6 +22,7 @@ Virtualization Model"; :data:`nvfabric.rules.products.BASEBOARDS`):
 
 from __future__ import annotations
 
+from nvfabric.model.commandline import HintContext
 from nvfabric.model.findings import Finding
 from nvfabric.model.inventory import Inventory
 from nvfabric.model.words import plural
@@ -39,7 +40,8 @@ def sxm_gpus(inv: Inventory) -> dict[Product, int]:
     return out
 
 
-def sxm_without_nvswitch(hidden: dict[Product, int]) -> Finding:
+def sxm_without_nvswitch(hidden: dict[Product, int], hints: HintContext
+                         ) -> Finding:
     """The warning of SXM GPUs whose baseboard's NVSwitches this machine does not see. One GPU
     of such a board waits in fabric state In Progress unless NVLink is disabled in the guest
     (NVreg_NvLinkDisable=1, which the cozystack tenant GPU operator sets for single SXM GPU
@@ -62,7 +64,8 @@ def sxm_without_nvswitch(hidden: dict[Product, int]) -> Finding:
         "warning",
         what,
         "full passthrough: pass every NVSwitch of the baseboard (PCI class 0x0680) into this "
-        "guest with its GPUs; `nvfabric plan` then plans fabric manager here. Shared NVSwitch "
+        f"guest with its GPUs; `{hints.nvfabric('plan')}` then plans fabric manager here. "
+        "Shared NVSwitch "
         "or vGPU: fabric manager runs in the service VM or the host and must activate a "
         "partition with these GPUs: check it there (NVIDIA Fabric Manager User Guide, "
         "\"Virtualization Models\")",
@@ -71,7 +74,8 @@ def sxm_without_nvswitch(hidden: dict[Product, int]) -> Finding:
     )
 
 
-def partial_nvswitches(inv: Inventory, reasons: list[str]) -> Finding | None:
+def partial_nvswitches(inv: Inventory, reasons: list[str],
+                       hints: HintContext) -> Finding | None:
     """``nvswitch_topology_mismatch`` when the GPUs of one baseboard product have fewer
     NVSwitches than their baseboards carry: on PCI, or (the driver loaded and listing some)
     in /proc/driver/nvidia-nvswitch/devices. An error with a whole baseboard's GPUs or more,
@@ -116,8 +120,8 @@ def partial_nvswitches(inv: Inventory, reasons: list[str]) -> Finding | None:
         "NVSwitch model none (fabric manager runs in the service VM): pass the missing "
         "ones (PCI class 0x0680) or none (NVIDIA Fabric Manager User Guide, \"Full "
         "Passthrough Virtualization Model\"). On bare metal a switch is off the bus or failed: "
-        "`lspci -d 10de::0680`, NVSwitch SXid or probe errors in `dmesg`; reseat, or the "
-        "vendor's RMA",
+        f"`lspci -d 10de::0680`{hints.on_host()}, NVSwitch SXid or probe errors in "
+        f"`dmesg`{hints.on_host()}; reseat, or the vendor's RMA",
         {"product": product.name, "gpus": gpus, "baseboard": board.name,
          "nvswitches_expected": expected, "nvswitches_on_pci": on_pci,
          "nvswitches_listed": driver_view, "missing_from_pci": missing,
@@ -129,7 +133,8 @@ def partial_nvswitches(inv: Inventory, reasons: list[str]) -> Finding | None:
 BASEBOARD_ROLES = frozenset({"nvswitch_gpu", "nvlink5_gpu", "mnnvl_gpu"})
 
 
-def baseboard_mixed(inv: Inventory, starts: bool, fabric: str) -> Finding | None:
+def baseboard_mixed(inv: Inventory, starts: bool, fabric: str,
+                    hints: HintContext) -> Finding | None:
     """``baseboard_mixed`` when the node's baseboard GPUs are of more than one product, or
     its NVSwitch GPUs sit beside NVSwitches of another generation than their baseboard
     carries; an error where the plan of fabric ``fabric`` ``starts`` a service, else a
@@ -159,7 +164,8 @@ def baseboard_mixed(inv: Inventory, starts: bool, fabric: str) -> Finding | None
         f"{what}: no baseboard NVIDIA ships has them together, so no fabric topology fits "
         + (f"the {fabric} plan; nothing is started on a guess"
            if starts else "them"),
-        "check what is on PCI (`lspci -nn -d 10de:`): a board is one product throughout; a VM "
+        f"check what is on PCI (`lspci -nn -d 10de:`{hints.on_host()}): a board is one product "
+        "throughout; a VM "
         "given GPUs of two hosts or boards, or a misread device ID, is what shows this; fix "
         "the assignment (each baseboard's GPUs and NVSwitches together)",
         {"products": named, "nvswitches": sorted({name_of(f.vendor, f.device)

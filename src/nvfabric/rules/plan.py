@@ -28,9 +28,11 @@ first eligible is taken. NVLink 5 GPUs without any LPF on PCI block with
 
 from __future__ import annotations
 
+import shlex
 from dataclasses import dataclass, field
 from typing import Any
 
+from nvfabric.model.commandline import THE_NODE, HintContext
 from nvfabric.model.findings import Finding
 from nvfabric.model.inventory import MELLANOX, IbDevice, Inventory, PciFunction
 from nvfabric.model.vocab import FabricKind, Service
@@ -51,14 +53,23 @@ SERVICES_BY_FABRIC: dict[FabricKind, tuple[Service, ...]] = {
     "mnnvl": ("imex",),
 }
 
-HINT_IB_STACK = (
-    "load the InfiniBand stack: `modprobe mlx5_ib ib_umad`, and make it persistent with "
-    "`printf 'mlx5_ib\\nib_umad\\n' > /etc/modules-load.d/nvlink5.conf`"
-)
-HINT_IB_UMAD = (
-    "`modprobe ib_umad` and add `ib_umad` to /etc/modules-load.d/ so NVLSM and fabric manager "
-    "find /dev/infiniband/umad* after a reboot"
-)
+#: The file that loads the IB stack at boot (modules-load.d(5)), host path.
+IB_MODULES_FILE = "/etc/modules-load.d/nvlink5.conf"
+
+
+def hint_ib_stack(hints: HintContext) -> str:
+    """How to load the InfiniBand stack now (on the running kernel) and at every boot (a
+    file under the node's root)."""
+    persist = shlex.join(["printf", "mlx5_ib\\nib_umad\\n"])
+    return (f"load the InfiniBand stack: `modprobe mlx5_ib ib_umad`{hints.on_host()}, and make "
+            f"it persistent with `{persist} > {shlex.quote(hints.path(IB_MODULES_FILE))}`")
+
+
+def hint_ib_umad(hints: HintContext) -> str:
+    """How to load ib_umad now and at every boot."""
+    return (f"`modprobe ib_umad`{hints.on_host()} and add `ib_umad` to "
+            f"{hints.placeholder('path', '/etc/modules-load.d/')} so NVLSM and fabric manager "
+            f"find {hints.path('/dev/infiniband')}/umad* after a reboot")
 
 
 @dataclass(frozen=True)
@@ -110,8 +121,10 @@ class Plan:
         }
 
 
-def plan(inv: Inventory) -> Plan:
-    """Decide the fabric of a node. Pure: reads only ``inv``."""
+def plan(inv: Inventory, hints: HintContext = THE_NODE) -> Plan:
+    """Decide the fabric of a node. Pure: reads only ``inv``. ``hints``: the node the
+    findings' hints type their commands and host paths for (the root the operator gave;
+    the default, the node itself)."""
     reasons: list[str] = []
     blockers: list[Finding] = []
     findings: list[Finding] = []
@@ -135,24 +148,24 @@ def plan(inv: Inventory) -> Plan:
         )
     elif lpfs or roles.get("nvlink5_gpu"):
         fabric = "nvlink5"
-        port = _nvlink5(inv, reasons, blockers, findings)
+        port = _nvlink5(inv, reasons, blockers, findings, hints)
     elif switches:
         fabric = "nvswitch"
-        partial = _nvswitch(inv, reasons)
+        partial = _nvswitch(inv, reasons, hints)
         if partial is not None:
             (blockers if partial.severity == "error" else findings).append(partial)
     else:
         fabric = "none"
-        _no_switch(inv, reasons, findings)
-    mixed = baseboard_mixed(inv, bool(SERVICES_BY_FABRIC[fabric]), fabric)
+        _no_switch(inv, reasons, findings, hints)
+    mixed = baseboard_mixed(inv, bool(SERVICES_BY_FABRIC[fabric]), fabric, hints)
     if mixed is not None:
         reasons.append("no baseboard NVIDIA ships: " + mixed.message.split(": no baseboard")[0])
         (blockers if mixed.severity == "error" else findings).append(mixed)
 
     if fabric != "none" and inv.driver_version is None and inv.driver_unreadable:
-        blockers.append(_driver_unreadable(fabric, inv.driver_unreadable))
+        blockers.append(_driver_unreadable(fabric, inv.driver_unreadable, hints))
     elif fabric != "none" and (inv.driver_version is None or "nvidia" not in inv.modules):
-        blockers.append(_driver_not_loaded(fabric))
+        blockers.append(_driver_not_loaded(fabric, hints))
     return Plan(
         fabric=fabric,
         services=SERVICES_BY_FABRIC[fabric],
@@ -167,7 +180,8 @@ def plan(inv: Inventory) -> Plan:
     )
 
 
-def _no_switch(inv: Inventory, reasons: list[str], findings: list[Finding]) -> None:
+def _no_switch(inv: Inventory, reasons: list[str], findings: list[Finding],
+               hints: HintContext) -> None:
     """The reason of a node with nothing to manage; SXM GPUs of an NVSwitch baseboard with no
     NVSwitch on PCI get their own reason, and the ``sxm_gpus_without_nvswitch`` warning when
     there are more of them than a baseboard links without NVSwitches."""
@@ -198,11 +212,11 @@ def _no_switch(inv: Inventory, reasons: list[str], findings: list[Finding]) -> N
            "nothing to start here" if sum(hidden.values()) == 1 else
            "guest without the baseboard's NVSwitches; nothing to start here, NVLink needs them")
     )
-    findings.append(sxm_without_nvswitch(hidden))
+    findings.append(sxm_without_nvswitch(hidden, hints))
 
 
 def _nvlink5(inv: Inventory, reasons: list[str], blockers: list[Finding],
-             findings: list[Finding]) -> ManagementPort | None:
+             findings: list[Finding], hints: HintContext) -> ManagementPort | None:
     """An NVLink 5 node: its LPFs and management port (:func:`_nvlink5_checks`), or the
     blocker of NVLink 5 GPUs without a visible LPF."""
     lpfs = inv.lpfs
@@ -212,14 +226,14 @@ def _nvlink5(inv: Inventory, reasons: list[str], blockers: list[Finding],
             + ", ".join(f.address for f in lpfs)
             + "): NVLink 5 baseboard, NVLSM then fabric manager"
         )
-        return _nvlink5_checks(inv, reasons, blockers, findings)
+        return _nvlink5_checks(inv, reasons, blockers, findings, hints)
     reasons.append("NVLink 5 GPUs but no LPF (VPD SMDL=SW_MNG) visible on PCI")
     reasons.append("management port: not chosen, no LPF on PCI")
-    blockers.append(_no_lpf(inv))
+    blockers.append(_no_lpf(inv, hints))
     return None
 
 
-def _nvswitch(inv: Inventory, reasons: list[str]) -> Finding | None:
+def _nvswitch(inv: Inventory, reasons: list[str], hints: HintContext) -> Finding | None:
     """An NVSwitch node: its switches, those the driver does not list, and the
     ``nvswitch_topology_mismatch`` finding when its GPUs' baseboards carry more NVSwitches
     than fabric manager would find (module docstring)."""
@@ -235,7 +249,7 @@ def _nvswitch(inv: Inventory, reasons: list[str]) -> Finding | None:
             f"only {listed} of {len(switches)} NVSwitches appear in "
             "/proc/driver/nvidia-nvswitch/devices; fabric manager will see only those"
         )
-    return partial_nvswitches(inv, reasons)
+    return partial_nvswitches(inv, reasons, hints)
 
 
 def _products(inv: Inventory) -> tuple[dict[str, int], tuple[str, ...]]:
@@ -252,19 +266,19 @@ def _products(inv: Inventory) -> tuple[dict[str, int], tuple[str, ...]]:
     return roles, tuple(f"{n} x{c}" for n, c in names.items())
 
 
-def _driver_not_loaded(fabric: str) -> Finding:
+def _driver_not_loaded(fabric: str, hints: HintContext) -> Finding:
     """The blocker of a node with a fabric and no NVIDIA kernel module loaded."""
     return Finding(
         "driver_not_loaded",
         "error",
         f"the NVIDIA kernel module is not loaded; a {fabric} node needs it before any "
         "fabric service",
-        "load the driver (`modprobe nvidia`) or install it; fabric services must match "
-        "its exact version",
+        f"load the driver (`modprobe nvidia`{hints.on_host()}) or install it; fabric services "
+        "must match its exact version",
     )
 
 
-def _driver_unreadable(fabric: str, why: str) -> Finding:
+def _driver_unreadable(fabric: str, why: str, hints: HintContext) -> Finding:
     """The blocker of a node whose driver version cannot be read: not "not loaded" (the
     module's files are there), but nothing can be matched to an unknown version."""
     return Finding(
@@ -272,7 +286,8 @@ def _driver_unreadable(fabric: str, why: str) -> Finding:
         "error",
         f"the loaded NVIDIA driver's version cannot be read ({why}); a {fabric} node's fabric "
         "services must match it exactly, so nothing can be chosen",
-        "read it as root (`cat /sys/module/nvidia/version`); a file that exists but cannot be "
+        f"read it as root (`{shlex.join(['cat', hints.path('/sys/module/nvidia/version')])}`"
+        "); a file that exists but cannot be "
         "read is a permission or a container mount problem, not a missing driver",
         {"reason": why},
     )
@@ -283,7 +298,7 @@ def _name(vendor: int, device: int) -> str:
     return product.name if product else f"{vendor:04x}:{device:04x}"
 
 
-def _no_lpf(inv: Inventory) -> Finding:
+def _no_lpf(inv: Inventory, hints: HintContext) -> Finding:
     """The blocker of NVLink 5 GPUs without any LPF on PCI: there is no port GUID to give
     NVLSM and fabric manager, whatever the IB stack. Names the ConnectX functions that are on
     PCI and those whose VPD could not be read (sysfs ``vpd`` is mode 0600, root only: Linux
@@ -302,14 +317,16 @@ def _no_lpf(inv: Inventory) -> Finding:
         "no LPF (ConnectX function whose VPD has SMDL=SW_MNG) visible on PCI (" + detail
         + "); NVLSM and fabric manager need an LPF port GUID",
         "the LPFs are the baseboard's ConnectX management functions: check that the baseboard "
-        "firmware exposes them and that `lspci -d 15b3: -vvv`, run as root, shows SMDL=SW_MNG "
-        "in their [VA] field; nvfabric reads the VPD from sysfs, which only root may read",
+        f"firmware exposes them and that `lspci -d 15b3: -vvv`, run as root{hints.on_host()}, "
+        "shows SMDL=SW_MNG in their [VA] field; nvfabric reads the VPD from sysfs, which only "
+        "root may read",
         {"connectx": connectx, "without_vpd": no_vpd, "candidates": []},
     )
 
 
 def _nvlink5_checks(
-    inv: Inventory, reasons: list[str], blockers: list[Finding], findings: list[Finding]
+    inv: Inventory, reasons: list[str], blockers: list[Finding], findings: list[Finding],
+    hints: HintContext,
 ) -> ManagementPort | None:
     """IB stack checks and management port choice for an NVLink 5 node."""
     lpf_addresses = {f.address for f in inv.lpfs}
@@ -325,7 +342,7 @@ def _nvlink5_checks(
                 "the LPFs have no InfiniBand device ("
                 + (", ".join(missing) + " not loaded" if missing else "no sys/class/infiniband")
                 + "); NVLSM and fabric manager cannot reach the NVSwitches",
-                HINT_IB_STACK,
+                hint_ib_stack(hints),
                 {"missing_modules": missing},
             )
         )
@@ -338,7 +355,7 @@ def _nvlink5_checks(
                 "error",
                 "kernel module ib_umad is not loaded; NVLSM and fabric manager need "
                 "/dev/infiniband/umad* to talk to the NVSwitches",
-                HINT_IB_UMAD,
+                hint_ib_umad(hints),
                 {"module": "ib_umad"},
             )
         )
@@ -346,7 +363,7 @@ def _nvlink5_checks(
     unknown = [f for f in inv.pci if f.lpf_unknown]
     _not_candidates(inv, lpf_addresses, unknown, reasons)
     if chosen is None:
-        blockers.append(_no_port(candidates, unreadable_seen))
+        blockers.append(_no_port(candidates, unreadable_seen, hints))
         return None
     # the choice is the first eligible port in order: an unreadable candidate before it
     # (a port skipped for unreadable values, an LPF that may hide behind an unreadable VPD)
@@ -356,7 +373,7 @@ def _nvlink5_checks(
     hidden = [_function_name(inv, f.address) for f in unknown
               if (dev := inv.ib_device_for(f.address)) is None or dev.name < chosen.device]
     if skipped or hidden:
-        findings.append(_port_unverified(chosen, skipped, hidden))
+        findings.append(_port_unverified(chosen, skipped, hidden, hints))
     return chosen
 
 
@@ -384,8 +401,8 @@ def _function_name(inv: Inventory, address: str) -> str:
     return f"{dev.name} ({address})" if dev is not None else address
 
 
-def _port_unverified(chosen: ManagementPort, skipped: list[str], hidden: list[str]
-                     ) -> Finding:
+def _port_unverified(chosen: ManagementPort, skipped: list[str], hidden: list[str],
+                     hints: HintContext) -> Finding:
     """The warning of a management port chosen after candidates that could not be read."""
     parts = ([f"LPF port{'s' if len(skipped) > 1 else ''} {', '.join(skipped)} skipped for "
               "unreadable values"] if skipped else []) + (
@@ -398,9 +415,9 @@ def _port_unverified(chosen: ManagementPort, skipped: list[str], hidden: list[st
         f"after candidates that could not be read: {'; '.join(parts)}; if one of them is "
         "eligible, the vendor's procedure takes it instead, and NVLSM and fabric manager run "
         "on another port than it would",
-        "read them as root (`lspci -s ADDRESS -vvv`: [VA] SMDL=SW_MNG; `ibstat`), look for "
-        "VPD or port read errors in `dmesg`; the chosen GUID is passed to NVLSM and fabric "
-        "manager as planned",
+        f"read them as root{hints.on_host()} (`lspci -s ADDRESS -vvv`: [VA] SMDL=SW_MNG; "
+        f"`ibstat`), look for VPD or port read errors in `dmesg`{hints.on_host()}; the chosen "
+        "GUID is passed to NVLSM and fabric manager as planned",
         {"chosen": chosen.to_json(), "skipped_ports": skipped, "unreadable_vpd": hidden},
     )
 
@@ -441,7 +458,8 @@ def _choose_port(lpf_devices: list[IbDevice], reasons: list[str]
     return chosen, candidates, unreadable_seen
 
 
-def _no_port(candidates: list[dict[str, Any]], unreadable_seen: bool) -> Finding:
+def _no_port(candidates: list[dict[str, Any]], unreadable_seen: bool,
+             hints: HintContext) -> Finding:
     """The blocker of NVLink 5 LPFs none of whose ports can host NVLSM, each candidate named."""
     listing = "; ".join(
         f"{c['device']}/{c['port']} {c['guid']} cap_mask {c['cap_mask']}: {c['verdict']}"
@@ -453,8 +471,10 @@ def _no_port(candidates: list[dict[str, Any]], unreadable_seen: bool) -> Finding
         "no LPF port can host NVLSM"
         + (f" ({listing})" if listing else " (the LPF IB devices have no ports)"),
         "an LPF port with the SM enabled (capability mask bit 0x400 clear) and a "
-        "non-zero GUID is needed: check the baseboard firmware and `ibstat` of each LPF"
-        + ("; a port whose ports/N/cap_mask or gids/0 under /sys/class/infiniband "
-           "cannot be read is never taken" if unreadable_seen else ""),
+        f"non-zero GUID is needed: check the baseboard firmware and `ibstat` of each "
+        f"LPF{hints.on_host()}"
+        + ("; a port whose ports/N/cap_mask or gids/0 under "
+           f"{hints.path('/sys/class/infiniband')} cannot be read is never taken"
+           if unreadable_seen else ""),
         {"candidates": candidates},
     )

@@ -24,7 +24,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from nvfabric.model import versions
-from nvfabric.model.commandline import command_line
+from nvfabric.model.commandline import THE_NODE, HintContext, command_line
 from nvfabric.model.findings import Finding
 from nvfabric.model.health import summarise_gpus
 from nvfabric.rules.nodefacts import NodeFacts, RunningService, VersionRead
@@ -83,21 +83,23 @@ def service_running(running: Iterable[RunningService], services: Iterable[str],
     return tuple(out)
 
 
-def binary_missing(proc: Process, driver: str | None) -> Finding:
+def binary_missing(proc: Process, driver: str | None,
+                   hints: HintContext = THE_NODE) -> Finding:
     """The binary of ``proc`` is not an executable file."""
     if proc.name == "nvlsm":
         return Finding(
             "nvlsm_missing", "error",
             f"NVLSM is not installed at {proc.binary}; an NVLink 5 baseboard needs it before "
             "fabric manager", "install the nvlsm package of the same CUDA release as the "
-            "driver (`nvfabric fetch`), or pass --nvlsm-bin", {"path": proc.binary})
+            f"driver (`{hints.nvfabric('fetch')}`), or pass --nvlsm-bin", {"path": proc.binary})
     return Finding(
         "binary_missing", "error", f"{proc.name} is not installed at {proc.binary} (or not "
         "executable)", f"install it (version {driver} for fabric manager, "
         "to match the driver) or pass its path", {"service": proc.name, "path": proc.binary})
 
 
-def fm_version(binary: str, driver: str | None, read: VersionRead) -> list[Finding]:
+def fm_version(binary: str, driver: str | None, read: VersionRead,
+               hints: HintContext = THE_NODE) -> list[Finding]:
     """``nv-fabricmanager --version`` against the loaded driver, compared as fetch does
     (numeric per field: 550.90.7 is 550.90.07), both printed as published."""
     if read.finding is not None:
@@ -118,7 +120,8 @@ def fm_version(binary: str, driver: str | None, read: VersionRead) -> list[Findi
         return [Finding("version_mismatch", "error",
                         f"fabric manager {version} does not match the loaded driver {driver}; "
                         "fabric manager refuses to run", f"install fabric manager {driver} "
-                        f"exactly (or the driver {version}); `nvfabric fetch` resolves it",
+                        f"exactly (or the driver {version}); `{hints.nvfabric('fetch')}` "
+                        "resolves it",
                         {"fm_version": version, "driver_version": driver})]
     return []
 
@@ -132,12 +135,22 @@ def sm_already_running(socket: str) -> Finding:
         "hand-made unit) first; one owner per management port", {"socket": socket})
 
 
+def reset_example(hints: HintContext, smi: str = "nvidia-smi") -> str:
+    """``nvfabric run [--root R] --gpu-reset-command 'SMI -r'``, quoted: the run that resets
+    the GPUs first. ``smi``: the node's nvidia-smi as this machine runs it (the reset program
+    is looked up on this machine's PATH, never under the root: on another root, the tree's
+    own, e.g. ``R/usr/bin/nvidia-smi``)."""
+    return hints.nvfabric("run", options=(("--gpu-reset-command", f"{smi} -r"),))
+
+
 def registered(summary: str, reset_argv: tuple[str, ...] | None,
-               why: str | None = None) -> Finding:
+               why: str | None = None, hints: HintContext = THE_NODE,
+               smi: str = "nvidia-smi") -> Finding:
     """R04 at start: GPUs registered before this run (a fabric manager ran since the last
     GPU reset), or, with ``why`` (the reader's error), a fabric state that cannot be read,
     so that it is unknown: an error without ``--gpu-reset-command``, else what will be done
-    (info; after the reset R09 checks the state)."""
+    (info; after the reset R09 checks the state). ``hints``/``smi``: :func:`reset_example`."""
+    again = f"`{reset_example(hints, smi)}`"
     fields = {"services": "fabricmanager", "gpus": summary, **({"reason": why} if why else {})}
     state = (f"GPUs are already registered with the NVLink fabric ({summary})" if why is None
              else f"the GPUs' fabric state cannot be read ({why})")
@@ -154,58 +167,67 @@ def registered(summary: str, reset_argv: tuple[str, ...] | None,
             f"{state}: a fabric manager ran before; starting it again on H100 and later "
             "without a GPU reset breaks NVLink SHARP (NCCL 'invalid argument'), so nvfabric "
             "does not start it",
-            "stop CUDA clients, then run again with --gpu-reset-command 'nvidia-smi -r' (or "
-            "your reset procedure), or reboot the node", fields)
+            f"stop CUDA clients, then run again with the GPU reset: {again} (or your reset "
+            "procedure), or reboot the node", fields)
     return Finding(
         "restart_needs_gpu_reset", "error",
         f"{state}: whether they are already registered with the NVLink fabric is unknown, "
         "and starting fabric manager on registered GPUs (H100 and later) without a GPU reset "
         "breaks NVLink SHARP, so nvfabric does not start it",
-        "find why the state cannot be read (`nvidia-smi -q`, `dmesg` for Xid errors); then "
-        "run again, with --gpu-reset-command 'nvidia-smi -r' if a fabric manager ran, or "
-        "reboot the node", fields)
+        f"find why the state cannot be read (`nvidia-smi -q`{hints.on_host()}, `dmesg` for Xid "
+        f"errors{hints.on_host()}); then run again, with the GPU reset if a fabric manager "
+        f"ran: {again}, or reboot the node", fields)
 
 
-def reset_missing(reset_argv: tuple[str, ...], registered_now: bool) -> Finding:
+def reset_missing(reset_argv: tuple[str, ...], registered_now: bool,
+                  hints: HintContext = THE_NODE, smi: str = "nvidia-smi") -> Finding:
     """``--gpu-reset-command`` names a program that cannot be run (not on PATH, not an
     executable file): an error when GPUs are registered now (the reset runs before fabric
-    manager and would fail), else a warning (a restart after they register would fail)."""
+    manager and would fail), else a warning (a restart after they register would fail).
+    The program is looked up on this machine (its PATH), never under the root: the hint names
+    the node's own (:func:`reset_example`)."""
     command = shlex.join(reset_argv)
+    hint = "give the reset program's absolute path, or one on PATH, in --gpu-reset-command"
+    if not hints.host:
+        hint += (f" (looked up on this machine, not under the root): "
+                 f"`{reset_example(hints, smi)}`")
     if registered_now:
         return Finding(
             "restart_needs_gpu_reset", "error",
             f"GPUs are registered with the NVLink fabric and must be reset before fabric "
             f"manager starts, but the reset command `{command}` cannot run: "
             f"{reset_argv[0]!r} is not an executable file (nor found on PATH)",
-            "give the reset program's absolute path, or one on PATH, in --gpu-reset-command",
-            {"services": "fabricmanager", "command": list(reset_argv)})
+            hint, {"services": "fabricmanager", "command": list(reset_argv)})
     return Finding(
         "restart_needs_gpu_reset", "warning",
         f"the reset command `{command}` cannot run: {reset_argv[0]!r} is not an executable "
         "file (nor found on PATH); a restart after the GPUs register would fail at it",
-        "give the reset program's absolute path, or one on PATH, in --gpu-reset-command",
-        {"services": "fabricmanager", "command": list(reset_argv)})
+        hint, {"services": "fabricmanager", "command": list(reset_argv)})
 
 
 def preflight(facts: NodeFacts, processes: Sequence[Process], *, driver: str | None,
               needs_reset: bool, reset_argv: tuple[str, ...] | None,
-              reset_found: bool = True) -> Preflight:
+              reset_found: bool = True, hints: HintContext | None = None,
+              smi: str = "nvidia-smi") -> Preflight:
     """The checks of the module docstring over ``facts`` (probed for ``processes``: see
     :func:`nvfabric.bringup.prepared.Prepared.checks`). ``driver``: the plan's driver
     version; ``needs_reset``: a fabric manager restart needs a GPU reset on this node;
     ``reset_found``: the program of ``reset_argv`` can be run (read by the caller,
-    :func:`nvfabric.facts.fs.program_path`)."""
+    :func:`nvfabric.facts.fs.program_path`); ``hints``: the node the hints type their
+    commands for (default: the facts' root, nothing else known), ``smi`` its nvidia-smi as
+    this machine runs it (:func:`reset_example`)."""
+    hints = hints if hints is not None else HintContext(facts.root)
     problems = list(service_running(
-        facts.running, [p.name for p in processes if p.name == "fabricmanager"], facts.root))
+        facts.running, [p.name for p in processes if p.name == "fabricmanager"], hints.root))
     missing = set()
     for proc in processes:
         if not facts.executables.get(proc.binary, False):
             missing.add(proc.binary)
-            problems.append(binary_missing(proc, driver))
+            problems.append(binary_missing(proc, driver, hints))
     for proc in processes:
         if proc.name == "fabricmanager" and proc.binary not in missing:
             problems += fm_version(proc.binary, driver,
-                                   facts.fm_versions.get(proc.binary, VersionRead(None)))
+                                   facts.fm_versions.get(proc.binary, VersionRead(None)), hints)
         if proc.ready_socket and facts.sockets.get(proc.ready_socket, False):
             problems.append(sm_already_running(proc.ready_socket))
     problems += facts.config_findings
@@ -215,15 +237,16 @@ def preflight(facts: NodeFacts, processes: Sequence[Process], *, driver: str | N
         is_registered = summary.registered
         r04 = None
         if is_registered:
-            r04 = registered(summary.summary, reset_argv)
+            r04 = registered(summary.summary, reset_argv, hints=hints, smi=smi)
         elif not facts.gpus and facts.gpu_error is not None:
             # unknown is not "not registered": taken as registered, as R09 takes a state that
             # cannot be read after a reset (the reset, when given, runs and is checked)
             is_registered = True
-            r04 = registered("fabric state unreadable", reset_argv, why=facts.gpu_error)
+            r04 = registered("fabric state unreadable", reset_argv, why=facts.gpu_error,
+                             hints=hints, smi=smi)
         if reset_argv is not None and not reset_found:
             # the reset it would run cannot run: said instead of "it resets them"
-            r04 = reset_missing(reset_argv, is_registered)
+            r04 = reset_missing(reset_argv, is_registered, hints, smi)
         if r04 is not None:
             problems.append(r04)
     return Preflight(tuple(problems), is_registered)

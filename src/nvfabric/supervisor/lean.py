@@ -224,7 +224,7 @@ def _restart_checks(job: Job) -> Callable[[], Sequence[Finding]] | None:
         from nvfabric.facts.probes import fm_version
         from nvfabric.rules.preflight import fm_version as version_findings
 
-        return version_findings(binary, driver, fm_version(binary))
+        return version_findings(binary, driver, fm_version(binary), job.hints)
 
     return check
 

@@ -15,17 +15,19 @@ findings.
 from __future__ import annotations
 
 import posixpath
+import shlex
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from nvfabric.model.commandline import command_line
+from nvfabric.model.commandline import HintContext
 from nvfabric.model.errors import NvfabricError, usage_error
 from nvfabric.model.findings import Finding
 from nvfabric.model.strict import int_or_none
 from nvfabric.rules.imex.tables import (
     CAPS_DIR,
-    CHANNEL0_PERSISTENT_FIX,
+    CHANNEL0_MODPROBE_FILE,
+    CHANNEL0_OPTION,
     CHANNEL_DEVICE_NAME,
     CHANNEL_DIR,
     CHANNEL_MODE,
@@ -124,28 +126,41 @@ def channel_path(number: int) -> str:
     return f"{CHANNEL_DIR}/channel{number}"
 
 
-def fixes(number: int, major: int | None, root: str = "/") -> str:
-    """Both fixes for a missing channel: now (mknod; the command names ``root``) and
-    persistent (module parameter)."""
-    create = command_line("imex", "channel", root=root, options=(("--create", str(number)),))
+def persistent_fix(hints: HintContext) -> str:
+    """Channel0 made by the driver at every load: the module parameter in a modprobe.d file
+    under the node's root, the initramfs rebuilt and the driver reloaded where the node runs
+    (on the host whose root it is, for another root)."""
+    write = (f"{shlex.join(['echo', CHANNEL0_OPTION])} > "
+             f"{shlex.quote(hints.path(CHANNEL0_MODPROBE_FILE))}")
+    return (f"`{write}`, then rebuild the initramfs (`update-initramfs -u` or `dracut "
+            f"--force`) and reload the driver{hints.on_host()}")
+
+
+def fixes(number: int, major: int | None, hints: HintContext) -> str:
+    """Both fixes for a missing channel: now (mknod; the command names the hints' root) and
+    persistent (module parameter: :func:`persistent_fix`)."""
+    create = hints.nvfabric("imex", "channel", options=(("--create", str(number)),))
     now = (
-        f"now: `{create}` (mknod {channel_path(number)} c "
+        f"now: `{create}` (mknod {hints.path(channel_path(number))} c "
         f"{major if major is not None else '<major>'} {number}, mode 0666)"
     )
     if number == 0:
-        return f"{now}; persistent: {CHANNEL0_PERSISTENT_FIX}"
+        return f"{now}; persistent: {persistent_fix(hints)}"
     return (f"{now}; persistent: run that command at every boot (the driver creates channel0 "
             "only)")
 
 
-def check(facts: ChannelFacts, required: Iterable[int] = (0,)) -> tuple[Finding, ...]:
+def check(facts: ChannelFacts, required: Iterable[int] = (0,),
+          hints: HintContext | None = None) -> tuple[Finding, ...]:
     """Findings about the channels ``required`` (default channel0) and stray IMEX nodes.
 
     ``imex_channel_missing`` (error): no major, or a required node missing or unusable (not a
     character device, another major, another minor); ``imex_channel_permissions`` (warning):
     a node other users cannot open; ``imex_channel_stray`` (warning): a node with the IMEX major
-    elsewhere under /dev/nvidia-caps.
+    elsewhere under /dev/nvidia-caps. ``hints``: the node the hints type their commands and
+    paths for (default: the facts' root, nothing else known).
     """
+    hints = hints if hints is not None else HintContext(facts.root)
     out: list[Finding] = []
     if facts.major is None:
         why = ("the NVIDIA driver is not loaded" if not facts.driver_loaded
@@ -159,7 +174,7 @@ def check(facts: ChannelFacts, required: Iterable[int] = (0,)) -> tuple[Finding,
         ))
         return tuple(out)
     for number in required:
-        found = _channel_finding(facts, facts.major, number)
+        found = _channel_finding(facts, facts.major, number, hints)
         if found is not None:
             out.append(found)
     for cap in facts.caps:
@@ -168,13 +183,15 @@ def check(facts: ChannelFacts, required: Iterable[int] = (0,)) -> tuple[Finding,
                 "imex_channel_stray", "warning",
                 f"{cap.path} is c {cap.major},{cap.minor}: the {CHANNEL_DEVICE_NAME} major under "
                 f"{CAPS_DIR}, a wrongly created node (not a capability, not a channel)",
-                f"remove it (rm {cap.path}); channels live under {CHANNEL_DIR}",
+                f"remove it (`{shlex.join(['rm', hints.path(cap.path)])}`); channels live "
+                f"under {hints.path(CHANNEL_DIR)}",
                 {"path": cap.path, "major": cap.major, "minor": cap.minor},
             ))
     return tuple(out)
 
 
-def _channel_finding(facts: ChannelFacts, major: int, number: int) -> Finding | None:
+def _channel_finding(facts: ChannelFacts, major: int, number: int, hints: HintContext
+                     ) -> Finding | None:
     """The finding about required channel ``number`` (device ``major``): beyond
     ImexChannelCount, missing or unusable (error), or not open to other users (warning)."""
     count = facts.channel_count
@@ -192,7 +209,7 @@ def _channel_finding(facts: ChannelFacts, major: int, number: int) -> Finding | 
     node = facts.node(number)
     problem = _unusable(node, major, number)
     if problem:
-        hint = fixes(number, major, facts.root)
+        hint = fixes(number, major, hints)
         if number == 0 and facts.create_channel0:
             hint += ("; NVreg_CreateImexChannel0 is already 1, so the driver made the "
                      "device: is udev running, or /dev a container's own?")
@@ -204,7 +221,8 @@ def _channel_finding(facts: ChannelFacts, major: int, number: int) -> Finding | 
         "imex_channel_permissions", "warning",
         f"{node.path} has mode 0{node.mode:03o} (owner {node.uid}:{node.gid}): CUDA "
         "processes of other users fail with an insufficient permission error",
-        f"chmod 0666 {node.path} (NVIDIA documents crw-rw-rw-), unless channels are "
+        f"`{shlex.join(['chmod', '0666', hints.path(node.path)])}` (NVIDIA documents "
+        "crw-rw-rw-), unless channels are "
         "restricted to one user on purpose",
         {**fields, "mode": f"0{node.mode:03o}", "uid": node.uid, "gid": node.gid},
     )

@@ -120,12 +120,11 @@ PARAMS_PATH = "/proc/driver/nvidia/params"
 PARAM_CHANNEL_COUNT = "ImexChannelCount"
 PARAM_CREATE_CHANNEL0 = "CreateImexChannel0"
 
-#: Persistent fix for channel0: the module parameter, then rebuild the initramfs so it applies
-#: at the next module load. Source: CUDA Programming Guide, "IMEX channels".
-CHANNEL0_PERSISTENT_FIX = (
-    "echo 'options nvidia NVreg_CreateImexChannel0=1' > /etc/modprobe.d/nvidia-imex.conf, "
-    "then rebuild the initramfs (update-initramfs -u or dracut --force) and reload the driver"
-)
+#: Persistent fix for channel0: the module parameter in a modprobe.d file (host path), then
+#: rebuild the initramfs so it applies at the next module load. Source: CUDA Programming
+#: Guide, "IMEX channels".
+CHANNEL0_OPTION = "options nvidia NVreg_CreateImexChannel0=1"
+CHANNEL0_MODPROBE_FILE = "/etc/modprobe.d/nvidia-imex.conf"
 
 #: First driver whose IMEX accepts host names (not only addresses) in nodes_config.cfg.
 #: Source: the operators' statement of the rule, consistent with the captures
