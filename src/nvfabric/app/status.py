@@ -26,7 +26,7 @@ from nvfabric.facts import gpu, inventory, services
 from nvfabric.facts.imex import ctl, tray
 from nvfabric.facts.smi import SmiFormatError, missing_columns_error, parse
 from nvfabric.facts.textfile import read_capped
-from nvfabric.model.commandline import HintContext
+from nvfabric.model.commandline import DEFAULT_STATE_DIR, HintContext
 from nvfabric.model.errors import usage_error
 from nvfabric.model.findings import Finding
 from nvfabric.model.health import FabricHealth
@@ -286,10 +286,6 @@ def _imex_domain(root: str) -> _Domain:
     return _Domain(ctl.domain_state(under(root, IMEX_CTL), under(root, IMEX_CONFIG)))
 
 
-#: The state directory of ``nvfabric run`` (its default ``--state-dir``): run lock, ready file.
-RUN_STATE_DIR = "/run/nvfabric"
-
-
 @dataclass(frozen=True)
 class _Ready:
     ready: bool
@@ -298,9 +294,9 @@ class _Ready:
 
 def _run_ready(root: str) -> _Ready | None:
     """The readiness of a live ``nvfabric run`` on the node (RUN.md R10: its ready file, valid
-    only while its pid holds the run lock in :data:`RUN_STATE_DIR`); None when no run holds
+    only while its pid holds the run lock in :data:`DEFAULT_STATE_DIR`); None when no run holds
     the lock or the state cannot be read."""
-    state = under(root, RUN_STATE_DIR)
+    state = under(root, DEFAULT_STATE_DIR)
     try:
         if run_lock_holder(state) is None:
             return None
@@ -341,7 +337,7 @@ def tell(report: Report, root: str, req: KubeRequest) -> Told:
     cannot be used), then node-problem-detector's answer (``req.npd``). Nothing is written
     beside a live ``run --publish`` (``Told.publish_skipped`` says so)."""
     status = report.to_json()
-    skipped = kube.beside_run(root, under(root, RUN_STATE_DIR)) if req.publish else None
+    skipped = kube.beside_run(root, under(root, DEFAULT_STATE_DIR)) if req.publish else None
     error = kube.publish_once(req, root, status) if req.publish and not skipped else None
     return Told(error, kube.npd(req, status), skipped)
 
