@@ -311,15 +311,17 @@ def node_program(root: str, program: str) -> str:
     to an absolute target is followed from this machine's view, so a tree's
     ``usr/bin/nvidia-smi -> /bin/nvidia-smi`` is passed over for its ``bin/nvidia-smi``);
     where none is, ``ROOT/usr/bin/PROGRAM``, the vendor path."""
-    base = os.path.abspath(root).rstrip("/")
-    if not base:
+    if os.path.abspath(root) == "/":
         return program
     for directory in NODE_PATH:
-        full = base + directory + "/" + program
-        real = os.path.realpath(full)
-        if (real == base or real.startswith(base + "/")) and program_path(full) is not None:
+        full = hostpath.under(root, f"{directory}/{program}")
+        try:
+            hostpath.program(full)  # the one rule for a program run under a root
+        except hostpath.PathEscape:
+            continue
+        if program_path(full) is not None:
             return full
-    return f"{base}/usr/bin/{program}"
+    return hostpath.under(root, f"/usr/bin/{program}")
 
 
 def unwritable(path: str) -> int | None:
