@@ -91,6 +91,8 @@ def one_output_form(given: dict[str, bool], hint: str) -> None:
     names = f"{', '.join(chosen[:-1])} and {chosen[-1]}"
     raise usage_error(f"{names} {'both' if len(chosen) == 2 else 'all'} choose the output: "
                       "give one", hint)
+
+
 arch_option = click.option("--arch", default=None, help="Override the architecture (uname -m).")
 
 
