@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import shlex
+import shutil
 from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
@@ -355,3 +356,16 @@ def test_status_on_sxm_gpus_without_their_nvswitches_says_the_plan_and_asks_for_
     hint = by_code["registration_stuck"]["hint"]
     assert "pass --root" not in hint and "this node's plan starts nothing" in hint
     assert f"`nvfabric plan --root {root}`" in hint
+
+
+def test_status_on_a_node_whose_plan_is_blocked_names_the_blocker(tmp_path: Path) -> None:
+    # a DGX B200 without the IB stack: plan blocks with ib_stack_missing; status said only
+    # registration_stuck and "start it with nvfabric run", which the same blocker refuses
+    root = sim(tmp_path, "dgx-b200")
+    for gone in ("sys/module/mlx5_ib", "sys/module/ib_umad", "sys/class/infiniband",
+                 "sys/class/infiniband_mad"):
+        shutil.rmtree(root / gone, ignore_errors=True)
+    out, rc = run_json("status", "--root", str(root))
+    assert (rc, out["verdict"]) == (1, "unhealthy")
+    by_code = {f["code"]: f for f in out["findings"]}
+    assert by_code["ib_stack_missing"]["severity"] == "error"

@@ -237,13 +237,13 @@ def _read_node(root: str, fabric_option: FabricKind | None, live: bool) -> _Node
     (``--fabric``'s or the plan's), FABRIC_MODE and, on an mnnvl tray, who owns IMEX."""
     p = plan(inventory.collect(root))
     if not live:
-        return _Node(p.fabric, hints=HintContext(root), plan_findings=p.findings)
+        return _Node(p.fabric, hints=HintContext(root), plan_findings=(*p.blockers, *p.findings))
     kind = fabric_option or p.fabric
     found = services.read(root, SERVICES_BY_FABRIC.get(kind, p.services))
     mode = services.fabric_mode(root)
     if kind != "mnnvl":
         return _Node(p.fabric, p.gpu_count, found, mode, hints=hint_context(root, found),
-                     plan_findings=p.findings)
+                     plan_findings=(*p.blockers, *p.findings))
     # Who owns IMEX now (a live nvfabric run included) and the channels that owner needs:
     # the same rule as run's check (Ownership.required_channels).
     decision = owner.decide(tray.gather_evidence(root))
@@ -252,7 +252,7 @@ def _read_node(root: str, fabric_option: FabricKind | None, live: bool) -> _Node
     problems = tuple(f for f in (decision.conflict, decision.unknown) if f) + tuple(
         f for f in seen if f.code == "imex_channel_missing")
     return _Node(p.fabric, p.gpu_count, found, mode, decision, problems,
-                 hint_context(root, found, decision), p.findings)
+                 hint_context(root, found, decision), (*p.blockers, *p.findings))
 
 
 def node_identity(root: str, fabric: FabricKind | None,

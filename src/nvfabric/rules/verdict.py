@@ -251,8 +251,8 @@ def verdict(inp: Inputs) -> Verdict:
     gpus = inp.gpus
     reader_failed = any(f.severity == "error" for f in inp.reader_findings)
     fabric_needed = fabric not in (None, "none")
-    for f in inp.plan_findings:  # said as the plan says them; they raise no verdict
-        acc.add(None, f)
+    for f in inp.plan_findings:  # a blocker (an error): nothing can bring the fabric up
+        acc.add("unhealthy" if f.severity == "error" else None, f)
     _reader_findings(inp, acc, fabric_needed)
     _columns_unread(inp, acc)
     _gpus_missing(inp, acc, reader_failed)
