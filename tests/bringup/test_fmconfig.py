@@ -66,6 +66,17 @@ def test_operator_overrides_env_then_fm_set_then_fabric_mode() -> None:
     assert (eff.get("LOG_LEVEL"), eff.get("FABRIC_MODE")) == ("2", "2")
 
 
+def test_fabric_mode_option_and_a_different_fm_set_fabric_mode_are_refused() -> None:
+    with pytest.raises(fmkeys.ConfigError) as err:
+        fmcfg.effective(SHIPPED_535, sets={"FABRIC_MODE": "1"}, fabric_mode="2")
+    finding = err.value.finding
+    assert (finding.code, finding.fields["key"]) == ("config_invalid_value", "FABRIC_MODE")
+    assert "--fabric-mode 2 and --fm-set FABRIC_MODE=1 disagree" in finding.message
+    # the same value twice says one thing
+    same = fmcfg.effective(SHIPPED_535, sets={"FABRIC_MODE": "1"}, fabric_mode="1")
+    assert same.get("FABRIC_MODE") == "1"
+
+
 @pytest.mark.parametrize("key", ["DAEMONIZE", "FM_SM_MGMT_PORT_GUID"])
 def test_keys_nvfabric_owns_cannot_be_overridden(key: str) -> None:
     with pytest.raises(fmkeys.ConfigError) as err:

@@ -13,8 +13,10 @@ bottlerocket-nvidia-fabricmanager.cfg. Overrides, later wins:
 3. operator overrides given as ``--fm-set KEY=VALUE``;
 4. nvfabric's own: ``DAEMONIZE=0`` (nvfabric supervises the process, a forking daemon would
    look like an exit), ``FM_SM_MGMT_PORT_GUID`` on NVLink 5 (the same GUID NVLSM gets), and
-   ``FABRIC_MODE`` when asked. The operator may not override ``DAEMONIZE`` or
-   ``FM_SM_MGMT_PORT_GUID``: they are how nvfabric runs fabric manager.
+   ``FABRIC_MODE`` when asked (``--fabric-mode``). The operator may not override ``DAEMONIZE``
+   or ``FM_SM_MGMT_PORT_GUID``: they are how nvfabric runs fabric manager; ``--fabric-mode``
+   and a different ``--fm-set FABRIC_MODE`` on one command line are refused (neither is the
+   later layer), while ``--fabric-mode`` over ``NVFM_CONFIG_FABRIC_MODE`` is the order above.
 
 Path-valued keys are resolved under the root (a simulated node is a directory; on ``/`` they
 are unchanged) so that the daemon, which runs in nvfabric's mount namespace, finds them.
@@ -113,6 +115,12 @@ def effective(shipped: str, *, root: str = "/", guid: str | None = None,
                 key, "is set by nvfabric and may not be overridden",
                 "nvfabric runs fabric manager in the foreground (DAEMONIZE=0) and passes the "
                 "management port GUID itself; drop this override"))
+    given = (sets or {}).get("FABRIC_MODE")
+    if fabric_mode is not None and given is not None and given != fabric_mode:
+        # both typed on one command line: neither is the later layer, the operator meant one
+        raise ConfigError(invalid(
+            "FABRIC_MODE", f"--fabric-mode {fabric_mode} and --fm-set FABRIC_MODE={given} "
+            "disagree", "give the fabric mode once: --fabric-mode, or --fm-set FABRIC_MODE"))
     changes: dict[str, str] = dict(operator)
     changes["DAEMONIZE"] = "0"
     if guid is not None:
