@@ -44,7 +44,9 @@ MB4 = 4 << 20
     '"' + "a" * MB4 + '"',                              # one quoted string
     "systemctl restart nvidia-imex; " * (MB4 // 31),    # many IMEX commands on one line
     "exec " * (MB4 // 5) + "systemctl start nvidia-imex",  # a million prefixes
-], ids=["word", "quoted", "imex-commands", "prefixes"])
+    "systemctl \\\n" * (MB4 // 12) + "restart nvidia-imex",  # 350,000 continuations
+    "\\#'a'\"b\" " * (MB4 // 9),                         # escapes and quotes
+], ids=["word", "quoted", "imex-commands", "prefixes", "continuations", "escapes-quotes"])
 def test_a_4_mb_prolog_line_is_read_within_a_generous_cpu_bound(body: str,
                                                                 cpu_bound: None) -> None:
     found = script_rules.analyse("#!/bin/sh\n" + body + "\n", "/p", "/p", {})
@@ -70,3 +72,19 @@ def test_a_parameter_count_is_no_comment() -> None:
 def test_the_marker_byte_of_held_substitutions_in_a_script_is_harmless() -> None:
     text = "#!/bin/sh\nX=\x019\x01 ${A}\nsystemctl stop nvidia-imex\n"
     assert script_rules.analyse(text, "/p", "/p", {}).actions.unit_verbs == ("stop",)
+
+
+@pytest.mark.parametrize(("text", "evidence"), [
+    # a word split by a backslash-newline is one word to the shell (POSIX 2.2.1)
+    ("#!/bin/sh\nexec /usr/bin/nvidia-im\\\nex -c /etc/nvidia-imex/config.cfg &\n",
+     "/p:2: /usr/bin/nvidia-imex -c /etc/nvidia-imex/config.cfg"),
+    # a comment's backslash is no continuation: the next line is a command (POSIX 2.3)
+    ("#!/bin/sh\n# start the daemon, see \\\nnvidia-imex -c /etc/nvidia-imex/config.cfg\n",
+     "/p:3: nvidia-imex -c /etc/nvidia-imex/config.cfg"),
+    ("#!/bin/sh\nlogger -t prolog imex # \\\nnvidia-imex -c /etc/nvidia-imex/config.cfg\n",
+     "/p:3: nvidia-imex -c /etc/nvidia-imex/config.cfg"),
+])
+def test_a_prolog_runs_nvidia_imex_as_the_shell_reads_its_continuations(
+        text: str, evidence: str) -> None:
+    a = script_rules.analyse(text, "/p", "/p", {}).actions
+    assert (a.daemon, a.lines) == (True, (evidence,))

@@ -1,10 +1,11 @@
 """The words of a POSIX shell line, as far as :mod:`nvfabric.rules.imex.script` reads a
-prolog: logical lines (backslash-newline joined), the simple commands of a line split at
-``;``, ``&&``, ``||``, ``|``, ``&`` and parentheses, quotes removed, ``#`` comments dropped
-(POSIX.1-2017 Shell Command Language, 2.2 Quoting, 2.3 Token Recognition), and the
-redirections of a command. Pure. Time is linear in the line: one pass of one regular
-expression whose alternatives are each linear (:mod:`shlex`, used before, is quadratic in a
-token's length in its punctuation mode).
+prolog: logical lines (a backslash-newline removed, outside single quotes and comments), the
+simple commands of a line split at ``;``, ``&&``, ``||``, ``|``, ``&`` and parentheses, quotes
+removed, ``#`` comments dropped (POSIX.1-2017 Shell Command Language, 2.2 Quoting, 2.3 Token
+Recognition), and the redirections of a command. Pure. Time is linear: the lines by one pass
+of a scanner over the text, each line's words by one pass of one regular expression whose
+alternatives are each linear (:mod:`shlex`, used before, is quadratic in a token's length in
+its punctuation mode).
 """
 
 from __future__ import annotations
@@ -30,6 +31,14 @@ _PIECE = re.compile(r"""
   | (?P<bad>.)
 """, re.X | re.S)
 _DQ_ESCAPE = re.compile(r'\\([\\"])')
+#: The scanner of :func:`logical_lines`, one pattern a state: what ends plain text, a single-
+#: quoted string, a double-quoted one, a comment. A '#' counts only after a character that ends
+#: a word (:data:`_WORD_ENDS`); one at a piece's start is checked by the scanner.
+_PLAIN = re.compile(r"""[\\'"\n]|(?<=[ \t\r;&|()<>])#""")
+_SINGLE = re.compile(r"['\n]")
+_DOUBLE = re.compile(r'[\\"\n]')
+_COMMENT = re.compile(r"\n")
+_WORD_ENDS = frozenset(" \t\r;&|()<>")
 
 
 def trailing_backslashes(line: str) -> int:
@@ -40,23 +49,63 @@ def trailing_backslashes(line: str) -> int:
 
 
 def logical_lines(text: str) -> list[tuple[int, str]]:
-    """Lines with backslash-newline continuations joined: (first line number, text). A line
-    continues when it ends in an odd number of backslashes (``a \\\\`` ends in one escaped
-    backslash and does not; ``a \\\\\\`` does). The pieces of a continued line are joined
-    once (no string grown piece by piece)."""
+    """The shell's lines of ``text``: (first physical line's number, text), a line ending at
+    ``\\n`` alone (a ``\\r`` stays, white space to :func:`commands`). One pass of a scanner,
+    plain / single-quoted / double-quoted / comment (POSIX.1-2017 Shell Command Language):
+
+    - outside single quotes a backslash-newline is removed, nothing in its place (2.2.1,
+      2.2.3): ``nvidia-im\\<newline>ex`` is ``nvidia-imex``, ``foo \\<newline>bar`` two words;
+      any other backslash escapes the next character (``a \\\\`` does not continue);
+    - ``#`` at a word's start (the line's start, after a blank or one of ``;&|()<>``) begins
+      a comment to the newline, its backslash no continuation (2.3 rule 10); ``a#b`` a word;
+    - in single quotes a backslash is a character (2.2.2).
+
+    A quote open at a newline ends the logical line, as each line was read before (its words
+    split at white space by :func:`commands`): here-documents are not read, and an apostrophe
+    in one would open a quote hiding the commands after it. The text keeps quotes and
+    comments. Linear in ``text``: a line's pieces (one per continuation) joined once."""
     out: list[tuple[int, str]] = []
-    pending: list[str] = []
-    start = 0
-    for number, raw in enumerate(text.splitlines(), 1):
-        if not pending:
-            start = number
-        if trailing_backslashes(raw) % 2:
-            pending.append(raw[:-1])
-            continue
-        out.append((start, " ".join(pending + [raw])))
-        pending = []
-    if pending:
-        out.append((start, " ".join(pending) + " "))
+    pieces: list[str] = []
+    n = len(text)
+    number = start = 1
+    mark = i = 0  # the start of the text not yet put in pieces; where the scan goes on
+    state = _PLAIN
+    word_start = True  # a '#' at ``mark`` would begin a comment (plain state)
+    escaped = -1  # the index after the last escaped character
+    while True:
+        if state is _PLAIN and i == mark and word_start and text.startswith("#", i):
+            state = _COMMENT
+        m = state.search(text, i)
+        if m is None:
+            break
+        j = m.start()
+        c = text[j]
+        if c == "\n":
+            pieces.append(text[mark:j])
+            out.append((start, "".join(pieces)))
+            pieces = []
+            number += 1
+            start, mark, i, state, word_start = number, j + 1, j + 1, _PLAIN, True
+        elif c == "\\":
+            if text.startswith("\n", j + 1):  # a continuation: both removed
+                if j > mark:
+                    word_start = text[j - 1] in _WORD_ENDS and j != escaped
+                pieces.append(text[mark:j])
+                number += 1
+                mark = i = j + 2
+            else:
+                i = escaped = j + 2
+        elif c == "#":  # after a blank or an operator (the pattern's look-behind)
+            if j == escaped:
+                i = j + 1
+            else:
+                state, i = _COMMENT, j
+        else:  # a quote opens or closes
+            state = _PLAIN if state is not _PLAIN else _SINGLE if c == "'" else _DOUBLE
+            i = j + 1
+    if mark < n or pieces:
+        pieces.append(text[mark:])
+        out.append((start, "".join(pieces)))
     return out
 
 
